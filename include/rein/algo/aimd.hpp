@@ -1,0 +1,89 @@
+// Additive increase, multiplicative decrease of a concurrency limit (seed 000, step 2).
+#pragma once
+
+#include <rein/algo/limit_algorithm.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+
+namespace rein::algo {
+
+/// Options of `basic_aimd`. Defaults are seed 000's `AIMDLimiter` (initial 4, floor 1, ceiling 64, backoff
+/// 0.75), except that the latency target is off by default: a fixed target is a guess about the dependency,
+/// which is what an adaptive limit exists to avoid (seed 000's own 20 ms would collapse the limit of any
+/// dependency that is normally slower). Set it to reproduce the guide.
+struct aimd_options {
+  /// Starting limit, in calls; in [min_limit, max_limit].
+  double initial_limit = 4.0;
+  /// Floor, in calls: a whole number >= 1. Without one a failing dependency drives the limit to zero and
+  /// a partial outage becomes a total one (seed 000, "no floor").
+  double min_limit = 1.0;
+  /// Ceiling, in calls: a whole number >= min_limit.
+  double max_limit = 64.0;
+  /// Multiplicative decrease: the limit is multiplied by this on congestion; in (0, 1).
+  double backoff = 0.75;
+  /// Additive increase: each fast success adds `increase / max(1, limit)` calls, so the limit grows by
+  /// about `increase` per round of `limit` calls (TCP's congestion avoidance). > 0.
+  double increase = 1.0;
+  /// Optional: a success slower than this (strictly) counts as congestion. > 0 when set.
+  std::optional<std::chrono::nanoseconds> latency_target{};
+};
+
+/// AIMD: `+increase/limit` on a fast success, `x backoff` on congestion (a `congestion` outcome, or a success
+/// slower than `latency_target`), nothing on `ignored`. The control law TCP uses for its window (RFC 5681),
+/// applied to a client's concurrency limit as in seed 000 and Netflix concurrency-limits' `AIMDLimit`.
+///
+/// It reacts to every slow call, so isolated outliers cost a cut each; `basic_tuned_aimd` judges against a
+/// rolling baseline and cuts at most once per round trip.
+///
+/// @tparam Clock only names the `time_point` in samples; AIMD itself does not look at time.
+template <class Clock = std::chrono::steady_clock>
+class basic_aimd {
+ public:
+  using clock_type = Clock;
+  using options = aimd_options;
+  using sample_type = basic_sample<Clock>;
+  template <class OtherClock>
+  using rebind_clock = basic_aimd<OtherClock>;
+
+  /// @throws std::invalid_argument naming the field and value if `o` is invalid.
+  explicit basic_aimd(const options& o = {}) : options_{validated(o)}, limit_{o.min_limit, o.initial_limit, o.max_limit} {}
+
+  double limit() const noexcept { return limit_.value(); }
+  double min_limit() const noexcept { return limit_.min(); }
+  double max_limit() const noexcept { return limit_.max(); }
+  std::uint64_t decreases() const noexcept { return limit_.decreases(); }
+  std::uint64_t increases() const noexcept { return limit_.increases(); }
+  const options& get_options() const noexcept { return options_; }
+
+  /// Applies one completed call. `s.in_flight` and `s.now` are not used.
+  void on_sample(const sample_type& s) noexcept {
+    if (s.result == outcome::ignored) return;
+    if (congested(s))
+      limit_.set(limit_.value() * options_.backoff);
+    else
+      limit_.set(limit_.value() + options_.increase / (limit_.value() > 1.0 ? limit_.value() : 1.0));
+  }
+
+ private:
+  bool congested(const sample_type& s) const noexcept {
+    return s.result == outcome::congestion || (options_.latency_target && s.latency > *options_.latency_target);
+  }
+
+  static const options& validated(const options& o) {
+    detail::check_limits("aimd", o.min_limit, o.initial_limit, o.max_limit);
+    detail::check_open_unit("aimd", "backoff", o.backoff);
+    detail::check_positive("aimd", "increase", o.increase);
+    if (o.latency_target) detail::check_positive("aimd", "latency_target", *o.latency_target);
+    return o;
+  }
+
+  options options_;
+  detail::bounded_limit limit_;
+};
+
+/// `basic_aimd` on `std::chrono::steady_clock`.
+using aimd = basic_aimd<>;
+
+}  // namespace rein::algo

@@ -1,0 +1,242 @@
+// Gradient concurrency limit: scale the limit by baseline latency / current latency, plus a small queue
+// allowance, smoothed (Netflix concurrency-limits' Gradient2Limit; Envoy's adaptive concurrency filter).
+#pragma once
+
+#include <rein/algo/limit_algorithm.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <utility>
+
+namespace rein::algo {
+
+/// What "normal" latency is, for `basic_gradient`.
+enum class gradient_baseline {
+  /// The minimum successful latency over the last `baseline_window` samples, as Envoy's gradient controller
+  /// uses a measured minRTT. It does not drift upwards while the dependency degrades, which is what makes the
+  /// limit fall; it does trust the fastest call seen, so a dependency with rare, very fast answers (cache
+  /// hits) should pair it with a `tolerance` above 1.
+  minimum,
+  /// Netflix Gradient2's long-term RTT: the plain mean of the first 10 samples, then an exponential average
+  /// with factor 2 / (baseline_window + 1); when it exceeds twice the current sample it is multiplied by 0.95
+  /// so it comes back down quickly after a long overload. It follows a degradation upwards, so the gradient
+  /// returns to 1 while the dependency is still slow.
+  long_average,
+};
+
+/// Options of `basic_gradient`.
+///
+/// Defaults are rein's, chosen with the degrading-upstream experiment (`rein/testing/upstream_sim.hpp`):
+/// Gradient2's own defaults (queue 4, tolerance 1.5, long average, failures as plain samples) keep a queue
+/// of about 4 calls inside the dependency, let the baseline drift up with the degradation, and take a fast
+/// failure for a fast success. Gradient2's defaults are: `queue_size = 4`, `tolerance = 1.5`,
+/// `baseline = long_average`, `baseline_window = 600`, `smoothing = 0.2`, `failures_as_congestion = false`.
+/// Envoy's are: `baseline = minimum`, `tolerance = 1.25` (its 25 % minRTT buffer), `max_gradient = 2`,
+/// `queue_size = 0`, `queue_sqrt_scale = 1` (headroom sqrt(limit)), `min_utilisation = 0`.
+struct gradient_options {
+  /// Starting limit, in calls; in [min_limit, max_limit].
+  double initial_limit = 16.0;
+  /// Floor, in calls: a whole number >= 1.
+  double min_limit = 1.0;
+  /// Ceiling, in calls: a whole number >= min_limit.
+  double max_limit = 64.0;
+  /// Weight of the new estimate in each update: `limit = limit x (1 - s) + estimate x s`; in (0, 1].
+  /// Small values make the limit move over several samples instead of jumping on one outlier.
+  double smoothing = 0.15;
+  /// The gradient is `tolerance x baseline / latency` before clamping: latencies up to `tolerance x baseline`
+  /// count as "no queueing". Finite and >= 1 (Gradient2 uses 1.5, Envoy 1.25).
+  double tolerance = 1.25;
+  /// Lower clamp of the gradient, so one outlier cannot cut more than this factor at once; in (0, 1].
+  /// A congestion outcome applies exactly this gradient when `failures_as_congestion` is set.
+  double min_gradient = 0.5;
+  /// Upper clamp of the gradient; finite and >= 1. 1 (Gradient2) means growth comes only from the queue
+  /// allowance; Envoy allows 2.
+  double max_gradient = 1.0;
+  /// Constant part of the queue allowance, in calls: how many calls may wait inside the dependency on top
+  /// of `limit x gradient`; finite and >= 0. Kept at one call: every call queued inside the dependency adds
+  /// a full service time to the latency of all the others.
+  double queue_size = 0.5;
+  /// Part of the queue allowance that grows with the limit: `queue_sqrt_scale x sqrt(limit)` calls (Envoy's
+  /// headroom and Netflix GradientLimit's are about sqrt(limit)); finite and >= 0.
+  double queue_sqrt_scale = 0.0;
+  /// Which latency is "normal"; see `gradient_baseline`.
+  gradient_baseline baseline = gradient_baseline::minimum;
+  /// Samples the baseline spans (see `gradient_baseline`); >= 1.
+  std::size_t baseline_window = 200;
+  /// true: a `congestion` outcome applies `min_gradient` at once and is kept out of the latency estimates.
+  /// false (Netflix): it is a latency sample like any other, so a fast failure looks like a fast success.
+  bool failures_as_congestion = true;
+  /// The app-limited guard: latency samples change the limit only while `in_flight >= min_utilisation x
+  /// limit` (Gradient2 uses 1/2). In [0, 1]; 0 disables it.
+  double min_utilisation = 0.5;
+};
+
+namespace detail {
+
+/// Minimum of the last `capacity` values in O(1) amortised: a deque of candidates, increasing from front to
+/// back, each tagged with its position; a value is dropped once a smaller one arrives after it or it ages out.
+class sliding_minimum {
+ public:
+  explicit sliding_minimum(std::size_t capacity) noexcept : capacity_{capacity} {}
+
+  void push(std::int64_t v) {
+    while (!candidates_.empty() && candidates_.back().second >= v) candidates_.pop_back();
+    candidates_.emplace_back(count_, v);
+    ++count_;
+    while (candidates_.front().first + capacity_ < count_) candidates_.pop_front();
+  }
+
+  /// Precondition: at least one value was pushed.
+  std::int64_t value() const noexcept { return candidates_.front().second; }
+
+ private:
+  std::size_t capacity_;
+  std::uint64_t count_ = 0;
+  std::deque<std::pair<std::uint64_t, std::int64_t>> candidates_;
+};
+
+/// Netflix concurrency-limits' ExpAvgMeasurement: a plain mean over the first `warmup` samples, then an
+/// exponential average with factor 2 / (window + 1).
+class exp_average {
+ public:
+  exp_average(std::size_t window, std::size_t warmup) noexcept
+      : factor_{2.0 / (static_cast<double>(window) + 1.0)}, warmup_{warmup} {}
+
+  double add(double x) noexcept {
+    if (count_ < warmup_) {
+      ++count_;
+      sum_ += x;
+      value_ = sum_ / static_cast<double>(count_);
+    } else {
+      value_ = value_ * (1.0 - factor_) + x * factor_;
+    }
+    return value_;
+  }
+
+  double value() const noexcept { return value_; }
+  void scale(double f) noexcept { value_ *= f; }
+
+ private:
+  double factor_;
+  std::size_t warmup_;
+  std::size_t count_ = 0;
+  double sum_ = 0.0;
+  double value_ = 0.0;
+};
+
+}  // namespace detail
+
+/// Gradient limit, after Netflix concurrency-limits' Gradient2Limit and Envoy's adaptive concurrency filter.
+///
+/// For each success (while the limiter is used, see `min_utilisation`):
+///
+///     gradient = clamp(tolerance x baseline / latency, min_gradient, max_gradient)
+///     estimate = limit x gradient + queue_size + queue_sqrt_scale x sqrt(limit)
+///     limit    = clamp(limit x (1 - smoothing) + estimate x smoothing, min_limit, max_limit)
+///
+/// Latency at the baseline keeps the limit growing by the queue allowance (scaled by smoothing); latency
+/// twice the baseline roughly halves it over 1/smoothing samples. A congestion outcome applies `min_gradient`
+/// (unless `failures_as_congestion` is false). `ignored` changes nothing.
+///
+/// Netflix feeds every sample, each one a short-term RTT; Envoy aggregates a time window into a percentile
+/// and updates once per window. rein updates per sample, like Gradient2, which needs no timer.
+///
+/// @tparam Clock only names the `time_point` in samples; the gradient does not look at time.
+template <class Clock = std::chrono::steady_clock>
+class basic_gradient {
+ public:
+  using clock_type = Clock;
+  using options = gradient_options;
+  using sample_type = basic_sample<Clock>;
+  template <class OtherClock>
+  using rebind_clock = basic_gradient<OtherClock>;
+
+  /// @throws std::invalid_argument naming the field and value if `o` is invalid.
+  explicit basic_gradient(const options& o = {})
+      : options_{validated(o)},
+        limit_{o.min_limit, o.initial_limit, o.max_limit},
+        minimum_{o.baseline_window},
+        average_{o.baseline_window, 10} {}
+
+  double limit() const noexcept { return limit_.value(); }
+  double min_limit() const noexcept { return limit_.min(); }
+  double max_limit() const noexcept { return limit_.max(); }
+  std::uint64_t decreases() const noexcept { return limit_.decreases(); }
+  std::uint64_t increases() const noexcept { return limit_.increases(); }
+  const options& get_options() const noexcept { return options_; }
+  /// The gradient of the last update that changed the estimate (1 before any).
+  double last_gradient() const noexcept { return last_gradient_; }
+
+  /// Applies one completed call.
+  void on_sample(const sample_type& s) {
+    if (s.result == outcome::ignored) return;
+    if (s.result == outcome::congestion && options_.failures_as_congestion) {
+      apply(options_.min_gradient);
+      return;
+    }
+    // A zero latency (a clock too coarse for the call) would divide by zero; one nanosecond is as fast.
+    const double latency = static_cast<double>(s.latency.count() > 0 ? s.latency.count() : 1);
+    const double base = baseline(latency);
+    if (static_cast<double>(s.in_flight) < options_.min_utilisation * limit_.value()) return;
+    apply(clamp(options_.tolerance * base / latency, options_.min_gradient, options_.max_gradient));
+  }
+
+ private:
+  static double clamp(double v, double lo, double hi) noexcept { return v < lo ? lo : (v > hi ? hi : v); }
+
+  double baseline(double latency) {
+    if (options_.baseline == gradient_baseline::minimum) {
+      minimum_.push(static_cast<std::int64_t>(latency));
+      return static_cast<double>(minimum_.value());
+    }
+    const double base = average_.add(latency);
+    // Gradient2: after a long overload the average is far above a recovered latency; pull it down faster.
+    if (base / latency > 2.0) average_.scale(0.95);
+    return base;
+  }
+
+  void apply(double gradient) noexcept {
+    const double current = limit_.value();
+    const double headroom = options_.queue_size + options_.queue_sqrt_scale * std::sqrt(current);
+    const double estimate = current * gradient + headroom;
+    last_gradient_ = gradient;
+    limit_.set(current * (1.0 - options_.smoothing) + estimate * options_.smoothing);
+  }
+
+  static const options& validated(const options& o) {
+    constexpr auto type = "gradient";
+    detail::check_limits(type, o.min_limit, o.initial_limit, o.max_limit);
+    if (!detail::finite(o.smoothing) || o.smoothing <= 0.0 || o.smoothing > 1.0)
+      detail::invalid_option(type, "smoothing", "in (0, 1]", o.smoothing);
+    if (!detail::finite(o.tolerance) || o.tolerance < 1.0)
+      detail::invalid_option(type, "tolerance", ">= 1 and finite", o.tolerance);
+    if (!detail::finite(o.min_gradient) || o.min_gradient <= 0.0 || o.min_gradient > 1.0)
+      detail::invalid_option(type, "min_gradient", "in (0, 1]", o.min_gradient);
+    if (!detail::finite(o.max_gradient) || o.max_gradient < 1.0)
+      detail::invalid_option(type, "max_gradient", ">= 1 and finite", o.max_gradient);
+    if (!detail::finite(o.queue_size) || o.queue_size < 0.0)
+      detail::invalid_option(type, "queue_size", ">= 0 and finite", o.queue_size);
+    if (!detail::finite(o.queue_sqrt_scale) || o.queue_sqrt_scale < 0.0)
+      detail::invalid_option(type, "queue_sqrt_scale", ">= 0 and finite", o.queue_sqrt_scale);
+    if (o.baseline != gradient_baseline::minimum && o.baseline != gradient_baseline::long_average)
+      detail::invalid_option(type, "baseline", "minimum or long_average", static_cast<std::size_t>(o.baseline));
+    if (o.baseline_window < 1) detail::invalid_option(type, "baseline_window", ">= 1", o.baseline_window);
+    if (!detail::finite(o.min_utilisation) || o.min_utilisation < 0.0 || o.min_utilisation > 1.0)
+      detail::invalid_option(type, "min_utilisation", "in [0, 1]", o.min_utilisation);
+    return o;
+  }
+
+  options options_;
+  detail::bounded_limit limit_;
+  detail::sliding_minimum minimum_;
+  detail::exp_average average_;
+  double last_gradient_ = 1.0;
+};
+
+/// `basic_gradient` on `std::chrono::steady_clock`.
+using gradient = basic_gradient<>;
+
+}  // namespace rein::algo

@@ -1,0 +1,165 @@
+// The common shape of rein's adaptive concurrency algorithms (DESIGN.md sections 1 and 4).
+//
+// An algorithm is a plain value type: no Asio, no clock reads, no locking. `adaptive_limiter<Algorithm>`
+// owns one, calls it under its own lock, and admits a call while `in_flight < floor(limit())`. Everything an
+// algorithm knows arrives through `on_sample`, so a test can replay any history exactly.
+#pragma once
+
+#include <rein/outcome.hpp>
+
+#include <chrono>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+namespace rein::algo {
+
+/// One completed call, as an adaptive algorithm sees it.
+///
+/// @tparam Clock supplies `time_point`; nothing here ever calls `Clock::now()`.
+template <class Clock = std::chrono::steady_clock>
+struct basic_sample {
+  using clock_type = Clock;
+  using time_point = typename Clock::time_point;
+
+  /// Service time: from the moment the call was granted its slot to the moment its outcome was reported,
+  /// never including time spent waiting for the slot (seed 000, "counting queue time as service time").
+  /// For a `congestion` outcome it is the time until the failure was seen (e.g. the timeout).
+  std::chrono::nanoseconds latency{};
+  /// What the call said about the dependency's capacity. `ignored` samples never change anything.
+  outcome result = outcome::success;
+  /// Calls holding a slot of this limiter right after this call was granted, this call included (as Netflix
+  /// concurrency-limits passes `inflight` to `Limit.onSample`). Used by the "app-limited" guards: a limiter
+  /// that is barely used learns nothing about whether a higher limit would be safe.
+  std::size_t in_flight = 0;
+  /// When the outcome was reported. The call therefore started at `now - latency`.
+  time_point now{};
+};
+
+/// `basic_sample` on `std::chrono::steady_clock`.
+using sample = basic_sample<>;
+
+/// What `adaptive_limiter` requires of an algorithm.
+///
+/// - `options`: a plain aggregate; the constructor `A(options)` validates it and throws
+///   `std::invalid_argument` naming the type, the field and the value.
+/// - `limit()`: the current limit, fractional allowed; the limiter admits while `in_flight < floor(limit())`.
+///   It always lies in `[min_limit(), max_limit()]`, which are whole numbers >= 1.
+/// - `on_sample(s)`: feed one completed call. An `ignored` sample changes nothing at all.
+/// - `decreases()` / `increases()`: how many samples strictly lowered / raised the limit (for snapshots and
+///   alerting: seed 000 recommends alerting on the decrease rate and on sitting at the floor).
+/// - `rebind_clock<C>`: the same algorithm on another clock (the limiter's), with the same `options` type.
+template <class A>
+concept limit_algorithm =
+    std::constructible_from<A, typename A::options> &&
+    requires(A& a, const A& ca, const typename A::sample_type& s) {
+      typename A::clock_type;
+      typename A::template rebind_clock<typename A::clock_type>;
+      { ca.limit() } -> std::same_as<double>;
+      { ca.min_limit() } -> std::same_as<double>;
+      { ca.max_limit() } -> std::same_as<double>;
+      { ca.decreases() } -> std::same_as<std::uint64_t>;
+      { ca.increases() } -> std::same_as<std::uint64_t>;
+      a.on_sample(s);
+    };
+
+/// How many calls a limit admits: `floor(limit)`, the admission rule of every adaptive limiter in rein.
+constexpr std::size_t admitted(double limit) noexcept {
+  return limit < 1.0 ? 0 : static_cast<std::size_t>(limit);
+}
+
+namespace detail {
+
+inline std::string format_value(double v) {
+  std::ostringstream out;
+  out << v;
+  return out.str();
+}
+
+inline std::string format_value(std::chrono::nanoseconds v) {
+  return std::to_string(v.count()) + " ns";
+}
+
+inline std::string format_value(std::size_t v) { return std::to_string(v); }
+
+/// Throws "rein::algo::<type>: <field> must be <requirement>, got <value>".
+template <class Value>
+[[noreturn]] void invalid_option(std::string_view type, std::string_view field, std::string_view requirement,
+                                 Value value) {
+  std::string what{"rein::algo::"};
+  what.append(type).append(": ").append(field).append(" must be ").append(requirement).append(", got ");
+  what.append(format_value(value));
+  throw std::invalid_argument(what);
+}
+
+inline bool finite(double v) noexcept {
+  return v == v && v != std::numeric_limits<double>::infinity() && v != -std::numeric_limits<double>::infinity();
+}
+
+inline bool whole(double v) noexcept { return finite(v) && static_cast<double>(static_cast<std::int64_t>(v)) == v; }
+
+/// Validates the floor, ceiling and starting point shared by every algorithm:
+/// 1 <= min_limit <= initial_limit <= max_limit, floor and ceiling whole numbers, everything finite.
+inline void check_limits(std::string_view type, double min_limit, double initial_limit, double max_limit) {
+  if (!whole(min_limit) || min_limit < 1.0)
+    invalid_option(type, "min_limit", "a whole number >= 1", min_limit);
+  if (!whole(max_limit) || max_limit < min_limit)
+    invalid_option(type, "max_limit", "a whole number >= min_limit (" + format_value(min_limit) + ")", max_limit);
+  if (!finite(initial_limit) || initial_limit < min_limit || initial_limit > max_limit)
+    invalid_option(type, "initial_limit",
+                   "in [min_limit, max_limit] = [" + format_value(min_limit) + ", " + format_value(max_limit) + "]",
+                   initial_limit);
+}
+
+inline void check_open_unit(std::string_view type, std::string_view field, double v) {
+  if (!finite(v) || v <= 0.0 || v >= 1.0) invalid_option(type, field, "in (0, 1)", v);
+}
+
+inline void check_positive(std::string_view type, std::string_view field, double v) {
+  if (!finite(v) || v <= 0.0) invalid_option(type, field, "> 0 and finite", v);
+}
+
+inline void check_positive(std::string_view type, std::string_view field, std::chrono::nanoseconds v) {
+  if (v <= std::chrono::nanoseconds::zero()) invalid_option(type, field, "> 0", v);
+}
+
+/// The limit itself: always clamped to [floor, ceiling]; counts strict moves down and up.
+class bounded_limit {
+ public:
+  bounded_limit(double min_limit, double initial_limit, double max_limit) noexcept
+      : value_{initial_limit}, min_{min_limit}, max_{max_limit} {}
+
+  double value() const noexcept { return value_; }
+  double min() const noexcept { return min_; }
+  double max() const noexcept { return max_; }
+  std::uint64_t decreases() const noexcept { return decreases_; }
+  std::uint64_t increases() const noexcept { return increases_; }
+
+  /// Clamps `next` into [min, max] and stores it; returns true if the limit moved.
+  bool set(double next) noexcept {
+    if (next < min_) next = min_;
+    if (next > max_) next = max_;
+    if (next == value_) return false;
+    if (next < value_)
+      ++decreases_;
+    else
+      ++increases_;
+    value_ = next;
+    return true;
+  }
+
+ private:
+  double value_;
+  double min_;
+  double max_;
+  std::uint64_t decreases_ = 0;
+  std::uint64_t increases_ = 0;
+};
+
+}  // namespace detail
+}  // namespace rein::algo

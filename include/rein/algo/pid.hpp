@@ -1,0 +1,134 @@
+// A PID controller that drives the concurrency limit from the windowed failure rate (seed 001, section 2).
+#pragma once
+
+#include <rein/algo/limit_algorithm.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+
+namespace rein::algo {
+
+/// Options of `basic_pid`. Gains are in calls per unit of error, where the error is a failure-rate
+/// difference (0.05 = five percentage points). kp, kd, the target and the integral clamp are seed 001's;
+/// its ki of 0.5 would move the limit by 0.025 calls per healthy window, so rein uses 20 (about one call
+/// per healthy window at the default 5 % target).
+struct pid_options {
+  /// Starting limit and the controller's operating point (the output at zero error and zero integral), in
+  /// calls; in [min_limit, max_limit].
+  double initial_limit = 4.0;
+  /// Floor, in calls: a whole number >= 1.
+  double min_limit = 1.0;
+  /// Ceiling, in calls: a whole number >= min_limit.
+  double max_limit = 64.0;
+  /// Samples per window (non-ignored outcomes); >= 1. The controller runs once per window.
+  std::size_t window = 20;
+  /// The failure rate the controller steers towards; in [0, 1).
+  double target_failure_rate = 0.05;
+  /// Proportional gain: calls per unit of the current window's error; finite and >= 0.
+  double kp = 20.0;
+  /// Integral gain: calls per unit of accumulated error (summed once per window); finite and >= 0.
+  double ki = 20.0;
+  /// Derivative gain: calls per unit of change in error since the previous window; finite and >= 0.
+  double kd = 5.0;
+  /// Anti-windup: the accumulated error is clamped to [-integral_limit, +integral_limit]; > 0.
+  double integral_limit = 50.0;
+  /// Optional: a success slower than this (strictly) counts as a failure; > 0 when set.
+  std::optional<std::chrono::nanoseconds> latency_target{};
+};
+
+/// PID control of the limit from the failure rate, once per window of `window` samples:
+///
+///     error    = target_failure_rate - failures / window       (positive: room to go faster)
+///     integral = clamp(integral + error, -integral_limit, integral_limit)
+///     limit    = clamp(initial_limit + kp x error + ki x integral + kd x (error - previous error))
+///
+/// Anti-windup is twofold: the clamp above (seed 001's), and conditional integration: a window whose output
+/// is already pinned at the floor or ceiling in the direction of its error adds nothing to the integral, so
+/// a long stay at the ceiling does not have to be unwound before the limit can fall.
+///
+/// Seed 001's controller has no operating point (its output at zero error is zero, i.e. the floor);
+/// rein uses `initial_limit` as the bias so that the integral term carries only the learned offset.
+/// Failures are congestion outcomes (and successes slower than `latency_target`); `ignored` is not counted.
+///
+/// @tparam Clock only names the `time_point` in samples; windows are counted in samples, not time.
+template <class Clock = std::chrono::steady_clock>
+class basic_pid {
+ public:
+  using clock_type = Clock;
+  using options = pid_options;
+  using sample_type = basic_sample<Clock>;
+  template <class OtherClock>
+  using rebind_clock = basic_pid<OtherClock>;
+
+  /// @throws std::invalid_argument naming the field and value if `o` is invalid.
+  explicit basic_pid(const options& o = {}) : options_{validated(o)}, limit_{o.min_limit, o.initial_limit, o.max_limit} {}
+
+  double limit() const noexcept { return limit_.value(); }
+  double min_limit() const noexcept { return limit_.min(); }
+  double max_limit() const noexcept { return limit_.max(); }
+  std::uint64_t decreases() const noexcept { return limit_.decreases(); }
+  std::uint64_t increases() const noexcept { return limit_.increases(); }
+  const options& get_options() const noexcept { return options_; }
+  /// The accumulated error (unitless: failure-rate points summed over windows).
+  double integral() const noexcept { return integral_; }
+
+  /// Applies one completed call.
+  void on_sample(const sample_type& s) noexcept {
+    if (s.result == outcome::ignored) return;
+    ++samples_;
+    if (s.result == outcome::congestion || (options_.latency_target && s.latency > *options_.latency_target))
+      ++failures_;
+    if (samples_ < options_.window) return;
+    const double rate = static_cast<double>(failures_) / static_cast<double>(samples_);
+    samples_ = failures_ = 0;
+    control(options_.target_failure_rate - rate);
+  }
+
+ private:
+  void control(double error) noexcept {
+    const double derivative = error - previous_error_;
+    previous_error_ = error;
+    const double previous_integral = integral_;
+    integral_ = clamp(integral_ + error, -options_.integral_limit, options_.integral_limit);
+    double output = output_for(error, derivative);
+    if ((output > limit_.max() && error > 0.0) || (output < limit_.min() && error < 0.0)) {
+      integral_ = previous_integral;
+      output = output_for(error, derivative);
+    }
+    limit_.set(output);
+  }
+
+  double output_for(double error, double derivative) const noexcept {
+    return options_.initial_limit + options_.kp * error + options_.ki * integral_ + options_.kd * derivative;
+  }
+
+  static double clamp(double v, double lo, double hi) noexcept { return v < lo ? lo : (v > hi ? hi : v); }
+
+  static const options& validated(const options& o) {
+    constexpr auto type = "pid";
+    detail::check_limits(type, o.min_limit, o.initial_limit, o.max_limit);
+    if (o.window < 1) detail::invalid_option(type, "window", ">= 1", o.window);
+    if (!detail::finite(o.target_failure_rate) || o.target_failure_rate < 0.0 || o.target_failure_rate >= 1.0)
+      detail::invalid_option(type, "target_failure_rate", "in [0, 1)", o.target_failure_rate);
+    if (!detail::finite(o.kp) || o.kp < 0.0) detail::invalid_option(type, "kp", ">= 0 and finite", o.kp);
+    if (!detail::finite(o.ki) || o.ki < 0.0) detail::invalid_option(type, "ki", ">= 0 and finite", o.ki);
+    if (!detail::finite(o.kd) || o.kd < 0.0) detail::invalid_option(type, "kd", ">= 0 and finite", o.kd);
+    detail::check_positive(type, "integral_limit", o.integral_limit);
+    if (o.latency_target) detail::check_positive(type, "latency_target", *o.latency_target);
+    return o;
+  }
+
+  options options_;
+  detail::bounded_limit limit_;
+  std::size_t samples_ = 0;
+  std::size_t failures_ = 0;
+  double integral_ = 0.0;
+  double previous_error_ = 0.0;
+};
+
+/// `basic_pid` on `std::chrono::steady_clock`.
+using pid = basic_pid<>;
+
+}  // namespace rein::algo

@@ -1,0 +1,175 @@
+// TCP Vegas applied to a concurrency limit (Netflix concurrency-limits' VegasLimit).
+#pragma once
+
+#include <rein/algo/limit_algorithm.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+
+namespace rein::algo {
+
+/// Options of `basic_vegas`. Defaults are Netflix VegasLimit's, except the floor and ceiling (Netflix: 1 and
+/// 1000) and the probe jitter, which rein draws from a seeded generator so that a run is repeatable.
+///
+/// The thresholds scale with `log10(limit)`, written L below: `L = max(1, floor(log10(limit)))`, so 1 for any
+/// limit below 100, 2 below 1000, and so on (Netflix's Log10RootFunction, which switches to sqrt at 1000;
+/// rein keeps log10).
+struct vegas_options {
+  /// Starting limit, in calls; in [min_limit, max_limit]. Netflix: 20.
+  double initial_limit = 20.0;
+  /// Floor, in calls: a whole number >= 1.
+  double min_limit = 1.0;
+  /// Ceiling, in calls: a whole number >= min_limit.
+  double max_limit = 1000.0;
+  /// Estimated queue at or below `threshold_factor x L` calls: grow fast, by `beta_factor x L`. >= 0.
+  double threshold_factor = 1.0;
+  /// Estimated queue below `alpha_factor x L` calls (and above the threshold): grow by `step_factor x L`.
+  /// >= threshold_factor. Classic TCP Vegas uses alpha 2-3.
+  double alpha_factor = 3.0;
+  /// Estimated queue above `beta_factor x L` calls: shrink by `step_factor x L`. >= alpha_factor. Classic
+  /// TCP Vegas uses beta 4-6. Between alpha and beta the limit holds still.
+  double beta_factor = 6.0;
+  /// Size of one linear step, in units of L; > 0. A congestion outcome also shrinks by one step.
+  double step_factor = 1.0;
+  /// Weight of the new limit: `limit = limit x (1 - s) + new x s`; in (0, 1]. Netflix: 1 (no smoothing).
+  double smoothing = 1.0;
+  /// Every `probe_multiplier x limit x jitter` samples (jitter uniform in [0.5, 1)) the next sample becomes
+  /// the no-load latency, so that a baseline which is no longer reachable is forgotten; >= 1.
+  double probe_multiplier = 30.0;
+  /// Seed of the probe jitter. Give limiters in different processes different seeds, or they probe in step.
+  std::uint64_t probe_seed = 0;
+  /// The app-limited guard: latency samples may change the limit only while `in_flight >= min_utilisation x
+  /// limit` (Netflix: 1/2). In [0, 1]; 0 disables it.
+  double min_utilisation = 0.5;
+};
+
+/// Vegas: estimate the queue inside the dependency from how far the latency is above the no-load latency,
+/// and keep it between alpha and beta calls.
+///
+///     queue = ceil(limit x (1 - no_load_latency / latency))
+///     queue <= threshold: limit += beta;   queue < alpha: limit += step;   queue > beta: limit -= step
+///
+/// The no-load latency is the minimum latency seen since the last probe; a sample that sets a new minimum,
+/// or that is a probe, changes nothing else. A congestion outcome shrinks the limit by one step (Netflix's
+/// `didDrop`), after taking part in the no-load estimate as Netflix does. `ignored` changes nothing.
+/// Source: Brakmo and Peterson, "TCP Vegas" (1995); Netflix concurrency-limits' VegasLimit.
+///
+/// @tparam Clock only names the `time_point` in samples; Vegas counts samples, not time.
+template <class Clock = std::chrono::steady_clock>
+class basic_vegas {
+ public:
+  using clock_type = Clock;
+  using options = vegas_options;
+  using sample_type = basic_sample<Clock>;
+  template <class OtherClock>
+  using rebind_clock = basic_vegas<OtherClock>;
+
+  /// @throws std::invalid_argument naming the field and value if `o` is invalid.
+  explicit basic_vegas(const options& o = {})
+      : options_{validated(o)}, limit_{o.min_limit, o.initial_limit, o.max_limit}, random_{o.probe_seed} {
+    jitter_ = next_jitter();
+  }
+
+  double limit() const noexcept { return limit_.value(); }
+  double min_limit() const noexcept { return limit_.min(); }
+  double max_limit() const noexcept { return limit_.max(); }
+  std::uint64_t decreases() const noexcept { return limit_.decreases(); }
+  std::uint64_t increases() const noexcept { return limit_.increases(); }
+  const options& get_options() const noexcept { return options_; }
+  /// The current no-load latency estimate (zero before the first sample).
+  std::chrono::nanoseconds no_load_latency() const noexcept { return no_load_; }
+  /// Samples since the last probe.
+  std::uint64_t probe_count() const noexcept { return probe_count_; }
+
+  /// Applies one completed call.
+  void on_sample(const sample_type& s) noexcept {
+    if (s.result == outcome::ignored) return;
+    const auto latency = s.latency > std::chrono::nanoseconds::zero() ? s.latency : std::chrono::nanoseconds{1};
+    ++probe_count_;
+    if (jitter_ * options_.probe_multiplier * limit_.value() <= static_cast<double>(probe_count_)) {
+      jitter_ = next_jitter();
+      probe_count_ = 0;
+      no_load_ = latency;
+      return;
+    }
+    if (no_load_ == std::chrono::nanoseconds::zero() || latency < no_load_) {
+      no_load_ = latency;
+      return;
+    }
+    update(latency, s);
+  }
+
+ private:
+  static double log10_root(double limit) noexcept {
+    const double l = std::floor(std::log10(limit));
+    return l < 1.0 ? 1.0 : l;
+  }
+
+  void update(std::chrono::nanoseconds latency, const sample_type& s) noexcept {
+    const double current = limit_.value();
+    const double l = log10_root(std::floor(current));
+    const double step = options_.step_factor * l;
+    double next = current;
+    if (s.result == outcome::congestion) {
+      next = current - step;
+    } else {
+      if (static_cast<double>(s.in_flight) < options_.min_utilisation * current) return;
+      const double ratio = static_cast<double>(no_load_.count()) / static_cast<double>(latency.count());
+      const double queue = std::ceil(current * (1.0 - ratio));
+      if (queue <= options_.threshold_factor * l)
+        next = current + options_.beta_factor * l;
+      else if (queue < options_.alpha_factor * l)
+        next = current + step;
+      else if (queue > options_.beta_factor * l)
+        next = current - step;
+      else
+        return;
+    }
+    if (next < limit_.min()) next = limit_.min();
+    if (next > limit_.max()) next = limit_.max();
+    limit_.set((1.0 - options_.smoothing) * current + options_.smoothing * next);
+  }
+
+  /// splitmix64 (Steele, Lea and Flood, 2014): a tiny, seedable generator, so probes are jittered yet
+  /// repeatable.
+  double next_jitter() noexcept {
+    random_ += 0x9e3779b97f4a7c15ULL;
+    std::uint64_t z = random_;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+    return 0.5 + 0.5 * static_cast<double>(z >> 11) * 0x1.0p-53;
+  }
+
+  static const options& validated(const options& o) {
+    constexpr auto type = "vegas";
+    detail::check_limits(type, o.min_limit, o.initial_limit, o.max_limit);
+    if (!detail::finite(o.threshold_factor) || o.threshold_factor < 0.0)
+      detail::invalid_option(type, "threshold_factor", ">= 0 and finite", o.threshold_factor);
+    if (!detail::finite(o.alpha_factor) || o.alpha_factor < o.threshold_factor)
+      detail::invalid_option(type, "alpha_factor", ">= threshold_factor and finite", o.alpha_factor);
+    if (!detail::finite(o.beta_factor) || o.beta_factor < o.alpha_factor)
+      detail::invalid_option(type, "beta_factor", ">= alpha_factor and finite", o.beta_factor);
+    detail::check_positive(type, "step_factor", o.step_factor);
+    if (!detail::finite(o.smoothing) || o.smoothing <= 0.0 || o.smoothing > 1.0)
+      detail::invalid_option(type, "smoothing", "in (0, 1]", o.smoothing);
+    if (!detail::finite(o.probe_multiplier) || o.probe_multiplier < 1.0)
+      detail::invalid_option(type, "probe_multiplier", ">= 1 and finite", o.probe_multiplier);
+    if (!detail::finite(o.min_utilisation) || o.min_utilisation < 0.0 || o.min_utilisation > 1.0)
+      detail::invalid_option(type, "min_utilisation", "in [0, 1]", o.min_utilisation);
+    return o;
+  }
+
+  options options_;
+  detail::bounded_limit limit_;
+  std::uint64_t random_;
+  double jitter_ = 1.0;
+  std::uint64_t probe_count_ = 0;
+  std::chrono::nanoseconds no_load_{0};
+};
+
+/// `basic_vegas` on `std::chrono::steady_clock`.
+using vegas = basic_vegas<>;
+
+}  // namespace rein::algo

@@ -1,0 +1,195 @@
+// rein::algo::aimd: seed 000 step 2, acceptance cases 1-5 of issue 4.
+#include <rein/algo/aimd.hpp>
+#include <rein/algo/gradient.hpp>
+#include <rein/algo/limit_algorithm.hpp>
+#include <rein/algo/pid.hpp>
+#include <rein/algo/tuned_aimd.hpp>
+#include <rein/algo/vegas.hpp>
+#include <rein/algo/windowed_aimd.hpp>
+
+#include "support/catch.hpp"
+
+#include <chrono>
+#include <cstdint>
+#include <limits>
+#include <ratio>
+#include <type_traits>
+#include <cstdio>
+#include <stdexcept>
+#include <string>
+
+using namespace std::chrono_literals;
+using rein::outcome;
+using rein::algo::aimd;
+using rein::algo::aimd_options;
+using rein::algo::sample;
+
+static_assert(rein::algo::limit_algorithm<rein::algo::aimd>);
+static_assert(rein::algo::limit_algorithm<rein::algo::tuned_aimd>);
+static_assert(rein::algo::limit_algorithm<rein::algo::windowed_aimd>);
+static_assert(rein::algo::limit_algorithm<rein::algo::pid>);
+static_assert(rein::algo::limit_algorithm<rein::algo::gradient>);
+static_assert(rein::algo::limit_algorithm<rein::algo::vegas>);
+
+namespace {
+
+sample fast() { return sample{5ms, outcome::success, 1, {}}; }
+sample failure() { return sample{5ms, outcome::congestion, 1, {}}; }
+sample ignored() { return sample{5ms, outcome::ignored, 1, {}}; }
+
+std::string two_decimals(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", v);
+  return buf;
+}
+
+aimd make(double min, double initial, double max, double backoff = 0.75) {
+  aimd_options o;
+  o.min_limit = min;
+  o.initial_limit = initial;
+  o.max_limit = max;
+  o.backoff = backoff;
+  o.latency_target = 20ms;
+  return aimd{o};
+}
+
+}  // namespace
+
+TEST_CASE("aimd: from 4, one round of fast successes takes the limit past 5 and one failure takes 25% off") {
+  aimd a{};  // the guide's defaults: initial 4, floor 1, ceiling 64, backoff 0.75
+  REQUIRE(a.limit() == 4.0);
+  for (int i = 0; i < 4; ++i) a.on_sample(fast());
+  REQUIRE(a.limit() < 5.0);  // four calls are one round at a limit of 4: +1/4, +1/4.25, ...
+  a.on_sample(fast());
+  REQUIRE(a.limit() == Approx(5.123863972061165).margin(1e-12));
+  REQUIRE(a.increases() == 5);
+  const double before = a.limit();
+  a.on_sample(failure());
+  REQUIRE(a.limit() == before * 0.75);
+  REQUIRE(a.decreases() == 1);
+}
+
+TEST_CASE("aimd: 200 fast successes take 8 to 21.56, five congestion samples, each counted, take it to 5.12") {
+  aimd a = make(2, 8, 32);
+  for (int i = 0; i < 200; ++i) a.on_sample(fast());
+  REQUIRE(two_decimals(a.limit()) == "21.56");
+  REQUIRE(a.decreases() == 0);
+  for (std::uint64_t i = 1; i <= 5; ++i) {
+    const double before = a.limit();
+    a.on_sample(failure());
+    REQUIRE(a.limit() == before * 0.75);
+    REQUIRE(a.decreases() == i);
+  }
+  REQUIRE(two_decimals(a.limit()) == "5.12");
+}
+
+TEST_CASE("aimd: at the ceiling, successes keep the limit there and count as nothing") {
+  aimd a = make(1, 21, 21);
+  for (int i = 0; i < 5; ++i) a.on_sample(fast());
+  REQUIRE(a.limit() == 21.0);
+  REQUIRE(a.increases() == 0);
+  REQUIRE(a.decreases() == 0);
+}
+
+TEST_CASE("aimd: ignored outcomes change nothing; one congestion sample at 20 with backoff 0.9 gives 18") {
+  aimd a = make(1, 20, 64, 0.9);
+  for (int i = 0; i < 5; ++i) a.on_sample(ignored());
+  REQUIRE(a.limit() == 20.0);
+  REQUIRE(a.increases() == 0);
+  a.on_sample(failure());
+  REQUIRE(a.limit() == 18.0);
+}
+
+TEST_CASE("aimd: at the floor a congestion sample leaves the limit and is not a decrease") {
+  aimd a = make(5, 5, 64);
+  a.on_sample(failure());
+  REQUIRE(a.limit() == 5.0);
+  REQUIRE(a.decreases() == 0);
+}
+
+TEST_CASE("aimd: a success slower than the target is congestion; one exactly at the target is not") {
+  aimd a = make(1, 10, 64);
+  a.on_sample(sample{20ms, outcome::success, 1, {}});
+  REQUIRE(a.limit() == 10.1);
+  a.on_sample(sample{20ms + 1ns, outcome::success, 1, {}});
+  REQUIRE(a.limit() == 10.1 * 0.75);
+}
+
+TEST_CASE("aimd: without a latency target only congestion outcomes cut") {
+  aimd a{};
+  a.on_sample(sample{10s, outcome::success, 1, {}});
+  REQUIRE(a.limit() == 4.25);
+  REQUIRE(a.decreases() == 0);
+}
+
+TEST_CASE("aimd: the increase option scales the additive step; below a limit of 1 the step is not amplified") {
+  aimd_options o;
+  o.increase = 2.0;
+  aimd a{o};
+  a.on_sample(fast());
+  REQUIRE(a.limit() == 4.5);
+}
+
+TEST_CASE("aimd: invalid options throw std::invalid_argument naming the type, field and value") {
+  auto message = [](aimd_options o) -> std::string {
+    try {
+      aimd a{o};
+    } catch (const std::invalid_argument& e) {
+      return e.what();
+    }
+    return "no exception";
+  };
+  aimd_options o;
+  o.backoff = 1.5;
+  REQUIRE(message(o) == "rein::algo::aimd: backoff must be in (0, 1), got 1.5");
+  o = {};
+  o.backoff = 0.0;
+  REQUIRE(message(o) == "rein::algo::aimd: backoff must be in (0, 1), got 0");
+  o = {};
+  o.min_limit = 0;
+  REQUIRE(message(o) == "rein::algo::aimd: min_limit must be a whole number >= 1, got 0");
+  o = {};
+  o.min_limit = 1.5;
+  REQUIRE(message(o) == "rein::algo::aimd: min_limit must be a whole number >= 1, got 1.5");
+  o = {};
+  o.max_limit = 0.5;
+  REQUIRE(message(o) == "rein::algo::aimd: max_limit must be a whole number >= min_limit (1), got 0.5");
+  o = {};
+  o.initial_limit = 65;
+  REQUIRE(message(o) == "rein::algo::aimd: initial_limit must be in [min_limit, max_limit] = [1, 64], got 65");
+  o = {};
+  o.increase = -1;
+  REQUIRE(message(o) == "rein::algo::aimd: increase must be > 0 and finite, got -1");
+  o = {};
+  o.latency_target = -5ms;
+  REQUIRE(message(o) == "rein::algo::aimd: latency_target must be > 0, got -5000000 ns");
+  o = {};
+  o.initial_limit = std::numeric_limits<double>::quiet_NaN();
+  REQUIRE(message(o) == "rein::algo::aimd: initial_limit must be in [min_limit, max_limit] = [1, 64], got nan");
+}
+
+TEST_CASE("admitted: a fractional limit admits its whole part") {
+  REQUIRE(rein::algo::admitted(4.99) == 4);
+  REQUIRE(rein::algo::admitted(5.0) == 5);
+  REQUIRE(rein::algo::admitted(0.5) == 0);
+}
+
+namespace {
+struct other_clock {
+  using rep = std::int64_t;
+  using period = std::nano;
+  using duration = std::chrono::nanoseconds;
+  using time_point = std::chrono::time_point<other_clock>;
+  [[maybe_unused]] static constexpr bool is_steady = true;
+  static time_point now() noexcept { return time_point{}; }
+};
+}  // namespace
+
+TEST_CASE("aimd: rebinding the clock keeps the options type") {
+  using rebound = aimd::rebind_clock<other_clock>;
+  static_assert(std::is_same_v<rebound::options, aimd::options>);
+  static_assert(std::is_same_v<rebound::sample_type::time_point, other_clock::time_point>);
+  rebound a{aimd_options{}};
+  a.on_sample(rebound::sample_type{5ms, outcome::success, 1, other_clock::time_point{}});
+  REQUIRE(a.limit() == 4.25);
+}

@@ -1,0 +1,369 @@
+// rein::algo::windowed_aimd and pid (seed 001), gradient (Gradient2 / Envoy) and vegas (Netflix VegasLimit).
+#include <rein/algo/gradient.hpp>
+#include <rein/algo/pid.hpp>
+#include <rein/algo/vegas.hpp>
+#include <rein/algo/windowed_aimd.hpp>
+
+#include "support/catch.hpp"
+
+#include <chrono>
+#include <stdexcept>
+#include <string>
+
+using namespace std::chrono_literals;
+using rein::outcome;
+using rein::algo::sample;
+
+namespace {
+
+sample ok(std::chrono::nanoseconds latency = 5ms, std::size_t in_flight = 64) {
+  return sample{latency, outcome::success, in_flight, {}};
+}
+sample congestion(std::chrono::nanoseconds latency = 5ms, std::size_t in_flight = 64) {
+  return sample{latency, outcome::congestion, in_flight, {}};
+}
+sample ignored() { return sample{5ms, outcome::ignored, 64, {}}; }
+
+template <class Algorithm>
+std::string error_of(const typename Algorithm::options& o) {
+  try {
+    Algorithm a{o};
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "no exception";
+}
+
+// A window of `n` samples of which the first `failures` are congestion.
+template <class Algorithm>
+void window(Algorithm& a, int n, int failures) {
+  for (int i = 0; i < n; ++i) a.on_sample(i < failures ? congestion() : ok());
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------------------
+// windowed_aimd
+// ---------------------------------------------------------------------------------------------------------
+
+TEST_CASE("windowed_aimd: the limit moves only at the end of a window") {
+  rein::algo::windowed_aimd w{};
+  window(w, 19, 0);
+  REQUIRE(w.limit() == 4.0);
+  REQUIRE(w.window_samples() == 19);
+  w.on_sample(ok());
+  REQUIRE(w.limit() == 7.0);  // + step 3
+  REQUIRE(w.window_samples() == 0);
+}
+
+TEST_CASE("windowed_aimd: a failure rate at the threshold grows, above it halves") {
+  rein::algo::windowed_aimd w{};
+  window(w, 20, 3);  // 15 %: at the threshold
+  REQUIRE(w.limit() == 7.0);
+  window(w, 20, 4);  // 20 %
+  REQUIRE(w.limit() == 3.5);
+  REQUIRE(w.decreases() == 1);
+  REQUIRE(w.increases() == 1);
+}
+
+TEST_CASE("windowed_aimd: ignored samples are not counted; slow successes count as failures with a target") {
+  rein::algo::windowed_aimd_options o;
+  o.latency_target = 20ms;
+  rein::algo::windowed_aimd w{o};
+  for (int i = 0; i < 50; ++i) w.on_sample(ignored());
+  REQUIRE(w.window_samples() == 0);
+  for (int i = 0; i < 16; ++i) w.on_sample(ok());
+  for (int i = 0; i < 4; ++i) w.on_sample(ok(21ms));
+  REQUIRE(w.limit() == 2.0);
+}
+
+TEST_CASE("windowed_aimd: floor and ceiling hold") {
+  rein::algo::windowed_aimd_options o;
+  o.min_limit = 2;
+  o.initial_limit = 3;
+  o.max_limit = 5;
+  rein::algo::windowed_aimd w{o};
+  window(w, 20, 20);
+  REQUIRE(w.limit() == 2.0);
+  window(w, 20, 0);
+  window(w, 20, 0);
+  REQUIRE(w.limit() == 5.0);
+}
+
+TEST_CASE("windowed_aimd: invalid options name the type, field and value") {
+  using W = rein::algo::windowed_aimd;
+  rein::algo::windowed_aimd_options o;
+  o.failure_threshold = 1;
+  REQUIRE(error_of<W>(o) == "rein::algo::windowed_aimd: failure_threshold must be in [0, 1), got 1");
+  o = {};
+  o.window = 0;
+  REQUIRE(error_of<W>(o) == "rein::algo::windowed_aimd: window must be >= 1, got 0");
+  o = {};
+  o.step = 0;
+  REQUIRE(error_of<W>(o) == "rein::algo::windowed_aimd: step must be > 0 and finite, got 0");
+  o = {};
+  o.backoff = -0.5;
+  REQUIRE(error_of<W>(o) == "rein::algo::windowed_aimd: backoff must be in (0, 1), got -0.5");
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// pid
+// ---------------------------------------------------------------------------------------------------------
+
+TEST_CASE("pid: healthy windows raise the limit through P, I and D around the initial limit") {
+  rein::algo::pid p{};  // kp 20, ki 20, kd 5, target 5 %, window 20, from 4
+  window(p, 20, 0);
+  // error 0.05: 4 + 20 x 0.05 + 20 x 0.05 + 5 x (0.05 - 0)
+  REQUIRE(p.limit() == Approx(6.25).margin(1e-12));
+  window(p, 20, 0);
+  // error 0.05 again: integral 0.1, derivative 0
+  REQUIRE(p.limit() == Approx(7.0).margin(1e-12));
+  REQUIRE(p.integral() == Approx(0.1).margin(1e-15));
+}
+
+TEST_CASE("pid: a window pinned at the floor does not wind the integral down") {
+  rein::algo::pid p{};
+  window(p, 20, 0);
+  window(p, 20, 0);
+  window(p, 20, 10);  // 50 % failures: 4 - 9 + 20 x I - 2.5 is far below the floor
+  REQUIRE(p.limit() == 1.0);
+  REQUIRE(p.integral() == Approx(0.1).margin(1e-15));  // conditional integration: unchanged
+  window(p, 20, 0);
+  // error 0.05, derivative 0.5, integral 0.15: 4 + 1 + 3 + 2.5
+  REQUIRE(p.limit() == Approx(10.5).margin(1e-12));
+}
+
+TEST_CASE("pid: the integral is clamped to +-integral_limit") {
+  rein::algo::pid_options o;
+  o.integral_limit = 0.12;
+  o.max_limit = 1000;
+  rein::algo::pid p{o};
+  for (int i = 0; i < 10; ++i) window(p, 20, 0);
+  REQUIRE(p.integral() == 0.12);
+  REQUIRE(p.limit() == Approx(4 + 1 + 20 * 0.12).margin(1e-12));
+}
+
+TEST_CASE("pid: ignored samples are not counted") {
+  rein::algo::pid p{};
+  for (int i = 0; i < 100; ++i) p.on_sample(ignored());
+  REQUIRE(p.limit() == 4.0);
+}
+
+TEST_CASE("pid: invalid options name the type, field and value") {
+  using P = rein::algo::pid;
+  rein::algo::pid_options o;
+  o.kp = -1;
+  REQUIRE(error_of<P>(o) == "rein::algo::pid: kp must be >= 0 and finite, got -1");
+  o = {};
+  o.target_failure_rate = 1.5;
+  REQUIRE(error_of<P>(o) == "rein::algo::pid: target_failure_rate must be in [0, 1), got 1.5");
+  o = {};
+  o.integral_limit = 0;
+  REQUIRE(error_of<P>(o) == "rein::algo::pid: integral_limit must be > 0 and finite, got 0");
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// gradient
+// ---------------------------------------------------------------------------------------------------------
+
+TEST_CASE("gradient: latency at the baseline grows the limit by the smoothed queue allowance") {
+  rein::algo::gradient g{};  // from 16, smoothing 0.15, tolerance 1.25, queue 0.5
+  g.on_sample(ok(10ms));
+  REQUIRE(g.last_gradient() == 1.0);  // 1.25 x 10 / 10, clamped to 1
+  REQUIRE(g.limit() == Approx(16.075).margin(1e-12));  // 16 x 0.85 + (16 + 0.5) x 0.15
+}
+
+TEST_CASE("gradient: latency twice the minimum scales the estimate by 1.25 / 2") {
+  rein::algo::gradient_options o;
+  o.min_utilisation = 0;
+  rein::algo::gradient g{o};
+  g.on_sample(ok(5ms, 1));
+  const double before = g.limit();
+  g.on_sample(ok(10ms, 1));
+  REQUIRE(g.last_gradient() == 0.625);
+  REQUIRE(g.limit() == Approx(before * 0.85 + (before * 0.625 + 0.5) * 0.15).margin(1e-12));
+}
+
+TEST_CASE("gradient: the gradient is clamped to [min_gradient, max_gradient]") {
+  rein::algo::gradient g{};
+  g.on_sample(ok(5ms));
+  g.on_sample(ok(1s));
+  REQUIRE(g.last_gradient() == 0.5);
+}
+
+TEST_CASE("gradient: congestion applies the minimum gradient at once, whatever the utilisation") {
+  rein::algo::gradient g{};
+  g.on_sample(congestion(5ms, 1));
+  REQUIRE(g.limit() == Approx(14.875).margin(1e-12));  // 16 x 0.85 + (16 x 0.5 + 0.5) x 0.15
+  REQUIRE(g.decreases() == 1);
+}
+
+TEST_CASE("gradient: with failures_as_congestion off a fast failure is just a fast sample (Netflix)") {
+  rein::algo::gradient_options o;
+  o.failures_as_congestion = false;
+  rein::algo::gradient g{o};
+  g.on_sample(congestion(10ms));
+  REQUIRE(g.limit() == Approx(16.075).margin(1e-12));
+}
+
+TEST_CASE("gradient: below the utilisation guard samples feed the baseline but do not move the limit") {
+  rein::algo::gradient g{};
+  g.on_sample(ok(5ms, 7));  // 7 < 16 / 2
+  REQUIRE(g.limit() == 16.0);
+  g.on_sample(ok(10ms, 8));
+  REQUIRE(g.last_gradient() == 0.625);  // the 5 ms sample set the minimum
+}
+
+TEST_CASE("gradient: the minimum baseline forgets samples older than its window") {
+  rein::algo::gradient_options o;
+  o.baseline_window = 3;
+  rein::algo::gradient g{o};
+  g.on_sample(ok(5ms));
+  g.on_sample(ok(10ms));
+  g.on_sample(ok(10ms));
+  REQUIRE(g.last_gradient() == 0.625);  // 5 ms still among the last three
+  g.on_sample(ok(10ms));
+  REQUIRE(g.last_gradient() == 1.0);  // minimum is now 10 ms
+}
+
+TEST_CASE("gradient: Gradient2's long average is a plain mean over the warm-up") {
+  rein::algo::gradient_options o;
+  o.baseline = rein::algo::gradient_baseline::long_average;
+  o.baseline_window = 600;
+  o.tolerance = 1.5;
+  o.queue_size = 4;
+  o.smoothing = 0.2;
+  rein::algo::gradient g{o};
+  g.on_sample(ok(10ms));
+  REQUIRE(g.limit() == Approx(16.8).margin(1e-12));  // gradient 1: 16 x 0.8 + 20 x 0.2
+  g.on_sample(ok(40ms));
+  REQUIRE(g.last_gradient() == 0.9375);  // 1.5 x mean(10, 40) / 40
+  REQUIRE(g.limit() == Approx(16.8 * 0.8 + (16.8 * 0.9375 + 4) * 0.2).margin(1e-12));
+}
+
+TEST_CASE("gradient: ignored samples change nothing") {
+  rein::algo::gradient g{};
+  g.on_sample(ignored());
+  REQUIRE(g.limit() == 16.0);
+  REQUIRE(g.last_gradient() == 1.0);
+}
+
+TEST_CASE("gradient: invalid options name the type, field and value") {
+  using G = rein::algo::gradient;
+  rein::algo::gradient_options o;
+  o.smoothing = 0;
+  REQUIRE(error_of<G>(o) == "rein::algo::gradient: smoothing must be in (0, 1], got 0");
+  o = {};
+  o.tolerance = 0.5;
+  REQUIRE(error_of<G>(o) == "rein::algo::gradient: tolerance must be >= 1 and finite, got 0.5");
+  o = {};
+  o.min_gradient = 0;
+  REQUIRE(error_of<G>(o) == "rein::algo::gradient: min_gradient must be in (0, 1], got 0");
+  o = {};
+  o.max_gradient = 0.9;
+  REQUIRE(error_of<G>(o) == "rein::algo::gradient: max_gradient must be >= 1 and finite, got 0.9");
+  o = {};
+  o.queue_size = -1;
+  REQUIRE(error_of<G>(o) == "rein::algo::gradient: queue_size must be >= 0 and finite, got -1");
+  o = {};
+  o.baseline_window = 0;
+  REQUIRE(error_of<G>(o) == "rein::algo::gradient: baseline_window must be >= 1, got 0");
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// vegas
+// ---------------------------------------------------------------------------------------------------------
+
+namespace {
+
+rein::algo::vegas no_probe_vegas() {
+  rein::algo::vegas_options o;
+  o.probe_multiplier = 1e6;
+  return rein::algo::vegas{o};
+}
+
+}  // namespace
+
+TEST_CASE("vegas: the first sample only sets the no-load latency") {
+  auto v = no_probe_vegas();
+  v.on_sample(ok(10ms, 20));
+  REQUIRE(v.no_load_latency() == 10ms);
+  REQUIRE(v.limit() == 20.0);
+}
+
+TEST_CASE("vegas: no queue grows by beta, a small one by a step, a large one shrinks, between holds") {
+  auto v = no_probe_vegas();  // from 20: L = 1, threshold 1, alpha 3, beta 6
+  v.on_sample(ok(10ms, 20));
+  v.on_sample(ok(10ms, 20));  // queue ceil(20 x 0) = 0
+  REQUIRE(v.limit() == 26.0);
+  v.on_sample(ok(11ms, 20));  // queue ceil(26 x 1/11) = 3: alpha <= 3 <= beta
+  REQUIRE(v.limit() == 26.0);
+  v.on_sample(ok(10500us, 20));  // queue ceil(26 x 0.5/10.5) = 2 < alpha
+  REQUIRE(v.limit() == 27.0);
+  v.on_sample(ok(20ms, 20));  // queue ceil(27 x 0.5) = 14 > beta
+  REQUIRE(v.limit() == 26.0);
+  v.on_sample(congestion(20ms, 1));  // a drop shrinks by a step, whatever the utilisation
+  REQUIRE(v.limit() == 25.0);
+  REQUIRE(v.decreases() == 2);
+  REQUIRE(v.increases() == 2);
+}
+
+TEST_CASE("vegas: a faster sample resets the no-load latency and changes nothing else") {
+  auto v = no_probe_vegas();
+  v.on_sample(ok(10ms, 20));
+  v.on_sample(ok(5ms, 20));
+  REQUIRE(v.no_load_latency() == 5ms);
+  REQUIRE(v.limit() == 20.0);
+}
+
+TEST_CASE("vegas: below half utilisation a success changes nothing") {
+  auto v = no_probe_vegas();
+  v.on_sample(ok(10ms, 9));
+  v.on_sample(ok(10ms, 9));
+  REQUIRE(v.limit() == 20.0);
+}
+
+TEST_CASE("vegas: above 1000 the step is log10 of the limit") {
+  rein::algo::vegas_options o;
+  o.probe_multiplier = 1e6;
+  o.initial_limit = 1500;
+  o.max_limit = 5000;
+  rein::algo::vegas v{o};
+  v.on_sample(ok(10ms, 1500));
+  v.on_sample(congestion(10ms, 1500));
+  REQUIRE(v.limit() == 1497.0);  // L = floor(log10(1500)) = 3
+}
+
+TEST_CASE("vegas: a probe adopts the current latency as the no-load latency within multiplier x limit samples") {
+  rein::algo::vegas_options o;
+  o.probe_multiplier = 1;
+  rein::algo::vegas v{o};
+  v.on_sample(ok(10ms, 1));
+  for (int i = 0; i < 20; ++i) v.on_sample(ok(50ms, 1));  // jitter < 1: a probe within 20 samples
+  REQUIRE(v.no_load_latency() == 50ms);
+  REQUIRE(v.probe_count() < 20);
+}
+
+TEST_CASE("vegas: ignored samples change nothing, not even the probe count") {
+  auto v = no_probe_vegas();
+  v.on_sample(ignored());
+  REQUIRE(v.probe_count() == 0);
+  REQUIRE(v.no_load_latency() == 0ns);
+}
+
+TEST_CASE("vegas: invalid options name the type, field and value") {
+  using V = rein::algo::vegas;
+  rein::algo::vegas_options o;
+  o.alpha_factor = 0.5;
+  REQUIRE(error_of<V>(o) == "rein::algo::vegas: alpha_factor must be >= threshold_factor and finite, got 0.5");
+  o = {};
+  o.beta_factor = 2;
+  REQUIRE(error_of<V>(o) == "rein::algo::vegas: beta_factor must be >= alpha_factor and finite, got 2");
+  o = {};
+  o.probe_multiplier = 0;
+  REQUIRE(error_of<V>(o) == "rein::algo::vegas: probe_multiplier must be >= 1 and finite, got 0");
+  o = {};
+  o.max_limit = 10;
+  REQUIRE(error_of<V>(o) ==
+          "rein::algo::vegas: initial_limit must be in [min_limit, max_limit] = [1, 10], got 20");
+}
