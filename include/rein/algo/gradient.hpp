@@ -44,10 +44,13 @@ struct gradient_options {
   /// Ceiling, in calls: a whole number >= min_limit.
   double max_limit = 64.0;
   /// Weight of the new estimate in each update: `limit = limit x (1 - s) + estimate x s`; in (0, 1].
-  /// Small values make the limit move over several samples instead of jumping on one outlier.
+  /// Small values make the limit move over several samples instead of jumping on one outlier; above about
+  /// 0.2 the limit follows single samples and overshoots when capacity returns.
   double smoothing = 0.15;
   /// The gradient is `tolerance x baseline / latency` before clamping: latencies up to `tolerance x baseline`
-  /// count as "no queueing". Finite and >= 1 (Gradient2 uses 1.5, Envoy 1.25).
+  /// count as "no queueing". Finite and >= 1. rein takes Envoy's 1.25 (its 25 % minRTT buffer), which
+  /// absorbs jitter around a minimum baseline; it must stay below 2 for a dependency whose latency doubles
+  /// with one call over capacity, and Gradient2's 1.5 leaves a queue of several calls in place.
   double tolerance = 1.25;
   /// Lower clamp of the gradient, so one outlier cannot cut more than this factor at once; in (0, 1].
   /// A congestion outcome applies exactly this gradient when `failures_as_congestion` is set.
@@ -56,8 +59,9 @@ struct gradient_options {
   /// allowance; Envoy allows 2.
   double max_gradient = 1.0;
   /// Constant part of the queue allowance, in calls: how many calls may wait inside the dependency on top
-  /// of `limit x gradient`; finite and >= 0. Kept at one call: every call queued inside the dependency adds
-  /// a full service time to the latency of all the others.
+  /// of `limit x gradient`; finite and >= 0. Kept below one call (it is also the growth per sample at the
+  /// baseline, times smoothing): every call queued inside a saturated dependency adds a full service time to
+  /// the latency of the others.
   double queue_size = 0.5;
   /// Part of the queue allowance that grows with the limit: `queue_sqrt_scale x sqrt(limit)` calls (Envoy's
   /// headroom and Netflix GradientLimit's are about sqrt(limit)); finite and >= 0.
