@@ -1,0 +1,170 @@
+// Several pure rate limits checked together: a request takes from every one of them or from none.
+#pragma once
+
+#include <rein/algo/rate_limit.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cassert>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+namespace rein::algo {
+
+/// Several rate limits enforced together, all or nothing: "10 per second and 1,000 per hour", or the
+/// seed 004 pair "requests per minute and tokens per minute", where one call charges 1 to the first and
+/// its estimated token count to the second.
+///
+/// A request is admitted only when every part admits it at the same instant, and then takes from every
+/// part; otherwise it takes from none (a part that would admit is not charged for a request another part
+/// denies). The earliest time a request fits is the latest of the parts' earliest times, which is exact
+/// because each part's availability only grows with time. `all_of` is itself a `rate_limit`, so it nests
+/// and the async layer can drive it like a single limit.
+///
+/// @code
+/// rein::algo::all_of limits{
+///     rein::algo::token_bucket({.rate = 10, .capacity = 10}, now),
+///     rein::algo::sliding_window({.limit = 1000, .window = std::chrono::hours(1)}, now)};
+/// if (limits.try_take(1, now) == rein::algo::take_result::allowed) send();
+/// @endcode
+///
+/// @par Time
+/// The parts share one clock. The stamp used for all parts is `max(t, last_time())`, where `last_time()`
+/// is the latest of the parts', so every part judges the request at the same instant.
+///
+/// @par Thread Safety
+/// A plain value: distinct objects are independent; one object must not be used concurrently.
+///
+/// @tparam Limits models of `rate_limit` with the same `time_point` type.
+template <rate_limit... Limits>
+  requires(sizeof...(Limits) >= 1)
+class all_of {
+  using first = std::tuple_element_t<0, std::tuple<Limits...>>;
+
+ public:
+  using clock = typename first::clock;
+  using time_point = typename first::time_point;
+  using duration = typename first::duration;
+  static_assert((std::is_same_v<typename Limits::time_point, time_point> && ...),
+                "rein::algo::all_of: all limits must use the same time_point type");
+
+  /// How many limits there are.
+  static constexpr std::size_t size = sizeof...(Limits);
+  /// One count per limit, in the order given: `{1, estimated_tokens}`.
+  using counts = std::array<std::int64_t, size>;
+
+  /// Takes ownership of the limits, in this order.
+  explicit all_of(Limits... parts) : parts_(std::move(parts)...) {}
+
+  /// Takes n from every limit at time t, or nothing.
+  /// @returns `exceeds_capacity` if n exceeds any limit's capacity, else `denied` if any limit has no
+  /// room now, else `allowed`. Only `allowed` changes the state.
+  /// @throws std::invalid_argument if n < 0.
+  take_result try_take(std::int64_t n, time_point t) { return try_take(same(n), t); }
+
+  /// Takes `n[i]` from limit i at time t, for every i, or nothing; results as `try_take(n, t)`.
+  /// @throws std::invalid_argument if any count is < 0.
+  take_result try_take(const counts& n, time_point t) {
+    if (exceeds(n)) return take_result::exceeds_capacity;
+    const time_point now = clamp(t);
+    if (ready_at(n, now) != now) return take_result::denied;
+    each([&](auto& part, std::size_t i) {
+      [[maybe_unused]] const take_result taken = part.try_take(n[i], now);
+      assert(taken == take_result::allowed);
+    });
+    return take_result::allowed;
+  }
+
+  /// The earliest time, not before `max(t, last_time())`, at which every limit has room for n: the
+  /// latest of the parts' `ready_at`. Reads only.
+  /// @returns that time, or `std::nullopt` (never) if any part says never.
+  /// @throws std::invalid_argument if n < 0.
+  std::optional<time_point> ready_at(std::int64_t n, time_point t) const { return ready_at(same(n), t); }
+
+  /// The earliest time at which limit i has room for `n[i]`, for every i at once; see `ready_at(n, t)`.
+  std::optional<time_point> ready_at(const counts& n, time_point t) const {
+    const time_point now = clamp(t);
+    std::optional<time_point> latest = now;
+    each([&](const auto& part, std::size_t i) {
+      const std::optional<time_point> ready = part.ready_at(n[i], now);
+      if (latest && ready) latest = std::max(*latest, *ready);
+      else latest.reset();
+    });
+    return latest;
+  }
+
+  /// Gives n back to every limit at time t (see each limit's `refund`).
+  /// @throws std::invalid_argument if n < 0.
+  void refund(std::int64_t n, time_point t) { refund(same(n), t); }
+
+  /// Gives `n[i]` back to limit i at time t, for every i.
+  /// @throws std::invalid_argument if any count is < 0.
+  void refund(const counts& n, time_point t) {
+    const time_point now = clamp(t);
+    each([&](auto& part, std::size_t i) { part.refund(n[i], now); });
+  }
+
+  /// The largest n a single request may ask of every limit: the smallest capacity.
+  std::int64_t capacity() const noexcept {
+    std::int64_t smallest = std::get<0>(parts_).capacity();
+    each([&](const auto& part, std::size_t) { smallest = std::min(smallest, part.capacity()); });
+    return smallest;
+  }
+
+  /// The latest `last_time()` of the parts; earlier stamps are treated as this one.
+  time_point last_time() const noexcept {
+    time_point latest = std::get<0>(parts_).last_time();
+    each([&](const auto& part, std::size_t) { latest = std::max(latest, part.last_time()); });
+    return latest;
+  }
+
+  /// Limit I, e.g. to change its rate or read its tokens. Changing it directly is fine: `all_of` keeps no
+  /// state of its own.
+  template <std::size_t I>
+  auto& get() noexcept {
+    return std::get<I>(parts_);
+  }
+
+  /// Limit I, read only.
+  template <std::size_t I>
+  const auto& get() const noexcept {
+    return std::get<I>(parts_);
+  }
+
+ private:
+  static counts same(std::int64_t n) noexcept {
+    counts all;
+    all.fill(n);
+    return all;
+  }
+
+  // Calls f(part, index) for every part, in order.
+  template <class F>
+  void each(F&& f) {
+    [&]<std::size_t... I>(std::index_sequence<I...>) { (f(std::get<I>(parts_), I), ...); }(std::make_index_sequence<size>{});
+  }
+
+  template <class F>
+  void each(F&& f) const {
+    [&]<std::size_t... I>(std::index_sequence<I...>) { (f(std::get<I>(parts_), I), ...); }(std::make_index_sequence<size>{});
+  }
+
+  bool exceeds(const counts& n) const {
+    bool any = false;
+    each([&](const auto& part, std::size_t i) {
+      detail::check_request("rein::algo::all_of", n[i]);
+      any = any || n[i] > part.capacity();
+    });
+    return any;
+  }
+
+  time_point clamp(time_point t) const noexcept { return std::max(t, last_time()); }
+
+  std::tuple<Limits...> parts_;
+};
+
+}  // namespace rein::algo

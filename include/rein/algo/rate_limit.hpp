@@ -1,0 +1,120 @@
+// Shared vocabulary of the pure rate limiters: the result of a take, the `rate_limit` concept that
+// `algo::all_of` and the async layer are written against, and the integer time arithmetic they share.
+#pragma once
+
+#include <charconv>
+#include <chrono>
+#include <concepts>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <ratio>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+#if !defined(__SIZEOF_INT128__)
+#error "rein::algo's rate limiters need a 128-bit integer (__int128, as on 64-bit GCC and Clang)"
+#endif
+
+namespace rein::algo {
+
+/// What a non-waiting take did.
+///
+/// `exceeds_capacity` is kept apart from `denied` because no amount of waiting helps it: the request asks
+/// for more than the limiter can ever hold (the async layer fails such a wait at once with
+/// `rein::errc::exceeds_capacity` instead of parking it forever).
+enum class take_result {
+  allowed,           ///< the request was admitted and its tokens (or starts) recorded
+  denied,            ///< not now; nothing changed; `ready_at` says when
+  exceeds_capacity,  ///< n is larger than `capacity()`: never, whatever the wait; nothing changed
+};
+
+/// A pure rate limit: a value type fed explicit times, with no clock reads and no waiting.
+///
+/// Every model (`basic_token_bucket`, `basic_sliding_window`, `basic_sliding_window_counter`, `all_of`)
+/// follows the same rules, which the async layer relies on:
+/// - `try_take(n, t)` admits all n or nothing. Anything but `allowed` leaves the state untouched.
+/// - `ready_at(n, t)` is the earliest time, never before `max(t, last_time())`, at which `try_take(n, ·)`
+///   would be `allowed` if nothing else happened in between; `std::nullopt` means never (n larger than
+///   `capacity()`, or a wait beyond the range of the clock). It is exact: `try_take(n, *ready_at(n, t))` is
+///   `allowed`, and one clock tick earlier it is `denied`. Availability only grows with time, so a FIFO of
+///   waiters can arm one timer for its head at exactly that instant.
+/// - `capacity()` is the largest n a single request may ask for.
+/// - `last_time()` is the latest time at which the state changed. Time is clamped to be monotonic: a stamp
+///   earlier than `last_time()` is treated as `last_time()`.
+/// - `refund(n, t)` gives back n (e.g. the unused part of an estimate), never beyond capacity.
+template <class L>
+concept rate_limit = requires(L& limit, const L& view, std::int64_t n, typename L::time_point t) {
+  typename L::clock;
+  typename L::duration;
+  { limit.try_take(n, t) } -> std::same_as<take_result>;
+  { view.ready_at(n, t) } -> std::same_as<std::optional<typename L::time_point>>;
+  { view.capacity() } -> std::same_as<std::int64_t>;
+  { view.last_time() } -> std::same_as<typename L::time_point>;
+  limit.refund(n, t);
+};
+
+namespace detail {
+
+// Token counts scaled to sub-nanosecond units exceed 64 bits (1e15 tokens x 1e9 ns x a rate denominator);
+// every intermediate product is bounded well below 2^126 by the limits the classes enforce.
+__extension__ using int128 = __int128;
+__extension__ using uint128 = unsigned __int128;
+
+inline constexpr std::int64_t ns_per_second = 1'000'000'000;
+
+// The limiters compute in whole nanoseconds; a finer clock tick could not be honoured exactly.
+template <class Clock>
+inline constexpr bool tick_at_least_a_nanosecond = std::ratio_greater_equal_v<typename Clock::period, std::nano>;
+
+template <class TimePoint>
+std::int64_t to_ns(TimePoint t) noexcept {
+  return std::chrono::floor<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+
+/// The first time point at or after `ns` nanoseconds since the epoch, or nullopt past the clock's range.
+template <class TimePoint>
+std::optional<TimePoint> from_ns(int128 ns) noexcept {
+  if (ns > std::numeric_limits<std::int64_t>::max()) return std::nullopt;
+  const std::chrono::nanoseconds d(static_cast<std::int64_t>(ns));
+  return TimePoint(std::chrono::ceil<typename TimePoint::duration>(d));
+}
+
+template <class Duration>
+std::int64_t duration_ns(Duration d) noexcept {
+  return std::chrono::ceil<std::chrono::nanoseconds>(d).count();
+}
+
+/// Division rounding towards minus infinity; `d > 0`.
+constexpr int128 floor_div(int128 a, int128 d) noexcept {
+  const int128 q = a / d;
+  return (a % d != 0 && a < 0) ? q - 1 : q;
+}
+
+/// Division rounding towards plus infinity; `d > 0`.
+constexpr int128 ceil_div(int128 a, int128 d) noexcept {
+  const int128 q = a / d;
+  return (a % d != 0 && a > 0) ? q + 1 : q;
+}
+
+template <class T>
+std::string show(T value) {
+  char buffer[64];
+  const auto end = std::to_chars(buffer, buffer + sizeof buffer, value).ptr;
+  return std::string(buffer, end);
+}
+
+/// Throws `std::invalid_argument("<type>: <rule>, got <value>")`.
+[[noreturn]] inline void throw_invalid(std::string_view type, std::string_view rule, const std::string& got) {
+  std::string message(type);
+  message.append(": ").append(rule).append(", got ").append(got);
+  throw std::invalid_argument(message);
+}
+
+inline void check_request(std::string_view type, std::int64_t n) {
+  if (n < 0) throw_invalid(type, "n must be >= 0", show(n));
+}
+
+}  // namespace detail
+}  // namespace rein::algo

@@ -1,0 +1,192 @@
+// The exact sliding window log as a pure value type: at most `limit` starts in any window of length W.
+#pragma once
+
+#include <rein/algo/rate_limit.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+namespace rein::algo {
+
+/// An exact sliding window: at most `limit` starts in any window of length `window`.
+///
+/// A start at time s counts at every time in [s, s + window): the window at time t is (t - window, t].
+/// So with 2 per 10 s, starts at 0.00 and 0.01 make the next one wait until 10.00, the one after until
+/// 10.01. Unlike a token bucket with the same average rate, it never lets `limit + 1` starts into any
+/// window, and it never refills early: it is what a published quota of "N per window, measured on a
+/// sliding window" needs. Seed 003 describes it (a deque of timestamps); Cloudflare's post on sliding
+/// windows contrasts it with the counter approximation (`basic_sliding_window_counter`).
+///
+/// Memory is O(limit): the time of each of the last `limit` starts (8 bytes each), in a ring. A request
+/// for n starts records n entries. For limits in the millions, use `basic_sliding_window_counter`.
+///
+/// Units: time is `Clock::time_point`, computed internally in whole nanoseconds; `window` is a duration;
+/// counts are starts (one request may count as n).
+///
+/// @par Time
+/// Time is clamped to be monotonic: a stamp earlier than `last_time()` is treated as `last_time()`.
+///
+/// @par Thread Safety
+/// A plain value: distinct objects are independent; one object must not be used concurrently.
+///
+/// @tparam Clock a Chrono clock whose tick is a nanosecond or coarser (default `std::chrono::steady_clock`).
+template <class Clock = std::chrono::steady_clock>
+class basic_sliding_window {
+  static_assert(detail::tick_at_least_a_nanosecond<Clock>, "rein::algo: the clock's tick must be >= 1 ns");
+
+ public:
+  using clock = Clock;
+  using time_point = typename Clock::time_point;
+  using duration = typename Clock::duration;
+
+  /// Construction options; write `{.limit = 100, .window = std::chrono::seconds(1)}`.
+  struct options {
+    std::int64_t limit = 0;  ///< most starts in any window, in [1, max_limit]
+    duration window{};       ///< the window's length, > 0
+  };
+
+  /// The largest limit: 2^27 starts, a 1 GiB log. Larger limits want `basic_sliding_window_counter`.
+  static constexpr std::int64_t max_limit = std::int64_t(1) << 27;
+
+  /// Makes an empty window (no starts yet) at time `now`.
+  /// @throws std::invalid_argument if the limit is not in [1, max_limit] or the window is not > 0.
+  basic_sliding_window(const options& o, time_point now)
+      : starts_(static_cast<std::size_t>(checked_limit(o.limit))),
+        window_ns_(checked_window(o.window)),
+        last_ns_(detail::to_ns(now)) {}
+
+  /// Records n starts at time t if the window has room for all n.
+  ///
+  /// @returns `allowed` (recorded), `denied` (fewer than n free now), or `exceeds_capacity` (n > limit).
+  /// Only `allowed` changes the state; n = 0 is always `allowed` and changes nothing.
+  /// @throws std::invalid_argument if n < 0.
+  take_result try_take(std::int64_t n, time_point t) {
+    detail::check_request(type_name, n);
+    if (n > limit()) return take_result::exceeds_capacity;
+    const std::int64_t now = clamp(t);
+    if (ready_ns(n, now) != now) return take_result::denied;
+    for (std::int64_t i = 0; i < n; ++i) push(now);
+    last_ns_ = now;
+    return take_result::allowed;
+  }
+
+  /// Records one start at time t if there is room; see `try_take(n, t)`.
+  take_result try_take(time_point t) { return try_take(1, t); }
+
+  /// The earliest time, not before `max(t, last_time())`, at which n more starts fit, assuming no other
+  /// start in between: when the start that leaves room for n has left the window. Reads only.
+  /// @returns that time, or `std::nullopt` (never) if n > limit or the time lies beyond the clock's range.
+  /// @throws std::invalid_argument if n < 0.
+  std::optional<time_point> ready_at(std::int64_t n, time_point t) const {
+    detail::check_request(type_name, n);
+    if (n > limit()) return std::nullopt;
+    return detail::from_ns<time_point>(ready_ns(n, clamp(t)));
+  }
+
+  /// The number of starts in the window (t - window, t]. Reads only.
+  std::int64_t count(time_point t) const {
+    const detail::int128 horizon = detail::int128(clamp(t)) - window_ns_;
+    std::size_t first = 0, last = size_;  // binary search: the log is sorted, oldest first
+    while (first < last) {
+      const std::size_t middle = first + (last - first) / 2;
+      if (at(middle) > horizon) last = middle;
+      else first = middle + 1;
+    }
+    return static_cast<std::int64_t>(size_ - first);
+  }
+
+  /// Forgets the n most recent starts at t, as if they had not happened (e.g. a request that was
+  /// admitted but never sent). At most the starts on record are forgotten.
+  /// @throws std::invalid_argument if n < 0.
+  void refund(std::int64_t n, time_point t) {
+    detail::check_request(type_name, n);
+    last_ns_ = clamp(t);
+    size_ -= std::min(size_, static_cast<std::size_t>(n));
+  }
+
+  /// Changes the limit from time t on, keeping the most recent starts that the new log can hold.
+  /// @throws std::invalid_argument as the constructor, and leaves the window unchanged.
+  void set_limit(std::int64_t limit, time_point t) {
+    std::vector<std::int64_t> next(static_cast<std::size_t>(checked_limit(limit)));
+    const std::size_t kept = std::min(size_, next.size());
+    for (std::size_t i = 0; i < kept; ++i) next[i] = at(size_ - kept + i);
+    starts_ = std::move(next);
+    head_ = 0;
+    size_ = kept;
+    last_ns_ = clamp(t);
+  }
+
+  /// Changes the window's length from time t on; the recorded starts are judged by the new length.
+  /// @throws std::invalid_argument as the constructor, and leaves the window unchanged.
+  void set_window(duration window, time_point t) {
+    window_ns_ = checked_window(window);
+    last_ns_ = clamp(t);
+  }
+
+  /// The most starts in any window: the largest n a single request may ask for.
+  std::int64_t limit() const noexcept { return static_cast<std::int64_t>(starts_.size()); }
+  /// The same as `limit()`, under the name the `rate_limit` concept uses.
+  std::int64_t capacity() const noexcept { return limit(); }
+  /// The window's length.
+  duration window() const noexcept { return std::chrono::duration_cast<duration>(std::chrono::nanoseconds(window_ns_)); }
+  /// The latest time at which the state changed; earlier stamps are treated as this one.
+  time_point last_time() const noexcept { return time_point(std::chrono::ceil<duration>(std::chrono::nanoseconds(last_ns_))); }
+
+ private:
+  static constexpr const char* type_name = "rein::algo::sliding_window";
+
+  static std::int64_t checked_limit(std::int64_t limit) {
+    if (limit < 1 || limit > max_limit) {
+      detail::throw_invalid(type_name, "limit must be in [1, 2^27]", detail::show(limit));
+    }
+    return limit;
+  }
+
+  static std::int64_t checked_window(duration window) {
+    const std::int64_t ns = detail::duration_ns(window);
+    if (ns <= 0) detail::throw_invalid(type_name, "window must be > 0", detail::show(ns) + " ns");
+    return ns;
+  }
+
+  std::int64_t clamp(time_point t) const noexcept {
+    const std::int64_t ns = detail::to_ns(t);
+    return ns < last_ns_ ? last_ns_ : ns;
+  }
+
+  // The i-th recorded start, oldest first.
+  std::int64_t at(std::size_t i) const noexcept { return starts_[(head_ + i) % starts_.size()]; }
+
+  // Think of the log as `limit` entries, oldest first, the missing ones at minus infinity. n more starts
+  // fit once at most limit - n entries remain in the window, i.e. once entry n - 1 has left it.
+  detail::int128 ready_ns(std::int64_t n, std::int64_t now) const noexcept {
+    const auto missing = static_cast<std::int64_t>(starts_.size() - size_);
+    if (n <= missing) return now;
+    const detail::int128 leaves = detail::int128(at(static_cast<std::size_t>(n - 1 - missing))) + window_ns_;
+    return leaves > now ? leaves : now;
+  }
+
+  void push(std::int64_t now) noexcept {
+    if (size_ == starts_.size()) {
+      starts_[head_] = now;
+      head_ = (head_ + 1) % starts_.size();
+    } else {
+      starts_[(head_ + size_) % starts_.size()] = now;
+      ++size_;
+    }
+  }
+
+  std::vector<std::int64_t> starts_;  // ring of start times in ns, oldest at head_, size_ of them recorded
+  std::size_t head_ = 0;
+  std::size_t size_ = 0;
+  std::int64_t window_ns_;
+  std::int64_t last_ns_;
+};
+
+/// The exact sliding window on `std::chrono::steady_clock`.
+using sliding_window = basic_sliding_window<>;
+
+}  // namespace rein::algo

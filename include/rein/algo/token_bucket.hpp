@@ -1,0 +1,277 @@
+// The token bucket as a pure value type: exact integer arithmetic, time passed in by the caller.
+#pragma once
+
+#include <rein/algo/rate_limit.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <optional>
+
+namespace rein::algo {
+
+/// Construction options of `basic_token_bucket` (and of the async `rein::token_bucket`).
+///
+/// Write them with designated initializers: `{.rate = 10, .capacity = 3}`, `{.rate = 1, .capacity = 10,
+/// .initial_tokens = 0}`.
+struct token_bucket_options {
+  double rate = 0;                                ///< tokens per second, in (0, 1e9]
+  std::int64_t capacity = 0;                      ///< the burst: most tokens the bucket holds, in [1, 1e15]
+  std::optional<std::int64_t> initial_tokens{};   ///< tokens at construction, in [0, capacity]; default full
+};
+
+/// A token bucket: tokens flow in at `rate` per second up to `capacity`; a request for n tokens is admitted
+/// when n are there and takes them.
+///
+/// The peer is Go's `golang.org/x/time/rate.Limiter` (`AllowN`, `ReserveN`, `SetLimitAt`, `SetBurstAt`, all
+/// with an explicit time), without its floating-point drift: here no amount or pattern of polling changes
+/// how many tokens arrive between two instants. Seeds 001, 003 and 004 describe the same bucket with lazy
+/// refill and refunds.
+///
+/// Units: time is `Clock::time_point`, computed internally in whole nanoseconds; rates are tokens per
+/// second; counts are whole tokens.
+///
+/// @par Exactness
+/// The rate is held as a fraction p/q tokens per second: the simplest one (first continued-fraction
+/// convergent) within 2^-50 relative of the given double, with q <= 2^40 and p <= 2^62. So 0.2 is exactly
+/// 1/5 and `1 / 1.3` exactly 10/13. Tokens are counted in units of 1/(q * 1e9) token, of which exactly p
+/// arrive per nanosecond, so refill is integer addition: the tokens credited over [t0, t2] are the same
+/// whether or not anyone looked at t1, and `ready_at` is the exact nanosecond (rounded up to the clock's
+/// tick) at which the tokens are there. Only `set_rate` rounds, dropping less than one unit (about 1e-9
+/// token) in favour of the limit. Rates below 2^-40 per second (one token per 35,000 years) are held as
+/// 2^-40: any wait for a missing token is beyond the clock's range (`std::nullopt`) either way.
+///
+/// @par Time
+/// Time is clamped to be monotonic: a stamp earlier than `last_time()` is treated as `last_time()`.
+/// Nothing happens between calls; there is no background tick.
+///
+/// @par Thread Safety
+/// A plain value: distinct objects are independent; one object must not be used concurrently.
+///
+/// @tparam Clock a Chrono clock whose tick is a nanosecond or coarser (default `std::chrono::steady_clock`).
+template <class Clock = std::chrono::steady_clock>
+class basic_token_bucket {
+  static_assert(detail::tick_at_least_a_nanosecond<Clock>, "rein::algo: the clock's tick must be >= 1 ns");
+
+ public:
+  using clock = Clock;
+  using time_point = typename Clock::time_point;
+  using duration = typename Clock::duration;
+  using options = token_bucket_options;
+
+  static constexpr double max_rate = 1e9;                          ///< tokens per second
+  static constexpr std::int64_t max_capacity = 1'000'000'000'000'000;  ///< 1e15 tokens
+
+  /// Makes a bucket holding `o.initial_tokens` (default: full) at time `now`.
+  ///
+  /// @throws std::invalid_argument if the rate is not in (0, 1e9] (NaN and infinities included), the
+  /// capacity not in [1, 1e15], or the initial tokens not in [0, capacity]; the message names the field
+  /// and the value.
+  basic_token_bucket(const options& o, time_point now)
+      : rate_(checked_rate(o.rate)),
+        fraction_(to_fraction(o.rate)),
+        capacity_(checked_capacity(o.capacity)),
+        last_ns_(detail::to_ns(now)) {
+    const std::int64_t initial = o.initial_tokens.value_or(capacity_);
+    if (initial < 0 || initial > capacity_) {
+      detail::throw_invalid(type_name, "initial_tokens must be in [0, capacity]", detail::show(initial));
+    }
+    units_ = initial * unit();
+  }
+
+  /// Takes n tokens at time t if n are there.
+  ///
+  /// @returns `allowed` (tokens taken), `denied` (too few tokens now), or `exceeds_capacity`
+  /// (n > capacity()). Only `allowed` changes the state. n = 0 is always `allowed` and changes nothing.
+  /// @throws std::invalid_argument if n < 0.
+  take_result try_take(std::int64_t n, time_point t) {
+    detail::check_request(type_name, n);
+    if (n > capacity_) return take_result::exceeds_capacity;
+    if (n == 0) return take_result::allowed;
+    const std::int64_t now = clamp(t);
+    const int128 available = units_at(now);
+    if (available < n * unit()) return take_result::denied;
+    commit(available - n * unit(), now);
+    return take_result::allowed;
+  }
+
+  /// The earliest time, not before `max(t, last_time())`, at which n tokens will be there, assuming no
+  /// other change in between. Reads only.
+  ///
+  /// @returns the time, rounded up to the clock's tick, from which `try_take(n, ·)` is `allowed`; or
+  /// `std::nullopt` (never) if n > capacity() or the time lies beyond the range of the clock.
+  /// @throws std::invalid_argument if n < 0.
+  std::optional<time_point> ready_at(std::int64_t n, time_point t) const {
+    detail::check_request(type_name, n);
+    if (n > capacity_) return std::nullopt;
+    const std::int64_t now = clamp(t);
+    const int128 missing = n == 0 ? 0 : n * unit() - units_at(now);
+    return detail::from_ns<time_point>(now + wait_ns(missing));
+  }
+
+  /// Takes n tokens at t even if that leaves the bucket in debt, and says when the reservation is good:
+  /// the instant the balance is back to zero (Go's `ReserveN`). Later requests queue behind the debt, so
+  /// successive reservations are granted in FIFO order, each as early as the rate allows.
+  ///
+  /// A reservation that will not be used should be handed back with `refund(n, t)`. The async layer does
+  /// not reserve (a queued waiter must cost nothing until granted); this is for callers that want Go's
+  /// model, and as the model of a FIFO's grant times.
+  ///
+  /// @returns the time from which the n tokens are the caller's; `std::nullopt` with nothing taken if
+  /// n > capacity(), if that time lies beyond the clock's range, or if the debt would pass max_capacity.
+  /// @throws std::invalid_argument if n < 0.
+  std::optional<time_point> reserve(std::int64_t n, time_point t) {
+    detail::check_request(type_name, n);
+    if (n > capacity_) return std::nullopt;
+    const std::int64_t now = clamp(t);
+    const int128 after = units_at(now) - n * unit();
+    if (after < -max_capacity * unit()) return std::nullopt;
+    const auto ready = detail::from_ns<time_point>(now + wait_ns(-after));
+    if (ready) commit(after, now);
+    return ready;
+  }
+
+  /// The tokens in the bucket at t (fractional; negative while reservations are in debt). Reads only.
+  ///
+  /// A double, for display and snapshots: decisions are exact, this reading is rounded to a double.
+  double tokens(time_point t) const {
+    const int128 units = units_at(clamp(t));
+    const int128 whole = detail::floor_div(units, unit());
+    return static_cast<double>(whole) + static_cast<double>(units - whole * unit()) / static_cast<double>(unit());
+  }
+
+  /// Gives back n tokens at t (the unused part of an estimate, or a reservation not used); the bucket
+  /// never goes above capacity.
+  /// @throws std::invalid_argument if n < 0.
+  void refund(std::int64_t n, time_point t) {
+    detail::check_request(type_name, n);
+    const std::int64_t now = clamp(t);
+    const int128 units = units_at(now);
+    const int128 room = full() - units;
+    commit(n >= detail::ceil_div(room, unit()) ? full() : units + n * unit(), now);
+  }
+
+  /// Changes the rate from time t on: tokens up to t arrive at the old rate, later ones at the new one
+  /// (Go's `SetLimitAt`).
+  /// @throws std::invalid_argument as the constructor, and leaves the bucket unchanged.
+  void set_rate(double rate, time_point t) {
+    const fraction next = to_fraction(checked_rate(rate));
+    const std::int64_t now = clamp(t);
+    const int128 units = units_at(now);
+    // Re-express the balance in the new unit, rounding down so that a change of rate never adds tokens.
+    const int128 whole = detail::floor_div(units, unit());
+    const int128 rest = units - whole * unit();
+    commit(whole * unit_of(next) + detail::floor_div(rest * next.per_seconds, fraction_.per_seconds), now);
+    fraction_ = next;
+    rate_ = rate;
+  }
+
+  /// Changes the capacity from time t on; tokens above the new capacity are dropped, and a larger
+  /// capacity fills at the rate from the current balance (Go's `SetBurstAt`).
+  /// @throws std::invalid_argument as the constructor, and leaves the bucket unchanged.
+  void set_capacity(std::int64_t capacity, time_point t) {
+    checked_capacity(capacity);
+    const std::int64_t now = clamp(t);
+    const int128 units = units_at(now);
+    capacity_ = capacity;
+    commit(units < full() ? units : full(), now);
+  }
+
+  /// The rate as given, in tokens per second.
+  double rate() const noexcept { return rate_; }
+  /// The capacity (burst) in tokens: the largest n a single request may ask for.
+  std::int64_t capacity() const noexcept { return capacity_; }
+  /// The latest time at which the state changed; earlier stamps are treated as this one.
+  time_point last_time() const noexcept { return time_point(std::chrono::ceil<duration>(std::chrono::nanoseconds(last_ns_))); }
+
+ private:
+  using int128 = detail::int128;
+  static constexpr const char* type_name = "rein::algo::token_bucket";
+
+  // The rate is `tokens / per_seconds` tokens per second.
+  struct fraction {
+    std::int64_t tokens;
+    std::int64_t per_seconds;
+  };
+
+  static double checked_rate(double rate) {
+    if (!(rate > 0 && rate <= max_rate)) {
+      detail::throw_invalid(type_name, "rate must be > 0, finite and at most 1e9 tokens per second", detail::show(rate));
+    }
+    return rate;
+  }
+
+  static std::int64_t checked_capacity(std::int64_t capacity) {
+    if (capacity < 1 || capacity > max_capacity) {
+      detail::throw_invalid(type_name, "capacity must be in [1, 1e15] tokens", detail::show(capacity));
+    }
+    return capacity;
+  }
+
+  // The first continued-fraction convergent of `rate` within 2^-50 relative (so decimal rates get their
+  // obvious fraction), else the last one with a denominator <= 2^40 and a numerator <= 2^62, which keeps
+  // every product in `int128`. The expansion runs on the double's exact value m / 2^k.
+  static fraction to_fraction(double rate) {
+    constexpr detail::uint128 max_denominator = detail::uint128(1) << 40;
+    constexpr detail::uint128 max_numerator = detail::uint128(1) << 62;
+    if (rate < std::ldexp(1.0, -40)) return {1, static_cast<std::int64_t>(max_denominator)};
+    int exponent = 0;
+    const double mantissa = std::frexp(rate, &exponent);  // rate = mantissa * 2^exponent, mantissa in [0.5, 1)
+    detail::uint128 p = static_cast<detail::uint128>(std::ldexp(mantissa, 53));
+    if (exponent >= 53) return {static_cast<std::int64_t>(rate), 1};
+    detail::uint128 q = detail::uint128(1) << (53 - exponent);
+    detail::uint128 h = 1, h_before = 0, k = 0, k_before = 1;  // convergents h/k, seeded as h(-1)/k(-1)
+    while (true) {
+      const detail::uint128 a = p / q;
+      if (k != 0 && a > (max_denominator - k_before) / k) break;
+      const detail::uint128 h_next = a * h + h_before, k_next = a * k + k_before;
+      if (h_next > max_numerator) break;
+      h_before = h, k_before = k, h = h_next, k = k_next;
+      const double value = static_cast<double>(h) / static_cast<double>(k);
+      if (h != 0 && std::fabs(value - rate) <= rate * std::ldexp(1.0, -50)) break;
+      const detail::uint128 r = p % q;
+      if (r == 0) break;
+      p = q, q = r;
+    }
+    return {static_cast<std::int64_t>(h), static_cast<std::int64_t>(k)};
+  }
+
+  static int128 unit_of(fraction f) noexcept { return int128(f.per_seconds) * detail::ns_per_second; }
+  // Units per token; exactly fraction_.tokens units arrive per nanosecond.
+  int128 unit() const noexcept { return unit_of(fraction_); }
+  int128 full() const noexcept { return capacity_ * unit(); }
+
+  std::int64_t clamp(time_point t) const noexcept {
+    const std::int64_t ns = detail::to_ns(t);
+    return ns < last_ns_ ? last_ns_ : ns;
+  }
+
+  // The balance at `now` (>= last_ns_): refill is linear and stops at full. The elapsed time is compared
+  // with the time to fill before multiplying, so no product exceeds capacity plus one nanosecond's worth.
+  int128 units_at(std::int64_t now) const noexcept {
+    if (units_ >= full()) return units_;
+    const int128 elapsed = int128(now) - last_ns_;
+    const int128 room = full() - units_;
+    if (elapsed >= detail::ceil_div(room, fraction_.tokens)) return full();
+    return units_ + elapsed * fraction_.tokens;
+  }
+
+  // Nanoseconds until `missing` units have arrived (0 if none are missing).
+  int128 wait_ns(int128 missing) const noexcept { return missing <= 0 ? 0 : detail::ceil_div(missing, fraction_.tokens); }
+
+  void commit(int128 units, std::int64_t now) noexcept {
+    units_ = units;
+    last_ns_ = now;
+  }
+
+  double rate_;
+  fraction fraction_;
+  std::int64_t capacity_;
+  std::int64_t last_ns_;
+  int128 units_ = 0;  // tokens x unit(); negative while reservations are in debt
+};
+
+/// The token bucket on `std::chrono::steady_clock`.
+using token_bucket = basic_token_bucket<>;
+
+}  // namespace rein::algo
