@@ -75,7 +75,8 @@ constexpr std::int64_t scaled_ceil(std::string_view whole, std::string_view frac
   std::int64_t unit = multiplier;
   for (std::size_t i = 0; i < exponent; ++i) unit *= 10;
   std::int64_t shifted = 0;  // the first `exponent` fraction digits, zero-padded: < 10^exponent
-  for (std::size_t i = 0; i < exponent; ++i) shifted = shifted * 10 + (i < fraction.size() ? digit_value(fraction[i]) : 0);
+  for (std::size_t i = 0; i < exponent; ++i)
+    shifted = shifted * 10 + (i < fraction.size() ? digit_value(fraction[i]) : 0);
   const std::string_view rest = fraction.size() > exponent ? fraction.substr(exponent) : std::string_view{};
   const std::int64_t head = saturating_mul(digits_value(whole), unit);
   return saturating_add(head, saturating_add(multiplier * shifted, ceil_fraction_times(rest, multiplier)));
@@ -226,7 +227,8 @@ inline std::optional<std::chrono::sys_seconds> to_time(const date_fields& f) noe
 }
 
 // Non-negative nanoseconds from `now` until `date`, saturating; zero for a date not after `now`.
-inline std::chrono::nanoseconds until(std::chrono::sys_seconds date, std::chrono::system_clock::time_point now) noexcept {
+inline std::chrono::nanoseconds until(std::chrono::sys_seconds date,
+                                      std::chrono::system_clock::time_point now) noexcept {
   using namespace std::chrono;
   const auto [now_seconds, rest] = split<seconds>(now);
   const std::int64_t whole = date.time_since_epoch().count() - now_seconds.count();

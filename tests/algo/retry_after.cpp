@@ -108,7 +108,7 @@ TEST_CASE("a date too far ahead saturates", "[retry_after]") {
   CHECK(retry_after("Fri, 31 Dec 9999 23:59:59 GMT") == opt_ns{max_ns});
   // 300 years ahead does not fit in int64 nanoseconds (about 292 years).
   CHECK(retry_after("Wed, 06 Nov 2294 08:49:37 GMT") == opt_ns{max_ns});
-  // 250 years fits: days from 1994-11-06 to 2244-11-06 = 250 * 365 + 61 leap days (2000 counts, 2100 and 2200 do not).
+  // 250 years fits: 1994-11-06 to 2244-11-06 is 250 * 365 days plus 61 leap days (2100 and 2200 are not leap).
   CHECK(retry_after("Wed, 06 Nov 2244 08:49:07 GMT") == opt_ns{days{250 * 365 + 61}});
 }
 
