@@ -12,7 +12,12 @@
 #   - a header needs hiredis if it lives in rein/redis/ or includes <hiredis/...> or <sw/redis...>.
 
 function(_rein_scan_headers include_dir)
-  file(GLOB_RECURSE paths CONFIGURE_DEPENDS "${include_dir}/rein/*.hpp")
+  # Re-checked at every build only where the list matters (rein's own builds), not in users' projects.
+  if(PROJECT_IS_TOP_LEVEL)
+    file(GLOB_RECURSE paths CONFIGURE_DEPENDS "${include_dir}/rein/*.hpp")
+  else()
+    file(GLOB_RECURSE paths "${include_dir}/rein/*.hpp")
+  endif()
   list(SORT paths)
   set(headers "")
   foreach(path IN LISTS paths)
