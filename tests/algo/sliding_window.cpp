@@ -170,6 +170,33 @@ TEST_CASE("sliding_window limit and window changes apply from the time of the ch
   CHECK(w.ready_at(1, t0 + 400ms) == t0 + 600ms);
 }
 
+TEST_CASE("sliding_window keeps its log in order across wrap-around, refunds and resizing", "[sliding_window]") {
+  window w({.limit = 3, .window = 1s}, t0);
+  for (const auto at : {0ms, 400ms, 800ms, 1000ms, 1400ms}) REQUIRE(w.try_take(t0 + at) == allow);
+  // The log has wrapped twice and holds 0.8 s, 1.0 s, 1.4 s.
+  CHECK(w.ready_at(1, t0 + 1400ms) == t0 + 1800ms);
+  CHECK(w.ready_at(2, t0 + 1400ms) == t0 + 2000ms);
+  CHECK(w.ready_at(3, t0 + 1400ms) == t0 + 2400ms);
+  w.refund(1, t0 + 1400ms);  // forgets 1.4 s
+  CHECK(w.try_take(t0 + 1500ms) == allow);
+  CHECK(w.ready_at(3, t0 + 1500ms) == t0 + 2500ms);
+  w.set_limit(4, t0 + 1500ms);  // 0.8 s, 1.0 s, 1.5 s and room for one more
+  CHECK(w.ready_at(1, t0 + 1500ms) == t0 + 1500ms);
+  CHECK(w.ready_at(2, t0 + 1500ms) == t0 + 1800ms);
+  CHECK(w.ready_at(4, t0 + 1500ms) == t0 + 2500ms);
+  w.set_limit(1, t0 + 1500ms);  // keeps 1.5 s only
+  CHECK(w.ready_at(1, t0 + 1500ms) == t0 + 2500ms);
+  CHECK(w.count(t0 + 1500ms) == 1);
+}
+
+TEST_CASE("sliding_window with the largest limit records only what it is given", "[sliding_window]") {
+  window w({.limit = window::max_limit, .window = 1h}, t0);
+  CHECK(w.try_take(1000, t0) == allow);
+  CHECK(w.count(t0 + 1s) == 1000);
+  CHECK(w.ready_at(window::max_limit - 1000, t0) == t0);
+  CHECK(w.ready_at(window::max_limit, t0) == t0 + 1h);
+}
+
 TEST_CASE("sliding_window rejects invalid options, naming the field and the value", "[sliding_window][validation]") {
   CHECK_THROWS_WITH(window({.limit = 0, .window = 1s}, t0), "rein::algo::sliding_window: limit must be in [1, 2^27], got 0");
   CHECK_THROWS_WITH(window({.limit = window::max_limit + 1, .window = 1s}, t0),

@@ -297,6 +297,15 @@ TEST_CASE("token_bucket grants each token at the exact nanosecond, with no drift
   }
 }
 
+TEST_CASE("token_bucket takes a decimal rate as its decimal fraction, not as the double's binary value",
+          "[token_bucket][exact]") {
+  // The double nearest 999999.7 is 4.7e-17 below it: taken literally, 9,999,997 tokens would need 0.5 fs
+  // more than 10 s, so they would come a nanosecond late.
+  bucket b({.rate = 999'999.7, .capacity = 10'000'000, .initial_tokens = 0}, t0);
+  CHECK(b.ready_at(9'999'997, t0) == t0 + 10s);
+  CHECK(b.try_take(9'999'997, t0 + 10s) == allow);
+}
+
 TEST_CASE("token_bucket at the extremes of rate and capacity does not overflow", "[token_bucket][extreme]") {
   const time_point end_of_time = time_point::max();
 
@@ -398,7 +407,7 @@ struct millisecond_clock {
   using period = std::milli;
   using duration = std::chrono::milliseconds;
   using time_point = std::chrono::time_point<millisecond_clock>;
-  static constexpr bool is_steady = true;
+  [[maybe_unused]] static constexpr bool is_steady = true;
   static time_point now() noexcept { return time_point{}; }
 };
 

@@ -44,6 +44,12 @@ enum class take_result {
 /// - `last_time()` is the latest time at which the state changed. Time is clamped to be monotonic: a stamp
 ///   earlier than `last_time()` is treated as `last_time()`.
 /// - `refund(n, t)` gives back n (e.g. the unused part of an estimate), never beyond capacity.
+///
+/// How a FIFO of waiters uses it: for the head, `try_take(n, now)`; if `denied`, arm the one timer for
+/// `*ready_at(n, now)` and try again when it fires (after any `set_rate` or refund, ask again: the time moves
+/// both ways). A waiter further back is granted no earlier than the FIFO allows; to predict when (e.g. to
+/// fail a deadline at once), run the queue on a copy: `t = *copy.ready_at(n_i, t); copy.try_take(n_i, t);`
+/// for each waiter in order. Nothing is taken until a waiter is granted, so a cancelled waiter costs nothing.
 template <class L>
 concept rate_limit = requires(L& limit, const L& view, std::int64_t n, typename L::time_point t) {
   typename L::clock;

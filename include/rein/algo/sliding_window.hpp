@@ -21,8 +21,9 @@ namespace rein::algo {
 /// sliding window" needs. Seed 003 describes it (a deque of timestamps); Cloudflare's post on sliding
 /// windows contrasts it with the counter approximation (`basic_sliding_window_counter`).
 ///
-/// Memory is O(limit): the time of each of the last `limit` starts (8 bytes each), in a ring. A request
-/// for n starts records n entries. For limits in the millions, use `basic_sliding_window_counter`.
+/// Memory is O(limit): the time of each of the last `limit` starts (8 bytes each), in a ring that grows
+/// with use up to `limit` entries. A request for n starts records n entries. For limits in the millions,
+/// use `basic_sliding_window_counter`.
 ///
 /// Units: time is `Clock::time_point`, computed internally in whole nanoseconds; `window` is a duration;
 /// counts are starts (one request may count as n).
@@ -55,7 +56,7 @@ class basic_sliding_window {
   /// Makes an empty window (no starts yet) at time `now`.
   /// @throws std::invalid_argument if the limit is not in [1, max_limit] or the window is not > 0.
   basic_sliding_window(const options& o, time_point now)
-      : starts_(static_cast<std::size_t>(checked_limit(o.limit))),
+      : limit_(checked_limit(o.limit)),
         window_ns_(checked_window(o.window)),
         last_ns_(detail::to_ns(now)) {}
 
@@ -69,6 +70,7 @@ class basic_sliding_window {
     if (n > limit()) return take_result::exceeds_capacity;
     const std::int64_t now = clamp(t);
     if (ready_ns(n, now) != now) return take_result::denied;
+    make_room(n);
     for (std::int64_t i = 0; i < n; ++i) push(now);
     last_ns_ = now;
     return take_result::allowed;
@@ -111,10 +113,13 @@ class basic_sliding_window {
   /// Changes the limit from time t on, keeping the most recent starts that the new log can hold.
   /// @throws std::invalid_argument as the constructor, and leaves the window unchanged.
   void set_limit(std::int64_t limit, time_point t) {
-    std::vector<std::int64_t> next(static_cast<std::size_t>(checked_limit(limit)));
-    const std::size_t kept = std::min(size_, next.size());
-    for (std::size_t i = 0; i < kept; ++i) next[i] = at(size_ - kept + i);
+    checked_limit(limit);
+    const std::size_t kept = std::min(size_, static_cast<std::size_t>(limit));
+    std::vector<std::int64_t> next;
+    next.reserve(kept);
+    for (std::size_t i = 0; i < kept; ++i) next.push_back(at(size_ - kept + i));
     starts_ = std::move(next);
+    limit_ = limit;
     head_ = 0;
     size_ = kept;
     last_ns_ = clamp(t);
@@ -128,7 +133,7 @@ class basic_sliding_window {
   }
 
   /// The most starts in any window: the largest n a single request may ask for.
-  std::int64_t limit() const noexcept { return static_cast<std::int64_t>(starts_.size()); }
+  std::int64_t limit() const noexcept { return limit_; }
   /// The same as `limit()`, under the name the `rate_limit` concept uses.
   std::int64_t capacity() const noexcept { return limit(); }
   /// The window's length.
@@ -163,22 +168,33 @@ class basic_sliding_window {
   // Think of the log as `limit` entries, oldest first, the missing ones at minus infinity. n more starts
   // fit once at most limit - n entries remain in the window, i.e. once entry n - 1 has left it.
   detail::int128 ready_ns(std::int64_t n, std::int64_t now) const noexcept {
-    const auto missing = static_cast<std::int64_t>(starts_.size() - size_);
+    const std::int64_t missing = limit_ - static_cast<std::int64_t>(size_);
     if (n <= missing) return now;
     const detail::int128 leaves = detail::int128(at(static_cast<std::size_t>(n - 1 - missing))) + window_ns_;
     return leaves > now ? leaves : now;
   }
 
+  // Allocates up front, so that a failed allocation leaves the state untouched; grows geometrically.
+  void make_room(std::int64_t n) {
+    const auto wanted = static_cast<std::size_t>(std::min(limit_, static_cast<std::int64_t>(size_) + n));
+    if (wanted > starts_.capacity()) starts_.reserve(std::min(static_cast<std::size_t>(limit_), std::max(wanted, 2 * starts_.capacity())));
+  }
+
+  // While the ring is smaller than the limit it has never wrapped (head_ is 0) and grows at the back.
   void push(std::int64_t now) noexcept {
-    if (size_ == starts_.size()) {
-      starts_[head_] = now;
-      head_ = (head_ + 1) % starts_.size();
-    } else {
+    if (size_ < starts_.size()) {
       starts_[(head_ + size_) % starts_.size()] = now;
       ++size_;
+    } else if (starts_.size() < static_cast<std::size_t>(limit_)) {
+      starts_.push_back(now);
+      ++size_;
+    } else {
+      starts_[head_] = now;
+      head_ = (head_ + 1) % starts_.size();
     }
   }
 
+  std::int64_t limit_;
   std::vector<std::int64_t> starts_;  // ring of start times in ns, oldest at head_, size_ of them recorded
   std::size_t head_ = 0;
   std::size_t size_ = 0;

@@ -37,7 +37,7 @@ struct token_bucket_options {
 /// 1/5 and `1 / 1.3` exactly 10/13. Tokens are counted in units of 1/(q * 1e9) token, of which exactly p
 /// arrive per nanosecond, so refill is integer addition: the tokens credited over [t0, t2] are the same
 /// whether or not anyone looked at t1, and `ready_at` is the exact nanosecond (rounded up to the clock's
-/// tick) at which the tokens are there. Only `set_rate` rounds, dropping less than one unit (about 1e-9
+/// tick) at which the tokens are there. Only `set_rate` rounds, dropping less than one unit (at most 1e-9
 /// token) in favour of the limit. Rates below 2^-40 per second (one token per 35,000 years) are held as
 /// 2^-40: any wait for a missing token is beyond the clock's range (`std::nullopt`) either way.
 ///
@@ -181,7 +181,8 @@ class basic_token_bucket {
   double rate() const noexcept { return rate_; }
   /// The capacity (burst) in tokens: the largest n a single request may ask for.
   std::int64_t capacity() const noexcept { return capacity_; }
-  /// The latest time at which the state changed; earlier stamps are treated as this one.
+  /// The latest time at which the state changed (an allowed take, a reservation, a refund or a setter;
+  /// never a read or a rejected request); earlier stamps are treated as this one.
   time_point last_time() const noexcept { return time_point(std::chrono::ceil<duration>(std::chrono::nanoseconds(last_ns_))); }
 
  private:
@@ -216,9 +217,9 @@ class basic_token_bucket {
     constexpr detail::uint128 max_numerator = detail::uint128(1) << 62;
     if (rate < std::ldexp(1.0, -40)) return {1, static_cast<std::int64_t>(max_denominator)};
     int exponent = 0;
-    const double mantissa = std::frexp(rate, &exponent);  // rate = mantissa * 2^exponent, mantissa in [0.5, 1)
+    // rate = mantissa * 2^exponent with mantissa in [0.5, 1), and exponent <= 30 since rate <= 1e9.
+    const double mantissa = std::frexp(rate, &exponent);
     detail::uint128 p = static_cast<detail::uint128>(std::ldexp(mantissa, 53));
-    if (exponent >= 53) return {static_cast<std::int64_t>(rate), 1};
     detail::uint128 q = detail::uint128(1) << (53 - exponent);
     detail::uint128 h = 1, h_before = 0, k = 0, k_before = 1;  // convergents h/k, seeded as h(-1)/k(-1)
     while (true) {
