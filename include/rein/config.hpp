@@ -1,0 +1,78 @@
+// rein: Boost.Asio or standalone Asio, chosen once here.
+//
+// Boost.Asio is the default. Define REIN_STANDALONE_ASIO to use standalone Asio (asio.hpp) instead.
+// Everything in rein names the library through `rein::net` and its error type through `rein::error_code`,
+// so one code base serves both flavours (as Tradias/asio-grpc does).
+#pragma once
+
+#if defined(REIN_STANDALONE_ASIO)
+#include <asio/version.hpp>
+#include <system_error>
+#define REIN_ASIO_VERSION ASIO_VERSION
+#define REIN_ASIO_NAMESPACE asio
+#else
+#include <boost/asio/version.hpp>
+#include <boost/system/error_code.hpp>
+#include <boost/system/system_error.hpp>
+#define REIN_ASIO_VERSION BOOST_ASIO_VERSION
+#define REIN_ASIO_NAMESPACE boost::asio
+#endif
+
+// Asio 1.26 (Boost 1.81) is the oldest supported Boost.Asio; Debian's standalone 1.22 is the oldest standalone.
+#if REIN_ASIO_VERSION < 102200
+#error "rein needs Asio 1.22 or newer (Boost 1.81 or newer)"
+#endif
+
+// Associated immediate executors arrived in Asio 1.28 (Boost 1.82).
+#if REIN_ASIO_VERSION >= 102800
+#define REIN_HAS_IMMEDIATE_EXECUTOR 1
+#else
+#define REIN_HAS_IMMEDIATE_EXECUTOR 0
+#endif
+
+// asio::cancel_after arrived in Asio 1.32 (Boost 1.86).
+#if REIN_ASIO_VERSION >= 103200
+#define REIN_HAS_CANCEL_AFTER 1
+#else
+#define REIN_HAS_CANCEL_AFTER 0
+#endif
+
+#if defined(REIN_STANDALONE_ASIO)
+#include <asio/async_result.hpp>
+#if REIN_ASIO_VERSION >= 102400
+#include <asio/deferred.hpp>
+#else
+#include <asio/experimental/deferred.hpp>
+#endif
+#define REIN_COMPLETION_TOKEN_FOR(sig) ASIO_COMPLETION_TOKEN_FOR(sig)
+#else
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/deferred.hpp>
+#define REIN_COMPLETION_TOKEN_FOR(sig) BOOST_ASIO_COMPLETION_TOKEN_FOR(sig)
+#endif
+
+namespace rein {
+
+namespace net = ::REIN_ASIO_NAMESPACE;
+
+/// The completion token rein's `async_*` functions use when none is given: `deferred`, which
+/// `co_await` accepts inside `net::awaitable<>` and which can be composed or launched later with any token.
+/// (Boost 1.81 has no default completion token of its own; standalone Asio 1.22 keeps `deferred` in
+/// `experimental`.)
+#if defined(REIN_STANDALONE_ASIO) && REIN_ASIO_VERSION < 102400
+using default_token_t = net::experimental::deferred_t;
+#else
+using default_token_t = net::deferred_t;
+#endif
+
+#if defined(REIN_STANDALONE_ASIO)
+using error_code = std::error_code;
+using error_category = std::error_category;
+using system_error = std::system_error;
+#else
+using error_code = boost::system::error_code;
+using error_category = boost::system::error_category;
+using system_error = boost::system::system_error;
+#endif
+
+}  // namespace rein

@@ -1,0 +1,71 @@
+// Intrusive FIFO of wait_ops with O(1) unlink, and a singly linked list of ops ready to complete. Not API.
+#pragma once
+
+#include <rein/detail/wait_op.hpp>
+
+#include <cstddef>
+
+namespace rein::detail {
+
+/// Doubly linked FIFO through wait_op::next/prev. Allocates nothing; the ops own their memory.
+class op_queue {
+ public:
+  bool empty() const noexcept { return head_ == nullptr; }
+  std::size_t size() const noexcept { return size_; }
+  wait_op* front() const noexcept { return head_; }
+
+  void push_back(wait_op* op) noexcept {
+    op->next = nullptr;
+    op->prev = tail_;
+    if (tail_ != nullptr) tail_->next = op;
+    else head_ = op;
+    tail_ = op;
+    ++size_;
+  }
+
+  void erase(wait_op* op) noexcept {
+    if (op->prev != nullptr) op->prev->next = op->next;
+    else head_ = op->next;
+    if (op->next != nullptr) op->next->prev = op->prev;
+    else tail_ = op->prev;
+    op->next = op->prev = nullptr;
+    --size_;
+  }
+
+ private:
+  wait_op* head_ = nullptr;
+  wait_op* tail_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+/// Ops unlinked under the lock, completed after it is released. Reuses wait_op::next (free once unlinked).
+class ready_list {
+ public:
+  ready_list() = default;
+  ready_list(const ready_list&) = delete;
+  ready_list& operator=(const ready_list&) = delete;
+
+  bool empty() const noexcept { return head_ == nullptr; }
+
+  void push(wait_op* op) noexcept {
+    op->next = nullptr;
+    if (tail_ != nullptr) tail_->next = op;
+    else head_ = op;
+    tail_ = op;
+  }
+
+  /// Posts every completion, in the order the ops were made ready. Call without holding the lock.
+  void complete_all(const void* io_executor, permit_source* source) {
+    while (wait_op* op = head_) {
+      head_ = op->next;  // read before completing: the op may be freed on another thread right after
+      op->complete(op, io_executor, source);
+    }
+    tail_ = nullptr;
+  }
+
+ private:
+  wait_op* head_ = nullptr;
+  wait_op* tail_ = nullptr;
+};
+
+}  // namespace rein::detail

@@ -1,0 +1,57 @@
+// rein's error codes, usable as rein::error_code (boost::system or std, see config.hpp).
+#pragma once
+
+#include <rein/config.hpp>
+
+#include <string>
+#include <type_traits>
+
+namespace rein {
+
+/// Why a waiting operation completed without what it asked for.
+///
+/// Cancellation is not among them: a cancelled operation completes with `net::error::operation_aborted`,
+/// as every Asio operation does.
+enum class errc {
+  timed_out = 1,         ///< the operation's deadline passed first (or could not be met, judged at once)
+  queue_full = 2,        ///< `max_waiters` operations were already waiting: backpressure, nothing was queued
+  closed = 3,            ///< the limiter was closed with `close()`
+  exceeds_capacity = 4,  ///< the request can never be granted (n larger than the limiter's total capacity)
+};
+
+namespace detail {
+
+class rein_category final : public error_category {
+ public:
+  const char* name() const noexcept override { return "rein"; }
+  std::string message(int ev) const override {
+    switch (static_cast<errc>(ev)) {
+      case errc::timed_out: return "operation timed out";
+      case errc::queue_full: return "waiting line is full";
+      case errc::closed: return "limiter is closed";
+      case errc::exceeds_capacity: return "request exceeds the limiter's capacity";
+    }
+    return "unknown rein error";
+  }
+};
+
+}  // namespace detail
+
+/// The error category of rein::errc, named "rein".
+inline const error_category& rein_category() noexcept {
+  static const detail::rein_category instance;
+  return instance;
+}
+
+/// Makes an error_code from a rein::errc (found by argument-dependent lookup).
+inline error_code make_error_code(errc e) noexcept { return error_code(static_cast<int>(e), rein_category()); }
+
+}  // namespace rein
+
+#if defined(REIN_STANDALONE_ASIO)
+template <>
+struct std::is_error_code_enum<rein::errc> : std::true_type {};
+#else
+template <>
+struct boost::system::is_error_code_enum<rein::errc> : std::true_type {};
+#endif

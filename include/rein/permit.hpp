@@ -1,0 +1,74 @@
+// A granted share of a concurrency limiter, given back on destruction.
+#pragma once
+
+#include <rein/detail/permit_source.hpp>
+#include <rein/outcome.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <utility>
+
+namespace rein {
+
+/// Move-only RAII handle to `count()` slots of a concurrency limiter (semaphore, adaptive limiter).
+///
+/// The slots go back to the limiter exactly once: on `complete(outcome)`, on `release()` or on destruction,
+/// whichever comes first; afterwards the permit is empty and further calls do nothing. A default-constructed
+/// or moved-from permit is empty. Adaptive limiters learn from the outcome; a permit released without one
+/// reports `outcome::ignored` (it says nothing about capacity).
+///
+/// @par Lifetime
+/// A permit must not outlive the limiter that granted it, as an Asio operation must not outlive its I/O
+/// object. Debug builds (NDEBUG undefined) assert this when the limiter is destroyed.
+///
+/// @par Thread Safety
+/// Distinct permits may be used from any threads; one permit object is not to be used concurrently.
+class permit {
+ public:
+  permit() noexcept = default;
+
+  /// Made by limiters; users receive permits from `acquire`/`try_acquire`.
+  permit(detail::permit_source* source, std::size_t count, std::chrono::nanoseconds stamp) noexcept
+      : source_(source), count_(count), stamp_(stamp) {
+    if (source_ != nullptr) source_->permit_created();
+  }
+
+  permit(permit&& other) noexcept
+      : source_(std::exchange(other.source_, nullptr)), count_(std::exchange(other.count_, 0)), stamp_(other.stamp_) {}
+
+  permit& operator=(permit&& other) noexcept {
+    if (this != &other) {
+      release();
+      source_ = std::exchange(other.source_, nullptr);
+      count_ = std::exchange(other.count_, 0);
+      stamp_ = other.stamp_;
+    }
+    return *this;
+  }
+
+  permit(const permit&) = delete;
+  permit& operator=(const permit&) = delete;
+
+  ~permit() { release(); }
+
+  /// How many slots this permit holds (0 once released).
+  std::size_t count() const noexcept { return count_; }
+
+  /// True while the permit holds its slots.
+  explicit operator bool() const noexcept { return source_ != nullptr; }
+
+  /// Gives the slots back and reports how the call went (feeds adaptive limiters; a semaphore ignores it).
+  void complete(outcome result) noexcept {
+    if (auto* source = std::exchange(source_, nullptr)) source->release_permit(std::exchange(count_, 0), stamp_, result);
+  }
+
+  /// Gives the slots back without an outcome (reported as `outcome::ignored`).
+  void release() noexcept { complete(outcome::ignored); }
+
+ private:
+  detail::permit_source* source_ = nullptr;
+  std::size_t count_ = 0;
+  std::chrono::nanoseconds stamp_{};
+};
+
+}  // namespace rein

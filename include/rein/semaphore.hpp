@@ -1,0 +1,246 @@
+// An awaitable counting semaphore: bounds how many calls are in flight.
+#pragma once
+
+#include <rein/config.hpp>
+#include <rein/detail/limiter_core.hpp>
+#include <rein/error.hpp>
+#include <rein/null_mutex.hpp>
+#include <rein/permit.hpp>
+#include <rein/wait_stats.hpp>
+
+#if defined(REIN_STANDALONE_ASIO)
+#include <asio/any_io_executor.hpp>
+#include <asio/async_result.hpp>
+#include <asio/awaitable.hpp>
+#include <asio/execution_context.hpp>
+#include <asio/use_awaitable.hpp>
+#else
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/execution_context.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#endif
+
+#include <chrono>
+#include <cstddef>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <type_traits>
+
+namespace rein {
+
+/// Options of a semaphore.
+struct semaphore_options {
+  /// How many operations may wait at once; one more completes at once with errc::queue_full
+  /// (backpressure instead of unbounded memory). Default: unbounded.
+  std::size_t max_waiters = std::numeric_limits<std::size_t>::max();
+};
+
+/// A semaphore's state, copied out under its lock.
+struct semaphore_snapshot : wait_stats {
+  std::size_t permits = 0;    ///< total permits (initial plus add_permits)
+  std::size_t available = 0;  ///< free now
+  std::size_t in_flight = 0;  ///< held now (permits - available), including grants not yet delivered
+};
+
+namespace detail {
+
+// The admission rule of a counting semaphore: n permits are free or they are not. Time plays no part.
+struct semaphore_policy {
+  static constexpr bool needs_time = false;
+
+  std::size_t permits;
+  std::size_t available;
+
+  explicit semaphore_policy(std::size_t n) noexcept : permits(n), available(n) {}
+
+  bool exceeds(std::size_t n) const noexcept { return n > permits; }
+
+  template <class TimePoint>
+  bool try_take(std::size_t n, TimePoint) noexcept {
+    if (n > available) return false;
+    available -= n;
+    return true;
+  }
+
+  template <class TimePoint>
+  TimePoint ready_at(std::size_t, TimePoint) const noexcept {
+    return TimePoint::max();  // only a release frees permits
+  }
+
+  template <class TimePoint>
+  TimePoint predict(std::size_t, std::size_t, TimePoint) const noexcept {
+    return TimePoint::max();  // unknowable: depends on when holders release
+  }
+
+  template <class TimePoint>
+  void on_release(std::size_t n, std::chrono::nanoseconds, outcome, TimePoint) noexcept {
+    available += n;
+  }
+};
+
+}  // namespace detail
+
+/// An awaitable counting semaphore that bounds how many calls are in flight.
+///
+/// `co_await sem.acquire(n)` inside `net::awaitable<>` yields a rein::permit for n permits, given back when
+/// the permit is destroyed or released. Waiting is strictly FIFO with head-of-line blocking: a request for
+/// many permits is not overtaken by later small ones (as in Go's x/sync/semaphore and tokio's Semaphore), and
+/// a permit released while others wait goes straight to the head waiter, so a `try_acquire` in between
+/// cannot steal it.
+///
+/// @tparam Executor the I/O executor; completions default to it.
+/// @tparam Mutex    std::mutex (default) makes it safe to use from many threads and strands;
+///                  rein::null_mutex gives the single-threaded variant (one thread or strand only).
+/// @tparam Clock    the clock of deadlines (std::chrono::steady_clock; rein::testing::manual_clock in tests).
+///
+/// @par Thread Safety
+/// With std::mutex, every member function may be called concurrently, except destruction.
+/// With null_mutex, all use must happen on one thread or strand.
+///
+/// @par Lifetime
+/// Not copyable or movable (permits point at it). Destroying it completes every waiter with
+/// `net::error::operation_aborted`. Permits must not outlive it (asserted in debug builds).
+template <class Executor = net::any_io_executor, class Mutex = std::mutex, class Clock = std::chrono::steady_clock>
+class basic_semaphore {
+  using core_type = detail::limiter_core<detail::semaphore_policy, Executor, Clock, Mutex, true>;
+
+ public:
+  using executor_type = Executor;
+  using clock_type = Clock;
+  using time_point = typename Clock::time_point;
+  using duration = typename Clock::duration;
+
+  /// The semaphore type when rebound to another executor.
+  template <class OtherExecutor>
+  struct rebind_executor {
+    using other = basic_semaphore<OtherExecutor, Mutex, Clock>;
+  };
+
+  /// Constructs a semaphore with `permits` free permits, completing operations on `ex` by default.
+  basic_semaphore(const executor_type& ex, std::size_t permits, semaphore_options options = {})
+      : core_(std::make_shared<core_type>(ex, options.max_waiters, permits)) {}
+
+  /// Constructs a semaphore on an execution context (an io_context) with `permits` free permits.
+  template <class ExecutionContext>
+    requires std::is_convertible_v<ExecutionContext&, net::execution_context&>
+  basic_semaphore(ExecutionContext& context, std::size_t permits, semaphore_options options = {})
+      : basic_semaphore(context.get_executor(), permits, options) {}
+
+  basic_semaphore(const basic_semaphore&) = delete;
+  basic_semaphore& operator=(const basic_semaphore&) = delete;
+
+  /// Completes every waiter with `net::error::operation_aborted`.
+  ~basic_semaphore() { core_->shutdown(); }
+
+  executor_type get_executor() const noexcept { return core_->get_executor(); }
+
+  /// Takes n permits now if they are free and nobody waits; otherwise returns an empty permit.
+  /// Never waits, never allocates. Fails (empty) after close() and when n exceeds the total.
+  permit try_acquire(std::size_t n = 1) {
+    std::chrono::nanoseconds stamp{};
+    if (!core_->try_acquire(n, stamp)) return {};
+    return core_->make_permit(n, stamp);
+  }
+
+  /// Waits for n permits. The initiating function; every Asio completion token works.
+  ///
+  /// @param n     permits wanted; must not exceed the total.
+  /// @param token completion token; signature `void(error_code, rein::permit)`. Default: `deferred`.
+  ///
+  /// Errors: errc::exceeds_capacity (n above the total, at once), errc::queue_full (max_waiters reached,
+  /// at once), errc::closed, `net::error::operation_aborted` (cancelled, or the semaphore was destroyed).
+  /// The handler is never invoked from inside this function: it goes through its associated executor.
+  ///
+  /// @par Per-Operation Cancellation
+  /// terminal, partial and total: a waiting operation is removed and completes with operation_aborted; it
+  /// holds nothing, so no permit is lost, also when cancellation races with a grant (the grant wins if it
+  /// came first, and the handler then receives the permit).
+  template <REIN_COMPLETION_TOKEN_FOR(void(error_code, permit)) Token = default_token_t>
+  auto async_acquire(std::size_t n = 1, Token&& token = Token{}) {
+    return async_acquire_until(n, time_point::max(), std::forward<Token>(token));
+  }
+
+  /// As async_acquire, failing with errc::timed_out if not granted within `timeout`.
+  template <REIN_COMPLETION_TOKEN_FOR(void(error_code, permit)) Token = default_token_t>
+  auto async_acquire_for(std::size_t n, duration timeout, Token&& token = Token{}) {
+    return async_acquire_until(n, Clock::now() + timeout, std::forward<Token>(token));
+  }
+
+  /// As async_acquire, failing with errc::timed_out if not granted by `deadline` (time_point::max(): never).
+  /// A deadline already past fails at once unless the permits are free right now.
+  template <REIN_COMPLETION_TOKEN_FOR(void(error_code, permit)) Token = default_token_t>
+  auto async_acquire_until(std::size_t n, time_point deadline, Token&& token = Token{}) {
+    return net::async_initiate<Token, void(error_code, permit)>(initiate_acquire{core_.get()}, token, n, deadline);
+  }
+
+  /// Waits for n permits inside a coroutine: `auto p = co_await sem.acquire();`.
+  ///
+  /// When the permits are free and nobody waits, it completes without suspending through the scheduler (the
+  /// cost of a nested `co_await` plus a lock). Otherwise it waits as async_acquire does. Throws
+  /// `rein::system_error` with the errors listed for async_acquire.
+  net::awaitable<permit> acquire(std::size_t n = 1) { return acquire_until(n, time_point::max()); }
+
+  /// As acquire, throwing errc::timed_out if not granted within `timeout`.
+  net::awaitable<permit> acquire_for(std::size_t n, duration timeout) { return acquire_until(n, Clock::now() + timeout); }
+
+  /// As acquire, throwing errc::timed_out if not granted by `deadline`.
+  net::awaitable<permit> acquire_until(std::size_t n, time_point deadline) {
+    if (permit p = try_acquire(n)) co_return p;
+    co_return co_await async_acquire_until(n, deadline, net::use_awaitable);
+  }
+
+  /// Adds n permits (raises the total); waiters that now fit are granted in FIFO order.
+  void add_permits(std::size_t n) {
+    core_->update([n](detail::semaphore_policy& p, auto) {
+      p.permits += n;
+      p.available += n;
+    });
+  }
+
+  /// Completes every waiter with errc::closed; later acquires fail the same way and try_acquire returns an
+  /// empty permit. Permits already held stay valid and are given back as usual.
+  void close() { core_->close(); }
+
+  /// Permits free now.
+  std::size_t available() const {
+    return core_->inspect([](const detail::semaphore_policy& p, const wait_stats&) { return p.available; });
+  }
+
+  /// Counters and state, copied under the lock in O(1).
+  semaphore_snapshot snapshot() const {
+    return core_->inspect([](const detail::semaphore_policy& p, const wait_stats& w) {
+      semaphore_snapshot s;
+      static_cast<wait_stats&>(s) = w;
+      s.permits = p.permits;
+      s.available = p.available;
+      s.in_flight = p.permits - p.available;
+      return s;
+    });
+  }
+
+ private:
+  // A named initiation (as Asio's own I/O objects use) so that async_initiate can find the I/O executor.
+  struct initiate_acquire {
+    core_type* core;
+    using executor_type = Executor;
+    executor_type get_executor() const noexcept { return core->get_executor(); }
+
+    template <class Handler>
+    void operator()(Handler&& handler, std::size_t n, time_point deadline) const {
+      core->async_acquire(std::forward<Handler>(handler), n, deadline);
+    }
+  };
+
+  std::shared_ptr<core_type> core_;
+};
+
+/// The thread-safe semaphore on any I/O executor.
+using semaphore = basic_semaphore<>;
+
+/// The single-threaded semaphore: no locking; use from one thread or strand only.
+using single_thread_semaphore = basic_semaphore<net::any_io_executor, null_mutex>;
+
+}  // namespace rein
