@@ -7,6 +7,13 @@
 
 #if defined(REIN_STANDALONE_ASIO)
 #include <asio/version.hpp>
+// Asio 1.22 enables co_await for clang only with libc++'s <experimental/coroutine>; with libstdc++'s
+// <coroutine> it must be told (Boost 1.81's Asio already tests for this).
+#if ASIO_VERSION < 102600 && defined(__clang__) && !defined(ASIO_HAS_CO_AWAIT) && !defined(ASIO_DISABLE_CO_AWAIT)
+#if (__clang_major__ >= 14) && (__cplusplus >= 202002) && (__cpp_impl_coroutine >= 201902) && __has_include(<coroutine>)
+#define ASIO_HAS_CO_AWAIT 1
+#endif
+#endif
 #include <system_error>
 #define REIN_ASIO_VERSION ASIO_VERSION
 #define REIN_ASIO_NAMESPACE asio
