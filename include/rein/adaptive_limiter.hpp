@@ -1,0 +1,435 @@
+// An awaitable concurrency limiter whose limit is found by feedback (DESIGN.md section 4; issue 4).
+#pragma once
+
+#include <rein/algo/aimd.hpp>
+#include <rein/algo/gradient.hpp>
+#include <rein/algo/limit_algorithm.hpp>
+#include <rein/algo/tuned_aimd.hpp>
+#include <rein/config.hpp>
+#include <rein/detail/limiter_core.hpp>
+#include <rein/error.hpp>
+#include <rein/null_mutex.hpp>
+#include <rein/outcome.hpp>
+#include <rein/permit.hpp>
+#include <rein/wait_stats.hpp>
+
+#if defined(REIN_STANDALONE_ASIO)
+#include <asio/any_io_executor.hpp>
+#include <asio/async_result.hpp>
+#include <asio/awaitable.hpp>
+#include <asio/execution_context.hpp>
+#include <asio/use_awaitable.hpp>
+#else
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/execution_context.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#endif
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace rein {
+
+/// Options of an adaptive limiter (the algorithm has its own, e.g. `algo::aimd_options`).
+struct adaptive_limiter_options {
+  /// How many operations may wait at once; one more completes at once with errc::queue_full.
+  /// Default: unbounded.
+  std::size_t max_waiters = std::numeric_limits<std::size_t>::max();
+  /// Maps a call's status code to an outcome, for `complete(permit&, int)`. Default: rein::classify_http_status
+  /// (408, 429, 503, 504 are congestion; 2xx and 3xx success; the rest ignored). Replace it when a dependency
+  /// signals overload differently (say, a 500 with a known body). Must not be empty. Called outside the lock.
+  std::function<outcome(int)> classify = classify_http_status;
+};
+
+/// An adaptive limiter's state, copied out under its lock in O(1).
+///
+/// Read the numbers together (seed 000, step 5): sustained `at_ceiling` means the ceiling, not the dependency,
+/// is the constraint; sustained `at_floor` with congestion means the dependency is in trouble; `utilisation`
+/// well below 1 means the limit is not the bottleneck. Alert on `decreases` (its rate) and on `at_floor`.
+struct adaptive_limiter_snapshot : wait_stats {
+  double limit = 0.0;             ///< the algorithm's current limit, in calls (fractional)
+  std::size_t admitted = 0;       ///< floor(limit): how many calls may hold a slot at once
+  double min_limit = 0.0;         ///< the floor
+  double max_limit = 0.0;         ///< the ceiling
+  std::size_t in_flight = 0;      ///< slots held now, including grants not yet delivered
+  double utilisation = 0.0;       ///< in_flight / max(1, limit)
+  std::uint64_t decreases = 0;    ///< samples that lowered the limit
+  std::uint64_t increases = 0;    ///< samples that raised the limit
+  bool at_floor = false;          ///< floor(limit) <= min_limit
+  bool at_ceiling = false;        ///< floor(limit) >= max_limit
+  std::uint64_t success_total = 0;     ///< permits completed with outcome::success
+  std::uint64_t congestion_total = 0;  ///< permits completed with outcome::congestion
+  std::uint64_t ignored_total = 0;     ///< permits completed with outcome::ignored or released without one
+};
+
+namespace detail {
+
+/// The in-flight count right after each outstanding grant, found again when its permit comes back.
+///
+/// A permit carries only its grant time (the stamp), so grants are filed by stamp. Several grants can share a
+/// stamp (one release that raises the limit admits several waiters at the same instant); among them the
+/// earliest grant is matched with the first report, which is exact whenever calls granted at the same instant
+/// report in the order they were granted, and otherwise off by the number of calls granted in between.
+/// Entries never outnumber the permits outstanding, which never exceed floor(max_limit).
+class grant_log {
+ public:
+  explicit grant_log(std::size_t expected) { entries_.reserve(std::min<std::size_t>(expected, 4096)); }
+
+  /// Files a grant. If the log cannot grow (out of memory), the grant goes unrecorded and its report falls
+  /// back to the in-flight count at report time.
+  void record(std::int64_t stamp, std::size_t in_flight) noexcept {
+    try {
+      const auto at = std::upper_bound(entries_.begin(), entries_.end(), stamp,
+                                       [](std::int64_t s, const entry& e) { return s < e.stamp; });
+      entries_.insert(at, entry{stamp, in_flight});
+    } catch (...) {
+    }
+  }
+
+  /// Removes and returns the in-flight count of the earliest outstanding grant with this stamp.
+  std::optional<std::size_t> take(std::int64_t stamp) noexcept {
+    const auto at = std::lower_bound(entries_.begin(), entries_.end(), stamp,
+                                     [](const entry& e, std::int64_t s) { return e.stamp < s; });
+    if (at == entries_.end() || at->stamp != stamp) return std::nullopt;
+    const std::size_t in_flight = at->in_flight;
+    entries_.erase(at);
+    return in_flight;
+  }
+
+ private:
+  struct entry {
+    std::int64_t stamp;
+    std::size_t in_flight;
+  };
+  std::vector<entry> entries_;  // ascending stamps; grant order among equal stamps
+};
+
+// The admission rule of an adaptive limiter: one more call while in_flight < floor(limit). Each returning
+// permit becomes a sample for the algorithm, which may move the limit; the core re-checks the head waiter after
+// every release, so a limit that rose admits waiters at once and one that fell admits nobody until in_flight
+// is below it again. Calls already granted keep their slots.
+template <class Algorithm, class Clock>
+struct adaptive_policy {
+  using time_point = typename Clock::time_point;
+  using sample_type = typename Algorithm::sample_type;
+  static constexpr bool needs_time = true;  // grants are stamped: latency runs from the grant
+
+  Algorithm algorithm;
+  grant_log grants;
+  std::size_t in_flight = 0;
+  std::uint64_t successes = 0;
+  std::uint64_t congestions = 0;
+  std::uint64_t ignored = 0;
+
+  explicit adaptive_policy(const typename Algorithm::options& o)
+      : algorithm(o), grants(algo::admitted(algorithm.max_limit())) {}
+
+  bool exceeds(std::size_t n) const noexcept { return n > algo::admitted(algorithm.max_limit()); }
+
+  bool try_take(std::size_t n, time_point now) noexcept {
+    if (in_flight + n > algo::admitted(algorithm.limit())) return false;
+    in_flight += n;
+    grants.record(to_ns(now).count(), in_flight);
+    return true;
+  }
+
+  time_point ready_at(std::size_t, time_point) const noexcept { return time_point::max(); }  // only a release helps
+  time_point predict(std::size_t, std::size_t, time_point) const noexcept { return time_point::max(); }
+
+  // Report first, then release, as seed 000's limiter does (record() in the try block, release() in finally).
+  void on_release(std::size_t n, std::chrono::nanoseconds stamp, outcome result, time_point now) noexcept {
+    const std::optional<std::size_t> at_grant = grants.take(stamp.count());
+    count(result);
+    if (result != outcome::ignored) {
+      sample_type s;
+      s.latency = std::max(to_ns(now) - stamp, std::chrono::nanoseconds::zero());
+      s.result = result;
+      s.in_flight = at_grant.value_or(in_flight);
+      s.now = now;
+      feed(s);
+    }
+    in_flight -= n;
+  }
+
+  static std::chrono::nanoseconds to_ns(time_point t) noexcept {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch());
+  }
+
+ private:
+  void count(outcome result) noexcept {
+    switch (result) {
+      case outcome::success: ++successes; break;
+      case outcome::congestion: ++congestions; break;
+      case outcome::ignored: ++ignored; break;
+    }
+  }
+
+  // A sample the algorithm cannot take (it threw, e.g. bad_alloc while growing a window) is dropped: a permit
+  // must always come back, and this runs inside a noexcept release.
+  void feed(const sample_type& s) noexcept {
+    try {
+      algorithm.on_sample(s);
+    } catch (...) {
+    }
+  }
+};
+
+}  // namespace detail
+
+/// An awaitable concurrency limiter whose limit is found by feedback from the calls it admits.
+///
+/// `co_await limiter.acquire()` inside `net::awaitable<>` yields a rein::permit for one call; the caller
+/// reports how the call went with `permit.complete(outcome)` (or `limiter.complete(permit, status)`), which
+/// gives the slot back and feeds the algorithm one sample:
+/// - `success`: latency is measured by the limiter, from the grant to the report, never including time spent
+///   waiting for the slot (seed 000: "counting queue time as service time");
+/// - `congestion`: a timeout, 429, 503, 504 ("you are sending too much");
+/// - `ignored`: says nothing about capacity (400, 401, 404, caller cancelled); no sample. A permit released or
+///   destroyed without an outcome counts as ignored.
+///
+/// Admission is `in_flight < floor(limit)`, re-checked whenever the limit moves either way: a release that
+/// raises the limit admits waiters at once; a cut admits nobody until enough calls have finished, and never
+/// takes a slot back. Waiting is strictly FIFO with per-operation deadlines, cancellation, `max_waiters` and
+/// `close()`, exactly as rein::semaphore (the same waiter core). The limit always lies in the algorithm's
+/// [min_limit, max_limit].
+///
+/// Each sample also carries `in_flight` as it was right after that call's grant, this call included
+/// (Netflix concurrency-limits' convention, used by the algorithms' app-limited guards): the limiter files
+/// the count at each grant and finds it again by the permit's grant time. Calls granted at the same instant
+/// are matched first granted, first reported.
+///
+/// @tparam Algorithm a rein::algo::limit_algorithm (algo::aimd, algo::tuned_aimd, algo::gradient,
+///                   algo::vegas, algo::pid, algo::windowed_aimd, or your own), on any clock: the limiter
+///                   uses `Algorithm::rebind_clock<Clock>`.
+/// @tparam Executor  the I/O executor; completions default to it.
+/// @tparam Clock     measures latency and deadlines (std::chrono::steady_clock; rein::testing::manual_clock
+///                   in tests).
+/// @tparam Mutex     std::mutex (default): safe to use from many threads and strands; rein::null_mutex: one
+///                   thread or strand only.
+///
+/// @par Thread Safety
+/// With std::mutex, every member function may be called concurrently, except destruction. With null_mutex,
+/// all use must happen on one thread or strand. The algorithm runs under the lock and never sees concurrent
+/// calls.
+///
+/// @par Lifetime
+/// Not copyable or movable (permits point at it). Destroying it completes every waiter with
+/// `net::error::operation_aborted`. Permits must not outlive it (asserted in debug builds).
+template <class Algorithm, class Executor = net::any_io_executor, class Clock = std::chrono::steady_clock,
+          class Mutex = std::mutex>
+class basic_adaptive_limiter {
+ public:
+  using executor_type = Executor;
+  using clock_type = Clock;
+  using time_point = typename Clock::time_point;
+  using duration = typename Clock::duration;
+  /// The algorithm as the limiter holds it: on the limiter's clock.
+  using algorithm_type = typename Algorithm::template rebind_clock<Clock>;
+  using algorithm_options = typename algorithm_type::options;
+  static_assert(algo::limit_algorithm<algorithm_type>, "rein: Algorithm must model rein::algo::limit_algorithm");
+
+ private:
+  using policy_type = detail::adaptive_policy<algorithm_type, Clock>;
+  using core_type = detail::limiter_core<policy_type, Executor, Clock, Mutex, true>;
+
+ public:
+  /// The limiter type when rebound to another executor.
+  template <class OtherExecutor>
+  struct rebind_executor {
+    using other = basic_adaptive_limiter<Algorithm, OtherExecutor, Clock, Mutex>;
+  };
+
+  /// Constructs a limiter completing operations on `ex` by default.
+  ///
+  /// @throws std::invalid_argument naming the type, field and value if `algorithm` is invalid (from the
+  ///         algorithm's constructor: min_limit >= 1, min <= initial <= max, backoff in (0, 1), ...) or if
+  ///         `options.classify` is empty.
+  basic_adaptive_limiter(const executor_type& ex, const algorithm_options& algorithm = {},
+                         adaptive_limiter_options options = {})
+      : classify_(validated(std::move(options.classify))),
+        core_(std::make_shared<core_type>(ex, options.max_waiters, algorithm)) {}
+
+  /// Constructs a limiter on an execution context (an io_context).
+  template <class ExecutionContext>
+    requires std::is_convertible_v<ExecutionContext&, net::execution_context&>
+  basic_adaptive_limiter(ExecutionContext& context, const algorithm_options& algorithm = {},
+                         adaptive_limiter_options options = {})
+      : basic_adaptive_limiter(context.get_executor(), algorithm, std::move(options)) {}
+
+  basic_adaptive_limiter(const basic_adaptive_limiter&) = delete;
+  basic_adaptive_limiter& operator=(const basic_adaptive_limiter&) = delete;
+
+  /// Completes every waiter with `net::error::operation_aborted`.
+  ~basic_adaptive_limiter() { core_->shutdown(); }
+
+  executor_type get_executor() const noexcept { return core_->get_executor(); }
+
+  /// Takes a slot now if `in_flight < floor(limit)` and nobody waits; otherwise returns an empty permit.
+  /// Never waits, never allocates (beyond the first grants' bookkeeping). Empty after close().
+  permit try_acquire() {
+    std::chrono::nanoseconds stamp{};
+    if (!core_->try_acquire(1, stamp)) return {};
+    return core_->make_permit(1, stamp);
+  }
+
+  /// Waits for a slot. The initiating function; every Asio completion token works.
+  ///
+  /// @param token completion token; signature `void(error_code, rein::permit)`. Default: `deferred`.
+  ///
+  /// Errors: errc::queue_full (max_waiters reached, at once), errc::closed, `net::error::operation_aborted`
+  /// (cancelled, or the limiter was destroyed). The handler is never invoked from inside this function: it
+  /// goes through its associated executor.
+  ///
+  /// @par Per-Operation Cancellation
+  /// terminal, partial and total: a waiting operation is removed and completes with operation_aborted; it
+  /// holds nothing, so no slot is lost, also when cancellation races with a grant (the grant wins if it came
+  /// first, and the handler then receives the permit).
+  template <REIN_COMPLETION_TOKEN_FOR(void(error_code, permit)) Token = default_token_t>
+  auto async_acquire(Token&& token = Token{}) {
+    return async_acquire_until(time_point::max(), std::forward<Token>(token));
+  }
+
+  /// As async_acquire, failing with errc::timed_out if not granted within `timeout`.
+  template <REIN_COMPLETION_TOKEN_FOR(void(error_code, permit)) Token = default_token_t>
+  auto async_acquire_for(duration timeout, Token&& token = Token{}) {
+    return async_acquire_until(Clock::now() + timeout, std::forward<Token>(token));
+  }
+
+  /// As async_acquire, failing with errc::timed_out if not granted by `deadline` (time_point::max(): never).
+  /// A deadline already past fails at once unless a slot is free right now.
+  template <REIN_COMPLETION_TOKEN_FOR(void(error_code, permit)) Token = default_token_t>
+  auto async_acquire_until(time_point deadline, Token&& token = Token{}) {
+    return net::async_initiate<Token, void(error_code, permit)>(initiate_acquire{core_.get()}, token, deadline);
+  }
+
+  /// Waits for a slot inside a coroutine: `auto p = co_await limiter.acquire();`.
+  ///
+  /// When a slot is free and nobody waits, it completes without suspending through the scheduler. Otherwise
+  /// it waits as async_acquire does. Throws `rein::system_error` with the errors listed for async_acquire.
+  net::awaitable<permit> acquire() { return acquire_until(time_point::max()); }
+
+  /// As acquire, throwing errc::timed_out if not granted within `timeout`.
+  net::awaitable<permit> acquire_for(duration timeout) { return acquire_until(Clock::now() + timeout); }
+
+  /// As acquire, throwing errc::timed_out if not granted by `deadline`.
+  net::awaitable<permit> acquire_until(time_point deadline) {
+    if (permit p = try_acquire()) co_return p;
+    co_return co_await async_acquire_until(deadline, net::use_awaitable);
+  }
+
+  /// The outcome this limiter's classifier (options.classify) gives `status`.
+  outcome classify(int status) const { return classify_(status); }
+
+  /// Reports a call's status through this limiter's classifier and gives its slot back:
+  /// `p.complete(classify(status))`. Does nothing if `p` is empty.
+  void complete(permit& p, int status) const {
+    if (p) p.complete(classify_(status));
+  }
+
+  /// Completes every waiter with errc::closed; later acquires fail the same way and try_acquire returns an
+  /// empty permit. Permits already held stay valid and still report their outcomes.
+  void close() { core_->close(); }
+
+  /// The current limit, in calls (fractional; floor(limit) calls are admitted).
+  double limit() const {
+    return core_->inspect([](const policy_type& p, const wait_stats&) { return p.algorithm.limit(); });
+  }
+
+  /// Slots held now.
+  std::size_t in_flight() const {
+    return core_->inspect([](const policy_type& p, const wait_stats&) { return p.in_flight; });
+  }
+
+  /// Runs `f(algorithm_type&)` under the lock, then admits whatever waiters now fit: for limits driven from
+  /// outside the samples (an operator override, a capacity announced by the dependency). Returns f's result.
+  /// `f` must not block, call into this limiter, or throw after partly changing the algorithm.
+  template <class F>
+  auto update_algorithm(F&& f) {
+    return core_->update([&f](policy_type& p, time_point) { return std::forward<F>(f)(p.algorithm); });
+  }
+
+  /// Runs `f(const algorithm_type&)` under the lock and returns a copy of its result (e.g. a tuned_aimd's
+  /// baseline). `f` must not block or call into this limiter.
+  template <class F>
+  auto inspect_algorithm(F&& f) const {
+    return core_->inspect([&f](const policy_type& p, const wait_stats&) { return std::forward<F>(f)(p.algorithm); });
+  }
+
+  /// Counters and state, copied under the lock in O(1).
+  adaptive_limiter_snapshot snapshot() const {
+    return core_->inspect([](const policy_type& p, const wait_stats& w) {
+      adaptive_limiter_snapshot s;
+      static_cast<wait_stats&>(s) = w;
+      const algorithm_type& a = p.algorithm;
+      s.limit = a.limit();
+      s.admitted = algo::admitted(s.limit);
+      s.min_limit = a.min_limit();
+      s.max_limit = a.max_limit();
+      s.in_flight = p.in_flight;
+      s.utilisation = static_cast<double>(p.in_flight) / std::max(1.0, s.limit);
+      s.decreases = a.decreases();
+      s.increases = a.increases();
+      s.at_floor = static_cast<double>(s.admitted) <= s.min_limit;
+      s.at_ceiling = static_cast<double>(s.admitted) >= s.max_limit;
+      s.success_total = p.successes;
+      s.congestion_total = p.congestions;
+      s.ignored_total = p.ignored;
+      return s;
+    });
+  }
+
+ private:
+  static std::function<outcome(int)> validated(std::function<outcome(int)> classify) {
+    if (!classify)
+      throw std::invalid_argument("rein::adaptive_limiter: classify must be a callable, got an empty std::function");
+    return classify;
+  }
+
+  // A named initiation (as Asio's own I/O objects use) so that async_initiate can find the I/O executor.
+  struct initiate_acquire {
+    core_type* core;
+    using executor_type = Executor;
+    executor_type get_executor() const noexcept { return core->get_executor(); }
+
+    template <class Handler>
+    void operator()(Handler&& handler, time_point deadline) const {
+      core->async_acquire(std::forward<Handler>(handler), 1, deadline);
+    }
+  };
+
+  std::function<outcome(int)> classify_;
+  std::shared_ptr<core_type> core_;
+};
+
+/// The thread-safe adaptive limiter on any I/O executor and the steady clock.
+template <class Algorithm>
+using adaptive_limiter = basic_adaptive_limiter<Algorithm>;
+
+/// The single-threaded adaptive limiter: no locking; use from one thread or strand only.
+template <class Algorithm>
+using single_thread_adaptive_limiter =
+    basic_adaptive_limiter<Algorithm, net::any_io_executor, std::chrono::steady_clock, null_mutex>;
+
+/// Seed 000's AIMD (`algo::aimd`): +1/limit per fast success, x backoff on congestion.
+using aimd_limiter = adaptive_limiter<algo::aimd>;
+
+/// AIMD against a rolling-median baseline, one cut per round trip, growth only while used (`algo::tuned_aimd`).
+using tuned_aimd_limiter = adaptive_limiter<algo::tuned_aimd>;
+
+/// Baseline/latency gradient with a small queue allowance (`algo::gradient`, after Gradient2 and Envoy).
+using gradient_limiter = adaptive_limiter<algo::gradient>;
+
+}  // namespace rein
