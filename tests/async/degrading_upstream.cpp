@@ -1,0 +1,409 @@
+// Issue 4's degrading-upstream experiment run on the real async limiters (rein::semaphore for the fixed limit,
+// rein::basic_adaptive_limiter for the rest): every call is a coroutine that co_awaits acquire(), enters the
+// upstream model, waits for its service time and reports its outcome. Time is rein::testing::manual_clock,
+// moved event by event, so the run is exact and must equal the pure simulation (rein/testing/upstream_sim.hpp)
+// figure for figure, which itself reproduces ../shared/reference/upstream_sim.py.
+//
+// Event order. The pure simulation orders events at one instant as: capacity change, then completions in the
+// order they were scheduled, then arrivals. Asio does not order timers that expire at the same instant, so the
+// driver keeps that schedule itself: it sets the manual clock to the next event's instant, fires exactly that
+// event (spawns the arriving call, or wakes the completing call through its own timer), and polls until
+// nothing is ready before taking the next one. Everything the event causes (the report, the release, the
+// grants to waiters and their entry into the upstream) happens in that poll, at that instant.
+#include <rein/adaptive_limiter.hpp>
+#include <rein/semaphore.hpp>
+#include <rein/testing/manual_clock.hpp>
+#include <rein/testing/upstream_sim.hpp>
+
+#include "support/catch.hpp"
+
+#if defined(REIN_STANDALONE_ASIO)
+#include <asio/as_tuple.hpp>
+#include <asio/basic_waitable_timer.hpp>
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/executor_work_guard.hpp>
+#include <asio/io_context.hpp>
+#include <asio/use_awaitable.hpp>
+#else
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/basic_waitable_timer.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#endif
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <queue>
+#include <string>
+#include <vector>
+
+using namespace std::chrono_literals;
+namespace net = rein::net;
+using rein::outcome;
+using rein::testing::manual_clock;
+using rein::testing::report;
+using rein::testing::scenario;
+
+namespace {
+
+using executor = net::io_context::executor_type;
+template <class Algorithm>
+using limiter_type = rein::basic_adaptive_limiter<Algorithm, executor, manual_clock>;
+using semaphore_type = rein::basic_semaphore<executor, std::mutex, manual_clock>;
+using wake_timer = net::basic_waitable_timer<manual_clock, net::wait_traits<manual_clock>, executor>;
+
+struct oracle_options {
+  std::size_t capacity = 16;
+};
+
+/// The oracle as a limit algorithm: its limit is the true capacity, set from outside (update_algorithm) at
+/// every change, exactly as the pure simulation's oracle_limit is told.
+template <class Clock = std::chrono::steady_clock>
+class oracle_algorithm {
+ public:
+  using clock_type = Clock;
+  using options = oracle_options;
+  using sample_type = rein::algo::basic_sample<Clock>;
+  template <class C>
+  using rebind_clock = oracle_algorithm<C>;
+
+  explicit oracle_algorithm(const options& o = {}) : limit_{static_cast<double>(o.capacity)} {}
+  double limit() const { return limit_; }
+  double min_limit() const { return 1.0; }
+  double max_limit() const { return 64.0; }
+  std::uint64_t decreases() const { return decreases_; }
+  std::uint64_t increases() const { return 0; }
+  void on_sample(const sample_type&) {}
+  void on_capacity(std::size_t capacity) {
+    const auto next = static_cast<double>(capacity);
+    if (next < limit_) ++decreases_;
+    limit_ = next;
+  }
+
+ private:
+  double limit_;
+  std::uint64_t decreases_ = 0;
+};
+
+enum class event_kind : int { capacity = 0, completion = 1, arrival = 2 };  // order among equal instants
+
+struct event {
+  std::chrono::nanoseconds at;
+  event_kind kind;
+  std::uint64_t seq;
+  std::size_t subject;  // call id, or the new capacity
+
+  friend bool operator>(const event& a, const event& b) {
+    if (a.at != b.at) return a.at > b.at;
+    if (a.kind != b.kind) return a.kind > b.kind;
+    return a.seq > b.seq;
+  }
+};
+
+/// What the driver needs to know of a limiter besides acquire(): its limit and decreases, and how to tell it
+/// of a capacity change (only the oracle listens).
+struct strategy_hooks {
+  std::function<double()> limit;
+  std::function<std::uint64_t()> decreases;
+  std::function<void(std::size_t)> on_capacity = [](std::size_t) {};
+};
+
+template <class Limiter>
+class async_experiment {
+ public:
+  async_experiment(net::io_context& io, Limiter& limiter, strategy_hooks hooks, const scenario& sc)
+      : io_{io}, limiter_{limiter}, hooks_{std::move(hooks)}, scenario_{sc}, upstream_{sc.upstream}, calls_(sc.calls()) {
+    for (std::size_t i = 0; i < sc.calls(); ++i) wake_.push_back(std::make_unique<wake_timer>(io.get_executor()));
+  }
+
+  report run(std::string name) {
+    manual_clock::reset();
+    schedule_workload();
+    max_limit_ = hooks_.limit();
+    while (!events_.empty()) {
+      const event e = events_.top();
+      events_.pop();
+      record_timeline_before(e.at);
+      manual_clock::set(manual_clock::time_point{e.at});
+      fire(e);
+      io_.poll();
+      max_limit_ = std::max(max_limit_, hooks_.limit());
+    }
+    return finish(std::move(name));
+  }
+
+ private:
+  void push(std::chrono::nanoseconds at, event_kind kind, std::size_t subject) {
+    events_.push(event{at, kind, next_seq_++, subject});
+  }
+
+  void schedule_workload() {
+    std::size_t id = 0;
+    for (std::size_t k = 0; k < scenario_.ticks; ++k)
+      for (std::size_t i = 0; i < scenario_.per_tick; ++i, ++id) {
+        calls_[id].arrived = scenario_.tick * static_cast<std::int64_t>(k);
+        push(calls_[id].arrived, event_kind::arrival, id);
+      }
+    for (const auto& change : scenario_.changes) push(change.at, event_kind::capacity, change.capacity);
+  }
+
+  void fire(const event& e) {
+    switch (e.kind) {
+      case event_kind::arrival: net::co_spawn(io_, call(e.subject), net::detached); break;
+      case event_kind::completion: wake_[e.subject]->cancel(); break;
+      case event_kind::capacity:
+        upstream_.set_capacity(e.subject);
+        hooks_.on_capacity(e.subject);
+        break;
+    }
+  }
+
+  static std::chrono::nanoseconds elapsed() { return manual_clock::now().time_since_epoch(); }
+
+  // One call: wait for a slot, enter the upstream, wait until the driver says the upstream is done with it,
+  // report, release.
+  net::awaitable<void> call(std::size_t id) {
+    rein::permit slot = co_await limiter_.acquire();
+    rein::testing::call_record& c = calls_[id];
+    c.started = elapsed();
+    const auto plan = upstream_.enter();
+    c.ok = plan.ok;
+    push(c.started + plan.service_time, event_kind::completion, id);
+    wake_timer& wake = *wake_[id];
+    wake.expires_at(manual_clock::time_point::max());
+    (void)co_await wake.async_wait(net::as_tuple(net::use_awaitable));  // ends with the driver's cancel()
+    upstream_.leave();
+    c.finished = elapsed();
+    slot.complete(c.ok ? outcome::success : outcome::congestion);
+  }
+
+  void record_timeline_before(std::chrono::nanoseconds t) {
+    while (next_point_ < t) {
+      timeline_.push_back({next_point_, hooks_.limit(), upstream_.capacity()});
+      next_point_ += scenario_.timeline_step;
+    }
+  }
+
+  report finish(std::string name) {
+    report r;
+    r.strategy = std::move(name);
+    r.scenario = scenario_.name;
+    rein::testing::summarise_calls(r, calls_);
+    record_timeline_before(r.makespan + 1ns);
+    r.timeline = std::move(timeline_);
+    r.final_limit = hooks_.limit();
+    r.max_limit = max_limit_;
+    r.decreases = hooks_.decreases();
+    r.peak_inside = upstream_.peak();
+    return r;
+  }
+
+  net::io_context& io_;
+  Limiter& limiter_;
+  strategy_hooks hooks_;
+  const scenario& scenario_;
+  rein::testing::upstream_model upstream_;
+  std::vector<rein::testing::call_record> calls_;
+  std::vector<std::unique_ptr<wake_timer>> wake_;
+  std::priority_queue<event, std::vector<event>, std::greater<>> events_;
+  std::uint64_t next_seq_ = 0;
+  double max_limit_ = 0.0;
+  std::chrono::nanoseconds next_point_{0};
+  std::vector<rein::testing::timeline_point> timeline_;
+};
+
+template <class Limiter>
+report run_on(net::io_context& io, Limiter& limiter, strategy_hooks hooks, const scenario& sc, std::string name) {
+  const auto work = net::make_work_guard(io);  // a call parked in the limiter is not work for poll()
+  async_experiment<Limiter> experiment{io, limiter, std::move(hooks), sc};
+  return experiment.run(std::move(name));
+}
+
+report run_fixed(const scenario& sc) {
+  net::io_context io;
+  semaphore_type sem{io.get_executor(), 16};
+  strategy_hooks hooks{[] { return rein::testing::experiment_fixed_limit; }, [] { return std::uint64_t{0}; }};
+  return run_on(io, sem, std::move(hooks), sc, "fixed(16)");
+}
+
+template <class Algorithm>
+report run_adaptive(const scenario& sc, const typename Algorithm::options& options, std::string name) {
+  net::io_context io;
+  limiter_type<Algorithm> limiter{io.get_executor(), options};
+  strategy_hooks hooks{[&] { return limiter.limit(); }, [&] { return limiter.snapshot().decreases; }};
+  if constexpr (requires(typename limiter_type<Algorithm>::algorithm_type& a) { a.on_capacity(std::size_t{}); })
+    hooks.on_capacity = [&](std::size_t c) { limiter.update_algorithm([c](auto& a) { a.on_capacity(c); }); };
+  report r = run_on(io, limiter, std::move(hooks), sc, std::move(name));
+  CHECK(limiter.in_flight() == 0);
+  CHECK(limiter.snapshot().acquired_total == sc.calls());
+  return r;
+}
+
+/// The experiment's five strategies on the async limiters, in the order of rein::testing::run_experiment.
+std::vector<report> run_async_experiment(const scenario& sc) {
+  using namespace rein::testing;
+  std::vector<report> out;
+  out.push_back(run_fixed(sc));
+  out.push_back(run_adaptive<rein::algo::aimd>(sc, experiment_aimd_options(), "aimd"));
+  out.push_back(run_adaptive<rein::algo::tuned_aimd>(sc, experiment_tuned_aimd_options(), "tuned_aimd"));
+  out.push_back(run_adaptive<rein::algo::gradient>(sc, experiment_gradient_options(), "gradient"));
+  out.push_back(run_adaptive<oracle_algorithm<>>(sc, oracle_options{sc.upstream.capacity}, "oracle"));
+  return out;
+}
+
+const report& find(const std::vector<report>& rs, const std::string& name) {
+  for (const auto& r : rs)
+    if (r.strategy == name) return r;
+  FAIL("no strategy " << name);
+  return rs.front();
+}
+
+/// Every figure and every timeline point of the async run equals the pure simulation's.
+void check_same(const report& async, const report& pure) {
+  INFO(async.strategy << " in scenario " << async.scenario);
+  CHECK(async.strategy == pure.strategy);
+  CHECK(async.completed == pure.completed);
+  CHECK(async.failed == pure.failed);
+  CHECK(async.p50 == pure.p50);
+  CHECK(async.p95 == pure.p95);
+  CHECK(async.p99 == pure.p99);
+  CHECK(async.max == pure.max);
+  CHECK(async.slower_than_10ms == pure.slower_than_10ms);
+  CHECK(async.makespan == pure.makespan);
+  CHECK(async.e2e_p95 == pure.e2e_p95);
+  CHECK(async.final_limit == pure.final_limit);
+  CHECK(async.max_limit == pure.max_limit);
+  CHECK(async.decreases == pure.decreases);
+  CHECK(async.peak_inside == pure.peak_inside);
+  REQUIRE(async.timeline.size() == pure.timeline.size());
+  for (std::size_t i = 0; i < pure.timeline.size(); ++i) {
+    INFO("timeline point at " << pure.timeline[i].at.count() << " ns");
+    CHECK(async.timeline[i].limit == pure.timeline[i].limit);
+    CHECK(async.timeline[i].capacity == pure.timeline[i].capacity);
+  }
+}
+
+std::string two_decimals(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", v);
+  return buf;
+}
+
+struct figures {
+  std::size_t completed, failed;
+  std::chrono::milliseconds p50, p95, p99;
+  std::size_t slower_than_10ms;
+  std::chrono::milliseconds makespan;
+  std::string final_limit;
+  std::uint64_t decreases;
+};
+
+void check_figures(const report& r, const figures& e) {
+  INFO(r.strategy << " in scenario " << r.scenario);
+  CHECK(r.completed == e.completed);
+  CHECK(r.failed == e.failed);
+  CHECK(r.p50 == e.p50);
+  CHECK(r.p95 == e.p95);
+  CHECK(r.p99 == e.p99);
+  CHECK(r.slower_than_10ms == e.slower_than_10ms);
+  CHECK(r.makespan == e.makespan);
+  CHECK(two_decimals(r.final_limit) == e.final_limit);
+  CHECK(r.decreases == e.decreases);
+}
+
+}  // namespace
+
+TEST_CASE("degrading upstream, async, scenario A: every strategy equals the pure simulation exactly") {
+  const scenario sc = scenario::a();
+  const auto pure = rein::testing::run_experiment(sc);
+  const auto async = run_async_experiment(sc);
+  REQUIRE(async.size() == pure.size());
+  for (std::size_t i = 0; i < pure.size(); ++i) check_same(async[i], pure[i]);
+}
+
+TEST_CASE("degrading upstream, async, scenario B: every strategy equals the pure simulation exactly") {
+  const scenario sc = scenario::b();
+  const auto pure = rein::testing::run_experiment(sc);
+  const auto async = run_async_experiment(sc);
+  REQUIRE(async.size() == pure.size());
+  for (std::size_t i = 0; i < pure.size(); ++i) check_same(async[i], pure[i]);
+}
+
+TEST_CASE("degrading upstream, async, scenario A: the reference model's figures and rein's defaults") {
+  const auto rs = run_async_experiment(scenario::a());
+  // ../shared/reference/upstream_sim.py: fixed p95 65 ms, makespan 2,298 ms; aimd p95 25 ms, 9 failures;
+  // oracle p95 5 ms, makespan 879 ms.
+  check_figures(find(rs, "fixed(16)"), {1000, 0, 5ms, 65ms, 65ms, 500, 2298ms, "16.00", 0});
+  check_figures(find(rs, "aimd"), {991, 9, 5ms, 25ms, 60ms, 265, 1592ms, "3.83", 93});
+  check_figures(find(rs, "oracle"), {1000, 0, 5ms, 5ms, 5ms, 0, 879ms, "4.00", 1});
+  check_figures(find(rs, "tuned_aimd"), {1000, 0, 5ms, 10ms, 35ms, 27, 1168ms, "2.96", 30});
+  check_figures(find(rs, "gradient"), {1000, 0, 5ms, 10ms, 85ms, 33, 1069ms, "4.39", 151});
+}
+
+TEST_CASE("degrading upstream, async, scenario B: the adaptive limiters find the capacity again") {
+  const auto rs = run_async_experiment(scenario::b());
+  check_figures(find(rs, "fixed(16)"), {1000, 0, 5ms, 65ms, 65ms, 96, 747ms, "16.00", 0});
+  check_figures(find(rs, "aimd"), {991, 9, 5ms, 25ms, 60ms, 133, 882ms, "16.68", 40});
+  check_figures(find(rs, "oracle"), {1000, 0, 5ms, 5ms, 5ms, 0, 670ms, "16.00", 1});
+  check_figures(find(rs, "tuned_aimd"), {1000, 0, 5ms, 10ms, 35ms, 27, 773ms, "10.89", 13});
+  check_figures(find(rs, "gradient"), {1000, 0, 5ms, 10ms, 85ms, 37, 770ms, "15.98", 79});
+}
+
+TEST_CASE("degrading upstream, async: tuned_aimd and gradient meet issue 4's targets with default options") {
+  const auto a = run_async_experiment(scenario::a());
+  const auto b = run_async_experiment(scenario::b());
+  const auto oracle_a = find(a, "oracle").makespan;
+  const auto fixed_b = find(b, "fixed(16)").makespan;
+  for (const char* name : {"tuned_aimd", "gradient"}) {
+    INFO(name);
+    const report& ra = find(a, name);
+    CHECK(ra.failed == 0);
+    CHECK(ra.slower_than_10ms <= 50);
+    CHECK(ra.p95 <= 10ms);
+    CHECK(ra.makespan * 10 <= oracle_a * 14);
+    const report& rb = find(b, name);
+    CHECK(rb.failed == 0);
+    CHECK(rb.makespan * 10 <= fixed_b * 11);
+  }
+  const report& aimd = find(a, "aimd");
+  CHECK(aimd.p95 >= 20ms);
+  CHECK(aimd.p95 <= 25ms);
+  CHECK(aimd.failed > 0);
+  CHECK(aimd.failed < 20);
+}
+
+TEST_CASE("degrading upstream, async: the guide's tuned AIMD and Gradient2's defaults equal the simulation too") {
+  // These keep the limit far above the in-flight count and fail calls past the hard cap, so they exercise
+  // the in-flight-at-grant bookkeeping and congestion reports far more than rein's defaults do.
+  rein::algo::tuned_aimd_options t;
+  t.initial_limit = 16;
+  t.window = 50;
+  t.tolerance = 2.0;
+  t.backoff = 0.75;
+  t.hold = 40ms;
+  t.min_utilisation = 0;
+  rein::algo::gradient_options g;
+  g.initial_limit = 16;
+  g.queue_size = 4;
+  g.tolerance = 1.5;
+  g.smoothing = 0.2;
+  g.baseline = rein::algo::gradient_baseline::long_average;
+  g.baseline_window = 600;
+  g.failures_as_congestion = false;
+  for (const scenario& sc : {scenario::a(), scenario::b()}) {
+    rein::algo::tuned_aimd guide{t};
+    check_same(run_adaptive<rein::algo::tuned_aimd>(sc, t, "guide tuned_aimd"),
+               rein::testing::simulate("guide tuned_aimd", guide, sc));
+    rein::algo::gradient gradient2{g};
+    check_same(run_adaptive<rein::algo::gradient>(sc, g, "gradient2"),
+               rein::testing::simulate("gradient2", gradient2, sc));
+  }
+}
