@@ -1,0 +1,384 @@
+// The async layer over any pure rate limit: waiters, deadlines and one timer around an algo:: value.
+#pragma once
+
+#include <rein/algo/all_of.hpp>
+#include <rein/algo/rate_limit.hpp>
+#include <rein/algo/sliding_window.hpp>
+#include <rein/algo/token_bucket.hpp>
+#include <rein/config.hpp>
+#include <rein/detail/limiter_core.hpp>
+#include <rein/error.hpp>
+#include <rein/null_mutex.hpp>
+#include <rein/outcome.hpp>
+#include <rein/wait_stats.hpp>
+
+#if defined(REIN_STANDALONE_ASIO)
+#include <asio/any_io_executor.hpp>
+#include <asio/async_result.hpp>
+#include <asio/awaitable.hpp>
+#include <asio/execution_context.hpp>
+#include <asio/use_awaitable.hpp>
+#else
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/execution_context.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#endif
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+
+namespace rein {
+
+/// Options every async rate limiter shares.
+struct rate_limiter_options {
+  /// How many operations may wait at once; one more completes at once with errc::queue_full
+  /// (backpressure instead of unbounded memory). Default: unbounded.
+  std::size_t max_waiters = std::numeric_limits<std::size_t>::max();
+};
+
+namespace detail {
+
+// ---- Grant-time predictions, so that a deadline that cannot be met fails at once ------------------------
+//
+// Each returns a lower bound on the time a waiter for n, queued behind `ahead` units, is granted (nullopt:
+// no bound known). A lower bound never fails a wait that could have succeeded; where it is exact (the token
+// bucket, a window of single starts), a wait that would miss its deadline fails at once.
+
+template <class Limit>
+std::optional<typename Limit::time_point> earliest_grant(const Limit& limit, std::uint64_t ahead, std::uint64_t n,
+                                                         typename Limit::time_point now);
+template <class Clock>
+std::optional<typename Clock::time_point> earliest_grant(const algo::basic_token_bucket<Clock>& bucket,
+                                                         std::uint64_t ahead, std::uint64_t n,
+                                                         typename Clock::time_point now);
+template <class Clock>
+std::optional<typename Clock::time_point> earliest_grant(const algo::basic_sliding_window<Clock>& window,
+                                                         std::uint64_t ahead, std::uint64_t n,
+                                                         typename Clock::time_point now);
+template <class... Limits>
+std::optional<typename algo::all_of<Limits...>::time_point> earliest_grant(const algo::all_of<Limits...>& limits,
+                                                                          std::uint64_t ahead, std::uint64_t n,
+                                                                          typename algo::all_of<Limits...>::time_point now);
+
+inline std::uint64_t saturating_add(std::uint64_t a, std::uint64_t b) noexcept {
+  return a > std::numeric_limits<std::uint64_t>::max() - b ? std::numeric_limits<std::uint64_t>::max() : a + b;
+}
+
+// Any rate limit: takes only shrink availability, so nobody is granted before its own request fits alone.
+template <class Limit>
+std::optional<typename Limit::time_point> earliest_grant(const Limit& limit, std::uint64_t, std::uint64_t n,
+                                                         typename Limit::time_point now) {
+  return limit.ready_at(static_cast<std::int64_t>(n), now);
+}
+
+// A FIFO of waiters, each taking its tokens the instant they are there, never lets the bucket fill (the head
+// wants at most the capacity and takes it on arrival). So the backlog drains at exactly the rate, as if the
+// bucket had no cap: on a copy whose capacity holds the whole backlog, the backlog's ready time is exact.
+template <class Clock>
+std::optional<typename Clock::time_point> earliest_grant(const algo::basic_token_bucket<Clock>& bucket,
+                                                         std::uint64_t ahead, std::uint64_t n,
+                                                         typename Clock::time_point now) {
+  using bucket_type = algo::basic_token_bucket<Clock>;
+  const std::uint64_t total = saturating_add(ahead, n);
+  if (total > static_cast<std::uint64_t>(bucket_type::max_capacity)) {
+    return bucket.ready_at(static_cast<std::int64_t>(n), now);
+  }
+  bucket_type backlog = bucket;
+  backlog.set_capacity(std::max(static_cast<std::int64_t>(total), bucket.capacity()), now);
+  return backlog.ready_at(static_cast<std::int64_t>(total), now);
+}
+
+// Count the backlog as single starts s_1, s_2, ... (splitting requests can only make them earlier). Start j
+// needs start j - limit to have left the window, so s_j = s_r + q * window with j - 1 = q * limit + (r - 1),
+// and s_r for r <= limit is the window's own ready_at(r).
+template <class Clock>
+std::optional<typename Clock::time_point> earliest_grant(const algo::basic_sliding_window<Clock>& window,
+                                                         std::uint64_t ahead, std::uint64_t n,
+                                                         typename Clock::time_point now) {
+  using time_point = typename Clock::time_point;
+  const std::uint64_t total = saturating_add(ahead, n);
+  if (total == 0) return window.ready_at(0, now);
+  const std::uint64_t last = total - 1;
+  const auto limit = static_cast<std::uint64_t>(window.limit());
+  const std::optional<time_point> first = window.ready_at(static_cast<std::int64_t>(last % limit + 1), now);
+  if (!first) return std::nullopt;
+  const algo::detail::int128 ns = algo::detail::int128(algo::detail::to_ns(*first)) +
+                                  algo::detail::int128(last / limit) * algo::detail::duration_ns(window.window());
+  return algo::detail::from_ns<time_point>(ns);
+}
+
+// Every part's own bound holds for the whole: the latest of them.
+template <class... Limits>
+std::optional<typename algo::all_of<Limits...>::time_point> earliest_grant(const algo::all_of<Limits...>& limits,
+                                                                          std::uint64_t ahead, std::uint64_t n,
+                                                                          typename algo::all_of<Limits...>::time_point now) {
+  using time_point = typename algo::all_of<Limits...>::time_point;
+  std::optional<time_point> latest;
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+    (([&] {
+       const std::optional<time_point> part = earliest_grant(limits.template get<I>(), ahead, n, now);
+       if (part && (!latest || *part > *latest)) latest = part;
+     }()),
+     ...);
+  }(std::make_index_sequence<sizeof...(Limits)>{});
+  return latest;
+}
+
+// ---- The policy: a pure rate limit seen through limiter_core's eyes -------------------------------------
+//
+// A queued waiter whose n is above a capacity lowered after it queued (the only way n > capacity reaches
+// try_take) is served as a request for the whole capacity: granted when the limit is entirely free. The core
+// cannot fail a single queued op, and leaving it would block the line for good.
+template <algo::rate_limit Limit>
+class rate_limit_policy {
+ public:
+  static constexpr bool needs_time = true;
+  using time_point = typename Limit::time_point;
+
+  explicit rate_limit_policy(Limit limit) : limit_(std::move(limit)) {}
+
+  bool exceeds(std::size_t n) const noexcept { return n > static_cast<std::uint64_t>(limit_.capacity()); }
+
+  bool try_take(std::size_t n, time_point now) { return limit_.try_take(clamped(n), now) == algo::take_result::allowed; }
+
+  time_point ready_at(std::size_t n, time_point now) const {
+    return limit_.ready_at(clamped(n), now).value_or(time_point::max());
+  }
+
+  time_point predict(std::size_t ahead, std::size_t n, time_point now) const {
+    return earliest_grant(limit_, ahead, n, now).value_or(time_point::max());
+  }
+
+  void on_release(std::size_t, std::chrono::nanoseconds, outcome, time_point) noexcept {}  // nothing is held
+
+  Limit& limit() noexcept { return limit_; }
+  const Limit& limit() const noexcept { return limit_; }
+
+ private:
+  std::int64_t clamped(std::size_t n) const noexcept {
+    return static_cast<std::int64_t>(std::min<std::uint64_t>(n, static_cast<std::uint64_t>(limit_.capacity())));
+  }
+
+  Limit limit_;
+};
+
+// Runs f; an std::invalid_argument it throws is rethrown with the leading type name `from` replaced by `to`,
+// so that the async limiter's errors name the type the user wrote.
+template <class F>
+decltype(auto) renaming_errors(std::string_view from, std::string_view to, F&& f) {
+  try {
+    return std::forward<F>(f)();
+  } catch (const std::invalid_argument& e) {
+    const std::string_view what = e.what();
+    if (what.substr(0, from.size()) != from) throw;
+    std::string message(to);
+    message.append(what.substr(from.size()));
+    throw std::invalid_argument(message);
+  }
+}
+
+// now + d, saturating at time_point::max() (an "effectively never" timeout must not wrap into the past).
+template <class Clock>
+typename Clock::time_point deadline_after(typename Clock::duration d) {
+  const typename Clock::time_point now = Clock::now();
+  if (d > Clock::time_point::max() - now) return Clock::time_point::max();
+  return now + d;
+}
+
+}  // namespace detail
+
+/// A rate limiter's waiting statistics, copied out under its lock.
+struct rate_limiter_snapshot : wait_stats {};
+
+/// An awaitable rate limiter over any pure rate limit (`rein::algo::rate_limit`): how many calls may start
+/// per unit of time. `rein::basic_token_bucket` and `rein::basic_sliding_window` are this class over
+/// `algo::basic_token_bucket` and `algo::basic_sliding_window`; use it directly for `algo::all_of` ("10 per
+/// second and 1,000 per hour", all or nothing) or `algo::basic_sliding_window_counter`.
+///
+/// `co_await limiter.acquire(n)` returns once n units (tokens, starts) have been taken; a rate limiter hands
+/// out nothing to hold or give back, so it completes with `void(error_code)`. Waiters are served strictly in
+/// FIFO order with head-of-line blocking (a big request is not starved by small ones), take their units only
+/// when granted (a cancelled or timed-out waiter costs nothing), and are granted at the instant the limit
+/// has room, by ONE timer per limiter armed for the head: 100,000 waiters are not 100,000 timers, and a
+/// refill wakes only whom it can serve.
+///
+/// @tparam Limit    a model of `rein::algo::rate_limit` (its clock is the limiter's clock, e.g.
+///                  `rein::testing::manual_clock` in tests).
+/// @tparam Executor the I/O executor; completions default to it.
+/// @tparam Mutex    std::mutex (default): safe from many threads and strands; rein::null_mutex: one thread
+///                  or strand only, no locking.
+///
+/// @par Thread Safety
+/// With std::mutex, every member function may be called concurrently, except destruction.
+/// With null_mutex, all use must happen on one thread or strand.
+///
+/// @par Lifetime
+/// Not copyable or movable. Destroying it completes every waiter with `net::error::operation_aborted`.
+template <algo::rate_limit Limit, class Executor = net::any_io_executor, class Mutex = std::mutex>
+class basic_rate_limiter {
+ protected:
+  using policy_type = detail::rate_limit_policy<Limit>;
+  using core_type = detail::limiter_core<policy_type, Executor, typename Limit::clock, Mutex, false>;
+
+ public:
+  using limit_type = Limit;
+  using executor_type = Executor;
+  using clock_type = typename Limit::clock;
+  using time_point = typename Limit::time_point;
+  using duration = typename Limit::duration;
+
+  /// The limiter type when rebound to another executor.
+  template <class OtherExecutor>
+  struct rebind_executor {
+    using other = basic_rate_limiter<Limit, OtherExecutor, Mutex>;
+  };
+
+  /// Wraps `limit` (made at the clock's current time), completing operations on `ex` by default.
+  basic_rate_limiter(const executor_type& ex, Limit limit, rate_limiter_options options = {})
+      : core_(std::make_shared<core_type>(ex, options.max_waiters, std::move(limit))) {}
+
+  /// Wraps `limit`, on an execution context (an io_context).
+  template <class ExecutionContext>
+    requires std::is_convertible_v<ExecutionContext&, net::execution_context&>
+  basic_rate_limiter(ExecutionContext& context, Limit limit, rate_limiter_options options = {})
+      : basic_rate_limiter(context.get_executor(), std::move(limit), options) {}
+
+  basic_rate_limiter(const basic_rate_limiter&) = delete;
+  basic_rate_limiter& operator=(const basic_rate_limiter&) = delete;
+
+  /// Completes every waiter with `net::error::operation_aborted`.
+  ~basic_rate_limiter() { core_->shutdown(); }
+
+  executor_type get_executor() const noexcept { return core_->get_executor(); }
+
+  /// Takes n units now if the limit has room and nobody waits (a waiter is never overtaken). Never waits,
+  /// never allocates. False after close() and when n exceeds the capacity.
+  bool try_acquire(std::size_t n = 1) {
+    std::chrono::nanoseconds stamp{};
+    return core_->try_acquire(n, stamp);
+  }
+
+  /// Waits until n units can be taken, and takes them. The initiating function; every completion token works.
+  ///
+  /// @param n     units wanted (tokens, starts); at most the capacity.
+  /// @param token completion token; signature `void(error_code)`. Default: `deferred`.
+  ///
+  /// Errors: errc::exceeds_capacity (n above the capacity, at once), errc::queue_full (max_waiters waiting,
+  /// at once), errc::closed, `net::error::operation_aborted` (cancelled, or the limiter was destroyed).
+  /// The handler is never invoked from inside this function: it goes through its associated executor.
+  ///
+  /// @par Per-Operation Cancellation
+  /// terminal, partial and total: a waiting operation is removed and completes with operation_aborted. It
+  /// had taken nothing, so nothing is refunded or lost; if the grant came first, the handler gets success.
+  template <REIN_COMPLETION_TOKEN_FOR(void(error_code)) Token = default_token_t>
+  auto async_acquire(std::size_t n = 1, Token&& token = Token{}) {
+    return async_acquire_until(n, time_point::max(), std::forward<Token>(token));
+  }
+
+  /// As async_acquire, failing with errc::timed_out if not granted within `timeout`.
+  template <REIN_COMPLETION_TOKEN_FOR(void(error_code)) Token = default_token_t>
+  auto async_acquire_for(std::size_t n, duration timeout, Token&& token = Token{}) {
+    return async_acquire_until(n, detail::deadline_after<clock_type>(timeout), std::forward<Token>(token));
+  }
+
+  /// As async_acquire, failing with errc::timed_out if not granted by `deadline` (time_point::max(): never).
+  ///
+  /// A wait that cannot be granted by the deadline, given the waiters ahead and the current rate, fails at
+  /// once with errc::timed_out and takes nothing (for a token bucket the prediction is exact; for other
+  /// limits it is a lower bound, and a wait it lets through still times out at the deadline). A grant due
+  /// at the deadline's very instant wins over the timeout.
+  template <REIN_COMPLETION_TOKEN_FOR(void(error_code)) Token = default_token_t>
+  auto async_acquire_until(std::size_t n, time_point deadline, Token&& token = Token{}) {
+    return net::async_initiate<Token, void(error_code)>(initiate_acquire{core_.get()}, token, n, deadline);
+  }
+
+  /// Waits for n units inside a coroutine: `co_await limiter.acquire();`.
+  ///
+  /// When the limit has room and nobody waits, it returns without suspending through the scheduler (the cost
+  /// of a nested `co_await`, a lock and a clock read). Otherwise it waits as async_acquire does. Throws
+  /// `rein::system_error` with the errors listed for async_acquire.
+  net::awaitable<void> acquire(std::size_t n = 1) { return acquire_until(n, time_point::max()); }
+
+  /// As acquire, throwing errc::timed_out if not granted within `timeout`.
+  net::awaitable<void> acquire_for(std::size_t n, duration timeout) {
+    return acquire_until(n, detail::deadline_after<clock_type>(timeout));
+  }
+
+  /// As acquire, throwing errc::timed_out if not granted by `deadline`.
+  net::awaitable<void> acquire_until(std::size_t n, time_point deadline) {
+    if (try_acquire(n)) co_return;
+    co_await async_acquire_until(n, deadline, net::use_awaitable);
+  }
+
+  /// Gives back n units taken earlier and not used (the unused part of an estimate, a call never made),
+  /// never beyond what the limit allows (see the limit's own `refund`). Waiters that now fit are granted.
+  void refund(std::size_t n) {
+    const auto count = static_cast<std::int64_t>(std::min<std::uint64_t>(n, std::numeric_limits<std::int64_t>::max()));
+    update([count](Limit& limit, time_point now) { limit.refund(count, now); });
+  }
+
+  /// Runs `f(Limit&, time_point now)` under the lock, then grants whatever became grantable: the way to
+  /// reconfigure a part of an `algo::all_of` at run time. `f` must not block or use this limiter. If it
+  /// throws, the exception propagates after the waiters have been re-examined.
+  template <class F>
+  decltype(auto) update(F&& f) {
+    return core_->update([&](policy_type& p, time_point now) -> decltype(auto) { return std::forward<F>(f)(p.limit(), now); });
+  }
+
+  /// Runs `f(const Limit&, const wait_stats&)` under the lock and returns its result. `f` must not block or
+  /// use this limiter.
+  template <class F>
+  decltype(auto) inspect(F&& f) const {
+    return core_->inspect([&](const policy_type& p, const wait_stats& w) -> decltype(auto) { return std::forward<F>(f)(p.limit(), w); });
+  }
+
+  /// Completes every waiter with errc::closed; later acquires fail the same way and try_acquire returns
+  /// false. Idempotent.
+  void close() { core_->close(); }
+
+  /// Waiting statistics, copied under the lock in O(1).
+  rate_limiter_snapshot snapshot() const {
+    return inspect([](const Limit&, const wait_stats& w) {
+      rate_limiter_snapshot s;
+      static_cast<wait_stats&>(s) = w;
+      return s;
+    });
+  }
+
+ private:
+  // A named initiation (as Asio's own I/O objects use) so that async_initiate can find the I/O executor.
+  struct initiate_acquire {
+    core_type* core;
+    using executor_type = Executor;
+    executor_type get_executor() const noexcept { return core->get_executor(); }
+
+    template <class Handler>
+    void operator()(Handler&& handler, std::size_t n, time_point deadline) const {
+      core->async_acquire(std::forward<Handler>(handler), n, deadline);
+    }
+  };
+
+  std::shared_ptr<core_type> core_;
+};
+
+/// Several pure rate limits enforced together, all or nothing, behind one waiting line:
+/// `rein::rate_limits<algo::token_bucket, algo::sliding_window> limits(io, algo::all_of{...});`
+/// A request for n takes n from every limit. (Different counts per limit, like seed 004's "1 request and
+/// 800 tokens", need one limiter per limit, acquired in turn: see examples/llm_quota.cpp.)
+template <algo::rate_limit... Limits>
+using rate_limits = basic_rate_limiter<algo::all_of<Limits...>>;
+
+}  // namespace rein

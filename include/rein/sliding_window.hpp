@@ -1,0 +1,164 @@
+// An awaitable exact sliding window: at most `limit` starts in any window of length W.
+#pragma once
+
+#include <rein/algo/sliding_window.hpp>
+#include <rein/config.hpp>
+#include <rein/null_mutex.hpp>
+#include <rein/rate_limiter.hpp>
+#include <rein/wait_stats.hpp>
+
+#if defined(REIN_STANDALONE_ASIO)
+#include <asio/any_io_executor.hpp>
+#include <asio/execution_context.hpp>
+#else
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/execution_context.hpp>
+#endif
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <mutex>
+#include <type_traits>
+
+namespace rein {
+
+/// A sliding window's state, copied out under its lock.
+template <class Duration>
+struct sliding_window_snapshot : wait_stats {
+  std::int64_t in_window = 0;  ///< starts in the window ending now
+  std::int64_t available = 0;  ///< limit - in_window: starts that fit now (if nobody waits)
+  std::int64_t limit = 0;      ///< most starts in any window
+  Duration window{};           ///< the window's length
+};
+
+/// An awaitable exact sliding window: at most `limit` calls start in any window of length `window`, and a
+/// call waits until its start fits. It is what a published quota of "N per window, measured on a sliding
+/// window" needs: unlike a token bucket of the same average rate it never lets `limit + 1` starts into any
+/// window, because room comes back only when a start leaves the window.
+///
+/// ```
+/// rein::sliding_window window(io, {.limit = 500, .window = std::chrono::minutes(1)});
+/// co_await window.acquire();
+/// ```
+///
+/// The rule is `rein::algo::basic_sliding_window` (a log of the last `limit` start times: exact, O(limit)
+/// memory; seed 003's deque of timestamps). A start at s counts during [s, s + window). With 2 per 10 s, five
+/// waiters started at 0.00 .. 0.04 s are granted at 0.00, 0.01, 10.00, 10.01, 20.00 (a token bucket of 0.2 per
+/// second and burst 2 grants them at 0.00, 0.01, 5.0, 10.0, 15.0). For limits in the millions use
+/// `rein::basic_rate_limiter<algo::basic_sliding_window_counter<Clock>>` (O(1) memory, bounded overshoot).
+///
+/// Waiters are served in FIFO order, each at the instant its starts fit, by one timer per window; a waiter
+/// records its starts only when granted, so cancelling it costs nothing. The operations (`acquire`,
+/// `async_acquire`, `_for`, `_until`, `try_acquire`, `refund`, `close`) are those of rein::basic_rate_limiter,
+/// with starts as units. A deadline that cannot be met fails at once with errc::timed_out whenever even
+/// single-start waiters ahead could not make it in time (exact when every waiter asks for one start).
+///
+/// @tparam Executor the I/O executor; completions default to it.
+/// @tparam Clock    the clock of the window and of deadlines; tick of a nanosecond or coarser.
+/// @tparam Mutex    std::mutex (default): safe from many threads and strands; rein::null_mutex: one thread or
+///                  strand only.
+///
+/// @par Thread Safety
+/// With std::mutex, every member function may be called concurrently, except destruction.
+/// With null_mutex, all use must happen on one thread or strand.
+///
+/// @par Lifetime
+/// Not copyable or movable. Destroying it completes every waiter with `net::error::operation_aborted`.
+template <class Executor = net::any_io_executor, class Clock = std::chrono::steady_clock, class Mutex = std::mutex>
+class basic_sliding_window : public basic_rate_limiter<algo::basic_sliding_window<Clock>, Executor, Mutex> {
+  using base = basic_rate_limiter<algo::basic_sliding_window<Clock>, Executor, Mutex>;
+
+ public:
+  using typename base::clock_type;
+  using typename base::duration;
+  using typename base::executor_type;
+  using typename base::limit_type;
+  using typename base::time_point;
+  using snapshot_type = sliding_window_snapshot<duration>;
+
+  /// Construction options: `{.limit = 100, .window = std::chrono::seconds(1)}`.
+  struct options {
+    std::int64_t limit = 0;  ///< most starts in any window, in [1, 2^27]
+    duration window{};       ///< the window's length, > 0
+    /// How many operations may wait at once; one more completes at once with errc::queue_full. Default:
+    /// unbounded.
+    std::size_t max_waiters = std::numeric_limits<std::size_t>::max();
+  };
+
+  /// The window type when rebound to another executor.
+  template <class OtherExecutor>
+  struct rebind_executor {
+    using other = basic_sliding_window<OtherExecutor, Clock, Mutex>;
+  };
+
+  /// Makes an empty window (no starts yet), completing operations on `ex` by default.
+  /// @throws std::invalid_argument if the limit is not in [1, 2^27] or the window is not > 0; the message
+  /// names the type, the field and the value.
+  basic_sliding_window(const executor_type& ex, const options& o)
+      : base(ex, make_window(o), rate_limiter_options{o.max_waiters}) {}
+
+  /// Makes an empty window on an execution context (an io_context).
+  template <class ExecutionContext>
+    requires std::is_convertible_v<ExecutionContext&, net::execution_context&>
+  basic_sliding_window(ExecutionContext& context, const options& o)
+      : basic_sliding_window(context.get_executor(), o) {}
+
+  /// Changes the limit from now on, keeping the most recent starts the new limit can hold. Queued waiters
+  /// are re-timed at once; one queued for more than a lowered limit is granted when the window is empty,
+  /// counting as `limit` starts (new requests above it fail with errc::exceeds_capacity).
+  /// @throws std::invalid_argument as the constructor does, changing nothing.
+  void set_limit(std::int64_t limit) {
+    renamed([&] { this->update([limit](limit_type& w, time_point now) { w.set_limit(limit, now); }); });
+  }
+
+  /// Changes the window's length from now on; the recorded starts are judged by the new length, and queued
+  /// waiters are re-timed at once, earlier or later.
+  /// @throws std::invalid_argument as the constructor does, changing nothing.
+  void set_window(duration window) {
+    renamed([&] { this->update([window](limit_type& w, time_point now) { w.set_window(window, now); }); });
+  }
+
+  /// The most starts in any window: the most one request may ask for.
+  std::int64_t limit() const {
+    return this->inspect([](const limit_type& w, const wait_stats&) { return w.limit(); });
+  }
+
+  /// The window's length.
+  duration window() const {
+    return this->inspect([](const limit_type& w, const wait_stats&) { return w.window(); });
+  }
+
+  /// Starts in, and room left in, the window ending now, with the waiting statistics; O(log limit).
+  snapshot_type snapshot() const {
+    const time_point now = Clock::now();
+    return this->inspect([now](const limit_type& w, const wait_stats& stats) {
+      snapshot_type s;
+      static_cast<wait_stats&>(s) = stats;
+      s.in_window = w.count(now);
+      s.available = w.limit() - s.in_window;
+      s.limit = w.limit();
+      s.window = w.window();
+      return s;
+    });
+  }
+
+ private:
+  template <class F>
+  static decltype(auto) renamed(F&& f) {
+    return detail::renaming_errors("rein::algo::sliding_window", "rein::sliding_window", std::forward<F>(f));
+  }
+
+  static limit_type make_window(const options& o) {
+    return renamed([&] { return limit_type({.limit = o.limit, .window = o.window}, Clock::now()); });
+  }
+};
+
+/// The thread-safe sliding window on any I/O executor and std::chrono::steady_clock.
+using sliding_window = basic_sliding_window<>;
+
+/// The single-threaded sliding window: no locking; use from one thread or strand only.
+using single_thread_sliding_window = basic_sliding_window<net::any_io_executor, std::chrono::steady_clock, null_mutex>;
+
+}  // namespace rein
