@@ -1,0 +1,310 @@
+// A token bucket whose rate adapts to upstream rejections (CUBIC, as the AWS SDKs' "adaptive" retry mode).
+#pragma once
+
+#include <rein/algo/rate_limit.hpp>
+#include <rein/algo/token_bucket.hpp>
+#include <rein/outcome.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <string>
+
+namespace rein::algo {
+
+/// Construction options of `basic_adaptive_rate` (and of the async `rein::adaptive_rate_limiter`).
+///
+/// Defaults are the AWS SDKs' adaptive retry mode (botocore `retries/adaptive.py`, `throttling.py`,
+/// `bucket.py`): beta 0.7, scale 0.4, minimum rate 0.5 per second, a sending rate measured over half-second
+/// windows smoothed by 0.8, and growth capped at twice the measured rate. Only `initial_rate` has no default.
+struct adaptive_rate_options {
+  /// Starting rate in tokens (requests) per second, in [min_rate, max_rate]. A client that does not know the
+  /// quota may start high: the first rejections bring the rate down within a few round trips.
+  double initial_rate = 0;
+  /// The bucket's capacity: the largest burst, in tokens, in [1, 1e15]. Keep it at or below the server's own
+  /// burst allowance (nginx `limit_req ... burst=`); the SDKs use one second's worth, which a server with a
+  /// small burst rejects.
+  std::int64_t burst = 1;
+  /// Tokens at construction, in [0, burst]; default full.
+  std::optional<std::int64_t> initial_tokens{};
+  /// Floor of the rate, tokens per second, > 0: a failing upstream must not stop the client for good.
+  double min_rate = 0.5;
+  /// Ceiling of the rate, tokens per second, in [min_rate, 1e9].
+  double max_rate = 1e9;
+  /// Multiplicative decrease: on congestion the rate becomes `beta` times the rate it was sending at; in (0, 1).
+  double beta = 0.7;
+  /// CUBIC's C, in tokens per second per second cubed, > 0: how fast the rate climbs back. After a decrease
+  /// from W the rate is back at W after K = cbrt(W * (1 - beta) / scale) seconds of successes.
+  double scale = 0.4;
+  /// Width of the windows over which the sending rate is measured, > 0.
+  std::chrono::nanoseconds measure_interval = std::chrono::milliseconds(500);
+  /// Weight of the newest window in the measured rate (an exponential moving average), in (0, 1].
+  double smoothing = 0.8;
+  /// Successes never raise the rate above `max_growth` times the measured sending rate (so a client that
+  /// sends little does not bank an allowance it has never tried); >= 1, infinity disables the cap.
+  double max_growth = 2.0;
+};
+
+/// A token bucket whose rate adapts to the upstream's throttling responses: it drops multiplicatively on a
+/// 429 or 503 and climbs back along a cubic curve while requests succeed, so a client that does not know
+/// the quota converges to it instead of paying the rejections forever.
+///
+/// The control law is CUBIC (RFC 8312, section 4.1) applied to a sending rate, as the AWS SDKs' "adaptive"
+/// retry mode does (botocore `ClientRateLimiter` with `CubicCalculator`, `RateClocker` and `TokenBucket`):
+/// - congestion at time t: `W = min(rate, sending rate)`, `rate = beta * W`,
+///   `K = cbrt(W * (1 - beta) / scale)`, and the curve restarts at t;
+/// - success at time t: `rate = scale * (t - t_decrease - K)^3 + W`, concave up to W (reached K seconds after
+///   the decrease), then convex beyond it, probing for more;
+/// - before any congestion the curve is `initial_rate + scale * (t - t_start)^3` (W = initial_rate, K = 0);
+/// - the rate stays in [min_rate, max_rate], and a success never raises it above max(rate, max_growth x
+///   the sending rate), and never lowers it.
+///
+/// The sending rate is measured from the tokens taken: an exponential moving average over windows of
+/// `measure_interval` (`measured_rate()`), or the current window's rate so far when that is higher. Until
+/// the first window closes it is unknown, and caps nothing.
+///
+/// Where rein departs from the SDKs, and why:
+/// - Congestion from a request sent before the latest decrease is ignored: it reports on the old rate, which
+///   has already been cut (RFC 5681's one reduction per window; the SDKs cut again for every throttled
+///   response in flight, which collapses the rate when many requests are outstanding at once).
+/// - The burst is an option instead of one second's worth of tokens; the limiter is active from the start
+///   (at `initial_rate`) instead of unlimited until the first throttling error; the sending rate is counted
+///   when tokens are taken rather than when responses arrive, window by window (so that the result does not
+///   depend on when anyone looked), and never below the current window's own rate.
+///
+/// It models `rein::algo::rate_limit` (`try_take`, `ready_at`, `refund`, `capacity`, `last_time`) with the
+/// exact integer arithmetic of `basic_token_bucket`: between two feedback calls, admission is the bucket's,
+/// to the nanosecond. Feedback changes the rate from its own time on (tokens up to then arrived at the old
+/// rate). Rates are doubles; every decision is a pure function of the calls and their time stamps.
+///
+/// @par Time
+/// Time is clamped to be monotonic: a stamp earlier than `last_time()` is treated as `last_time()`.
+///
+/// @par Thread Safety
+/// A plain value: distinct objects are independent; one object must not be used concurrently.
+///
+/// @tparam Clock a Chrono clock whose tick is a nanosecond or coarser (default `std::chrono::steady_clock`).
+template <class Clock = std::chrono::steady_clock>
+class basic_adaptive_rate {
+  static_assert(detail::tick_at_least_a_nanosecond<Clock>, "rein::algo: the clock's tick must be >= 1 ns");
+
+ public:
+  using clock = Clock;
+  using time_point = typename Clock::time_point;
+  using duration = typename Clock::duration;
+  using options = adaptive_rate_options;
+
+  /// Makes the limiter at time `now`, sending at `o.initial_rate` with `o.initial_tokens` (default: full).
+  /// @throws std::invalid_argument naming the field and the value if an option is outside its documented
+  /// range (NaN and infinities included, except an infinite `max_growth`).
+  basic_adaptive_rate(const options& o, time_point now)
+      : options_(validated(o)),
+        bucket_({.rate = o.initial_rate, .capacity = o.burst, .initial_tokens = o.initial_tokens}, now),
+        rate_(o.initial_rate),
+        w_max_(o.initial_rate),
+        epoch_ns_(detail::to_ns(now)),
+        latest_ns_(epoch_ns_),
+        window_start_ns_(epoch_ns_) {}
+
+  // ---- rein::algo::rate_limit --------------------------------------------------------------------------
+
+  /// Takes n tokens at t if n are there (see `basic_token_bucket::try_take`); the n count towards the
+  /// measured sending rate.
+  /// @throws std::invalid_argument if n < 0.
+  take_result try_take(std::int64_t n, time_point t) {
+    const std::int64_t now = clamp(t);
+    const take_result result = bucket_.try_take(n, at(now));
+    if (result == take_result::allowed) {
+      observe(at(now));
+      sent_in_window_ += n;
+    }
+    return result;
+  }
+
+  /// The earliest time, not before max(t, last_time()), at which n tokens are there at the current rate, or
+  /// std::nullopt (n > capacity(), or beyond the clock's range). Feedback moves it either way. Reads only.
+  /// @throws std::invalid_argument if n < 0.
+  std::optional<time_point> ready_at(std::int64_t n, time_point t) const { return bucket_.ready_at(n, at(clamp(t))); }
+
+  /// Gives back n tokens at t (a call that was not made), never above the burst; they no longer count as sent
+  /// in the current measuring window.
+  /// @throws std::invalid_argument if n < 0.
+  void refund(std::int64_t n, time_point t) {
+    const std::int64_t now = observe(t);
+    bucket_.refund(n, at(now));
+    sent_in_window_ -= std::min(n, sent_in_window_);
+  }
+
+  /// The burst: the largest n a single request may ask for.
+  std::int64_t capacity() const noexcept { return bucket_.capacity(); }
+
+  /// The latest time stamp seen by a call that changes the state (a take, a refund, feedback).
+  time_point last_time() const noexcept { return at(latest_ns_); }
+
+  // ---- feedback ------------------------------------------------------------------------------------------
+
+  /// Reports how a request sent at `sent` ended, at time `now`: `success` may raise the rate, `congestion`
+  /// (429, 503, a timeout: see rein::classify_http_status) lowers it unless the request was sent before the
+  /// latest decrease, `ignored` changes nothing.
+  void record(outcome result, time_point sent, time_point now) {
+    if (result == outcome::success) on_success(now);
+    if (result == outcome::congestion) on_congestion(sent, now);
+  }
+
+  /// A request succeeded at `now`: the rate moves to the cubic curve's value at `now`, within the bounds and
+  /// the growth cap, and never down. Returns true if the rate rose.
+  bool on_success(time_point now) {
+    const std::int64_t t = observe(now);
+    double next = std::clamp(curve(t), options_.min_rate, options_.max_rate);
+    if (const auto sending = sending_rate(t); sending && next > rate_)
+      next = std::min(next, std::max(rate_, options_.max_growth * *sending));
+    if (!(next > rate_)) return false;
+    ++increases_;
+    apply(next, t);
+    return true;
+  }
+
+  /// A request sent at `sent` was throttled, seen at `now`. Unless it was sent before the latest decrease,
+  /// the rate drops to `beta` times the lower of the rate and the sending rate, and the cubic
+  /// curve restarts from there. Returns true if this was such a decrease, false if the signal was stale.
+  bool on_congestion(time_point sent, time_point now) {
+    const std::int64_t t = observe(now);
+    if (detail::to_ns(sent) < epoch_ns_ && decreases_ > 0) {
+      ++stale_;
+      return false;
+    }
+    const auto sending = sending_rate(t);
+    w_max_ = sending ? std::min(rate_, *sending) : rate_;
+    k_ = std::cbrt(w_max_ * (1.0 - options_.beta) / options_.scale);
+    epoch_ns_ = t;
+    ++decreases_;
+    apply(std::clamp(options_.beta * w_max_, options_.min_rate, options_.max_rate), t);
+    return true;
+  }
+
+  // ---- readings ------------------------------------------------------------------------------------------
+
+  /// The current rate, tokens per second.
+  double rate() const noexcept { return rate_; }
+  /// The tokens in the bucket at t (fractional, rounded to a double). Reads only.
+  double tokens(time_point t) const { return bucket_.tokens(at(clamp(t))); }
+  /// The measured sending rate, tokens per second: an exponential moving average over the windows of
+  /// `measure_interval`, as of the latest window that a take or feedback call has closed; std::nullopt until
+  /// then.
+  std::optional<double> measured_rate() const noexcept { return measured_; }
+  /// CUBIC's W: the rate the latest decrease started from (initial_rate before any), tokens per second.
+  double rate_at_decrease() const noexcept { return w_max_; }
+  /// CUBIC's K: seconds from the latest decrease until the curve is back at rate_at_decrease().
+  double recovery_seconds() const noexcept { return k_; }
+  /// When the current curve started: the latest decrease, or construction.
+  time_point curve_start() const noexcept { return at(epoch_ns_); }
+  /// Congestion signals that lowered the rate.
+  std::uint64_t decreases() const noexcept { return decreases_; }
+  /// Successes that raised the rate.
+  std::uint64_t increases() const noexcept { return increases_; }
+  /// Congestion signals ignored because their request was sent before the latest decrease.
+  std::uint64_t stale_congestion() const noexcept { return stale_; }
+  const options& get_options() const noexcept { return options_; }
+
+ private:
+  static constexpr const char* type_name = "rein::algo::adaptive_rate";
+
+  static time_point at(std::int64_t ns) noexcept {
+    return time_point(std::chrono::ceil<duration>(std::chrono::nanoseconds(ns)));
+  }
+
+  std::int64_t clamp(time_point t) const noexcept { return std::max(detail::to_ns(t), latest_ns_); }
+
+  // Every state-changing call goes through here: time moves on, and the measuring window rolls.
+  std::int64_t observe(time_point t) {
+    const std::int64_t now = clamp(t);
+    latest_ns_ = now;
+    roll_window(now);
+    return now;
+  }
+
+  // Windows are [start, start + interval). When time has left the current one, its count becomes the newest
+  // sample of the average, and every window passed since is a sample of zero. Folding window by window (the
+  // SDKs' RateClocker instead spreads the count over all the windows passed) makes the result independent of
+  // when the roll happens, so a denied take need not roll and reading changes nothing.
+  void roll_window(std::int64_t now) {
+    const std::int64_t interval = options_.measure_interval.count();
+    const std::int64_t passed = (now - window_start_ns_) / interval;
+    if (passed == 0) return;
+    const double sample = static_cast<double>(sent_in_window_) * 1e9 / static_cast<double>(interval);
+    const double keep = 1.0 - options_.smoothing;
+    measured_ = measured_ ? options_.smoothing * sample + keep * *measured_ : sample;
+    if (passed > 1) *measured_ *= std::pow(keep, static_cast<double>(passed - 1));
+    window_start_ns_ += passed * interval;
+    sent_in_window_ = 0;
+  }
+
+  // What the client has been sending: the smoothed rate of past windows, or the current window's rate so far
+  // if higher (a burst after an idle spell is not a slow sender). Unknown before the first window closes.
+  std::optional<double> sending_rate(std::int64_t now) const noexcept {
+    if (!measured_) return std::nullopt;
+    const std::int64_t elapsed = now - window_start_ns_;
+    if (sent_in_window_ > 0 && elapsed == 0) return std::numeric_limits<double>::infinity();
+    const double partial = elapsed == 0 ? 0.0 : static_cast<double>(sent_in_window_) * 1e9 / static_cast<double>(elapsed);
+    return std::max(*measured_, partial);
+  }
+
+  double curve(std::int64_t now) const noexcept {
+    const double x = static_cast<double>(now - epoch_ns_) / 1e9 - k_;
+    return options_.scale * x * x * x + w_max_;
+  }
+
+  void apply(double next, std::int64_t now) {
+    if (next == rate_) return;
+    bucket_.set_rate(next, at(now));
+    rate_ = next;
+  }
+
+  static void check(bool ok, const char* rule, const std::string& got) {
+    if (!ok) detail::throw_invalid(type_name, rule, got);
+  }
+
+  static const options& validated(const options& o) {
+    using detail::show;
+    const double max_bucket_rate = basic_token_bucket<Clock>::max_rate;
+    check(o.min_rate > 0 && o.min_rate <= max_bucket_rate, "min_rate must be > 0 and at most 1e9 tokens per second",
+          show(o.min_rate));
+    check(o.max_rate >= o.min_rate && o.max_rate <= max_bucket_rate,
+          "max_rate must be in [min_rate, 1e9] tokens per second", show(o.max_rate));
+    check(o.initial_rate >= o.min_rate && o.initial_rate <= o.max_rate, "initial_rate must be in [min_rate, max_rate]",
+          show(o.initial_rate));
+    check(o.burst >= 1 && o.burst <= basic_token_bucket<Clock>::max_capacity, "burst must be in [1, 1e15] tokens",
+          show(o.burst));
+    check(!o.initial_tokens || (*o.initial_tokens >= 0 && *o.initial_tokens <= o.burst),
+          "initial_tokens must be in [0, burst]", show(o.initial_tokens.value_or(0)));
+    check(o.beta > 0 && o.beta < 1, "beta must be in (0, 1)", show(o.beta));
+    check(o.scale > 0 && o.scale < std::numeric_limits<double>::infinity(), "scale must be > 0 and finite",
+          show(o.scale));
+    check(o.measure_interval.count() > 0, "measure_interval must be > 0 ns", show(o.measure_interval.count()));
+    check(o.smoothing > 0 && o.smoothing <= 1, "smoothing must be in (0, 1]", show(o.smoothing));
+    check(o.max_growth >= 1, "max_growth must be >= 1", show(o.max_growth));
+    return o;
+  }
+
+  options options_;
+  basic_token_bucket<Clock> bucket_;
+  double rate_;
+  double w_max_;
+  double k_ = 0;
+  std::int64_t epoch_ns_;
+  std::int64_t latest_ns_;
+  std::int64_t window_start_ns_;
+  std::int64_t sent_in_window_ = 0;
+  std::optional<double> measured_{};
+  std::uint64_t decreases_ = 0;
+  std::uint64_t increases_ = 0;
+  std::uint64_t stale_ = 0;
+};
+
+/// The adaptive rate on `std::chrono::steady_clock`.
+using adaptive_rate = basic_adaptive_rate<>;
+
+}  // namespace rein::algo

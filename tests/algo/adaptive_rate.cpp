@@ -1,0 +1,401 @@
+// rein::algo::adaptive_rate: CUBIC rate adaptation on explicit times (issue 6), exact bucket admission, and a
+// deterministic run against a model of nginx's limit_req.
+#include "support/catch.hpp"
+
+#include <rein/algo/adaptive_rate.hpp>
+#include <rein/algo/rate_limit.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <limits>
+#include <optional>
+#include <queue>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace std::chrono_literals;
+using rein::outcome;
+using rein::algo::adaptive_rate;
+using rein::algo::adaptive_rate_options;
+using rein::algo::take_result;
+using time_point = adaptive_rate::time_point;
+
+static_assert(rein::algo::rate_limit<adaptive_rate>);
+
+// Far from the clock's epoch, so that nothing depends on starting at zero.
+const time_point t0 = time_point{} + 1000h;
+
+// Doubles computed along the same formula in another order may differ in the last bits.
+Approx near(double v) { return Approx(v).epsilon(1e-12); }
+
+adaptive_rate_options with_rate(double initial, std::int64_t burst = 1) {
+  adaptive_rate_options o;
+  o.initial_rate = initial;
+  o.burst = burst;
+  return o;
+}
+
+// The cubic curve alone: no measuring window closes within these tests, so the sending rate stays unknown
+// and caps nothing (a test that takes no tokens would otherwise be a client sending nothing).
+adaptive_rate_options curve_only(double initial) {
+  adaptive_rate_options o = with_rate(initial);
+  o.measure_interval = 1000h;
+  return o;
+}
+
+// Takes one token at each time in [from, from + count * every), asserting each is admitted.
+void take_every(adaptive_rate& r, time_point from, int count, std::chrono::nanoseconds every) {
+  for (int i = 0; i < count; ++i) REQUIRE(r.try_take(1, from + i * every) == take_result::allowed);
+}
+
+std::string message_of(const adaptive_rate_options& o) {
+  try {
+    adaptive_rate r(o, t0);
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "(no exception)";
+}
+
+}  // namespace
+
+TEST_CASE("adaptive_rate: starts at the initial rate with a full bucket, admitting exactly as a token bucket") {
+  adaptive_rate r(with_rate(10, 2), t0);
+  CHECK(r.rate() == 10);
+  CHECK(r.capacity() == 2);
+  CHECK(r.tokens(t0) == 2);
+  CHECK_FALSE(r.measured_rate());
+  CHECK(r.try_take(2, t0) == take_result::allowed);
+  CHECK(r.try_take(1, t0) == take_result::denied);
+  CHECK(r.ready_at(1, t0) == t0 + 100ms);
+  CHECK(r.try_take(1, t0 + 100ms - 1ns) == take_result::denied);
+  CHECK(r.try_take(1, t0 + 100ms) == take_result::allowed);
+  CHECK(r.try_take(3, t0 + 10s) == take_result::exceeds_capacity);
+  CHECK(r.last_time() == t0 + 100ms);  // denied and oversized requests change nothing
+}
+
+TEST_CASE("adaptive_rate: a 429 cuts the rate to beta times the sending rate, from that instant on") {
+  auto o = with_rate(10);
+  o.beta = 0.5;
+  adaptive_rate r(o, t0);
+  REQUIRE(r.try_take(1, t0) == take_result::allowed);
+  // Half a token arrived at 10/s by 50 ms; the other half takes 100 ms at 5/s.
+  CHECK(r.on_congestion(t0, t0 + 50ms));
+  CHECK(r.rate() == 5);
+  CHECK(r.rate_at_decrease() == 10);
+  CHECK(r.decreases() == 1);
+  CHECK(r.curve_start() == t0 + 50ms);
+  CHECK(r.ready_at(1, t0 + 50ms) == t0 + 150ms);
+  CHECK(r.try_take(1, t0 + 150ms - 1ns) == take_result::denied);
+  CHECK(r.try_take(1, t0 + 150ms) == take_result::allowed);
+}
+
+TEST_CASE("adaptive_rate: congestion from a request sent before the latest decrease is ignored") {
+  auto o = with_rate(100);
+  o.beta = 0.5;
+  adaptive_rate r(o, t0);
+  CHECK(r.on_congestion(t0, t0 + 10ms));
+  CHECK(r.rate() == 50);
+  // Sent at 5 ms, under the old rate, which is already cut: one cut per round trip.
+  CHECK_FALSE(r.on_congestion(t0 + 5ms, t0 + 12ms));
+  CHECK(r.rate() == 50);
+  CHECK(r.stale_congestion() == 1);
+  // Sent at the instant of the decrease: already under the new rate.
+  CHECK(r.on_congestion(t0 + 10ms, t0 + 20ms));
+  CHECK(r.rate() == 25);
+  CHECK(r.decreases() == 2);
+}
+
+TEST_CASE("adaptive_rate: record maps outcomes: success raises, congestion cuts, ignored changes nothing") {
+  auto o = curve_only(100);
+  o.beta = 0.5;
+  adaptive_rate r(o, t0);
+  r.record(outcome::ignored, t0, t0 + 1s);
+  CHECK(r.rate() == 100);
+  CHECK(r.last_time() == t0);
+  r.record(outcome::congestion, t0, t0 + 1s);
+  CHECK(r.rate() == 50);
+  r.record(outcome::success, t0 + 1s, t0 + 2s);
+  CHECK(r.rate() > 50);
+  CHECK(r.increases() == 1);
+}
+
+TEST_CASE("adaptive_rate: after a decrease the rate climbs back along the cubic curve, at W after K seconds") {
+  auto o = curve_only(100);
+  o.beta = 0.5;
+  o.scale = 0.4;  // K = cbrt(100 * (1 - 0.5) / 0.4) = cbrt(125) = 5 s
+  adaptive_rate r(o, t0);
+  const time_point cut = t0 + 1s;
+  REQUIRE(r.on_congestion(t0, cut));
+  CHECK(r.recovery_seconds() == near(5));
+  CHECK(r.rate() == 50);
+  CHECK(r.on_success(cut + 1s));
+  CHECK(r.rate() == near(100 + 0.4 * (1 - 5) * (1 - 5) * (1 - 5)));  // 74.4: concave, quick at first
+  CHECK(r.on_success(cut + 4s));
+  CHECK(r.rate() == near(99.6));  // flat near W: the plateau where the last loss happened
+  CHECK(r.on_success(cut + 5s));
+  CHECK(r.rate() == near(100));
+  CHECK(r.on_success(cut + 10s));
+  CHECK(r.rate() == near(150));  // convex beyond W: probing, as fast as it fell
+  CHECK(r.increases() == 4);
+}
+
+TEST_CASE("adaptive_rate: before any congestion the rate grows as initial_rate + scale t^3") {
+  adaptive_rate r(curve_only(10), t0);  // the SDKs' scale 0.4
+  CHECK(r.recovery_seconds() == 0);
+  CHECK(r.on_success(t0 + 1s));
+  CHECK(r.rate() == near(10.4));
+  CHECK(r.on_success(t0 + 2s));
+  CHECK(r.rate() == near(13.2));
+}
+
+TEST_CASE("adaptive_rate: a success never lowers the rate, and time never runs backwards") {
+  adaptive_rate r(curve_only(10), t0);
+  REQUIRE(r.on_success(t0 + 2s));
+  const double rate = r.rate();
+  CHECK_FALSE(r.on_success(t0 + 1s));  // treated as t0 + 2s
+  CHECK(r.rate() == rate);
+  CHECK(r.last_time() == t0 + 2s);
+  CHECK(r.increases() == 1);
+}
+
+TEST_CASE("adaptive_rate: the rate stays between its floor and its ceiling") {
+  auto o = curve_only(2);
+  o.min_rate = 1;
+  o.max_rate = 12;
+  o.beta = 0.5;
+  adaptive_rate r(o, t0);
+  CHECK(r.on_congestion(t0, t0 + 1ms));
+  CHECK(r.rate() == 1);
+  CHECK(r.on_congestion(t0 + 1ms, t0 + 2ms));
+  CHECK(r.rate() == 1);  // beta * 1 = 0.5 is under the floor
+  CHECK(r.decreases() == 2);
+  CHECK(r.on_success(t0 + 100s));
+  CHECK(r.rate() == 12);
+}
+
+TEST_CASE("adaptive_rate: the sending rate is averaged window by window, whenever it is looked at") {
+  auto o = with_rate(1000, 1000);
+  o.measure_interval = 500ms;
+  o.smoothing = 0.8;
+  adaptive_rate a(o, t0);
+  adaptive_rate b(o, t0);
+  for (adaptive_rate* r : {&a, &b}) {
+    take_every(*r, t0, 10, 50ms);         // window [0, 0.5 s): 10 tokens, 20 per second
+    take_every(*r, t0 + 500ms, 5, 50ms);  // window [0.5 s, 1 s): 5 tokens, 10 per second
+  }
+  CHECK(a.measured_rate() == near(20));
+  // b also closes windows at 1.2 s and 2.2 s; a only at 2.6 s. Windows without takes are samples of zero.
+  b.refund(0, t0 + 1200ms);
+  CHECK(b.measured_rate() == near(0.8 * 10 + 0.2 * 20));
+  b.refund(0, t0 + 2200ms);
+  a.refund(0, t0 + 2600ms);
+  b.refund(0, t0 + 2600ms);
+  const double expected = (0.8 * 10 + 0.2 * 20) * 0.2 * 0.2 * 0.2;  // three empty windows: 1, 1.5 and 2 s
+  CHECK(a.measured_rate() == near(expected));
+  CHECK(b.measured_rate() == near(expected));
+}
+
+TEST_CASE("adaptive_rate: a client sending below its allowance is cut from what it sent") {
+  auto o = with_rate(100, 100);
+  o.measure_interval = 500ms;
+  adaptive_rate r(o, t0);
+  take_every(r, t0, 10, 50ms);  // 20 per second while allowed 100
+  REQUIRE(r.on_congestion(t0 + 400ms, t0 + 500ms));
+  CHECK(r.measured_rate() == near(20));
+  CHECK(r.rate_at_decrease() == near(20));
+  CHECK(r.rate() == near(0.7 * 20));
+}
+
+TEST_CASE("adaptive_rate: a burst after an idle spell is not mistaken for a slow sender") {
+  auto o = with_rate(100, 100);
+  o.measure_interval = 500ms;
+  adaptive_rate r(o, t0);
+  take_every(r, t0, 10, 10ms);
+  take_every(r, t0 + 10s, 20, 1ms);  // after 10 idle seconds the average is next to nothing
+  REQUIRE(r.measured_rate() < 1e-10);
+  REQUIRE(r.on_congestion(t0 + 10s + 19ms, t0 + 10s + 20ms));
+  CHECK(r.rate_at_decrease() == 100);  // this window runs at 1000 per second: the allowance was the limit
+  CHECK(r.rate() == near(70));
+}
+
+TEST_CASE("adaptive_rate: successes do not raise the rate beyond max_growth times what is sent") {
+  auto o = with_rate(100, 100);
+  o.measure_interval = 500ms;
+  o.max_growth = 2;
+  adaptive_rate r(o, t0);
+  take_every(r, t0, 10, 50ms);  // 20 per second
+  CHECK_FALSE(r.on_success(t0 + 10s));  // the curve says 500; 2 x 20 = 40 is below the rate already held
+  CHECK(r.rate() == 100);
+  CHECK(r.increases() == 0);
+
+  auto low = with_rate(10, 100);
+  low.measure_interval = 500ms;
+  low.scale = 1000;
+  adaptive_rate s(low, t0);
+  take_every(s, t0, 5, 100ms);     // 10 per second, as allowed
+  CHECK(s.on_success(t0 + 500ms));  // the curve says 10 + 1000 x 0.5^3 = 135; capped at 2 x 10
+  CHECK(s.rate() == near(20));
+}
+
+TEST_CASE("adaptive_rate: refund gives tokens back and un-counts them from the sending rate") {
+  auto o = with_rate(10, 4);
+  o.measure_interval = 1s;
+  adaptive_rate r(o, t0);
+  REQUIRE(r.try_take(4, t0) == take_result::allowed);
+  r.refund(3, t0 + 10ms);
+  CHECK(r.tokens(t0 + 10ms) == near(3.1));
+  r.refund(0, t0 + 1s);
+  CHECK(r.measured_rate() == near(1));
+}
+
+TEST_CASE("adaptive_rate: invalid options throw, naming the type, the field and the value") {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  struct bad {
+    std::function<void(adaptive_rate_options&)> change;
+    std::string field;
+    std::string value;
+  };
+  const std::vector<bad> cases = {
+      {[](auto& o) { o.initial_rate = 0; }, "initial_rate", "got 0"},
+      {[&](auto& o) { o.initial_rate = nan; }, "initial_rate", "got nan"},
+      {[](auto& o) { o.initial_rate = 0.25; }, "initial_rate", "got 0.25"},  // under min_rate 0.5
+      {[](auto& o) { o.min_rate = -1; }, "min_rate", "got -1"},
+      {[](auto& o) { o.max_rate = 2e9; }, "max_rate", "got 2e+09"},
+      {[](auto& o) { o.max_rate = 5; }, "max_rate", "got 5"},  // below initial_rate 10 (reported as such)
+      {[](auto& o) { o.burst = 0; }, "burst", "got 0"},
+      {[](auto& o) { o.initial_tokens = 3; }, "initial_tokens", "got 3"},
+      {[](auto& o) { o.beta = 1; }, "beta", "got 1"},
+      {[&](auto& o) { o.scale = inf; }, "scale", "got inf"},
+      {[](auto& o) { o.measure_interval = 0ns; }, "measure_interval", "got 0"},
+      {[](auto& o) { o.smoothing = 0; }, "smoothing", "got 0"},
+      {[](auto& o) { o.max_growth = 0.5; }, "max_growth", "got 0.5"},
+  };
+  for (const auto& c : cases) {
+    adaptive_rate_options o = with_rate(10, 2);
+    c.change(o);
+    const std::string what = message_of(o);
+    INFO(what);
+    if (c.field == "max_rate" && c.value == "got 5") {
+      CHECK(what == "rein::algo::adaptive_rate: initial_rate must be in [min_rate, max_rate], got 10");
+      continue;
+    }
+    CHECK(what.rfind("rein::algo::adaptive_rate: " + c.field + " must be", 0) == 0);
+    CHECK(what.substr(what.size() - c.value.size()) == c.value);
+  }
+  adaptive_rate_options unlimited_growth = with_rate(10);
+  unlimited_growth.max_growth = inf;
+  CHECK_NOTHROW(adaptive_rate(unlimited_growth, t0));
+}
+
+namespace {
+
+// nginx's limit_req (ngx_http_limit_req_module.c): a leaky bucket of `rate` requests per second kept in
+// thousandths of a request at millisecond resolution; a request is rejected when the excess over the rate
+// would pass `burst` (with nodelay, admitted requests are served at once). A new key starts with no excess.
+struct limit_req_model {
+  std::int64_t rate;
+  std::int64_t burst;
+  std::int64_t excess = 0;
+  std::int64_t last_ms = 0;
+  bool seen = false;
+
+  bool admit(time_point t) {
+    const std::int64_t ms = std::chrono::duration_cast<std::chrono::milliseconds>(t - t0).count();
+    if (!seen) {
+      seen = true;
+      last_ms = ms;
+      return true;
+    }
+    std::int64_t next = excess - rate * (ms - last_ms) + 1000;
+    if (next < 0) next = 0;
+    if (next > burst * 1000) return false;
+    excess = next;
+    last_ms = ms;
+    return true;
+  }
+};
+
+struct run_totals {
+  std::vector<int> sent, rejected, accepted;  // per second
+};
+
+// `workers` callers take one token each (FIFO), send, and see the answer `latency` later, then queue again.
+// Event by event, on explicit times only.
+run_totals run_against_limit_req(adaptive_rate& limiter, int workers, std::chrono::nanoseconds latency, int seconds) {
+  struct answer {
+    time_point at;
+    time_point sent;
+    bool accepted;
+    bool operator>(const answer& other) const { return at > other.at; }
+  };
+  limit_req_model server{200, 20};
+  std::priority_queue<answer, std::vector<answer>, std::greater<>> in_flight;
+  int idle = workers;
+  run_totals totals{std::vector<int>(static_cast<std::size_t>(seconds)), std::vector<int>(static_cast<std::size_t>(seconds)),
+                    std::vector<int>(static_cast<std::size_t>(seconds))};
+  const time_point end = t0 + std::chrono::seconds(seconds);
+  time_point now = t0;
+  while (now < end) {
+    const time_point next_answer = in_flight.empty() ? time_point::max() : in_flight.top().at;
+    const time_point next_grant = idle > 0 ? limiter.ready_at(1, now).value() : time_point::max();
+    if (next_answer <= next_grant) {
+      now = next_answer;
+      const answer a = in_flight.top();
+      in_flight.pop();
+      limiter.record(a.accepted ? outcome::success : outcome::congestion, a.sent, now);
+      ++idle;
+      continue;
+    }
+    now = next_grant;
+    if (now >= end) break;
+    REQUIRE(limiter.try_take(1, now) == take_result::allowed);  // ready_at is exact
+    --idle;
+    const bool accepted = server.admit(now);
+    const auto second = static_cast<std::size_t>((now - t0) / 1s);
+    ++totals.sent[second];
+    ++(accepted ? totals.accepted : totals.rejected)[second];
+    in_flight.push({now + latency, now, accepted});
+  }
+  return totals;
+}
+
+int sum(const std::vector<int>& v, std::size_t from) {
+  int total = 0;
+  for (std::size_t i = from; i < v.size(); ++i) total += v[i];
+  return total;
+}
+
+}  // namespace
+
+TEST_CASE("adaptive_rate: starting at 5x a limit_req of 200/s, it converges and stops paying 429s") {
+  const int seconds = 10;
+  for (const std::chrono::microseconds latency : {200us, 1000us, 5000us}) {
+    INFO("latency " << latency.count() << " us");
+    adaptive_rate limiter(with_rate(1000, 10), t0);
+    const run_totals run = run_against_limit_req(limiter, 16, latency, seconds);
+    const int sent_later = sum(run.sent, 2);
+    const int rejected_later = sum(run.rejected, 2);
+    INFO("after 2 s: " << rejected_later << " of " << sent_later << " rejected; rate now " << limiter.rate());
+    CHECK(rejected_later * 100 < sent_later);                // under 1% after the first two seconds
+    CHECK(sum(run.accepted, 0) >= 0.9 * 200 * seconds);      // and the quota is used, not given away
+    CHECK(sum(run.sent, 2) <= 1.1 * 200 * (seconds - 2));    // no longer sending far above it
+    CHECK(limiter.decreases() >= 2);
+  }
+}
+
+TEST_CASE("adaptive_rate: the contrast: a fixed rate of 5x the limit pays 429s for ever") {
+  auto o = with_rate(1000, 10);
+  o.min_rate = 1000;  // pinned: the floor is the ceiling
+  o.max_rate = 1000;
+  adaptive_rate fixed(o, t0);
+  const run_totals run = run_against_limit_req(fixed, 16, 1ms, 4);
+  CHECK(sum(run.rejected, 2) * 10 > sum(run.sent, 2) * 7);  // over 70% rejected
+}
