@@ -6,6 +6,8 @@
 
 #include <chrono>
 #include <cstddef>
+#include <stdexcept>
+#include <string>
 #include <utility>
 
 namespace rein {
@@ -64,6 +66,22 @@ class permit {
 
   /// Gives the slots back without an outcome (reported as `outcome::ignored`).
   void release() noexcept { complete(outcome::ignored); }
+
+  /// Moves n of this permit's slots into a new permit, so that they can be given back early and separately
+  /// (tokio's `SemaphorePermit::split`; Go's x/sync `Release(n)` gives back part of a weighted acquire).
+  /// Both parts keep the grant time, and each reports its own outcome when it goes back. n == count() moves
+  /// everything (this permit becomes empty); n == 0 returns an empty permit.
+  ///
+  /// @throws std::invalid_argument if n > count().
+  permit split(std::size_t n) {
+    if (n > count_)
+      throw std::invalid_argument("rein::permit::split: n must be <= count(), got n = " + std::to_string(n) +
+                                  " with count() = " + std::to_string(count_));
+    if (n == 0) return permit();
+    if (n == count_) return std::move(*this);
+    count_ -= n;
+    return permit(source_, n, stamp_);
+  }
 
  private:
   detail::permit_source* source_ = nullptr;
