@@ -474,6 +474,21 @@ TEST_CASE("a waiter whose deadline passes because the rate dropped times out at 
   CHECK(b.snapshot().timed_out_total == 1);
 }
 
+TEST_CASE("a deadline behind other waiters is judged against the whole line, at once", "[token_bucket][deadline]") {
+  fixture f;
+  completion_log log;
+  bucket b(f.io, {.rate = 10, .capacity = 2});
+  CHECK(b.try_acquire(2));
+  b.async_acquire(2, log.handler(0));                   // at 0.2 s
+  b.async_acquire_until(1, at(250ms), log.handler(1));  // behind it: at 0.3 s, after its deadline
+  b.async_acquire_until(1, at(300ms), log.handler(2));  // the same place in line: meets it exactly
+  b.async_acquire_until(2, at(499ms), log.handler(3));  // then 2 more: at 0.5 s
+  f.poll_at(time_point{});
+  CHECK(log.lines == std::vector<std::string>{"1 0ms timed_out", "3 0ms timed_out"});
+  f.run_to(tick(6), 10ms);
+  CHECK(log.lines == std::vector<std::string>{"1 0ms timed_out", "3 0ms timed_out", "0 200ms ok", "2 300ms ok"});
+}
+
 TEST_CASE("a deadline already past fails at once unless tokens are there", "[token_bucket][deadline]") {
   fixture f;
   completion_log log;
