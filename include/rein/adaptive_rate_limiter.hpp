@@ -1,0 +1,170 @@
+// An awaitable token bucket whose rate adapts to the upstream's throttling responses (issue 6).
+#pragma once
+
+#include <rein/algo/adaptive_rate.hpp>
+#include <rein/config.hpp>
+#include <rein/null_mutex.hpp>
+#include <rein/outcome.hpp>
+#include <rein/rate_limiter.hpp>
+#include <rein/wait_stats.hpp>
+
+#if defined(REIN_STANDALONE_ASIO)
+#include <asio/any_io_executor.hpp>
+#include <asio/execution_context.hpp>
+#else
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/execution_context.hpp>
+#endif
+
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <type_traits>
+#include <utility>
+
+namespace rein {
+
+/// An adaptive rate limiter's state, copied out under its lock.
+struct adaptive_rate_limiter_snapshot : wait_stats {
+  double rate = 0;                       ///< tokens (requests) per second now
+  double tokens = 0;                     ///< in the bucket now (fractional; decisions are exact)
+  std::int64_t burst = 0;                ///< the bucket's capacity
+  std::optional<double> measured_rate;   ///< what the client has been taking per second (unknown at first)
+  double rate_at_decrease = 0;           ///< the rate the latest cut started from (CUBIC's W)
+  std::uint64_t decreases = 0;           ///< congestion signals that cut the rate
+  std::uint64_t increases = 0;           ///< successes that raised it
+  std::uint64_t stale_congestion = 0;    ///< congestion from requests sent before the latest cut, ignored
+  bool at_floor = false;                 ///< rate == min_rate
+  bool at_ceiling = false;               ///< rate == max_rate
+};
+
+/// An awaitable token bucket whose rate follows the upstream's answers: `record(outcome::congestion, sent)`
+/// for a 429 or 503 cuts the rate multiplicatively, and successes let it climb back along a cubic curve. A
+/// client that does not know the quota converges to it instead of paying the rejections forever.
+///
+/// ```
+/// rein::adaptive_rate_limiter limiter(io, {.initial_rate = 1000, .burst = 10});
+/// co_await limiter.acquire();
+/// const auto sent = std::chrono::steady_clock::now();
+/// auto response = co_await call();
+/// limiter.record(rein::classify_http_status(response.status), sent);
+/// ```
+///
+/// The rule is `rein::algo::basic_adaptive_rate`: CUBIC (RFC 8312) on a sending rate, as in the AWS SDKs'
+/// "adaptive" retry mode, with one cut per round trip (congestion from a request sent before the latest cut
+/// is ignored: that request reported on a rate already abandoned). Admission between two feedback calls is
+/// `rein::token_bucket`'s, exact to the nanosecond; each `record` re-times the queued waiters at once,
+/// earlier (the rate rose) or later (it was cut).
+///
+/// The operations (`acquire`, `async_acquire`, `_for`, `_until`, `try_acquire`, `refund`, `close`) are those
+/// of rein::basic_rate_limiter, with tokens as units. A deadline that the current rate cannot meet fails at
+/// once, although a later rise of the rate might have met it.
+///
+/// @tparam Executor the I/O executor; completions default to it.
+/// @tparam Clock    the clock of refill, feedback and deadlines; tick of a nanosecond or coarser
+///                  (std::chrono::steady_clock; rein::testing::manual_clock in tests).
+/// @tparam Mutex    std::mutex (default): safe from many threads and strands; rein::null_mutex: one thread or
+///                  strand only.
+///
+/// @par Thread Safety
+/// With std::mutex, every member function may be called concurrently, except destruction.
+/// With null_mutex, all use must happen on one thread or strand.
+///
+/// @par Lifetime
+/// Not copyable or movable. Destroying it completes every waiter with `net::error::operation_aborted`.
+template <class Executor = net::any_io_executor, class Clock = std::chrono::steady_clock, class Mutex = std::mutex>
+class basic_adaptive_rate_limiter : public basic_rate_limiter<algo::basic_adaptive_rate<Clock>, Executor, Mutex> {
+  using base = basic_rate_limiter<algo::basic_adaptive_rate<Clock>, Executor, Mutex>;
+
+ public:
+  using typename base::clock_type;
+  using typename base::duration;
+  using typename base::executor_type;
+  using typename base::limit_type;
+  using typename base::time_point;
+  using options = algo::adaptive_rate_options;
+
+  /// The limiter type when rebound to another executor.
+  template <class OtherExecutor>
+  struct rebind_executor {
+    using other = basic_adaptive_rate_limiter<OtherExecutor, Clock, Mutex>;
+  };
+
+  /// Starts at `o.initial_rate` with `o.initial_tokens` (default: a full burst), completing operations on
+  /// `ex` by default.
+  ///
+  /// @throws std::invalid_argument if an option is outside its range (see algo::adaptive_rate_options); the
+  /// message names the type, the field and the value ("rein::adaptive_rate_limiter: initial_rate must be
+  /// in [min_rate, max_rate], got 0").
+  basic_adaptive_rate_limiter(const executor_type& ex, const options& o, rate_limiter_options limiter_options = {})
+      : base(ex, make_limit(o), limiter_options) {}
+
+  /// The same, on an execution context (an io_context).
+  template <class ExecutionContext>
+    requires std::is_convertible_v<ExecutionContext&, net::execution_context&>
+  basic_adaptive_rate_limiter(ExecutionContext& context, const options& o, rate_limiter_options limiter_options = {})
+      : basic_adaptive_rate_limiter(context.get_executor(), o, limiter_options) {}
+
+  /// Reports how a request ended, now: `success` may raise the rate, `congestion` (429, 503, a timeout; see
+  /// rein::classify_http_status) cuts it unless the request was sent before the latest cut, `ignored` does
+  /// nothing. Queued waiters are re-timed at once.
+  ///
+  /// @param result what the answer said about capacity.
+  /// @param sent   when the request was sent: read `Clock::now()` right after `acquire` returns.
+  void record(outcome result, time_point sent) {
+    if (result == outcome::ignored) return;
+    this->update([result, sent](limit_type& limit, time_point now) { limit.record(result, sent, now); });
+  }
+
+  /// Tokens per second now.
+  double rate() const {
+    return this->inspect([](const limit_type& l, const wait_stats&) { return l.rate(); });
+  }
+
+  /// What the client has been taking per second (std::nullopt until the first measuring window closed).
+  std::optional<double> measured_rate() const {
+    return this->inspect([](const limit_type& l, const wait_stats&) { return l.measured_rate(); });
+  }
+
+  /// Tokens in the bucket now (fractional, rounded to a double).
+  double tokens() const {
+    const time_point now = Clock::now();
+    return this->inspect([now](const limit_type& l, const wait_stats&) { return l.tokens(now); });
+  }
+
+  /// Rate, tokens, feedback counters and waiting statistics, copied under the lock in O(1).
+  adaptive_rate_limiter_snapshot snapshot() const {
+    const time_point now = Clock::now();
+    return this->inspect([now](const limit_type& l, const wait_stats& w) {
+      adaptive_rate_limiter_snapshot s;
+      static_cast<wait_stats&>(s) = w;
+      s.rate = l.rate();
+      s.tokens = l.tokens(now);
+      s.burst = l.capacity();
+      s.measured_rate = l.measured_rate();
+      s.rate_at_decrease = l.rate_at_decrease();
+      s.decreases = l.decreases();
+      s.increases = l.increases();
+      s.stale_congestion = l.stale_congestion();
+      s.at_floor = l.rate() <= l.get_options().min_rate;
+      s.at_ceiling = l.rate() >= l.get_options().max_rate;
+      return s;
+    });
+  }
+
+ private:
+  static limit_type make_limit(const options& o) {
+    return detail::renaming_errors("rein::algo::adaptive_rate", "rein::adaptive_rate_limiter",
+                                   [&] { return limit_type(o, Clock::now()); });
+  }
+};
+
+/// The thread-safe adaptive rate limiter on any I/O executor and std::chrono::steady_clock.
+using adaptive_rate_limiter = basic_adaptive_rate_limiter<>;
+
+/// The single-threaded adaptive rate limiter: no locking; use from one thread or strand only.
+using single_thread_adaptive_rate_limiter =
+    basic_adaptive_rate_limiter<net::any_io_executor, std::chrono::steady_clock, null_mutex>;
+
+}  // namespace rein
