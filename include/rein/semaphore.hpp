@@ -27,6 +27,8 @@
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
+#include <string>
 #include <type_traits>
 
 namespace rein {
@@ -56,7 +58,9 @@ struct semaphore_policy {
 
   explicit semaphore_policy(std::size_t n) noexcept : permits(n), available(n) {}
 
-  bool exceeds(std::size_t n) const noexcept { return n > permits; }
+  // A semaphore made with no permits is a gate that add_permits opens: its waiters wait for that (issue 2,
+  // case 3). Otherwise a request above the total could only wait forever, so it fails at once.
+  bool exceeds(std::size_t n) const noexcept { return permits != 0 && n > permits; }
 
   template <class TimePoint>
   bool try_take(std::size_t n, TimePoint) noexcept {
@@ -150,23 +154,28 @@ class basic_semaphore {
   /// @param n     permits wanted; must not exceed the total.
   /// @param token completion token; signature `void(error_code, rein::permit)`. Default: `deferred`.
   ///
-  /// Errors: errc::exceeds_capacity (n above the total, at once), errc::queue_full (max_waiters reached,
+  /// Errors: errc::exceeds_capacity (n above a non-zero total, at once; a semaphore made with 0 permits is a
+  /// gate: its waiters wait for add_permits), errc::queue_full (max_waiters reached,
   /// at once), errc::closed, `net::error::operation_aborted` (cancelled, or the semaphore was destroyed).
-  /// The handler is never invoked from inside this function: it goes through its associated executor.
+  /// The handler is never invoked from inside this function or from inside a release: it goes through its
+  /// associated executor. While it waits, the operation counts as outstanding work on the semaphore's
+  /// executor (`run()` does not return under it), as any pending Asio operation does.
   ///
   /// @par Per-Operation Cancellation
-  /// terminal, partial and total: a waiting operation is removed and completes with operation_aborted; it
-  /// holds nothing, so no permit is lost, also when cancellation races with a grant (the grant wins if it
-  /// came first, and the handler then receives the permit).
+  /// terminal, partial and total: a waiting operation is removed and completes with operation_aborted. A
+  /// cancellation that arrives after the permits were granted but before the handler runs takes the grant
+  /// back (the permits go to the next waiter, the handler gets operation_aborted), as asyncio's and tokio's
+  /// semaphores do; once the handler runs, it holds the permit. No permit is lost or handed out twice.
   template <REIN_COMPLETION_TOKEN_FOR(void(error_code, permit)) Token = default_token_t>
   auto async_acquire(std::size_t n = 1, Token&& token = Token{}) {
     return async_acquire_until(n, time_point::max(), std::forward<Token>(token));
   }
 
-  /// As async_acquire, failing with errc::timed_out if not granted within `timeout`.
+  /// As async_acquire, failing with errc::timed_out if not granted within `timeout` (a timeout too long to
+  /// represent, such as duration::max(), means none).
   template <REIN_COMPLETION_TOKEN_FOR(void(error_code, permit)) Token = default_token_t>
   auto async_acquire_for(std::size_t n, duration timeout, Token&& token = Token{}) {
-    return async_acquire_until(n, Clock::now() + timeout, std::forward<Token>(token));
+    return async_acquire_until(n, core_type::deadline_after(timeout), std::forward<Token>(token));
   }
 
   /// As async_acquire, failing with errc::timed_out if not granted by `deadline` (time_point::max(): never).
@@ -184,7 +193,9 @@ class basic_semaphore {
   net::awaitable<permit> acquire(std::size_t n = 1) { return acquire_until(n, time_point::max()); }
 
   /// As acquire, throwing errc::timed_out if not granted within `timeout`.
-  net::awaitable<permit> acquire_for(std::size_t n, duration timeout) { return acquire_until(n, Clock::now() + timeout); }
+  net::awaitable<permit> acquire_for(std::size_t n, duration timeout) {
+    return acquire_until(n, core_type::deadline_after(timeout));
+  }
 
   /// As acquire, throwing errc::timed_out if not granted by `deadline`.
   net::awaitable<permit> acquire_until(std::size_t n, time_point deadline) {
@@ -193,8 +204,13 @@ class basic_semaphore {
   }
 
   /// Adds n permits (raises the total); waiters that now fit are granted in FIFO order.
+  ///
+  /// @throws std::invalid_argument if the total would exceed std::size_t's range (nothing changes).
   void add_permits(std::size_t n) {
     core_->update([n](detail::semaphore_policy& p, auto) {
+      if (n > std::numeric_limits<std::size_t>::max() - p.permits)
+        throw std::invalid_argument("rein::basic_semaphore: add_permits(n) would overflow the total of " +
+                                    std::to_string(p.permits) + " permits, got n = " + std::to_string(n));
       p.permits += n;
       p.available += n;
     });

@@ -2,11 +2,13 @@
 // Not API.
 //
 // Push and top are O(1), erase of any op O(log n) amortized, and nothing is allocated: the links live in the
-// op (a heap of pointers in a vector would allocate under the limiter's lock).
+// op (a heap of pointers in a vector would allocate under the limiter's lock). Equal deadlines come out in
+// arrival order (wait_op::seq), so waiters that time out at the same instant complete first come, first out.
 #pragma once
 
 #include <rein/detail/wait_op.hpp>
 
+#include <cstdint>
 #include <utility>
 
 namespace rein::detail {
@@ -36,11 +38,17 @@ class deadline_heap {
   }
 
  private:
+  // seq wraps: compared as a serial number, which is right while fewer than 2^31 ops wait at once.
+  static bool earlier(const wait_op* a, const wait_op* b) noexcept {
+    if (a->deadline_ns != b->deadline_ns) return a->deadline_ns < b->deadline_ns;
+    return static_cast<std::int32_t>(a->seq - b->seq) < 0;
+  }
+
   // Both arguments are roots (no sibling, no back link) or null.
   static wait_op* meld(wait_op* a, wait_op* b) noexcept {
     if (a == nullptr) return b;
     if (b == nullptr) return a;
-    if (b->deadline_ns < a->deadline_ns) std::swap(a, b);
+    if (earlier(b, a)) std::swap(a, b);
     b->heap_back = a;
     b->heap_sibling = a->heap_child;
     if (a->heap_child != nullptr) a->heap_child->heap_back = b;

@@ -18,15 +18,32 @@
 //                                       max() when unknown. Lets a deadline that cannot be met fail at once.
 //   void on_release(std::size_t n, std::chrono::nanoseconds stamp, outcome result, time_point now);
 //                                       a permit came back (concurrency limiters only)
+// Optional:
+//   void on_revoke(std::size_t n, time_point now);
+//                                       a grant of n was taken back before its handler ran (a cancellation
+//                                       that arrived after the grant): undo the try_take, e.g. refund tokens.
+//                                       Without it, a concurrency limiter's revoked grant goes back through
+//                                       on_release(n, stamp, outcome::ignored, now), and a rate limiter's grant
+//                                       is not revocable (the handler gets it: the grant wins).
 //
 // Locking discipline: under the lock the core only moves pointers, asks the policy, and arms its own timer
 // (Asio timers are not thread-safe, so the lock is what serialises them; the timer's handler is ours). User
-// handlers are posted after the lock is released, through ready_list::complete_all.
+// handlers are posted after the lock is released (class completions).
 //
-// Lifetime: the public limiter owns the core through a shared_ptr; a pending timer wait holds another, so a
-// timer completion already queued when the limiter is destroyed still finds the core alive (it then does
-// nothing). Permits and cancellation handlers hold plain pointers: permits must not outlive the limiter (a
-// debug assertion checks it), and cancellation handlers look at their op's status before touching the core.
+// Outstanding work: while anyone waits, the core holds a work guard on its executor, so `run()` does not
+// return under a parked operation (as with any pending Asio operation); it is dropped after the last
+// completion is posted. A handler bound to another execution context does not keep that context running.
+//
+// Lifetime: the public limiter owns the core through a shared_ptr; a pending timer wait holds another, and so
+// does the runner of a granted op (see wait_op.hpp), so completions already queued when the limiter is
+// destroyed still find the core alive. Permits and cancellation handlers hold plain pointers: permits must
+// not outlive the limiter (a debug assertion checks it at shutdown), and cancellation handlers look at their
+// op's status before touching the core.
+//
+// Failure: an allocation failure while starting an acquire (the op, the cancellation slot, the timer wait,
+// the work guard) leaves everything as it was and propagates. Completion never throws: a completion that
+// cannot be posted (no memory) is dropped like one whose execution context was destroyed, giving its
+// grant back, and a timer wait that cannot be started leaves the next wake-up to the next event.
 #pragma once
 
 #include <rein/config.hpp>
@@ -40,9 +57,11 @@
 
 #if defined(REIN_STANDALONE_ASIO)
 #include <asio/basic_waitable_timer.hpp>
+#include <asio/executor_work_guard.hpp>
 #include <asio/wait_traits.hpp>
 #else
 #include <boost/asio/basic_waitable_timer.hpp>
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/wait_traits.hpp>
 #endif
 
@@ -54,13 +73,16 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <ratio>
+#include <type_traits>
 #include <utility>
 
 namespace rein::detail {
 
 template <class Policy, class Executor, class Clock, class Mutex, bool WithPermit>
 class limiter_core final : public permit_source,
-                           public canceller,
+                           public wait_owner,
                            public std::enable_shared_from_this<limiter_core<Policy, Executor, Clock, Mutex, WithPermit>> {
  public:
   using executor_type = Executor;
@@ -75,12 +97,7 @@ class limiter_core final : public permit_source,
 
   limiter_core(const limiter_core&) = delete;
   limiter_core& operator=(const limiter_core&) = delete;
-
-  ~limiter_core() {
-#ifndef NDEBUG
-    assert(live_permits_.load(std::memory_order_relaxed) == 0 && "rein: a permit outlived its limiter");
-#endif
-  }
+  ~limiter_core() = default;
 
   const Executor& get_executor() const noexcept { return executor_; }
 
@@ -98,41 +115,43 @@ class limiter_core final : public permit_source,
   }
 
   /// Starts a waiting acquire of n, completing through `handler` (see wait_op_impl for the signature).
-  /// `deadline` of time_point::max() means none.
+  /// `deadline` of time_point::max() means none (deadline_after() computes one without overflow).
+  /// If this throws (no memory), nothing changed and the handler was destroyed uncalled.
   template <class Handler>
   void async_acquire(Handler&& handler, std::size_t n, time_point deadline) {
     using op_type = wait_op_impl<std::decay_t<Handler>, Executor, WithPermit>;
     op_type* op = op_type::create(std::forward<Handler>(handler), n);  // allocate before taking the lock
-    ready_list ready;
-    bool queued = false;
-    {
+    completions done(this);
+    try {
       std::lock_guard<Mutex> lock(mutex_);
-      queued = admit_locked(op, deadline, ready);
-      // The slot is connected under the lock so that a grant racing with it cannot free the op first.
-      if (queued) op->connect_cancellation(this);
+      if (!admit_locked(op, deadline, done)) return;
+      try {
+        // Connected under the lock, so that a grant racing with it cannot free the op first.
+        op->connect_cancellation(this);
+      } catch (...) {
+        dequeue_locked(op, done);
+        throw;
+      }
+    } catch (...) {
+      op->destroy();  // outside the lock: the handler's destructor is user code
+      throw;
     }
-    ready.complete_all(&executor_, source());
   }
 
   /// Runs f(policy, now) under the lock, then grants whatever became grantable. For releases, rate changes,
   /// added permits: anything that can let waiters through.
   template <class F>
   decltype(auto) update(F&& f) {
-    ready_list ready;
-    struct completer {
-      limiter_core* self;
-      ready_list* list;
-      ~completer() { list->complete_all(&self->executor_, self->source()); }
-    } complete_after{this, &ready};  // runs after the lock below is released, also for a void f
+    completions done(this);  // posts after the lock below is released, also for a void f
     std::lock_guard<Mutex> lock(mutex_);
     // With nobody waiting and a timeless policy (a semaphore's release), the clock is not read.
     const time_point now = (Policy::needs_time || !queue_.empty()) ? Clock::now() : time_point{};
     struct dispatcher {
       limiter_core* self;
       time_point now;
-      ready_list* list;
-      ~dispatcher() { self->dispatch_locked(now, *list); }
-    } dispatch_after{this, now, &ready};
+      completions* done;
+      ~dispatcher() { self->dispatch_locked(now, *done); }
+    } dispatch_after{this, now, &done};
     return std::forward<F>(f)(policy_, now);
   }
 
@@ -146,19 +165,37 @@ class limiter_core final : public permit_source,
   }
 
   /// Completes every waiter with errc::closed; later acquires fail the same way. Idempotent.
-  void close() { fail_all(wait_status::closed); }
-
-  /// For the limiter's destructor: waiters complete with operation_aborted, the timer stops.
-  void shutdown() {
-    fail_all(wait_status::aborted);
+  void close() {
+    completions done(this);
     std::lock_guard<Mutex> lock(mutex_);
-    shut_down_ = true;
-    timer_.cancel();
+    fail_all_locked(wait_status::closed, done);
+  }
+
+  /// For the limiter's destructor: waiters complete with operation_aborted, grants not yet delivered will
+  /// complete with operation_aborted too, the timer stops.
+  void shutdown() {
+    completions done(this);
+    std::lock_guard<Mutex> lock(mutex_);
+    fail_all_locked(wait_status::aborted, done);
+    shut_down_.store(true, std::memory_order_release);
+    cancel_timer_locked();
+#ifndef NDEBUG
+    assert(live_permits_.load(std::memory_order_relaxed) == 0 && "rein: a permit outlived its limiter");
+#endif
   }
 
   bool is_closed() const {
     std::lock_guard<Mutex> lock(mutex_);
     return closed_;
+  }
+
+  /// The deadline `timeout` from now, saturated: a timeout too long to represent means none
+  /// (time_point::max()), one too far negative means the earliest representable instant.
+  static time_point deadline_after(duration timeout) {
+    const time_point now = Clock::now();
+    if (timeout > duration::zero() && now > time_point::max() - timeout) return time_point::max();
+    if (timeout < duration::zero() && now < time_point::min() - timeout) return time_point::min();
+    return now + timeout;
   }
 
   // permit_source
@@ -178,28 +215,87 @@ class limiter_core final : public permit_source,
   /// A permit for n just taken on the fast path.
   permit make_permit(std::size_t n, std::chrono::nanoseconds stamp) noexcept { return permit(this, n, stamp); }
 
-  // canceller
+  // wait_owner
   void cancel_wait(wait_op* op) noexcept override {
-    ready_list ready;
-    {
-      std::lock_guard<Mutex> lock(mutex_);
-      if (op->status.load(std::memory_order_relaxed) != wait_status::queued) return;  // lost the race
-      ++stats_.cancelled_total;
-      unlink_locked(op, wait_status::aborted, ready);
-      // The cancelled op may have been the head blocking smaller requests behind it.
-      dispatch_locked(Clock::now(), ready);
+    completions done(this);
+    std::lock_guard<Mutex> lock(mutex_);
+    switch (op->status.load(std::memory_order_relaxed)) {
+      case wait_status::queued:
+        ++stats_.cancelled_total;
+        unlink_locked(op, wait_status::aborted, done);
+        break;
+      case wait_status::granted:
+        if (!revoke_locked(op)) return;
+        break;
+      default: return;  // final: someone else owns it
     }
-    ready.complete_all(&executor_, source());
+    // The cancelled op may have been the head blocking smaller requests behind it, or its units are back.
+    dispatch_locked(Clock::now(), done);
   }
 
+  bool deliver(std::size_t, std::chrono::nanoseconds) noexcept override {
+    return !shut_down_.load(std::memory_order_acquire);
+  }
+
+  void abandon(std::size_t n, std::chrono::nanoseconds stamp) noexcept override {
+    update([&](Policy& p, time_point now) { give_back(p, n, stamp, now); });
+  }
+
+  permit_source* source() noexcept override {
+    if constexpr (WithPermit) return this;
+    else return nullptr;
+  }
+
+  std::shared_ptr<wait_owner> share() noexcept override { return this->weak_from_this().lock(); }
+
   static std::chrono::nanoseconds to_ns(time_point t) noexcept {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch());
+    return std::chrono::nanoseconds(to_ns_saturated(t));
   }
 
  private:
-  permit_source* source() noexcept {
-    if constexpr (WithPermit) return this;
-    else return nullptr;
+  using work_guard = net::executor_work_guard<Executor>;
+
+  // What to do once the lock is released: post the completions made ready under it, then drop the work
+  // guard if the line emptied (in that order, so that the context cannot run out of work in between).
+  // Declared before the lock_guard in every path, so that its destructor runs after the unlock.
+  class completions {
+   public:
+    explicit completions(limiter_core* core) noexcept : core_(core) {}
+    completions(const completions&) = delete;
+    completions& operator=(const completions&) = delete;
+    ~completions() {
+      ready.complete_all(&core_->executor_, core_);
+      idle_work.reset();
+    }
+
+    ready_list ready;
+    std::optional<work_guard> idle_work;
+
+   private:
+    limiter_core* core_;
+  };
+
+  static constexpr bool revocable = WithPermit || requires(Policy& p, std::size_t n, time_point t) { p.on_revoke(n, t); };
+
+  static void give_back(Policy& p, std::size_t n, std::chrono::nanoseconds stamp, time_point now) noexcept {
+    if constexpr (requires { p.on_revoke(n, now); }) p.on_revoke(n, now);
+    else if constexpr (WithPermit) p.on_release(n, stamp, outcome::ignored, now);
+    else (void)p, (void)n, (void)stamp, (void)now;
+  }
+
+  // Takes back a grant whose handler has not run, if the runner has not claimed it (see wait_op.hpp).
+  bool revoke_locked(wait_op* op) noexcept {
+    if constexpr (!revocable) {
+      (void)op;
+      return false;
+    } else {
+      wait_status expected = wait_status::granted;
+      if (!op->status.compare_exchange_strong(expected, wait_status::aborted, std::memory_order_acq_rel)) return false;
+      give_back(policy_, op->count, std::chrono::nanoseconds(op->stamp_ns), policy_now());
+      --stats_.acquired_total;
+      ++stats_.cancelled_total;
+      return true;
+    }
   }
 
   time_point policy_now() const {
@@ -207,35 +303,56 @@ class limiter_core final : public permit_source,
     else return time_point{};
   }
 
-  // Decides a new op's fate under the lock. Returns true if it was queued.
-  bool admit_locked(wait_op* op, time_point deadline, ready_list& ready) {
+  static std::int64_t to_ns_saturated(time_point t) noexcept {
+    using ns = std::chrono::nanoseconds;
+    const duration d = t.time_since_epoch();
+    if constexpr (!std::ratio_less_equal_v<typename duration::period, std::nano>) {
+      // A coarser clock can hold instants beyond what nanoseconds can (about 292 years).
+      constexpr duration most = std::chrono::duration_cast<duration>(ns::max());
+      constexpr duration least = std::chrono::duration_cast<duration>(ns::min());
+      if (d >= most) return ns::max().count();
+      if (d <= least) return ns::min().count();
+    }
+    return std::chrono::duration_cast<ns>(d).count();
+  }
+
+  // Decides a new op's fate under the lock. Returns true if it was queued. If it throws (no memory for the
+  // work guard or the timer wait), it changed nothing.
+  bool admit_locked(wait_op* op, time_point deadline, completions& done) {
     const std::size_t n = op->count;
-    if (closed_) return finish_locked(op, wait_status::closed, ready), false;
-    if (policy_.exceeds(n)) return finish_locked(op, wait_status::exceeds_capacity, ready), false;
+    if (closed_) return finish_locked(op, wait_status::closed, done), false;
+    if (policy_.exceeds(n)) return finish_locked(op, wait_status::exceeds_capacity, done), false;
     const time_point now = Clock::now();
     if (queue_.empty() && policy_.try_take(n, now)) {
       op->stamp_ns = to_ns(now).count();
       ++stats_.acquired_total;
-      return finish_locked(op, wait_status::granted, ready), false;
+      return finish_locked(op, wait_status::granted, done), false;
     }
     if (queue_.size() >= max_waiters_) {
       ++stats_.queue_full_total;
       ++stats_.rejected_total;
-      return finish_locked(op, wait_status::queue_full, ready), false;
+      return finish_locked(op, wait_status::queue_full, done), false;
     }
     if (deadline != time_point::max() && (deadline <= now || cannot_meet(n, deadline, now))) {
       ++stats_.timed_out_total;
       ++stats_.rejected_total;
-      return finish_locked(op, wait_status::timed_out, ready), false;
+      return finish_locked(op, wait_status::timed_out, done), false;
     }
+    if (queue_.empty()) work_.emplace(executor_);
     op->stamp_ns = to_ns(now).count();
+    op->seq = next_seq_++;
     queue_.push_back(op);
     queued_units_ += n;
     if (deadline != time_point::max()) {
-      op->deadline_ns = to_ns(deadline).count();
+      op->deadline_ns = to_ns_saturated(deadline);
       deadlines_.push(op);
     }
-    arm_timer_locked(now);
+    try {
+      arm_timer_locked(now);
+    } catch (...) {
+      dequeue_locked(op, done);
+      throw;
+    }
     return true;
   }
 
@@ -244,44 +361,60 @@ class limiter_core final : public permit_source,
     return predicted != time_point::max() && predicted > deadline;
   }
 
-  static void finish_locked(wait_op* op, wait_status status, ready_list& ready) noexcept {
+  static void finish_locked(wait_op* op, wait_status status, completions& done) noexcept {
     op->status.store(status, std::memory_order_release);
-    ready.push(op);
+    done.ready.push(op);
   }
 
-  void unlink_locked(wait_op* op, wait_status status, ready_list& ready) noexcept {
+  // Takes a queued op out of the line and the heap, without completing it.
+  void dequeue_locked(wait_op* op, completions& done) noexcept {
     queue_.erase(op);
     queued_units_ -= op->count;
     if (op->deadline_ns != no_deadline) deadlines_.erase(op);
-    finish_locked(op, status, ready);
+    if (queue_.empty() && work_) {
+      done.idle_work.emplace(std::move(*work_));
+      work_.reset();
+    }
+  }
+
+  void unlink_locked(wait_op* op, wait_status status, completions& done) noexcept {
+    dequeue_locked(op, done);
+    finish_locked(op, status, done);
   }
 
   // Grants from the head while the policy allows, expires deadlines, then arms the timer for what is next.
   // A grant and an expiry at the same instant: the grant wins (the deadline was "by then", inclusive).
-  void dispatch_locked(time_point now, ready_list& ready) {
+  void dispatch_locked(time_point now, completions& done) noexcept {
     for (;;) {
-      while (!queue_.empty() && policy_.try_take(queue_.front()->count, now)) grant_locked(queue_.front(), now, ready);
+      while (!queue_.empty() && policy_.try_take(queue_.front()->count, now)) grant_locked(queue_.front(), now, done);
       if (deadlines_.empty() || deadlines_.top()->deadline_ns > to_ns(now).count()) break;
       ++stats_.timed_out_total;
       ++stats_.rejected_total;
-      unlink_locked(deadlines_.top(), wait_status::timed_out, ready);
+      unlink_locked(deadlines_.top(), wait_status::timed_out, done);
     }
-    arm_timer_locked(now);
+    try {
+      arm_timer_locked(now);
+    } catch (...) {
+      // No memory for the timer wait: the next wake-up waits for the next event (release, acquire,
+      // cancellation) instead of failing a release, which must not throw.
+    }
   }
 
-  void grant_locked(wait_op* op, time_point now, ready_list& ready) {
+  void grant_locked(wait_op* op, time_point now, completions& done) noexcept {
     const std::chrono::nanoseconds waited(to_ns(now).count() - op->stamp_ns);
     stats_.wait_total += waited;
     stats_.wait_max = std::max(stats_.wait_max, waited);
     ++stats_.acquired_total;
     op->stamp_ns = to_ns(now).count();
-    unlink_locked(op, wait_status::granted, ready);
+    unlink_locked(op, wait_status::granted, done);
   }
 
   // One timer per limiter, armed for the earliest of: the head's grant time, the nearest deadline. It is
-  // never re-armed for a later time (an early wake-up just recomputes), only for an earlier one.
+  // never re-armed for a later time (an early wake-up just recomputes), only for an earlier one, and it is
+  // cancelled when nothing needs it, so a stale deadline does not keep the execution context busy.
+  // Throws only if the timer wait cannot be started (no memory); the timer is then left unarmed.
   void arm_timer_locked(time_point now) {
-    if (shut_down_) return;
+    if (shut_down_.load(std::memory_order_relaxed)) return;
     time_point wake = time_point::max();
     if (!queue_.empty()) {
       wake = policy_.ready_at(queue_.front()->count, now);
@@ -290,40 +423,44 @@ class limiter_core final : public permit_source,
     }
     if (!deadlines_.empty()) wake = std::min(wake, time_point(std::chrono::duration_cast<duration>(
                                                       std::chrono::nanoseconds(deadlines_.top()->deadline_ns))));
-    if (wake == time_point::max()) return;
+    if (wake == time_point::max()) return cancel_timer_locked();
     if (timer_armed_ && timer_at_ <= wake) return;
-    timer_armed_ = true;
-    timer_at_ = wake;
+    timer_armed_ = false;
     ++timer_generation_;
     timer_.expires_at(wake);  // cancels a later wait; its handler sees a stale generation
     timer_.async_wait(timer_handler{this->shared_from_this(), timer_generation_});
+    timer_armed_ = true;
+    timer_at_ = wake;
+  }
+
+  void cancel_timer_locked() noexcept {
+    if (!timer_armed_) return;
+    timer_armed_ = false;
+    ++timer_generation_;
+    try {
+      timer_.cancel();
+    } catch (...) {  // it then fires on time and finds a stale generation
+    }
   }
 
   struct timer_handler {
     std::shared_ptr<limiter_core> self;
     std::uint64_t generation;
-    void operator()(const error_code&) const { self->on_timer(generation); }
+    void operator()(const error_code&) const noexcept { self->on_timer(generation); }
   };
 
-  void on_timer(std::uint64_t generation) {
-    ready_list ready;
-    {
-      std::lock_guard<Mutex> lock(mutex_);
-      if (shut_down_ || generation != timer_generation_) return;  // superseded by a re-arm
-      timer_armed_ = false;
-      dispatch_locked(Clock::now(), ready);
-    }
-    ready.complete_all(&executor_, source());
+  void on_timer(std::uint64_t generation) noexcept {
+    completions done(this);
+    std::lock_guard<Mutex> lock(mutex_);
+    if (shut_down_.load(std::memory_order_relaxed) || generation != timer_generation_) return;  // superseded
+    timer_armed_ = false;
+    dispatch_locked(Clock::now(), done);
   }
 
-  void fail_all(wait_status status) {
-    ready_list ready;
-    {
-      std::lock_guard<Mutex> lock(mutex_);
-      closed_ = true;
-      while (!queue_.empty()) unlink_locked(queue_.front(), status, ready);
-    }
-    ready.complete_all(&executor_, source());
+  void fail_all_locked(wait_status status, completions& done) noexcept {
+    closed_ = true;
+    while (!queue_.empty()) unlink_locked(queue_.front(), status, done);
+    cancel_timer_locked();
   }
 
   Executor executor_;
@@ -332,14 +469,16 @@ class limiter_core final : public permit_source,
   Policy policy_;
   op_queue queue_;
   deadline_heap deadlines_;
+  std::optional<work_guard> work_;  // engaged while anyone waits
   std::size_t max_waiters_;
   std::size_t queued_units_ = 0;
   wait_stats stats_{};
   time_point timer_at_{};
   std::uint64_t timer_generation_ = 0;
+  std::uint32_t next_seq_ = 0;
   bool timer_armed_ = false;
   bool closed_ = false;
-  bool shut_down_ = false;
+  std::atomic<bool> shut_down_{false};
 #ifndef NDEBUG
   std::atomic<std::size_t> live_permits_{0};
 #endif

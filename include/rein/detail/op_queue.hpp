@@ -55,10 +55,10 @@ class ready_list {
   }
 
   /// Posts every completion, in the order the ops were made ready. Call without holding the lock.
-  void complete_all(const void* io_executor, permit_source* source) {
+  void complete_all(const void* io_executor, wait_owner* owner) noexcept {
     while (wait_op* op = head_) {
       head_ = op->next;  // read before completing: the op may be freed on another thread right after
-      op->complete(op, io_executor, source);
+      op->complete(op, io_executor, owner);
     }
     tail_ = nullptr;
   }

@@ -5,10 +5,20 @@
 //   status away from `queued` does so under the limiter's lock and at the same time unlinks the op; that
 //   party alone completes it ("whoever unlinks it owns its completion"), so a late cancellation finds a
 //   non-queued status and does nothing.
+// - A grant is not final until its handler runs. Between the grant and the run (the completion is posted),
+//   exactly one of two parties wins the op's status with a compare-and-swap from `granted`: the runner
+//   (to `delivered`: the handler gets the permit) or a cancellation (to `aborted`, under the limiter's lock:
+//   the units go back to the limiter and the handler gets operation_aborted). Either way nothing is lost and
+//   nothing is handed out twice. This is what lets a waiter cancelled after its grant but before it resumes
+//   pass the permit on (issue 2, case 3), as asyncio's and tokio's semaphores do.
 // - Completion never runs the handler in place: `complete` posts a runner to the handler's associated
 //   executor. The op stays allocated until the runner runs there, clears the cancellation slot and frees the
 //   op, so a cancellation emitted meanwhile (from that same executor, as Asio requires of emitters) still
-//   reads a live op and sees it is no longer queued.
+//   reads a live op.
+// - A runner of a granted op holds the limiter core alive (shared ownership), so that it can hand the units
+//   back when the limiter was destroyed meanwhile (then the handler gets operation_aborted, never a permit
+//   to a dead limiter) or when the runner is destroyed unrun (an execution context destroyed with the
+//   completion queued).
 #pragma once
 
 #include <rein/config.hpp>
@@ -40,12 +50,22 @@
 
 namespace rein::detail {
 
-enum class wait_status : std::uint8_t { queued, granted, aborted, closed, timed_out, queue_full, exceeds_capacity };
+enum class wait_status : std::uint8_t {
+  queued,            ///< linked in the queue
+  granted,           ///< unlinked with a grant; the runner or a cancellation will claim it
+  delivered,         ///< the runner claimed the grant: final
+  aborted,           ///< cancelled (queued, or granted and revoked), or the limiter was destroyed
+  closed,
+  timed_out,
+  queue_full,
+  exceeds_capacity,
+};
 
 inline error_code to_error_code(wait_status s) noexcept {
   switch (s) {
     case wait_status::queued:
-    case wait_status::granted: return {};
+    case wait_status::granted:
+    case wait_status::delivered: return {};
     case wait_status::aborted: return net::error::operation_aborted;
     case wait_status::closed: return errc::closed;
     case wait_status::timed_out: return errc::timed_out;
@@ -57,8 +77,10 @@ inline error_code to_error_code(wait_status s) noexcept {
 
 inline constexpr std::int64_t no_deadline = std::numeric_limits<std::int64_t>::max();
 
+class wait_owner;
+
 struct wait_op {
-  using complete_fn = void (*)(wait_op*, const void* io_executor, permit_source* source);
+  using complete_fn = void (*)(wait_op*, const void* io_executor, wait_owner* owner) noexcept;
 
   // FIFO links (op_queue).
   wait_op* next = nullptr;
@@ -71,35 +93,54 @@ struct wait_op {
   std::int64_t stamp_ns = 0;  // enqueue time while queued, grant time once granted
   std::size_t count = 0;
   complete_fn complete = nullptr;
+  std::uint32_t seq = 0;  // arrival order (wrapping), so that equal deadlines expire first come, first out
   std::atomic<wait_status> status{wait_status::queued};
 };
 
-/// Cancellation target: the limiter core, which unlinks under its lock.
-class canceller {
+/// The limiter core as its ops see it.
+class wait_owner {
  public:
+  /// Cancels `op` if it is still queued, or revokes its grant if the runner has not claimed it yet; does
+  /// nothing otherwise. Called from the op's cancellation slot.
   virtual void cancel_wait(wait_op* op) noexcept = 0;
 
+  /// The runner claimed a grant of n: true if the handler may have it; false if the limiter was shut down
+  /// meanwhile (the handler then gets operation_aborted).
+  virtual bool deliver(std::size_t n, std::chrono::nanoseconds stamp) noexcept = 0;
+
+  /// A claimed grant of n will never reach its handler (the runner was destroyed unrun): take it back.
+  virtual void abandon(std::size_t n, std::chrono::nanoseconds stamp) noexcept = 0;
+
+  /// Where permits of this limiter report back; null for limiters without permits (rate limiters).
+  virtual permit_source* source() noexcept = 0;
+
+  /// Shared ownership of the core, held by the runner of a granted op.
+  virtual std::shared_ptr<wait_owner> share() noexcept = 0;
+
  protected:
-  ~canceller() = default;
+  ~wait_owner() = default;
 };
 
 /// Installed in the handler's cancellation slot. All three cancellation types are honoured: a queued op has
-/// had no side effect yet, so removing it is terminal, partial and total cancellation at once.
+/// had no side effect yet, and a grant whose handler has not run can still be taken back, so removing it is
+/// terminal, partial and total cancellation at once.
 class cancel_handler {
  public:
-  cancel_handler(canceller* target, wait_op* op) noexcept : target_(target), op_(op) {}
+  cancel_handler(wait_owner* target, wait_op* op) noexcept : target_(target), op_(op) {}
 
   void operator()(net::cancellation_type_t type) const noexcept {
     if ((type & (net::cancellation_type::terminal | net::cancellation_type::partial |
                  net::cancellation_type::total)) == net::cancellation_type::none)
       return;
-    // A non-queued op is already owned by someone else; its limiter may even be gone.
-    if (op_->status.load(std::memory_order_acquire) != wait_status::queued) return;
+    // Any other status is final: the op is owned by its runner, and its limiter may even be gone. While the
+    // status is queued or granted, the limiter is alive (it holds the op, or the op's runner holds it).
+    const wait_status s = op_->status.load(std::memory_order_acquire);
+    if (s != wait_status::queued && s != wait_status::granted) return;
     target_->cancel_wait(op_);
   }
 
  private:
-  canceller* target_;
+  wait_owner* target_;
   wait_op* op_;
 };
 
@@ -125,12 +166,13 @@ class wait_op_impl final : public wait_op {
   }
 
   /// Installs the cancellation handler if the handler's slot is connected.
-  void connect_cancellation(canceller* target) {
+  void connect_cancellation(wait_owner* target) {
     auto slot = net::get_associated_cancellation_slot(handler_);
     if (slot.is_connected()) slot.template emplace<cancel_handler>(target, this);
   }
 
-  /// Frees an op that was never handed to anyone (its initiation failed before it was queued).
+  /// Frees an op that was never handed to anyone (its initiation failed): the handler is destroyed uncalled,
+  /// as when an initiating function throws.
   void destroy() noexcept { destroy(this); }
 
  private:
@@ -145,50 +187,80 @@ class wait_op_impl final : public wait_op {
     alloc_traits::deallocate(alloc, op, 1);
   }
 
-  // Runs on the handler's associated executor. Owns the op: frees it when run or destroyed unrun
-  // (an io_context destroyed with the completion still queued).
+  // Claims a grant for the runner (see the invariants at the top): true if the grant is the runner's.
+  static bool claim(wait_op_impl* op) noexcept {
+    wait_status expected = wait_status::granted;
+    return op->status.compare_exchange_strong(expected, wait_status::delivered, std::memory_order_acq_rel);
+  }
+
+  // Runs on the handler's associated executor. Owns the op: frees it when run or destroyed unrun.
   class runner {
    public:
-    runner(wait_op_impl* op, permit_source* source) noexcept : op_(op), source_(source) {}
-    runner(runner&& other) noexcept : op_(std::exchange(other.op_, nullptr)), source_(other.source_) {}
+    // `owner` is set for a granted op only; `keep` then holds it alive (null if the core is not owned by a
+    // shared_ptr, which rein's limiters always do).
+    runner(wait_op_impl* op, wait_owner* owner, std::shared_ptr<wait_owner> keep) noexcept
+        : op_(op), owner_(owner), keep_(std::move(keep)), alloc_(net::get_associated_allocator(op->handler_)) {}
+    runner(runner&& other) noexcept
+        : op_(std::exchange(other.op_, nullptr)),
+          owner_(other.owner_),
+          keep_(std::move(other.keep_)),
+          alloc_(other.alloc_) {}
     runner(const runner&) = delete;
     runner& operator=(const runner&) = delete;
     runner& operator=(runner&&) = delete;
+
+    // Destroyed unrun: an execution context destroyed with the completion queued, or a failed post.
     ~runner() {
-      if (op_ != nullptr) destroy(op_);
+      if (op_ == nullptr) return;
+      if (owner_ != nullptr && claim(op_)) owner_->abandon(op_->count, std::chrono::nanoseconds(op_->stamp_ns));
+      destroy(op_);
     }
 
     using allocator_type = handler_allocator;
-    allocator_type get_allocator() const noexcept { return net::get_associated_allocator(op_->handler_); }
+    allocator_type get_allocator() const noexcept { return alloc_; }
+
+    const Handler& handler() const noexcept { return op_->handler_; }
 
     void operator()() {
       wait_op_impl* op = std::exchange(op_, nullptr);
       auto slot = net::get_associated_cancellation_slot(op->handler_);
-      if (slot.is_connected()) slot.clear();
+      if (slot.is_connected()) slot.clear();  // no cancellation reaches the op from here on
       Handler handler(std::move(op->handler_));
-      const wait_status status = op->status.load(std::memory_order_relaxed);
+      wait_status status = op->status.load(std::memory_order_acquire);
+      if (status == wait_status::granted && !claim(op)) status = wait_status::aborted;  // revoked first
       const std::size_t n = op->count;
       const std::chrono::nanoseconds stamp(op->stamp_ns);
       destroy(op);
+      if (status == wait_status::granted && !owner_->deliver(n, stamp)) status = wait_status::aborted;
       if constexpr (WithPermit) {
-        permit p = status == wait_status::granted ? permit(source_, n, stamp) : permit();
+        permit p = status == wait_status::granted ? permit(owner_->source(), n, stamp) : permit();
+        keep_.reset();
         std::move(handler)(to_error_code(status), std::move(p));
       } else {
-        (void)n;
-        (void)stamp;
+        keep_.reset();
         std::move(handler)(to_error_code(status));
       }
     }
 
    private:
     wait_op_impl* op_;
-    permit_source* source_;
+    wait_owner* owner_;
+    std::shared_ptr<wait_owner> keep_;
+    [[no_unique_address]] handler_allocator alloc_;
   };
 
-  static void do_complete(wait_op* base, const void* io_executor, permit_source* source) {
+  // Never throws: if the post fails (no memory), the runner is destroyed unrun, which gives a grant back
+  // and frees the op; the handler is then destroyed uncalled, as when its execution context goes away.
+  static void do_complete(wait_op* base, const void* io_executor, wait_owner* owner) noexcept {
     auto* op = static_cast<wait_op_impl*>(base);
-    auto ex = net::get_associated_executor(op->handler_, *static_cast<const IoExecutor*>(io_executor));
-    net::post(ex, runner(op, source));
+    // A grant can still turn into `aborted` (revoked) concurrently, never the other way round.
+    const bool granted = op->status.load(std::memory_order_acquire) == wait_status::granted;
+    runner r(op, granted ? owner : nullptr, granted ? owner->share() : nullptr);
+    try {
+      auto ex = net::get_associated_executor(r.handler(), *static_cast<const IoExecutor*>(io_executor));
+      net::post(ex, std::move(r));
+    } catch (...) {
+    }
   }
 
   Handler handler_;
