@@ -1,0 +1,529 @@
+// The throttle guard: quota gate, then rate, then per-key and global concurrency, around one outbound call.
+#pragma once
+
+#include <rein/config.hpp>
+#include <rein/error.hpp>
+#include <rein/keyed.hpp>
+#include <rein/outcome.hpp>
+#include <rein/permit.hpp>
+
+#if defined(REIN_STANDALONE_ASIO)
+#include <asio/associator.hpp>
+#include <asio/async_result.hpp>
+#include <asio/awaitable.hpp>
+#include <asio/co_spawn.hpp>
+#include <asio/this_coro.hpp>
+#include <asio/use_awaitable.hpp>
+#else
+#include <boost/asio/associator.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#endif
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+
+namespace rein {
+
+/// Marks a throttle stage that is not used: `rein::throttle t(rein::unlimited, rate, global, per_host);`.
+struct unlimited_t {
+  explicit constexpr unlimited_t(int) noexcept {}
+};
+inline constexpr unlimited_t unlimited{0};
+
+/// The stages of a throttle, in the order a caller passes them.
+enum class throttle_stage : std::uint8_t {
+  none,     ///< not rejected
+  gate,     ///< the key's quota gate is paused (a 429 said so)
+  rate,     ///< no rate token now
+  per_key,  ///< the key's concurrency limit is reached (or the key could not be made: too many keys)
+  global,   ///< the global concurrency limit is reached
+};
+
+/// Options of a throttle.
+struct throttle_options {
+  /// The pause applied by `guard.reject()` when the upstream gave no usable Retry-After (seed 003 suggests
+  /// 1 to 5 s). Must be > 0.
+  std::chrono::nanoseconds default_pause{std::chrono::seconds(1)};
+};
+
+/// Counters of a throttle (each stage's own limiter has its own snapshot too).
+struct throttle_snapshot {
+  std::uint64_t admitted_total = 0;          ///< guards handed out
+  std::uint64_t rejected_gate = 0;           ///< try_acquire refused at the gate
+  std::uint64_t rejected_rate = 0;           ///< try_acquire refused at the rate stage
+  std::uint64_t rejected_per_key = 0;        ///< try_acquire refused at the per-key stage
+  std::uint64_t rejected_global = 0;         ///< try_acquire refused at the global stage
+  std::uint64_t failed_total = 0;            ///< waiting acquires that failed (timeout, cancel, close, errors)
+  std::uint64_t rejections_reported = 0;     ///< guard.reject() calls (upstream 429s)
+};
+
+namespace detail {
+
+template <class T>
+inline constexpr bool is_unlimited_v = std::is_same_v<std::remove_cvref_t<T>, unlimited_t>;
+
+template <class T>
+struct is_keyed : std::false_type {};
+template <class L, class K, class M, class H, class E>
+struct is_keyed<keyed<L, K, M, H, E>> : std::true_type {};
+
+// The limiter type a stage's operations run on: a keyed registry's limiter, or the stage itself.
+template <class T, class = void>
+struct stage_limiter {
+  using type = T;
+};
+template <class T>
+struct stage_limiter<T, std::enable_if_t<is_keyed<T>::value>> {
+  using type = typename T::limiter_type;
+};
+
+template <class T, bool = is_unlimited_v<T>>
+struct stage_clock {
+  using type = typename stage_limiter<T>::type::clock_type;
+};
+template <class T>
+struct stage_clock<T, true> {
+  using type = void;
+};
+
+// Stands in for the gate handle of a throttle without gates.
+struct no_gate_handle {
+  explicit operator bool() const noexcept { return false; }
+  void reset() noexcept {}
+};
+
+template <class Gates, bool = is_unlimited_v<Gates>>
+struct gate_handle_of {
+  using type = typename Gates::handle;
+};
+template <class Gates>
+struct gate_handle_of<Gates, true> {
+  using type = no_gate_handle;
+};
+
+template <class... Clocks>
+struct first_clock {
+  using type = std::chrono::steady_clock;
+};
+template <class C, class... Rest>
+struct first_clock<C, Rest...> {
+  using type = std::conditional_t<std::is_void_v<C>, typename first_clock<Rest...>::type, C>;
+};
+
+// rein's rate and gate stages take a count (acquire(n)); the adaptive limiter takes none. One call for both.
+template <class L>
+bool try_one(L& limiter) {
+  if constexpr (requires { limiter.try_acquire(std::size_t{1}); }) return static_cast<bool>(limiter.try_acquire(std::size_t{1}));
+  else return static_cast<bool>(limiter.try_acquire());
+}
+
+template <class L>
+auto try_one_permit(L& limiter) {
+  if constexpr (requires { limiter.try_acquire(std::size_t{1}); }) return limiter.try_acquire(std::size_t{1});
+  else return limiter.try_acquire();
+}
+
+template <class L, class TimePoint>
+auto wait_one(L& limiter, TimePoint deadline) {
+  if constexpr (requires { limiter.try_acquire(std::size_t{1}); })
+    return limiter.async_acquire_until(std::size_t{1}, deadline, net::use_awaitable);
+  else
+    return limiter.async_acquire_until(deadline, net::use_awaitable);
+}
+
+// Makes a co_spawn completion (exception_ptr, pair<error_code, Guard>) into the (error_code, Guard) a caller
+// of async_acquire expects, keeping every association (executor, allocator, cancellation slot) of the handler.
+template <class Handler>
+struct spawn_adapter {
+  Handler handler;
+
+  template <class Guard>
+  void operator()(std::exception_ptr e, std::pair<error_code, Guard> result) {
+    if (e) std::rethrow_exception(e);  // only a bug or bad_alloc gets here: errors arrive as error codes
+    std::move(handler)(result.first, std::move(result.second));
+  }
+};
+
+}  // namespace detail
+}  // namespace rein
+
+template <template <class, class> class Associator, class Handler, class DefaultCandidate>
+struct REIN_ASIO_NAMESPACE::associator<Associator, rein::detail::spawn_adapter<Handler>, DefaultCandidate>
+    : Associator<Handler, DefaultCandidate> {
+  static typename Associator<Handler, DefaultCandidate>::type get(const rein::detail::spawn_adapter<Handler>& h,
+                                                                  const DefaultCandidate& c = DefaultCandidate()) noexcept {
+    return Associator<Handler, DefaultCandidate>::get(h.handler, c);
+  }
+};
+
+namespace rein {
+
+template <class Gates, class Rate, class Global, class PerKey>
+class throttle;
+
+/// What a throttle hands out: everything one call holds (a per-key and a global permit), and the key's gate
+/// so that a 429 can pause the key for everyone.
+///
+/// RAII: destroying it without an outcome releases everything and reports `outcome::ignored` (a caller
+/// cancelled mid-call loses nothing and teaches the adaptive limiters nothing). Move-only; empty when
+/// default-constructed, moved from, completed, or refused by try_acquire (then rejected_at() says where).
+///
+/// @par Thread Safety
+/// One guard is used by one caller at a time; distinct guards from any threads.
+template <class Throttle>
+class throttle_guard {
+ public:
+  using duration = typename Throttle::duration;
+
+  throttle_guard() noexcept = default;
+  throttle_guard(throttle_guard&&) noexcept = default;
+  throttle_guard& operator=(throttle_guard&& other) noexcept {
+    if (this != &other) {
+      reset();
+      owner_ = std::exchange(other.owner_, nullptr);
+      gate_ = std::move(other.gate_);
+      key_permit_ = std::move(other.key_permit_);
+      global_permit_ = std::move(other.global_permit_);
+      rate_tokens_ = std::exchange(other.rate_tokens_, 0);
+      admitted_ = std::exchange(other.admitted_, false);
+      rejected_at_ = other.rejected_at_;
+    }
+    return *this;
+  }
+  ~throttle_guard() { reset(); }
+
+  /// True when the call may go ahead (every stage admitted it) and no outcome has been reported yet.
+  explicit operator bool() const noexcept { return admitted_; }
+
+  /// Where try_acquire refused (throttle_stage::none for an admitted guard).
+  throttle_stage rejected_at() const noexcept { return rejected_at_; }
+
+  /// Reports how the call went (feeds adaptive limiters at every stage) and releases everything.
+  void complete(outcome result) noexcept {
+    key_permit_.complete(result);
+    global_permit_.complete(result);
+    admitted_ = false;
+    gate_.reset();
+  }
+
+  /// Reports an HTTP status through rein::classify_http_status and releases everything.
+  void complete_http(int status) noexcept { complete(classify_http_status(status)); }
+
+  /// The upstream said "too many requests" (429, or 503 with Retry-After): pauses this key's gate for
+  /// everyone for `retry_after` (the throttle's default_pause when absent), counts as congestion, releases.
+  void reject(std::optional<duration> retry_after = std::nullopt) {
+    if constexpr (Throttle::has_gates) {
+      if (gate_) gate_->pause_for(retry_after.value_or(owner_->default_pause()));
+    }
+    if (owner_ != nullptr) owner_->count_rejection();
+    complete(outcome::congestion);
+  }
+
+  /// As reject(), from the raw Retry-After field value (delta-seconds or an HTTP-date, RFC 9110 section
+  /// 10.2.3; parsed by rein::parse_retry_after; absent or garbage means the default pause).
+  void reject(std::string_view retry_after_value) {
+    if constexpr (Throttle::has_gates) {
+      if (gate_) gate_->on_retry_after(retry_after_value, owner_->default_pause());
+    }
+    if (owner_ != nullptr) owner_->count_rejection();
+    complete(outcome::congestion);
+  }
+
+ private:
+  friend Throttle;
+  using gate_handle = typename Throttle::gate_handle;
+
+  explicit throttle_guard(Throttle* owner) noexcept : owner_(owner) {}
+
+  // Not admitted: whatever was taken goes back, rate tokens included. Admitted: permits report ignored.
+  void reset() noexcept {
+    if (!admitted_ && rate_tokens_ != 0 && owner_ != nullptr) owner_->refund_rate(rate_tokens_);
+    rate_tokens_ = 0;
+    key_permit_.release();
+    global_permit_.release();
+    gate_.reset();
+    admitted_ = false;
+  }
+
+  Throttle* owner_ = nullptr;
+  gate_handle gate_{};
+  permit key_permit_{};
+  permit global_permit_{};
+  std::size_t rate_tokens_ = 0;
+  bool admitted_ = false;
+  throttle_stage rejected_at_ = throttle_stage::none;
+};
+
+/// Composes a quota gate per key, a rate limiter, a per-key concurrency limiter and a global concurrency
+/// limiter around each outbound call (DESIGN.md section 6; seeds 003 and 004):
+///
+/// ```
+/// rein::keyed<rein::quota_gate> gates(io);                    // a 429 pauses that host for everyone
+/// rein::token_bucket rate(io, {.rate = 100, .capacity = 20}); // 100 starts per second, bursts of 20
+/// rein::tuned_aimd_limiter global(io);                        // in flight overall, found by feedback
+/// rein::keyed<rein::semaphore> per_host(io, {}, 4);           // at most 4 in flight per host
+/// rein::throttle throttle(gates, rate, global, per_host);
+///
+/// auto guard = co_await throttle.acquire(host);
+/// auto response = co_await call(host);
+/// if (response.status == 429) guard.reject(response.retry_after); else guard.complete_http(response.status);
+/// ```
+///
+/// Any stage may be `rein::unlimited`. The throttle refers to the stages (it does not own them): they must
+/// outlive it, and each stays usable on its own (snapshots, set_rate, pause_for).
+///
+/// Order of the stages, and why:
+/// 1. the key's gate: while a 429 pause runs, nothing of that key proceeds or takes anything;
+/// 2. the rate: a rate wait never holds a concurrency slot;
+/// 3. the per-key permit, then 4. the global permit. DESIGN.md lists global before per-key; rein takes the
+///    per-key permit first, because a caller waiting for a busy key while holding a global slot would let one
+///    slow key's backlog hold the global slots other keys need. With every caller taking at most one key
+///    permit and then the global one, the order is the same for all, so no order of calls can deadlock.
+/// A stage that fails, times out or is cancelled gives back everything earlier stages took, rate tokens
+/// included (refunded), so a refused request consumes nothing anywhere.
+///
+/// @tparam Gates  rein::keyed<rein::quota_gate> (or any keyed limiter with pause_for), or rein::unlimited_t.
+/// @tparam Rate   any rein rate limiter (token_bucket, sliding_window, rate_limits, adaptive_rate_limiter,
+///                redis shared bucket...) with async_acquire_until(n, deadline, token), try_acquire(n) and
+///                refund(n); or rein::unlimited_t.
+/// @tparam Global a concurrency limiter completing with a rein::permit (semaphore, adaptive_limiter), or
+///                rein::unlimited_t.
+/// @tparam PerKey rein::keyed<a concurrency limiter>, or rein::unlimited_t.
+///
+/// @par Thread Safety
+/// Safe from many threads when the stages are (rein's default, std::mutex, variants are).
+template <class Gates, class Rate, class Global, class PerKey>
+class throttle {
+ public:
+  static constexpr bool has_gates = !detail::is_unlimited_v<Gates>;
+  static constexpr bool has_rate = !detail::is_unlimited_v<Rate>;
+  static constexpr bool has_global = !detail::is_unlimited_v<Global>;
+  static constexpr bool has_per_key = !detail::is_unlimited_v<PerKey>;
+
+  using clock_type = typename detail::first_clock<typename detail::stage_clock<Gates>::type,
+                                                  typename detail::stage_clock<Rate>::type,
+                                                  typename detail::stage_clock<Global>::type,
+                                                  typename detail::stage_clock<PerKey>::type>::type;
+  using time_point = typename clock_type::time_point;
+  using duration = typename clock_type::duration;
+  using key_type = std::string;
+  using guard = throttle_guard<throttle>;
+
+  /// The gate handle a guard keeps (pins the key's gate while the call runs, for reject()).
+  using gate_handle = typename detail::gate_handle_of<Gates>::type;
+
+  /// Composes the stages (references; they must outlive the throttle). Pass rein::unlimited for a stage not
+  /// used. @throws std::invalid_argument if options.default_pause <= 0.
+  throttle(Gates& gates, Rate& rate, Global& global, PerKey& per_key, throttle_options options = {})
+      : gates_(&gates), rate_(&rate), global_(&global), per_key_(&per_key), options_(validated(options)) {}
+
+  throttle(const throttle&) = delete;
+  throttle& operator=(const throttle&) = delete;
+
+  /// Passes every stage for `key` inside a coroutine: `auto guard = co_await throttle.acquire(host);`.
+  ///
+  /// Stages that can admit at once do so without suspending; each stage that must wait waits through its
+  /// own limiter (FIFO there). Cancelling the awaiting coroutine (any cancellation type) cancels the stage it
+  /// is in and gives back what earlier stages took. Throws rein::system_error: errc::timed_out, errc::closed,
+  /// errc::queue_full (a stage's waiting line is full, or too many keys), errc::exceeds_capacity,
+  /// operation_aborted.
+  net::awaitable<guard> acquire(std::string_view key) { return acquire_until(key, time_point::max()); }
+
+  /// As acquire(key), failing with errc::timed_out unless every stage admits within `timeout` (one deadline
+  /// covers all stages).
+  net::awaitable<guard> acquire_for(std::string_view key, duration timeout) {
+    return acquire_until(key, clock_type::now() + timeout);
+  }
+
+  /// As acquire(key), failing with errc::timed_out unless every stage admits by `deadline`.
+  net::awaitable<guard> acquire_until(std::string_view key, time_point deadline) {
+    auto [ec, g] = co_await run(std::string(key), deadline, false);
+    if (ec) throw system_error(ec, "rein::throttle::acquire");
+    co_return std::move(g);
+  }
+
+  /// The initiating function: every Asio completion token works; signature `void(error_code, guard)`.
+  ///
+  /// @par Per-Operation Cancellation
+  /// terminal, partial and total: the stage being waited on is cancelled and the operation completes with
+  /// operation_aborted; what earlier stages took is given back.
+  template <REIN_COMPLETION_TOKEN_FOR(void(error_code, guard)) Token = default_token_t>
+  auto async_acquire(std::string key, Token&& token = Token{}) {
+    return async_acquire_until(std::move(key), time_point::max(), std::forward<Token>(token));
+  }
+
+  /// As async_acquire, with one deadline for all stages.
+  template <REIN_COMPLETION_TOKEN_FOR(void(error_code, guard)) Token = default_token_t>
+  auto async_acquire_until(std::string key, time_point deadline, Token&& token = Token{}) {
+    return net::async_initiate<Token, void(error_code, guard)>(initiate_acquire{this}, token, std::move(key), deadline);
+  }
+
+  /// Passes every stage now or not at all: an admitted guard, or an empty one whose rejected_at() names the
+  /// stage that refused. A refused request consumes nothing at any stage (rate tokens are refunded). Never
+  /// waits; a gate that is paused refuses.
+  guard try_acquire(std::string_view key) {
+    guard g(this);
+    throttle_stage refused = try_stages(key, g);
+    if (refused == throttle_stage::none) {
+      g.admitted_ = true;
+      g.rate_tokens_ = 0;
+      admitted_.fetch_add(1, std::memory_order_relaxed);
+      return g;
+    }
+    count_refusal(refused);
+    guard empty;
+    empty.rejected_at_ = refused;
+    return empty;  // g's destructor gives back what the earlier stages took
+  }
+
+  /// The pause reject() applies when the upstream gave no usable Retry-After.
+  duration default_pause() const noexcept { return std::chrono::duration_cast<duration>(options_.default_pause); }
+
+  /// Counters, read without blocking anyone.
+  throttle_snapshot snapshot() const noexcept {
+    throttle_snapshot s;
+    s.admitted_total = admitted_.load(std::memory_order_relaxed);
+    s.rejected_gate = refused_[0].load(std::memory_order_relaxed);
+    s.rejected_rate = refused_[1].load(std::memory_order_relaxed);
+    s.rejected_per_key = refused_[2].load(std::memory_order_relaxed);
+    s.rejected_global = refused_[3].load(std::memory_order_relaxed);
+    s.failed_total = failed_.load(std::memory_order_relaxed);
+    s.rejections_reported = rejections_.load(std::memory_order_relaxed);
+    return s;
+  }
+
+ private:
+  friend guard;
+
+  static throttle_options validated(const throttle_options& o) {
+    if (o.default_pause <= std::chrono::nanoseconds::zero())
+      throw std::invalid_argument("rein::throttle: default_pause must be > 0, got " +
+                                  std::to_string(o.default_pause.count()) + " ns");
+    return o;
+  }
+
+  throttle_stage try_stages(std::string_view key, guard& g) {
+    if constexpr (has_gates) {
+      error_code ec;
+      g.gate_ = gates_->get(std::string(key), ec);
+      if (ec || !detail::try_one(*g.gate_)) return throttle_stage::gate;
+    }
+    if constexpr (has_rate) {
+      if (!detail::try_one(*rate_)) return throttle_stage::rate;
+      g.rate_tokens_ = 1;
+    }
+    if constexpr (has_per_key) {
+      error_code ec;
+      auto h = per_key_->get(std::string(key), ec);
+      if (ec) return throttle_stage::per_key;
+      g.key_permit_ = detail::try_one_permit(*h);
+      if (!g.key_permit_) return throttle_stage::per_key;
+    }
+    if constexpr (has_global) {
+      g.global_permit_ = detail::try_one_permit(*global_);
+      if (!g.global_permit_) return throttle_stage::global;
+    }
+    return throttle_stage::none;
+  }
+
+  // The stages in order; errors come back as an error code so that both doors (acquire and async_acquire)
+  // can report them their own way. Each stage tries synchronously first and waits only when it must.
+  net::awaitable<std::pair<error_code, guard>> run(std::string key, time_point deadline, bool all_cancellation) {
+    if (all_cancellation)  // co_spawn passes only terminal cancellation on by default
+      co_await net::this_coro::reset_cancellation_state(net::enable_total_cancellation());
+    guard g(this);
+    error_code failure;
+    try {
+      if constexpr (has_gates) {
+        g.gate_ = gates_->get(key);
+        if (!detail::try_one(*g.gate_)) co_await detail::wait_one(*g.gate_, deadline);
+      }
+      if constexpr (has_rate) {
+        if (!detail::try_one(*rate_)) co_await detail::wait_one(*rate_, deadline);
+        g.rate_tokens_ = 1;
+      }
+      if constexpr (has_per_key) {
+        auto h = per_key_->get(key);  // pins the key's limiter until its permit is held
+        g.key_permit_ = detail::try_one_permit(*h);
+        if (!g.key_permit_) g.key_permit_ = co_await detail::wait_one(*h, deadline);
+      }
+      if constexpr (has_global) {
+        g.global_permit_ = detail::try_one_permit(*global_);
+        if (!g.global_permit_) g.global_permit_ = co_await detail::wait_one(*global_, deadline);
+      }
+    } catch (const system_error& e) {
+      failure = e.code();
+    }
+    if (failure) {
+      failed_.fetch_add(1, std::memory_order_relaxed);
+      co_return std::pair<error_code, guard>(failure, guard());  // g gives back what it took
+    }
+    g.admitted_ = true;
+    g.rate_tokens_ = 0;
+    admitted_.fetch_add(1, std::memory_order_relaxed);
+    co_return std::pair<error_code, guard>(error_code(), std::move(g));
+  }
+
+  struct initiate_acquire {
+    throttle* self;
+
+    template <class Handler>
+    void operator()(Handler&& handler, std::string key, time_point deadline) const {
+      auto ex = net::get_associated_executor(handler, self->executor());
+      net::co_spawn(std::move(ex), self->run(std::move(key), deadline, true),
+                    detail::spawn_adapter<std::decay_t<Handler>>{std::forward<Handler>(handler)});
+    }
+  };
+
+  // The executor completions default to: the first stage's.
+  auto executor() const {
+    if constexpr (has_gates) return gates_->get_executor();
+    else if constexpr (has_rate) return rate_->get_executor();
+    else if constexpr (has_global) return global_->get_executor();
+    else return per_key_->get_executor();
+  }
+
+  void refund_rate(std::size_t n) noexcept {
+    if constexpr (has_rate) {
+      try {
+        rate_->refund(n);
+      } catch (...) {  // a refund only adds tokens back; losing one under memory exhaustion is harmless
+      }
+    }
+  }
+
+  void count_refusal(throttle_stage s) noexcept {
+    refused_[static_cast<std::size_t>(s) - 1].fetch_add(1, std::memory_order_relaxed);
+  }
+  void count_rejection() noexcept { rejections_.fetch_add(1, std::memory_order_relaxed); }
+
+  Gates* gates_;
+  Rate* rate_;
+  Global* global_;
+  PerKey* per_key_;
+  throttle_options options_;
+  std::atomic<std::uint64_t> admitted_{0};
+  std::atomic<std::uint64_t> refused_[4] = {};
+  std::atomic<std::uint64_t> failed_{0};
+  std::atomic<std::uint64_t> rejections_{0};
+};
+
+/// `rein::throttle t(gates, rate, global, per_host);` deduces the stage types; pass rein::unlimited for a
+/// stage not used. (A class template, not a basic_X alias: the stage types are the parameters, and clang 14
+/// cannot deduce through alias templates.)
+template <class Gates, class Rate, class Global, class PerKey>
+throttle(Gates&, Rate&, Global&, PerKey&, throttle_options = {}) -> throttle<Gates, Rate, Global, PerKey>;
+
+}  // namespace rein
