@@ -499,6 +499,21 @@ TEST_CASE("a revoked grant goes back to the semaphore when nobody else waits", "
   CHECK(sem.snapshot().acquired_total == 1);  // held's; w's grant was taken back
 }
 
+TEST_CASE("a permit granted at once is also taken back by a cancellation before its handler runs",
+          "[semaphore][cancel]") {
+  net::io_context io;
+  rein::semaphore sem(io, 1);
+  net::cancellation_signal signal;
+  record_ptr w = start(sem, 1, signal);
+  CHECK(sem.available() == 0);
+  signal.emit(net::cancellation_type::terminal);
+  CHECK(sem.available() == 1);
+  poll(io);
+  CHECK(failed_with(w, aborted));
+  CHECK(sem.snapshot().acquired_total == 0);
+  CHECK(sem.snapshot().cancelled_total == 1);
+}
+
 // ---- destruction, close, backpressure -----------------------------------------------------------------
 
 TEST_CASE("destroying the semaphore completes its waiters with operation_aborted", "[semaphore][lifetime]") {

@@ -124,12 +124,14 @@ class limiter_core final : public permit_source,
     completions done(this);
     try {
       std::lock_guard<Mutex> lock(mutex_);
-      if (!admit_locked(op, deadline, done)) return;
+      // Connected first, so that a grant made at once can still be taken back by a cancellation that arrives
+      // before the handler runs; under the lock, so that a cancellation finds the op decided (its handler
+      // locks before it acts on a queued op).
+      op->connect_cancellation(this);
       try {
-        // Connected under the lock, so that a grant racing with it cannot free the op first.
-        op->connect_cancellation(this);
+        admit_locked(op, deadline, done);
       } catch (...) {
-        dequeue_locked(op, done);
+        op->disconnect_cancellation();
         throw;
       }
     } catch (...) {

@@ -171,6 +171,12 @@ class wait_op_impl final : public wait_op {
     if (slot.is_connected()) slot.template emplace<cancel_handler>(target, this);
   }
 
+  /// Removes it again (an initiation that failed after connecting).
+  void disconnect_cancellation() noexcept {
+    auto slot = net::get_associated_cancellation_slot(handler_);
+    if (slot.is_connected()) slot.clear();
+  }
+
   /// Frees an op that was never handed to anyone (its initiation failed): the handler is destroyed uncalled,
   /// as when an initiating function throws.
   void destroy() noexcept { destroy(this); }

@@ -1,0 +1,380 @@
+// The waiter core (include/rein/detail/): the intrusive FIFO, the deadline heap, and limiter_core driven by
+// small test policies, for what the semaphore cannot show: one timer per limiter, policy wake-ups, deadlines
+// that cannot be met, revocable and non-revocable grants without permits, the clock left unread on the
+// fast path, and deadlines on a coarse clock.
+#include "support/async.hpp"
+#include "support/catch.hpp"
+
+#include <rein/detail/deadline_heap.hpp>
+#include <rein/detail/limiter_core.hpp>
+#include <rein/detail/op_queue.hpp>
+#include <rein/semaphore.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace {
+
+using namespace std::chrono_literals;
+namespace net = rein::net;
+using rein::error_code;
+using rein::detail::deadline_heap;
+using rein::detail::op_queue;
+using rein::detail::wait_op;
+using rein_test::manual_clock;
+using rein_test::poll;
+
+using tp = manual_clock::time_point;
+
+// ---- policies --------------------------------------------------------------------------------------------
+
+// Nothing passes before `open_at`; from then on everything does. A time-based rule (like a quota gate) that
+// needs the core's timer to wake the line, and whose grant time is known in advance.
+struct gate_policy {
+  static constexpr bool needs_time = true;
+  tp open_at;
+  std::size_t taken = 0;
+  std::size_t revoked = 0;
+
+  explicit gate_policy(tp at) : open_at(at) {}
+  bool exceeds(std::size_t n) const noexcept { return n > 100; }
+  bool try_take(std::size_t n, tp now) noexcept {
+    if (now < open_at) return false;
+    taken += n;
+    return true;
+  }
+  tp ready_at(std::size_t, tp) const noexcept { return open_at; }
+  tp predict(std::size_t, std::size_t, tp) const noexcept { return open_at; }
+  void on_release(std::size_t, std::chrono::nanoseconds, rein::outcome, tp) noexcept {}
+};
+
+// The same rule, with refunds: a grant taken back before its handler ran is undone.
+struct refunding_gate_policy : gate_policy {
+  using gate_policy::gate_policy;
+  void on_revoke(std::size_t n, tp) noexcept {
+    taken -= n;
+    revoked += n;
+  }
+};
+
+template <class Policy>
+using rate_core = rein::detail::limiter_core<Policy, net::any_io_executor, manual_clock, std::mutex, false>;
+
+// Owns a core as a limiter does: shut down on destruction.
+template <class Core>
+struct limiter {
+  std::shared_ptr<Core> core;
+  template <class... Args>
+  explicit limiter(net::io_context& io, std::size_t max_waiters, Args&&... args)
+      : core(std::make_shared<Core>(io.get_executor(), max_waiters, std::forward<Args>(args)...)) {}
+  limiter(const limiter&) = delete;
+  limiter& operator=(const limiter&) = delete;
+  ~limiter() { core->shutdown(); }
+  Core* operator->() const { return core.get(); }
+};
+
+using rate_record = rein_test::completion_record<error_code>;
+
+template <class Core>
+std::shared_ptr<rate_record> start(limiter<Core>& l, std::size_t n, tp deadline = tp::max()) {
+  auto [handler, done] = rein_test::make_checked<error_code>();
+  l->async_acquire(std::move(handler), n, deadline);
+  return done;
+}
+
+template <class Core>
+std::shared_ptr<rate_record> start(limiter<Core>& l, std::size_t n, net::cancellation_signal& signal) {
+  auto [handler, done] = rein_test::make_checked<error_code>();
+  l->async_acquire(net::bind_cancellation_slot(signal.slot(), std::move(handler)), n, tp::max());
+  return done;
+}
+
+bool ok(const std::shared_ptr<rate_record>& r) { return r->called() && !r->ec(); }
+bool failed_with(const std::shared_ptr<rate_record>& r, const error_code& ec) { return r->called() && r->ec() == ec; }
+
+// A steady clock that counts how often it is read.
+struct counting_clock {
+  using duration = std::chrono::steady_clock::duration;
+  using rep = duration::rep;
+  using period = duration::period;
+  using time_point = std::chrono::time_point<counting_clock, duration>;
+  static constexpr bool is_steady = true;
+  static inline std::atomic<long> reads{0};
+  static time_point now() noexcept {
+    reads.fetch_add(1);
+    return time_point(std::chrono::steady_clock::now().time_since_epoch());
+  }
+};
+
+// The manual time in whole seconds: a clock coarser than nanoseconds, whose far instants do not fit in
+// nanoseconds since the epoch.
+struct seconds_clock {
+  using duration = std::chrono::seconds;
+  using rep = duration::rep;
+  using period = duration::period;
+  using time_point = std::chrono::time_point<seconds_clock, duration>;
+  static constexpr bool is_steady = false;
+  static time_point now() noexcept {
+    return time_point(std::chrono::duration_cast<duration>(manual_clock::now().time_since_epoch()));
+  }
+};
+
+}  // namespace
+
+// ---- op_queue and ready_list ----------------------------------------------------------------------------
+
+TEST_CASE("op_queue: FIFO with O(1) unlink at the front, middle and back", "[core]") {
+  std::deque<wait_op> ops(5);
+  op_queue q;
+  CHECK(q.empty());
+  for (auto& op : ops) q.push_back(&op);
+  CHECK(q.size() == 5);
+  q.erase(&ops[0]);  // front
+  q.erase(&ops[2]);  // middle
+  q.erase(&ops[4]);  // back
+  CHECK(q.size() == 2);
+  CHECK(q.front() == &ops[1]);
+  CHECK(q.front()->next == &ops[3]);
+  CHECK(ops[3].next == nullptr);
+  CHECK(ops[3].prev == &ops[1]);
+  q.erase(&ops[1]);
+  q.erase(&ops[3]);
+  CHECK(q.empty());
+  CHECK(q.front() == nullptr);
+  q.push_back(&ops[2]);
+  CHECK(q.front() == &ops[2]);
+  CHECK(q.size() == 1);
+}
+
+// ---- deadline_heap ----------------------------------------------------------------------------------
+
+TEST_CASE("deadline_heap: the top is always the earliest deadline, ties in arrival order, under random use",
+          "[core]") {
+  for (std::uint32_t seed : {1u, 2u, 3u, 42u}) {
+    DYNAMIC_SECTION("seed " << seed) {
+      std::mt19937 rng(seed);
+      std::deque<wait_op> ops(600);
+      std::vector<wait_op*> in_heap;
+      std::set<std::pair<std::int64_t, std::uint32_t>> reference;
+      deadline_heap heap;
+      std::uint32_t seq = 0xFFFFFF00u;  // crosses the wrap-around of the serial numbers
+      std::size_t next_free = 0;
+      for (int step = 0; step < 20000; ++step) {
+        const auto action = rng() % 3;
+        if (action == 0 && next_free < ops.size()) {
+          wait_op* op = &ops[next_free++];
+          op->deadline_ns = static_cast<std::int64_t>(rng() % 50);  // many ties
+          op->seq = seq++;
+          heap.push(op);
+          in_heap.push_back(op);
+          reference.emplace(op->deadline_ns, op->seq - 0xFFFFFF00u);
+        } else if (action == 1 && !in_heap.empty()) {
+          const std::size_t i = rng() % in_heap.size();
+          wait_op* op = in_heap[i];
+          heap.erase(op);
+          reference.erase({op->deadline_ns, op->seq - 0xFFFFFF00u});
+          in_heap.erase(in_heap.begin() + static_cast<std::ptrdiff_t>(i));
+        } else if (!in_heap.empty()) {
+          wait_op* top = heap.top();
+          REQUIRE(top != nullptr);
+          const auto expected = *reference.begin();
+          REQUIRE(top->deadline_ns == expected.first);
+          REQUIRE(top->seq - 0xFFFFFF00u == expected.second);
+          heap.erase(top);
+          reference.erase(reference.begin());
+          std::erase(in_heap, top);
+        }
+        REQUIRE(heap.empty() == reference.empty());
+        if (!reference.empty()) {
+          REQUIRE(heap.top()->deadline_ns == reference.begin()->first);
+          REQUIRE(heap.top()->seq - 0xFFFFFF00u == reference.begin()->second);
+        }
+      }
+    }
+  }
+}
+
+// ---- limiter_core with time-based policies ------------------------------------------------------------
+
+TEST_CASE("one timer wakes the whole line: N waiters cost one timer handler", "[core][time]") {
+  rein_test::manual_clock_at_epoch epoch;
+  net::io_context io;
+  limiter<rate_core<gate_policy>> gate(io, 1000, tp(100ms));
+  std::vector<std::shared_ptr<rate_record>> waiters;
+  for (int i = 0; i < 10; ++i) waiters.push_back(start(gate, 1));
+  CHECK(poll(io) == 0);
+  CHECK(rein_test::advance_and_poll(io, 99ms) == 0);
+  CHECK(rein_test::advance_and_poll(io, 1ms) == 11);  // the timer's handler, then ten completions
+  for (auto& w : waiters) CHECK(ok(w));
+  CHECK(io.stopped());  // nothing else left armed
+}
+
+TEST_CASE("a deadline that the policy predicts cannot be met fails at once", "[core][time]") {
+  rein_test::manual_clock_at_epoch epoch;
+  net::io_context io;
+  limiter<rate_core<gate_policy>> gate(io, 1000, tp(100ms));
+  auto hopeless = start(gate, 1, tp(99ms));
+  auto just_in_time = start(gate, 1, tp(100ms));
+  poll(io);
+  CHECK(failed_with(hopeless, rein::errc::timed_out));
+  CHECK_FALSE(just_in_time->called());
+  rein_test::advance_and_poll(io, 100ms);
+  CHECK(ok(just_in_time));
+  const auto stats = gate->inspect([](const gate_policy&, const rein::wait_stats& s) { return s; });
+  CHECK(stats.timed_out_total == 1);
+  CHECK(stats.acquired_total == 1);
+  CHECK(stats.wait_total == 100ms);
+}
+
+TEST_CASE("update returns what its function returns and wakes the line when the rule changes", "[core][time]") {
+  rein_test::manual_clock_at_epoch epoch;
+  net::io_context io;
+  limiter<rate_core<gate_policy>> gate(io, 1000, tp(1h));
+  auto w = start(gate, 2);
+  poll(io);
+  const std::size_t before = gate->update([](gate_policy& p, tp now) {
+    p.open_at = now;
+    return p.taken;
+  });
+  CHECK(before == 0);
+  CHECK_FALSE(w->called());  // not from inside update
+  poll(io);
+  CHECK(ok(w));
+  CHECK(gate->inspect([](const gate_policy& p, const rein::wait_stats&) { return p.taken; }) == 2);
+  CHECK(io.stopped());  // the hour-long timer was cancelled once nothing needed it
+}
+
+TEST_CASE("a grant without permits is taken back by a late cancellation if the policy can refund it",
+          "[core][cancel]") {
+  rein_test::manual_clock_at_epoch epoch;
+  net::io_context io;
+  limiter<rate_core<refunding_gate_policy>> gate(io, 1000, tp(10ms));
+  net::cancellation_signal signal;
+  auto w = start(gate, 3, signal);
+  rein_test::advance_and_poll(io, 10ms);
+  REQUIRE(ok(w));  // granted and delivered
+  auto late = start(gate, 3, signal);  // open now: granted at once, not yet delivered
+  signal.emit(net::cancellation_type::total);
+  poll(io);
+  CHECK(failed_with(late, net::error::operation_aborted));
+  const auto [taken, revoked] =
+      gate->inspect([](const refunding_gate_policy& p, const rein::wait_stats&) { return std::pair(p.taken, p.revoked); });
+  CHECK(taken == 3);
+  CHECK(revoked == 3);
+  const auto stats = gate->inspect([](const refunding_gate_policy&, const rein::wait_stats& s) { return s; });
+  CHECK(stats.acquired_total == 1);
+  CHECK(stats.cancelled_total == 1);
+}
+
+TEST_CASE("a grant without permits and without refunds is not revocable: the handler gets it", "[core][cancel]") {
+  net::io_context io;
+  limiter<rate_core<gate_policy>> gate(io, 1000, tp::min());
+  net::cancellation_signal signal;
+  auto w = start(gate, 1, signal);  // granted at once
+  signal.emit(net::cancellation_type::terminal);
+  poll(io);
+  CHECK(ok(w));
+  CHECK(gate->inspect([](const gate_policy&, const rein::wait_stats& s) { return s.cancelled_total; }) == 0);
+}
+
+TEST_CASE("a grant without permits still on its way when the limiter goes completes with operation_aborted",
+          "[core][lifetime]") {
+  net::io_context io;
+  auto gate = std::make_unique<limiter<rate_core<gate_policy>>>(io, 1000, tp::min());
+  auto w = start(*gate, 1);
+  gate.reset();
+  poll(io);
+  CHECK(failed_with(w, net::error::operation_aborted));
+}
+
+TEST_CASE("an execution context destroyed with a refundable grant queued refunds it", "[core][lifetime]") {
+  net::io_context io;
+  limiter<rate_core<refunding_gate_policy>> gate(io, 1000, tp::min());
+  auto other = std::make_unique<net::io_context>();
+  auto [handler, lost] = rein_test::make_checked<error_code>();
+  lost->may_be_destroyed_uncalled = true;
+  gate->async_acquire(net::bind_executor(other->get_executor(), std::move(handler)), 4, tp::max());
+  CHECK(gate->inspect([](const refunding_gate_policy& p, const rein::wait_stats&) { return p.taken; }) == 4);
+  other.reset();
+  CHECK(gate->inspect([](const refunding_gate_policy& p, const rein::wait_stats&) { return p.taken; }) == 0);
+}
+
+TEST_CASE("max_waiters and close apply to every limiter built on the core", "[core]") {
+  net::io_context io;
+  limiter<rate_core<gate_policy>> gate(io, 1, tp::max());
+  auto first = start(gate, 1);
+  auto second = start(gate, 1);
+  auto too_big = start(gate, 101);
+  poll(io);
+  CHECK(failed_with(second, rein::errc::queue_full));
+  CHECK(failed_with(too_big, rein::errc::exceeds_capacity));
+  gate->close();
+  CHECK(gate->is_closed());
+  auto after = start(gate, 1);
+  poll(io);
+  CHECK(failed_with(first, rein::errc::closed));
+  CHECK(failed_with(after, rein::errc::closed));
+  std::chrono::nanoseconds stamp{};
+  CHECK_FALSE(gate->try_acquire(1, stamp));
+}
+
+// ---- the clock ------------------------------------------------------------------------------------------
+
+TEST_CASE("a timeless policy never reads the clock on the fast path", "[core]") {
+  net::io_context io;
+  rein::basic_semaphore<net::any_io_executor, std::mutex, counting_clock> sem(io, 2);
+  const long before = counting_clock::reads.load();
+  for (int i = 0; i < 100; ++i) {
+    auto p = sem.try_acquire(2);
+    REQUIRE(p);
+  }
+  CHECK(counting_clock::reads.load() == before);
+  auto held = sem.try_acquire(2);
+  bool got = false;
+  sem.async_acquire(1, [&](error_code ec, rein::permit p) { got = !ec && p; });
+  CHECK(counting_clock::reads.load() > before);  // a waiter is stamped with its arrival time
+  held.release();
+  poll(io);
+  CHECK(got);
+}
+
+TEST_CASE("a far deadline on a clock coarser than nanoseconds saturates instead of overflowing", "[core][time]") {
+  rein_test::manual_clock_at_epoch epoch;
+  net::io_context io;
+  rein::basic_semaphore<net::any_io_executor, std::mutex, seconds_clock> sem(io, 1);
+  auto held = sem.try_acquire();
+  auto [handler, done] = rein_test::checked_acquire();
+  // 2^40 s is about 35,000 years: beyond what int64 nanoseconds can count.
+  sem.async_acquire_until(1, seconds_clock::time_point(std::chrono::seconds(std::int64_t{1} << 40)), std::move(handler));
+  rein_test::advance_and_poll(io, 10s);
+  sem.add_permits(0);  // a dispatch: an overflowed deadline would look past and expire here
+  poll(io);
+  CHECK_FALSE(done->called());
+  held.release();
+  poll(io);
+  CHECK(done->called());
+  CHECK(!done->ec());
+}
+
+TEST_CASE("deadline_after saturates at both ends", "[core][time]") {
+  rein_test::manual_clock_at_epoch epoch;
+  manual_clock::advance(1s);
+  using core = rein::detail::limiter_core<gate_policy, net::any_io_executor, manual_clock, std::mutex, false>;
+  CHECK(core::deadline_after(manual_clock::duration::max()) == tp::max());
+  CHECK(core::deadline_after(manual_clock::duration::min()) == tp::min() + 1s);  // no overflow from +1 s
+  CHECK(core::deadline_after(5ms) == tp(1s + 5ms));
+  CHECK(core::deadline_after(-5ms) == tp(1s - 5ms));
+  manual_clock::set(tp(-1s));
+  CHECK(core::deadline_after(manual_clock::duration::min()) == tp::min());
+  CHECK(core::deadline_after(manual_clock::duration::max()) == tp::max() - 1s);
+}
