@@ -1,0 +1,781 @@
+// A pipelined connection to one Redis server: Asio moves the bytes, hiredis encodes and parses them.
+#pragma once
+
+#include <rein/algo/backoff.hpp>
+#include <rein/config.hpp>
+#include <rein/error.hpp>
+#include <rein/redis/error.hpp>
+#include <rein/redis/reply.hpp>
+
+#include <hiredis/hiredis.h>
+
+#if defined(REIN_STANDALONE_ASIO)
+#include <asio/any_io_executor.hpp>
+#include <asio/associated_executor.hpp>
+#include <asio/async_result.hpp>
+#include <asio/basic_stream_socket.hpp>
+#include <asio/basic_waitable_timer.hpp>
+#include <asio/bind_executor.hpp>
+#include <asio/buffer.hpp>
+#include <asio/connect.hpp>
+#include <asio/error.hpp>
+#include <asio/execution_context.hpp>
+#include <asio/ip/basic_resolver.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/post.hpp>
+#include <asio/strand.hpp>
+#include <asio/wait_traits.hpp>
+#include <asio/write.hpp>
+#else
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/associated_executor.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/basic_stream_socket.hpp>
+#include <boost/asio/basic_waitable_timer.hpp>
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/buffer.hpp>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/error.hpp>
+#include <boost/asio/execution_context.hpp>
+#include <boost/asio/ip/basic_resolver.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/wait_traits.hpp>
+#include <boost/asio/write.hpp>
+#endif
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <random>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace rein::redis {
+
+/// Where and how to connect. Write with designated initializers: `{.host = "10.0.0.7", .port = 6380}`.
+struct connection_options {
+  std::string host = "127.0.0.1";  ///< name or address, resolved at every connection attempt
+  std::uint16_t port = 6379;
+  std::string username;  ///< with `password`: `AUTH username password` (Redis 6 ACL users)
+  std::string password;  ///< when not empty, AUTH is the first command on every connection
+  int database = 0;      ///< when not 0, SELECT follows AUTH on every connection
+  /// A connection attempt (resolve + TCP connect) that takes longer fails. Must be > 0.
+  std::chrono::milliseconds connect_timeout{1000};
+  /// The oldest request still unanswered after this long means the server is gone (stopped, partitioned):
+  /// the connection is dropped, every pending request fails with errc::unavailable, and it reconnects. It
+  /// bounds how long anything can wait on Redis. Must be > 0.
+  std::chrono::milliseconds request_timeout{1000};
+  /// Reconnection delays: exponential backoff with full jitter (rein::algo::backoff): after the k-th failed
+  /// attempt in a row, a uniform draw from [0, min(reconnect_cap, reconnect_base * 2^(k-1))).
+  /// base must be > 0, cap >= base.
+  std::chrono::milliseconds reconnect_base{25};
+  std::chrono::milliseconds reconnect_cap{1000};
+};
+
+/// A connection's counters, copied under its lock.
+struct connection_snapshot {
+  bool connected = false;                ///< a TCP connection is up and being used
+  std::uint64_t connects = 0;            ///< connections established (the first included)
+  std::uint64_t connect_failures = 0;    ///< attempts that failed (refused, timed out, handshake error)
+  std::uint64_t disconnects = 0;         ///< established connections lost (error, EOF, request_timeout)
+  std::uint64_t requests = 0;            ///< commands accepted by submit (handshake commands included)
+  std::uint64_t replies = 0;             ///< replies received
+  std::uint64_t failed_requests = 0;     ///< commands failed because the connection failed or closed
+  std::uint64_t startup_errors = 0;      ///< error replies to startup commands (e.g. a SCRIPT LOAD refused)
+  std::size_t pending = 0;               ///< accepted, not answered yet
+  std::chrono::nanoseconds round_trip_last{0};   ///< submit to reply, last reply
+  std::chrono::nanoseconds round_trip_total{0};  ///< summed over replies (mean = total / replies)
+  std::chrono::nanoseconds round_trip_max{0};
+  error_code last_error{};  ///< why the last connection or attempt failed
+};
+
+namespace detail {
+
+// rein::detail's names are spelled out below: inside rein::redis::detail, `detail::` means this namespace.
+
+/// One command waiting for its reply. The connection never owns or frees a node: it calls `complete`
+/// exactly once and forgets it, and `complete` may delete the node.
+class request_node {
+ public:
+  request_node() = default;
+  request_node(const request_node&) = delete;
+  request_node& operator=(const request_node&) = delete;
+
+  /// The reply (`ec` clear, `reply` non-null; valid only during the call), or why there is none (`reply`
+  /// null): errc::unavailable if the connection failed first, `operation_aborted` if it was closed. Never
+  /// called under the connection's lock or from inside `submit`; normally on the connection's strand, and
+  /// from `close()` on the caller's thread.
+  virtual void complete(const error_code& ec, const ::redisReply* reply) noexcept = 0;
+
+ protected:
+  ~request_node() = default;
+
+ private:
+  template <class>
+  friend class connection_core;
+  friend class request_list;
+  request_node* next_ = nullptr;
+  std::chrono::steady_clock::time_point submitted_{};
+};
+
+/// FIFO of nodes through request_node::next_. Allocates nothing.
+class request_list {
+ public:
+  request_list() = default;
+  request_list(request_list&& other) noexcept
+      : head_(std::exchange(other.head_, nullptr)), tail_(std::exchange(other.tail_, nullptr)),
+        size_(std::exchange(other.size_, 0)) {}
+  request_list& operator=(request_list&& other) noexcept {
+    std::swap(head_, other.head_);
+    std::swap(tail_, other.tail_);
+    std::swap(size_, other.size_);
+    return *this;
+  }
+
+  bool empty() const noexcept { return head_ == nullptr; }
+  std::size_t size() const noexcept { return size_; }
+  request_node* front() const noexcept { return head_; }
+
+  void push_back(request_node* n) noexcept {
+    n->next_ = nullptr;
+    if (tail_ != nullptr) tail_->next_ = n;
+    else head_ = n;
+    tail_ = n;
+    ++size_;
+  }
+
+  request_node* pop_front() noexcept {
+    request_node* n = head_;
+    if (n == nullptr) return nullptr;
+    head_ = n->next_;
+    if (head_ == nullptr) tail_ = nullptr;
+    n->next_ = nullptr;
+    --size_;
+    return n;
+  }
+
+  /// Moves all of `front` before this list's nodes.
+  void splice_front(request_list& front) noexcept {
+    if (front.empty()) return;
+    front.tail_->next_ = head_;
+    if (tail_ == nullptr) tail_ = front.tail_;
+    head_ = front.head_;
+    size_ += front.size_;
+    front.head_ = front.tail_ = nullptr;
+    front.size_ = 0;
+  }
+
+  /// Completes every node in order with `ec` (no reply). Call without holding any lock.
+  void fail_all(const error_code& ec) noexcept {
+    while (request_node* n = pop_front()) n->complete(ec, nullptr);
+  }
+
+ private:
+  request_node* head_ = nullptr;
+  request_node* tail_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+inline connection_options validated(connection_options o) {
+  const auto fail = [](const std::string& what) {
+    throw std::invalid_argument("rein::redis::connection: " + what);
+  };
+  if (o.host.empty()) fail("host must not be empty");
+  if (o.port == 0) fail("port must be in [1, 65535], got 0");
+  if (o.connect_timeout.count() <= 0)
+    fail("connect_timeout must be > 0, got " + std::to_string(o.connect_timeout.count()) + "ms");
+  if (o.request_timeout.count() <= 0)
+    fail("request_timeout must be > 0, got " + std::to_string(o.request_timeout.count()) + "ms");
+  if (o.reconnect_base.count() <= 0)
+    fail("reconnect_base must be > 0, got " + std::to_string(o.reconnect_base.count()) + "ms");
+  if (o.reconnect_cap < o.reconnect_base)
+    fail("reconnect_cap must be >= reconnect_base, got " + std::to_string(o.reconnect_cap.count()) + "ms");
+  if (o.database < 0) fail("database must be >= 0, got " + std::to_string(o.database));
+  if (!o.username.empty() && o.password.empty()) fail("username needs a password");
+  return o;
+}
+
+// The connection's machinery, shared (shared_ptr) by the public connection object, the limiters using it,
+// and its own pending handlers.
+//
+// Threads: `submit`, `close`, `snapshot` and `add_startup_command` may be called from any thread; they
+// touch only the state under `mutex_`. The socket, resolver, timers, hiredis reader and write buffer are
+// touched only on `strand_` (Asio I/O objects are not thread-safe, and one read plus one write in flight
+// must be initiated from one strand). Nodes are completed outside the lock, in FIFO order.
+//
+// States: idle (never used) -> connecting -> connected; any failure -> backing_off -> (after a jittered
+// delay) connecting ...; close() -> closed, from anywhere, for good. While backing off, submit refuses at
+// once (returns false) so callers can apply their failure policy without waiting; while connecting it
+// queues, and the queued commands are written once the handshake is written.
+//
+// Generations: every connection attempt and every failure bumps `generation_`; a completion handler
+// carrying an older generation belongs to a socket or timer wait that no longer matters and does nothing.
+template <class Executor>
+class connection_core final : public std::enable_shared_from_this<connection_core<Executor>> {
+ public:
+  using executor_type = Executor;
+  using clock = std::chrono::steady_clock;
+  using tcp = net::ip::tcp;
+  using socket_type = net::basic_stream_socket<tcp, Executor>;
+  using resolver_type = net::ip::basic_resolver<tcp, Executor>;
+  using timer_type = net::basic_waitable_timer<clock, net::wait_traits<clock>, Executor>;
+
+  connection_core(const Executor& ex, connection_options options)
+      : executor_(ex),
+        strand_(net::make_strand(ex)),
+        socket_(ex),
+        resolver_(ex),
+        retry_timer_(ex),
+        watchdog_(ex),
+        options_(validated(std::move(options))),
+        backoff_(algo::backoff_options{.base = options_.reconnect_base, .cap = options_.reconnect_cap}),
+        reader_(make_reader()),
+        rng_(static_cast<std::minstd_rand::result_type>(clock::now().time_since_epoch().count())) {}
+
+  connection_core(const connection_core&) = delete;
+  connection_core& operator=(const connection_core&) = delete;
+
+  ~connection_core() {
+    pending_.fail_all(net::error::operation_aborted);
+    ::redisReaderFree(reader_);
+  }
+
+  const Executor& get_executor() const noexcept { return executor_; }
+  const connection_options& options() const noexcept { return options_; }
+
+  /// Lock-free: true while a connection is established (its handshake written).
+  bool connected() const noexcept { return connected_.load(std::memory_order_acquire); }
+
+  /// Queues one encoded command; `node` is completed with its reply. Returns false, leaving `node`
+  /// untouched, when the connection is backing off after a failure or closed. The first submit connects.
+  bool submit(std::string_view command, request_node* node) {
+    bool connect_now = false;
+    bool flush_now = false;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (state_ == state::closed || state_ == state::backing_off) return false;
+      node->submitted_ = clock::now();
+      out_.append(command);
+      pending_.push_back(node);
+      ++stats_.requests;
+      if (state_ == state::idle) {
+        state_ = state::connecting;
+        connect_now = true;
+      } else if (state_ == state::connected && !writing_ && !flush_posted_) {
+        flush_posted_ = true;
+        flush_now = true;
+      }
+    }
+    if (connect_now) net::post(strand_, [self = this->shared_from_this()] { self->start_connect(); });
+    if (flush_now) net::post(strand_, [self = this->shared_from_this()] { self->flush(); });
+    return true;
+  }
+
+  /// A command sent first on every connection (after AUTH and SELECT), e.g. SCRIPT LOAD. Its reply is
+  /// checked only for errors, counted in `startup_errors`. Sent at once too if a connection is up.
+  /// An identical command registered earlier is not added again.
+  void add_startup_command(std::string command) {
+    bool send_now = false;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (std::find(startup_.begin(), startup_.end(), command) != startup_.end()) return;
+      startup_.push_back(command);
+      send_now = state_ == state::connected;
+    }
+    if (!send_now) return;
+    auto* node = new startup_node(this->weak_from_this(), 0, false);
+    if (!submit(command, node)) delete node;
+  }
+
+  /// Closes for good: pending commands complete with `operation_aborted` (here, on the caller's thread),
+  /// later submits are refused, and the socket is closed on the strand. Idempotent.
+  void close() {
+    request_list lost;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (state_ == state::closed) return;
+      state_ = state::closed;
+      connected_.store(false, std::memory_order_release);
+      ++generation_;
+      stats_.failed_requests += pending_.size();
+      lost = std::move(pending_);
+      out_.clear();
+    }
+    net::post(strand_, [self = this->shared_from_this()] {
+      error_code ignored;
+      self->socket_.close(ignored);
+      self->resolver_.cancel();
+      self->retry_timer_.cancel();
+      self->watchdog_.cancel();
+    });
+    lost.fail_all(net::error::operation_aborted);
+  }
+
+  connection_snapshot snapshot() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    connection_snapshot s = stats_;
+    s.connected = state_ == state::connected;
+    s.pending = pending_.size();
+    return s;
+  }
+
+ private:
+  enum class state : std::uint8_t { idle, connecting, connected, backing_off, closed };
+
+  // Checks the reply of a handshake or startup command. AUTH and SELECT are critical: the connection is
+  // useless without them, so an error drops it (and it is retried with backoff).
+  class startup_node final : public request_node {
+   public:
+    startup_node(std::weak_ptr<connection_core> core, std::uint64_t generation, bool critical) noexcept
+        : core_(std::move(core)), generation_(generation), critical_(critical) {}
+
+    void complete(const error_code& ec, const ::redisReply* reply) noexcept override {
+      const bool refused = !ec && reply != nullptr && reply->type == REDIS_REPLY_ERROR;
+      std::weak_ptr<connection_core> core = std::move(core_);
+      const std::uint64_t generation = generation_;
+      const bool critical = critical_;
+      delete this;
+      if (!refused) return;
+      if (auto c = core.lock()) c->on_startup_error(generation, critical);  // on the strand: a real reply
+    }
+
+   private:
+    std::weak_ptr<connection_core> core_;
+    std::uint64_t generation_;
+    bool critical_;
+  };
+
+  static ::redisReader* make_reader() {
+    ::redisReader* r = ::redisReaderCreate();
+    if (r == nullptr) throw std::bad_alloc();
+    return r;
+  }
+
+  template <class F>
+  auto on_strand(F&& f) {
+    return net::bind_executor(strand_, std::forward<F>(f));
+  }
+
+  bool stale(std::uint64_t generation) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return generation != generation_ || state_ == state::closed;
+  }
+
+  double uniform_locked() { return std::uniform_real_distribution<double>(0.0, 1.0)(rng_); }
+
+  // ---- Connecting (strand) ------------------------------------------------------------------------------
+
+  void start_connect() {
+    std::uint64_t generation = 0;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (state_ == state::closed) return;
+      state_ = state::connecting;
+      generation = ++generation_;
+    }
+    auto self = this->shared_from_this();
+    retry_timer_.expires_after(options_.connect_timeout);
+    retry_timer_.async_wait(on_strand([self, generation](const error_code& ec) {
+      if (!ec) self->on_connect_timeout(generation);
+    }));
+    resolver_.async_resolve(options_.host, std::to_string(options_.port),
+                            on_strand([self, generation](const error_code& ec, typename resolver_type::results_type r) {
+                              self->on_resolved(generation, ec, std::move(r));
+                            }));
+  }
+
+  void on_connect_timeout(std::uint64_t generation) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (generation != generation_ || state_ != state::connecting) return;
+    }
+    fail(generation, net::error::timed_out);
+  }
+
+  void on_resolved(std::uint64_t generation, const error_code& ec, typename resolver_type::results_type results) {
+    if (stale(generation)) return;
+    if (ec) return fail(generation, ec);
+    auto self = this->shared_from_this();
+    net::async_connect(socket_, results, on_strand([self, generation](const error_code& e, const tcp::endpoint&) {
+                         self->on_connected(generation, e);
+                       }));
+  }
+
+  void on_connected(std::uint64_t generation, const error_code& ec) {
+    if (stale(generation)) return;
+    if (ec) return fail(generation, ec);
+    retry_timer_.cancel();
+    error_code ignored;
+    socket_.set_option(tcp::no_delay(true), ignored);  // pipelined small writes must not wait for Nagle
+    ::redisReaderFree(reader_);
+    reader_ = nullptr;
+    reader_ = make_reader();
+
+    request_list hello;
+    std::string bytes;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (generation != generation_ || state_ != state::connecting) return;
+      const auto now = clock::now();
+      const auto add = [&](std::string command, bool critical) {
+        auto* node = new startup_node(this->weak_from_this(), generation, critical);
+        node->submitted_ = now;
+        hello.push_back(node);
+        bytes += command;
+        ++stats_.requests;
+      };
+      if (!options_.password.empty()) {
+        add(options_.username.empty() ? encode_command({"AUTH", options_.password})
+                                      : encode_command({"AUTH", options_.username, options_.password}),
+            true);
+      }
+      if (options_.database != 0) add(encode_command({"SELECT", std::to_string(options_.database)}), true);
+      for (const std::string& command : startup_) add(command, false);
+      out_.insert(0, bytes);
+      pending_.splice_front(hello);
+      state_ = state::connected;
+      connected_.store(true, std::memory_order_release);
+      ++stats_.connects;
+    }
+    start_read(generation);
+    flush();
+  }
+
+  void on_startup_error(std::uint64_t generation, bool critical) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      ++stats_.startup_errors;
+    }
+    if (critical) fail(generation, errc::server_error);
+  }
+
+  // ---- Failing and backing off (strand) -----------------------------------------------------------------
+
+  void fail(std::uint64_t generation, const error_code& cause) {
+    request_list lost;
+    std::chrono::nanoseconds delay{};
+    std::uint64_t next_generation = 0;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (generation != generation_ || state_ == state::closed || state_ == state::backing_off) return;
+      if (state_ == state::connected) ++stats_.disconnects;
+      else ++stats_.connect_failures;
+      stats_.last_error = cause;
+      state_ = state::backing_off;
+      connected_.store(false, std::memory_order_release);
+      next_generation = ++generation_;
+      stats_.failed_requests += pending_.size();
+      lost = std::move(pending_);
+      out_.clear();
+      writing_ = false;
+      flush_posted_ = false;
+      watchdog_armed_ = false;
+      ++failures_;
+      delay = backoff_.delay(failures_, uniform_locked());
+    }
+    error_code ignored;
+    socket_.close(ignored);
+    resolver_.cancel();
+    watchdog_.cancel();
+    auto self = this->shared_from_this();
+    retry_timer_.expires_after(delay);
+    retry_timer_.async_wait(on_strand([self, next_generation](const error_code& ec) {
+      if (!ec) self->on_backoff_done(next_generation);
+    }));
+    lost.fail_all(errc::unavailable);
+  }
+
+  void on_backoff_done(std::uint64_t generation) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (generation != generation_ || state_ != state::backing_off) return;
+    }
+    start_connect();
+  }
+
+  // ---- Writing (strand) ---------------------------------------------------------------------------------
+
+  // Hands everything queued to one async_write; commands submitted meanwhile wait for the next.
+  void flush() {
+    std::uint64_t generation = 0;
+    bool arm = false;
+    clock::time_point at{};
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      flush_posted_ = false;
+      if (state_ != state::connected || writing_ || out_.empty()) return;
+      writing_buffer_.swap(out_);
+      out_.clear();
+      writing_ = true;
+      generation = generation_;
+      if (!watchdog_armed_ && !pending_.empty()) {
+        watchdog_armed_ = true;
+        arm = true;
+        at = pending_.front()->submitted_ + options_.request_timeout;
+      }
+    }
+    auto self = this->shared_from_this();
+    net::async_write(socket_, net::buffer(writing_buffer_), on_strand([self, generation](const error_code& ec, std::size_t) {
+                       self->on_written(generation, ec);
+                     }));
+    if (arm) arm_watchdog(generation, at);
+  }
+
+  void on_written(std::uint64_t generation, const error_code& ec) {
+    if (stale(generation)) return;
+    if (ec) return fail(generation, ec);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      writing_ = false;
+    }
+    flush();
+  }
+
+  // ---- Watching for a silent server (strand) ------------------------------------------------------------
+  // One timer, armed for the oldest pending command's limit and re-armed only when it fires (never per
+  // command): replies are FIFO, so the oldest pending command is always the one to watch.
+
+  void arm_watchdog(std::uint64_t generation, clock::time_point at) {
+    auto self = this->shared_from_this();
+    watchdog_.expires_at(at);
+    watchdog_.async_wait(on_strand([self, generation](const error_code& ec) {
+      if (!ec) self->on_watchdog(generation);
+    }));
+  }
+
+  void on_watchdog(std::uint64_t generation) {
+    clock::time_point at{};
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (generation != generation_ || state_ != state::connected) return;
+      watchdog_armed_ = false;
+      if (pending_.empty()) return;
+      at = pending_.front()->submitted_ + options_.request_timeout;
+      if (at > clock::now()) watchdog_armed_ = true;
+    }
+    if (at <= clock::now()) return fail(generation, net::error::timed_out);
+    arm_watchdog(generation, at);
+  }
+
+  // ---- Reading (strand) ---------------------------------------------------------------------------------
+
+  void start_read(std::uint64_t generation) {
+    auto self = this->shared_from_this();
+    socket_.async_read_some(net::buffer(read_buffer_), on_strand([self, generation](const error_code& ec, std::size_t n) {
+                              self->on_read(generation, ec, n);
+                            }));
+  }
+
+  void on_read(std::uint64_t generation, const error_code& ec, std::size_t n) {
+    if (stale(generation)) return;
+    if (ec) return fail(generation, ec);
+    bool malformed = ::redisReaderFeed(reader_, read_buffer_.data(), n) != REDIS_OK;
+    replies_.clear();
+    while (!malformed) {
+      void* r = nullptr;
+      if (::redisReaderGetReply(reader_, &r) != REDIS_OK) malformed = true;
+      else if (r == nullptr) break;
+      else replies_.push_back(static_cast<::redisReply*>(r));
+    }
+    request_list answered;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      const auto now = clock::now();
+      for (std::size_t i = 0; i < replies_.size() && !pending_.empty(); ++i) {
+        request_node* node = pending_.pop_front();
+        const auto rtt = std::chrono::duration_cast<std::chrono::nanoseconds>(now - node->submitted_);
+        stats_.round_trip_last = rtt;
+        stats_.round_trip_total += rtt;
+        stats_.round_trip_max = std::max(stats_.round_trip_max, rtt);
+        ++stats_.replies;
+        answered.push_back(node);
+      }
+      if (!replies_.empty()) failures_ = 0;  // the server answers: the next failure starts backoff afresh
+    }
+    // More replies than commands: the stream is out of step (a push message, or a bug); start over.
+    malformed = malformed || answered.size() < replies_.size();
+    for (::redisReply* r : replies_) {
+      if (request_node* node = answered.pop_front()) node->complete(error_code{}, r);
+      ::freeReplyObject(r);
+    }
+    replies_.clear();
+    if (malformed) return fail(generation, errc::protocol_error);
+    if (!stale(generation)) start_read(generation);
+  }
+
+  Executor executor_;
+  net::strand<Executor> strand_;
+  // Strand only:
+  socket_type socket_;
+  resolver_type resolver_;
+  timer_type retry_timer_;  // connect timeout, then the backoff delay
+  timer_type watchdog_;     // request_timeout of the oldest pending command
+  const connection_options options_;
+  const algo::backoff backoff_;
+  std::array<char, 16 * 1024> read_buffer_{};
+  std::string writing_buffer_;
+  std::vector<::redisReply*> replies_;
+  ::redisReader* reader_;
+
+  mutable std::mutex mutex_;
+  // Under mutex_:
+  std::minstd_rand rng_;
+  state state_ = state::idle;
+  std::uint64_t generation_ = 0;
+  std::uint32_t failures_ = 0;  // failed attempts since the server last answered
+  std::string out_;             // encoded commands not yet handed to a write
+  request_list pending_;        // submitted, not answered, in the order their bytes go out
+  std::vector<std::string> startup_;
+  bool writing_ = false;
+  bool flush_posted_ = false;
+  bool watchdog_armed_ = false;
+  connection_snapshot stats_{};
+
+  std::atomic<bool> connected_{false};
+};
+
+// Completes a user's async_execute: copies the reply, then posts the handler to its associated executor.
+template <class Handler, class IoExecutor>
+class execute_node final : public request_node {
+ public:
+  execute_node(Handler&& handler, const IoExecutor& io) : handler_(std::move(handler)), io_(io) {}
+
+  void complete(const error_code& ec, const ::redisReply* r) noexcept override {
+    struct invoker {
+      Handler handler;
+      error_code ec;
+      reply value;
+      void operator()() { std::move(handler)(ec, std::move(value)); }
+    };
+    auto ex = net::get_associated_executor(handler_, io_);
+    reply value = (ec || r == nullptr) ? reply{} : reply::from_hiredis(*r);
+    net::post(ex, invoker{std::move(handler_), ec, std::move(value)});
+    delete this;
+  }
+
+ private:
+  Handler handler_;
+  IoExecutor io_;
+};
+
+}  // namespace detail
+
+/// A pipelined connection to one Redis server, for the Redis-backed limiters and for plain commands.
+///
+/// Commands from any number of callers share one TCP connection and are written back to back without
+/// waiting for replies (pipelining); replies are matched to commands in order, as Redis answers in order.
+/// hiredis encodes the commands (`redisFormatCommandArgv`) and parses the replies (its reader, fed the bytes
+/// Asio reads); rein implements no part of the protocol.
+///
+/// Failures: the first command connects. A lost connection, a failed attempt, or a server silent for
+/// `request_timeout` fails every pending command with errc::unavailable, and reconnection starts after a
+/// jittered exponential backoff (`reconnect_base`, `reconnect_cap`), on its own, until it succeeds or the
+/// connection is closed. While it backs off, commands fail at once with errc::unavailable rather than wait.
+/// Commands issued while a connection attempt is in progress wait for it (at most `connect_timeout`).
+///
+/// @par Thread Safety
+/// Every member function may be called concurrently, except destruction. Socket work runs on a strand.
+///
+/// @par Lifetime
+/// Not copyable or movable. Destroying it closes it: pending commands complete with operation_aborted.
+/// Limiters using it keep its machinery alive but see it as closed (errc::unavailable) once it is destroyed.
+/// It must be destroyed before its execution context.
+template <class Executor = net::any_io_executor>
+class basic_connection {
+ public:
+  using executor_type = Executor;
+  using core_type = detail::connection_core<Executor>;
+
+  /// The connection type when rebound to another executor.
+  template <class OtherExecutor>
+  struct rebind_executor {
+    using other = basic_connection<OtherExecutor>;
+  };
+
+  /// A connection on `ex`; nothing happens on the network until the first command.
+  /// @throws std::invalid_argument naming the field and value if an option is out of range.
+  explicit basic_connection(const executor_type& ex, connection_options options = {})
+      : core_(std::make_shared<core_type>(ex, std::move(options))) {}
+
+  template <class ExecutionContext>
+    requires std::is_convertible_v<ExecutionContext&, net::execution_context&>
+  explicit basic_connection(ExecutionContext& context, connection_options options = {})
+      : basic_connection(context.get_executor(), std::move(options)) {}
+
+  basic_connection(const basic_connection&) = delete;
+  basic_connection& operator=(const basic_connection&) = delete;
+
+  ~basic_connection() { core_->close(); }
+
+  executor_type get_executor() const noexcept { return core_->get_executor(); }
+
+  /// True while a connection is established.
+  bool connected() const noexcept { return core_->connected(); }
+
+  /// Closes for good; pending commands complete with operation_aborted. Idempotent.
+  void close() { core_->close(); }
+
+  connection_snapshot snapshot() const { return core_->snapshot(); }
+
+  const connection_options& options() const noexcept { return core_->options(); }
+
+  /// Sends one command, pipelined with everyone else's, and completes with its reply.
+  ///
+  /// @param args  the command and its arguments, each sent as is (binary-safe), e.g. {"GET", key}.
+  /// @param token completion token; signature `void(error_code, rein::redis::reply)`. Default: `deferred`.
+  ///
+  /// An error *reply* from Redis is a successful completion whose reply has `kind::error`. Errors:
+  /// errc::unavailable (not connected, or the connection failed before the reply), `operation_aborted`
+  /// (closed). The handler runs on its associated executor, never inside this function.
+  ///
+  /// @par Per-Operation Cancellation
+  /// None: a command on the wire cannot be taken back.
+  template <REIN_COMPLETION_TOKEN_FOR(void(error_code, reply)) Token = default_token_t>
+  auto async_execute(std::span<const std::string_view> args, Token&& token = Token{}) {
+    return net::async_initiate<Token, void(error_code, reply)>(initiate_execute{core_.get()}, token,
+                                                               encode_command(args));
+  }
+
+  template <REIN_COMPLETION_TOKEN_FOR(void(error_code, reply)) Token = default_token_t>
+  auto async_execute(std::initializer_list<std::string_view> args, Token&& token = Token{}) {
+    return async_execute(std::span<const std::string_view>(args.begin(), args.size()), std::forward<Token>(token));
+  }
+
+  /// The shared machinery, for limiters built on this connection. Not API.
+  const std::shared_ptr<core_type>& core() const noexcept { return core_; }
+
+ private:
+  struct initiate_execute {
+    core_type* core;
+    using executor_type = Executor;
+    executor_type get_executor() const noexcept { return core->get_executor(); }
+
+    template <class Handler>
+    void operator()(Handler&& handler, const std::string& command) const {
+      using node_type = detail::execute_node<std::decay_t<Handler>, Executor>;
+      auto* node = new node_type(std::forward<Handler>(handler), core->get_executor());
+      if (!core->submit(command, node)) node->complete(errc::unavailable, nullptr);  // posts: not inline
+    }
+  };
+
+  std::shared_ptr<core_type> core_;
+};
+
+/// A connection on any I/O executor.
+using connection = basic_connection<>;
+
+}  // namespace rein::redis

@@ -1,0 +1,172 @@
+// rein::redis without a network: SHA-1, command encoding, reply conversion, the script's verdicts, options.
+#include "support.hpp"
+
+#include <rein/redis/detail/sha1.hpp>
+#include <rein/redis/error.hpp>
+#include <rein/redis/reply.hpp>
+#include <rein/redis/shared_token_bucket.hpp>
+
+#include <hiredis/hiredis.h>
+
+#include <limits>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+using namespace std::literals;
+namespace net = rein::net;
+using rein::redis::reply;
+using kind = rein::redis::detail::verdict::kind;
+
+namespace {
+
+// Parses one reply with hiredis's reader, as the connection does.
+struct parsed {
+  redisReply* r = nullptr;
+  explicit parsed(std::string_view wire) {
+    redisReader* reader = redisReaderCreate();
+    REQUIRE(redisReaderFeed(reader, wire.data(), wire.size()) == REDIS_OK);
+    void* out = nullptr;
+    REQUIRE(redisReaderGetReply(reader, &out) == REDIS_OK);
+    REQUIRE(out != nullptr);
+    r = static_cast<redisReply*>(out);
+    redisReaderFree(reader);
+  }
+  parsed(const parsed&) = delete;
+  parsed& operator=(const parsed&) = delete;
+  ~parsed() { freeReplyObject(r); }
+};
+
+rein::redis::detail::verdict verdict_of(std::string_view wire) {
+  parsed p(wire);
+  return rein::redis::detail::read_verdict({}, p.r);
+}
+
+}  // namespace
+
+TEST_CASE("sha1_hex gives the FIPS 180 test vectors") {
+  using rein::redis::detail::sha1_hex;
+  CHECK(sha1_hex("") == "da39a3ee5e6b4b0d3255bfef95601890afd80709");
+  CHECK(sha1_hex("abc") == "a9993e364706816aba3e25717850c26c9cd0d89d");
+  CHECK(sha1_hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq") ==
+        "84983e441c3bd26ebaae4aa1f95129e5e54670f1");
+  CHECK(sha1_hex(std::string(1'000'000, 'a')) == "34aa973cd4c4daa4f61eeb2bdbad27316534016f");
+  // 55 and 56 bytes: the padding needs one block, then two.
+  CHECK(sha1_hex(std::string(55, 'x')) != sha1_hex(std::string(56, 'x')));
+}
+
+TEST_CASE("encode_command writes a RESP array of bulk strings, binary-safe") {
+  CHECK(rein::redis::encode_command({"SET", "k", "v"}) == "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n");
+  const std::string odd("a\0b\r\n", 5);
+  CHECK(rein::redis::encode_command({"GET", odd}) == "*2\r\n$3\r\nGET\r\n$5\r\n"s + odd + "\r\n");
+  CHECK(rein::redis::encode_command({"PING"}) == "*1\r\n$4\r\nPING\r\n");
+  CHECK_THROWS_AS(rein::redis::encode_command(std::span<const std::string_view>()), std::invalid_argument);
+}
+
+TEST_CASE("reply::from_hiredis copies every RESP2 type, nested") {
+  parsed p("*5\r\n:42\r\n$-1\r\n+OK\r\n-ERR bad\r\n*1\r\n$3\r\na\0b\r\n"sv);
+  const reply r = reply::from_hiredis(*p.r);
+  REQUIRE(r.type == reply::kind::array);
+  REQUIRE(r.elements.size() == 5);
+  CHECK(r.elements[0].type == reply::kind::integer);
+  CHECK(r.elements[0].integer == 42);
+  CHECK(r.elements[1].type == reply::kind::nil);
+  CHECK(r.elements[2].type == reply::kind::status);
+  CHECK(r.elements[2].text == "OK");
+  CHECK(r.elements[3].is_error());
+  CHECK(r.elements[3].text == "ERR bad");
+  REQUIRE(r.elements[4].elements.size() == 1);
+  CHECK(r.elements[4].elements[0].type == reply::kind::string);
+  CHECK(r.elements[4].elements[0].text == std::string("a\0b", 3));
+}
+
+TEST_CASE("the script's replies read as verdicts") {
+  const auto allowed = verdict_of("*3\r\n:1\r\n:0\r\n:5000\r\n");
+  CHECK(allowed.what == kind::allowed);
+  CHECK(allowed.available_us == 5000);
+  const auto denied = verdict_of("*3\r\n:0\r\n:1250\r\n:3750\r\n");
+  CHECK(denied.what == kind::denied);
+  CHECK(denied.retry_after_us == 1250);
+  CHECK(denied.available_us == 3750);
+  CHECK(verdict_of("-NOSCRIPT No matching script. Please use EVAL.\r\n").what == kind::no_script);
+  for (const char* busy : {"-LOADING Redis is loading the dataset in memory\r\n", "-BUSY Redis is busy\r\n",
+                           "-READONLY You can't write against a read only replica.\r\n",
+                           "-MASTERDOWN Link with MASTER is down\r\n", "-OOM command not allowed\r\n"}) {
+    CHECK(verdict_of(busy).what == kind::unavailable);
+  }
+  const auto wrong = verdict_of("-WRONGTYPE Operation against a key holding the wrong kind of value\r\n");
+  CHECK(wrong.what == kind::server_error);
+  CHECK(wrong.message.starts_with("WRONGTYPE"));
+  CHECK(verdict_of("*2\r\n:1\r\n:0\r\n").what == kind::server_error);
+  CHECK(verdict_of("*3\r\n:1\r\n$1\r\n0\r\n:0\r\n").what == kind::server_error);
+  CHECK(verdict_of("+OK\r\n").what == kind::server_error);
+  CHECK(rein::redis::detail::read_verdict(rein::redis::errc::unavailable, nullptr).what == kind::unavailable);
+}
+
+TEST_CASE("rein::redis::errc has its own category") {
+  const rein::error_code ec = rein::redis::errc::unavailable;
+  CHECK(std::string(ec.category().name()) == "rein.redis");
+  CHECK(ec.message() == "Redis is unavailable");
+  CHECK(ec != rein::error_code(rein::errc::timed_out));
+}
+
+TEST_CASE("invalid options throw, naming the type, the field and the value") {
+  net::io_context io;
+  rein::redis::connection c(io);  // nothing touches the network before the first command
+  const auto message = [&](rein::redis::shared_token_bucket_options o) {
+    try {
+      rein::redis::shared_token_bucket bucket(c, o);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no exception");
+  };
+  const rein::redis::shared_token_bucket_options good{.key = "k", .rate = 10, .capacity = 5};
+  CHECK(message(good) == "no exception");
+  auto o = good;
+  o.key = "";
+  CHECK(message(o) == "rein::redis::shared_token_bucket: key must not be empty");
+  o = good;
+  o.rate = -1;
+  CHECK(message(o) == "rein::redis::shared_token_bucket: rate must be > 0, finite and at most 1e9 tokens per second, got -1");
+  o.rate = std::numeric_limits<double>::quiet_NaN();
+  CHECK(message(o).starts_with("rein::redis::shared_token_bucket: rate must be > 0"));
+  o = good;
+  o.capacity = 0;
+  CHECK(message(o) == "rein::redis::shared_token_bucket: capacity must be in [1, 1e15] tokens, got 0");
+  o = good;
+  o.rate = 1e-6;
+  o.capacity = 10'000;
+  CHECK(message(o) == "rein::redis::shared_token_bucket: capacity / rate (seconds to refill from empty) must be at most 1e9, got 1e+10");
+  o = good;
+  o.fail_open_share = 1.5;
+  CHECK(message(o) == "rein::redis::shared_token_bucket: fail_open_share must be in (0, 1], got 1.5");
+  o = good;
+  o.max_in_flight = 0;
+  CHECK(message(o) == "rein::redis::shared_token_bucket: max_in_flight must be >= 1, got 0");
+  o = good;
+  o.recheck_interval = std::chrono::milliseconds(-1);
+  CHECK(message(o) == "rein::redis::shared_token_bucket: recheck_interval must be >= 0, got -1ms");
+
+  const auto connection_message = [&](rein::redis::connection_options co) {
+    try {
+      rein::redis::connection bad(io, co);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no exception");
+  };
+  rein::redis::connection_options co;
+  co.port = 0;
+  CHECK(connection_message(co) == "rein::redis::connection: port must be in [1, 65535], got 0");
+  co = {};
+  co.request_timeout = std::chrono::milliseconds(0);
+  CHECK(connection_message(co) == "rein::redis::connection: request_timeout must be > 0, got 0ms");
+  co = {};
+  co.reconnect_cap = std::chrono::milliseconds(5);
+  CHECK(connection_message(co) == "rein::redis::connection: reconnect_cap must be >= reconnect_base, got 5ms");
+  co = {};
+  co.host = "";
+  CHECK(connection_message(co) == "rein::redis::connection: host must not be empty");
+}
