@@ -1,0 +1,486 @@
+// rein::semaphore against what a user writes today (issue 2, "Acceptance: benchmarks"), side by side:
+//
+//   floor_nested_awaitable   co_await of a nested awaitable that returns at once (the fast path's floor)
+//   floor_post               co_await net::post(net::use_awaitable) (one scheduler round trip)
+//   rein_single_thread_semaphore, rein_semaphore
+//                            rein::single_thread_semaphore (null_mutex) and rein::semaphore (std::mutex)
+//   channel_*, concurrent_channel_*
+//                            net::experimental::channel<void(error_code)> (concurrent_channel: thread-safe) as a
+//                            semaphore with `permits` buffer slots: acquire = send, release = try_receive.
+//                            `try_send_then_async_send` tries a synchronous send first; `async_send` always
+//                            co_awaits async_send
+//   steady_timer_cancel_one  a count plus a steady_timer that never expires: acquire waits on the timer while
+//                            the count is 0, release increments it and cancel_one()s a waiter. Not FIFO (a
+//                            woken waiter can be overtaken and waits again); single-threaded only; its timer
+//                            turns the reactor on, so it has no reactor_off row
+//
+// Every idiom's acquire is a nested coroutine, as rein's `acquire()` is (what a small user-written wrapper
+// class looks like). Everything runs on the benchmark's one thread: the thread-safe variants show what their
+// locks cost, not scaling. Groups:
+//
+//   uncontended/<reactor>/<idiom>         one coroutine: acquire, release
+//   contended_64x4/<reactor>/<idiom>      64 coroutines, 4 permits: acquire, co_await post, release
+//   memory/parked_100k/<idiom>            100,000 coroutines parked on the idiom; heap per waiter
+//
+// At exit the binary prints (stderr) Markdown tables of CPU-time medians with ratios to the floors, and the
+// pass/fail of the issue's targets (support/ratio_summary.hpp).
+#define REIN_BENCH_DEFINE_COUNTING_NEW
+#include "support/counting_new.hpp"
+
+#include "support/bench_io.hpp"
+#include "support/floors.hpp"
+#include "support/ratio_summary.hpp"
+
+#include <rein/config.hpp>
+#include <rein/permit.hpp>
+#include <rein/semaphore.hpp>
+
+#include <benchmark/benchmark.h>
+
+#if defined(REIN_STANDALONE_ASIO)
+#include <asio/experimental/channel.hpp>
+#include <asio/experimental/concurrent_channel.hpp>
+#include <asio/redirect_error.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/use_awaitable.hpp>
+#else
+#include <boost/asio/experimental/channel.hpp>
+#include <boost/asio/experimental/concurrent_channel.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#endif
+
+#include <chrono>
+#include <cstddef>
+#include <limits>
+#include <memory>
+#include <string>
+#include <utility>
+
+namespace {
+
+using namespace rein_bench;
+using rein::error_code;
+using rein::permit;
+
+constexpr std::size_t contended_coroutines = 64;
+constexpr std::size_t contended_permits = 4;
+constexpr std::size_t parked_waiters = 100'000;
+
+// ---- The idioms ------------------------------------------------------------------------------------------
+
+/// An experimental channel used as a semaphore: `permits` buffer slots; a sent value holds a slot.
+template <class Channel, bool TrySendFirst>
+class channel_semaphore {
+ public:
+  channel_semaphore(const net::any_io_executor& ex, std::size_t permits) : channel_(ex, permits) {}
+
+  net::awaitable<void> acquire() {
+    if constexpr (TrySendFirst) {
+      if (channel_.try_send(error_code{})) co_return;
+    }
+    co_await channel_.async_send(error_code{}, net::use_awaitable);
+  }
+
+  void release() { channel_.try_receive([](error_code) {}); }
+
+  /// Fails every parked acquire (they throw), for tear-down. (close() alone leaves parked senders parked.)
+  void close() {
+    channel_.cancel();
+    channel_.close();
+  }
+
+ private:
+  Channel channel_;
+};
+
+using channel = net::experimental::channel<void(error_code)>;
+using concurrent_channel = net::experimental::concurrent_channel<void(error_code)>;
+
+/// The steady_timer + cancel_one semaphore (see the file comment).
+class timer_semaphore {
+ public:
+  timer_semaphore(const net::any_io_executor& ex, std::size_t permits)
+      : timer_(ex, net::steady_timer::time_point::max()), available_(permits) {}
+
+  net::awaitable<void> acquire() {
+    while (available_ == 0) co_await timer_.async_wait(net::redirect_error(net::use_awaitable, ignored_));
+    --available_;
+  }
+
+  void release() {
+    ++available_;
+    timer_.cancel_one();
+  }
+
+  /// Lets every parked acquire through, for tear-down.
+  void open_all() {
+    available_ = std::numeric_limits<std::size_t>::max();
+    timer_.cancel();
+  }
+
+ private:
+  net::steady_timer timer_;
+  std::size_t available_;
+  error_code ignored_;
+};
+
+using st_semaphore = rein::single_thread_semaphore;
+using ts_semaphore = rein::semaphore;
+using channel_try_first = channel_semaphore<channel, true>;
+using channel_async = channel_semaphore<channel, false>;
+using concurrent_channel_try_first = channel_semaphore<concurrent_channel, true>;
+using concurrent_channel_async = channel_semaphore<concurrent_channel, false>;
+
+// ---- Uncontended: one coroutine, acquire + release per iteration ---------------------------------------
+
+net::awaitable<void> uncontended_nested_floor(benchmark::State& state, run_clock& clock) {
+  clock.start();
+  for (auto _ : state) {
+    std::size_t v = co_await ready_now<std::size_t>(1);
+    benchmark::DoNotOptimize(v);
+  }
+  clock.stop();
+}
+
+net::awaitable<void> uncontended_post_floor(benchmark::State& state, run_clock& clock) {
+  clock.start();
+  for (auto _ : state) co_await post_round_trip();
+  clock.stop();
+}
+
+template <class Sem>
+net::awaitable<void> uncontended_rein(benchmark::State& state, run_clock& clock, Sem& sem) {
+  clock.start();
+  for (auto _ : state) {
+    permit p = co_await sem.acquire();
+    benchmark::DoNotOptimize(p);
+  }
+  clock.stop();
+}
+
+template <class Idiom>
+net::awaitable<void> uncontended_idiom(benchmark::State& state, run_clock& clock, Idiom& sem) {
+  clock.start();
+  for (auto _ : state) {
+    co_await sem.acquire();
+    sem.release();
+  }
+  clock.stop();
+}
+
+template <class Sem>
+void make_and_run_uncontended(benchmark::State& state, bench_io& io, run_clock& clock) {
+  if constexpr (std::is_same_v<Sem, st_semaphore> || std::is_same_v<Sem, ts_semaphore>) {
+    Sem sem(io.io_object_executor(), 1);
+    io.run(uncontended_rein(state, clock, sem));
+  } else {
+    Sem sem(io.executor(), 1);
+    io.run(uncontended_idiom(state, clock, sem));
+  }
+}
+
+// ---- Contended: 64 coroutines, 4 permits: acquire, co_await post, release -----------------------------
+
+net::awaitable<void> contended_floor(iteration_gate& gate) {
+  while (gate.next()) co_await post_round_trip();
+}
+
+template <class Sem>
+net::awaitable<void> contended_rein(iteration_gate& gate, Sem& sem) {
+  while (gate.next()) {
+    permit p = co_await sem.acquire();
+    co_await post_round_trip();
+  }
+}
+
+template <class Idiom>
+net::awaitable<void> contended_idiom(iteration_gate& gate, Idiom& sem) {
+  while (gate.next()) {
+    co_await sem.acquire();
+    co_await post_round_trip();
+    sem.release();
+  }
+}
+
+template <class Sem>
+void make_and_run_contended(bench_io& io, iteration_gate& gate) {
+  constexpr bool is_rein = std::is_same_v<Sem, st_semaphore> || std::is_same_v<Sem, ts_semaphore>;
+  Sem sem(is_rein ? io.io_object_executor() : io.executor(), contended_permits);
+  for (std::size_t i = 0; i < contended_coroutines; ++i) {
+    if constexpr (is_rein) io.spawn(contended_rein(gate, sem));
+    else io.spawn(contended_idiom(gate, sem));
+  }
+  io.run_all();
+}
+
+// ---- Registration of the timing benchmarks ------------------------------------------------------------
+
+struct floor_nested {};
+struct floor_post {};
+
+template <class Sem>
+void uncontended_benchmark(const std::string& name, reactor mode) {
+  benchmark::RegisterBenchmark(name.c_str(),
+                               [name, mode](benchmark::State& state) {
+                                 bench_io io(mode);
+                                 run_clock clock(state, name);
+                                 if constexpr (std::is_same_v<Sem, floor_nested>)
+                                   io.run(uncontended_nested_floor(state, clock));
+                                 else if constexpr (std::is_same_v<Sem, floor_post>)
+                                   io.run(uncontended_post_floor(state, clock));
+                                 else
+                                   make_and_run_uncontended<Sem>(state, io, clock);
+                               })
+      ->Unit(benchmark::kNanosecond);
+}
+
+template <class Sem>
+void contended_benchmark(const std::string& name, reactor mode) {
+  benchmark::RegisterBenchmark(name.c_str(),
+                               [name, mode](benchmark::State& state) {
+                                 bench_io io(mode);
+                                 run_clock clock(state, name);
+                                 iteration_gate gate(state, clock);
+                                 if constexpr (std::is_same_v<Sem, floor_post>) {
+                                   for (std::size_t i = 0; i < contended_coroutines; ++i)
+                                     io.spawn(contended_floor(gate));
+                                   io.run_all();
+                                 } else {
+                                   make_and_run_contended<Sem>(io, gate);
+                                 }
+                               })
+      ->Unit(benchmark::kNanosecond);
+}
+
+// ---- Memory: 100,000 parked waiters -----------------------------------------------------------------------
+
+/// Heap growth per parked waiter.
+struct growth {
+  double new_bytes = 0;        // bytes requested through operator new (rein's ops; not frames, not Asio's ops)
+  double new_allocations = 0;  // operator new calls, net of deletes
+  double heap_bytes = 0;       // glibc's bytes in use, frames and chunk overhead included
+};
+
+template <class SpawnOne>
+growth park_all(bench_io& io, SpawnOne spawn_one) {
+  const heap::counters c0 = heap::sample();
+  const double h0 = heap::heap_in_use();
+  for (std::size_t i = 0; i < parked_waiters; ++i) spawn_one(i);
+  io.drain_ready();  // every coroutine runs until it parks
+  const heap::counters c1 = heap::sample();
+  const double h1 = heap::heap_in_use();
+  const auto n = static_cast<double>(parked_waiters);
+  const auto live = [](const heap::counters& c) { return static_cast<double>(c.allocations - c.deallocations); };
+  return {static_cast<double>(c1.bytes - c0.bytes) / n, (live(c1) - live(c0)) / n, (h1 - h0) / n};
+}
+
+// The frame-only baseline mirrors rein's frames: the same worker shape, a nested coroutine shaped like
+// basic_semaphore::acquire_until (arguments, a permit local, a synchronous try first), and an async operation
+// whose frame keeps the same arguments as rein's initiation does.
+net::awaitable<permit> park_like_acquire_until(park_lot& lot, std::size_t n, std::chrono::steady_clock::time_point deadline) {
+  if (permit p{}) co_return p;  // rein's try_acquire, which fails here
+  co_return co_await lot.async_park<permit>(n, deadline);
+}
+
+net::awaitable<void> park_on_lot(park_lot& lot) {
+  try {
+    permit p = co_await park_like_acquire_until(lot, 1, std::chrono::steady_clock::time_point::max());
+  } catch (const rein::system_error&) {
+    // never resumed: clearing the lot destroys the coroutine
+  }
+}
+
+template <class Sem>
+net::awaitable<void> park_on_rein(Sem& sem) {
+  try {
+    permit p = co_await sem.acquire();
+  } catch (const rein::system_error&) {
+    // closed at tear-down
+  }
+}
+
+template <class Idiom>
+net::awaitable<void> park_on_idiom(Idiom& sem) {
+  try {
+    co_await sem.acquire();
+  } catch (const rein::system_error&) {
+    // closed at tear-down
+  }
+}
+
+/// Parks the waiters of one idiom (with a cancellation slot connected to each if `cancellable`) and tears
+/// them down again.
+template <class Sem>
+growth measure_parked(bench_io& io, bool cancellable) {
+  auto signals = std::make_unique<net::cancellation_signal[]>(parked_waiters);  // reserved before measuring
+  const auto slot = [&](std::size_t i) { return cancellable ? signals[i].slot() : net::cancellation_slot(); };
+  growth g;
+  if constexpr (std::is_same_v<Sem, park_lot>) {
+    park_lot lot(parked_waiters);
+    g = park_all(io, [&](std::size_t i) { io.spawn(park_on_lot(lot), slot(i)); });
+    lot.clear();
+    io.run_all();
+  } else if constexpr (std::is_same_v<Sem, st_semaphore> || std::is_same_v<Sem, ts_semaphore>) {
+    Sem sem(io.executor(), 1);
+    permit held = sem.try_acquire();  // a semaphore of 0 permits would fail every acquire (exceeds_capacity)
+    g = park_all(io, [&](std::size_t i) { io.spawn(park_on_rein(sem), slot(i)); });
+    sem.close();
+    io.run_all();
+  } else if constexpr (std::is_same_v<Sem, timer_semaphore>) {
+    Sem sem(io.executor(), 0);
+    g = park_all(io, [&](std::size_t i) { io.spawn(park_on_idiom(sem), slot(i)); });
+    sem.open_all();
+    io.run_all();
+  } else {
+    Sem sem(io.executor(), 1);
+    io.run(sem.acquire());  // fills the only slot, so that every later acquire waits
+    g = park_all(io, [&](std::size_t i) { io.spawn(park_on_idiom(sem), slot(i)); });
+    sem.close();
+    io.run_all();
+  }
+  return g;
+}
+
+template <class Sem>
+void memory_benchmark(const std::string& name, bool cancellable) {
+  benchmark::RegisterBenchmark(
+      name.c_str(),
+      [name, cancellable](benchmark::State& state) {
+        for (auto _ : state) {
+          bench_io io(reactor::off);
+          const growth base = measure_parked<park_lot>(io, cancellable);
+          const growth g = measure_parked<Sem>(io, cancellable);
+          state.counters["new_B/waiter"] = g.new_bytes;
+          state.counters["new_allocs/waiter"] = g.new_allocations;
+          state.counters["heap_B/waiter"] = g.heap_bytes;
+          state.counters["beyond_baseline_B/waiter"] = g.heap_bytes - base.heap_bytes;
+          results& r = results::get();
+          r.record_value(name, "bytes through operator new per waiter", g.new_bytes);
+          r.record_value(name, "operator new allocations per waiter (net)", g.new_allocations);
+          r.record_value(name, "heap bytes per waiter (frames included)", g.heap_bytes);
+          r.record_value(name, "heap bytes per waiter beyond the frame-only baseline", g.heap_bytes - base.heap_bytes);
+        }
+      })
+      ->Iterations(1)
+      ->Unit(benchmark::kMillisecond);
+}
+
+// ---- Names, groups and targets --------------------------------------------------------------------------
+
+const std::string uncontended = "uncontended/";
+const std::string contended = "contended_64x4/";
+const std::string memory = "memory/parked_100k/";
+
+std::string on(const std::string& group, reactor mode, const char* idiom) {
+  return group + to_string(mode) + "/" + idiom;
+}
+
+void register_timing(reactor mode) {
+  uncontended_benchmark<floor_nested>(on(uncontended, mode, "floor_nested_awaitable"), mode);
+  uncontended_benchmark<floor_post>(on(uncontended, mode, "floor_post"), mode);
+  uncontended_benchmark<st_semaphore>(on(uncontended, mode, "rein_single_thread_semaphore"), mode);
+  uncontended_benchmark<ts_semaphore>(on(uncontended, mode, "rein_semaphore"), mode);
+  uncontended_benchmark<channel_try_first>(on(uncontended, mode, "channel_try_send_then_async_send"), mode);
+  uncontended_benchmark<channel_async>(on(uncontended, mode, "channel_async_send"), mode);
+  uncontended_benchmark<concurrent_channel_try_first>(
+      on(uncontended, mode, "concurrent_channel_try_send_then_async_send"), mode);
+  uncontended_benchmark<concurrent_channel_async>(on(uncontended, mode, "concurrent_channel_async_send"), mode);
+  if (mode == reactor::on)
+    uncontended_benchmark<timer_semaphore>(on(uncontended, mode, "steady_timer_cancel_one"), mode);
+
+  contended_benchmark<floor_post>(on(contended, mode, "floor_post"), mode);
+  contended_benchmark<st_semaphore>(on(contended, mode, "rein_single_thread_semaphore"), mode);
+  contended_benchmark<ts_semaphore>(on(contended, mode, "rein_semaphore"), mode);
+  contended_benchmark<channel_try_first>(on(contended, mode, "channel_try_send_then_async_send"), mode);
+  contended_benchmark<channel_async>(on(contended, mode, "channel_async_send"), mode);
+  contended_benchmark<concurrent_channel_try_first>(
+      on(contended, mode, "concurrent_channel_try_send_then_async_send"), mode);
+  contended_benchmark<concurrent_channel_async>(on(contended, mode, "concurrent_channel_async_send"), mode);
+  if (mode == reactor::on) contended_benchmark<timer_semaphore>(on(contended, mode, "steady_timer_cancel_one"), mode);
+}
+
+void register_memory() {
+  memory_benchmark<park_lot>(memory + "frame_only_baseline", false);
+  memory_benchmark<st_semaphore>(memory + "rein_single_thread_semaphore", false);
+  memory_benchmark<ts_semaphore>(memory + "rein_semaphore", false);
+  memory_benchmark<ts_semaphore>(memory + "rein_semaphore_cancellable", true);
+  memory_benchmark<channel_try_first>(memory + "channel", false);
+  memory_benchmark<channel_try_first>(memory + "channel_cancellable", true);
+  memory_benchmark<concurrent_channel_try_first>(memory + "concurrent_channel", false);
+  memory_benchmark<timer_semaphore>(memory + "steady_timer_cancel_one", false);
+}
+
+void ratio_target(std::string description, std::string numerator, std::string denominator, bound kind, double limit) {
+  results::get().add_target({std::move(description), std::move(numerator), std::move(denominator), kind, limit, {}});
+}
+
+void register_summary() {
+  results& r = results::get();
+  for (reactor mode : {reactor::on, reactor::off}) {
+    const std::string u = uncontended + to_string(mode) + "/";
+    r.add_group({"Uncontended acquire + release, " + std::string(to_string(mode)), u, u + "floor_nested_awaitable"});
+  }
+  for (reactor mode : {reactor::off, reactor::on}) {
+    const std::string c = contended + to_string(mode) + "/";
+    r.add_group({"Contended (64 coroutines, 4 permits: acquire, co_await post, release), " +
+                     std::string(to_string(mode)),
+                 c, c + "floor_post"});
+  }
+
+  const std::string u = uncontended + "reactor_on/";
+  ratio_target("uncontended, reactor on: single_thread_semaphore / nested-awaitable floor", u + "rein_single_thread_semaphore",
+               u + "floor_nested_awaitable", bound::at_most, 2);
+  ratio_target("uncontended, reactor on: semaphore / nested-awaitable floor", u + "rein_semaphore",
+               u + "floor_nested_awaitable", bound::at_most, 3);
+  for (const char* ch : {"channel_try_send_then_async_send", "channel_async_send"}) {
+    ratio_target(std::string("uncontended, reactor on: ") + ch + " / single_thread_semaphore", u + ch,
+                 u + "rein_single_thread_semaphore", bound::at_least, 30);
+    ratio_target(std::string("uncontended, reactor on: ") + ch + " / semaphore", u + ch, u + "rein_semaphore",
+                 bound::at_least, 30);
+    ratio_target(std::string("uncontended, reactor on: concurrent_") + ch + " / semaphore",
+                 u + "concurrent_" + ch, u + "rein_semaphore", bound::at_least, 30);
+  }
+
+  const std::string off = contended + "reactor_off/";
+  ratio_target("contended, reactor off: single_thread_semaphore / post floor", off + "rein_single_thread_semaphore",
+               off + "floor_post", bound::at_most, 1.8);
+  ratio_target("contended, reactor off: semaphore / post floor", off + "rein_semaphore", off + "floor_post",
+               bound::at_most, 1.8);
+  const std::string c_on = contended + "reactor_on/";
+  for (const char* ch : {"channel_try_send_then_async_send", "channel_async_send"}) {
+    // "faster than": the channel's time over rein's must exceed 1.
+    ratio_target(std::string("contended, reactor on: ") + ch + " / single_thread_semaphore (> 1: rein faster)",
+                 c_on + ch, c_on + "rein_single_thread_semaphore", bound::at_least, 1);
+    ratio_target(std::string("contended, reactor on: concurrent_") + ch + " / semaphore (> 1: rein faster)",
+                 c_on + "concurrent_" + ch, c_on + "rein_semaphore", bound::at_least, 1);
+  }
+
+  for (const char* sem : {"rein_single_thread_semaphore", "rein_semaphore", "rein_semaphore_cancellable"}) {
+    r.add_target({std::string("memory: ") + sem + ", bytes per waiter through operator new (beyond frames)",
+                  memory + sem, "", bound::at_most, 96, "bytes through operator new per waiter"});
+    r.add_target({std::string("memory: ") + sem + ", heap bytes per waiter beyond the frame-only baseline",
+                  memory + sem, "", bound::at_most, 96, "heap bytes per waiter beyond the frame-only baseline"});
+  }
+
+  r.add_note("reactor_off rows of rein: a rein limiter owns a timer (for deadlines) from construction, and "
+             "creating it turns its io_context's reactor on; these rows give the semaphore the executor of a "
+             "second, never-run io_context (its timer lives there) while its completions go to the awaiting "
+             "coroutine's executor. A semaphore constructed plainly on the io_context always runs reactor_on.");
+  r.add_note("Memory: 'through operator new' counts a counting global operator new, which sees rein's parked "
+             "ops (std::allocator) but neither coroutine frames nor Asio's own ops (Asio's recycling "
+             "allocator uses aligned_alloc); 'heap' is glibc's mallinfo2 bytes in use, everything included; the "
+             "baseline parks the same coroutines on nothing (handlers kept in storage reserved beforehand).");
+  r.add_note("All idioms run on the benchmark's single thread; CPU time is the thread's (user + system).");
+}
+
+[[maybe_unused]] const bool registered = [] {
+  register_timing(reactor::on);
+  register_timing(reactor::off);
+  register_memory();
+  register_summary();
+  return true;
+}();
+
+}  // namespace
