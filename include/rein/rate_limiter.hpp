@@ -190,14 +190,6 @@ decltype(auto) renaming_errors(std::string_view from, std::string_view to, F&& f
   }
 }
 
-// now + d, saturating at time_point::max() (an "effectively never" timeout must not wrap into the past).
-template <class Clock>
-typename Clock::time_point deadline_after(typename Clock::duration d) {
-  const typename Clock::time_point now = Clock::now();
-  if (d > Clock::time_point::max() - now) return Clock::time_point::max();
-  return now + d;
-}
-
 }  // namespace detail
 
 /// A rate limiter's waiting statistics, copied out under its lock.
@@ -291,7 +283,7 @@ class basic_rate_limiter {
   /// As async_acquire, failing with errc::timed_out if not granted within `timeout`.
   template <REIN_COMPLETION_TOKEN_FOR(void(error_code)) Token = default_token_t>
   auto async_acquire_for(std::size_t n, duration timeout, Token&& token = Token{}) {
-    return async_acquire_until(n, detail::deadline_after<clock_type>(timeout), std::forward<Token>(token));
+    return async_acquire_until(n, core_type::deadline_after(timeout), std::forward<Token>(token));
   }
 
   /// As async_acquire, failing with errc::timed_out if not granted by `deadline` (time_point::max(): never).
@@ -314,7 +306,7 @@ class basic_rate_limiter {
 
   /// As acquire, throwing errc::timed_out if not granted within `timeout`.
   net::awaitable<void> acquire_for(std::size_t n, duration timeout) {
-    return acquire_until(n, detail::deadline_after<clock_type>(timeout));
+    return acquire_until(n, core_type::deadline_after(timeout));
   }
 
   /// As acquire, throwing errc::timed_out if not granted by `deadline`.
