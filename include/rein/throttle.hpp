@@ -98,19 +98,20 @@ struct stage_clock<T, true> {
   using type = void;
 };
 
-// Stands in for the gate handle of a throttle without gates.
-struct no_gate_handle {
+// Stands in for the keyed handle of a stage that is not used.
+struct no_handle {
   explicit operator bool() const noexcept { return false; }
   void reset() noexcept {}
 };
 
-template <class Gates, bool = is_unlimited_v<Gates>>
-struct gate_handle_of {
-  using type = typename Gates::handle;
+// The handle a guard keeps to pin a keyed stage's limiter (rein::keyed::handle), or no_handle.
+template <class Keyed, bool = is_unlimited_v<Keyed>>
+struct handle_of {
+  using type = typename Keyed::handle;
 };
-template <class Gates>
-struct gate_handle_of<Gates, true> {
-  using type = no_gate_handle;
+template <class Keyed>
+struct handle_of<Keyed, true> {
+  using type = no_handle;
 };
 
 template <class... Clocks>
@@ -145,16 +146,45 @@ auto wait_one(L& limiter, TimePoint deadline) {
 
 // Makes a co_spawn completion (exception_ptr, pair<error_code, Guard>) into the (error_code, Guard) a caller
 // of async_acquire expects, keeping every association (executor, allocator, cancellation slot) of the handler.
+//
+// run() reports its errors as error codes; an rein::system_error that still reaches here (co_spawn's own first
+// co_await may throw operation_aborted when it finds a cancellation pending) means that run() took nothing, and
+// it becomes an error code too, as the completion signature promises. Any other exception (bad_alloc) is
+// rethrown out of the handler, as co_spawn with `detached` would.
 template <class Handler>
 struct spawn_adapter {
   Handler handler;
 
   template <class Guard>
   void operator()(std::exception_ptr e, std::pair<error_code, Guard> result) {
-    if (e) std::rethrow_exception(e);  // only a bug or bad_alloc gets here: errors arrive as error codes
+    if (e) {
+      try {
+        std::rethrow_exception(e);
+      } catch (const system_error& error) {
+        result.first = error.code();
+      }
+    }
     std::move(handler)(result.first, std::move(result.second));
   }
 };
+
+// A deadline `timeout` from `now`, saturating instead of overflowing (duration::max() means none).
+template <class Clock>
+typename Clock::time_point saturated_deadline(typename Clock::duration timeout) {
+  using time_point = typename Clock::time_point;
+  const time_point now = Clock::now();
+  if (timeout > timeout.zero() && now > time_point::max() - timeout) return time_point::max();
+  if (timeout < timeout.zero() && now < time_point::min() - timeout) return time_point::min();
+  return now + timeout;
+}
+
+// Whether a key's gate would stop a caller now. A quota gate says so directly (is_paused); for any other gate
+// limiter, a try_acquire that fails says the same (it consumes nothing when it succeeds: a gate holds nothing).
+template <class Gate>
+bool gate_closed(Gate& gate) {
+  if constexpr (requires { { gate.is_paused() } -> std::convertible_to<bool>; }) return gate.is_paused();
+  else return !try_one(gate);
+}
 
 }  // namespace detail
 }  // namespace rein
@@ -188,20 +218,16 @@ class throttle_guard {
   using duration = typename Throttle::duration;
 
   throttle_guard() noexcept = default;
-  throttle_guard(throttle_guard&&) noexcept = default;
+  throttle_guard(throttle_guard&& other) noexcept { take(other); }
   throttle_guard& operator=(throttle_guard&& other) noexcept {
     if (this != &other) {
       reset();
-      owner_ = std::exchange(other.owner_, nullptr);
-      gate_ = std::move(other.gate_);
-      key_permit_ = std::move(other.key_permit_);
-      global_permit_ = std::move(other.global_permit_);
-      rate_tokens_ = std::exchange(other.rate_tokens_, 0);
-      admitted_ = std::exchange(other.admitted_, false);
-      rejected_at_ = other.rejected_at_;
+      take(other);
     }
     return *this;
   }
+  throttle_guard(const throttle_guard&) = delete;
+  throttle_guard& operator=(const throttle_guard&) = delete;
   ~throttle_guard() { reset(); }
 
   /// True when the call may go ahead (every stage admitted it) and no outcome has been reported yet.
@@ -210,12 +236,13 @@ class throttle_guard {
   /// Where try_acquire refused (throttle_stage::none for an admitted guard).
   throttle_stage rejected_at() const noexcept { return rejected_at_; }
 
-  /// Reports how the call went (feeds adaptive limiters at every stage) and releases everything.
+  /// Reports how the call went (feeds adaptive limiters at every stage) and releases everything. Does
+  /// nothing on an empty guard.
   void complete(outcome result) noexcept {
     key_permit_.complete(result);
     global_permit_.complete(result);
     admitted_ = false;
-    gate_.reset();
+    unpin();
   }
 
   /// Reports an HTTP status through rein::classify_http_status and releases everything.
@@ -223,29 +250,45 @@ class throttle_guard {
 
   /// The upstream said "too many requests" (429, or 503 with Retry-After): pauses this key's gate for
   /// everyone for `retry_after` (the throttle's default_pause when absent), counts as congestion, releases.
+  /// The pause starts before the permits go back, so the caller next in line for this key sees it and waits
+  /// at the gate instead of sending into the pause. Does nothing on an empty guard.
   void reject(std::optional<duration> retry_after = std::nullopt) {
+    if (!admitted_) return;
     if constexpr (Throttle::has_gates) {
       if (gate_) gate_->pause_for(retry_after.value_or(owner_->default_pause()));
     }
-    if (owner_ != nullptr) owner_->count_rejection();
+    owner_->count_rejection();
     complete(outcome::congestion);
   }
 
   /// As reject(), from the raw Retry-After field value (delta-seconds or an HTTP-date, RFC 9110 section
   /// 10.2.3; parsed by rein::parse_retry_after; absent or garbage means the default pause).
   void reject(std::string_view retry_after_value) {
+    if (!admitted_) return;
     if constexpr (Throttle::has_gates) {
       if (gate_) gate_->on_retry_after(retry_after_value, owner_->default_pause());
     }
-    if (owner_ != nullptr) owner_->count_rejection();
+    owner_->count_rejection();
     complete(outcome::congestion);
   }
 
  private:
   friend Throttle;
   using gate_handle = typename Throttle::gate_handle;
+  using key_handle = typename Throttle::key_handle;
 
   explicit throttle_guard(Throttle* owner) noexcept : owner_(owner) {}
+
+  void take(throttle_guard& other) noexcept {
+    owner_ = std::exchange(other.owner_, nullptr);
+    gate_ = std::move(other.gate_);
+    key_ = std::move(other.key_);
+    key_permit_ = std::move(other.key_permit_);
+    global_permit_ = std::move(other.global_permit_);
+    rate_tokens_ = std::exchange(other.rate_tokens_, 0);
+    admitted_ = std::exchange(other.admitted_, false);
+    rejected_at_ = std::exchange(other.rejected_at_, throttle_stage::none);
+  }
 
   // Not admitted: whatever was taken goes back, rate tokens included. Admitted: permits report ignored.
   void reset() noexcept {
@@ -253,12 +296,20 @@ class throttle_guard {
     rate_tokens_ = 0;
     key_permit_.release();
     global_permit_.release();
-    gate_.reset();
+    unpin();
     admitted_ = false;
+  }
+
+  // The key's limiters stay pinned (not evictable) until their permits are back: a release still runs inside
+  // the key's limiter when its permit count drops to zero, and an eviction must not destroy it meanwhile.
+  void unpin() noexcept {
+    key_.reset();
+    gate_.reset();
   }
 
   Throttle* owner_ = nullptr;
   gate_handle gate_{};
+  key_handle key_{};
   permit key_permit_{};
   permit global_permit_{};
   std::size_t rate_tokens_ = 0;
@@ -291,8 +342,12 @@ class throttle_guard {
 ///    per-key permit first, because a caller waiting for a busy key while holding a global slot would let one
 ///    slow key's backlog hold the global slots other keys need. With every caller taking at most one key
 ///    permit and then the global one, the order is the same for all, so no order of calls can deadlock.
+/// 5. the gate again: a pause that began while the caller waited at stages 2 to 4 (a 429 answered to a call
+///    of the same key) sends it back to the gate, giving its permits back (its rate token is kept), so the
+///    callers queued for a key do not take turns discovering its limit (seed 003).
 /// A stage that fails, times out or is cancelled gives back everything earlier stages took, rate tokens
-/// included (refunded), so a refused request consumes nothing anywhere.
+/// included (refunded), so a refused request consumes nothing anywhere. try_acquire, which never waits,
+/// takes the rate last, after both permits: a refusal there then never touches the rate limiter at all.
 ///
 /// @tparam Gates  rein::keyed<rein::quota_gate> (or any keyed limiter with pause_for), or rein::unlimited_t.
 /// @tparam Rate   any rein rate limiter (token_bucket, sliding_window, rate_limits, adaptive_rate_limiter,
@@ -322,7 +377,9 @@ class throttle {
   using guard = throttle_guard<throttle>;
 
   /// The gate handle a guard keeps (pins the key's gate while the call runs, for reject()).
-  using gate_handle = typename detail::gate_handle_of<Gates>::type;
+  using gate_handle = typename detail::handle_of<Gates>::type;
+  /// The per-key handle a guard keeps (pins the key's limiter until its permit is back).
+  using key_handle = typename detail::handle_of<PerKey>::type;
 
   /// Composes the stages (references; they must outlive the throttle). Pass rein::unlimited for a stage not
   /// used. @throws std::invalid_argument if options.default_pause <= 0.
@@ -344,7 +401,7 @@ class throttle {
   /// As acquire(key), failing with errc::timed_out unless every stage admits within `timeout` (one deadline
   /// covers all stages).
   net::awaitable<guard> acquire_for(std::string_view key, duration timeout) {
-    return acquire_until(key, clock_type::now() + timeout);
+    return acquire_until(key, detail::saturated_deadline<clock_type>(timeout));
   }
 
   /// As acquire(key), failing with errc::timed_out unless every stage admits by `deadline`.
@@ -362,6 +419,13 @@ class throttle {
   template <REIN_COMPLETION_TOKEN_FOR(void(error_code, guard)) Token = default_token_t>
   auto async_acquire(std::string key, Token&& token = Token{}) {
     return async_acquire_until(std::move(key), time_point::max(), std::forward<Token>(token));
+  }
+
+  /// As async_acquire, failing with errc::timed_out unless every stage admits within `timeout`.
+  template <REIN_COMPLETION_TOKEN_FOR(void(error_code, guard)) Token = default_token_t>
+  auto async_acquire_for(std::string key, duration timeout, Token&& token = Token{}) {
+    return async_acquire_until(std::move(key), detail::saturated_deadline<clock_type>(timeout),
+                               std::forward<Token>(token));
   }
 
   /// As async_acquire, with one deadline for all stages.
@@ -414,26 +478,28 @@ class throttle {
     return o;
   }
 
+  // Never waits, so the order of taking cannot hold anyone up: the rate goes last, and a refusal by a
+  // concurrency stage then costs the rate limiter nothing (not even a refund, which a sliding window or a
+  // shared bucket may not undo exactly).
   throttle_stage try_stages(std::string_view key, guard& g) {
     if constexpr (has_gates) {
       error_code ec;
       g.gate_ = gates_->get(std::string(key), ec);
       if (ec || !detail::try_one(*g.gate_)) return throttle_stage::gate;
     }
-    if constexpr (has_rate) {
-      if (!detail::try_one(*rate_)) return throttle_stage::rate;
-      g.rate_tokens_ = 1;
-    }
     if constexpr (has_per_key) {
       error_code ec;
-      auto h = per_key_->get(std::string(key), ec);
+      g.key_ = per_key_->get(std::string(key), ec);
       if (ec) return throttle_stage::per_key;
-      g.key_permit_ = detail::try_one_permit(*h);
+      g.key_permit_ = detail::try_one_permit(*g.key_);
       if (!g.key_permit_) return throttle_stage::per_key;
     }
     if constexpr (has_global) {
       g.global_permit_ = detail::try_one_permit(*global_);
       if (!g.global_permit_) return throttle_stage::global;
+    }
+    if constexpr (has_rate) {
+      if (!detail::try_one(*rate_)) return throttle_stage::rate;
     }
     return throttle_stage::none;
   }
@@ -446,22 +512,31 @@ class throttle {
     guard g(this);
     error_code failure;
     try {
-      if constexpr (has_gates) {
-        g.gate_ = gates_->get(key);
-        if (!detail::try_one(*g.gate_)) co_await detail::wait_one(*g.gate_, deadline);
-      }
-      if constexpr (has_rate) {
-        if (!detail::try_one(*rate_)) co_await detail::wait_one(*rate_, deadline);
-        g.rate_tokens_ = 1;
-      }
-      if constexpr (has_per_key) {
-        auto h = per_key_->get(key);  // pins the key's limiter until its permit is held
-        g.key_permit_ = detail::try_one_permit(*h);
-        if (!g.key_permit_) g.key_permit_ = co_await detail::wait_one(*h, deadline);
-      }
-      if constexpr (has_global) {
-        g.global_permit_ = detail::try_one_permit(*global_);
-        if (!g.global_permit_) g.global_permit_ = co_await detail::wait_one(*global_, deadline);
+      if constexpr (has_gates) g.gate_ = gates_->get(key);  // pinned until the guard is done
+      if constexpr (has_per_key) g.key_ = per_key_->get(key);
+      for (;;) {
+        if constexpr (has_gates) {
+          if (!detail::try_one(*g.gate_)) co_await detail::wait_one(*g.gate_, deadline);
+        }
+        if constexpr (has_rate) {
+          if (g.rate_tokens_ == 0) {
+            if (!detail::try_one(*rate_)) co_await detail::wait_one(*rate_, deadline);
+            g.rate_tokens_ = 1;
+          }
+        }
+        if constexpr (has_per_key) {
+          g.key_permit_ = detail::try_one_permit(*g.key_);
+          if (!g.key_permit_) g.key_permit_ = co_await detail::wait_one(*g.key_, deadline);
+        }
+        if constexpr (has_global) {
+          g.global_permit_ = detail::try_one_permit(*global_);
+          if (!g.global_permit_) g.global_permit_ = co_await detail::wait_one(*global_, deadline);
+        }
+        if constexpr (!has_gates) break;
+        else if (!detail::gate_closed(*g.gate_)) break;
+        // Paused while this caller waited: back to the gate, holding no slot meanwhile.
+        g.key_permit_.release();
+        g.global_permit_.release();
       }
     } catch (const system_error& e) {
       failure = e.code();
@@ -476,9 +551,24 @@ class throttle {
     co_return std::pair<error_code, guard>(error_code(), std::move(g));
   }
 
+  // The executor completions default to: the first stage's.
+  auto executor() const noexcept {
+    if constexpr (has_gates) return gates_->get_executor();
+    else if constexpr (has_rate) return rate_->get_executor();
+    else if constexpr (has_global) return global_->get_executor();
+    else return per_key_->get_executor();
+  }
+
+  // A named initiation (as Asio's own I/O objects use), whose executor is the default for completions.
   struct initiate_acquire {
     throttle* self;
 
+    using executor_type = decltype(std::declval<const throttle&>().executor());
+    executor_type get_executor() const noexcept { return self->executor(); }
+
+    // The stages run in a coroutine spawned on the handler's associated executor (the first stage's executor
+    // by default), where the handler then runs: never inside this call (co_spawn posts if the stages admit
+    // at once).
     template <class Handler>
     void operator()(Handler&& handler, std::string key, time_point deadline) const {
       auto ex = net::get_associated_executor(handler, self->executor());
@@ -486,14 +576,6 @@ class throttle {
                     detail::spawn_adapter<std::decay_t<Handler>>{std::forward<Handler>(handler)});
     }
   };
-
-  // The executor completions default to: the first stage's.
-  auto executor() const {
-    if constexpr (has_gates) return gates_->get_executor();
-    else if constexpr (has_rate) return rate_->get_executor();
-    else if constexpr (has_global) return global_->get_executor();
-    else return per_key_->get_executor();
-  }
 
   void refund_rate(std::size_t n) noexcept {
     if constexpr (has_rate) {

@@ -1,18 +1,25 @@
 // The throttle guard: stage order, give-back on failure, try mode, 429 pauses, and issue 5's cases 4 and 5.
 #include "support/asio.hpp"
 #include "support/catch.hpp"
+#include "support/checked_handler.hpp"
 #include "support/manual_time.hpp"
+#include "support/token_matrix.hpp"
 
 #include <rein/adaptive_limiter.hpp>
 #include <rein/keyed.hpp>
 #include <rein/quota_gate.hpp>
 #include <rein/semaphore.hpp>
+#include <rein/sliding_window.hpp>
 #include <rein/throttle.hpp>
 #include <rein/token_bucket.hpp>
 
+#include <array>
 #include <chrono>
+#include <future>
+#include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 using namespace std::chrono_literals;
@@ -44,6 +51,33 @@ struct stages {
   rein::throttle<rein::keyed<gate_type>, bucket_type, sem_type, rein::keyed<sem_type>> throttle{gates, rate, global,
                                                                                                  per_key};
 };
+
+using guard_type = rein::throttle_guard<decltype(stages::throttle)>;
+using guard_record = rein_test::completion_record<rein::error_code, guard_type>;
+using guard_handler = rein_test::checked_handler<rein::error_code, guard_type>;
+
+std::pair<guard_handler, std::shared_ptr<guard_record>> checked_guard() {
+  return rein_test::make_checked<rein::error_code, guard_type>();
+}
+
+bool admitted(const std::shared_ptr<guard_record>& r) {
+  return r->called() && !r->ec() && static_cast<bool>(r->get<1>());
+}
+
+bool failed_with(const std::shared_ptr<guard_record>& r, const rein::error_code& ec) {
+  return r->called() && r->ec() == ec && !r->get<1>();
+}
+
+constexpr std::array<net::cancellation_type, 3> cancellation_types{
+    net::cancellation_type::terminal, net::cancellation_type::partial, net::cancellation_type::total};
+
+const char* type_name(net::cancellation_type t) {
+  if (t == net::cancellation_type::terminal) return "terminal";
+  if (t == net::cancellation_type::partial) return "partial";
+  return "total";
+}
+
+double seconds_since_epoch() { return std::chrono::duration<double>(since_epoch()).count(); }
 
 }  // namespace
 
@@ -216,4 +250,342 @@ TEST_CASE("throttle rejects a default_pause that is not positive", "[throttle]")
   bad.default_pause = 0s;
   CHECK_THROWS_WITH((rein::throttle(s.gates, s.rate, s.global, s.per_key, bad)),
                     "rein::throttle: default_pause must be > 0, got 0 ns");
+}
+
+TEST_CASE("a moved-from guard is empty and gives nothing back twice", "[throttle]") {
+  rein_test::manual_clock_at_epoch epoch;
+  stages s;
+  auto g = s.throttle.try_acquire("K");
+  REQUIRE(g);
+  guard_type moved(std::move(g));
+  CHECK_FALSE(g);  // NOLINT(bugprone-use-after-move): the moved-from state is what is tested
+  CHECK(static_cast<bool>(moved));
+  g.reject(std::optional<manual_clock::duration>(5s));  // an empty guard does nothing, pauses nothing
+  CHECK(s.throttle.snapshot().rejections_reported == 0);
+  CHECK_FALSE(s.gates.get("K")->is_paused());
+  CHECK(s.global.snapshot().in_flight == 1);
+  guard_type assigned;
+  assigned = std::move(moved);
+  CHECK_FALSE(moved);  // NOLINT(bugprone-use-after-move)
+  CHECK(s.global.snapshot().in_flight == 1);
+  assigned.complete(rein::outcome::success);
+  CHECK_FALSE(assigned);
+  CHECK(s.global.snapshot().in_flight == 0);
+  CHECK(s.per_key.snapshot("K")->in_flight == 0);
+  CHECK(s.rate.tokens() == 99.0);
+}
+
+TEST_CASE("a 429 sends the callers already queued for that key back to the gate", "[throttle]") {
+  rein_test::manual_clock_at_epoch epoch;
+  stages s;
+  auto first = s.throttle.try_acquire("K");
+  REQUIRE(first);
+  std::vector<double> admitted_at;
+  std::vector<guard_type> held;
+  for (int i = 0; i < 3; ++i)
+    s.throttle.async_acquire("K", [&](rein::error_code ec, guard_type g) {
+      REQUIRE_FALSE(ec);
+      admitted_at.push_back(seconds_since_epoch());
+      held.push_back(std::move(g));
+    });
+  rein_test::poll(s.io);
+  CHECK(s.per_key.snapshot("K")->waiting == 3);
+  CHECK(s.rate.tokens() == 96.0);
+
+  advance_and_poll(s.io, 500ms);
+  first.reject(std::optional<manual_clock::duration>(2s));  // K paused until 2.5 s
+  rein_test::poll(s.io);
+  // The caller next in line got K's permit and the global one, saw the pause, and gave both back.
+  CHECK(admitted_at.empty());
+  CHECK(s.per_key.snapshot("K")->in_flight == 0);
+  CHECK(s.global.snapshot().in_flight == 0);
+  CHECK(s.gates.get("K")->snapshot().waiting == 3);
+  CHECK(s.rate.tokens() == 100.0);  // refilled; the three waiters keep the tokens they took at 0
+
+  advance_and_poll(s.io, 1999ms);
+  CHECK(admitted_at.empty());
+  advance_and_poll(s.io, 1ms);
+  REQUIRE(admitted_at.size() == 1);
+  CHECK(admitted_at[0] == 2.5);
+  CHECK(s.throttle.snapshot().admitted_total == 2);
+  held.clear();
+  rein_test::poll(s.io);
+  CHECK(admitted_at.size() == 2);
+  held.clear();
+  rein_test::poll(s.io);
+  CHECK(admitted_at.size() == 3);
+  held.clear();
+  CHECK(s.global.snapshot().in_flight == 0);
+  CHECK(s.rate.tokens() == 100.0);
+}
+
+TEST_CASE("a cancellation that arrives before the operation's coroutine starts", "[throttle][cancel]") {
+  for (auto type : cancellation_types) {
+    DYNAMIC_SECTION(type_name(type)) {
+      rein_test::manual_clock_at_epoch epoch;
+      stages s;
+      auto first = s.throttle.try_acquire("K");
+      REQUIRE(first);
+      net::cancellation_signal signal;
+      auto [handler, done] = checked_guard();
+      // Initiated from outside the io_context, the spawned coroutine starts on the next poll.
+      s.throttle.async_acquire("K", net::bind_cancellation_slot(signal.slot(), std::move(handler)));
+      signal.emit(type);
+      CHECK_NOTHROW(rein_test::poll(s.io));
+      CHECK(failed_with(done, net::error::operation_aborted));
+      CHECK(s.rate.tokens() == 99.0);
+      CHECK(s.per_key.snapshot("K")->waiting == 0);
+      CHECK(s.global.snapshot().in_flight == 1);
+      CHECK(s.throttle.snapshot().admitted_total == 1);
+    }
+  }
+}
+
+TEST_CASE("acquire_for with duration::max() means no deadline", "[throttle]") {
+  rein_test::manual_clock_at_epoch epoch;
+  manual_clock::advance(1s);  // now + duration::max() would overflow
+  stages s;
+  auto first = s.throttle.try_acquire("K");
+  std::optional<double> admitted_at;
+  net::co_spawn(
+      s.io,
+      [&]() -> net::awaitable<void> {
+        auto g = co_await s.throttle.acquire_for("K", manual_clock::duration::max());
+        admitted_at = seconds_since_epoch();
+      },
+      net::detached);
+  advance_and_poll(s.io, 10s);
+  CHECK_FALSE(admitted_at.has_value());
+  first.complete(rein::outcome::success);
+  rein_test::poll(s.io);
+  REQUIRE(admitted_at.has_value());
+  CHECK(*admitted_at == 11.0);
+}
+
+TEST_CASE("every completion token gets an admitted guard", "[throttle][tokens]") {
+  for (auto kind : rein_test::poll_tokens) {
+    DYNAMIC_SECTION(rein_test::name(kind)) {
+      rein_test::manual_clock_at_epoch epoch;
+      stages s;
+      auto [handler, done] = checked_guard();
+      rein_test::launch(
+          kind, s.io, [&s](auto token) { return s.throttle.async_acquire("K", std::move(token)); }, std::move(handler));
+      CHECK_FALSE(done->called());  // never inside the initiating function
+      rein_test::poll(s.io);
+      REQUIRE(admitted(done));
+      CHECK(s.global.snapshot().in_flight == 1);
+      done->get<1>().complete(rein::outcome::success);
+      CHECK(s.global.snapshot().in_flight == 0);
+      CHECK(s.per_key.snapshot("K")->in_flight == 0);
+    }
+  }
+}
+
+TEST_CASE("every completion token gets a timeout as an error code or exception, with the token refunded",
+          "[throttle][tokens]") {
+  for (auto kind : rein_test::poll_tokens) {
+    DYNAMIC_SECTION(rein_test::name(kind)) {
+      rein_test::manual_clock_at_epoch epoch;
+      stages s;
+      auto first = s.throttle.try_acquire("K");
+      auto [handler, done] = checked_guard();
+      const auto deadline = manual_clock::now() + 20ms;
+      rein_test::launch(
+          kind, s.io, [&s, deadline](auto token) { return s.throttle.async_acquire_until("K", deadline, std::move(token)); },
+          std::move(handler));
+      rein_test::poll(s.io);
+      CHECK(s.per_key.snapshot("K")->waiting == 1);
+      CHECK(s.rate.tokens() == 98.0);
+      advance_and_poll(s.io, 20ms);
+      CHECK(failed_with(done, rein::errc::timed_out));
+      CHECK(s.rate.tokens() == 100.0);  // 98 + 2 refilled in 20 ms, capped + 1 refunded
+      CHECK(s.per_key.snapshot("K")->waiting == 0);
+      CHECK(s.global.snapshot().in_flight == 1);
+    }
+  }
+}
+
+TEST_CASE("every completion token honours every cancellation type at every waiting stage", "[throttle][tokens][cancel]") {
+  enum class stage { gate, rate, per_key, global };
+  for (auto kind : rein_test::poll_tokens) {
+    for (auto type : cancellation_types) {
+      for (auto where : {stage::gate, stage::rate, stage::per_key, stage::global}) {
+        DYNAMIC_SECTION(rein_test::name(kind) << ' ' << type_name(type) << " stage " << static_cast<int>(where)) {
+          rein_test::manual_clock_at_epoch epoch;
+          stages s;
+          std::vector<guard_type> blockers;
+          if (where == stage::gate) s.gates.get("K")->pause_for(10s);
+          if (where == stage::rate) {
+            s.rate.set_rate(0.001);
+            s.rate.set_capacity(1);
+            blockers.push_back(s.throttle.try_acquire("A"));
+          }
+          if (where == stage::per_key) blockers.push_back(s.throttle.try_acquire("K"));
+          if (where == stage::global)
+            for (int i = 0; i < 10; ++i) blockers.push_back(s.throttle.try_acquire("B" + std::to_string(i)));
+          for (auto& b : blockers) REQUIRE(b);
+          const double tokens_before = s.rate.tokens();
+          net::cancellation_signal signal;
+          auto [handler, done] = checked_guard();
+          rein_test::launch(
+              kind, s.io, [&s](auto token) { return s.throttle.async_acquire("K", std::move(token)); },
+              std::move(handler), signal.slot());
+          rein_test::poll(s.io);
+          CHECK_FALSE(done->called());
+          signal.emit(type);
+          rein_test::poll(s.io);
+          CHECK(failed_with(done, net::error::operation_aborted));
+          CHECK(s.rate.tokens() == tokens_before);  // refunded if taken
+          CHECK(s.global.snapshot().in_flight == blockers.size());
+          CHECK(s.global.snapshot().waiting == 0);
+          CHECK(s.per_key.snapshot("K")->waiting == 0);
+          CHECK(s.per_key.snapshot("K")->in_flight == (where == stage::per_key ? 1U : 0U));
+          CHECK(s.rate.snapshot().waiting == 0);
+          CHECK(s.gates.get("K")->snapshot().waiting == 0);
+          CHECK(s.throttle.snapshot().failed_total == 1);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("use_future: the future gets the guard, or the error as an exception", "[throttle][tokens]") {
+  net::io_context io;
+  rein::keyed<rein::quota_gate> gates(io.get_executor());
+  rein::token_bucket rate(io, {.rate = 1000, .capacity = 10});
+  rein::semaphore global(io, 2);
+  rein::keyed<rein::semaphore> per_key(io.get_executor(), rein::keyed_options{}, std::size_t{1});
+  rein::throttle t(gates, rate, global, per_key);
+  auto work = net::make_work_guard(io);
+  std::thread runner([&io] { io.run(); });
+
+  auto g = t.async_acquire("K", net::use_future).get();
+  CHECK(static_cast<bool>(g));
+  auto too_late = t.async_acquire_for("K", std::chrono::milliseconds(0), net::use_future);
+  rein::error_code ec;
+  try {
+    too_late.get();
+  } catch (const rein::system_error& e) {
+    ec = e.code();
+  }
+  CHECK(ec == rein::errc::timed_out);
+  auto later = t.async_acquire("K", net::use_future);
+  g.complete(rein::outcome::success);  // from this thread, while the io_context runs on the other
+  auto g2 = later.get();
+  CHECK(static_cast<bool>(g2));
+  g2.complete(rein::outcome::success);
+  work.reset();
+  runner.join();
+  CHECK(global.available() == 2);
+  CHECK(t.snapshot().admitted_total == 2);
+  CHECK(t.snapshot().failed_total == 1);
+}
+
+TEST_CASE("an adaptive global limiter: waiters are admitted as its limit moves", "[throttle][adaptive]") {
+  rein_test::manual_clock_at_epoch epoch;
+  net::io_context io;
+  using aimd_type = rein::basic_adaptive_limiter<rein::algo::basic_aimd<manual_clock>, executor, manual_clock>;
+  aimd_type global(io.get_executor(),
+                   rein::algo::aimd_options{.initial_limit = 2, .min_limit = 1, .max_limit = 10, .backoff = 0.5});
+  rein::keyed<sem_type> per_key(io.get_executor(), rein::keyed_options{}, std::size_t{1});
+  rein::throttle t(rein::unlimited, rein::unlimited, global, per_key);
+  std::vector<std::string> order;
+  std::vector<rein::throttle_guard<decltype(t)>> held;
+  for (std::string key : {"A", "B", "C", "D"})
+    t.async_acquire(key, [&, key](rein::error_code ec, auto g) {
+      REQUIRE_FALSE(ec);
+      order.push_back(key);
+      held.push_back(std::move(g));
+    });
+  rein_test::poll(io);
+  REQUIRE(order == std::vector<std::string>{"A", "B"});
+  CHECK(global.snapshot().waiting == 2);  // C and D hold their keys' permits, not a global slot
+  advance_and_poll(io, 100ms);
+  held[0].complete(rein::outcome::congestion);  // limit 2 -> 1: B still holds the only slot
+  rein_test::poll(io);
+  CHECK(global.snapshot().limit == 1.0);
+  CHECK(order.size() == 2);
+  held[1].complete(rein::outcome::ignored);  // no sample: the limit stays 1
+  rein_test::poll(io);
+  REQUIRE(order == std::vector<std::string>{"A", "B", "C"});
+  CHECK(global.snapshot().in_flight == 1);
+  CHECK(per_key.snapshot("D")->in_flight == 1);  // D waits for the global slot with its key's permit
+  held[2].complete(rein::outcome::success);      // limit 1 -> 2
+  rein_test::poll(io);
+  CHECK(order.size() == 4);
+  CHECK(global.snapshot().limit == 2.0);
+  held.clear();
+  CHECK(global.snapshot().in_flight == 0);
+}
+
+TEST_CASE("an adaptive per-key limiter learns per key from guards", "[throttle][adaptive]") {
+  rein_test::manual_clock_at_epoch epoch;
+  net::io_context io;
+  using aimd_type = rein::basic_adaptive_limiter<rein::algo::basic_aimd<manual_clock>, executor, manual_clock>;
+  rein::keyed<aimd_type> per_key(io.get_executor(), rein::keyed_options{},
+                                 rein::algo::aimd_options{.initial_limit = 4, .min_limit = 1, .max_limit = 8, .backoff = 0.5});
+  sem_type global(io.get_executor(), 100);
+  rein::throttle t(rein::unlimited, rein::unlimited, global, per_key);
+  {
+    auto g = t.try_acquire("slow");
+    REQUIRE(g);
+    g.reject();  // no gates: counts as congestion only
+  }
+  CHECK(per_key.snapshot("slow")->limit == 2.0);
+  CHECK(t.snapshot().rejections_reported == 1);
+  std::vector<rein::throttle_guard<decltype(t)>> held;
+  for (int i = 0; i < 3; ++i) held.push_back(t.try_acquire("slow"));
+  CHECK(static_cast<bool>(held[0]));
+  CHECK(static_cast<bool>(held[1]));
+  CHECK(held[2].rejected_at() == rein::throttle_stage::per_key);
+  CHECK(static_cast<bool>(t.try_acquire("fast")));  // another key keeps its own limit of 4
+  CHECK(global.snapshot().in_flight == 2);
+}
+
+TEST_CASE("a sliding window as the rate stage: waits hold no slot, refused requests take no start",
+          "[throttle][window]") {
+  rein_test::manual_clock_at_epoch epoch;
+  net::io_context io;
+  using window_type = rein::basic_sliding_window<executor, manual_clock>;
+  window_type window(io.get_executor(), {.limit = 2, .window = 1s});
+  sem_type global(io.get_executor(), 10);
+  rein::keyed<sem_type> per_key(io.get_executor(), rein::keyed_options{}, std::size_t{1});
+  rein::throttle t(rein::unlimited, window, global, per_key);
+
+  auto a = t.try_acquire("A");
+  REQUIRE(a);
+  CHECK(t.try_acquire("A").rejected_at() == rein::throttle_stage::per_key);
+  CHECK(window.snapshot().in_window == 1);  // the refused request never took a start
+  auto b = t.try_acquire("B");
+  REQUIRE(b);
+  CHECK(t.try_acquire("C").rejected_at() == rein::throttle_stage::rate);
+  CHECK(global.snapshot().in_flight == 2);  // C's permits went back
+
+  std::vector<double> admitted_at;
+  std::vector<rein::throttle_guard<decltype(t)>> held;
+  for (std::string key : {"C", "D"})
+    t.async_acquire(key, [&](rein::error_code ec, auto g) {
+      REQUIRE_FALSE(ec);
+      admitted_at.push_back(seconds_since_epoch());
+      held.push_back(std::move(g));
+    });
+  rein_test::poll(io);
+  CHECK(window.snapshot().waiting == 2);
+  CHECK(global.snapshot().in_flight == 2);  // waiting for the window holds no slot
+  advance_and_poll(io, 999ms);
+  CHECK(admitted_at.empty());
+  advance_and_poll(io, 1ms);
+  CHECK(admitted_at == std::vector<double>{1.0, 1.0});
+
+  // A waiter that times out at the per-key stage gives its start back.
+  advance_and_poll(io, 1s);  // C's and D's starts leave the window
+  std::optional<rein::error_code> result;
+  t.async_acquire_until("A", manual_clock::now() + 100ms, [&](rein::error_code ec, auto) { result = ec; });
+  rein_test::poll(io);
+  CHECK(window.snapshot().in_window == 1);  // A's second caller took a start, then queued for A's permit
+  CHECK(per_key.snapshot("A")->waiting == 1);
+  advance_and_poll(io, 100ms);
+  REQUIRE(result.has_value());
+  CHECK(*result == rein::errc::timed_out);
+  CHECK(window.snapshot().in_window == 0);
 }
