@@ -97,7 +97,7 @@ struct coarse_clock {
   using period = std::nano;
   using duration = std::chrono::nanoseconds;
   using time_point = std::chrono::time_point<coarse_clock>;
-  static constexpr bool is_steady = true;
+  [[maybe_unused]] static constexpr bool is_steady = true;
   static time_point now() noexcept {
     timespec ts{};
     clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
