@@ -1,0 +1,386 @@
+// One limiter per key (host, tenant, model), made on first use, evicted when idle, with a hard cap on keys.
+#pragma once
+
+#include <rein/config.hpp>
+#include <rein/error.hpp>
+#include <rein/null_mutex.hpp>
+
+#if defined(REIN_STANDALONE_ASIO)
+#include <asio/execution_context.hpp>
+#else
+#include <boost/asio/execution_context.hpp>
+#endif
+
+#include <atomic>
+#include <cassert>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace rein {
+
+/// Options of rein::keyed.
+struct keyed_options {
+  /// Most keys alive at once; a hard bound on memory when keys are sprayed (an attacker inventing host
+  /// names). Must be >= 1. Default: 10,000.
+  std::size_t max_keys = 10'000;
+  /// Live keys examined for eviction each time a new key is made (lazy, bounded cleanup). Default: 2, so
+  /// that keys are examined at least as fast as they are made.
+  std::size_t sweep_batch = 2;
+  /// Live keys examined, at most, to make room when `max_keys` are alive; if none of them is idle the new key
+  /// is refused with errc::queue_full. Must be >= 1. Default: 64 (the cost of a refusal under a key spray).
+  std::size_t max_scan = 64;
+};
+
+/// Counters of a rein::keyed.
+struct keyed_stats {
+  std::size_t keys = 0;              ///< live keys
+  std::uint64_t created_total = 0;   ///< limiters made
+  std::uint64_t evicted_total = 0;   ///< idle limiters dropped
+  std::uint64_t rejected_total = 0;  ///< new keys refused at the cap (errc::queue_full)
+};
+
+/// When a limiter may be dropped by rein::keyed: it must be indistinguishable from a new one (nobody waits,
+/// nothing is held or used up), so that dropping it and making it again later changes nothing a caller can
+/// observe, except counters.
+///
+/// The primary template uses, in this order: a member `bool idle() const`; else a snapshot with `in_flight`
+/// (semaphore, adaptive limiter: nothing held; note that an adaptive limiter's learned limit is then lost,
+/// by design: an idle key starts again from its initial limit); else a snapshot with `tokens` and `capacity`
+/// (token bucket: full); else a snapshot with `in_window` (sliding window: empty). All also need
+/// `waiting == 0`. Specialise it for other limiters.
+template <class Limiter>
+struct idle_traits {
+  static bool idle(const Limiter& limiter) {
+    if constexpr (requires { { limiter.idle() } -> std::convertible_to<bool>; }) {
+      return limiter.idle();
+    } else {
+      const auto s = limiter.snapshot();
+      if constexpr (requires { s.in_flight; }) {
+        return s.waiting == 0 && s.in_flight == 0;
+      } else if constexpr (requires { s.tokens >= s.capacity; }) {
+        return s.waiting == 0 && s.tokens >= static_cast<decltype(s.tokens)>(s.capacity);
+      } else if constexpr (requires { s.in_window; }) {
+        return s.waiting == 0 && s.in_window == 0;
+      } else {
+        static_assert(sizeof(Limiter) == 0, "rein::idle_traits: specialise it for this limiter");
+        return false;
+      }
+    }
+  }
+};
+
+/// One limiter per key, made on first use: `keyed<semaphore>` caps calls in flight per host,
+/// `keyed<quota_gate>` pauses one host on its 429s, `keyed<token_bucket>` gives each tenant its own rate.
+///
+/// ```
+/// rein::keyed<rein::semaphore> per_host(io.get_executor(), {}, 4);   // semaphore(ex, 4) for every host...
+/// per_host.set_override("slow-site.example", 1);                     // ...but semaphore(ex, 1) for this one
+/// auto permit = co_await per_host.get(host)->acquire();
+/// ```
+///
+/// This is seed 004's KeyedLimiter (a default and per-key overrides) and its per-provider registry, with
+/// the two things a long-running service needs on top: idle keys are evicted, and the number of keys is
+/// capped.
+///
+/// - Creation: a key's limiter is `Limiter(executor, args...)` with the key's override arguments if it has
+///   some, else the default arguments given to the constructor.
+/// - Eviction: a limiter that is idle (see rein::idle_traits: indistinguishable from a fresh one) and not
+///   pinned by a handle may be dropped, lazily: each new key examines `sweep_batch` live keys in a circular
+///   order, and sweep() examines as many as asked. Eviction is invisible to callers (a new limiter is made on
+///   the next use) except that its counters restart.
+/// - The cap: with `max_keys` alive, a new key examines up to `max_scan` keys and evicts the idle ones; if
+///   that makes no room it is refused: get() throws, or reports, errc::queue_full (backpressure, like a full
+///   waiting line). Existing keys are always served. The circular order makes repeated attempts examine
+///   different keys.
+/// - Handles: get() returns a handle that pins the limiter: it is not evicted while any handle to it lives,
+///   so a reference taken from a handle is valid while the handle lives. A pending wait or a held permit keeps
+///   the limiter busy (not idle) too, but only once the wait has started: keep the handle alive at least
+///   until the acquire has started (`co_await keyed.get(k)->acquire()` does, the temporary lives to the end
+///   of the full expression).
+///
+/// @tparam Limiter one of rein's limiters, or any type constructible from (executor, args...) that
+///                 rein::idle_traits understands; need not be movable.
+/// @tparam Key     the key (std::string by default), hashable with Hash.
+/// @tparam Mutex   std::mutex (default): safe from many threads; rein::null_mutex: one thread or strand only.
+///
+/// @par Thread Safety
+/// With std::mutex, every member function may be called concurrently, except destruction; handles may be
+/// destroyed on any thread. With null_mutex, all use must happen on one thread or strand.
+///
+/// @par Lifetime
+/// Not copyable or movable. Every handle must be gone before the keyed object is destroyed (asserted in debug
+/// builds); destroying it destroys every limiter (their waiters complete with operation_aborted).
+template <class Limiter, class Key = std::string, class Mutex = std::mutex, class Hash = std::hash<Key>,
+          class KeyEqual = std::equal_to<Key>>
+class keyed {
+  struct entry;
+
+ public:
+  using limiter_type = Limiter;
+  using key_type = Key;
+  using executor_type = typename Limiter::executor_type;
+  using snapshot_type = decltype(std::declval<const Limiter&>().snapshot());
+
+  /// A pin on one key's limiter: while it lives, the limiter is not evicted. Move-only; an empty handle
+  /// (default-constructed, moved-from, or a refused get) holds nothing.
+  class handle {
+   public:
+    handle() noexcept = default;
+    handle(handle&& other) noexcept : entry_(std::exchange(other.entry_, nullptr)) {}
+    handle& operator=(handle&& other) noexcept {
+      if (this != &other) {
+        reset();
+        entry_ = std::exchange(other.entry_, nullptr);
+      }
+      return *this;
+    }
+    handle(const handle&) = delete;
+    handle& operator=(const handle&) = delete;
+    ~handle() { reset(); }
+
+    explicit operator bool() const noexcept { return entry_ != nullptr; }
+    Limiter& operator*() const noexcept { return *entry_->limiter; }
+    Limiter* operator->() const noexcept { return entry_->limiter.get(); }
+    Limiter* get() const noexcept { return entry_ ? entry_->limiter.get() : nullptr; }
+    /// The key (valid while the handle holds it).
+    const Key& key() const noexcept { return *entry_->key; }
+
+    /// Unpins now.
+    void reset() noexcept {
+      if (entry_ != nullptr) std::exchange(entry_, nullptr)->pins.fetch_sub(1, std::memory_order_release);
+    }
+
+   private:
+    friend class keyed;
+    explicit handle(entry* e) noexcept : entry_(e) { entry_->pins.fetch_add(1, std::memory_order_relaxed); }
+    entry* entry_ = nullptr;
+  };
+
+  /// Makes an empty registry; each key's limiter will be `Limiter(ex, default_args...)` unless overridden.
+  /// @throws std::invalid_argument naming the field and value when an option is out of range.
+  template <class... Args>
+  explicit keyed(const executor_type& ex, const keyed_options& options = {}, Args&&... default_args)
+      : executor_(ex), options_(validated(options)), default_factory_(factory_for(std::forward<Args>(default_args)...)) {}
+
+  /// As above, on an execution context (an io_context).
+  template <class ExecutionContext, class... Args>
+    requires std::is_convertible_v<ExecutionContext&, net::execution_context&>
+  explicit keyed(ExecutionContext& context, const keyed_options& options = {}, Args&&... default_args)
+      : keyed(executor_type(context.get_executor()), options, std::forward<Args>(default_args)...) {}
+
+  keyed(const keyed&) = delete;
+  keyed& operator=(const keyed&) = delete;
+
+  ~keyed() {
+    std::lock_guard<Mutex> lock(mutex_);
+    for (auto& [key, e] : map_) {
+      (void)key;
+      assert(e.pins.load(std::memory_order_acquire) == 0 && "rein::keyed: a handle outlived its registry");
+    }
+  }
+
+  executor_type get_executor() const noexcept { return executor_; }
+
+  /// Makes future limiters of `key` as `Limiter(ex, args...)`. A limiter already alive for `key` keeps its
+  /// settings until it is evicted (references to it may be in use).
+  template <class... Args>
+  void set_override(const Key& key, Args&&... args) {
+    auto make = factory_for(std::forward<Args>(args)...);
+    std::lock_guard<Mutex> lock(mutex_);
+    overrides_.insert_or_assign(key, std::move(make));
+  }
+
+  /// Forgets `key`'s override (future limiters get the defaults). Returns whether there was one.
+  bool erase_override(const Key& key) {
+    std::lock_guard<Mutex> lock(mutex_);
+    return overrides_.erase(key) != 0;
+  }
+
+  /// The limiter of `key`, made now if it is not alive.
+  /// @throws rein::system_error with errc::queue_full if `key` is new and max_keys are alive and busy; any
+  ///         exception of the limiter's constructor.
+  handle get(const Key& key) {
+    error_code ec;
+    handle h = get(key, ec);
+    if (ec) throw system_error(ec, "rein::keyed::get");
+    return h;
+  }
+
+  /// As get(key), reporting a refusal through `ec` (errc::queue_full) and an empty handle.
+  handle get(const Key& key, error_code& ec) {
+    ec = {};
+    std::lock_guard<Mutex> lock(mutex_);
+    if (auto it = map_.find(key); it != map_.end()) return handle(&it->second);
+    examine_locked(options_.sweep_batch);
+    if (map_.size() >= options_.max_keys) examine_locked(options_.max_scan);
+    if (map_.size() >= options_.max_keys) {
+      ++stats_.rejected_total;
+      ec = errc::queue_full;
+      return {};
+    }
+    return handle(create_locked(key));
+  }
+
+  /// The limiter of `key` if it is alive; an empty handle otherwise. Never makes one.
+  handle find(const Key& key) {
+    std::lock_guard<Mutex> lock(mutex_);
+    auto it = map_.find(key);
+    return it == map_.end() ? handle() : handle(&it->second);
+  }
+
+  /// `key`'s limiter's snapshot, or nullopt if it is not alive (an evicted key reads as a fresh one would).
+  std::optional<snapshot_type> snapshot(const Key& key) const {
+    std::lock_guard<Mutex> lock(mutex_);
+    auto it = map_.find(key);
+    if (it == map_.end()) return std::nullopt;
+    return it->second.limiter->snapshot();
+  }
+
+  /// Calls `f(const Key&, Limiter&)` for every live key (for metrics), without holding the registry's lock:
+  /// each limiter is pinned during its call, so `f` may use this registry and may await nothing (it is a
+  /// plain function). Keys made or evicted meanwhile may or may not be visited.
+  template <class F>
+  void for_each(F&& f) {
+    std::vector<handle> pinned;
+    {
+      std::lock_guard<Mutex> lock(mutex_);
+      pinned.reserve(map_.size());
+      for (auto& [key, e] : map_) {
+        (void)key;
+        pinned.push_back(handle(&e));
+      }
+    }
+    for (handle& h : pinned) f(h.key(), *h);
+  }
+
+  /// Examines up to `budget` live keys (in the circular order new keys also use) and evicts the idle,
+  /// unpinned ones. Returns how many were evicted. `sweep()` examines every key once.
+  std::size_t sweep(std::size_t budget = std::numeric_limits<std::size_t>::max()) {
+    std::lock_guard<Mutex> lock(mutex_);
+    return examine_locked(budget);
+  }
+
+  /// Live keys.
+  std::size_t size() const {
+    std::lock_guard<Mutex> lock(mutex_);
+    return map_.size();
+  }
+
+  /// Whether `key` has a live limiter.
+  bool contains(const Key& key) const {
+    std::lock_guard<Mutex> lock(mutex_);
+    return map_.find(key) != map_.end();
+  }
+
+  /// Counters, copied under the lock.
+  keyed_stats stats() const {
+    std::lock_guard<Mutex> lock(mutex_);
+    keyed_stats s = stats_;
+    s.keys = map_.size();
+    return s;
+  }
+
+  const keyed_options& options() const noexcept { return options_; }
+
+ private:
+  using factory = std::function<std::unique_ptr<Limiter>(const executor_type&)>;
+
+  // A live key. Entries live in the map's nodes (stable addresses) and form a circular list, the "clock"
+  // that eviction walks, so that successive examinations visit different keys.
+  struct entry {
+    std::unique_ptr<Limiter> limiter;
+    std::atomic<std::size_t> pins{0};
+    const Key* key = nullptr;
+    entry* prev = nullptr;
+    entry* next = nullptr;
+  };
+
+  template <class... Args>
+  static factory factory_for(Args&&... args) {
+    // The arguments are copied into the factory and passed as lvalues at each creation.
+    return [... stored = std::forward<Args>(args)](const executor_type& ex) {
+      return std::make_unique<Limiter>(ex, stored...);
+    };
+  }
+
+  entry* create_locked(const Key& key) {
+    auto factory_it = overrides_.find(key);
+    std::unique_ptr<Limiter> limiter = factory_it != overrides_.end() ? factory_it->second(executor_) : default_factory_(executor_);
+    auto [it, inserted] = map_.try_emplace(key);
+    (void)inserted;
+    entry& e = it->second;
+    e.limiter = std::move(limiter);
+    e.key = &it->first;
+    link_locked(&e);
+    ++stats_.created_total;
+    return &e;
+  }
+
+  void link_locked(entry* e) noexcept {
+    if (hand_ == nullptr) {
+      e->prev = e->next = e;
+      hand_ = e;
+      return;
+    }
+    // Just behind the hand: a new key is examined last.
+    e->next = hand_;
+    e->prev = hand_->prev;
+    hand_->prev->next = e;
+    hand_->prev = e;
+  }
+
+  void unlink_locked(entry* e) noexcept {
+    if (e->next == e) {
+      hand_ = nullptr;
+      return;
+    }
+    e->prev->next = e->next;
+    e->next->prev = e->prev;
+    if (hand_ == e) hand_ = e->next;
+  }
+
+  // Walks up to `budget` entries from the hand, evicting the idle and unpinned ones.
+  std::size_t examine_locked(std::size_t budget) {
+    std::size_t evicted = 0;
+    for (std::size_t seen = 0, live = map_.size(); seen < budget && seen < live && hand_ != nullptr; ++seen) {
+      entry* e = hand_;
+      hand_ = e->next;
+      // pins is read first: a handle is only made under our lock, so a zero here stays zero, and the acquire
+      // pairs with the release of the last handle's reset (whatever it did to the limiter is visible).
+      if (e->pins.load(std::memory_order_acquire) != 0 || !idle_traits<Limiter>::idle(*e->limiter)) continue;
+      unlink_locked(e);
+      map_.erase(map_.find(*e->key));  // by iterator: the key argument would live in the erased node
+      ++evicted;
+      ++stats_.evicted_total;
+    }
+    return evicted;
+  }
+
+  static const keyed_options& validated(const keyed_options& o) {
+    if (o.max_keys < 1) throw std::invalid_argument("rein::keyed: max_keys must be >= 1, got 0");
+    if (o.max_scan < 1) throw std::invalid_argument("rein::keyed: max_scan must be >= 1, got 0");
+    return o;
+  }
+
+  executor_type executor_;
+  keyed_options options_;
+  factory default_factory_;
+  mutable Mutex mutex_;
+  std::unordered_map<Key, entry, Hash, KeyEqual> map_;
+  std::unordered_map<Key, factory, Hash, KeyEqual> overrides_;
+  entry* hand_ = nullptr;
+  keyed_stats stats_{};
+};
+
+}  // namespace rein

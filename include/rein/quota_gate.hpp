@@ -1,0 +1,493 @@
+// An awaitable quota gate: when the upstream says "stop" (a 429 or 503 with Retry-After), nothing starts
+// until the pause ends, and the callers who waited resume spread out instead of all at once.
+#pragma once
+
+#include <rein/config.hpp>
+#include <rein/detail/limiter_core.hpp>
+#include <rein/error.hpp>
+#include <rein/null_mutex.hpp>
+#include <rein/retry_after.hpp>
+#include <rein/wait_stats.hpp>
+
+#if defined(REIN_STANDALONE_ASIO)
+#include <asio/any_io_executor.hpp>
+#include <asio/async_result.hpp>
+#include <asio/awaitable.hpp>
+#include <asio/execution_context.hpp>
+#include <asio/use_awaitable.hpp>
+#else
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/execution_context.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#endif
+
+#include <atomic>
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <type_traits>
+
+namespace rein {
+
+/// Options of a quota gate.
+struct quota_gate_options {
+  /// How many operations may wait at once; one more completes at once with errc::queue_full.
+  /// Default: unbounded.
+  std::size_t max_waiters = std::numeric_limits<std::size_t>::max();
+  /// The longest pause any request may impose; a longer one (an absurd Retry-After, a date years ahead) is
+  /// cut to this and counted in `snapshot().capped`. Must be > 0. Default: 10 minutes.
+  std::chrono::nanoseconds max_pause{std::chrono::minutes{10}};
+  /// The callers who waited out a pause resume spread over a window of `jitter` times the pause's length
+  /// (from the moment the gate closed to the moment it reopens), at most `max_jitter`. In [0, 1]; 0 releases
+  /// them all at the pause's end. Default: 0.1 (a 30 s pause spreads its waiters over 3 s).
+  double jitter = 0.1;
+  /// Upper bound of the spreading window. Must be >= 0. Default: 30 s.
+  std::chrono::nanoseconds max_jitter{std::chrono::seconds{30}};
+  /// Seed of the jitter; the same seed gives the same release instants. Default (nullopt): drawn from
+  /// std::random_device, so that processes sharing an upstream do not resume in lockstep.
+  std::optional<std::uint64_t> seed{};
+};
+
+/// A quota gate's state, copied out under its lock.
+template <class TimePoint>
+struct basic_quota_gate_snapshot : wait_stats {
+  TimePoint paused_until = TimePoint::min();  ///< when the current or latest pause ends; min() if never paused
+  bool paused = false;                        ///< whether the pause was still in effect at the snapshot
+  std::uint64_t pause_requests = 0;           ///< requests for a pause ending in the future
+  std::uint64_t pauses = 0;                   ///< requests that moved paused_until later (the others ended sooner)
+  std::uint64_t capped = 0;                   ///< requests cut to max_pause
+  std::chrono::nanoseconds jitter_window{0};  ///< the window the latest resumption was spread over
+};
+
+/// The snapshot of a gate on std::chrono::steady_clock.
+using quota_gate_snapshot = basic_quota_gate_snapshot<std::chrono::steady_clock::time_point>;
+
+namespace detail {
+
+// Waiter "tickets". The core hands the policy only the head waiter's count, so the gate passes a ticket in
+// its place (a gate has no units to count): (sequence << 1) | arrived_while_paused. Sequence numbers rise
+// with arrival; ticket 0 is the synchronous fast path (try_acquire), which never carries jitter.
+inline constexpr std::size_t quota_ticket(std::uint64_t sequence, bool paused) noexcept {
+  return static_cast<std::size_t>((sequence << 1) | (paused ? 1U : 0U));
+}
+
+// A uniform number in [0, 1) for (seed, sequence): a stateless counter-based draw (SplitMix64's finaliser), so
+// a waiter's jitter does not depend on the order in which the policy happens to look at waiters.
+inline double quota_unit(std::uint64_t seed, std::uint64_t sequence) noexcept {
+  std::uint64_t z = seed + sequence * 0x9E3779B97F4A7C15ULL;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  z ^= z >> 31;
+  return static_cast<double>(z >> 11) * 0x1.0p-53;
+}
+
+template <class TimePoint>
+TimePoint saturating_add(TimePoint t, typename TimePoint::duration d) noexcept {  // d >= 0
+  return t > TimePoint::max() - d ? TimePoint::max() : t + d;
+}
+
+// The admission rule of a quota gate: closed until `paused_until`, then the waiters who arrived while it was
+// closed go in a staggered order.
+//
+// Stagger ("release batch"): at the first grant attempt at or after the pause's end E, the head waiter's
+// sequence number is `first` and the last sequence number issued so far is `last`; N = last - first + 1.
+// Waiter k = sequence - first resumes at E + floor(J * (k + u_k) / N), u_k uniform in [0, 1): one instant in
+// each of N equal slices of the window J. Release instants rise with arrival order, so the core's FIFO
+// head-of-line admission never holds a waiter past its instant by more than its predecessors' (also rising)
+// instants, and the spread stays uniform whatever N is. N counts sequence numbers, not waiters (some may
+// have been granted, cancelled or timed out): gaps only leave some slices empty.
+template <class Clock>
+struct quota_gate_policy {
+  using time_point = typename Clock::time_point;
+  using duration = typename Clock::duration;
+  static constexpr bool needs_time = true;
+
+  // Configuration.
+  duration max_pause;
+  double jitter;
+  std::chrono::nanoseconds max_jitter;
+  std::uint64_t seed;
+  const std::atomic<std::uint64_t>* next_sequence;  // the gate's counter; read only while waiters exist
+
+  // The pause.
+  time_point paused_until = time_point::min();
+  time_point pause_started = time_point::min();  // when the gate last went from open to paused
+  std::uint64_t pause_requests = 0;
+  std::uint64_t pauses = 0;
+  std::uint64_t capped = 0;
+
+  // The release batch of the latest pause end.
+  bool batch_valid = false;
+  time_point batch_end{};
+  std::chrono::nanoseconds batch_window{0};
+  std::uint64_t batch_first = 0;
+  std::uint64_t batch_last = 0;
+
+  quota_gate_policy(duration max_pause_, double jitter_, std::chrono::nanoseconds max_jitter_, std::uint64_t seed_,
+                    const std::atomic<std::uint64_t>* next_sequence_) noexcept
+      : max_pause(max_pause_), jitter(jitter_), max_jitter(max_jitter_), seed(seed_), next_sequence(next_sequence_) {}
+
+  bool exceeds(std::size_t) const noexcept { return false; }
+
+  bool try_take(std::size_t ticket, time_point now) noexcept {
+    if (now < paused_until) return false;
+    if (!jittered(ticket)) return true;
+    if (!batch_valid) start_batch(sequence(ticket));
+    return now >= release_at(sequence(ticket));
+  }
+
+  time_point ready_at(std::size_t ticket, time_point now) const noexcept {
+    if (now < paused_until) return paused_until;
+    if (jittered(ticket) && batch_valid) return release_at(sequence(ticket));
+    return now;
+  }
+
+  // A lower bound: nobody passes before the pause ends (pauses never shorten), and after it the jitter is
+  // not known yet.
+  time_point predict(std::size_t, std::size_t, time_point now) const noexcept {
+    return now < paused_until ? paused_until : time_point::max();
+  }
+
+  void on_release(std::size_t, std::chrono::nanoseconds, outcome, time_point) noexcept {}
+
+  // A release took nothing, so a cancellation that arrives after it (before the handler ran) may always take
+  // it back: the caller then sees operation_aborted, as for a cancellation that came first.
+  void on_revoke(std::size_t, time_point) noexcept {}
+
+  // Closes the gate until `t` (cut to now + max_pause), unless it is already closed until then or later.
+  void pause_until(time_point t, time_point now) noexcept {
+    if (t <= now) return;  // nothing to wait for
+    ++pause_requests;
+    const time_point limit = saturating_add(now, max_pause);
+    if (t > limit) {
+      t = limit;
+      ++capped;
+    }
+    if (t <= paused_until) return;  // pauses only extend: the latest deadline wins
+    if (now >= paused_until) pause_started = now;
+    paused_until = t;
+    ++pauses;
+    batch_valid = false;  // whoever still waits is released after the new end, in a new batch
+  }
+
+ private:
+  static bool jittered(std::size_t ticket) noexcept { return (ticket & 1U) != 0; }
+  static std::uint64_t sequence(std::size_t ticket) noexcept { return static_cast<std::uint64_t>(ticket) >> 1; }
+
+  void start_batch(std::uint64_t first) noexcept {
+    batch_valid = true;
+    batch_end = paused_until;
+    batch_first = first;
+    const std::uint64_t issued = next_sequence->load(std::memory_order_relaxed) - 1;
+    batch_last = issued > first ? issued : first;
+    const auto span = std::chrono::duration_cast<std::chrono::nanoseconds>(paused_until - pause_started);
+    const double window = std::floor(jitter * static_cast<double>(span.count()));
+    batch_window = std::min(max_jitter, std::chrono::nanoseconds(static_cast<std::int64_t>(window)));
+  }
+
+  time_point release_at(std::uint64_t s) const noexcept {
+    if (s < batch_first || s > batch_last || batch_window.count() == 0) return batch_end;
+    const double slices = static_cast<double>(batch_last - batch_first) + 1.0;
+    const double position = (static_cast<double>(s - batch_first) + quota_unit(seed, s)) / slices;
+    const double offset = std::floor(static_cast<double>(batch_window.count()) * position);
+    const auto delay = std::chrono::duration_cast<duration>(std::chrono::nanoseconds(static_cast<std::int64_t>(offset)));
+    return saturating_add(batch_end, delay);
+  }
+};
+
+}  // namespace detail
+
+/// An awaitable quota gate: when an upstream says "stop" (a 429 or 503 with Retry-After), `pause_for(d)`
+/// closes the gate for everyone, and callers of `acquire()` wait until it reopens.
+///
+/// ```
+/// rein::quota_gate gate(io);
+/// co_await gate.acquire();                     // at once unless a pause is in effect
+/// auto response = co_await call();
+/// if (response.status == 429) gate.on_retry_after(response.header("Retry-After"), 1s);
+/// ```
+///
+/// Rules (seed 003, "Cooperative handling of upstream 429s", and seed 004's PausableLimiter):
+/// - Pauses only extend: the latest end wins. A Retry-After of 90 s at 0.00 and one of 60 s at 0.01 leave
+///   the gate closed until 90.00, not 60.01.
+/// - `max_pause` caps absurd requests (visible in `snapshot().capped`).
+/// - Callers arriving while the gate is closed wait in FIFO order, with deadlines, cancellation,
+///   `max_waiters` and close() as every rein limiter. When the pause ends they resume spread over a jitter
+///   window (a fraction of the pause, see quota_gate_options) instead of in one burst that would trip the
+///   upstream again ("thundering herd after a pause", seed 003). The spread is stratified: of the N callers
+///   that arrived during the pause, the k-th resumes at a random instant within the k-th of N equal slices
+///   of the window, so arrival order is kept and the release rate is even. Callers arriving after the pause
+///   ended go at once, or straight after those still being released (they are not overtaken).
+/// - There is no resume(): a pause ends when its time comes.
+///
+/// Nothing is taken or held, so the completion signature is `void(error_code)` as for a rate limiter; the
+/// count `n` of every acquire is accepted so that the gate composes with weighted limiters, and ignored.
+///
+/// @tparam Executor the I/O executor; completions default to it.
+/// @tparam Clock    the clock of pauses and deadlines (std::chrono::steady_clock; rein::testing::manual_clock
+///                  in tests).
+/// @tparam Mutex    std::mutex (default): safe from many threads and strands; rein::null_mutex: one thread or
+///                  strand only.
+///
+/// @par Thread Safety
+/// With std::mutex, every member function may be called concurrently, except destruction.
+/// With null_mutex, all use must happen on one thread or strand.
+///
+/// @par Lifetime
+/// Not copyable or movable. Destroying it completes every waiter with `net::error::operation_aborted`.
+template <class Executor = net::any_io_executor, class Clock = std::chrono::steady_clock, class Mutex = std::mutex>
+class basic_quota_gate {
+  using policy_type = detail::quota_gate_policy<Clock>;
+  using core_type = detail::limiter_core<policy_type, Executor, Clock, Mutex, false>;
+
+ public:
+  using executor_type = Executor;
+  using clock_type = Clock;
+  using time_point = typename Clock::time_point;
+  using duration = typename Clock::duration;
+  using snapshot_type = basic_quota_gate_snapshot<time_point>;
+
+  /// The gate type when rebound to another executor.
+  template <class OtherExecutor>
+  struct rebind_executor {
+    using other = basic_quota_gate<OtherExecutor, Clock, Mutex>;
+  };
+
+  /// Constructs an open gate, completing operations on `ex` by default.
+  /// @throws std::invalid_argument naming the field and value when an option is out of range.
+  explicit basic_quota_gate(const executor_type& ex, const quota_gate_options& options = {})
+      : core_(std::make_shared<core_type>(ex, options.max_waiters, validated_max_pause(options),
+                                          validated_jitter(options), validated_max_jitter(options),
+                                          options.seed ? *options.seed : random_seed(), &next_sequence_)) {}
+
+  /// Constructs an open gate on an execution context (an io_context).
+  template <class ExecutionContext>
+    requires std::is_convertible_v<ExecutionContext&, net::execution_context&>
+  explicit basic_quota_gate(ExecutionContext& context, const quota_gate_options& options = {})
+      : basic_quota_gate(context.get_executor(), options) {}
+
+  basic_quota_gate(const basic_quota_gate&) = delete;
+  basic_quota_gate& operator=(const basic_quota_gate&) = delete;
+
+  /// Completes every waiter with `net::error::operation_aborted`.
+  ~basic_quota_gate() { core_->shutdown(); }
+
+  executor_type get_executor() const noexcept { return core_->get_executor(); }
+
+  /// True, at once, if the gate is open and nobody waits (a waiter is never overtaken). Never waits, never
+  /// allocates. False after close(). `n` is ignored.
+  bool try_acquire(std::size_t n = 1) {
+    (void)n;
+    std::chrono::nanoseconds stamp{};
+    return core_->try_acquire(detail::quota_ticket(0, false), stamp);
+  }
+
+  /// Waits until the gate is open. The initiating function; every Asio completion token works.
+  ///
+  /// @param n     ignored (accepted so that the gate composes with weighted limiters).
+  /// @param token completion token; signature `void(error_code)`. Default: `deferred`.
+  ///
+  /// Errors: errc::queue_full (max_waiters waiting, at once), errc::timed_out, errc::closed,
+  /// `net::error::operation_aborted` (cancelled, or the gate was destroyed). The handler is never invoked
+  /// from inside this function: it goes through its associated executor.
+  ///
+  /// @par Per-Operation Cancellation
+  /// terminal, partial and total: a waiting operation is removed and completes with operation_aborted
+  /// (nothing was taken, nothing is lost); if the release came first, the handler gets success.
+  template <REIN_COMPLETION_TOKEN_FOR(void(error_code)) Token = default_token_t>
+  auto async_acquire(std::size_t n = 1, Token&& token = Token{}) {
+    return async_acquire_until(n, time_point::max(), std::forward<Token>(token));
+  }
+
+  /// As async_acquire, failing with errc::timed_out if the gate does not let the caller through within
+  /// `timeout`.
+  template <REIN_COMPLETION_TOKEN_FOR(void(error_code)) Token = default_token_t>
+  auto async_acquire_for(std::size_t n, duration timeout, Token&& token = Token{}) {
+    return async_acquire_until(n, deadline_after(timeout), std::forward<Token>(token));
+  }
+
+  /// As async_acquire, failing with errc::timed_out if not through by `deadline` (time_point::max():
+  /// never). A deadline before the current pause's end fails at once (pauses never shorten); one after it
+  /// may still expire during the jitter. A release due at the deadline's very instant wins.
+  template <REIN_COMPLETION_TOKEN_FOR(void(error_code)) Token = default_token_t>
+  auto async_acquire_until(std::size_t n, time_point deadline, Token&& token = Token{}) {
+    return net::async_initiate<Token, void(error_code)>(initiate_acquire{this}, token, n, deadline);
+  }
+
+  /// Waits inside a coroutine: `co_await gate.acquire();`. When the gate is open and nobody waits, returns
+  /// without suspending through the scheduler. Throws `rein::system_error` with the errors of async_acquire.
+  net::awaitable<void> acquire(std::size_t n = 1) { return acquire_until(n, time_point::max()); }
+
+  /// As acquire, throwing errc::timed_out if not through within `timeout`.
+  net::awaitable<void> acquire_for(std::size_t n, duration timeout) { return acquire_until(n, deadline_after(timeout)); }
+
+  /// As acquire, throwing errc::timed_out if not through by `deadline`.
+  net::awaitable<void> acquire_until(std::size_t n, time_point deadline) {
+    if (try_acquire(n)) co_return;
+    co_await async_acquire_until(n, deadline, net::use_awaitable);
+  }
+
+  /// Closes the gate for `d` from now, unless it is already closed until later (pauses only extend).
+  /// A pause longer than max_pause is cut to it. `d <= 0` changes nothing.
+  /// @returns when the gate reopens (the latest pause's end; in the past if it is open).
+  time_point pause_for(duration d) {
+    return core_->update([&](policy_type& p, time_point now) {
+      if (d > duration::zero()) p.pause_until(detail::saturating_add(now, d), now);
+      return publish(p);
+    });
+  }
+
+  /// Closes the gate until `t`, unless it is already closed until later. A `t` beyond now + max_pause is cut
+  /// to it; a `t` not after now changes nothing.
+  /// @returns when the gate reopens.
+  time_point pause_until(time_point t) {
+    return core_->update([&](policy_type& p, time_point now) {
+      p.pause_until(t, now);
+      return publish(p);
+    });
+  }
+
+  /// Applies an upstream's Retry-After field value (RFC 9110 section 10.2.3, parsed by
+  /// rein::parse_retry_after): delta-seconds or an HTTP-date pauses for that long; an empty, negative or
+  /// unparseable value (`-5`, `soon`) pauses for `default_pause`; `0` or a date already past pauses not at
+  /// all (the upstream says "go ahead"; an existing pause still stands).
+  ///
+  /// @param value         the field value, as received.
+  /// @param default_pause  the pause when the value says nothing usable (seed 003 suggests 1 to 5 s).
+  /// @param wall_now       the current wall-clock time, the origin of an HTTP-date (a parameter for tests).
+  /// @returns when the gate reopens.
+  time_point on_retry_after(std::string_view value, duration default_pause,
+                            std::chrono::system_clock::time_point wall_now = std::chrono::system_clock::now()) {
+    const std::optional<std::chrono::nanoseconds> wait = parse_retry_after(value, wall_now);
+    if (!wait) return pause_for(default_pause);
+    // Rounded up so that a coarser clock never resumes before the upstream asked; parse_retry_after
+    // saturates at nanoseconds::max(), which max_pause then cuts.
+    constexpr auto longest = std::chrono::duration_cast<std::chrono::nanoseconds>(duration::max());
+    if (*wait >= longest) return pause_for(duration::max());
+    return pause_for(std::chrono::ceil<duration>(*wait));
+  }
+
+  /// Completes every waiter with errc::closed; later acquires fail the same way and try_acquire returns
+  /// false. Idempotent. (Closing is for shutdown; a pause is pause_for.)
+  void close() { core_->close(); }
+
+  /// When the current or latest pause ends (time_point::min() if there never was one).
+  time_point paused_until() const {
+    return core_->inspect([](const policy_type& p, const wait_stats&) { return p.paused_until; });
+  }
+
+  /// Whether a pause is in effect now.
+  bool is_paused() const { return Clock::now() < paused_until(); }
+
+  /// True when the gate is indistinguishable from a new one: open and nobody waiting (rein::keyed evicts
+  /// such gates). Counters are not compared.
+  bool idle() const {
+    const time_point now = Clock::now();
+    return core_->inspect([now](const policy_type& p, const wait_stats& w) { return w.waiting == 0 && now >= p.paused_until; });
+  }
+
+  /// Counters and state, copied under the lock in O(1).
+  snapshot_type snapshot() const {
+    const time_point now = Clock::now();
+    return core_->inspect([now](const policy_type& p, const wait_stats& w) {
+      snapshot_type s;
+      static_cast<wait_stats&>(s) = w;
+      s.paused_until = p.paused_until;
+      s.paused = now < p.paused_until;
+      s.pause_requests = p.pause_requests;
+      s.pauses = p.pauses;
+      s.capped = p.capped;
+      s.jitter_window = p.batch_window;
+      return s;
+    });
+  }
+
+ private:
+  // A named initiation (as Asio's own I/O objects use) so that async_initiate can find the I/O executor.
+  struct initiate_acquire {
+    basic_quota_gate* self;
+    using executor_type = Executor;
+    executor_type get_executor() const noexcept { return self->core_->get_executor(); }
+
+    template <class Handler>
+    void operator()(Handler&& handler, std::size_t, time_point deadline) const {
+      self->core_->async_acquire(std::forward<Handler>(handler), self->next_ticket(), deadline);
+    }
+  };
+
+  // The ticket of a new waiter. "Paused" is read from a copy of paused_until kept outside the lock: a caller
+  // racing with a pause that starts at that very moment may be counted as not paused, and then resumes at
+  // the pause's end without jitter, in its FIFO place.
+  std::size_t next_ticket() noexcept {
+    const std::uint64_t sequence = next_sequence_.fetch_add(1, std::memory_order_relaxed);
+    const bool paused = Clock::now().time_since_epoch().count() < paused_until_ticks_.load(std::memory_order_relaxed);
+    return detail::quota_ticket(sequence, paused);
+  }
+
+  time_point publish(const policy_type& p) noexcept {
+    paused_until_ticks_.store(p.paused_until.time_since_epoch().count(), std::memory_order_relaxed);
+    return p.paused_until;
+  }
+
+  static time_point deadline_after(duration d) {
+    const time_point now = Clock::now();
+    if (d > time_point::max() - now) return time_point::max();
+    return now + d;
+  }
+
+  static std::uint64_t random_seed() {
+    std::random_device device;
+    return (static_cast<std::uint64_t>(device()) << 32) ^ device();
+  }
+
+  [[noreturn]] static void fail(const std::string& what) { throw std::invalid_argument("rein::quota_gate: " + what); }
+
+  static std::string show(double v) {
+    char buffer[32];
+    const auto result = std::to_chars(buffer, buffer + sizeof buffer, v);  // shortest form, locale-free
+    return std::string(buffer, result.ptr);
+  }
+
+  static duration validated_max_pause(const quota_gate_options& o) {
+    if (o.max_pause <= o.max_pause.zero()) fail("max_pause must be > 0, got " + std::to_string(o.max_pause.count()) + "ns");
+    // A clock coarser than nanoseconds rounds the cap up to a whole tick.
+    return std::chrono::ceil<duration>(o.max_pause);
+  }
+
+  static double validated_jitter(const quota_gate_options& o) {
+    if (!(o.jitter >= 0.0 && o.jitter <= 1.0)) fail("jitter must be in [0, 1], got " + show(o.jitter));
+    return o.jitter;
+  }
+
+  static std::chrono::nanoseconds validated_max_jitter(const quota_gate_options& o) {
+    if (o.max_jitter < o.max_jitter.zero())
+      fail("max_jitter must be >= 0, got " + std::to_string(o.max_jitter.count()) + "ns");
+    return o.max_jitter;
+  }
+
+  // Declared before core_: the policy reads the counter while waiters exist, and the core is shut down (no
+  // waiters left) in the destructor's body, before any member is destroyed.
+  std::atomic<std::uint64_t> next_sequence_{1};
+  std::atomic<typename duration::rep> paused_until_ticks_{time_point::min().time_since_epoch().count()};
+  std::shared_ptr<core_type> core_;
+};
+
+/// The thread-safe quota gate on any I/O executor and std::chrono::steady_clock.
+using quota_gate = basic_quota_gate<>;
+
+/// The single-threaded quota gate: no locking; use from one thread or strand only.
+using single_thread_quota_gate = basic_quota_gate<net::any_io_executor, std::chrono::steady_clock, null_mutex>;
+
+}  // namespace rein

@@ -1,0 +1,341 @@
+// An awaitable retry loop: exponential backoff with full jitter, a cap, a maximum number of attempts,
+// Retry-After honoured, and a retry budget so that retries cannot snowball.
+#pragma once
+
+#include <rein/algo/backoff.hpp>
+#include <rein/algo/retry_budget.hpp>
+#include <rein/config.hpp>
+#include <rein/null_mutex.hpp>
+
+#if defined(REIN_STANDALONE_ASIO)
+#include <asio/any_io_executor.hpp>
+#include <asio/awaitable.hpp>
+#include <asio/basic_waitable_timer.hpp>
+#include <asio/this_coro.hpp>
+#include <asio/use_awaitable.hpp>
+#include <asio/wait_traits.hpp>
+#else
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/basic_waitable_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/wait_traits.hpp>
+#endif
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <type_traits>
+#include <utility>
+#include <variant>
+
+namespace rein {
+
+/// How one attempt of a retried operation ended.
+enum class attempt_kind {
+  success,    ///< done; no retry
+  retryable,  ///< failed for a reason that may pass (429, 503, a timeout, a reset connection)
+  permanent,  ///< failed for a reason a retry would not change (400, 401, 404); no retry
+};
+
+/// What one attempt of an operation run by rein::retry returns: success (with a value), a retryable failure
+/// (optionally with the wait the upstream asked for), or a permanent failure. A failure may carry a value too
+/// (the 429 response itself), so that the caller sees it if retrying stops there.
+///
+/// ```
+/// if (r.status == 429) co_return rein::attempt<response>::retryable(rein::errc::timed_out,
+///                                          rein::parse_retry_after(r.header("Retry-After"), now)).with_value(r);
+/// ```
+template <class T = void>
+class attempt {
+  using stored = std::conditional_t<std::is_void_v<T>, std::monostate, T>;
+
+ public:
+  using value_type = T;
+
+  /// No attempt: a permanent failure without an error code or value. (Asio needs it, e.g. co_spawn hands a
+  /// default-constructed result along with an exception.)
+  attempt() = default;
+
+  /// A success carrying `value`.
+  static attempt success(stored value)
+    requires(!std::is_void_v<T>)
+  {
+    return attempt(attempt_kind::success, {}, std::nullopt, std::move(value));
+  }
+
+  /// A success (attempt<void>).
+  static attempt success()
+    requires std::is_void_v<T>
+  {
+    return attempt(attempt_kind::success, {}, std::nullopt, std::monostate{});
+  }
+
+  /// A failure worth retrying. `retry_after` (>= 0) is the upstream's requested wait, if it sent one
+  /// (rein::parse_retry_after); the next delay is then at least that much, up to backoff's max_retry_after.
+  static attempt retryable(error_code error, std::optional<std::chrono::nanoseconds> retry_after = std::nullopt) {
+    return attempt(attempt_kind::retryable, error, retry_after, std::nullopt);
+  }
+
+  /// A failure not worth retrying: retry stops here.
+  static attempt permanent(error_code error) { return attempt(attempt_kind::permanent, error, std::nullopt, std::nullopt); }
+
+  /// Attaches a value to a failure (e.g. the response of a 429).
+  attempt with_value(stored value) &&
+    requires(!std::is_void_v<T>)
+  {
+    value_ = std::move(value);
+    return std::move(*this);
+  }
+
+  attempt_kind kind() const noexcept { return kind_; }
+  error_code error() const noexcept { return error_; }
+  std::optional<std::chrono::nanoseconds> retry_after() const noexcept { return retry_after_; }
+  bool has_value() const noexcept { return value_.has_value(); }
+
+  /// The value; precondition: has_value().
+  stored& value() & noexcept
+    requires(!std::is_void_v<T>)
+  {
+    return *value_;
+  }
+  const stored& value() const& noexcept
+    requires(!std::is_void_v<T>)
+  {
+    return *value_;
+  }
+  stored&& value() && noexcept
+    requires(!std::is_void_v<T>)
+  {
+    return std::move(*value_);
+  }
+
+ private:
+  attempt(attempt_kind kind, error_code error, std::optional<std::chrono::nanoseconds> retry_after,
+          std::optional<stored> value)
+      : kind_(kind), error_(error), retry_after_(retry_after), value_(std::move(value)) {}
+
+  attempt_kind kind_ = attempt_kind::permanent;
+  error_code error_;
+  std::optional<std::chrono::nanoseconds> retry_after_;
+  std::optional<stored> value_;
+};
+
+/// Why rein::retry stopped.
+enum class retry_stop {
+  succeeded,           ///< an attempt succeeded
+  permanent_failure,   ///< an attempt failed permanently
+  attempts_exhausted,  ///< the last allowed attempt failed (backoff_options::max_attempts)
+  budget_exhausted,    ///< a retry was due but the retry budget had none left
+};
+
+/// What rein::retry returns: the last attempt as the operation returned it, how many attempts were made
+/// (the first included), and why it stopped.
+template <class T = void>
+struct retry_result {
+  attempt<T> last;
+  std::uint32_t attempts = 0;
+  retry_stop stop = retry_stop::succeeded;
+
+  /// True if an attempt succeeded.
+  explicit operator bool() const noexcept { return stop == retry_stop::succeeded; }
+};
+
+/// Options of a retry policy.
+struct retry_options {
+  /// Delays and the number of attempts: base, cap, max_attempts, max_retry_after (rein::algo::backoff).
+  algo::backoff_options backoff{};
+  /// The retry budget shared by every retry() using the policy (rein::algo::retry_budget; Finagle's
+  /// defaults: 20% of the requests of the last 10 s, plus 10 per second). nullopt: no budget.
+  std::optional<algo::retry_budget_options> budget{algo::retry_budget_options{}};
+  /// Seed of the jitter; nullopt: drawn from std::random_device.
+  std::optional<std::uint64_t> seed{};
+  /// Replaces the seeded generator: returns a number in [0, 1] per delay (tests pass a constant; 1.0 gives
+  /// plain exponential backoff without jitter).
+  std::function<double()> random{};
+};
+
+/// Counters of a retry policy.
+struct retry_stats {
+  std::uint64_t requests_total = 0;          ///< retry() calls (each deposits into the budget)
+  std::uint64_t attempts_total = 0;          ///< attempts made, first ones included
+  std::uint64_t retries_total = 0;           ///< attempts after a failure
+  std::uint64_t succeeded_total = 0;         ///< calls that ended in success
+  std::uint64_t permanent_total = 0;         ///< calls that ended in a permanent failure
+  std::uint64_t attempts_exhausted_total = 0;  ///< calls that used every attempt and failed
+  std::uint64_t budget_exhausted_total = 0;  ///< calls that stopped because the budget refused a retry
+};
+
+/// The shared part of retrying calls to one dependency: backoff settings, the retry budget (which must be
+/// shared to mean anything: it limits retries to a fraction of all recent requests), the jitter generator
+/// and counters. Pass it to rein::retry.
+///
+/// @tparam Clock the clock of delays and of the budget's window (rein::testing::manual_clock in tests).
+/// @tparam Mutex std::mutex (default): usable from many threads; rein::null_mutex: one thread or strand.
+///
+/// @par Thread Safety
+/// With std::mutex, every member function may be called concurrently.
+template <class Clock = std::chrono::steady_clock, class Mutex = std::mutex>
+class basic_retry_policy {
+ public:
+  using clock_type = Clock;
+  using time_point = typename Clock::time_point;
+  using duration = typename Clock::duration;
+
+  /// What to do after a failed attempt: stop (and why), or wait `delay` and try again.
+  struct decision {
+    std::optional<retry_stop> stop;
+    std::chrono::nanoseconds delay{0};
+  };
+
+  /// @throws std::invalid_argument naming the field and value when a backoff or budget option is out of range.
+  explicit basic_retry_policy(retry_options options = {})
+      : backoff_(options.backoff), random_(std::move(options.random)), state_(options.seed ? *options.seed : random_seed()) {
+    if (options.budget) budget_.emplace(*options.budget);
+  }
+
+  basic_retry_policy(const basic_retry_policy&) = delete;
+  basic_retry_policy& operator=(const basic_retry_policy&) = delete;
+
+  const algo::backoff& backoff() const noexcept { return backoff_; }
+
+  /// Records a new request (a first attempt): a deposit into the budget.
+  void on_request() {
+    std::lock_guard<Mutex> lock(mutex_);
+    ++stats_.requests_total;
+    ++stats_.attempts_total;
+    if (budget_) budget_->deposit(Clock::now());
+  }
+
+  /// Records the end of attempt number `attempt_number` (1 = the first) and decides what follows: stop on
+  /// success or permanent failure; stop when max_attempts were made or the budget refuses a retry; otherwise
+  /// wait `delay` (full jitter, at least the attempt's Retry-After up to max_retry_after) and try again (the
+  /// retry is counted, and charged to the budget, now).
+  template <class T>
+  decision on_attempt(std::uint32_t attempt_number, const attempt<T>& result) {
+    std::lock_guard<Mutex> lock(mutex_);
+    switch (result.kind()) {
+      case attempt_kind::success: return stop_locked(retry_stop::succeeded, stats_.succeeded_total);
+      case attempt_kind::permanent: return stop_locked(retry_stop::permanent_failure, stats_.permanent_total);
+      case attempt_kind::retryable: break;
+    }
+    if (!backoff_.may_retry(attempt_number)) return stop_locked(retry_stop::attempts_exhausted, stats_.attempts_exhausted_total);
+    if (budget_ && !budget_->try_withdraw(Clock::now()))
+      return stop_locked(retry_stop::budget_exhausted, stats_.budget_exhausted_total);
+    ++stats_.retries_total;
+    ++stats_.attempts_total;
+    return {std::nullopt, backoff_.delay(attempt_number, draw_locked(), result.retry_after())};
+  }
+
+  /// Counters, copied under the lock.
+  retry_stats stats() const {
+    std::lock_guard<Mutex> lock(mutex_);
+    return stats_;
+  }
+
+  /// Whole retries the budget would allow now (unbounded: the maximum of std::int64_t without a budget).
+  std::int64_t retries_available() const {
+    std::lock_guard<Mutex> lock(mutex_);
+    if (!budget_) return std::numeric_limits<std::int64_t>::max();
+    return budget_->retries_available(Clock::now());
+  }
+
+ private:
+  decision stop_locked(retry_stop why, std::uint64_t& counter) {
+    ++counter;
+    return {why, std::chrono::nanoseconds{0}};
+  }
+
+  double draw_locked() {
+    if (random_) return random_();
+    // SplitMix64: one 64-bit state, full period, good enough to decorrelate clients.
+    std::uint64_t z = (state_ += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    z ^= z >> 31;
+    return static_cast<double>(z >> 11) * 0x1.0p-53;
+  }
+
+  static std::uint64_t random_seed() {
+    std::random_device device;
+    return (static_cast<std::uint64_t>(device()) << 32) ^ device();
+  }
+
+  algo::backoff backoff_;
+  std::function<double()> random_;
+  std::uint64_t state_;
+  mutable Mutex mutex_;
+  std::optional<algo::basic_retry_budget<Clock>> budget_;
+  retry_stats stats_{};
+};
+
+/// The retry policy on std::chrono::steady_clock.
+using retry_policy = basic_retry_policy<>;
+
+namespace detail {
+
+template <class>
+struct attempt_awaitable_traits {
+  static constexpr bool valid = false;
+};
+
+template <class T, class Executor>
+struct attempt_awaitable_traits<net::awaitable<attempt<T>, Executor>> {
+  static constexpr bool valid = true;
+  using value_type = T;
+};
+
+template <class Op>
+auto invoke_attempt(Op& op, std::uint32_t attempt_number) {
+  if constexpr (std::is_invocable_v<Op&, std::uint32_t>) return op(attempt_number);
+  else return op();
+}
+
+template <class Op>
+using attempt_awaitable_t = decltype(invoke_attempt(std::declval<Op&>(), std::uint32_t{}));
+
+}  // namespace detail
+
+/// Runs `op` until it succeeds, fails permanently, runs out of attempts, or the retry budget refuses a
+/// retry; between attempts it sleeps on a timer of the policy's clock.
+///
+/// @param policy the shared policy (backoff, budget, jitter); must outlive the returned awaitable.
+/// @param op     `op(std::uint32_t attempt_number)` or `op()`, returning `net::awaitable<rein::attempt<T>>`;
+///               called once per attempt (1 = the first). Each attempt should acquire its own permit and
+///               complete it with its own outcome (`co_await limiter.acquire()` inside op): a 429 then a
+///               success are two samples for an adaptive limiter, not one slow success, and no permit is
+///               held while retry sleeps.
+/// @returns the last attempt, the number of attempts and why it stopped (success is `bool(result)`).
+///
+/// Delays (rein::algo::backoff): after the n-th failure, uniform in [0, min(cap, base * 2^(n-1))) ("full
+/// jitter", AWS Architecture Blog), raised to the failure's Retry-After if it carried one (cut to
+/// max_retry_after). The budget (rein::algo::retry_budget, Finagle's RetryBudget): each call deposits a
+/// fraction of a retry, each retry withdraws one, so that retries stay a bounded fraction of traffic when a
+/// dependency fails instead of multiplying it.
+///
+/// Exceptions thrown by `op` propagate at once (they are not retried: return attempt::retryable for what
+/// should be). Cancellation: the sleep is an Asio timer wait on the coroutine's executor, so cancelling the
+/// calling coroutine (terminal, partial or total, per its cancellation state's filter) ends the sleep and
+/// retry throws `net::error::operation_aborted`; an attempt in progress sees the cancellation itself.
+template <class Clock, class Mutex, class Op>
+  requires detail::attempt_awaitable_traits<detail::attempt_awaitable_t<Op>>::valid
+auto retry(basic_retry_policy<Clock, Mutex>& policy, Op op)
+    -> net::awaitable<retry_result<typename detail::attempt_awaitable_traits<detail::attempt_awaitable_t<Op>>::value_type>> {
+  using timer_type = net::basic_waitable_timer<Clock, net::wait_traits<Clock>, net::any_io_executor>;
+  timer_type timer(co_await net::this_coro::executor);
+  policy.on_request();
+  for (std::uint32_t n = 1;; ++n) {
+    auto result = co_await detail::invoke_attempt(op, n);
+    const auto next = policy.on_attempt(n, result);
+    if (next.stop) co_return retry_result<typename decltype(result)::value_type>{std::move(result), n, *next.stop};
+    timer.expires_after(std::chrono::ceil<typename Clock::duration>(next.delay));
+    co_await timer.async_wait(net::use_awaitable);
+  }
+}
+
+}  // namespace rein

@@ -1,0 +1,274 @@
+// rein::keyed: one limiter per key from defaults and per-key overrides, lazy eviction of idle keys only,
+// pins, the hard cap on keys (evict idle first, else queue_full), bounded scans, snapshots and iteration,
+// keyed quota gates, validation, and concurrent use from several threads.
+#include "support/async.hpp"
+#include "support/catch.hpp"
+
+#include <rein/error.hpp>
+#include <rein/keyed.hpp>
+#include <rein/quota_gate.hpp>
+#include <rein/semaphore.hpp>
+#include <rein/testing/manual_clock.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using namespace std::chrono_literals;
+namespace net = rein::net;
+using rein::errc;
+using rein::error_code;
+using rein::testing::manual_clock;
+using rein_test::poll;
+using per_key_semaphore = rein::keyed<rein::semaphore>;
+
+rein::keyed_options opts(std::size_t max_keys, std::size_t sweep_batch = 2, std::size_t max_scan = 64) {
+  rein::keyed_options o;
+  o.max_keys = max_keys;
+  o.sweep_batch = sweep_batch;
+  o.max_scan = max_scan;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("a key's limiter is made on first use from the defaults or the key's override", "[keyed]") {
+  net::io_context io;
+  per_key_semaphore per_host(io, {}, 4);
+  rein::semaphore_options one_waiter;
+  one_waiter.max_waiters = 1;
+  per_host.set_override("slow-site.example", 1, one_waiter);
+
+  CHECK(per_host.size() == 0);
+  auto fast = per_host.get("fast.example");
+  auto slow = per_host.get("slow-site.example");
+  CHECK(fast->snapshot().permits == 4);
+  CHECK(slow->snapshot().permits == 1);
+  CHECK(per_host.size() == 2);
+  CHECK(per_host.get("fast.example").get() == fast.get());  // the same limiter while it lives
+  CHECK(fast.key() == "fast.example");
+
+  CHECK(per_host.erase_override("slow-site.example"));
+  CHECK_FALSE(per_host.erase_override("slow-site.example"));
+  CHECK(per_host.get("slow-site.example")->snapshot().permits == 1);  // the live one keeps its settings
+  const auto stats = per_host.stats();
+  CHECK(stats.keys == 2);
+  CHECK(stats.created_total == 2);
+}
+
+TEST_CASE("seed 004: per-host caps hold under a mix of hosts", "[keyed]") {
+  net::io_context io;
+  per_key_semaphore limits(io, {}, 4);
+  limits.set_override("slow-site.example", 1);
+  std::map<std::string, int> active;
+  std::map<std::string, int> peak;
+
+  auto fetch = [&](std::string host) -> net::awaitable<void> {
+    auto permit = co_await limits.get(host)->acquire();
+    peak[host] = std::max(peak[host], ++active[host]);
+    co_await net::post(io, net::use_awaitable);  // let the others run while this one holds its permit
+    --active[host];
+  };
+  for (int i = 0; i < 5; ++i) net::co_spawn(io, fetch("slow-site.example"), net::detached);
+  for (int i = 0; i < 10; ++i) net::co_spawn(io, fetch("fast.example"), net::detached);
+  io.run();
+  CHECK(peak["slow-site.example"] == 1);
+  CHECK(peak["fast.example"] == 4);
+}
+
+TEST_CASE("idle keys are evicted lazily, when new keys are made", "[keyed][evict]") {
+  net::io_context io;
+  per_key_semaphore per_host(io, opts(100, 2), 1);
+
+  per_host.get("a");  // the handle is dropped at once: "a" is idle and unpinned
+  CHECK(per_host.contains("a"));  // nothing happens until a new key is made (or sweep() is called)
+  per_host.get("b");
+  CHECK_FALSE(per_host.contains("a"));
+  CHECK(per_host.contains("b"));
+  CHECK(per_host.stats().evicted_total == 1);
+
+  per_host.get("a");  // made again, indistinguishable from the first one
+  CHECK(per_host.stats().created_total == 3);
+  CHECK(per_host.snapshot("a")->available == 1);
+}
+
+TEST_CASE("a key is kept while a permit is held, a waiter waits or a handle pins it", "[keyed][evict]") {
+  net::io_context io;
+  per_key_semaphore per_host(io, opts(100, 0), 1);  // no sweep on creation: sweep() decides
+
+  rein::permit held = per_host.get("held")->try_acquire();
+  REQUIRE(held);
+
+  std::optional<error_code> waiter_ec;
+  {
+    auto busy = per_host.get("waited");
+    rein::permit first = busy->try_acquire();
+    busy->async_acquire(1, [&](error_code ec, rein::permit) { waiter_ec = ec; });
+    first.release();  // the waiter is granted; its permit is handed to the handler, not yet run
+  }
+  auto pinned = per_host.get("pinned");
+  per_host.get("idle");
+
+  CHECK(per_host.sweep() == 1);  // only "idle"
+  CHECK(per_host.contains("held"));
+  CHECK(per_host.contains("waited"));  // its grant is still in flight (the permit exists)
+  CHECK(per_host.contains("pinned"));
+  CHECK_FALSE(per_host.contains("idle"));
+
+  poll(io);  // the waiter's handler runs and drops its permit
+  REQUIRE(waiter_ec);
+  CHECK_FALSE(*waiter_ec);
+  held.release();
+  CHECK(per_host.sweep() == 2);
+  CHECK(per_host.contains("pinned"));
+  pinned.reset();
+  CHECK(per_host.sweep() == 1);
+  CHECK(per_host.size() == 0);
+  CHECK(per_host.stats().evicted_total == 4);
+}
+
+TEST_CASE("at the cap a new key evicts an idle one, else it is refused with queue_full", "[keyed][cap]") {
+  net::io_context io;
+  per_key_semaphore per_host(io, opts(2, 0), 1);
+  rein::permit a = per_host.get("a")->try_acquire();
+  rein::permit b = per_host.get("b")->try_acquire();
+
+  error_code ec;
+  auto refused = per_host.get("c", ec);
+  CHECK(ec == errc::queue_full);
+  CHECK_FALSE(refused);
+  try {
+    per_host.get("c");
+    FAIL("no exception");
+  } catch (const rein::system_error& e) {
+    CHECK(e.code() == errc::queue_full);
+  }
+  CHECK(per_host.get("a"));  // existing keys are always served
+  CHECK(per_host.stats().rejected_total == 2);
+
+  a.release();
+  auto c = per_host.get("c", ec);
+  CHECK_FALSE(ec);
+  CHECK(c);
+  CHECK_FALSE(per_host.contains("a"));
+  CHECK(per_host.size() == 2);
+}
+
+TEST_CASE("at the cap the scan is bounded and moves on, so a retry finds the idle key", "[keyed][cap]") {
+  net::io_context io;
+  per_key_semaphore per_host(io, opts(3, 0, 1), 1);
+  rein::permit a = per_host.get("a")->try_acquire();
+  per_host.get("b");  // idle
+  rein::permit c = per_host.get("c")->try_acquire();
+
+  // The circular order is a, b, c; one key examined per attempt.
+  error_code ec;
+  CHECK_FALSE(per_host.get("d", ec));  // examines a: busy
+  CHECK(ec == errc::queue_full);
+  CHECK(per_host.get("d", ec));  // examines b: idle, evicted
+  CHECK_FALSE(ec);
+  CHECK_FALSE(per_host.contains("b"));
+  CHECK(per_host.contains("a"));
+  CHECK(per_host.contains("c"));
+}
+
+TEST_CASE("snapshot(key) reads a live key and never makes one; for_each visits every live key", "[keyed]") {
+  net::io_context io;
+  per_key_semaphore per_host(io, opts(100, 0), 3);
+  rein::permit p = per_host.get("x")->try_acquire(2);
+  per_host.get("y");
+
+  const auto x = per_host.snapshot("x");
+  REQUIRE(x);
+  CHECK(x->in_flight == 2);
+  CHECK(x->available == 1);
+  CHECK_FALSE(per_host.snapshot("absent"));
+  CHECK_FALSE(per_host.contains("absent"));
+  CHECK_FALSE(per_host.find("absent"));
+  CHECK(per_host.find("x").get() == per_host.get("x").get());
+
+  std::map<std::string, std::size_t> seen;
+  per_host.for_each([&](const std::string& key, rein::semaphore& sem) {
+    seen[key] = sem.snapshot().in_flight;
+    per_host.get(key);  // the registry's lock is not held here
+  });
+  CHECK(seen == std::map<std::string, std::size_t>{{"x", 2}, {"y", 0}});
+}
+
+TEST_CASE("keyed quota gates: a paused host is kept until its pause ends", "[keyed][quota_gate]") {
+  rein_test::manual_clock_at_epoch epoch;
+  net::io_context io;
+  using gate_t = rein::basic_quota_gate<net::any_io_executor, manual_clock>;
+  rein::quota_gate_options no_jitter;
+  no_jitter.jitter = 0.0;
+  rein::keyed<gate_t> gates(io, opts(100, 0), no_jitter);
+
+  gates.get("a.example")->pause_for(10s);
+  gates.get("b.example");
+  CHECK(gates.sweep() == 1);
+  CHECK(gates.contains("a.example"));
+  CHECK_FALSE(gates.get("a.example")->try_acquire());
+  CHECK(gates.get("other.example")->try_acquire());  // one host's pause is not everyone's
+
+  manual_clock::set(manual_clock::time_point{} + 10s);
+  CHECK(gates.sweep() == 2);
+  CHECK(gates.size() == 0);
+}
+
+TEST_CASE("invalid options are rejected with the field and the value", "[keyed][validation]") {
+  net::io_context io;
+  auto message = [&](rein::keyed_options o) {
+    try {
+      per_key_semaphore k(io, o, 1);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no exception");
+  };
+  CHECK(message(opts(0)) == "rein::keyed: max_keys must be >= 1, got 0");
+  CHECK(message(opts(10, 2, 0)) == "rein::keyed: max_scan must be >= 1, got 0");
+  CHECK(message(opts(1, 0, 1)) == "no exception");
+}
+
+TEST_CASE("keys sprayed from many threads stay within the cap", "[keyed][threads]") {
+  net::io_context io;
+  per_key_semaphore per_host(io, opts(8, 2, 4), 2);
+  std::atomic<int> refused{0};
+  std::atomic<int> acquired{0};
+  std::atomic<std::size_t> most_keys{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 2000; ++i) {
+        const std::string key = "host-" + std::to_string((i * 7 + t * 13) % 32);
+        error_code ec;
+        auto h = per_host.get(key, ec);
+        if (ec) {
+          refused.fetch_add(1);
+          continue;
+        }
+        if (rein::permit p = h->try_acquire()) acquired.fetch_add(1);
+        if (i % 97 == 0) per_host.sweep(3);
+        const std::size_t n = per_host.size();
+        std::size_t seen = most_keys.load();
+        while (n > seen && !most_keys.compare_exchange_weak(seen, n)) {
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  CHECK(most_keys.load() <= 8);
+  CHECK(acquired.load() + refused.load() <= 4 * 2000);
+  CHECK(acquired.load() > 0);
+  const auto stats = per_host.stats();
+  CHECK(stats.created_total == stats.evicted_total + stats.keys);
+  CHECK(stats.rejected_total == static_cast<std::uint64_t>(refused.load()));
+}
