@@ -234,9 +234,9 @@ class basic_adaptive_rate {
     const std::int64_t interval = options_.measure_interval.count();
     const std::int64_t passed = (now - window_start_ns_) / interval;
     if (passed == 0) return;
-    const double sample = static_cast<double>(sent_in_window_) * 1e9 / static_cast<double>(interval);
+    const double newest = static_cast<double>(sent_in_window_) * 1e9 / static_cast<double>(interval);
     const double keep = 1.0 - options_.smoothing;
-    measured_ = measured_ ? options_.smoothing * sample + keep * *measured_ : sample;
+    measured_ = measured_ ? options_.smoothing * newest + keep * *measured_ : newest;
     if (passed > 1) *measured_ *= std::pow(keep, static_cast<double>(passed - 1));
     window_start_ns_ += passed * interval;
     sent_in_window_ = 0;
