@@ -354,13 +354,16 @@ TEST_CASE("use_future: the future gets the permit or the error as an exception",
   permit p = granted_later.get();
   CHECK(p.count() == 1);
   std::future<permit> too_big = sem.async_acquire(2, net::use_future);
-  error_code ec;
+  bool threw = false;
   try {
     too_big.get();
   } catch (const rein::system_error& e) {
-    ec = e.code();
+    threw = true;
+#if !REIN_TEST_TSAN  // see support/asio.hpp
+    CHECK(e.code() == rein::errc::exceeds_capacity);
+#endif
   }
-  CHECK(ec == rein::errc::exceeds_capacity);
+  CHECK(threw);
   work.reset();
   runner.join();
   p.release();
@@ -934,13 +937,13 @@ TEST_CASE("100000 waiting acquires granted in a row do not nest on the stack", "
   CHECK(sem.available() == 1);
 }
 
-TEST_CASE("two coroutines handing one permit back and forth 100000 times do not nest", "[semaphore][fast]") {
+TEST_CASE("two coroutines handing one permit back and forth 20000 times through the waiting path do not nest", "[semaphore][fast]") {
   net::io_context io;
   rein::semaphore sem(io, 1);
   rein_test::stack_span span;
   int rounds = 0;
   auto player = [&]() -> net::awaitable<void> {
-    for (int i = 0; i < 50000; ++i) {
+    for (int i = 0; i < 10000; ++i) {
       permit p = co_await sem.acquire();  // waits: the other player holds the permit or is first in line
       span.sample();
       ++rounds;
@@ -950,8 +953,8 @@ TEST_CASE("two coroutines handing one permit back and forth 100000 times do not 
   net::co_spawn(io, player(), net::detached);
   net::co_spawn(io, player(), net::detached);
   const std::size_t handlers = poll(io);
-  CHECK(rounds == 100000);
-  CHECK(handlers >= 200000);  // a post and a grant per round: these acquires waited
+  CHECK(rounds == 20000);
+  CHECK(handlers >= 40000);  // a post and a grant per round: these acquires waited
   CHECK(span.bytes() < 4096);
 }
 

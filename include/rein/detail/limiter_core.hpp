@@ -345,10 +345,10 @@ class limiter_core final : public permit_source,
     op->seq = next_seq_++;
     queue_.push_back(op);
     queued_units_ += n;
-    if (deadline != time_point::max()) {
-      op->deadline_ns = to_ns_saturated(deadline);
-      deadlines_.push(op);
-    }
+    // A deadline beyond what nanoseconds can count (a coarse clock's far future) is no deadline: the heap
+    // holds exactly the ops whose deadline_ns is not no_deadline, which is how dequeue_locked finds them.
+    if (deadline != time_point::max()) op->deadline_ns = to_ns_saturated(deadline);
+    if (op->deadline_ns != no_deadline) deadlines_.push(op);
     try {
       arm_timer_locked(now);
     } catch (...) {
