@@ -753,6 +753,15 @@ TEST_CASE("deferred: the operation starts only when launched", "[token_bucket][t
   CHECK(b.tokens() == 0.0);
 }
 
+TEST_CASE("detached: the wait still takes its token when granted", "[token_bucket][tokens]") {
+  fixture f;
+  bucket b(f.io, {.rate = 10, .capacity = 1, .initial_tokens = 0});
+  b.async_acquire(1, net::detached);
+  f.run_to(tick(1), 10ms);
+  CHECK(b.snapshot().acquired_total == 1);
+  CHECK(b.tokens() == 0.0);
+}
+
 TEST_CASE("the handler runs on its associated executor (a strand)", "[token_bucket][tokens]") {
   fixture f;
   bucket b(f.io, {.rate = 10, .capacity = 1, .initial_tokens = 0});
