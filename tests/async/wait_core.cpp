@@ -108,7 +108,7 @@ struct counting_clock {
   using rep = duration::rep;
   using period = duration::period;
   using time_point = std::chrono::time_point<counting_clock, duration>;
-  static constexpr bool is_steady = true;
+  [[maybe_unused]] static constexpr bool is_steady = true;
   static inline std::atomic<long> reads{0};
   static time_point now() noexcept {
     reads.fetch_add(1);
@@ -123,7 +123,7 @@ struct seconds_clock {
   using rep = duration::rep;
   using period = duration::period;
   using time_point = std::chrono::time_point<seconds_clock, duration>;
-  static constexpr bool is_steady = false;
+  [[maybe_unused]] static constexpr bool is_steady = false;
   static time_point now() noexcept {
     return time_point(std::chrono::duration_cast<duration>(manual_clock::now().time_since_epoch()));
   }
