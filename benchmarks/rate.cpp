@@ -15,7 +15,8 @@
 //                               its own timer until its token should be there, then re-checks). Counters: CPU ns
 //                               per grant, handlers run per grant, grants per second achieved. The burst is
 //                               1,000, more than arrives during a timer's wake-up latency (with a burst of 1 at
-//                               1,000,000/s every token must be taken within 1 us of arriving or is lost)
+//                               1,000,000/s every token must be taken within 1 us of arriving or is lost).
+//                               Debug builds (the CTest smoke run) use 10,000 waiters and 1 simulated second
 //   rate/accuracy_10s/...       8 coroutines compete for 10 simulated seconds at 100,000/s on the manual clock:
 //                               admitted vs rate x time + burst (never above it at any step, and >= 0.9999 of it)
 //
@@ -148,6 +149,16 @@ class naive_bucket {
   steady::time_point last_;
 };
 
+// Debug builds run the benchmarks only as CTest's smoke test, so they run a tenth of the sizes (and say so in
+// the names): 10,000 parked waiters, 1 simulated second.
+#ifdef NDEBUG
+constexpr std::size_t parked_waiters = 100'000;
+constexpr std::chrono::seconds simulated{10};
+#else
+constexpr std::size_t parked_waiters = 10'000;
+constexpr std::chrono::seconds simulated{1};
+#endif
+
 // ---- try_acquire ------------------------------------------------------------------------------------------
 
 template <class Bucket>
@@ -228,7 +239,6 @@ void acquire_ready_ratio(benchmark::State& state) {
 
 // ---- 100,000 parked waiters, 1,000,000 tokens/s ------------------------------------------------------------
 
-constexpr std::size_t parked_waiters = 100'000;
 // Both buckets start 0.3 s in debt, so that every waiter has parked before the first token arrives, however
 // long spawning 100,000 coroutines takes.
 constexpr double parked_debt_s = 0.3;
@@ -259,7 +269,7 @@ void parked(benchmark::State& state, MakeBucket make_bucket) {
     const double cpu0 = thread_cpu_ns();
     handlers += static_cast<double>(io.run());
     cpu_ns += thread_cpu_ns() - cpu0;
-    if (record.granted != parked_waiters) throw std::logic_error("rate/parked_100k: a waiter was not granted");
+    if (record.granted != parked_waiters) throw std::logic_error("rate/parked: a waiter was not granted");
     drain_s += std::chrono::duration<double>(record.last - record.first).count();
   }
   const auto grants = static_cast<double>(state.iterations()) * parked_waiters;
@@ -287,7 +297,7 @@ void parked_naive(benchmark::State& state) {
   });
 }
 
-// ---- Accuracy over 10 simulated seconds --------------------------------------------------------------------
+// ---- Accuracy over 10 simulated seconds (1 in Debug builds) --------------------------------------------------------------------
 
 using manual_bucket = rein::basic_token_bucket<net::any_io_executor, rein::testing::manual_clock>;
 
@@ -308,7 +318,6 @@ void accuracy(benchmark::State& state) {
   using clock = rein::testing::manual_clock;
   constexpr double rate = 100'000;
   constexpr std::int64_t burst = 100;
-  constexpr auto simulated = 10s;
   double admitted_sum = 0, ratio = 0;
   std::int64_t worst_excess = std::numeric_limits<std::int64_t>::min();
   for (auto _ : state) {
@@ -355,19 +364,22 @@ BENCHMARK(acquire_ready_bucket<coarse_token_bucket>)->Name("rate/acquire_ready/r
 BENCHMARK(acquire_ready_ratio<rein::token_bucket>)->Name("rate/acquire_ready/ratio_to_floor");
 BENCHMARK(acquire_ready_ratio<coarse_token_bucket>)->Name("rate/acquire_ready/ratio_to_floor_coarse_clock");
 
+const std::string parked_name = "rate/parked_" + std::to_string(parked_waiters / 1000) + "k/";
+const std::string accuracy_name = "rate/accuracy_" + std::to_string(simulated.count()) + "s/";
+
 BENCHMARK(parked_rein)
-    ->Name("rate/parked_100k/rein_token_bucket")
+    ->Name(parked_name + "rein_token_bucket")
     ->ArgNames({"burst", "rate"})
     ->Args({1000, 1'000'000})
     ->Args({1000, 100'000})
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(parked_naive)
-    ->Name("rate/parked_100k/naive_timer_per_waiter")
+    ->Name(parked_name + "naive_timer_per_waiter")
     ->ArgNames({"burst", "rate"})
     ->Args({1000, 1'000'000})
     ->Args({1000, 100'000})
     ->Unit(benchmark::kMillisecond);
 
-BENCHMARK(accuracy)->Name("rate/accuracy_10s/rein_token_bucket_8_coroutines")->Unit(benchmark::kMillisecond);
+BENCHMARK(accuracy)->Name(accuracy_name + "rein_token_bucket_8_coroutines")->Unit(benchmark::kMillisecond);
 
 }  // namespace
