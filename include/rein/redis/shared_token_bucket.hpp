@@ -1146,9 +1146,12 @@ class basic_shared_token_bucket {
   /// request, not awaited, best effort (lost if Redis is unavailable).
   void refund(std::size_t n) { core_->refund(n); }
 
-  /// Completes every waiter with rein::errc::closed; later acquires fail the same way. The connection
-  /// stays open (it may be shared).
-  void close() { core_->close(); }
+  /// Completes every waiter with rein::errc::closed; later acquires fail the same way. The limiter's own
+  /// connection is closed too (so `io_context::run()` can return); a shared one stays open.
+  void close() {
+    core_->close();
+    if (owned_) owned_->close();
+  }
 
   /// Counters and state, including round-trip latency, copied under the lock.
   shared_token_bucket_snapshot snapshot() const { return core_->snapshot(); }
