@@ -7,23 +7,23 @@
 #include "support/catch.hpp"
 
 #if defined(REIN_STANDALONE_ASIO)
-#include <asio/as_tuple.hpp>
 #include <asio/bind_cancellation_slot.hpp>
 #include <asio/cancellation_signal.hpp>
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
 #include <asio/executor_work_guard.hpp>
 #include <asio/io_context.hpp>
+#include <asio/redirect_error.hpp>
 #include <asio/use_awaitable.hpp>
 #include <asio/use_future.hpp>
 #else
-#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/redirect_error.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/use_future.hpp>
 #endif
@@ -36,7 +36,6 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
-#include <tuple>
 #include <vector>
 
 using namespace std::chrono_literals;
@@ -546,7 +545,7 @@ TEST_CASE("adaptive_limiter: co_await acquire takes the fast path or waits; acqu
   CHECK(limiter.in_flight() == 0);
 }
 
-TEST_CASE("adaptive_limiter: completion tokens: deferred, as_tuple and use_future") {
+TEST_CASE("adaptive_limiter: completion tokens: deferred, use_future and redirect_error") {
   manual_clock::reset();
   net::io_context io;
   const auto work = net::make_work_guard(io);  // parked waiters are not work: keep poll() usable
@@ -561,15 +560,18 @@ TEST_CASE("adaptive_limiter: completion tokens: deferred, as_tuple and use_futur
   io.poll();
   const rein::permit second = f.get();
   CHECK(second);
-  bool tuple_done = false;
-  limiter.async_acquire(net::as_tuple([&](std::tuple<rein::error_code, rein::permit> t) {
-    tuple_done = true;
-    CHECK(std::get<0>(t));
-    CHECK_FALSE(std::get<1>(t));
-  }));
+  rein::error_code redirected;
+  bool redirected_done = false;
+  limiter.async_acquire(net::redirect_error(
+      [&](rein::permit p) {
+        redirected_done = true;
+        CHECK_FALSE(p);
+      },
+      redirected));
   limiter.close();
   io.poll();
-  CHECK(tuple_done);
+  CHECK(redirected_done);
+  CHECK(redirected == rein::errc::closed);
 }
 
 TEST_CASE("single_thread adaptive limiter (null_mutex) behaves the same on one thread") {

@@ -18,20 +18,20 @@
 #include "support/catch.hpp"
 
 #if defined(REIN_STANDALONE_ASIO)
-#include <asio/as_tuple.hpp>
 #include <asio/basic_waitable_timer.hpp>
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
 #include <asio/executor_work_guard.hpp>
 #include <asio/io_context.hpp>
+#include <asio/redirect_error.hpp>
 #include <asio/use_awaitable.hpp>
 #else
-#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/basic_waitable_timer.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/redirect_error.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #endif
 
@@ -179,7 +179,8 @@ class async_experiment {
     push(c.started + plan.service_time, event_kind::completion, id);
     wake_timer& wake = *wake_[id];
     wake.expires_at(manual_clock::time_point::max());
-    (void)co_await wake.async_wait(net::as_tuple(net::use_awaitable));  // ends with the driver's cancel()
+    rein::error_code cancelled;  // the driver's cancel() is the wake-up, not an error
+    co_await wake.async_wait(net::redirect_error(net::use_awaitable, cancelled));
     upstream_.leave();
     c.finished = elapsed();
     slot.complete(c.ok ? outcome::success : outcome::congestion);
