@@ -106,7 +106,9 @@ struct semaphore_policy {
 ///
 /// @par Lifetime
 /// Not copyable or movable (permits point at it). Destroying it completes every waiter with
-/// `net::error::operation_aborted`. Permits must not outlive it (asserted in debug builds).
+/// `net::error::operation_aborted`, also one whose permits were granted but whose handler has not run yet
+/// (it never receives a permit to a destroyed semaphore). Permits must not outlive it (asserted in debug
+/// builds when it is destroyed).
 template <class Executor = net::any_io_executor, class Mutex = std::mutex, class Clock = std::chrono::steady_clock>
 class basic_semaphore {
   using core_type = detail::limiter_core<detail::semaphore_policy, Executor, Clock, Mutex, true>;

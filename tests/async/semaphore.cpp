@@ -790,7 +790,8 @@ TEST_CASE("a timed-out head lets the smaller waiter behind it through at the sam
 TEST_CASE("waiters with the same deadline time out in the order they came", "[semaphore][time]") {
   rein_test::manual_clock_at_epoch epoch;
   net::io_context io;
-  timed_semaphore sem(io, 0);
+  timed_semaphore sem(io, 1);
+  permit held = sem.try_acquire();
   std::string order;
   std::vector<record_ptr> waiters;
   for (char tag : std::string("abcdefgh")) {

@@ -187,8 +187,12 @@ class wait_op_impl final : public wait_op {
     complete = &do_complete;
   }
 
-  static void destroy(wait_op_impl* op) noexcept {
-    allocator_type alloc(net::get_associated_allocator(op->handler_));
+  static void destroy(wait_op_impl* op) noexcept { destroy(op, net::get_associated_allocator(op->handler_)); }
+
+  // `handler_alloc` must not live in the op (it is destroyed first); after the handler was moved out, pass a
+  // copy taken before.
+  static void destroy(wait_op_impl* op, const handler_allocator& handler_alloc) noexcept {
+    allocator_type alloc(handler_alloc);
     op->~wait_op_impl();
     alloc_traits::deallocate(alloc, op, 1);
   }
@@ -236,7 +240,7 @@ class wait_op_impl final : public wait_op {
       if (status == wait_status::granted && !claim(op)) status = wait_status::aborted;  // revoked first
       const std::size_t n = op->count;
       const std::chrono::nanoseconds stamp(op->stamp_ns);
-      destroy(op);
+      destroy(op, alloc_);  // the op's handler was moved from: use the allocator copied before
       if (status == wait_status::granted && !owner_->deliver(n, stamp)) status = wait_status::aborted;
       if constexpr (WithPermit) {
         permit p = status == wait_status::granted ? permit(owner_->source(), n, stamp) : permit();
