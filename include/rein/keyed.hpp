@@ -104,10 +104,11 @@ struct idle_traits {
 ///   waiting line). Existing keys are always served. The circular order makes repeated attempts examine
 ///   different keys.
 /// - Handles: get() returns a handle that pins the limiter: it is not evicted while any handle to it lives,
-///   so a reference taken from a handle is valid while the handle lives. A pending wait or a held permit keeps
-///   the limiter busy (not idle) too, but only once the wait has started: keep the handle alive at least
-///   until the acquire has started (`co_await keyed.get(k)->acquire()` does, the temporary lives to the end
-///   of the full expression).
+///   so a reference taken from a handle is valid while the handle lives. Keep the handle until the operation
+///   you start on the limiter has completed: a waiter keeps a limiter busy, but a grant whose handler has not
+///   run yet is invisible to a rate limiter's or quota gate's idle check. `co_await keyed.get(k)->acquire()`
+///   does this by itself (the temporary handle lives to the end of the full expression, the co_await
+///   included); a permit that outlives the handle keeps a concurrency limiter busy, hence alive.
 ///
 /// @tparam Limiter one of rein's limiters, or any type constructible from (executor, args...) that
 ///                 rein::idle_traits understands; need not be movable.

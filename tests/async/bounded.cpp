@@ -26,18 +26,37 @@ namespace {
 std::atomic<long> live_blocks{0};
 }  // namespace
 
-void* operator new(std::size_t n) {
+// Every non-aligned form is replaced, so that no block allocated by one allocator is freed by the other
+// (sanitizers check the pairs).
+namespace {
+void* counted_malloc(std::size_t n) noexcept {
   void* p = std::malloc(n == 0 ? 1 : n);
-  if (p == nullptr) throw std::bad_alloc();
-  live_blocks.fetch_add(1, std::memory_order_relaxed);
+  if (p != nullptr) live_blocks.fetch_add(1, std::memory_order_relaxed);
   return p;
 }
-void operator delete(void* p) noexcept {
+void counted_free(void* p) noexcept {
   if (p == nullptr) return;
   live_blocks.fetch_sub(1, std::memory_order_relaxed);
   std::free(p);
 }
-void operator delete(void* p, std::size_t) noexcept { operator delete(p); }
+}  // namespace
+
+void* operator new(std::size_t n) {
+  if (void* p = counted_malloc(n)) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](std::size_t n) {
+  if (void* p = counted_malloc(n)) return p;
+  throw std::bad_alloc();
+}
+void* operator new(std::size_t n, const std::nothrow_t&) noexcept { return counted_malloc(n); }
+void* operator new[](std::size_t n, const std::nothrow_t&) noexcept { return counted_malloc(n); }
+void operator delete(void* p) noexcept { counted_free(p); }
+void operator delete[](void* p) noexcept { counted_free(p); }
+void operator delete(void* p, std::size_t) noexcept { counted_free(p); }
+void operator delete[](void* p, std::size_t) noexcept { counted_free(p); }
+void operator delete(void* p, const std::nothrow_t&) noexcept { counted_free(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept { counted_free(p); }
 
 namespace {
 

