@@ -297,7 +297,7 @@ void parked_naive(benchmark::State& state) {
   });
 }
 
-// ---- Accuracy over 10 simulated seconds (1 in Debug builds) --------------------------------------------------------------------
+// ---- Accuracy over 10 simulated seconds (1 in Debug builds) ----------------------------------------------
 
 using manual_bucket = rein::basic_token_bucket<net::any_io_executor, rein::testing::manual_clock>;
 
@@ -352,13 +352,15 @@ void accuracy(benchmark::State& state) {
 // ---- Registration ------------------------------------------------------------------------------------------
 
 BENCHMARK(try_acquire_algo_floor)->Name("rate/try_acquire/floor_algo_token_bucket_with_clock_read");
-BENCHMARK(try_acquire_bucket<rein::single_thread_token_bucket>)->Name("rate/try_acquire/rein_single_thread_token_bucket");
+BENCHMARK(try_acquire_bucket<rein::single_thread_token_bucket>)
+    ->Name("rate/try_acquire/rein_single_thread_token_bucket");
 BENCHMARK(try_acquire_bucket<rein::token_bucket>)->Name("rate/try_acquire/rein_token_bucket");
 BENCHMARK(try_acquire_window)->Name("rate/try_acquire/rein_sliding_window");
 BENCHMARK(try_acquire_naive)->Name("rate/try_acquire/naive_double_bucket_with_mutex");
 
 BENCHMARK(acquire_ready_floor)->Name("rate/acquire_ready/floor_nested_awaitable");
-BENCHMARK(acquire_ready_bucket<rein::single_thread_token_bucket>)->Name("rate/acquire_ready/rein_single_thread_token_bucket");
+BENCHMARK(acquire_ready_bucket<rein::single_thread_token_bucket>)
+    ->Name("rate/acquire_ready/rein_single_thread_token_bucket");
 BENCHMARK(acquire_ready_bucket<rein::token_bucket>)->Name("rate/acquire_ready/rein_token_bucket");
 BENCHMARK(acquire_ready_bucket<coarse_token_bucket>)->Name("rate/acquire_ready/rein_token_bucket_coarse_clock");
 BENCHMARK(acquire_ready_ratio<rein::token_bucket>)->Name("rate/acquire_ready/ratio_to_floor");

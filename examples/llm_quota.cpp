@@ -157,6 +157,6 @@ int main() {
   run(reqs, true);
   run(reqs, false);
   std::printf("\ncharged: estimates taken before the calls; used: what the responses reported; kept: what the\n"
-              "token bucket kept (charged minus refunds); allowed: TPM x elapsed + one burst, which kept never passes.\n"
+              "token bucket kept (charged minus refunds); allowed: TPM x elapsed + one burst, never passed by kept.\n"
               "With refunds, what a call was charged but did not use goes back at once to the calls still waiting.\n");
 }

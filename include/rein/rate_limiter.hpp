@@ -58,20 +58,25 @@ namespace detail {
 // bucket, a window of single starts), a wait that would miss its deadline fails at once.
 
 template <class Limit>
-std::optional<typename Limit::time_point> earliest_grant(const Limit& limit, std::uint64_t ahead, std::uint64_t n,
-                                                         typename Limit::time_point now);
+using grant_time = std::optional<typename Limit::time_point>;
+template <class Limit>
+using time_of = typename Limit::time_point;
 template <class Clock>
-std::optional<typename Clock::time_point> earliest_grant(const algo::basic_token_bucket<Clock>& bucket,
-                                                         std::uint64_t ahead, std::uint64_t n,
-                                                         typename Clock::time_point now);
+using bucket_of = algo::basic_token_bucket<Clock>;
 template <class Clock>
-std::optional<typename Clock::time_point> earliest_grant(const algo::basic_sliding_window<Clock>& window,
-                                                         std::uint64_t ahead, std::uint64_t n,
-                                                         typename Clock::time_point now);
+using window_of = algo::basic_sliding_window<Clock>;
+
+template <class Limit>
+grant_time<Limit> earliest_grant(const Limit& limit, std::uint64_t ahead, std::uint64_t n, time_of<Limit> now);
+template <class Clock>
+grant_time<bucket_of<Clock>> earliest_grant(const bucket_of<Clock>& bucket, std::uint64_t ahead, std::uint64_t n,
+                                            time_of<bucket_of<Clock>> now);
+template <class Clock>
+grant_time<window_of<Clock>> earliest_grant(const window_of<Clock>& window, std::uint64_t ahead, std::uint64_t n,
+                                            time_of<window_of<Clock>> now);
 template <class... Limits>
-std::optional<typename algo::all_of<Limits...>::time_point> earliest_grant(const algo::all_of<Limits...>& limits,
-                                                                          std::uint64_t ahead, std::uint64_t n,
-                                                                          typename algo::all_of<Limits...>::time_point now);
+grant_time<algo::all_of<Limits...>> earliest_grant(const algo::all_of<Limits...>& limits, std::uint64_t ahead,
+                                                   std::uint64_t n, time_of<algo::all_of<Limits...>> now);
 
 inline std::uint64_t saturating_add(std::uint64_t a, std::uint64_t b) noexcept {
   return a > std::numeric_limits<std::uint64_t>::max() - b ? std::numeric_limits<std::uint64_t>::max() : a + b;
@@ -79,8 +84,7 @@ inline std::uint64_t saturating_add(std::uint64_t a, std::uint64_t b) noexcept {
 
 // Any rate limit: takes only shrink availability, so nobody is granted before its own request fits alone.
 template <class Limit>
-std::optional<typename Limit::time_point> earliest_grant(const Limit& limit, std::uint64_t, std::uint64_t n,
-                                                         typename Limit::time_point now) {
+grant_time<Limit> earliest_grant(const Limit& limit, std::uint64_t, std::uint64_t n, time_of<Limit> now) {
   return limit.ready_at(static_cast<std::int64_t>(n), now);
 }
 
@@ -88,10 +92,9 @@ std::optional<typename Limit::time_point> earliest_grant(const Limit& limit, std
 // wants at most the capacity and takes it on arrival). So the backlog drains at exactly the rate, as if the
 // bucket had no cap: on a copy whose capacity holds the whole backlog, the backlog's ready time is exact.
 template <class Clock>
-std::optional<typename Clock::time_point> earliest_grant(const algo::basic_token_bucket<Clock>& bucket,
-                                                         std::uint64_t ahead, std::uint64_t n,
-                                                         typename Clock::time_point now) {
-  using bucket_type = algo::basic_token_bucket<Clock>;
+grant_time<bucket_of<Clock>> earliest_grant(const bucket_of<Clock>& bucket, std::uint64_t ahead, std::uint64_t n,
+                                            time_of<bucket_of<Clock>> now) {
+  using bucket_type = bucket_of<Clock>;
   const std::uint64_t total = saturating_add(ahead, n);
   if (total > static_cast<std::uint64_t>(bucket_type::max_capacity)) {
     return bucket.ready_at(static_cast<std::int64_t>(n), now);
@@ -105,9 +108,8 @@ std::optional<typename Clock::time_point> earliest_grant(const algo::basic_token
 // needs start j - limit to have left the window, so s_j = s_r + q * window with j - 1 = q * limit + (r - 1),
 // and s_r for r <= limit is the window's own ready_at(r).
 template <class Clock>
-std::optional<typename Clock::time_point> earliest_grant(const algo::basic_sliding_window<Clock>& window,
-                                                         std::uint64_t ahead, std::uint64_t n,
-                                                         typename Clock::time_point now) {
+grant_time<window_of<Clock>> earliest_grant(const window_of<Clock>& window, std::uint64_t ahead, std::uint64_t n,
+                                            time_of<window_of<Clock>> now) {
   using time_point = typename Clock::time_point;
   const std::uint64_t total = saturating_add(ahead, n);
   if (total == 0) return window.ready_at(0, now);
@@ -122,9 +124,8 @@ std::optional<typename Clock::time_point> earliest_grant(const algo::basic_slidi
 
 // Every part's own bound holds for the whole: the latest of them.
 template <class... Limits>
-std::optional<typename algo::all_of<Limits...>::time_point> earliest_grant(const algo::all_of<Limits...>& limits,
-                                                                          std::uint64_t ahead, std::uint64_t n,
-                                                                          typename algo::all_of<Limits...>::time_point now) {
+grant_time<algo::all_of<Limits...>> earliest_grant(const algo::all_of<Limits...>& limits, std::uint64_t ahead,
+                                                   std::uint64_t n, time_of<algo::all_of<Limits...>> now) {
   using time_point = typename algo::all_of<Limits...>::time_point;
   std::optional<time_point> latest;
   [&]<std::size_t... I>(std::index_sequence<I...>) {
@@ -152,7 +153,9 @@ class rate_limit_policy {
 
   bool exceeds(std::size_t n) const noexcept { return n > static_cast<std::uint64_t>(limit_.capacity()); }
 
-  bool try_take(std::size_t n, time_point now) { return limit_.try_take(clamped(n), now) == algo::take_result::allowed; }
+  bool try_take(std::size_t n, time_point now) {
+    return limit_.try_take(clamped(n), now) == algo::take_result::allowed;
+  }
 
   time_point ready_at(std::size_t n, time_point now) const {
     return limit_.ready_at(clamped(n), now).value_or(time_point::max());
@@ -327,14 +330,16 @@ class basic_rate_limiter {
   /// throws, the exception propagates after the waiters have been re-examined.
   template <class F>
   decltype(auto) update(F&& f) {
-    return core_->update([&](policy_type& p, time_point now) -> decltype(auto) { return std::forward<F>(f)(p.limit(), now); });
+    return core_->update(
+        [&](policy_type& p, time_point now) -> decltype(auto) { return std::forward<F>(f)(p.limit(), now); });
   }
 
   /// Runs `f(const Limit&, const wait_stats&)` under the lock and returns its result. `f` must not block or
   /// use this limiter.
   template <class F>
   decltype(auto) inspect(F&& f) const {
-    return core_->inspect([&](const policy_type& p, const wait_stats& w) -> decltype(auto) { return std::forward<F>(f)(p.limit(), w); });
+    return core_->inspect(
+        [&](const policy_type& p, const wait_stats& w) -> decltype(auto) { return std::forward<F>(f)(p.limit(), w); });
   }
 
   /// Completes every waiter with errc::closed; later acquires fail the same way and try_acquire returns

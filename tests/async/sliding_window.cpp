@@ -177,7 +177,8 @@ TEST_CASE("behind a multi-start waiter, a wait the prediction lets through still
 
 // ---- Re-timing queued waiters ---------------------------------------------------------------------------
 
-TEST_CASE("a raised limit grants queued waiters at once; a lowered one holds them back", "[sliding_window][set_limit]") {
+TEST_CASE("a raised limit grants queued waiters at once; a lowered one holds them back",
+          "[sliding_window][set_limit]") {
   fixture f;
   completion_log log;
   window_limiter w(f.io, {.limit = 2, .window = 1s});
@@ -280,7 +281,8 @@ TEST_CASE("requests above the limit fail at once; invalid options name the field
   w.async_acquire(3, log.handler(0));
   f.poll_at(time_point{});
   CHECK(log.lines == std::vector<std::string>{"0 0ms exceeds_capacity"});
-  CHECK_THROWS_WITH(window_limiter(f.io, {.limit = 0, .window = 1s}), "rein::sliding_window: limit must be in [1, 2^27], got 0");
+  CHECK_THROWS_WITH(window_limiter(f.io, {.limit = 0, .window = 1s}),
+                    "rein::sliding_window: limit must be in [1, 2^27], got 0");
   CHECK_THROWS_WITH(window_limiter(f.io, {.limit = 1, .window = -1s}),
                     "rein::sliding_window: window must be > 0, got -1000000000 ns");
   CHECK_THROWS_WITH(window_limiter(f.io, {.limit = 1}), "rein::sliding_window: window must be > 0, got 0 ns");
