@@ -48,8 +48,10 @@ enum class attempt_kind {
 /// (the 429 response itself), so that the caller sees it if retrying stops there.
 ///
 /// ```
-/// if (r.status == 429) co_return rein::attempt<response>::retryable(rein::errc::timed_out,
-///                                          rein::parse_retry_after(r.header("Retry-After"), now)).with_value(r);
+/// if (r.status == 429)  // my_errc: the caller's own error codes
+///   co_return rein::attempt<response>::retryable(my_errc::too_many_requests,
+///                                                rein::parse_retry_after(r.header("Retry-After"), now))
+///       .with_value(std::move(r));
 /// ```
 template <class T = void>
 class attempt {
