@@ -210,24 +210,25 @@ void acquire_ready_bucket(benchmark::State& state) {
   run(io, acquire_loop(state, bucket));
 }
 
-// Both in alternating batches within one run, so that the ratio does not depend on when each ran.
+// Both in alternating batches within one run, so that the ratio does not depend on when each ran; timed in
+// this thread's CPU time, so that it does not depend on what else the machine runs either.
 template <class Bucket>
 net::awaitable<void> ratio_loop(benchmark::State& state, Bucket& bucket) {
   constexpr int batch = 1000;
-  steady::duration floor_time{}, acquire_time{};
+  double floor_ns = 0, acquire_ns = 0;
   for (auto _ : state) {
-    const steady::time_point t0 = steady::now();
+    const double t0 = thread_cpu_ns();
     for (int i = 0; i < batch; ++i) co_await ready_now();
-    const steady::time_point t1 = steady::now();
+    const double t1 = thread_cpu_ns();
     for (int i = 0; i < batch; ++i) co_await bucket.acquire();
-    const steady::time_point t2 = steady::now();
-    floor_time += t1 - t0;
-    acquire_time += t2 - t1;
+    const double t2 = thread_cpu_ns();
+    floor_ns += t1 - t0;
+    acquire_ns += t2 - t1;
   }
   const auto ops = static_cast<double>(state.iterations()) * batch;
-  state.counters["floor_ns"] = std::chrono::duration<double, std::nano>(floor_time).count() / ops;
-  state.counters["acquire_ns"] = std::chrono::duration<double, std::nano>(acquire_time).count() / ops;
-  state.counters["x_floor"] = static_cast<double>(acquire_time.count()) / static_cast<double>(floor_time.count());
+  state.counters["floor_ns"] = floor_ns / ops;
+  state.counters["acquire_ns"] = acquire_ns / ops;
+  state.counters["x_floor"] = acquire_ns / floor_ns;
 }
 
 template <class Bucket>
