@@ -72,7 +72,9 @@ struct adaptive_limiter_snapshot : wait_stats {
   bool at_ceiling = false;        ///< floor(limit) >= max_limit
   std::uint64_t success_total = 0;     ///< permits completed with outcome::success
   std::uint64_t congestion_total = 0;  ///< permits completed with outcome::congestion
-  std::uint64_t ignored_total = 0;     ///< permits completed with outcome::ignored or released without one
+  /// permits completed with outcome::ignored or released without an outcome, and grants taken back before
+  /// their handler ran (cancelled after the grant, or the limiter destroyed meanwhile)
+  std::uint64_t ignored_total = 0;
 };
 
 namespace detail {

@@ -122,7 +122,7 @@ std::string what_of(const std::function<void()>& f) {
 TEST_CASE("adaptive_limiter: admits while in_flight < floor(limit); the next call waits") {
   manual_clock::reset();
   net::io_context io;
-  const auto work = net::make_work_guard(io);  // parked waiters are not work: keep poll() usable
+  const auto work = net::make_work_guard(io);  // poll() stops an io_context that runs out of work
   scripted_limiter limiter{io, {2.9, 1, 64}};
   rein::permit a = limiter.try_acquire();
   rein::permit b = limiter.try_acquire();
@@ -149,7 +149,7 @@ TEST_CASE("adaptive_limiter: admits while in_flight < floor(limit); the next cal
 TEST_CASE("adaptive_limiter: a limit that rises admits waiters at once, in FIFO order") {
   manual_clock::reset();
   net::io_context io;
-  const auto work = net::make_work_guard(io);  // parked waiters are not work: keep poll() usable
+  const auto work = net::make_work_guard(io);  // poll() stops an io_context that runs out of work
   scripted_limiter limiter{io, {1, 1, 64}};
   rein::permit held = limiter.try_acquire();
   std::vector<int> order;
@@ -175,7 +175,7 @@ TEST_CASE("adaptive_limiter: a limit that rises admits waiters at once, in FIFO 
 TEST_CASE("adaptive_limiter: a cut keeps granted slots and admits nobody until in_flight is below it") {
   manual_clock::reset();
   net::io_context io;
-  const auto work = net::make_work_guard(io);  // parked waiters are not work: keep poll() usable
+  const auto work = net::make_work_guard(io);  // poll() stops an io_context that runs out of work
   scripted_limiter limiter{io, {4, 1, 64}};
   std::vector<rein::permit> held;
   for (int i = 0; i < 4; ++i) held.push_back(limiter.try_acquire());
@@ -196,7 +196,7 @@ TEST_CASE("adaptive_limiter: a cut keeps granted slots and admits nobody until i
 TEST_CASE("adaptive_limiter: latency runs from the grant to the report, never including queue time") {
   manual_clock::reset();
   net::io_context io;
-  const auto work = net::make_work_guard(io);  // parked waiters are not work: keep poll() usable
+  const auto work = net::make_work_guard(io);  // poll() stops an io_context that runs out of work
   scripted_limiter limiter{io, {1, 1, 64}};
   rein::permit first = limiter.try_acquire();
   result r;
@@ -219,7 +219,7 @@ TEST_CASE("adaptive_limiter: latency runs from the grant to the report, never in
 TEST_CASE("adaptive_limiter: a sample's in_flight is the count right after its own grant") {
   manual_clock::reset();
   net::io_context io;
-  const auto work = net::make_work_guard(io);  // parked waiters are not work: keep poll() usable
+  const auto work = net::make_work_guard(io);  // poll() stops an io_context that runs out of work
   scripted_limiter limiter{io, {3, 1, 64}};
   rein::permit a = limiter.try_acquire();  // in flight: 1
   manual_clock::advance(1ms);
@@ -247,7 +247,7 @@ TEST_CASE("adaptive_limiter: a sample's in_flight is the count right after its o
 TEST_CASE("adaptive_limiter: calls granted at the same instant are matched first granted, first reported") {
   manual_clock::reset();
   net::io_context io;
-  const auto work = net::make_work_guard(io);  // parked waiters are not work: keep poll() usable
+  const auto work = net::make_work_guard(io);  // poll() stops an io_context that runs out of work
   scripted_limiter limiter{io, {2, 1, 64}};
   rein::permit a = limiter.try_acquire();  // in flight 1
   rein::permit b = limiter.try_acquire();  // in flight 2, same stamp as a
@@ -262,7 +262,7 @@ TEST_CASE("adaptive_limiter: calls granted at the same instant are matched first
 TEST_CASE("adaptive_limiter: ignored outcomes and permits dropped without one feed no sample") {
   manual_clock::reset();
   net::io_context io;
-  const auto work = net::make_work_guard(io);  // parked waiters are not work: keep poll() usable
+  const auto work = net::make_work_guard(io);  // poll() stops an io_context that runs out of work
   scripted_limiter limiter{io, {4, 1, 64}};
   {
     rein::permit dropped = limiter.try_acquire();
@@ -284,7 +284,7 @@ TEST_CASE("adaptive_limiter: ignored outcomes and permits dropped without one fe
 TEST_CASE("aimd_limiter: ignored leaves the limit; one congestion multiplies it by the backoff") {
   manual_clock::reset();
   net::io_context io;
-  const auto work = net::make_work_guard(io);  // parked waiters are not work: keep poll() usable
+  const auto work = net::make_work_guard(io);  // poll() stops an io_context that runs out of work
   rein::algo::aimd_options o;
   o.initial_limit = 20;
   o.backoff = 0.9;
@@ -299,7 +299,7 @@ TEST_CASE("aimd_limiter: ignored leaves the limit; one congestion multiplies it 
 TEST_CASE("aimd_limiter: a success that lifts floor(limit) admits the head waiter without a free slot") {
   manual_clock::reset();
   net::io_context io;
-  const auto work = net::make_work_guard(io);  // parked waiters are not work: keep poll() usable
+  const auto work = net::make_work_guard(io);  // poll() stops an io_context that runs out of work
   rein::algo::aimd_options o;
   o.initial_limit = 2.5;
   o.increase = 2.0;  // 2.5 + 2 / 2.5 = 3.3
@@ -322,7 +322,7 @@ TEST_CASE("aimd_limiter: a success that lifts floor(limit) admits the head waite
 TEST_CASE("tuned_aimd_limiter: five congestion reports inside one round trip cut once") {
   manual_clock::reset();
   net::io_context io;
-  const auto work = net::make_work_guard(io);  // parked waiters are not work: keep poll() usable
+  const auto work = net::make_work_guard(io);  // poll() stops an io_context that runs out of work
   rein::algo::tuned_aimd_options o;
   o.initial_limit = 11;
   o.backoff = 0.9;
@@ -339,7 +339,7 @@ TEST_CASE("tuned_aimd_limiter: five congestion reports inside one round trip cut
 TEST_CASE("adaptive_limiter: classify maps status codes; a custom classifier replaces it") {
   manual_clock::reset();
   net::io_context io;
-  const auto work = net::make_work_guard(io);  // parked waiters are not work: keep poll() usable
+  const auto work = net::make_work_guard(io);  // poll() stops an io_context that runs out of work
   scripted_limiter limiter{io, {4, 1, 64}};
   CHECK(limiter.classify(200) == outcome::success);
   CHECK(limiter.classify(503) == outcome::congestion);
@@ -384,7 +384,7 @@ TEST_CASE("adaptive_limiter: invalid options throw std::invalid_argument naming 
 TEST_CASE("adaptive_limiter: a deadline expires on the manual clock with timed_out") {
   manual_clock::reset();
   net::io_context io;
-  const auto work = net::make_work_guard(io);  // parked waiters are not work: keep poll() usable
+  const auto work = net::make_work_guard(io);  // poll() stops an io_context that runs out of work
   scripted_limiter limiter{io, {1, 1, 64}};
   rein::permit held = limiter.try_acquire();
   result late, now;
@@ -411,7 +411,7 @@ TEST_CASE("adaptive_limiter: a deadline expires on the manual clock with timed_o
 TEST_CASE("adaptive_limiter: a cancelled head waiter lets the next one through and loses no slot") {
   manual_clock::reset();
   net::io_context io;
-  const auto work = net::make_work_guard(io);  // parked waiters are not work: keep poll() usable
+  const auto work = net::make_work_guard(io);  // poll() stops an io_context that runs out of work
   scripted_limiter limiter{io, {1, 1, 64}};
   rein::permit held = limiter.try_acquire();
   net::cancellation_signal signal;
@@ -432,10 +432,43 @@ TEST_CASE("adaptive_limiter: a cancelled head waiter lets the next one through a
   CHECK(limiter.snapshot().cancelled_total == 1);
 }
 
+TEST_CASE("adaptive_limiter: a grant cancelled before its handler runs gives the slot back without a sample") {
+  manual_clock::reset();
+  net::io_context io;
+  const auto work = net::make_work_guard(io);  // poll() stops an io_context that runs out of work
+  scripted_limiter limiter{io, {1, 1, 64}};
+  rein::permit held = limiter.try_acquire();
+  net::cancellation_signal signal;
+  result late;
+  limiter.async_acquire(net::bind_cancellation_slot(signal.slot(), into(late)));
+  io.poll();
+  manual_clock::advance(1ms);
+  held.complete(outcome::success);  // grants the waiter; its handler is queued, not run
+  CHECK(limiter.in_flight() == 1);
+  signal.emit(net::cancellation_type::terminal);
+  io.poll();
+  CHECK(late.done);
+  CHECK(late.ec == net::error::operation_aborted);
+  CHECK_FALSE(late.p);
+  CHECK(limiter.in_flight() == 0);
+  CHECK(samples_of(limiter).size() == 1);  // the held call's success only
+  const auto s = limiter.snapshot();
+  CHECK(s.success_total == 1);
+  CHECK(s.ignored_total == 1);
+  rein::permit again = limiter.try_acquire();
+  CHECK(again);
+  manual_clock::advance(2ms);
+  again.complete(outcome::success);
+  const auto samples = samples_of(limiter);
+  REQUIRE(samples.size() == 2);
+  CHECK(samples[1].in_flight == 1);
+  CHECK(samples[1].latency == 2ms);
+}
+
 TEST_CASE("adaptive_limiter: max_waiters bounds the line with queue_full") {
   manual_clock::reset();
   net::io_context io;
-  const auto work = net::make_work_guard(io);  // parked waiters are not work: keep poll() usable
+  const auto work = net::make_work_guard(io);  // poll() stops an io_context that runs out of work
   rein::adaptive_limiter_options o;
   o.max_waiters = 1;
   scripted_limiter limiter{io, {1, 1, 64}, o};
@@ -453,7 +486,7 @@ TEST_CASE("adaptive_limiter: max_waiters bounds the line with queue_full") {
 TEST_CASE("adaptive_limiter: close fails waiters and later acquires; held permits still report") {
   manual_clock::reset();
   net::io_context io;
-  const auto work = net::make_work_guard(io);  // parked waiters are not work: keep poll() usable
+  const auto work = net::make_work_guard(io);  // poll() stops an io_context that runs out of work
   scripted_limiter limiter{io, {1, 1, 64}};
   rein::permit held = limiter.try_acquire();
   result waiting, later;
@@ -472,7 +505,7 @@ TEST_CASE("adaptive_limiter: close fails waiters and later acquires; held permit
 TEST_CASE("adaptive_limiter: destroying it completes its waiters with operation_aborted") {
   manual_clock::reset();
   net::io_context io;
-  const auto work = net::make_work_guard(io);  // parked waiters are not work: keep poll() usable
+  const auto work = net::make_work_guard(io);  // poll() stops an io_context that runs out of work
   result waiting;
   {
     scripted_limiter limiter{io, {0.5, 1, 64}};  // a limit below one admits nobody
@@ -490,7 +523,7 @@ TEST_CASE("adaptive_limiter: destroying it completes its waiters with operation_
 TEST_CASE("adaptive_limiter: snapshot reports floor, ceiling, utilisation and decreases") {
   manual_clock::reset();
   net::io_context io;
-  const auto work = net::make_work_guard(io);  // parked waiters are not work: keep poll() usable
+  const auto work = net::make_work_guard(io);  // poll() stops an io_context that runs out of work
   rein::algo::aimd_options o;
   o.min_limit = 2;
   o.max_limit = 4;
@@ -518,7 +551,7 @@ TEST_CASE("adaptive_limiter: snapshot reports floor, ceiling, utilisation and de
 TEST_CASE("adaptive_limiter: co_await acquire takes the fast path or waits; acquire_for throws timed_out") {
   manual_clock::reset();
   net::io_context io;
-  const auto work = net::make_work_guard(io);  // parked waiters are not work: keep poll() usable
+  const auto work = net::make_work_guard(io);  // poll() stops an io_context that runs out of work
   scripted_limiter limiter{io, {1, 1, 64}};
   std::vector<std::string> log;
   net::co_spawn(
@@ -548,7 +581,7 @@ TEST_CASE("adaptive_limiter: co_await acquire takes the fast path or waits; acqu
 TEST_CASE("adaptive_limiter: completion tokens: deferred, use_future and redirect_error") {
   manual_clock::reset();
   net::io_context io;
-  const auto work = net::make_work_guard(io);  // parked waiters are not work: keep poll() usable
+  const auto work = net::make_work_guard(io);  // poll() stops an io_context that runs out of work
   scripted_limiter limiter{io, {2, 1, 64}};
   auto op = limiter.async_acquire();  // deferred: nothing happens until it is launched
   CHECK(limiter.in_flight() == 0);
@@ -577,7 +610,7 @@ TEST_CASE("adaptive_limiter: completion tokens: deferred, use_future and redirec
 TEST_CASE("single_thread adaptive limiter (null_mutex) behaves the same on one thread") {
   manual_clock::reset();
   net::io_context io;
-  const auto work = net::make_work_guard(io);  // parked waiters are not work: keep poll() usable
+  const auto work = net::make_work_guard(io);  // poll() stops an io_context that runs out of work
   limiter_on_manual_clock<scripted<>, rein::null_mutex> limiter{io, {1, 1, 64}};
   rein::permit a = limiter.try_acquire();
   result w;

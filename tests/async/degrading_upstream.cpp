@@ -223,7 +223,7 @@ class async_experiment {
 
 template <class Limiter>
 report run_on(net::io_context& io, Limiter& limiter, strategy_hooks hooks, const scenario& sc, std::string name) {
-  const auto work = net::make_work_guard(io);  // a call parked in the limiter is not work for poll()
+  const auto work = net::make_work_guard(io);  // poll() stops an io_context that runs out of work
   async_experiment<Limiter> experiment{io, limiter, std::move(hooks), sc};
   return experiment.run(std::move(name));
 }
