@@ -796,7 +796,8 @@ TEST_CASE("waiters with the same deadline time out in the order they came", "[se
   std::vector<record_ptr> waiters;
   for (char tag : std::string("abcdefgh")) {
     auto [handler, done] = checked_acquire();
-    sem.async_acquire_until(1, manual_clock::time_point(5ms), [h = std::move(handler), &order, tag](error_code ec, permit p) mutable {
+    const auto deadline = manual_clock::time_point(5ms);
+    sem.async_acquire_until(1, deadline, [h = std::move(handler), &order, tag](error_code ec, permit p) mutable {
       order.push_back(tag);
       h(ec, std::move(p));
     });
@@ -938,7 +939,8 @@ TEST_CASE("100000 waiting acquires granted in a row do not nest on the stack", "
   CHECK(sem.available() == 1);
 }
 
-TEST_CASE("two coroutines handing one permit back and forth 20000 times through the waiting path do not nest", "[semaphore][fast]") {
+TEST_CASE("two coroutines handing one permit back and forth 20000 times through the waiting path do not nest",
+          "[semaphore][fast]") {
   net::io_context io;
   rein::semaphore sem(io, 1);
   rein_test::stack_span span;

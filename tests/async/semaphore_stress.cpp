@@ -106,7 +106,8 @@ struct stress {
       if (!ec) signal->emit(type);
     });
     t.started.fetch_add(1);
-    auto [ec, p] = co_await sem.async_acquire(n, net::bind_cancellation_slot(signal->slot(), rein_test::as_tuple(net::use_awaitable)));
+    auto token = net::bind_cancellation_slot(signal->slot(), rein_test::as_tuple(net::use_awaitable));
+    auto [ec, p] = co_await sem.async_acquire(n, std::move(token));
     canceller.cancel();
     t.record(ec);
     if (!ec) co_await use(std::move(p), rng, timer);
