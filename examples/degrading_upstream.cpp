@@ -304,6 +304,9 @@ int run(const arguments& args) {
       std::cout << '\n';
     }
   rein::testing::print_table(std::cout, reports);
+  std::cout << "\nService time runs from the grant to the report. Real timers fire a little late, so a call of exactly two\n"
+               "base times (one call over capacity: 10 ms) counts as slower than 10 ms here; the manual-clock run of the\n"
+               "same experiment (tests/async/degrading_upstream.cpp) is exact.\n";
   if (!args.csv.empty()) {
     std::ofstream out{args.csv};
     rein::testing::print_timeline_csv(out, reports);

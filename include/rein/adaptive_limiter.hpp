@@ -280,7 +280,7 @@ class basic_adaptive_limiter {
   executor_type get_executor() const noexcept { return core_->get_executor(); }
 
   /// Takes a slot now if `in_flight < floor(limit)` and nobody waits; otherwise returns an empty permit.
-  /// Never waits, never allocates (beyond the first grants' bookkeeping). Empty after close().
+  /// Never waits; allocates only past 4096 outstanding permits (the grant log). Empty after close().
   permit try_acquire() {
     std::chrono::nanoseconds stamp{};
     if (!core_->try_acquire(1, stamp)) return {};
