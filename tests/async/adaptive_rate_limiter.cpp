@@ -16,11 +16,13 @@
 #include <boost/asio/use_awaitable.hpp>
 #endif
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <exception>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -214,4 +216,29 @@ TEST_CASE("adaptive_rate_limiter: coroutines wait in FIFO order; deadlines and c
   f.poll_at(at(150ms));
   CHECK(events == std::vector<std::string>{"0 0ms", "1 100ms", "2 closed"});
   CHECK(log.lines == std::vector<std::string>{"9 150ms timed_out"});
+}
+
+TEST_CASE("adaptive_rate_limiter: takes and feedback from several threads at once keep every count") {
+  fixture f;
+  auto o = options(1e6, 1000);
+  o.measure_interval = 1ms;
+  limiter l(f.io, o);
+  constexpr int rounds = 20000;
+  std::atomic<int> taken{0};
+  std::thread taker([&] {
+    for (int i = 0; i < rounds; ++i) {
+      if (l.try_acquire()) ++taken;
+      if (i % 64 == 0) clock_type::advance(1ms);
+    }
+  });
+  std::thread reporter([&] {
+    for (int i = 0; i < rounds; ++i) l.record(i % 8 == 0 ? outcome::congestion : outcome::success, clock_type::now());
+  });
+  taker.join();
+  reporter.join();
+  const auto s = l.snapshot();
+  CHECK(s.acquired_total == static_cast<std::uint64_t>(taken.load()));
+  CHECK(s.decreases + s.stale_congestion == rounds / 8);
+  CHECK(s.rate >= o.min_rate);
+  CHECK(s.rate <= o.max_rate);
 }
