@@ -62,7 +62,7 @@ void rein_limiter(benchmark::State& state, std::size_t coroutines, std::size_t m
     while (running > 0) io.run_one();  // the connection's pending read keeps run() from returning
   }
   const auto s = bucket.snapshot();
-  if (s.acquired_total != state.iterations() * coroutines * each || s.remote_allowed != s.acquired_total) {
+  if (s.acquired_total != static_cast<std::uint64_t>(state.iterations()) * coroutines * each || s.remote_allowed != s.acquired_total) {
     state.SkipWithError("admissions were lost or not from Redis");
   }
   state.SetItemsProcessed(static_cast<std::int64_t>(s.acquired_total));

@@ -421,9 +421,8 @@ class connection_core final : public std::enable_shared_from_this<connection_cor
     retry_timer_.cancel();
     error_code ignored;
     socket_.set_option(tcp::no_delay(true), ignored);  // pipelined small writes must not wait for Nagle
-    ::redisReaderFree(reader_);
-    reader_ = nullptr;
-    reader_ = make_reader();
+    ::redisReader* fresh = make_reader();  // a new connection starts a new reply stream
+    ::redisReaderFree(std::exchange(reader_, fresh));
 
     request_list hello;
     std::string bytes;
