@@ -2,8 +2,12 @@
 #include "support.hpp"
 
 #include <rein/error.hpp>
+#include <rein/keyed.hpp>
 #include <rein/redis/shared_token_bucket.hpp>
+#include <rein/semaphore.hpp>
+#include <rein/throttle.hpp>
 
+#include <algorithm>
 #include <thread>
 #include <vector>
 
@@ -371,6 +375,46 @@ TEST_CASE("it is used like any rein rate limiter: co_await acquire(n), throwing 
   REQUIRE(run_until(io, [&] { return started == 2; }));
   REQUIRE(thrown.has_value());
   CHECK(*thrown == rein::errc::timed_out);
+}
+
+TEST_CASE("inside rein::throttle as its rate stage: the fleet's quota, then the concurrency stages") {
+  redis_server server;
+  net::io_context io;
+  shared_token_bucket rate(io, local(server.port()), quota("throttle", 2, 3));  // burst 3, then 2 per second
+  rein::semaphore global(io, 10);
+  rein::keyed<rein::semaphore> per_key(io.get_executor(), rein::keyed_options{}, std::size_t{10});
+  rein::throttle t(rein::unlimited, rate, global, per_key);
+  CHECK_FALSE(rate.try_acquire());  // no synchronous answer: the throttle waits through async_acquire_until
+  CHECK(t.try_acquire("host").rejected_at() == rein::throttle_stage::rate);
+
+  std::vector<steady::time_point> admitted;
+  const auto start = steady::now();
+  for (int i = 0; i < 5; ++i) {
+    net::co_spawn(io, [&]() -> net::awaitable<void> {
+      auto guard = co_await t.acquire("host");
+      admitted.push_back(steady::now());
+      guard.complete(rein::outcome::ignored);
+    }, net::detached);
+  }
+  REQUIRE(run_until(io, [&] { return admitted.size() == 5; }, std::chrono::seconds(5)));
+  std::sort(admitted.begin(), admitted.end());
+  CHECK(admitted[2] - start < std::chrono::milliseconds(300));   // the burst
+  CHECK(admitted[4] - start >= std::chrono::milliseconds(800));  // then 500 ms a token
+  CHECK(rate.snapshot().remote_allowed == 5);
+  CHECK(global.snapshot().in_flight == 0);
+
+  // A caller that gives up while waiting for the rate stage loses nothing there.
+  std::optional<rein::error_code> timed_out;
+  net::co_spawn(io, [&]() -> net::awaitable<void> {
+    try {
+      co_await t.acquire_for("host", std::chrono::milliseconds(50));
+    } catch (const rein::system_error& e) {
+      timed_out = e.code();
+    }
+  }, net::detached);
+  REQUIRE(run_until(io, [&] { return timed_out.has_value(); }));
+  CHECK(*timed_out == rein::errc::timed_out);
+  rate.close();
 }
 
 TEST_CASE("fail_closed without a server: acquires complete with unavailable, nothing admitted") {

@@ -1035,8 +1035,8 @@ class shared_bucket_core final : public remote_owner,
 /// Redis once it is connected and `recheck_interval` has passed. No operation waits on Redis longer than
 /// the connection's `request_timeout`, and none past its own deadline.
 ///
-/// Differences from rein::token_bucket: there is no `try_acquire`, since an answer needs a round trip (use
-/// `async_acquire_until` with a deadline of now for "at most one round trip"); a deadline that cannot be met
+/// Differences from rein::token_bucket: `try_acquire` always refuses, since an answer needs a round trip
+/// (it exists for generic code; use `async_acquire_until` with a deadline); a deadline that cannot be met
 /// is found out only when it passes, not predicted; `set_rate` does not exist (every process passes its own
 /// rate: change the options everywhere). Otherwise it is used like any rein rate limiter (same acquire
 /// functions and completion signature `void(error_code)`), including inside rein::throttle.
@@ -1096,6 +1096,14 @@ class basic_shared_token_bucket {
   executor_type get_executor() const noexcept { return core_->get_executor(); }
 
   const shared_token_bucket_options& options() const noexcept { return core_->options(); }
+
+  /// Always false, taking nothing: whether Redis admits needs a round trip, which a function that never
+  /// waits cannot make (and a local guess would break the fleet-wide bound). It exists so that generic code
+  /// written against rein's rate limiters compiles and takes its waiting path, e.g. rein::throttle's
+  /// `if (!rate.try_acquire(1)) co_await rate.async_acquire_until(1, deadline, ...)`; a throttle's own
+  /// try_acquire therefore refuses at a Redis rate stage. Use async_acquire_until with a deadline for
+  /// "at most this long".
+  bool try_acquire(std::size_t = 1) const noexcept { return false; }
 
   /// Waits for n tokens from the shared bucket. The initiating function; every Asio completion token works.
   ///
