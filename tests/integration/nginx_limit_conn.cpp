@@ -44,10 +44,10 @@ TEST_CASE("nginx: AIMD starting at 16 converges to about C with few 503s after t
   CHECK(r.total.errors == 0);
   CHECK(later.sent > 0);
   CHECK(rein_test::share(later.unavailable, later.sent) < 0.1);
-  // The limit, sampled at the end of each second from the first on, stays about C.
+  // The limit, sampled at the end of each second after the first, stays about C.
   double sum = 0;
   std::size_t samples = 0;
-  for (std::size_t i = 0; i < r.seconds.size(); ++i) {
+  for (std::size_t i = 1; i < r.seconds.size(); ++i) {
     if (!r.seconds[i].concurrency_limit) continue;
     const double limit = *r.seconds[i].concurrency_limit;
     CHECK(limit >= 0.5 * nginx_limits::connections);
@@ -55,7 +55,7 @@ TEST_CASE("nginx: AIMD starting at 16 converges to about C with few 503s after t
     sum += limit;
     ++samples;
   }
-  REQUIRE(samples >= 3);
+  REQUIRE(samples >= 2);
   const double mean = sum / static_cast<double>(samples);
   CHECK(mean >= 0.75 * nginx_limits::connections);
   CHECK(mean <= 1.25 * nginx_limits::connections);
