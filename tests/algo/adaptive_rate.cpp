@@ -253,6 +253,8 @@ TEST_CASE("adaptive_rate: refund gives tokens back and un-counts them from the s
   CHECK(r.tokens(t0 + 10ms) == near(3.1));
   r.refund(0, t0 + 1s);
   CHECK(r.measured_rate() == near(1));
+  CHECK_THROWS_WITH(r.refund(-1, t0 + 2s), "rein::algo::adaptive_rate: n must be >= 0, got -1");
+  CHECK(r.last_time() == t0 + 1s);
 }
 
 TEST_CASE("adaptive_rate: invalid options throw, naming the type, the field and the value") {

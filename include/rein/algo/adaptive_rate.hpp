@@ -133,6 +133,7 @@ class basic_adaptive_rate {
   /// in the current measuring window.
   /// @throws std::invalid_argument if n < 0.
   void refund(std::int64_t n, time_point t) {
+    detail::check_request(type_name, n);
     const std::int64_t now = observe(t);
     bucket_.refund(n, at(now));
     sent_in_window_ -= std::min(n, sent_in_window_);
