@@ -478,11 +478,19 @@ void register_summary() {
                  u + "concurrent_" + ch, u + "rein_semaphore", bound::at_least, 30);
   }
 
+  // The best any coroutine fast path could do against the channel's round trip on this machine: the floor.
+  ratio_target("reference: channel_async_send / nested-awaitable floor (the most any fast path can reach)",
+               u + "channel_async_send", u + "floor_nested_awaitable", bound::at_least, 30);
+
   const std::string off = contended + "reactor_off/";
   ratio_target("contended, reactor off: single_thread_semaphore / post floor", off + "rein_single_thread_semaphore",
                off + "floor_post", bound::at_most, 1.8);
   ratio_target("contended, reactor off: semaphore / post floor", off + "rein_semaphore", off + "floor_post",
                bound::at_most, 1.8);
+  // A handoff parks the waiter in an async operation and resumes it through the scheduler: Asio's own channel
+  // shows what that costs next to the same floor.
+  ratio_target("reference: channel_async_send / post floor, reactor off (Asio's own handoff)",
+               off + "channel_async_send", off + "floor_post", bound::at_most, 1.8);
   const std::string c_on = contended + "reactor_on/";
   for (const char* ch : {"channel_try_send_then_async_send", "channel_async_send"}) {
     // "faster than": the channel's time over rein's must exceed 1.
