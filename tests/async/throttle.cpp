@@ -462,13 +462,16 @@ TEST_CASE("use_future: the future gets the guard, or the error as an exception",
   auto g = t.async_acquire("K", net::use_future).get();
   CHECK(static_cast<bool>(g));
   auto too_late = t.async_acquire_for("K", std::chrono::milliseconds(0), net::use_future);
-  rein::error_code ec;
+  bool threw = false;
   try {
     too_late.get();
   } catch (const rein::system_error& e) {
-    ec = e.code();
+    threw = true;
+#if !REIN_TEST_TSAN  // see support/asio.hpp
+    CHECK(e.code() == rein::errc::timed_out);
+#endif
   }
-  CHECK(ec == rein::errc::timed_out);
+  CHECK(threw);
   auto later = t.async_acquire("K", net::use_future);
   g.complete(rein::outcome::success);  // from this thread, while the io_context runs on the other
   auto g2 = later.get();
