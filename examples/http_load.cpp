@@ -3,11 +3,11 @@
 //     http_load --url http://127.0.0.1:8080/rate [--workers 16] [--duration 3] [--rate R] [--burst B]
 //               [--adaptive-rate] [--concurrency N|aimd] [--no-gate] [--no-limit]
 //
-// Each worker is a coroutine with its own keep-alive HTTP/1.1 connection (Boost.Beast). A request passes
-// the quota gate (paused by a 429 or 503 carrying Retry-After), the rate (--rate: a token bucket of R per
-// second with a burst of B; with --adaptive-rate the rate starts at R and follows the 429s and 503s), the
-// concurrency limit (--concurrency N: a semaphore of N; aimd: an AIMD limit starting at --workers), and then
-// goes out. At the end it prints the counts (sent, 2xx, 429, 503, other), the achieved rate, latency
+// Each worker is a coroutine with its own keep-alive HTTP/1.1 connection (Boost.Beast). A request passes a
+// rein::throttle keyed by host: the host's quota gate (paused by a 429 or 503 carrying Retry-After), the rate
+// (--rate: a token bucket of R per second with a burst of B; with --adaptive-rate the rate starts at R and
+// follows the 429s and 503s), the concurrency limit (--concurrency N: a semaphore of N; aimd: an AIMD limit
+// starting at --workers), and then goes out. At the end it prints the counts (sent, 2xx, 429, 503, other), the achieved rate, latency
 // percentiles, the time spent waiting in the limiters, a line per second, and every limiter's snapshot. On a
 // terminal a progress line updates once a second.
 //

@@ -1,13 +1,13 @@
 // The HTTP load generator behind examples/http_load.cpp and the nginx integration tests (issue 6).
 //
 // Workers (coroutines, one keep-alive HTTP/1.1 connection each, Boost.Beast) send GET requests to one URL
-// for a given time, each request passing through rein's limiters in the throttle's order:
+// for a given time, each request through a rein::throttle keyed by host:
 //
-//   quota gate (Retry-After pauses everyone) -> rate (token bucket or adaptive rate) -> concurrency (semaphore
-//   or AIMD) -> the gate again (a pause that began meanwhile: give the slot back and wait) -> send
+//   quota gate of the host (Retry-After pauses everyone) -> rate (token bucket or adaptive rate) -> global
+//   concurrency (semaphore or AIMD) -> the gate again (a pause that began meanwhile sends it back) -> send
 //
-// and reporting the answer back: the permit's outcome feeds AIMD, the outcome and send time feed the adaptive
-// rate, and a 429 or 503 carrying Retry-After pauses the gate. Everything runs on one thread.
+// and report the answer back: the guard's outcome feeds AIMD, `reject(Retry-After)` pauses the host's gate,
+// and the outcome with the send time feeds the adaptive rate. Everything runs on one thread.
 #pragma once
 
 #if defined(REIN_STANDALONE_ASIO)
@@ -19,10 +19,11 @@
 #include <rein/adaptive_limiter.hpp>
 #include <rein/adaptive_rate_limiter.hpp>
 #include <rein/error.hpp>
+#include <rein/keyed.hpp>
 #include <rein/outcome.hpp>
-#include <rein/permit.hpp>
 #include <rein/quota_gate.hpp>
 #include <rein/semaphore.hpp>
+#include <rein/throttle.hpp>
 #include <rein/token_bucket.hpp>
 
 #include <boost/asio/as_tuple.hpp>
@@ -186,7 +187,7 @@ inline std::string ms(clock::duration d) { return fixed(std::chrono::duration<do
 
 inline std::string describe(const config& c) {
   std::vector<std::string> parts;
-  if (c.quota_gate) parts.push_back("quota gate (Retry-After)");
+  if (c.quota_gate) parts.push_back("quota gate per host (Retry-After)");
   if (c.rate) {
     parts.push_back((c.adaptive_rate ? "adaptive rate from " : "token bucket ") + fixed(*c.rate, 1) + "/s burst " +
                     std::to_string(c.burst));
@@ -204,16 +205,16 @@ inline std::string wait_line(const rein::wait_stats& w) {
          std::to_string(w.timed_out_total) + ", wait total " + ms(w.wait_total) + ", max " + ms(w.wait_max);
 }
 
-// The limiters of one run, each present only if configured.
+// The throttle's stages, each present only if configured (the gates always: without --no-gate nothing
+// pauses them, and an open gate costs a lookup).
 struct limiters {
-  std::optional<rein::quota_gate> gate;
+  rein::keyed<rein::quota_gate> gates;
   std::optional<rein::token_bucket> bucket;
   std::optional<rein::adaptive_rate_limiter> adaptive;
   std::optional<rein::semaphore> semaphore;
   std::optional<rein::aimd_limiter> aimd;
 
-  limiters(net::io_context& io, const config& c) {
-    if (c.quota_gate) gate.emplace(io);
+  limiters(net::io_context& io, const config& c) : gates(io) {
     if (c.rate && !c.adaptive_rate) bucket.emplace(io, rein::token_bucket_options{.rate = *c.rate, .capacity = c.burst});
     if (c.rate && c.adaptive_rate) {
       rein::algo::adaptive_rate_options o;
@@ -230,18 +231,29 @@ struct limiters {
     }
   }
 
-  // A rate token taken for a request that will not be sent.
-  void refund_rate() {
-    if (bucket) bucket->refund(1);
-    if (adaptive) adaptive->refund(1);
+  // Calls f with the rate stage and the global stage as configured (rein::unlimited where none), so that one
+  // rein::throttle type is instantiated per combination.
+  template <class F>
+  void with_stages(F&& f) {
+    with_rate([&](auto& rate) {
+      if (semaphore) return f(rate, *semaphore);
+      if (aimd) return f(rate, *aimd);
+      return f(rate, rein::unlimited);
+    });
   }
 
-  std::vector<std::string> snapshots() const {
+  template <class F>
+  void with_rate(F&& f) {
+    if (bucket) return f(*bucket);
+    if (adaptive) return f(*adaptive);
+    return f(rein::unlimited);
+  }
+
+  std::vector<std::string> snapshots(const std::string& host) const {
     std::vector<std::string> lines;
-    if (gate) {
-      const auto s = gate->snapshot();
-      lines.push_back("quota_gate: pauses " + std::to_string(s.pauses) + " (requests " + std::to_string(s.pause_requests) +
-                      "), " + wait_line(s));
+    if (const auto s = gates.snapshot(host)) {
+      lines.push_back("quota_gate[" + host + "]: pauses " + std::to_string(s->pauses) + " (requests " +
+                      std::to_string(s->pause_requests) + "), " + wait_line(*s));
     }
     if (bucket) {
       const auto s = bucket->snapshot();
@@ -271,10 +283,17 @@ struct limiters {
   }
 };
 
+inline std::string throttle_line(const rein::throttle_snapshot& s) {
+  return "throttle: admitted " + std::to_string(s.admitted_total) + ", failed " + std::to_string(s.failed_total) +
+         " (the run's end), rejections reported " + std::to_string(s.rejections_reported);
+}
+
 // Everything the workers share. One thread: no locking.
+template <class Throttle>
 struct run_state {
   const config& cfg;
   limiters& limits;
+  Throttle& throttle;
   net::ip::tcp::resolver::results_type endpoints;
   report& out;
   clock::time_point end;
@@ -286,31 +305,17 @@ struct run_state {
   }
 };
 
-// Passes the limiters in the throttle's order. Returns the concurrency permit (empty without a concurrency
-// limiter), or std::nullopt when the run is over. Throws what the limiters throw, except their timeout at
-// the run's end.
-inline net::awaitable<std::optional<rein::permit>> admit(run_state& s) {
-  limiters& l = s.limits;
+// Passes the throttle; std::nullopt when the run is over. Throws what the throttle throws, except its
+// timeout at the run's end.
+template <class Throttle>
+net::awaitable<std::optional<typename Throttle::guard>> admit(run_state<Throttle>& s) {
+  using guard = typename Throttle::guard;
+  if (clock::now() >= s.end) co_return std::nullopt;  // with no limiter, nothing else would tell
   const clock::time_point asked = clock::now();
   try {
-    for (;;) {
-      if (clock::now() >= s.end) co_return std::nullopt;  // with no limiter, nothing else would tell
-      if (l.gate) co_await l.gate->acquire_until(1, s.end);
-      if (l.bucket) co_await l.bucket->acquire_until(1, s.end);
-      if (l.adaptive) co_await l.adaptive->acquire_until(1, s.end);
-      rein::permit p;
-      if (l.semaphore) p = co_await l.semaphore->acquire_until(1, s.end);
-      if (l.aimd) p = co_await l.aimd->acquire_until(s.end);
-      // A pause that began while this request waited for its rate or slot: sending now would be exactly
-      // what the upstream asked us not to do.
-      if (l.gate && l.gate->is_paused()) {
-        p.release();
-        l.refund_rate();
-        continue;
-      }
-      s.out.limiter_wait += clock::now() - asked;
-      co_return std::optional<rein::permit>(std::move(p));
-    }
+    guard g = co_await s.throttle.acquire_until(s.cfg.url.host, s.end);
+    s.out.limiter_wait += clock::now() - asked;
+    co_return std::optional<guard>(std::move(g));
   } catch (const rein::system_error& e) {
     if (e.code() != rein::errc::timed_out) throw;
   }
@@ -318,10 +323,10 @@ inline net::awaitable<std::optional<rein::permit>> admit(run_state& s) {
 }
 
 // Applies one answer to the limiters and the report.
-inline void account(run_state& s, rein::permit& p, clock::time_point sent, const http::response<http::string_body>& res) {
+template <class Throttle, class Guard>
+void account(run_state<Throttle>& s, Guard& g, clock::time_point sent, const http::response<http::string_body>& res) {
   const int status = static_cast<int>(res.result_int());
   const rein::outcome result = rein::classify_http_status(status);
-  p.complete(result);
   if (s.limits.adaptive) s.limits.adaptive->record(result, sent);
   second& sec = s.second_of(sent);
   if (status >= 200 && status < 300) {
@@ -334,24 +339,31 @@ inline void account(run_state& s, rein::permit& p, clock::time_point sent, const
     ++sec.other;
   }
   const auto retry_after = res.find(http::field::retry_after);
-  if (s.limits.gate && (status == 429 || status == 503) && retry_after != res.end()) {
+  if (s.cfg.quota_gate && (status == 429 || status == 503) && retry_after != res.end()) {
     const clock::time_point now = clock::now();
     const auto value = retry_after->value();
-    const clock::time_point until = s.limits.gate->on_retry_after(std::string_view(value.data(), value.size()), s.cfg.default_pause);
-    if (until > now) s.out.pauses.push_back({now, until});
+    g.reject(std::string_view(value.data(), value.size()));  // pauses the host's gate, then releases
+    if (auto gate = s.limits.gates.find(s.cfg.url.host)) {
+      const clock::time_point until = gate->paused_until();
+      if (until > now) s.out.pauses.push_back({now, until});
+    }
+  } else {
+    g.complete(result);
   }
   s.out.latencies.push_back(clock::now() - sent);
 }
 
 // A failed exchange: no answer to learn from, except that a timeout means "too much".
-inline void account_error(run_state& s, rein::permit& p, clock::time_point sent, const beast::error_code& ec) {
+template <class Throttle, class Guard>
+void account_error(run_state<Throttle>& s, Guard& g, clock::time_point sent, const beast::error_code& ec) {
   const bool timeout = ec == beast::error::timeout;
-  p.complete(timeout ? rein::outcome::congestion : rein::outcome::ignored);
+  g.complete(timeout ? rein::outcome::congestion : rein::outcome::ignored);
   if (s.limits.adaptive && timeout) s.limits.adaptive->record(rein::outcome::congestion, sent);
   ++s.second_of(sent).errors;
 }
 
-inline net::awaitable<void> worker(run_state& s) {
+template <class Throttle>
+net::awaitable<void> worker(run_state<Throttle>& s) {
   beast::tcp_stream stream(co_await net::this_coro::executor);
   beast::flat_buffer buffer;
   http::request<http::empty_body> req{http::verb::get, s.cfg.url.target, 11};
@@ -360,14 +372,14 @@ inline net::awaitable<void> worker(run_state& s) {
   req.keep_alive(true);
   bool connected = false;
   for (;;) {
-    std::optional<rein::permit> p = co_await admit(s);
-    if (!p) break;
+    auto g = co_await admit(s);
+    if (!g) break;
     if (!connected) {
       stream.expires_after(s.cfg.request_timeout);
       auto [ec, endpoint] = co_await stream.async_connect(s.endpoints, net::as_tuple(net::use_awaitable));
       (void)endpoint;
       if (ec) {
-        s.limits.refund_rate();  // nothing was sent
+        g->complete(rein::outcome::ignored);
         ++s.second_of(clock::now()).errors;
         co_await net::steady_timer(stream.get_executor(), 100ms).async_wait(net::as_tuple(net::use_awaitable));
         continue;
@@ -388,14 +400,14 @@ inline net::awaitable<void> worker(run_state& s) {
       ec = read_ec;
     }
     if (ec) {
-      account_error(s, *p, sent, ec);
+      account_error(s, *g, sent, ec);
       beast::error_code ignored;
       stream.socket().close(ignored);
       buffer.clear();
       connected = false;
       continue;
     }
-    account(s, *p, sent, res);
+    account(s, *g, sent, res);
     if (!res.keep_alive()) {
       beast::error_code ignored;
       stream.socket().shutdown(net::ip::tcp::socket::shutdown_both, ignored);
@@ -407,17 +419,18 @@ inline net::awaitable<void> worker(run_state& s) {
   stream.socket().shutdown(net::ip::tcp::socket::shutdown_both, ignored);
 }
 
-inline std::string progress_line(const run_state& s, std::size_t second_index) {
-  const counts c = s.out.from_second(0);
+inline std::string progress_line(const report& out, const limiters& l, std::size_t second_index) {
+  const counts c = out.from_second(0);
   std::string line = "t=" + std::to_string(second_index) + "s sent " + std::to_string(c.sent) + " 2xx " +
                      std::to_string(c.ok) + " 429 " + std::to_string(c.too_many) + " 503 " + std::to_string(c.unavailable);
-  if (s.limits.adaptive) line += " rate " + fixed(s.limits.adaptive->rate(), 1) + "/s";
-  if (s.limits.aimd) line += " limit " + fixed(s.limits.aimd->limit(), 2);
+  if (l.adaptive) line += " rate " + fixed(l.adaptive->rate(), 1) + "/s";
+  if (l.aimd) line += " limit " + fixed(l.aimd->limit(), 2);
   return line;
 }
 
 // Once a second: samples the adaptive limits into the report and prints the progress line.
-inline net::awaitable<void> ticker(run_state& s) {
+template <class Throttle>
+net::awaitable<void> ticker(run_state<Throttle>& s) {
   net::steady_timer timer(co_await net::this_coro::executor);
   for (std::size_t i = 1; s.out.start + i * 1s <= s.end; ++i) {
     timer.expires_at(s.out.start + i * 1s);
@@ -426,10 +439,29 @@ inline net::awaitable<void> ticker(run_state& s) {
     if (s.limits.adaptive) sec.rate = s.limits.adaptive->rate();
     if (s.limits.aimd) sec.concurrency_limit = s.limits.aimd->limit();
     if (s.cfg.progress) {
-      std::printf("\r%s   ", progress_line(s, i).c_str());
+      std::printf("\r%s   ", progress_line(s.out, s.limits, i).c_str());
       std::fflush(stdout);
     }
   }
+}
+
+// Runs the workers through `throttle` until the end; the throttle's counters go into the report.
+template <class Throttle>
+void run_with(net::io_context& io, const config& cfg, limiters& limits, Throttle& throttle,
+              const net::ip::tcp::resolver::results_type& endpoints, report& out) {
+  out.start = clock::now();
+  run_state<Throttle> state{cfg, limits, throttle, endpoints, out, out.start + cfg.duration};
+  std::exception_ptr failure;
+  auto remember = [&failure](std::exception_ptr e) {
+    if (e && !failure) failure = e;
+  };
+  for (int i = 0; i < cfg.workers; ++i) net::co_spawn(io, worker(state), remember);
+  net::co_spawn(io, ticker(state), remember);
+  io.run();
+  if (cfg.progress) std::printf("\n");
+  if (failure) std::rethrow_exception(failure);
+  out.elapsed = clock::now() - out.start;
+  out.snapshots.push_back(throttle_line(throttle.snapshot()));
 }
 
 }  // namespace detail
@@ -444,21 +476,14 @@ inline report run(const config& cfg) {
   out.limits = detail::describe(cfg);
   net::ip::tcp::resolver resolver(io);
   const auto endpoints = resolver.resolve(cfg.url.host, cfg.url.port);
-  out.start = clock::now();
-  detail::run_state state{cfg, limits, endpoints, out, out.start + cfg.duration};
-  std::exception_ptr failure;
-  auto remember = [&failure](std::exception_ptr e) {
-    if (e && !failure) failure = e;
-  };
-  for (int i = 0; i < cfg.workers; ++i) net::co_spawn(io, detail::worker(state), remember);
-  net::co_spawn(io, detail::ticker(state), remember);
-  io.run();
-  if (cfg.progress) std::printf("\n");
-  if (failure) std::rethrow_exception(failure);
-  out.elapsed = clock::now() - out.start;
+  limits.with_stages([&](auto& rate, auto& global) {
+    rein::throttle throttle(limits.gates, rate, global, rein::unlimited);
+    detail::run_with(io, cfg, limits, throttle, endpoints, out);
+  });
   out.total = out.from_second(0);
   std::sort(out.latencies.begin(), out.latencies.end());
-  out.snapshots = limits.snapshots();
+  const auto stages = limits.snapshots(cfg.url.host);
+  out.snapshots.insert(out.snapshots.end(), stages.begin(), stages.end());
   return out;
 }
 
