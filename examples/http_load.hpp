@@ -314,8 +314,10 @@ net::awaitable<std::optional<typename Throttle::guard>> admit(run_state<Throttle
   const clock::time_point asked = clock::now();
   try {
     guard g = co_await s.throttle.acquire_until(s.cfg.url.host, s.end);
-    s.out.limiter_wait += clock::now() - asked;
-    co_return std::optional<guard>(std::move(g));
+    const clock::time_point now = clock::now();
+    s.out.limiter_wait += now - asked;
+    // A grant due at the deadline's very instant wins over the timeout, but the sending window is over.
+    if (now < s.end) co_return std::optional<guard>(std::move(g));
   } catch (const rein::system_error& e) {
     if (e.code() != rein::errc::timed_out) throw;
   }
