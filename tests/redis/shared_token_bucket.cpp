@@ -29,7 +29,43 @@ net::awaitable<void> start_call(RateLimiter& limiter, std::size_t cost, int& sta
   ++started;
 }
 
+// A clock `Hours` ahead of the machine's steady clock: a client whose clock is wrong by hours.
+template <int Hours>
+struct skewed_clock {
+  using rep = steady::rep;
+  using period = steady::period;
+  using duration = steady::duration;
+  using time_point = std::chrono::time_point<skewed_clock, duration>;
+  static constexpr bool is_steady = true;
+  static time_point now() noexcept { return time_point(steady::now().time_since_epoch() + std::chrono::hours(Hours)); }
+};
+
 }  // namespace
+
+TEST_CASE("clients whose clocks disagree by hours share the bucket exactly: only Redis's clock counts") {
+  redis_server server;
+  net::io_context io;
+  const auto options = quota("skew", 5, 2);  // burst 2, then a token every 200 ms
+  rein::redis::basic_shared_token_bucket<net::any_io_executor, std::mutex, skewed_clock<10>> ahead(
+      io.get_executor(), local(server.port()), options);
+  rein::redis::basic_shared_token_bucket<net::any_io_executor, std::mutex, skewed_clock<1>> behind(
+      io.get_executor(), local(server.port()), options);
+  recorder r(6);
+  const auto start = steady::now();
+  for (std::size_t i = 0; i < 3; ++i) ahead.async_acquire(1, r.handler(i));
+  for (std::size_t i = 3; i < 6; ++i) behind.async_acquire(1, r.handler(i));
+  REQUIRE(run_until(io, [&] { return r.all_done(); }, std::chrono::seconds(5)));
+  CHECK(r.succeeded() == 6);
+  std::vector<steady::duration> at;
+  for (const auto& result : r.results) at.push_back(result->at - start);
+  std::sort(at.begin(), at.end());
+  CHECK(at[1] < std::chrono::milliseconds(150));  // the burst of 2
+  for (std::size_t k = 2; k < 6; ++k) {
+    INFO("grant " << k);
+    CHECK(at[k] >= std::chrono::milliseconds(200 * (k - 1) - 30));  // then no faster than the rate
+  }
+  CHECK(at[5] < std::chrono::milliseconds(2000));
+}
 
 TEST_CASE("a full bucket admits its capacity at once; the next caller waits for the refill") {
   redis_server server;

@@ -741,6 +741,9 @@ class basic_connection {
   /// errc::unavailable (not connected, or the connection failed before the reply), `operation_aborted`
   /// (closed). The handler runs on its associated executor, never inside this function.
   ///
+  /// GCC 12 rejects a braced list of arguments directly inside a `co_await` expression ("array used as
+  /// initializer"); there, name the arguments first (`std::array<std::string_view, 2> get{"GET", key};`).
+  ///
   /// @par Per-Operation Cancellation
   /// None: a command on the wire cannot be taken back.
   template <REIN_COMPLETION_TOKEN_FOR(void(error_code, reply)) Token = default_token_t>

@@ -1022,9 +1022,13 @@ class shared_bucket_core final : public remote_owner,
 /// limiters can share one connection.
 ///
 /// Waiting is local: a denied caller waits in this process, FIFO with head-of-line blocking, for the
-/// retry-after the script returned, on one timer per limiter; then the head asks again. So a fleet sends
-/// about one request per admission plus one per denial, not a stream of polls. The bucket admits at most
-/// `capacity + rate * t` in any interval of length t, fleet-wide (less when callers are idle).
+/// retry-after the script returned, on one timer per limiter; then the head asks again. Every reply also
+/// says what is left in the bucket, so the next caller is held until the refill rather than sent to be
+/// refused, and no more requests are put on the wire than the bucket is believed to hold tokens (at least
+/// one). A fleet thus sends about one request per admission plus one per denial, never a stream of polls.
+/// The bucket admits at most `capacity + rate * t` in any interval of length t, fleet-wide. Order holds
+/// within a process; between processes, whoever asks first after a refill gets the token (no fairness
+/// between processes is promised).
 ///
 /// Rule from: the token bucket of seeds 003 and 004 ("Several processes or pods": a Redis token bucket via
 /// a Lua script), GCRA as in ITU-T I.371 and redis-cell; the waiter discipline is rein's (DESIGN.md 3).
