@@ -246,6 +246,7 @@ struct floor_post {};
 
 template <class Sem>
 void uncontended_benchmark(const std::string& name, reactor mode) {
+  results::get().declare(name);
   benchmark::RegisterBenchmark(name.c_str(),
                                [name, mode](benchmark::State& state) {
                                  bench_io io(mode);
@@ -262,6 +263,7 @@ void uncontended_benchmark(const std::string& name, reactor mode) {
 
 template <class Sem>
 void contended_benchmark(const std::string& name, reactor mode) {
+  results::get().declare(name);
   benchmark::RegisterBenchmark(name.c_str(),
                                [name, mode](benchmark::State& state) {
                                  bench_io io(mode);
@@ -381,6 +383,7 @@ const growth& frame_only_baseline(bool cancellable) {
 
 template <class Sem>
 void memory_benchmark(const std::string& name, bool cancellable) {
+  results::get().declare(name);
   benchmark::RegisterBenchmark(
       name.c_str(),
       [name, cancellable](benchmark::State& state) {
@@ -515,6 +518,9 @@ void register_summary() {
              "ops (std::allocator) but neither coroutine frames nor Asio's own ops (Asio's recycling "
              "allocator uses aligned_alloc); 'heap' is glibc's mallinfo2 bytes in use, everything included; the "
              "baseline parks the same coroutines on nothing (handlers kept in storage reserved beforehand).");
+  r.add_note("Heap bytes per waiter (mallinfo2) move by 16 between processes (allocator state), and coroutine "
+             "frames differ in size between idioms: the heap difference is a cross-check; the operator new count, "
+             "exact, judges rein's own bytes.");
   r.add_note("All idioms run on the benchmark's single thread; CPU time is the thread's (user + system).");
 }
 

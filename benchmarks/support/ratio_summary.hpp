@@ -78,6 +78,10 @@ class results {
     std::fflush(stderr);
   }
 
+  /// Fixes where `name` appears in the tables (call it when registering a benchmark): otherwise benchmarks
+  /// appear in the order they first ran, which --benchmark_enable_random_interleaving shuffles.
+  void declare(const std::string& name) { remember(name); }
+
   /// One run of `name`: `iterations` operations took `cpu_ns` of this thread's CPU time and `wall_ns`.
   void record_run(const std::string& name, std::int64_t iterations, double cpu_ns, double wall_ns) {
     remember(name);
@@ -177,23 +181,23 @@ class results {
         }
   }
 
+  // Targets whose benchmarks did not run (filtered out) are left out.
   void render_targets(std::ostringstream& out) const {
-    if (targets_.empty()) return;
-    out << "\n**Targets (CPU time medians of this run)**\n\n| target | measured | limit | result |\n"
-        << "| --- | ---: | ---: | --- |\n";
+    bool header = false;
     for (const target& t : targets_) {
       const auto num = measure(t.numerator, t.value_key);
       const auto den = t.denominator.empty() ? std::optional<double>(1.0) : measure(t.denominator, t.value_key);
-      out << "| " << t.description << " | ";
-      if (!num || !den || *den == 0) {
-        out << "not run | | skipped |\n";
-        continue;
+      if (!num || !den || *den == 0) continue;
+      if (!header) {
+        out << "\n**Targets (CPU time medians of this run)**\n\n| target | measured | limit | result |\n"
+            << "| --- | ---: | ---: | --- |\n";
+        header = true;
       }
       const double v = *num / *den;
       const bool ok = t.kind == bound::at_most ? v <= t.limit : v >= t.limit;
       const std::string unit = t.denominator.empty() ? "" : "x";
-      out << fixed(v, 2) << unit << " | " << (t.kind == bound::at_most ? "<= " : ">= ") << fixed(t.limit, 2) << unit
-          << " | " << (ok ? "PASS" : "FAIL") << " |\n";
+      out << "| " << t.description << " | " << fixed(v, 2) << unit << " | " << (t.kind == bound::at_most ? "<= " : ">= ")
+          << fixed(t.limit, 2) << unit << " | " << (ok ? "PASS" : "FAIL") << " |\n";
     }
   }
 
