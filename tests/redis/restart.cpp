@@ -101,6 +101,7 @@ void check_common(const run_result& r) {
     if (e.at < r.killed_at) ++before;
     if (e.at > r.restarted_at) ++after;
   }
+  INFO("admitted before the kill: " << before << ", after the restart: " << after);
   CHECK(before > 50);  // about 100 per second plus the burst
   CHECK(after > 50);   // admissions resumed
   // ... from Redis, not just locally: the connection came back and the script was loaded on it.
@@ -128,6 +129,7 @@ TEST_CASE("fail_closed: while Redis is down nothing is admitted and callers get 
     CHECK((e.ec == rein::redis::errc::unavailable || e.ec == rein::errc::timed_out));
     if (e.ec == rein::redis::errc::unavailable) ++unavailable;
   }
+  INFO("admitted during the outage: " << admitted_during << ", unavailable: " << unavailable);
   CHECK(admitted_during == 0);
   CHECK(unavailable > 10);
   CHECK(r.end.unavailable_total == unavailable);
@@ -143,6 +145,8 @@ TEST_CASE("fail_open: while Redis is down the local bucket admits its share of t
     if (!e.ec && e.at > r.killed_at && e.at < r.restarting_at) ++admitted_during;
   }
   const double outage_s = std::chrono::duration<double>(r.restarting_at - r.killed_at).count();
+  INFO("admitted during the outage: " << admitted_during << " in " << outage_s << " s, locally in all: "
+                                      << r.end.local_admitted);
   // Locally 50 per second with a burst of 5; a few more may be Redis's own just before the kill.
   CHECK(static_cast<double>(admitted_during) <= 50 * outage_s + 5 + 10);
   CHECK(static_cast<double>(admitted_during) >= 0.5 * 50 * outage_s);
