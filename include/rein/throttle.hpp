@@ -8,18 +8,26 @@
 #include <rein/permit.hpp>
 
 #if defined(REIN_STANDALONE_ASIO)
+#include <asio/associated_cancellation_slot.hpp>
+#include <asio/associated_executor.hpp>
 #include <asio/associator.hpp>
 #include <asio/async_result.hpp>
 #include <asio/awaitable.hpp>
+#include <asio/bind_cancellation_slot.hpp>
+#include <asio/cancellation_signal.hpp>
 #include <asio/co_spawn.hpp>
-#include <asio/this_coro.hpp>
+#include <asio/error.hpp>
 #include <asio/use_awaitable.hpp>
 #else
+#include <boost/asio/associated_cancellation_slot.hpp>
+#include <boost/asio/associated_executor.hpp>
 #include <boost/asio/associator.hpp>
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/awaitable.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/co_spawn.hpp>
-#include <boost/asio/this_coro.hpp>
+#include <boost/asio/error.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #endif
 
@@ -28,6 +36,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -136,27 +145,58 @@ auto try_one_permit(L& limiter) {
   else return limiter.try_acquire();
 }
 
-template <class L, class TimePoint>
-auto wait_one(L& limiter, TimePoint deadline) {
+// What a cancellation of async_acquire reaches: the stage being waited on (bound to `signal`), and the stages
+// not yet started (`requested`). Shared by the initiation, its coroutine and the canceller in the caller's slot.
+// Touched only on the handler's executor, where the coroutine runs and where Asio has the caller emit.
+struct throttle_cancellation {
+  net::cancellation_signal signal;
+  std::atomic<bool> requested{false};
+};
+
+// Installed in the caller's cancellation slot at initiation, so that a cancellation emitted before the spawned
+// coroutine first runs is not lost (co_spawn's own state would see only a terminal one, and only until the
+// coroutine resets it). Every type is forwarded as it came: each stage honours terminal, partial and total.
+struct throttle_canceller {
+  explicit throttle_canceller(std::shared_ptr<throttle_cancellation> s) noexcept : state(std::move(s)) {}
+
+  std::shared_ptr<throttle_cancellation> state;
+
+  void operator()(net::cancellation_type_t type) const {
+    if ((type & (net::cancellation_type::terminal | net::cancellation_type::partial | net::cancellation_type::total)) ==
+        net::cancellation_type::none)
+      return;
+    state->requested.store(true, std::memory_order_relaxed);
+    state->signal.emit(type);
+  }
+};
+
+// Waits for one unit of a stage (rein's rate and gate stages take a count, the adaptive limiter none).
+template <class L, class TimePoint, class Token>
+auto wait_one(L& limiter, TimePoint deadline, Token token) {
   if constexpr (requires { limiter.try_acquire(std::size_t{1}); })
-    return limiter.async_acquire_until(std::size_t{1}, deadline, net::use_awaitable);
+    return limiter.async_acquire_until(std::size_t{1}, deadline, std::move(token));
   else
-    return limiter.async_acquire_until(deadline, net::use_awaitable);
+    return limiter.async_acquire_until(deadline, std::move(token));
 }
 
 // Makes a co_spawn completion (exception_ptr, pair<error_code, Guard>) into the (error_code, Guard) a caller
-// of async_acquire expects, keeping every association (executor, allocator, cancellation slot) of the handler.
+// of async_acquire expects, keeping the handler's executor and allocator. Its cancellation slot is not shown to
+// co_spawn (the throttle_canceller serves it); it is cleared before the handler runs, as Asio's operations do.
 //
-// run() reports its errors as error codes; an rein::system_error that still reaches here (co_spawn's own first
-// co_await may throw operation_aborted when it finds a cancellation pending) means that run() took nothing, and
-// it becomes an error code too, as the completion signature promises. Any other exception (bad_alloc) is
-// rethrown out of the handler, as co_spawn with `detached` would.
+// run() reports its errors as error codes; a rein::system_error that still reaches here means that run() took
+// nothing, and it becomes an error code too, as the completion signature promises. Any other exception
+// (bad_alloc) is rethrown out of the handler, as co_spawn with `detached` would.
 template <class Handler>
 struct spawn_adapter {
   Handler handler;
+  std::shared_ptr<throttle_cancellation> cancellation;
+
+  using cancellation_slot_type = net::cancellation_slot;
+  cancellation_slot_type get_cancellation_slot() const noexcept { return {}; }
 
   template <class Guard>
   void operator()(std::exception_ptr e, std::pair<error_code, Guard> result) {
+    if (cancellation) net::get_associated_cancellation_slot(handler).clear();
     if (e) {
       try {
         std::rethrow_exception(e);
@@ -406,7 +446,7 @@ class throttle {
 
   /// As acquire(key), failing with errc::timed_out unless every stage admits by `deadline`.
   net::awaitable<guard> acquire_until(std::string_view key, time_point deadline) {
-    auto [ec, g] = co_await run(std::string(key), deadline, false);
+    auto [ec, g] = co_await run<false>(std::string(key), deadline, nullptr);
     if (ec) throw system_error(ec, "rein::throttle::acquire");
     co_return std::move(g);
   }
@@ -415,7 +455,10 @@ class throttle {
   ///
   /// @par Per-Operation Cancellation
   /// terminal, partial and total: the stage being waited on is cancelled and the operation completes with
-  /// operation_aborted; what earlier stages took is given back.
+  /// operation_aborted; what earlier stages took is given back. A cancellation emitted before the operation
+  /// has started (it starts on the handler's executor) ends it before it takes anything. If a stage's grant
+  /// raced with the cancellation and won, the operation still fails at the next stage that would wait, or
+  /// completes admitted if no stage has to wait any more (the grant won).
   template <REIN_COMPLETION_TOKEN_FOR(void(error_code, guard)) Token = default_token_t>
   auto async_acquire(std::string key, Token&& token = Token{}) {
     return async_acquire_until(std::move(key), time_point::max(), std::forward<Token>(token));
@@ -506,31 +549,58 @@ class throttle {
 
   // The stages in order; errors come back as an error code so that both doors (acquire and async_acquire)
   // can report them their own way. Each stage tries synchronously first and waits only when it must.
-  net::awaitable<std::pair<error_code, guard>> run(std::string key, time_point deadline, bool all_cancellation) {
-    if (all_cancellation)  // co_spawn passes only terminal cancellation on by default
-      co_await net::this_coro::reset_cancellation_state(net::enable_total_cancellation());
+  // Bound: async_acquire's coroutine, whose stage waits are bound to `cancellation` (the caller's slot, through
+  // a throttle_canceller; null if the caller's slot is not connected). Otherwise the waits see the awaiting
+  // coroutine's own cancellation state, as any co_await does.
+  template <bool Bound>
+  net::awaitable<std::pair<error_code, guard>> run(std::string key, time_point deadline,
+                                                   std::shared_ptr<detail::throttle_cancellation> cancellation) {
+    auto wait = [&](auto& limiter) {
+      if constexpr (Bound) {
+        auto slot = cancellation ? cancellation->signal.slot() : net::cancellation_slot();
+        return detail::wait_one(limiter, deadline, net::bind_cancellation_slot(slot, net::use_awaitable));
+      } else {
+        return detail::wait_one(limiter, deadline, net::use_awaitable);
+      }
+    };
+    // A cancellation of async_acquire that came when no wait was pending (before this coroutine first ran, or
+    // while a stage's grant was on its way) ends the operation now, or before its next wait.
+    auto cancelled = [&] { return Bound && cancellation && cancellation->requested.load(std::memory_order_relaxed); };
     guard g(this);
     error_code failure;
     try {
+      if (cancelled()) throw system_error(error_code(net::error::operation_aborted));
       if constexpr (has_gates) g.gate_ = gates_->get(key);  // pinned until the guard is done
       if constexpr (has_per_key) g.key_ = per_key_->get(key);
       for (;;) {
         if constexpr (has_gates) {
-          if (!detail::try_one(*g.gate_)) co_await detail::wait_one(*g.gate_, deadline);
+          if (!detail::try_one(*g.gate_)) {
+            if (cancelled()) throw system_error(error_code(net::error::operation_aborted));
+            co_await wait(*g.gate_);
+          }
         }
         if constexpr (has_rate) {
           if (g.rate_tokens_ == 0) {
-            if (!detail::try_one(*rate_)) co_await detail::wait_one(*rate_, deadline);
+            if (!detail::try_one(*rate_)) {
+              if (cancelled()) throw system_error(error_code(net::error::operation_aborted));
+              co_await wait(*rate_);
+            }
             g.rate_tokens_ = 1;
           }
         }
         if constexpr (has_per_key) {
           g.key_permit_ = detail::try_one_permit(*g.key_);
-          if (!g.key_permit_) g.key_permit_ = co_await detail::wait_one(*g.key_, deadline);
+          if (!g.key_permit_) {
+            if (cancelled()) throw system_error(error_code(net::error::operation_aborted));
+            g.key_permit_ = co_await wait(*g.key_);
+          }
         }
         if constexpr (has_global) {
           g.global_permit_ = detail::try_one_permit(*global_);
-          if (!g.global_permit_) g.global_permit_ = co_await detail::wait_one(*global_, deadline);
+          if (!g.global_permit_) {
+            if (cancelled()) throw system_error(error_code(net::error::operation_aborted));
+            g.global_permit_ = co_await wait(*global_);
+          }
         }
         if constexpr (!has_gates) break;
         else if (!detail::gate_closed(*g.gate_)) break;
@@ -567,13 +637,30 @@ class throttle {
     executor_type get_executor() const noexcept { return self->executor(); }
 
     // The stages run in a coroutine spawned on the handler's associated executor (the first stage's executor
-    // by default), where the handler then runs: never inside this call (co_spawn posts if the stages admit
-    // at once).
+    // by default), so that a strand's handler and its cancellation are serialised with them. An associated
+    // executor a coroutine cannot run on (use_future's, with standalone Asio) leaves them on the first stage's
+    // executor. The handler runs through its own executor, never inside this call (co_spawn posts if the
+    // stages admit at once).
     template <class Handler>
     void operator()(Handler&& handler, std::string key, time_point deadline) const {
       auto ex = net::get_associated_executor(handler, self->executor());
-      net::co_spawn(std::move(ex), self->run(std::move(key), deadline, true),
-                    detail::spawn_adapter<std::decay_t<Handler>>{std::forward<Handler>(handler)});
+      std::shared_ptr<detail::throttle_cancellation> cancellation;
+      auto slot = net::get_associated_cancellation_slot(handler);
+      if (slot.is_connected()) {
+        cancellation = std::make_shared<detail::throttle_cancellation>();
+        slot.template emplace<detail::throttle_canceller>(cancellation);
+      }
+      try {
+        auto stages = self->template run<true>(std::move(key), deadline, cancellation);
+        detail::spawn_adapter<std::decay_t<Handler>> adapter{std::forward<Handler>(handler), cancellation};
+        if constexpr (std::is_convertible_v<decltype(ex), net::any_io_executor>)
+          net::co_spawn(std::move(ex), std::move(stages), std::move(adapter));
+        else
+          net::co_spawn(self->executor(), std::move(stages), std::move(adapter));
+      } catch (...) {
+        if (cancellation) slot.clear();  // nothing started: the caller's slot is as it was
+        throw;
+      }
     }
   };
 
