@@ -676,6 +676,7 @@ class shared_bucket_core final : public remote_owner,
       return finish_locked(op, make_error_code(rein::errc::timed_out), ready), false;
     }
     op->stamp_ns = to_ns(now);
+    op->seq = arrivals_++;  // equal deadlines expire in arrival order (deadline_heap)
     queue_.push_back(op);
     if (deadline != time_point::max()) {
       op->deadline_ns = to_ns(deadline);
@@ -992,6 +993,7 @@ class shared_bucket_core final : public remote_owner,
   rein::detail::deadline_heap deadlines_;
   std::deque<ticket> tickets_;
   std::uint64_t first_seq_ = 0;  // sequence number of tickets_.front()
+  std::uint32_t arrivals_ = 0;   // wraps, as wait_op::seq does
   std::size_t probing_ = 0;      // ops in queue_ whose request is on the wire
   std::size_t in_flight_ = 0;    // tickets not yet answered, abandoned ones included
 
