@@ -15,7 +15,7 @@
 //
 // No network: each host is simulated on steady_timers. It enforces its own quota with an exact sliding window
 // of 1 s (answering 429 with Retry-After and an x-ratelimit-reset-requests hint when it is exceeded), and its
-// latency grows with the number of calls it is serving. The 400 URLs take about 2.5 s.
+// latency grows with the number of calls it is serving. The 400 URLs take about 3 s.
 //
 // Every 500 ms the monitor prints the three numbers of seed 003's "Diagnostic Hook":
 //   wait        time spent inside throttle.acquire (mean, max): near zero, the limiter is not binding;
@@ -356,11 +356,14 @@ struct crawler {
     for (const host_spec& h : host_specs) {
       const simulated_host& w = web.at(h.name);
       const int calls_here = w.served() + w.rejected();
-      const auto s = per_host.snapshot(h.name);
       const double ratio = calls_here == 0 ? 0.0 : 100.0 * w.rejected() / calls_here;
-      std::printf("%-14s  %7lld  %7d  %4d  %7.1f%%  %12s  %d\n", h.name, static_cast<long long>(w.per_second()),
-                  fetched_by_host.count(h.name) ? fetched_by_host.at(h.name) : 0, w.rejected(), ratio,
-                  s ? std::to_string(s->limit).substr(0, 4).c_str() : "evicted", w.peak_serving());
+      const auto fetched = fetched_by_host.find(h.name);
+      std::printf("%-14s  %7lld  %7d  %4d  %7.1f%%", h.name, static_cast<long long>(w.per_second()),
+                  fetched == fetched_by_host.end() ? 0 : fetched->second, w.rejected(), ratio);
+      // An idle host's limiter may have been evicted (keyed): it would start again from its initial limit.
+      if (const auto s = per_host.snapshot(h.name)) std::printf("  %12.2f", s->limit);
+      else std::printf("  %12s", "evicted");
+      std::printf("  %d\n", w.peak_serving());
     }
     std::printf("\nreading: ");
     const double mean = calls == 0 ? 0.0 : ms(total.waited) / calls;
