@@ -4,6 +4,9 @@
 // under include/rein/ except detail/ (not API) and the hiredis-backed ones (rein/redis/). Do not edit.
 #pragma once
 
+#include <rein/adaptive_limiter.hpp>
+#include <rein/adaptive_rate_limiter.hpp>
+#include <rein/algo/adaptive_rate.hpp>
 #include <rein/algo/aimd.hpp>
 #include <rein/algo/all_of.hpp>
 #include <rein/algo/backoff.hpp>
@@ -18,13 +21,21 @@
 #include <rein/algo/tuned_aimd.hpp>
 #include <rein/algo/vegas.hpp>
 #include <rein/algo/windowed_aimd.hpp>
+#include <rein/bounded.hpp>
 #include <rein/config.hpp>
 #include <rein/error.hpp>
+#include <rein/keyed.hpp>
 #include <rein/null_mutex.hpp>
 #include <rein/outcome.hpp>
 #include <rein/permit.hpp>
+#include <rein/quota_gate.hpp>
+#include <rein/rate_limiter.hpp>
+#include <rein/retry.hpp>
 #include <rein/retry_after.hpp>
 #include <rein/semaphore.hpp>
+#include <rein/sliding_window.hpp>
 #include <rein/testing/manual_clock.hpp>
 #include <rein/testing/upstream_sim.hpp>
+#include <rein/throttle.hpp>
+#include <rein/token_bucket.hpp>
 #include <rein/wait_stats.hpp>
