@@ -270,11 +270,20 @@ class limiter_core final : public permit_source,
       idle_work.reset();
     }
 
+    // Every op made ready goes through here, under the lock. The ops are posted after the lock is released,
+    // when another thread may already have destroyed a limiter that became idle (rein::keyed evicts idle
+    // ones): so the core is kept alive until they are posted.
+    void push(wait_op* op) noexcept {
+      if (!keep_alive_) keep_alive_ = core_->weak_from_this().lock();
+      ready.push(op);
+    }
+
     ready_list ready;
     std::optional<work_guard> idle_work;
 
    private:
     limiter_core* core_;
+    std::shared_ptr<limiter_core> keep_alive_;  // destroyed first, after the completions are posted
   };
 
   static constexpr bool revocable = WithPermit || requires(Policy& p, std::size_t n, time_point t) { p.on_revoke(n, t); };
@@ -365,7 +374,7 @@ class limiter_core final : public permit_source,
 
   static void finish_locked(wait_op* op, wait_status status, completions& done) noexcept {
     op->status.store(status, std::memory_order_release);
-    done.ready.push(op);
+    done.push(op);
   }
 
   // Takes a queued op out of the line and the heap, without completing it.
