@@ -101,22 +101,13 @@ class basic_sliding_window {
     return static_cast<std::int64_t>(size_ - first);
   }
 
-  /// Forgets n starts at t, as if they had not happened (e.g. a request that was admitted but never sent).
-  /// Which start was not used is unknown, so the oldest ones on record are forgotten: the newer starts stay
-  /// in the window longer, so the rule "at most `limit` starts in any window" still holds for the starts that
-  /// did happen (forgetting the newest could let `limit + 1` real starts into one window). At most the starts
-  /// on record are forgotten. Allocates nothing.
+  /// Forgets the n most recent starts at t, as if they had not happened (e.g. a request that was
+  /// admitted but never sent). At most the starts on record are forgotten.
   /// @throws std::invalid_argument if n < 0.
   void refund(std::int64_t n, time_point t) {
     detail::check_request(type_name, n);
     last_ns_ = clamp(t);
-    const std::size_t k = std::min(size_, static_cast<std::size_t>(n));
-    if (k == 0) return;
-    // Oldest first at index 0, then drop the k oldest: the ring is unwrapped again (head_ 0), as push expects.
-    std::rotate(starts_.begin(), starts_.begin() + static_cast<std::ptrdiff_t>(head_), starts_.end());
-    starts_.erase(starts_.begin(), starts_.begin() + static_cast<std::ptrdiff_t>(k));
-    head_ = 0;
-    size_ -= k;
+    size_ -= std::min(size_, static_cast<std::size_t>(n));
   }
 
   /// Changes the limit from time t on, keeping the most recent starts that the new log can hold.
