@@ -139,16 +139,73 @@ TEST_CASE("sliding_window treats a stamp earlier than the last change as the las
   CHECK(w.last_time() == t0 + 5s);
 }
 
-TEST_CASE("sliding_window refund forgets the most recent starts", "[sliding_window]") {
+TEST_CASE("sliding_window refund forgets the oldest starts still in the window", "[sliding_window][refund]") {
   window w({.limit = 3, .window = 1s}, t0);
   CHECK(w.try_take(t0) == allow);
   CHECK(w.try_take(2, t0 + 100ms) == allow);
-  w.refund(1, t0 + 200ms);
+  w.refund(1, t0 + 200ms);  // forgets the start of 0.0 s
   CHECK(w.count(t0 + 200ms) == 2);
-  CHECK(w.ready_at(2, t0 + 200ms) == t0 + 1s);
+  CHECK(w.ready_at(1, t0 + 200ms) == t0 + 200ms);
+  CHECK(w.ready_at(2, t0 + 200ms) == t0 + 1100ms);
   w.refund(10, t0 + 200ms);
   CHECK(w.count(t0 + 200ms) == 0);
   CHECK(w.try_take(3, t0 + 200ms) == allow);
+}
+
+TEST_CASE("sliding_window refund never lets limit + 1 real starts into a window", "[sliding_window][refund]") {
+  // 2 per 1 s: A at 0.0 and B at 0.5; A's call is never sent and is refunded at 0.6. Its start is the one
+  // forgotten, so at 1.0 only one more fits beside B's (forgetting B's would let C and D both in: three
+  // real starts, B, C and D, in (0.0, 1.0]).
+  window w({.limit = 2, .window = 1s}, t0);
+  CHECK(w.try_take(t0) == allow);
+  CHECK(w.try_take(t0 + 500ms) == allow);
+  w.refund(1, t0 + 600ms);
+  CHECK(w.try_take(t0 + 1s) == allow);
+  CHECK(w.try_take(t0 + 1s) == deny);
+  CHECK(w.ready_at(1, t0 + 1s) == t0 + 1500ms);
+}
+
+TEST_CASE("sliding_window refund skips starts that already left the window", "[sliding_window][refund]") {
+  window w({.limit = 2, .window = 1s}, t0);
+  CHECK(w.try_take(t0) == allow);
+  CHECK(w.try_take(t0 + 1500ms) == allow);
+  w.refund(1, t0 + 1600ms);  // the start of 0.0 s holds nothing any more: the one of 1.5 s is forgotten
+  CHECK(w.count(t0 + 1600ms) == 0);
+  CHECK(w.try_take(2, t0 + 1600ms) == allow);
+  w.refund(1, t0 + 5s);  // nothing left in the window: a no-op
+  CHECK(w.count(t0 + 5s) == 0);
+  w.set_window(10s, t0 + 5s);  // the kept starts count again under a longer window
+  CHECK(w.count(t0 + 5s) == 2);
+}
+
+TEST_CASE("sliding_window refund agrees with a model log under random use", "[sliding_window][refund]") {
+  // Model: a sorted log; refund drops the oldest entries still inside the window. Checked after every step.
+  splitmix rng{42};
+  const std::int64_t limit = 5;
+  const ns width = 1s;
+  window w({.limit = limit, .window = width}, t0);
+  std::vector<std::int64_t> model;  // ns since t0
+  std::int64_t now = 0;
+  for (int step = 0; step < 20000; ++step) {
+    now += rng.below(300'000'000);
+    const auto in_window_from = [&] {
+      return std::upper_bound(model.begin(), model.end(), now - width.count()) - model.begin();
+    };
+    const std::int64_t n = rng.below(3) + 1;
+    if (rng.below(4) == 0) {
+      w.refund(n, t0 + ns(now));
+      const auto first = model.begin() + in_window_from();
+      model.erase(first, first + std::min<std::ptrdiff_t>(n, model.end() - first));
+    } else {
+      const std::int64_t room = limit - static_cast<std::int64_t>(model.end() - (model.begin() + in_window_from()));
+      const take_result expected = n <= room ? allow : deny;
+      REQUIRE(w.try_take(n, t0 + ns(now)) == expected);
+      if (expected == allow) model.insert(model.end(), static_cast<std::size_t>(n), now);
+      // Keep the newest `limit` entries, as the log does.
+      if (model.size() > static_cast<std::size_t>(limit)) model.erase(model.begin(), model.end() - limit);
+    }
+    REQUIRE(w.count(t0 + ns(now)) == static_cast<std::int64_t>(model.end() - (model.begin() + in_window_from())));
+  }
 }
 
 TEST_CASE("sliding_window limit and window changes apply from the time of the change", "[sliding_window]") {
@@ -177,12 +234,13 @@ TEST_CASE("sliding_window keeps its log in order across wrap-around, refunds and
   CHECK(w.ready_at(1, t0 + 1400ms) == t0 + 1800ms);
   CHECK(w.ready_at(2, t0 + 1400ms) == t0 + 2000ms);
   CHECK(w.ready_at(3, t0 + 1400ms) == t0 + 2400ms);
-  w.refund(1, t0 + 1400ms);  // forgets 1.4 s
+  w.refund(1, t0 + 1400ms);  // forgets 0.8 s, the oldest start in the window
   CHECK(w.try_take(t0 + 1500ms) == allow);
+  CHECK(w.ready_at(1, t0 + 1500ms) == t0 + 2000ms);
   CHECK(w.ready_at(3, t0 + 1500ms) == t0 + 2500ms);
-  w.set_limit(4, t0 + 1500ms);  // 0.8 s, 1.0 s, 1.5 s and room for one more
+  w.set_limit(4, t0 + 1500ms);  // 1.0 s, 1.4 s, 1.5 s and room for one more
   CHECK(w.ready_at(1, t0 + 1500ms) == t0 + 1500ms);
-  CHECK(w.ready_at(2, t0 + 1500ms) == t0 + 1800ms);
+  CHECK(w.ready_at(2, t0 + 1500ms) == t0 + 2000ms);
   CHECK(w.ready_at(4, t0 + 1500ms) == t0 + 2500ms);
   w.set_limit(1, t0 + 1500ms);  // keeps 1.5 s only
   CHECK(w.ready_at(1, t0 + 1500ms) == t0 + 2500ms);

@@ -229,7 +229,7 @@ TEST_CASE("a waiter queued for more than a lowered limit is served when the wind
   CHECK(w.snapshot().in_window == 1);
 }
 
-TEST_CASE("a refund forgets the latest starts and lets a waiter in at once", "[sliding_window][refund]") {
+TEST_CASE("a refund forgets the oldest start in the window and lets a waiter in at once", "[sliding_window][refund]") {
   fixture f;
   completion_log log;
   window_limiter w(f.io, {.limit = 2, .window = 10s});

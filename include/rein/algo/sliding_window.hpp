@@ -90,24 +90,33 @@ class basic_sliding_window {
   }
 
   /// The number of starts in the window (t - window, t]. Reads only.
-  std::int64_t count(time_point t) const {
-    const detail::int128 horizon = detail::int128(clamp(t)) - window_ns_;
-    std::size_t first = 0, last = size_;  // binary search: the log is sorted, oldest first
-    while (first < last) {
-      const std::size_t middle = first + (last - first) / 2;
-      if (at(middle) > horizon) last = middle;
-      else first = middle + 1;
-    }
-    return static_cast<std::int64_t>(size_ - first);
-  }
+  std::int64_t count(time_point t) const { return static_cast<std::int64_t>(size_ - first_in_window(clamp(t))); }
 
-  /// Forgets the n most recent starts at t, as if they had not happened (e.g. a request that was
-  /// admitted but never sent). At most the starts on record are forgotten.
+  /// Forgets n starts at t, as if they had not happened (e.g. a request that was admitted but never sent):
+  /// the n oldest starts still in the window (t - window, t], or all of them if fewer are.
+  ///
+  /// The caller does not say which start it gives back, so the oldest is the safe one to forget: every later
+  /// window that holds it also holds the starts after it, so forgetting it never lets more than `limit` real
+  /// starts into any window, whichever start was refunded. (Forgetting the newest would: with 2 per 1 s,
+  /// starts at 0.0 and 0.5 and the one of 0.0 refunded at 0.6, two more at 1.0 would join the one of 0.5.)
+  /// Starts already out of the window are kept: they hold no capacity now, and a longer window set later
+  /// judges them again. Refund while the start is still in the window; a later refund gives back the
+  /// capacity of a start that still counts.
   /// @throws std::invalid_argument if n < 0.
   void refund(std::int64_t n, time_point t) {
     detail::check_request(type_name, n);
-    last_ns_ = clamp(t);
-    size_ -= std::min(size_, static_cast<std::size_t>(n));
+    const std::int64_t now = clamp(t);
+    const std::size_t first = first_in_window(now);
+    const std::size_t forgotten = std::min(size_ - first, static_cast<std::size_t>(n));
+    last_ns_ = now;
+    if (forgotten == 0) return;
+    // Unwrap the ring (oldest at index 0, no spare slots), then close the gap: no allocation, so no throw.
+    std::rotate(starts_.begin(), starts_.begin() + static_cast<std::ptrdiff_t>(head_), starts_.end());
+    starts_.resize(size_);
+    const auto gap = starts_.begin() + static_cast<std::ptrdiff_t>(first);
+    starts_.erase(gap, gap + static_cast<std::ptrdiff_t>(forgotten));
+    head_ = 0;
+    size_ = starts_.size();
   }
 
   /// Changes the limit from time t on, keeping the most recent starts that the new log can hold.
@@ -165,6 +174,18 @@ class basic_sliding_window {
   // The i-th recorded start, oldest first.
   std::int64_t at(std::size_t i) const noexcept { return starts_[(head_ + i) % starts_.size()]; }
 
+  // The index of the oldest start inside (now - window, now]: binary search, the log is sorted oldest first.
+  std::size_t first_in_window(std::int64_t now) const noexcept {
+    const detail::int128 horizon = detail::int128(now) - window_ns_;
+    std::size_t first = 0, last = size_;
+    while (first < last) {
+      const std::size_t middle = first + (last - first) / 2;
+      if (at(middle) > horizon) last = middle;
+      else first = middle + 1;
+    }
+    return first;
+  }
+
   // Think of the log as `limit` entries, oldest first, the missing ones at minus infinity. n more starts
   // fit once at most limit - n entries remain in the window, i.e. once entry n - 1 has left it.
   detail::int128 ready_ns(std::int64_t n, std::int64_t now) const noexcept {
@@ -180,13 +201,11 @@ class basic_sliding_window {
     if (wanted > starts_.capacity()) starts_.reserve(std::min(static_cast<std::size_t>(limit_), std::max(wanted, 2 * starts_.capacity())));
   }
 
-  // While the ring is smaller than the limit it has never wrapped (head_ is 0) and grows at the back.
+  // The vector holds exactly the recorded starts (size_ == starts_.size()): it grows at the back, unwrapped,
+  // until it holds `limit` of them, and from then on is a full ring whose oldest entry each start replaces.
   void push(std::int64_t now) noexcept {
-    if (size_ < starts_.size()) {
-      starts_[(head_ + size_) % starts_.size()] = now;
-      ++size_;
-    } else if (starts_.size() < static_cast<std::size_t>(limit_)) {
-      starts_.push_back(now);
+    if (starts_.size() < static_cast<std::size_t>(limit_)) {
+      starts_.push_back(now);  // capacity reserved by make_room
       ++size_;
     } else {
       starts_[head_] = now;
