@@ -5,8 +5,10 @@
 //                               variant (null_mutex), rein::sliding_window; the pure algo::token_bucket with a
 //                               clock read (the floor); the seed guides' bucket (a double refilled under a lock)
 //   rate/acquire_ready/...      `co_await bucket.acquire()` when a token is there, against the floor of
-//                               co_await-ing a nested awaitable that returns at once. `ratio_to_floor` times both
-//                               in alternating batches in one run and reports x_floor (target: <= 2). The
+//                               co_await-ing a nested awaitable that returns at once, and against that floor plus
+//                               one steady_clock::now() (what any exact bucket costs at least: it must read the
+//                               time to take). `ratio_to_floor` times all three in alternating batches in one
+//                               run and reports x_floor (target: <= 2) and x_floor_with_clock_read. The
 //                               `coarse_clock` rows use CLOCK_MONOTONIC_COARSE instead of steady_clock, to show
 //                               the share of the clock read (an exact bucket must read the time on every take)
 //   rate/parked_100k/...        100,000 coroutines park on a bucket refilling at 1,000,000 tokens/s (and, to
@@ -189,6 +191,12 @@ void try_acquire_naive(benchmark::State& state) {
 
 net::awaitable<void> ready_now() { co_return; }
 
+// The least any exact bucket can cost: the nested awaitable plus the one clock read a take needs.
+net::awaitable<void> ready_now_with_clock_read() {
+  benchmark::DoNotOptimize(steady::now());
+  co_return;
+}
+
 net::awaitable<void> floor_loop(benchmark::State& state) {
   for (auto _ : state) co_await ready_now();
 }
@@ -203,6 +211,15 @@ void acquire_ready_floor(benchmark::State& state) {
   run(io, floor_loop(state));
 }
 
+net::awaitable<void> clock_floor_loop(benchmark::State& state) {
+  for (auto _ : state) co_await ready_now_with_clock_read();
+}
+
+void acquire_ready_clock_floor(benchmark::State& state) {
+  net::io_context io;
+  run(io, clock_floor_loop(state));
+}
+
 template <class Bucket>
 void acquire_ready_bucket(benchmark::State& state) {
   net::io_context io;
@@ -215,20 +232,25 @@ void acquire_ready_bucket(benchmark::State& state) {
 template <class Bucket>
 net::awaitable<void> ratio_loop(benchmark::State& state, Bucket& bucket) {
   constexpr int batch = 1000;
-  double floor_ns = 0, acquire_ns = 0;
+  double floor_ns = 0, clock_floor_ns = 0, acquire_ns = 0;
   for (auto _ : state) {
     const double t0 = thread_cpu_ns();
     for (int i = 0; i < batch; ++i) co_await ready_now();
     const double t1 = thread_cpu_ns();
-    for (int i = 0; i < batch; ++i) co_await bucket.acquire();
+    for (int i = 0; i < batch; ++i) co_await ready_now_with_clock_read();
     const double t2 = thread_cpu_ns();
+    for (int i = 0; i < batch; ++i) co_await bucket.acquire();
+    const double t3 = thread_cpu_ns();
     floor_ns += t1 - t0;
-    acquire_ns += t2 - t1;
+    clock_floor_ns += t2 - t1;
+    acquire_ns += t3 - t2;
   }
   const auto ops = static_cast<double>(state.iterations()) * batch;
   state.counters["floor_ns"] = floor_ns / ops;
+  state.counters["floor_with_clock_read_ns"] = clock_floor_ns / ops;
   state.counters["acquire_ns"] = acquire_ns / ops;
   state.counters["x_floor"] = acquire_ns / floor_ns;
+  state.counters["x_floor_with_clock_read"] = acquire_ns / clock_floor_ns;
 }
 
 template <class Bucket>
@@ -360,6 +382,7 @@ BENCHMARK(try_acquire_window)->Name("rate/try_acquire/rein_sliding_window");
 BENCHMARK(try_acquire_naive)->Name("rate/try_acquire/naive_double_bucket_with_mutex");
 
 BENCHMARK(acquire_ready_floor)->Name("rate/acquire_ready/floor_nested_awaitable");
+BENCHMARK(acquire_ready_clock_floor)->Name("rate/acquire_ready/floor_nested_awaitable_with_clock_read");
 BENCHMARK(acquire_ready_bucket<rein::single_thread_token_bucket>)
     ->Name("rate/acquire_ready/rein_single_thread_token_bucket");
 BENCHMARK(acquire_ready_bucket<rein::token_bucket>)->Name("rate/acquire_ready/rein_token_bucket");

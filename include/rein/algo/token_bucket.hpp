@@ -247,14 +247,15 @@ class basic_token_bucket {
     return ns < last_ns_ ? last_ns_ : ns;
   }
 
-  // The balance at `now` (>= last_ns_): refill is linear and stops at full. The elapsed time is compared
-  // with the time to fill before multiplying, so no product exceeds capacity plus one nanosecond's worth.
+  // The balance at `now` (>= last_ns_): refill is linear and stops at full. The product cannot overflow
+  // (elapsed < 2^64 ns, p <= 2^62 units per ns, int128 holds 2^127), so the hot path needs no division.
   int128 units_at(std::int64_t now) const noexcept {
     if (units_ >= full()) return units_;
     const int128 elapsed = int128(now) - last_ns_;
     const int128 room = full() - units_;
-    if (elapsed >= detail::ceil_div(room, fraction_.tokens)) return full();
-    return units_ + elapsed * fraction_.tokens;
+    const int128 arrived = elapsed * fraction_.tokens;
+    if (arrived >= room) return full();
+    return units_ + arrived;
   }
 
   // Nanoseconds until `missing` units have arrived (0 if none are missing).

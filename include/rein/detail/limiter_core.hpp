@@ -51,6 +51,7 @@
 #include <rein/detail/op_queue.hpp>
 #include <rein/detail/permit_source.hpp>
 #include <rein/detail/wait_op.hpp>
+#include <rein/null_mutex.hpp>
 #include <rein/outcome.hpp>
 #include <rein/permit.hpp>
 #include <rein/wait_stats.hpp>
@@ -205,7 +206,16 @@ class limiter_core final : public permit_source,
 #ifndef NDEBUG
     live_permits_.fetch_sub(1, std::memory_order_relaxed);
 #endif
-    update([&](Policy& p, time_point now) { p.on_release(n, stamp, result, now); });
+    completions done(this);
+    std::lock_guard<Mutex> lock(mutex_);
+    if (queue_.empty() && !timer_armed_) {
+      // Nobody to grant and no timer to re-aim (the uncontended case): skip the dispatch.
+      policy_.on_release(n, stamp, result, policy_now());
+      return;
+    }
+    const time_point now = Clock::now();
+    policy_.on_release(n, stamp, result, now);
+    dispatch_locked(now, done);
   }
 
   void permit_created() noexcept override {
@@ -272,9 +282,12 @@ class limiter_core final : public permit_source,
 
     // Every op made ready goes through here, under the lock. The ops are posted after the lock is released,
     // when another thread may already have destroyed a limiter that became idle (rein::keyed evicts idle
-    // ones): so the core is kept alive until they are posted.
+    // ones): so the core is kept alive until they are posted. A single-threaded limiter (null_mutex) has no
+    // other thread, and nothing runs between the unlock and the posting, so it saves the two atomic updates.
     void push(wait_op* op) noexcept {
-      if (!keep_alive_) keep_alive_ = core_->weak_from_this().lock();
+      if constexpr (!std::is_same_v<Mutex, null_mutex>) {
+        if (!keep_alive_) keep_alive_ = core_->weak_from_this().lock();
+      }
       ready.push(op);
     }
 
@@ -333,12 +346,14 @@ class limiter_core final : public permit_source,
     const std::size_t n = op->count;
     if (closed_) return finish_locked(op, wait_status::closed, done), false;
     if (policy_.exceeds(n)) return finish_locked(op, wait_status::exceeds_capacity, done), false;
-    const time_point now = Clock::now();
+    time_point now = policy_now();
     if (queue_.empty() && policy_.try_take(n, now)) {
       op->stamp_ns = to_ns(now).count();
       ++stats_.acquired_total;
       return finish_locked(op, wait_status::granted, done), false;
     }
+    // A timeless policy read no clock above; the wait statistics and the deadline need one from here on.
+    if constexpr (!Policy::needs_time) now = Clock::now();
     if (queue_.size() >= max_waiters_) {
       ++stats_.queue_full_total;
       ++stats_.rejected_total;
