@@ -6,7 +6,7 @@
 //
 // Policy requirements. Every member is called under the core's lock and must neither block nor call user code:
 //   static constexpr bool needs_time;   false: `now` arguments are never read (the clock is not consulted
-//                                       on the fast path)
+//                                       on the fast path), and ready_at is max() whenever try_take refuses
 //   bool exceeds(std::size_t n) const;  n can never be granted: complete with errc::exceeds_capacity at once
 //   bool try_take(std::size_t n, time_point now);
 //                                       take n and return true, or change nothing and return false
@@ -51,7 +51,6 @@
 #include <rein/detail/op_queue.hpp>
 #include <rein/detail/permit_source.hpp>
 #include <rein/detail/wait_op.hpp>
-#include <rein/null_mutex.hpp>
 #include <rein/outcome.hpp>
 #include <rein/permit.hpp>
 #include <rein/wait_stats.hpp>
@@ -258,8 +257,6 @@ class limiter_core final : public permit_source,
     else return nullptr;
   }
 
-  std::shared_ptr<wait_owner> share() noexcept override { return this->weak_from_this().lock(); }
-
   static std::chrono::nanoseconds to_ns(time_point t) noexcept {
     return std::chrono::nanoseconds(to_ns_saturated(t));
   }
@@ -276,18 +273,17 @@ class limiter_core final : public permit_source,
     completions(const completions&) = delete;
     completions& operator=(const completions&) = delete;
     ~completions() {
-      ready.complete_all(&core_->executor_, core_);
+      std::shared_ptr<wait_owner> keep = std::move(keep_alive_);  // released last, after the posting
+      ready.complete_all(&core_->executor_, core_, keep);
       idle_work.reset();
     }
 
     // Every op made ready goes through here, under the lock. The ops are posted after the lock is released,
     // when another thread may already have destroyed a limiter that became idle (rein::keyed evicts idle
-    // ones): so the core is kept alive until they are posted. A single-threaded limiter (null_mutex) has no
-    // other thread, and nothing runs between the unlock and the posting, so it saves the two atomic updates.
+    // ones): so the core is kept alive until they are posted, by a reference that the runners of granted
+    // ops then share (a runner keeps the core alive until its handler has the permit; see wait_op.hpp).
     void push(wait_op* op) noexcept {
-      if constexpr (!std::is_same_v<Mutex, null_mutex>) {
-        if (!keep_alive_) keep_alive_ = core_->weak_from_this().lock();
-      }
+      if (!keep_alive_) keep_alive_ = core_->weak_from_this().lock();
       ready.push(op);
     }
 
@@ -296,7 +292,7 @@ class limiter_core final : public permit_source,
 
    private:
     limiter_core* core_;
-    std::shared_ptr<limiter_core> keep_alive_;  // destroyed first, after the completions are posted
+    std::shared_ptr<wait_owner> keep_alive_;
   };
 
   static constexpr bool revocable = WithPermit || requires(Policy& p, std::size_t n, time_point t) { p.on_revoke(n, t); };
@@ -441,6 +437,10 @@ class limiter_core final : public permit_source,
   // Throws only if the timer wait cannot be started (no memory); the timer is then left unarmed.
   void arm_timer_locked(time_point now) {
     if (shut_down_.load(std::memory_order_relaxed)) return;
+    // A timeless policy is woken by events only; the timer serves deadlines alone.
+    if constexpr (!Policy::needs_time) {
+      if (deadlines_.empty()) return cancel_timer_locked();
+    }
     time_point wake = time_point::max();
     if (!queue_.empty()) {
       wake = policy_.ready_at(queue_.front()->count, now);

@@ -1,6 +1,8 @@
 // Intrusive FIFO of wait_ops with O(1) unlink, and a singly linked list of ops ready to complete. Not API.
 #pragma once
 
+#include <memory>
+
 #include <rein/detail/wait_op.hpp>
 
 #include <cstddef>
@@ -54,11 +56,12 @@ class ready_list {
     tail_ = op;
   }
 
-  /// Posts every completion, in the order the ops were made ready. Call without holding the lock.
-  void complete_all(const void* io_executor, wait_owner* owner) noexcept {
+  /// Posts every completion, in the order the ops were made ready. Call without holding the lock. `keep`
+  /// (a reference to the owner) is shared with the runners of granted ops; the last op may take it.
+  void complete_all(const void* io_executor, wait_owner* owner, std::shared_ptr<wait_owner>& keep) noexcept {
     while (wait_op* op = head_) {
       head_ = op->next;  // read before completing: the op may be freed on another thread right after
-      op->complete(op, io_executor, owner);
+      op->complete(op, io_executor, owner, keep, head_ == nullptr);
     }
     tail_ = nullptr;
   }

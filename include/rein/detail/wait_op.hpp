@@ -80,7 +80,10 @@ inline constexpr std::int64_t no_deadline = std::numeric_limits<std::int64_t>::m
 class wait_owner;
 
 struct wait_op {
-  using complete_fn = void (*)(wait_op*, const void* io_executor, wait_owner* owner) noexcept;
+  // `keep` is a reference to the core, owned by the batch being completed: a granted op's runner copies it,
+  // or takes it when `last` (the batch's final op), so that a handoff costs one reference, not three.
+  using complete_fn = void (*)(wait_op*, const void* io_executor, wait_owner* owner, std::shared_ptr<wait_owner>& keep,
+                               bool last) noexcept;
 
   // FIFO links (op_queue).
   wait_op* next = nullptr;
@@ -113,9 +116,6 @@ class wait_owner {
 
   /// Where permits of this limiter report back; null for limiters without permits (rate limiters).
   virtual permit_source* source() noexcept = 0;
-
-  /// Shared ownership of the core, held by the runner of a granted op.
-  virtual std::shared_ptr<wait_owner> share() noexcept = 0;
 
  protected:
   ~wait_owner() = default;
@@ -261,11 +261,14 @@ class wait_op_impl final : public wait_op {
 
   // Never throws: if the post fails (no memory), the runner is destroyed unrun, which gives a grant back
   // and frees the op; the handler is then destroyed uncalled, as when its execution context goes away.
-  static void do_complete(wait_op* base, const void* io_executor, wait_owner* owner) noexcept {
+  static void do_complete(wait_op* base, const void* io_executor, wait_owner* owner, std::shared_ptr<wait_owner>& keep,
+                          bool last) noexcept {
     auto* op = static_cast<wait_op_impl*>(base);
     // A grant can still turn into `aborted` (revoked) concurrently, never the other way round.
     const bool granted = op->status.load(std::memory_order_acquire) == wait_status::granted;
-    runner r(op, granted ? owner : nullptr, granted ? owner->share() : nullptr);
+    std::shared_ptr<wait_owner> ref;
+    if (granted) ref = last ? std::move(keep) : keep;
+    runner r(op, granted ? owner : nullptr, std::move(ref));
     try {
       auto ex = net::get_associated_executor(r.handler(), *static_cast<const IoExecutor*>(io_executor));
       net::post(ex, std::move(r));
