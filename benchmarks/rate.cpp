@@ -24,11 +24,6 @@
 //
 // Everything but the parked benchmarks runs on the benchmark's thread without waiting.
 
-// GCC 12 at -O3 reports a false "may be used uninitialized" in the waiter core's std::optional<work_guard>
-// (rein/detail/limiter_core.hpp, class completions) when update() is inlined here; reported to the core's owner.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
 #include <rein/algo/token_bucket.hpp>
 #include <rein/config.hpp>
 #include <rein/null_mutex.hpp>

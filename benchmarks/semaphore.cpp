@@ -196,7 +196,7 @@ net::awaitable<void> uncontended_idiom(benchmark::State& state, run_clock& clock
 template <class Sem>
 void make_and_run_uncontended(benchmark::State& state, bench_io& io, run_clock& clock) {
   if constexpr (std::is_same_v<Sem, st_semaphore> || std::is_same_v<Sem, ts_semaphore>) {
-    Sem sem(io.io_object_executor(), 1);
+    Sem sem(io.executor(), 1);
     io.run(uncontended_rein(state, clock, sem));
   } else {
     Sem sem(io.executor(), 1);
@@ -230,7 +230,7 @@ net::awaitable<void> contended_idiom(iteration_gate& gate, Idiom& sem) {
 template <class Sem>
 void make_and_run_contended(bench_io& io, iteration_gate& gate) {
   constexpr bool is_rein = std::is_same_v<Sem, st_semaphore> || std::is_same_v<Sem, ts_semaphore>;
-  Sem sem(is_rein ? io.io_object_executor() : io.executor(), contended_permits);
+  Sem sem(io.executor(), contended_permits);
   for (std::size_t i = 0; i < contended_coroutines; ++i) {
     if constexpr (is_rein) io.spawn(contended_rein(gate, sem));
     else io.spawn(contended_idiom(gate, sem));
@@ -499,10 +499,9 @@ void register_summary() {
                   memory + sem, "", bound::at_most, 96, "heap bytes per waiter beyond the frame-only baseline"});
   }
 
-  r.add_note("reactor_off rows of rein: a rein limiter owns a timer (for deadlines) from construction, and "
-             "creating it turns its io_context's reactor on; these rows give the semaphore the executor of a "
-             "second, never-run io_context (its timer lives there) while its completions go to the awaiting "
-             "coroutine's executor. A semaphore constructed plainly on the io_context always runs reactor_on.");
+  r.add_note("reactor_off rows: nothing on the io_context owns a timer. A rein limiter makes its timer only when "
+             "a deadline (or, for rate limiters, a wait) first needs it, so a semaphore used without timeouts "
+             "leaves the reactor off.");
   r.add_note("Memory: 'through operator new' counts a counting global operator new, which sees rein's parked "
              "ops (std::allocator) but neither coroutine frames nor Asio's own ops (Asio's recycling "
              "allocator uses aligned_alloc); 'heap' is glibc's mallinfo2 bytes in use, everything included; the "

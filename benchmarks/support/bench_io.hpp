@@ -48,11 +48,6 @@ inline const char* to_string(reactor r) noexcept { return r == reactor::on ? "re
 
 /// An io_context run by the benchmark's own thread, with a reactor task (a steady_timer exists on it) or
 /// without one.
-///
-/// I/O objects that own a timer by construction (a rein limiter keeps one for deadlines) would turn the
-/// reactor on merely by existing. `io_object_executor()` gives them, in reactor::off mode, the executor of a
-/// second io_context that never runs: their timer lives there, unused, while their completions still go to the
-/// awaiting coroutine's executor (the handler's associated executor), which is this context.
 class bench_io {
  public:
   explicit bench_io(reactor mode) : mode_(mode) {
@@ -65,12 +60,6 @@ class bench_io {
   reactor mode() const noexcept { return mode_; }
   net::io_context& context() noexcept { return io_; }
   net::any_io_executor executor() { return io_.get_executor(); }
-
-  /// Executor for I/O objects that must not create this context's reactor when mode() is reactor::off.
-  net::any_io_executor io_object_executor() {
-    if (mode_ == reactor::on) return io_.get_executor();
-    return idle_.get_executor();
-  }
 
   /// Starts `coroutine` (a net::awaitable<void>) on this context; what it throws is rethrown by run_all().
   /// A connected `slot` lets the caller cancel it (its awaited operations see a connected slot).
@@ -111,7 +100,6 @@ class bench_io {
 
   reactor mode_;
   std::exception_ptr failure_;
-  net::io_context idle_;  // never run; see io_object_executor()
   net::io_context io_;
   std::optional<net::steady_timer> reactor_timer_;
 };

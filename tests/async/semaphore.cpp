@@ -1068,3 +1068,29 @@ TEST_CASE("permit: move-only and released once and split into parts that go back
   CHECK_THROWS_AS(permit().split(1), std::invalid_argument);
   CHECK_FALSE(permit().split(0));
 }
+
+namespace {
+// The service behind every basic_waitable_timer on steady_clock: present once such a timer was made, and with
+// it the io_context's reactor (Asio detail, the same in Boost 1.81 and standalone Asio 1.22).
+using steady_timer_service = net::detail::deadline_timer_service<
+    net::detail::chrono_time_traits<std::chrono::steady_clock, net::wait_traits<std::chrono::steady_clock>>>;
+}  // namespace
+
+TEST_CASE("a semaphore makes its timer only when a deadline needs one", "[semaphore][timer]") {
+  net::io_context io;
+  rein::semaphore sem(io, 1);
+  permit held = sem.try_acquire();
+  std::vector<error_code> results;
+  sem.async_acquire(1, [&](error_code ec, permit) { results.push_back(ec); });
+  held.release();
+  poll(io);
+  CHECK(results == std::vector<error_code>{error_code{}});
+  CHECK_FALSE(net::has_service<steady_timer_service>(io));  // waiting without a deadline: no timer, no reactor
+
+  held = sem.try_acquire();
+  sem.async_acquire_for(1, 1h, [&](error_code ec, permit) { results.push_back(ec); });
+  CHECK(net::has_service<steady_timer_service>(io));
+  sem.close();
+  poll(io);
+  CHECK(results == std::vector<error_code>{error_code{}, rein::errc::closed});
+}
