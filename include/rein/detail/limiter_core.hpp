@@ -205,16 +205,17 @@ class limiter_core final : public permit_source,
 #ifndef NDEBUG
     live_permits_.fetch_sub(1, std::memory_order_relaxed);
 #endif
-    completions done(this);
-    std::lock_guard<Mutex> lock(mutex_);
+    std::unique_lock<Mutex> lock(mutex_);
     if (queue_.empty() && !timer_armed_) {
-      // Nobody to grant and no timer to re-aim (the uncontended case): skip the dispatch.
+      // Nobody to grant and no timer to re-aim (the uncontended case): no dispatch, nothing to post.
       policy_.on_release(n, stamp, result, policy_now());
       return;
     }
+    completions done(this);
     const time_point now = Clock::now();
     policy_.on_release(n, stamp, result, now);
     dispatch_locked(now, done);
+    lock.unlock();  // before `done` posts, although it was declared after the lock
   }
 
   void permit_created() noexcept override {
