@@ -204,7 +204,11 @@ TEST_CASE("sliding_window refund agrees with a model log under random use", "[sl
       // Keep the newest `limit` entries, as the log does.
       if (model.size() > static_cast<std::size_t>(limit)) model.erase(model.begin(), model.end() - limit);
     }
-    REQUIRE(w.count(t0 + ns(now)) == static_cast<std::int64_t>(model.end() - (model.begin() + in_window_from())));
+    const auto first = model.begin() + in_window_from();
+    REQUIRE(w.count(t0 + ns(now)) == static_cast<std::int64_t>(model.end() - first));
+    // The next start: now if there is room, else when the oldest start in the window leaves it.
+    const time_point next = model.end() - first < limit ? t0 + ns(now) : t0 + ns(*first) + width;
+    REQUIRE(w.ready_at(1, t0 + ns(now)) == next);
   }
 }
 

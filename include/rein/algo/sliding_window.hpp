@@ -101,7 +101,7 @@ class basic_sliding_window {
   /// starts at 0.0 and 0.5 and the one of 0.0 refunded at 0.6, two more at 1.0 would join the one of 0.5.)
   /// Starts already out of the window are kept: they hold no capacity now, and a longer window set later
   /// judges them again. Refund while the start is still in the window; a later refund gives back the
-  /// capacity of a start that still counts.
+  /// capacity of a start that still counts. Time: O(limit) (the log is compacted), where a take is O(1).
   /// @throws std::invalid_argument if n < 0.
   void refund(std::int64_t n, time_point t) {
     detail::check_request(type_name, n);

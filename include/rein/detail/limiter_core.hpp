@@ -418,8 +418,9 @@ class limiter_core final : public permit_source,
     try {
       arm_timer_locked(now);
     } catch (...) {
-      // No memory for the timer wait: the next wake-up waits for the next event (release, acquire,
-      // cancellation) instead of failing a release, which must not throw.
+      // No memory for the timer wait, or the first timer could not start its reactor (descriptors
+      // exhausted): the next wake-up waits for the next event (release, acquire, cancellation) instead of
+      // failing a release, which must not throw.
     }
   }
 
@@ -435,7 +436,8 @@ class limiter_core final : public permit_source,
   // One timer per limiter, armed for the earliest of: the head's grant time, the nearest deadline. It is
   // never re-armed for a later time (an early wake-up just recomputes), only for an earlier one, and it is
   // cancelled when nothing needs it, so a stale deadline does not keep the execution context busy.
-  // Throws only if the timer wait cannot be started (no memory); the timer is then left unarmed.
+  // Throws only if the timer wait cannot be started (no memory; for the first timer, also a system_error if
+  // the execution context cannot make its reactor); the timer is then left unarmed.
   void arm_timer_locked(time_point now) {
     if (shut_down_.load(std::memory_order_relaxed)) return;
     // A timeless policy is woken by events only; the timer serves deadlines alone.
