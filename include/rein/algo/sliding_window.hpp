@@ -90,7 +90,7 @@ class basic_sliding_window {
   }
 
   /// The number of starts in the window (t - window, t]. Reads only.
-  std::int64_t count(time_point t) const { return static_cast<std::int64_t>(size_ - first_in_window(clamp(t))); }
+  std::int64_t count(time_point t) const { return static_cast<std::int64_t>(starts_.size() - first_in_window(clamp(t))); }
 
   /// Forgets n starts at t, as if they had not happened (e.g. a request that was admitted but never sent):
   /// the n oldest starts still in the window (t - window, t], or all of them if fewer are.
@@ -107,30 +107,27 @@ class basic_sliding_window {
     detail::check_request(type_name, n);
     const std::int64_t now = clamp(t);
     const std::size_t first = first_in_window(now);
-    const std::size_t forgotten = std::min(size_ - first, static_cast<std::size_t>(n));
+    const std::size_t forgotten = std::min(starts_.size() - first, static_cast<std::size_t>(n));
     last_ns_ = now;
     if (forgotten == 0) return;
-    // Unwrap the ring (oldest at index 0, no spare slots), then close the gap: no allocation, so no throw.
+    // Unwrap the ring (oldest at index 0), then close the gap: no allocation, so no throw.
     std::rotate(starts_.begin(), starts_.begin() + static_cast<std::ptrdiff_t>(head_), starts_.end());
-    starts_.resize(size_);
     const auto gap = starts_.begin() + static_cast<std::ptrdiff_t>(first);
     starts_.erase(gap, gap + static_cast<std::ptrdiff_t>(forgotten));
     head_ = 0;
-    size_ = starts_.size();
   }
 
   /// Changes the limit from time t on, keeping the most recent starts that the new log can hold.
   /// @throws std::invalid_argument as the constructor, and leaves the window unchanged.
   void set_limit(std::int64_t limit, time_point t) {
     checked_limit(limit);
-    const std::size_t kept = std::min(size_, static_cast<std::size_t>(limit));
+    const std::size_t kept = std::min(starts_.size(), static_cast<std::size_t>(limit));
     std::vector<std::int64_t> next;
     next.reserve(kept);
-    for (std::size_t i = 0; i < kept; ++i) next.push_back(at(size_ - kept + i));
+    for (std::size_t i = 0; i < kept; ++i) next.push_back(at(starts_.size() - kept + i));
     starts_ = std::move(next);
     limit_ = limit;
     head_ = 0;
-    size_ = kept;
     last_ns_ = clamp(t);
   }
 
@@ -177,7 +174,7 @@ class basic_sliding_window {
   // The index of the oldest start inside (now - window, now]: binary search, the log is sorted oldest first.
   std::size_t first_in_window(std::int64_t now) const noexcept {
     const detail::int128 horizon = detail::int128(now) - window_ns_;
-    std::size_t first = 0, last = size_;
+    std::size_t first = 0, last = starts_.size();
     while (first < last) {
       const std::size_t middle = first + (last - first) / 2;
       if (at(middle) > horizon) last = middle;
@@ -189,7 +186,7 @@ class basic_sliding_window {
   // Think of the log as `limit` entries, oldest first, the missing ones at minus infinity. n more starts
   // fit once at most limit - n entries remain in the window, i.e. once entry n - 1 has left it.
   detail::int128 ready_ns(std::int64_t n, std::int64_t now) const noexcept {
-    const std::int64_t missing = limit_ - static_cast<std::int64_t>(size_);
+    const std::int64_t missing = limit_ - static_cast<std::int64_t>(starts_.size());
     if (n <= missing) return now;
     const detail::int128 leaves = detail::int128(at(static_cast<std::size_t>(n - 1 - missing))) + window_ns_;
     return leaves > now ? leaves : now;
@@ -197,16 +194,15 @@ class basic_sliding_window {
 
   // Allocates up front, so that a failed allocation leaves the state untouched; grows geometrically.
   void make_room(std::int64_t n) {
-    const auto wanted = static_cast<std::size_t>(std::min(limit_, static_cast<std::int64_t>(size_) + n));
+    const auto wanted = static_cast<std::size_t>(std::min(limit_, static_cast<std::int64_t>(starts_.size()) + n));
     if (wanted > starts_.capacity()) starts_.reserve(std::min(static_cast<std::size_t>(limit_), std::max(wanted, 2 * starts_.capacity())));
   }
 
-  // The vector holds exactly the recorded starts (size_ == starts_.size()): it grows at the back, unwrapped,
+  // The vector holds exactly the recorded starts: it grows at the back, unwrapped,
   // until it holds `limit` of them, and from then on is a full ring whose oldest entry each start replaces.
   void push(std::int64_t now) noexcept {
     if (starts_.size() < static_cast<std::size_t>(limit_)) {
       starts_.push_back(now);  // capacity reserved by make_room
-      ++size_;
     } else {
       starts_[head_] = now;
       head_ = (head_ + 1) % starts_.size();
@@ -214,9 +210,8 @@ class basic_sliding_window {
   }
 
   std::int64_t limit_;
-  std::vector<std::int64_t> starts_;  // ring of start times in ns, oldest at head_, size_ of them recorded
+  std::vector<std::int64_t> starts_;  // ring of the recorded start times in ns, oldest at head_
   std::size_t head_ = 0;
-  std::size_t size_ = 0;
   std::int64_t window_ns_;
   std::int64_t last_ns_;
 };

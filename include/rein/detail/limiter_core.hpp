@@ -6,7 +6,7 @@
 //
 // Policy requirements. Every member is called under the core's lock and must neither block nor call user code:
 //   static constexpr bool needs_time;   false: `now` arguments are never read (the clock is not consulted
-//                                       on the fast path), and ready_at is max() whenever try_take refuses
+//                                       on the fast path)
 //   bool exceeds(std::size_t n) const;  n can never be granted: complete with errc::exceeds_capacity at once
 //   bool try_take(std::size_t n, time_point now);
 //                                       take n and return true, or change nothing and return false
@@ -440,10 +440,6 @@ class limiter_core final : public permit_source,
   // the execution context cannot make its reactor); the timer is then left unarmed.
   void arm_timer_locked(time_point now) {
     if (shut_down_.load(std::memory_order_relaxed)) return;
-    // A timeless policy is woken by events only; the timer serves deadlines alone.
-    if constexpr (!Policy::needs_time) {
-      if (deadlines_.empty()) return cancel_timer_locked();
-    }
     time_point wake = time_point::max();
     if (!queue_.empty()) {
       wake = policy_.ready_at(queue_.front()->count, now);

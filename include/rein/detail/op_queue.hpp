@@ -1,11 +1,10 @@
 // Intrusive FIFO of wait_ops with O(1) unlink, and a singly linked list of ops ready to complete. Not API.
 #pragma once
 
-#include <memory>
-
 #include <rein/detail/wait_op.hpp>
 
 #include <cstddef>
+#include <memory>
 
 namespace rein::detail {
 
