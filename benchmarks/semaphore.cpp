@@ -151,6 +151,21 @@ class timer_semaphore {
 
 using st_semaphore = rein::single_thread_semaphore;
 using ts_semaphore = rein::semaphore;
+
+/// A rein semaphore with its wait timing off (semaphore_options::measure_wait = false): a handoff then reads
+/// no clock, and snapshot().wait_total stays zero, as in the other idioms, which time nothing.
+template <class Sem>
+class untimed : public Sem {
+ public:
+  untimed(const net::any_io_executor& ex, std::size_t permits) : Sem(ex, permits, {.measure_wait = false}) {}
+};
+
+using st_untimed = untimed<st_semaphore>;
+using ts_untimed = untimed<ts_semaphore>;
+
+template <class Sem>
+constexpr bool is_rein = std::is_same_v<Sem, st_semaphore> || std::is_same_v<Sem, ts_semaphore> ||
+                         std::is_same_v<Sem, st_untimed> || std::is_same_v<Sem, ts_untimed>;
 using channel_try_first = channel_semaphore<channel, true>;
 using channel_async = channel_semaphore<channel, false>;
 using concurrent_channel_try_first = channel_semaphore<concurrent_channel, true>;
@@ -195,7 +210,7 @@ net::awaitable<void> uncontended_idiom(benchmark::State& state, run_clock& clock
 
 template <class Sem>
 void make_and_run_uncontended(benchmark::State& state, bench_io& io, run_clock& clock) {
-  if constexpr (std::is_same_v<Sem, st_semaphore> || std::is_same_v<Sem, ts_semaphore>) {
+  if constexpr (is_rein<Sem>) {
     Sem sem(io.executor(), 1);
     io.run(uncontended_rein(state, clock, sem));
   } else {
@@ -229,10 +244,9 @@ net::awaitable<void> contended_idiom(iteration_gate& gate, Idiom& sem) {
 
 template <class Sem>
 void make_and_run_contended(bench_io& io, iteration_gate& gate) {
-  constexpr bool is_rein = std::is_same_v<Sem, st_semaphore> || std::is_same_v<Sem, ts_semaphore>;
   Sem sem(io.executor(), contended_permits);
   for (std::size_t i = 0; i < contended_coroutines; ++i) {
-    if constexpr (is_rein) io.spawn(contended_rein(gate, sem));
+    if constexpr (is_rein<Sem>) io.spawn(contended_rein(gate, sem));
     else io.spawn(contended_idiom(gate, sem));
   }
   io.run_all();
@@ -347,7 +361,7 @@ growth measure_parked(bench_io& io, bool cancellable) {
     g = park_all(io, [&](std::size_t i) { io.spawn(park_on_lot(lot), slot(i)); });
     lot.clear();
     io.run_all();
-  } else if constexpr (std::is_same_v<Sem, st_semaphore> || std::is_same_v<Sem, ts_semaphore>) {
+  } else if constexpr (is_rein<Sem>) {
     Sem sem(io.executor(), 1);
     permit held = sem.try_acquire();  // a semaphore of 0 permits would fail every acquire (exceeds_capacity)
     g = park_all(io, [&](std::size_t i) { io.spawn(park_on_rein(sem), slot(i)); });
@@ -421,6 +435,8 @@ void register_timing(reactor mode) {
   contended_benchmark<floor_post>(on(contended, mode, "floor_post"), mode);
   contended_benchmark<st_semaphore>(on(contended, mode, "rein_single_thread_semaphore"), mode);
   contended_benchmark<ts_semaphore>(on(contended, mode, "rein_semaphore"), mode);
+  contended_benchmark<st_untimed>(on(contended, mode, "rein_single_thread_semaphore_untimed"), mode);
+  contended_benchmark<ts_untimed>(on(contended, mode, "rein_semaphore_untimed"), mode);
   contended_benchmark<channel_try_first>(on(contended, mode, "channel_try_send_then_async_send"), mode);
   contended_benchmark<channel_async>(on(contended, mode, "channel_async_send"), mode);
   contended_benchmark<concurrent_channel_try_first>(
@@ -490,6 +506,11 @@ void register_summary() {
                  c_on + ch, c_on + "rein_single_thread_semaphore", bound::at_least, 1);
     ratio_target(std::string("contended, reactor on: concurrent_") + ch + " / semaphore (> 1: rein faster)",
                  c_on + "concurrent_" + ch, c_on + "rein_semaphore", bound::at_least, 1);
+    // The same without the two clock reads per handoff that time the waits (the channel times nothing).
+    ratio_target(std::string("contended, reactor on: ") + ch + " / single_thread_semaphore, measure_wait off",
+                 c_on + ch, c_on + "rein_single_thread_semaphore_untimed", bound::at_least, 1);
+    ratio_target(std::string("contended, reactor on: concurrent_") + ch + " / semaphore, measure_wait off",
+                 c_on + "concurrent_" + ch, c_on + "rein_semaphore_untimed", bound::at_least, 1);
   }
 
   for (const char* sem : {"rein_single_thread_semaphore", "rein_semaphore", "rein_semaphore_cancellable"}) {

@@ -262,7 +262,7 @@ class basic_adaptive_limiter {
   basic_adaptive_limiter(const executor_type& ex, const algorithm_options& algorithm = {},
                          adaptive_limiter_options options = {})
       : classify_(validated(std::move(options.classify))),
-        core_(std::make_shared<core_type>(ex, options.max_waiters, algorithm)) {}
+        core_(std::make_shared<core_type>(ex, detail::line_options{options.max_waiters}, algorithm)) {}
 
   /// Constructs a limiter on an execution context (an io_context).
   template <class ExecutionContext>

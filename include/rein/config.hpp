@@ -44,6 +44,15 @@
 #define REIN_HAS_CANCEL_AFTER 0
 #endif
 
+// Keeps a rarely taken path out of a hot caller, so that the caller stays small enough to inline.
+#if defined(__GNUC__) || defined(__clang__)
+#define REIN_NOINLINE __attribute__((noinline))
+#elif defined(_MSC_VER)
+#define REIN_NOINLINE __declspec(noinline)
+#else
+#define REIN_NOINLINE
+#endif
+
 #if defined(REIN_STANDALONE_ASIO)
 #include <asio/async_result.hpp>
 #if REIN_ASIO_VERSION >= 102400

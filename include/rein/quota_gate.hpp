@@ -268,7 +268,7 @@ class basic_quota_gate {
   /// Constructs an open gate, completing operations on `ex` by default.
   /// @throws std::invalid_argument naming the field and value when an option is out of range.
   explicit basic_quota_gate(const executor_type& ex, const quota_gate_options& options = {})
-      : core_(std::make_shared<core_type>(ex, options.max_waiters, validated_max_pause(options),
+      : core_(std::make_shared<core_type>(ex, detail::line_options{options.max_waiters}, validated_max_pause(options),
                                           validated_jitter(options), validated_max_jitter(options),
                                           options.seed ? *options.seed : random_seed(), &next_sequence_)) {}
 

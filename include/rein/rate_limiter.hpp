@@ -243,7 +243,7 @@ class basic_rate_limiter {
 
   /// Wraps `limit` (made at the clock's current time), completing operations on `ex` by default.
   basic_rate_limiter(const executor_type& ex, Limit limit, rate_limiter_options options = {})
-      : core_(std::make_shared<core_type>(ex, options.max_waiters, std::move(limit))) {}
+      : core_(std::make_shared<core_type>(ex, detail::line_options{options.max_waiters}, std::move(limit))) {}
 
   /// Wraps `limit`, on an execution context (an io_context).
   template <class ExecutionContext>

@@ -5,6 +5,7 @@
 #include "support/catch.hpp"
 
 #include <rein/error.hpp>
+#include <rein/null_mutex.hpp>
 #include <rein/permit.hpp>
 #include <rein/semaphore.hpp>
 
@@ -864,6 +865,75 @@ TEST_CASE("snapshot: every field is exact after a known history", "[semaphore][t
   CHECK(s.wait_max == 30ms);
   CHECK(failed_with(w3, aborted));
   CHECK(granted(w2.done, 1));
+}
+
+namespace {
+
+// The manual clock, counting its reads.
+struct counting_clock {
+  using rep = manual_clock::rep;
+  using period = manual_clock::period;
+  using duration = manual_clock::duration;
+  using time_point = std::chrono::time_point<counting_clock, duration>;
+  static constexpr bool is_steady = true;
+  inline static std::size_t reads = 0;
+  static time_point now() noexcept {
+    ++reads;
+    return time_point(manual_clock::now().time_since_epoch());
+  }
+};
+
+using counted_semaphore = rein::basic_semaphore<net::any_io_executor, rein::null_mutex, counting_clock>;
+
+}  // namespace
+
+TEST_CASE("a timed wait reads the clock at the acquire call and at the grant; an untimed one never",
+          "[semaphore][snapshot]") {
+  rein_test::manual_clock_at_epoch epoch;
+  for (const bool measure : {true, false}) {
+    DYNAMIC_SECTION("measure_wait " << measure) {
+      net::io_context io;
+      counted_semaphore sem(io, 1, {.measure_wait = measure});
+      counting_clock::reads = 0;
+      permit a = sem.try_acquire();
+      record_ptr b = start(sem, 1);
+      poll(io);
+      rein_test::advance_and_poll(io, 7ms);
+      a.release();
+      poll(io);
+      REQUIRE(granted(b, 1));
+      b->get<1>().release();
+      CHECK(counting_clock::reads == (measure ? 2u : 0u));
+      const auto s = sem.snapshot();
+      CHECK(s.acquired_total == 2);
+      CHECK(s.wait_total == (measure ? 7ms : 0ms));
+      CHECK(s.wait_max == (measure ? 7ms : 0ms));
+    }
+  }
+}
+
+TEST_CASE("with measure_wait off, deadlines still expire on time and the waits stay untimed",
+          "[semaphore][snapshot][deadline]") {
+  rein_test::manual_clock_at_epoch epoch;
+  net::io_context io;
+  timed_semaphore sem(io, 1, {.measure_wait = false});
+  permit a = sem.try_acquire();
+  record_ptr plain = start(sem, 1);     // no deadline: queued at 0 without a clock read
+  auto soon = start_for(sem, 1, 5ms);   // expires at 5
+  rein_test::advance_and_poll(io, 4ms);
+  CHECK_FALSE(soon.done->called());
+  rein_test::advance_and_poll(io, 1ms);
+  CHECK(failed_with(soon.done, rein::errc::timed_out));
+  CHECK(*soon.at == 5ms);
+  rein_test::advance_and_poll(io, 5ms);
+  a.release();
+  poll(io);
+  CHECK(granted(plain, 1));
+  const auto s = sem.snapshot();
+  CHECK(s.timed_out_total == 1);
+  CHECK(s.acquired_total == 2);
+  CHECK(s.wait_total == 0ms);
+  CHECK(s.wait_max == 0ms);
 }
 
 // ---- fast path, stack depth, executors, allocators, exceptions ----------------------------------------

@@ -8,6 +8,7 @@
 #include <rein/detail/deadline_heap.hpp>
 #include <rein/detail/limiter_core.hpp>
 #include <rein/detail/op_queue.hpp>
+#include <rein/detail/spare_allocator.hpp>
 #include <rein/semaphore.hpp>
 
 #include <atomic>
@@ -20,6 +21,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -76,7 +78,8 @@ struct limiter {
   std::shared_ptr<Core> core;
   template <class... Args>
   explicit limiter(net::io_context& io, std::size_t max_waiters, Args&&... args)
-      : core(std::make_shared<Core>(io.get_executor(), max_waiters, std::forward<Args>(args)...)) {}
+      : core(std::make_shared<Core>(io.get_executor(), rein::detail::line_options{max_waiters},
+                                    std::forward<Args>(args)...)) {}
   limiter(const limiter&) = delete;
   limiter& operator=(const limiter&) = delete;
   ~limiter() { core->shutdown(); }
@@ -162,6 +165,70 @@ TEST_CASE("a parked op costs 80 bytes plus its handler on a 64-bit target", "[co
   if constexpr (sizeof(void*) == 8) CHECK(sizeof(wait_op) == 80);
   CHECK(sizeof(rein::detail::wait_op_impl<net::detail::awaitable_handler<net::any_io_executor, error_code, rein::permit>,
                                           net::any_io_executor, true>) == sizeof(wait_op) + sizeof(void*));
+}
+
+// ---- spare_allocator ---------------------------------------------------------------------------------
+
+namespace {
+struct block_of_72 {
+  char bytes[72];
+};
+struct over_aligned_block {
+  alignas(64) char bytes[64];
+};
+}  // namespace
+
+TEST_CASE("spare_allocator keeps up to 8 freed blocks per thread and hands the latest out first", "[core]") {
+  rein::detail::spare_allocator<block_of_72> alloc;
+  std::vector<block_of_72*> blocks;
+  for (int i = 0; i < 9; ++i) blocks.push_back(alloc.allocate(1));
+  for (block_of_72* b : blocks) alloc.deallocate(b, 1);  // the ninth goes back to operator delete
+  for (int i = 7; i >= 0; --i) CHECK(alloc.allocate(1) == blocks[static_cast<std::size_t>(i)]);
+  for (int i = 0; i < 8; ++i) alloc.deallocate(blocks[static_cast<std::size_t>(i)], 1);
+}
+
+TEST_CASE("spare_allocator: another thread's spares are its own, an array bypasses them, alignment is kept",
+          "[core]") {
+  rein::detail::spare_allocator<block_of_72> alloc;
+  block_of_72* mine = alloc.allocate(1);
+  alloc.deallocate(mine, 1);
+  block_of_72* theirs = nullptr;
+  std::thread([&] {
+    theirs = alloc.allocate(1);  // this thread has no spare: a fresh block
+    alloc.deallocate(theirs, 1);  // freed when the thread ends
+  }).join();
+  CHECK(theirs != mine);
+  block_of_72* array = alloc.allocate(2);
+  CHECK(array != mine);
+  alloc.deallocate(array, 2);
+  CHECK(alloc.allocate(1) == mine);
+  alloc.deallocate(mine, 1);
+  rein::detail::spare_allocator<over_aligned_block> aligned;
+  over_aligned_block* a = aligned.allocate(1);
+  CHECK(reinterpret_cast<std::uintptr_t>(a) % 64 == 0);
+  aligned.deallocate(a, 1);
+  CHECK(aligned.allocate(1) == a);
+  aligned.deallocate(a, 1);
+}
+
+TEST_CASE("a parked op whose handler has no allocator lives in the thread's latest spare block", "[core]") {
+  net::io_context io;
+  rein::single_thread_semaphore sem(io, 1);
+  rein::permit held = sem.try_acquire();
+  auto handler = [](error_code, rein::permit) {};
+  using op_type = rein::detail::wait_op_impl<decltype(handler), net::any_io_executor, true, false>;
+  rein::detail::spare_allocator<op_type> spares;
+  op_type* x = spares.allocate(1);
+  spares.deallocate(x, 1);          // x is now the latest spare
+  sem.async_acquire(1, handler);    // parks in x
+  op_type* other = spares.allocate(1);
+  CHECK(other != x);
+  spares.deallocate(other, 1);
+  held.release();
+  poll(io);                         // the op ran its handler and went back to the spares
+  CHECK(sem.available() == 1);
+  CHECK(spares.allocate(1) == x);
+  spares.deallocate(x, 1);
 }
 
 // ---- deadline_heap ----------------------------------------------------------------------------------

@@ -51,6 +51,7 @@
 #include <rein/detail/op_queue.hpp>
 #include <rein/detail/permit_source.hpp>
 #include <rein/detail/wait_op.hpp>
+#include <rein/null_mutex.hpp>
 #include <rein/outcome.hpp>
 #include <rein/permit.hpp>
 #include <rein/wait_stats.hpp>
@@ -80,6 +81,13 @@
 
 namespace rein::detail {
 
+/// What the public limiters pass to their core besides the policy.
+struct line_options {
+  std::size_t max_waiters;    ///< one more waiter completes with errc::queue_full
+  bool measure_wait = true;   ///< time waits for wait_total and wait_max (a timeless policy reads no clock
+                              ///< for waits without a deadline when false)
+};
+
 template <class Policy, class Executor, class Clock, class Mutex, bool WithPermit>
 class limiter_core final : public permit_source,
                            public wait_owner,
@@ -92,8 +100,11 @@ class limiter_core final : public permit_source,
   using timer_type = net::basic_waitable_timer<Clock, net::wait_traits<Clock>, Executor>;
 
   template <class... PolicyArgs>
-  limiter_core(const Executor& ex, std::size_t max_waiters, PolicyArgs&&... policy_args)
-      : executor_(ex), policy_(std::forward<PolicyArgs>(policy_args)...), max_waiters_(max_waiters) {}
+  limiter_core(const Executor& ex, line_options options, PolicyArgs&&... policy_args)
+      : executor_(ex),
+        policy_(std::forward<PolicyArgs>(policy_args)...),
+        max_waiters_(options.max_waiters),
+        measure_wait_(Policy::needs_time || options.measure_wait) {}
 
   limiter_core(const limiter_core&) = delete;
   limiter_core& operator=(const limiter_core&) = delete;
@@ -119,7 +130,7 @@ class limiter_core final : public permit_source,
   /// If this throws (no memory), nothing changed and the handler was destroyed uncalled.
   template <class Handler>
   void async_acquire(Handler&& handler, std::size_t n, time_point deadline) {
-    using op_type = wait_op_impl<std::decay_t<Handler>, Executor, WithPermit>;
+    using op_type = wait_op_impl<std::decay_t<Handler>, Executor, WithPermit, !std::is_same_v<Mutex, null_mutex>>;
     op_type* op = op_type::create(std::forward<Handler>(handler), n);  // allocate before taking the lock
     completions done(this);
     try {
@@ -212,7 +223,7 @@ class limiter_core final : public permit_source,
       return;
     }
     completions done(this);
-    const time_point now = Clock::now();
+    const time_point now = clock_now_locked();
     policy_.on_release(n, stamp, result, now);
     dispatch_locked(now, done);
     lock.unlock();  // before `done` posts, although it was declared after the lock
@@ -324,6 +335,13 @@ class limiter_core final : public permit_source,
     else return time_point{};
   }
 
+  // The time for grants and expiries while ops may wait: needed by the policy, the wait statistics, or a
+  // deadline. A clock read costs about a tenth of a contended handoff (two per waited acquire).
+  time_point clock_now_locked() const {
+    if (measure_wait_ || !deadlines_.empty()) return Clock::now();
+    return time_point{};
+  }
+
   static std::int64_t to_ns_saturated(time_point t) noexcept {
     using ns = std::chrono::nanoseconds;
     const duration d = t.time_since_epoch();
@@ -350,7 +368,7 @@ class limiter_core final : public permit_source,
       return finish_locked(op, wait_status::granted, done), false;
     }
     // A timeless policy read no clock above; the wait statistics and the deadline need one from here on.
-    if constexpr (!Policy::needs_time) now = Clock::now();
+    if (!Policy::needs_time && (measure_wait_ || deadline != time_point::max())) now = Clock::now();
     if (queue_.size() >= max_waiters_) {
       ++stats_.queue_full_total;
       ++stats_.rejected_total;
@@ -361,7 +379,8 @@ class limiter_core final : public permit_source,
       ++stats_.rejected_total;
       return finish_locked(op, wait_status::timed_out, done), false;
     }
-    if (queue_.empty()) work_.emplace(executor_);
+    const bool first = queue_.empty();
+    if (first) work_.emplace(executor_);
     op->stamp_ns = to_ns(now).count();
     op->seq = next_seq_++;
     queue_.push_back(op);
@@ -370,6 +389,9 @@ class limiter_core final : public permit_source,
     // holds exactly the ops whose deadline_ns is not no_deadline, which is how dequeue_locked finds them.
     if (deadline != time_point::max()) op->deadline_ns = to_ns_saturated(deadline);
     if (op->deadline_ns != no_deadline) deadlines_.push(op);
+    // The timer serves the head and the nearest deadline: an op queued behind others without a deadline
+    // changes neither (the common case under contention).
+    if (!first && op->deadline_ns == no_deadline) return true;
     try {
       arm_timer_locked(now);
     } catch (...) {
@@ -425,9 +447,11 @@ class limiter_core final : public permit_source,
   }
 
   void grant_locked(wait_op* op, time_point now, completions& done) noexcept {
-    const std::chrono::nanoseconds waited(to_ns(now).count() - op->stamp_ns);
-    stats_.wait_total += waited;
-    stats_.wait_max = std::max(stats_.wait_max, waited);
+    if (measure_wait_) {
+      const std::chrono::nanoseconds waited(to_ns(now).count() - op->stamp_ns);
+      stats_.wait_total += waited;
+      stats_.wait_max = std::max(stats_.wait_max, waited);
+    }
     ++stats_.acquired_total;
     op->stamp_ns = to_ns(now).count();
     unlink_locked(op, wait_status::granted, done);
@@ -450,6 +474,11 @@ class limiter_core final : public permit_source,
                                                       std::chrono::nanoseconds(deadlines_.top()->deadline_ns))));
     if (wake == time_point::max()) return cancel_timer_locked();
     if (timer_armed_ && timer_at_ <= wake) return;
+    start_timer_locked(wake);
+  }
+
+  // Out of line: the checks above run on every grant, this only when the wake-up moves earlier.
+  REIN_NOINLINE void start_timer_locked(time_point wake) {
     timer_armed_ = false;
     ++timer_generation_;
     // Made on first use: creating a timer starts its execution context's reactor, which makes every later
@@ -463,7 +492,10 @@ class limiter_core final : public permit_source,
   }
 
   void cancel_timer_locked() noexcept {
-    if (!timer_armed_) return;
+    if (timer_armed_) stop_timer_locked();
+  }
+
+  REIN_NOINLINE void stop_timer_locked() noexcept {
     timer_armed_ = false;
     ++timer_generation_;
     try {
@@ -500,6 +532,7 @@ class limiter_core final : public permit_source,
   deadline_heap deadlines_;
   std::optional<work_guard> work_;  // engaged while anyone waits
   std::size_t max_waiters_;
+  bool measure_wait_;
   std::size_t queued_units_ = 0;
   wait_stats stats_{};
   time_point timer_at_{};

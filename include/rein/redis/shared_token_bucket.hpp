@@ -315,11 +315,13 @@ class remote_op_impl final : public remote_op {
   using alloc_traits = std::allocator_traits<allocator_type>;
 
  public:
-  static remote_op_impl* create(Handler&& handler, std::size_t n) {
+  /// `handler` may be an lvalue (an initiating function called with a named handler): it is copied.
+  template <class H>
+  static remote_op_impl* create(H&& handler, std::size_t n) {
     allocator_type alloc(net::get_associated_allocator(handler));
     remote_op_impl* p = alloc_traits::allocate(alloc, 1);
     try {
-      return ::new (static_cast<void*>(p)) remote_op_impl(std::move(handler), n);
+      return ::new (static_cast<void*>(p)) remote_op_impl(std::forward<H>(handler), n);
     } catch (...) {
       alloc_traits::deallocate(alloc, p, 1);
       throw;
@@ -332,7 +334,8 @@ class remote_op_impl final : public remote_op {
   }
 
  private:
-  remote_op_impl(Handler&& handler, std::size_t n) : handler_(std::move(handler)) {
+  template <class H>
+  remote_op_impl(H&& handler, std::size_t n) : handler_(std::forward<H>(handler)) {
     count = n;
     deliver = &do_deliver;
   }
