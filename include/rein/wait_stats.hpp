@@ -17,7 +17,8 @@ struct wait_stats {
   std::uint64_t timed_out_total = 0;   ///< completed with errc::timed_out (at once or on expiry)
   std::uint64_t cancelled_total = 0;   ///< completed with operation_aborted by a cancellation slot
   std::chrono::nanoseconds wait_total{0};  ///< summed over grants: time from the acquire call to the grant
-  std::chrono::nanoseconds wait_max{0};    ///< the longest such wait
+                                           ///< (zero for a semaphore with semaphore_options::measure_wait off)
+  std::chrono::nanoseconds wait_max{0};    ///< the longest such wait (likewise)
 };
 
 }  // namespace rein

@@ -540,14 +540,21 @@ TEST_CASE("destroying the semaphore completes its waiters with operation_aborted
   CHECK(io.stopped());  // nothing left behind: no timer, no work
 }
 
-TEST_CASE("an io_context destroyed with a grant queued gives the permit back", "[semaphore][lifetime]") {
+TEMPLATE_TEST_CASE("an io_context destroyed with a grant queued gives the permit back", "[semaphore][lifetime]",
+                   rein::semaphore, rein::single_thread_semaphore) {
   net::io_context io;
-  rein::semaphore sem(io, 1);
+  TestType sem(io, 1);
   permit held = sem.try_acquire();
   auto other = std::make_unique<net::io_context>();
   auto [handler, lost] = checked_acquire();
   lost->may_be_destroyed_uncalled = true;
-  sem.async_acquire(1, net::bind_executor(other->get_executor(), std::move(handler)));
+  // Bound to the io_context's own executor type, or to one wrapped in any_io_executor (which the
+  // completion unwraps to post to the io_context directly): both completions die with `other`.
+  const bool wrapped = GENERATE(false, true);
+  if (wrapped)
+    sem.async_acquire(1, net::bind_executor(net::any_io_executor(other->get_executor()), std::move(handler)));
+  else
+    sem.async_acquire(1, net::bind_executor(other->get_executor(), std::move(handler)));
   record_ptr next = start(sem, 1);
   poll(io);
   held.release();  // granted to `lost`, whose completion waits in `other`
@@ -934,6 +941,47 @@ TEST_CASE("with measure_wait off, deadlines still expire on time and the waits s
   CHECK(s.acquired_total == 2);
   CHECK(s.wait_total == 0ms);
   CHECK(s.wait_max == 0ms);
+}
+
+namespace {
+
+// A lock that counts how often it is taken.
+struct counting_mutex {
+  inline static std::size_t locks = 0;
+  void lock() noexcept { ++locks; }
+  void unlock() noexcept {}
+  bool try_lock() noexcept { return ++locks, true; }
+};
+
+}  // namespace
+
+TEST_CASE("a coroutine that queues behind other waiters locks once: it skips the synchronous try",
+          "[semaphore][fast_path]") {
+  net::io_context io;
+  rein::basic_semaphore<net::any_io_executor, counting_mutex> sem(io, 1);
+  int granted_count = 0;
+  auto worker = [&]() -> net::awaitable<void> {
+    permit p = co_await sem.acquire();
+    ++granted_count;
+  };
+  permit held = sem.try_acquire();
+  counting_mutex::locks = 0;
+  net::co_spawn(io, worker(), net::detached);
+  poll(io);
+  CHECK(counting_mutex::locks == 2);  // nobody waited yet: the try (fails, the permit is held), then the queue
+  counting_mutex::locks = 0;
+  net::co_spawn(io, worker(), net::detached);
+  poll(io);
+  CHECK(counting_mutex::locks == 1);  // behind a waiter: the queue only
+  held.release();
+  poll(io);
+  CHECK(granted_count == 2);
+  CHECK(sem.available() == 1);
+  counting_mutex::locks = 0;
+  net::co_spawn(io, worker(), net::detached);
+  poll(io);
+  CHECK(counting_mutex::locks == 2);  // the line is empty again: the try succeeds (lock), the permit returns (lock)
+  CHECK(granted_count == 3);
 }
 
 // ---- fast path, stack depth, executors, allocators, exceptions ----------------------------------------

@@ -67,6 +67,24 @@ TEST_CASE("clients whose clocks disagree by hours share the bucket exactly: only
   CHECK(at[5] < std::chrono::milliseconds(2000));
 }
 
+TEST_CASE("an initiating function called with a named handler copies it") {
+  redis_server server;
+  net::io_context io;
+  rein::redis::connection c(io, local(server.port()));
+  shared_token_bucket bucket(c, quota("named", 2, 5));
+  int calls = 0;
+  int failures = 0;
+  const auto handler = [&](rein::error_code ec) {
+    ++calls;
+    if (ec) ++failures;
+  };
+  bucket.async_acquire(1, handler);  // an lvalue, as Asio allows: each operation keeps its own copy
+  bucket.async_acquire(2, handler);
+  REQUIRE(run_until(io, [&] { return calls == 2; }));
+  CHECK(failures == 0);
+  CHECK(bucket.snapshot().acquired_total == 2);
+}
+
 TEST_CASE("a full bucket admits its capacity at once; the next caller waits for the refill") {
   redis_server server;
   net::io_context io;

@@ -125,6 +125,10 @@ class limiter_core final : public permit_source,
     return true;
   }
 
+  /// Whether anyone waited a moment ago, read without the lock: true means try_acquire would most likely
+  /// fail, so a caller about to wait anyway can skip it (and its lock). Either answer may be stale.
+  bool waiting_hint() const noexcept { return waiting_.load(std::memory_order_relaxed); }
+
   /// Starts a waiting acquire of n, completing through `handler` (see wait_op_impl for the signature).
   /// `deadline` of time_point::max() means none (deadline_after() computes one without overflow).
   /// If this throws (no memory), nothing changed and the handler was destroyed uncalled.
@@ -380,7 +384,10 @@ class limiter_core final : public permit_source,
       return finish_locked(op, wait_status::timed_out, done), false;
     }
     const bool first = queue_.empty();
-    if (first) work_.emplace(executor_);
+    if (first) {
+      work_.emplace(executor_);
+      waiting_.store(true, std::memory_order_relaxed);
+    }
     op->stamp_ns = to_ns(now).count();
     op->seq = next_seq_++;
     queue_.push_back(op);
@@ -390,8 +397,11 @@ class limiter_core final : public permit_source,
     if (deadline != time_point::max()) op->deadline_ns = to_ns_saturated(deadline);
     if (op->deadline_ns != no_deadline) deadlines_.push(op);
     // The timer serves the head and the nearest deadline: an op queued behind others without a deadline
-    // changes neither (the common case under contention).
-    if (!first && op->deadline_ns == no_deadline) return true;
+    // changes neither (the common case under contention), so the timer needs no work if it is armed, or if
+    // nothing can need it (no time-based policy, no deadline). Otherwise an arm that failed before (see
+    // dispatch_locked) is retried here.
+    if (!first && op->deadline_ns == no_deadline && (timer_armed_ || (!Policy::needs_time && deadlines_.empty())))
+      return true;
     try {
       arm_timer_locked(now);
     } catch (...) {
@@ -416,6 +426,7 @@ class limiter_core final : public permit_source,
     queue_.erase(op);
     queued_units_ -= op->count;
     if (op->deadline_ns != no_deadline) deadlines_.erase(op);
+    if (queue_.empty()) waiting_.store(false, std::memory_order_relaxed);
     if (queue_.empty() && work_) {
       done.idle_work.emplace(std::move(*work_));
       work_.reset();
@@ -540,6 +551,7 @@ class limiter_core final : public permit_source,
   std::uint32_t next_seq_ = 0;
   bool timer_armed_ = false;
   bool closed_ = false;
+  std::atomic<bool> waiting_{false};  // !queue_.empty(), written under the lock (waiting_hint)
   std::atomic<bool> shut_down_{false};
 #ifndef NDEBUG
   std::atomic<std::size_t> live_permits_{0};

@@ -12,6 +12,18 @@
 
 namespace rein::detail {
 
+// Under AddressSanitizer every op gets a fresh block, so that a use of a freed op is still caught.
+#if defined(__SANITIZE_ADDRESS__)
+#define REIN_SPARE_BLOCKS 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define REIN_SPARE_BLOCKS 0
+#endif
+#endif
+#ifndef REIN_SPARE_BLOCKS
+#define REIN_SPARE_BLOCKS 8
+#endif
+
 /// A few spare blocks per thread for each block size and alignment (a stack: the most recently freed block,
 /// the likeliest in cache, goes out first). Several, because completions run in batches: the releases of one
 /// scheduler pass free their ops before the next acquires make theirs.
@@ -19,19 +31,30 @@ template <std::size_t Size, std::size_t Align>
 class thread_spare_block {
  public:
   static void* allocate() {
-    slot& s = spare();
-    if (s.count != 0) return s.blocks[--s.count];
+    if constexpr (capacity != 0) {
+      if (!ended()) {
+        slot& s = spare();
+        if (s.count != 0) return s.blocks[--s.count];
+      }
+    }
     return fresh();
   }
 
   static void deallocate(void* p) noexcept {
-    slot& s = spare();
-    if (s.count != capacity) s.blocks[s.count++] = p;
-    else release(p);
+    if constexpr (capacity != 0) {
+      if (!ended()) {
+        slot& s = spare();
+        if (s.count != capacity) {
+          s.blocks[s.count++] = p;
+          return;
+        }
+      }
+    }
+    release(p);
   }
 
  private:
-  static constexpr std::size_t capacity = 8;
+  static constexpr std::size_t capacity = REIN_SPARE_BLOCKS;
   static constexpr bool over_aligned = Align > __STDCPP_DEFAULT_NEW_ALIGNMENT__;
 
   static void* fresh() {
@@ -44,14 +67,23 @@ class thread_spare_block {
     else ::operator delete(p);
   }
 
+  // Set when the thread's slot is destroyed: an op freed later in the thread's exit (say, by a thread_local
+  // io_context destroyed with a completion queued) goes straight back to operator delete. Trivially
+  // destructible, so it can be read to the very end of the thread.
+  static bool& ended() noexcept {
+    thread_local bool flag = false;
+    return flag;
+  }
+
   struct slot {
-    void* blocks[capacity];
+    void* blocks[capacity == 0 ? 1 : capacity];
     std::size_t count = 0;
     slot() = default;
     slot(const slot&) = delete;
     slot& operator=(const slot&) = delete;
     ~slot() {
-      while (count != 0) release(blocks[--count]);  // the thread ends
+      ended() = true;
+      while (count != 0) release(blocks[--count]);
     }
   };
 

@@ -9,9 +9,9 @@
 //   exactly one of two parties wins the op's status with a compare-and-swap from `granted`: the runner
 //   (to `delivered`: the handler gets the permit) or a cancellation (to `aborted`, under the limiter's lock:
 //   the units go back to the limiter and the handler gets operation_aborted). A single-threaded limiter's
-//   runner uses a plain read and write instead: there, a cancellation cannot run at the same time. Either way nothing is lost and
-//   nothing is handed out twice. This is what lets a waiter cancelled after its grant but before it resumes
-//   pass the permit on (issue 2, case 3), as asyncio's and tokio's semaphores do.
+//   runner uses a plain read and write instead: there, a cancellation cannot run at the same time. Either
+//   way nothing is lost and nothing is handed out twice. This is what lets a waiter cancelled after its
+//   grant but before it resumes pass the permit on (issue 2, case 3), as asyncio's and tokio's semaphores do.
 // - Completion never runs the handler in place: `complete` posts a runner to the handler's associated
 //   executor. The op stays allocated until the runner runs there, clears the cancellation slot and frees the
 //   op, so a cancellation emitted meanwhile (from that same executor, as Asio requires of emitters) still
@@ -65,9 +65,13 @@ void post_unwrapped(const Executor& ex, Function&& f) {
 #if !defined(BOOST_ASIO_NO_TYPEID) && !defined(ASIO_NO_TYPEID)
   if constexpr (std::is_same_v<Executor, net::any_io_executor>) {
     if (const auto* io = ex.template target<net::io_context::executor_type>()) {
-      net::prefer(net::require(*io, net::execution::blocking.never),
-                  net::execution::allocator(net::get_associated_allocator(f)))
-          .execute(std::forward<Function>(f));
+      const auto target = net::prefer(net::require(*io, net::execution::blocking.never),
+                                      net::execution::allocator(net::get_associated_allocator(f)));
+#if REIN_ASIO_VERSION < 102400
+      net::execution::execute(target, std::forward<Function>(f));  // the member is private before Asio 1.24
+#else
+      target.execute(std::forward<Function>(f));
+#endif
       return;
     }
   }
@@ -183,7 +187,8 @@ class wait_op_impl final : public wait_op {
   using alloc_traits = std::allocator_traits<allocator_type>;
 
  public:
-  /// Allocates with the handler's associated allocator (as Asio's own operations do).
+  /// Allocates with the handler's associated allocator (as Asio's own operations do), or, for a handler
+  /// without one, from the thread's spare blocks (spare_allocator.hpp).
   /// `handler` may be an lvalue (an initiating function called with a named handler): it is copied.
   template <class H>
   static wait_op_impl* create(H&& handler, std::size_t n) {

@@ -307,7 +307,8 @@ class remote_ready {
 };
 
 // remote_op for one handler type: allocated with the handler's associated allocator, completed by posting
-// a runner to the handler's associated executor (never in place), signature void(error_code).
+// a runner to the handler's associated executor (never in place), signature void(error_code). It skips the
+// local ops' spare blocks and direct io_context post (wait_op.hpp): a Redis round trip dwarfs both.
 template <class Handler, class IoExecutor>
 class remote_op_impl final : public remote_op {
   using handler_allocator = net::associated_allocator_t<Handler>;
@@ -340,8 +341,12 @@ class remote_op_impl final : public remote_op {
     deliver = &do_deliver;
   }
 
-  static void destroy(remote_op_impl* op) noexcept {
-    allocator_type alloc(net::get_associated_allocator(op->handler_));
+  static void destroy(remote_op_impl* op) noexcept { destroy(op, net::get_associated_allocator(op->handler_)); }
+
+  // `handler_alloc` must not live in the op (it is destroyed first); after the handler was moved out, pass a
+  // copy taken before.
+  static void destroy(remote_op_impl* op, const handler_allocator& handler_alloc) noexcept {
+    allocator_type alloc(handler_alloc);
     op->~remote_op_impl();
     alloc_traits::deallocate(alloc, op, 1);
   }
@@ -370,10 +375,11 @@ class remote_op_impl final : public remote_op {
       remote_op_impl* op = std::exchange(op_, nullptr);
       auto slot = net::get_associated_cancellation_slot(op->handler_);
       if (slot.is_connected()) slot.clear();  // no cancellation reaches the op from here on
+      const handler_allocator alloc = net::get_associated_allocator(op->handler_);
       Handler handler(std::move(op->handler_));
       error_code ec = op->result;
       if (keep_ && !op->claim()) ec = net::error::operation_aborted;  // revoked first
-      destroy(op);
+      destroy(op, alloc);  // the op's handler was moved from: use the allocator copied before
       keep_.reset();
       std::move(handler)(ec);
     }
