@@ -1,4 +1,4 @@
-// rein::semaphore against what a user writes today (issue 2, "Acceptance: benchmarks"), side by side:
+// rein::semaphore against what a user writes today, side by side, with the semaphore's design targets:
 //
 //   floor_nested_awaitable   co_await of a nested awaitable that returns at once (the fast path's floor)
 //   floor_post               co_await net::post(net::use_awaitable) (one scheduler round trip)
@@ -23,7 +23,7 @@
 //   memory/parked_100k/<idiom>            100,000 coroutines parked on the idiom; heap per waiter
 //
 // At exit the binary prints (stderr) Markdown tables of CPU-time medians with ratios to the floors, and the
-// pass/fail of the issue's targets (support/ratio_summary.hpp).
+// pass/fail of those targets (support/ratio_summary.hpp).
 #define REIN_BENCH_DEFINE_COUNTING_NEW
 #include "support/counting_new.hpp"
 

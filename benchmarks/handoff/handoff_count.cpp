@@ -1,7 +1,7 @@
 // The contended handoff of benchmarks/semaphore.cpp (64 coroutines share 4 permits: acquire, co_await post,
 // release) for an exact number of iterations, so that an instruction counter (callgrind) can compare the
 // idioms without the timing noise of code placement, which moves the contended rows of the timed benchmark
-// by up to 10% between builds of the same code. instructions.sh runs it.
+// by up to 15% between builds of the same code. instructions.sh runs it.
 //
 //   rein_handoff_count <idiom> <iterations> [reactor: 0|1, default 1]
 //   idioms: floor, single_thread_semaphore, semaphore, single_thread_semaphore_untimed, semaphore_untimed,
