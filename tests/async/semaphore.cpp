@@ -882,7 +882,7 @@ struct counting_clock {
   using period = manual_clock::period;
   using duration = manual_clock::duration;
   using time_point = std::chrono::time_point<counting_clock, duration>;
-  static constexpr bool is_steady = true;
+  [[maybe_unused]] static constexpr bool is_steady = true;
   inline static std::size_t reads = 0;
   static time_point now() noexcept {
     ++reads;
