@@ -28,6 +28,7 @@
 #include "support/counting_new.hpp"
 
 #include "support/bench_io.hpp"
+#include "support/channel_semaphore.hpp"
 #include "support/floors.hpp"
 #include "support/ratio_summary.hpp"
 
@@ -38,14 +39,10 @@
 #include <benchmark/benchmark.h>
 
 #if defined(REIN_STANDALONE_ASIO)
-#include <asio/experimental/channel.hpp>
-#include <asio/experimental/concurrent_channel.hpp>
 #include <asio/redirect_error.hpp>
 #include <asio/steady_timer.hpp>
 #include <asio/use_awaitable.hpp>
 #else
-#include <boost/asio/experimental/channel.hpp>
-#include <boost/asio/experimental/concurrent_channel.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -70,56 +67,6 @@ constexpr std::size_t contended_permits = 4;
 constexpr std::size_t parked_waiters = 100'000;
 
 // ---- The idioms ------------------------------------------------------------------------------------------
-
-// The channel's signature. Standalone Asio 1.22's channel_traits has two equally good partial
-// specializations for void(error_code) (R(error_code, Args...) and R(T)), so that flavour sends nothing.
-#if defined(REIN_STANDALONE_ASIO) && REIN_ASIO_VERSION < 102600
-using channel_signature = void();
-#else
-using channel_signature = void(error_code);
-#endif
-
-using channel = net::experimental::channel<channel_signature>;
-using concurrent_channel = net::experimental::concurrent_channel<channel_signature>;
-
-/// An experimental channel used as a semaphore: `permits` buffer slots; a sent value holds a slot.
-template <class Channel, bool TrySendFirst>
-class channel_semaphore {
- public:
-  channel_semaphore(const net::any_io_executor& ex, std::size_t permits) : channel_(ex, permits) {}
-
-  net::awaitable<void> acquire() {
-    if constexpr (TrySendFirst) {
-      if (try_send()) co_return;
-    }
-    co_await async_send();
-  }
-
-  void release() {
-    channel_.try_receive([](auto&&...) {});
-  }
-
-  /// Fails every parked acquire (they throw), for tear-down. (close() alone leaves parked senders parked.)
-  void close() {
-    channel_.cancel();
-    channel_.close();
-  }
-
- private:
-  static constexpr bool sends_error_code = std::is_same_v<channel_signature, void(error_code)>;
-
-  bool try_send() {
-    if constexpr (sends_error_code) return channel_.try_send(error_code{});
-    else return channel_.try_send();
-  }
-
-  auto async_send() {
-    if constexpr (sends_error_code) return channel_.async_send(error_code{}, net::use_awaitable);
-    else return channel_.async_send(net::use_awaitable);
-  }
-
-  Channel channel_;
-};
 
 /// The steady_timer + cancel_one semaphore (see the file comment).
 class timer_semaphore {

@@ -7,6 +7,9 @@
 //   idioms: floor, single_thread_semaphore, semaphore, single_thread_semaphore_untimed, semaphore_untimed,
 //           channel_async_send, channel_try_send_then_async_send, concurrent_channel_async_send,
 //           concurrent_channel_try_send_then_async_send
+#include "../support/channel_semaphore.hpp"
+#include "../support/floors.hpp"
+
 #include <rein/config.hpp>
 #include <rein/permit.hpp>
 #include <rein/semaphore.hpp>
@@ -14,19 +17,13 @@
 #if defined(REIN_STANDALONE_ASIO)
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
-#include <asio/experimental/channel.hpp>
-#include <asio/experimental/concurrent_channel.hpp>
 #include <asio/io_context.hpp>
-#include <asio/post.hpp>
 #include <asio/steady_timer.hpp>
 #include <asio/use_awaitable.hpp>
 #else
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
-#include <boost/asio/experimental/channel.hpp>
-#include <boost/asio/experimental/concurrent_channel.hpp>
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #endif
@@ -35,20 +32,18 @@
 #include <cstdlib>
 #include <optional>
 #include <string>
-#include <type_traits>
 
 namespace {
 
 namespace net = rein::net;
-using rein::error_code;
+using rein_bench::channel_semaphore;
+using rein_bench::post_round_trip;
 
 constexpr int coroutines = 64;
 constexpr std::size_t permits = 4;
 long remaining = 0;
 
 bool next() noexcept { return remaining-- > 0; }
-
-net::awaitable<void> post_round_trip() { co_await net::post(net::use_awaitable); }
 
 net::awaitable<void> floor_loop() {
   while (next()) co_await post_round_trip();
@@ -61,41 +56,6 @@ net::awaitable<void> rein_loop(Sem& sem) {
     co_await post_round_trip();
   }
 }
-
-// As in benchmarks/semaphore.cpp: Asio 1.22's channel cannot carry void(error_code).
-#if defined(REIN_STANDALONE_ASIO) && REIN_ASIO_VERSION < 102600
-using channel_signature = void();
-#else
-using channel_signature = void(error_code);
-#endif
-
-template <class Channel, bool TrySendFirst>
-class channel_semaphore {
- public:
-  channel_semaphore(const net::any_io_executor& ex, std::size_t n) : channel_(ex, n) {}
-
-  net::awaitable<void> acquire() {
-    if constexpr (TrySendFirst) {
-      if (try_send()) co_return;
-    }
-    if constexpr (sends_error_code) co_await channel_.async_send(error_code{}, net::use_awaitable);
-    else co_await channel_.async_send(net::use_awaitable);
-  }
-
-  void release() {
-    channel_.try_receive([](auto&&...) {});
-  }
-
- private:
-  static constexpr bool sends_error_code = std::is_same_v<channel_signature, void(error_code)>;
-
-  bool try_send() {
-    if constexpr (sends_error_code) return channel_.try_send(error_code{});
-    else return channel_.try_send();
-  }
-
-  Channel channel_;
-};
 
 template <class Sem>
 net::awaitable<void> channel_loop(Sem& sem) {
@@ -136,8 +96,8 @@ int main(int argc, char** argv) {
   net::io_context io;
   std::optional<net::steady_timer> reactor;  // a timer starts the io_context's reactor
   if (argc < 4 || std::atoi(argv[3]) != 0) reactor.emplace(io);
-  using channel = net::experimental::channel<channel_signature>;
-  using concurrent_channel = net::experimental::concurrent_channel<channel_signature>;
+  using rein_bench::channel;
+  using rein_bench::concurrent_channel;
   if (idiom == "floor") {
     for (int i = 0; i < coroutines; ++i) net::co_spawn(io, floor_loop(), net::detached);
     io.run();

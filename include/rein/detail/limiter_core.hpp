@@ -426,10 +426,12 @@ class limiter_core final : public permit_source,
     queue_.erase(op);
     queued_units_ -= op->count;
     if (op->deadline_ns != no_deadline) deadlines_.erase(op);
-    if (queue_.empty()) waiting_.store(false, std::memory_order_relaxed);
-    if (queue_.empty() && work_) {
-      done.idle_work.emplace(std::move(*work_));
-      work_.reset();
+    if (queue_.empty()) {
+      waiting_.store(false, std::memory_order_relaxed);
+      if (work_) {
+        done.idle_work.emplace(std::move(*work_));
+        work_.reset();
+      }
     }
   }
 
