@@ -94,7 +94,11 @@ class nginx_server {
 
   static std::filesystem::path template_path() {
     if (const char* env = std::getenv("REIN_NGINX_CONF"); env != nullptr && *env != '\0') return env;
-    return std::filesystem::path(__FILE__).parent_path().parent_path() / "nginx.conf.in";
+#if defined(REIN_TEST_SOURCE_DIR)
+    return std::filesystem::path(REIN_TEST_SOURCE_DIR) / "integration" / "nginx.conf.in";
+#else
+    return std::filesystem::path(__FILE__).parent_path().parent_path() / "nginx.conf.in";  // may be relative
+#endif
   }
 
   static std::string read_file(const std::filesystem::path& path) {
