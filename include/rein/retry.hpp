@@ -227,11 +227,14 @@ class basic_retry_policy {
       case attempt_kind::retryable: break;
     }
     if (!backoff_.may_retry(attempt_number)) return stop_locked(retry_stop::attempts_exhausted, stats_.attempts_exhausted_total);
+    // The delay first: it throws on a bad jitter draw or a negative Retry-After, and then nothing may have
+    // been charged to the budget or counted as a retry.
+    const std::chrono::nanoseconds delay = backoff_.delay(attempt_number, draw_locked(), result.retry_after());
     if (budget_ && !budget_->try_withdraw(Clock::now()))
       return stop_locked(retry_stop::budget_exhausted, stats_.budget_exhausted_total);
     ++stats_.retries_total;
     ++stats_.attempts_total;
-    return {std::nullopt, backoff_.delay(attempt_number, draw_locked(), result.retry_after())};
+    return {std::nullopt, delay};
   }
 
   /// Counters, copied under the lock.

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdint>
 #include <exception>
+#include <limits>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -320,4 +321,28 @@ TEST_CASE("invalid options are rejected with the field and the value", "[retry][
   budget.retry_ratio = -1;
   o.budget = budget;
   CHECK_THROWS_WITH(policy_t(o), "rein::algo::retry_budget: retry_ratio must be in [0, 1000] and finite, got -1");
+}
+
+TEST_CASE("a bad jitter draw or a negative Retry-After throws and charges nothing", "[retry][validation]") {
+  rein_test::manual_clock_at_epoch epoch;
+  rein::retry_options nan_draw = fixed(std::numeric_limits<double>::quiet_NaN());
+  nan_draw.budget = rein::algo::retry_budget_options{};
+  policy_t drawing(nan_draw);
+  const std::int64_t available = drawing.retries_available();
+  REQUIRE(available == 100);  // the budget's reserve: 10 per second over its 10 s window
+  CHECK_THROWS_WITH(drawing.on_attempt(1, busy()), "rein::algo::backoff: delay: uniform01 must be in [0, 1], got nan");
+  CHECK(drawing.retries_available() == available);
+  CHECK(drawing.stats().retries_total == 0);
+  CHECK(drawing.stats().attempts_total == 0);
+
+  rein::retry_options negative = fixed(0.5);
+  negative.budget = rein::algo::retry_budget_options{};
+  policy_t told(negative);
+  CHECK_THROWS_WITH(told.on_attempt(1, busy(-1s)), "rein::algo::backoff: delay: retry_after must be >= 0, got -1000000000ns");
+  CHECK(told.retries_available() == available);
+  CHECK(told.stats().retries_total == 0);
+  const auto next = told.on_attempt(1, busy(1s));  // a valid one is charged as before
+  CHECK(next.delay == 1s);
+  CHECK(told.retries_available() == available - 1);
+  CHECK(told.stats().retries_total == 1);
 }
