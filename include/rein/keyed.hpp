@@ -169,10 +169,15 @@ class keyed {
   };
 
   /// Makes an empty registry; each key's limiter will be `Limiter(ex, default_args...)` unless overridden.
-  /// @throws std::invalid_argument naming the field and value when an option is out of range.
+  /// The arguments are checked here, by making one limiter from them and discarding it, so that bad options
+  /// fail where they are given, not at the first get() of some key.
+  /// @throws std::invalid_argument naming the field and value when an option is out of range, and whatever
+  ///         `Limiter(ex, default_args...)` throws.
   template <class... Args>
   explicit keyed(const executor_type& ex, const keyed_options& options = {}, Args&&... default_args)
-      : executor_(ex), options_(validated(options)), default_factory_(factory_for(std::forward<Args>(default_args)...)) {}
+      : executor_(ex),
+        options_(validated(options)),
+        default_factory_(checked(factory_for(std::forward<Args>(default_args)...), ex)) {}
 
   /// As above, on an execution context (an io_context).
   template <class ExecutionContext, class... Args>
@@ -195,9 +200,11 @@ class keyed {
 
   /// Makes future limiters of `key` as `Limiter(ex, args...)`. A limiter already alive for `key` keeps its
   /// settings until it is evicted (references to it may be in use).
+  /// @throws whatever `Limiter(ex, args...)` throws (std::invalid_argument for bad options), checked here by
+  ///         making one limiter and discarding it; the override is then not set.
   template <class... Args>
   void set_override(const Key& key, Args&&... args) {
-    auto make = factory_for(std::forward<Args>(args)...);
+    auto make = checked(factory_for(std::forward<Args>(args)...), executor_);
     std::lock_guard<Mutex> lock(mutex_);
     overrides_.insert_or_assign(key, std::move(make));
   }
@@ -313,6 +320,11 @@ class keyed {
     return [... stored = std::forward<Args>(args)](const executor_type& ex) {
       return std::make_unique<Limiter>(ex, stored...);
     };
+  }
+
+  static factory checked(factory make, const executor_type& ex) {
+    (void)make(ex);  // throws for arguments no limiter can be made from
+    return make;
   }
 
   entry* create_locked(const Key& key) {

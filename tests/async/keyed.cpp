@@ -291,3 +291,22 @@ TEST_CASE("keys sprayed from many threads stay within the cap", "[keyed][threads
   CHECK(stats.created_total == stats.evicted_total + stats.keys);
   CHECK(stats.rejected_total == static_cast<std::uint64_t>(refused.load()));
 }
+
+TEST_CASE("invalid limiter options fail where they are given, not at a key's first use", "[keyed][validation]") {
+  rein_test::manual_clock_at_epoch epoch;
+  net::io_context io;
+  using bucket_t = rein::basic_token_bucket<net::any_io_executor, manual_clock>;
+  rein::token_bucket_options bad;
+  bad.rate = -1;
+  bad.capacity = 2;
+  CHECK_THROWS_WITH(rein::keyed<bucket_t>(io, opts(100, 0), bad),
+                    "rein::token_bucket: rate must be > 0, finite and at most 1e9 tokens per second, got -1");
+
+  rein::token_bucket_options good;
+  good.rate = 10;
+  good.capacity = 2;
+  rein::keyed<bucket_t> tenants(io, opts(100, 0), good);
+  CHECK_THROWS_WITH(tenants.set_override("t1", bad), "rein::token_bucket: rate must be > 0, finite and at most 1e9 tokens per second, got -1");
+  CHECK(tenants.get("t1")->capacity() == 2);  // the refused override was not set: the defaults apply
+  CHECK(tenants.stats().created_total == 1);  // checking made no key
+}
