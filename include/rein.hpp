@@ -38,4 +38,5 @@
 #include <rein/testing/upstream_sim.hpp>
 #include <rein/throttle.hpp>
 #include <rein/token_bucket.hpp>
+#include <rein/try_result.hpp>
 #include <rein/wait_stats.hpp>

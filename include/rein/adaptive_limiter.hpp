@@ -11,6 +11,7 @@
 #include <rein/null_mutex.hpp>
 #include <rein/outcome.hpp>
 #include <rein/permit.hpp>
+#include <rein/try_result.hpp>
 #include <rein/wait_stats.hpp>
 
 #if defined(REIN_STANDALONE_ASIO)
@@ -149,7 +150,7 @@ struct adaptive_policy {
   }
 
   time_point ready_at(std::size_t, time_point) const noexcept { return time_point::max(); }  // only a release helps
-  time_point predict(std::size_t, std::size_t, time_point) const noexcept { return time_point::max(); }
+  std::optional<time_point> predict(std::size_t, std::size_t, time_point) const noexcept { return std::nullopt; }
 
   // Report first, then release, as seed 000's limiter does (record() in the try block, release() in finally).
   void on_release(std::size_t n, std::chrono::nanoseconds stamp, outcome result, time_point now) noexcept {
@@ -228,8 +229,8 @@ struct adaptive_policy {
 /// calls.
 ///
 /// @par Lifetime
-/// Not copyable or movable (permits point at it). Destroying it completes every waiter with
-/// `net::error::operation_aborted`. Permits must not outlive it (asserted in debug builds).
+/// Movable, not copyable. Destroying it completes every waiter with `net::error::operation_aborted`.
+/// Permits may outlive it: giving one back later is safe and changes nothing any more.
 template <class Algorithm, class Executor = net::any_io_executor, class Clock = std::chrono::steady_clock,
           class Mutex = std::mutex>
 class basic_adaptive_limiter {
@@ -262,7 +263,7 @@ class basic_adaptive_limiter {
   basic_adaptive_limiter(const executor_type& ex, const algorithm_options& algorithm = {},
                          adaptive_limiter_options options = {})
       : classify_(validated(std::move(options.classify))),
-        core_(std::make_shared<core_type>(ex, detail::line_options{options.max_waiters}, algorithm)) {}
+        core_(ex, detail::line_options{options.max_waiters}, algorithm) {}
 
   /// Constructs a limiter on an execution context (an io_context).
   template <class ExecutionContext>
@@ -274,62 +275,138 @@ class basic_adaptive_limiter {
   basic_adaptive_limiter(const basic_adaptive_limiter&) = delete;
   basic_adaptive_limiter& operator=(const basic_adaptive_limiter&) = delete;
 
+  /// Moves the limiter: waiters, permits and state stay with it (permits point at its shared state, not at
+  /// this object). The moved-from object may only be destroyed or assigned to.
+  basic_adaptive_limiter(basic_adaptive_limiter&&) noexcept = default;
+
+  /// Destroys this limiter's state as the destructor does, then takes `other`'s.
+  basic_adaptive_limiter& operator=(basic_adaptive_limiter&&) noexcept = default;
+
   /// Completes every waiter with `net::error::operation_aborted`.
-  ~basic_adaptive_limiter() { core_->shutdown(); }
+  ~basic_adaptive_limiter() = default;
 
   executor_type get_executor() const noexcept { return core_->get_executor(); }
 
-  /// Takes a slot now if `in_flight < floor(limit)` and nobody waits; otherwise returns an empty permit.
-  /// Never waits; allocates only past 4096 outstanding permits (the grant log). Empty after close().
-  permit try_acquire() {
+  /// Takes n slots now if `in_flight + n <= floor(limit)` and nobody waits; otherwise returns an empty
+  /// permit whose status() says why: try_status::busy, closed (after close()), exceeds_capacity (n above
+  /// floor(max_limit)). Never waits; allocates only past 4096 outstanding permits (the grant log).
+  try_permit try_acquire(std::size_t n = 1) {
     std::chrono::nanoseconds stamp{};
-    if (!core_->try_acquire(1, stamp)) return {};
-    return core_->make_permit(1, stamp);
+    const try_status status = core_->try_acquire(n, stamp);
+    if (status != try_status::acquired) return try_permit(status);
+    return try_permit(core_->make_permit(n, stamp));
   }
 
-  /// Waits for a slot. The initiating function; every Asio completion token works.
+  /// Waits for n slots (a weighted call, e.g. a batch that costs n). The initiating function; every Asio
+  /// completion token works.
   ///
+  /// @param n     slots wanted; at most floor(max_limit). The permit reports one sample when it comes back.
   /// @param token completion token; signature `void(error_code, rein::permit)`. Default: `deferred`.
   ///
-  /// Errors: errc::queue_full (max_waiters reached, at once), errc::closed, `net::error::operation_aborted`
-  /// (cancelled, or the limiter was destroyed). The handler is never invoked from inside this function: it
-  /// goes through its associated executor.
+  /// Errors: errc::exceeds_capacity (n above floor(max_limit), at once), errc::queue_full (max_waiters
+  /// reached, at once), errc::closed, `net::error::operation_aborted` (cancelled, or the limiter was
+  /// destroyed). The handler is never invoked from inside this function: it goes through its associated
+  /// executor.
   ///
   /// @par Per-Operation Cancellation
-  /// terminal, partial and total: a waiting operation is removed and completes with operation_aborted; it
-  /// holds nothing, so no slot is lost, also when cancellation races with a grant (the grant wins if it came
-  /// first, and the handler then receives the permit).
+  /// terminal, partial and total: a waiting operation is removed and completes with operation_aborted. A
+  /// cancellation that arrives after the grant but before the handler runs takes the grant back (the slots
+  /// go to the next waiter, reported as ignored); once the handler runs, it holds the permit. No slot is
+  /// lost or handed out twice.
   template <REIN_COMPLETION_TOKEN_FOR(void(error_code, permit)) Token = default_token_t>
-  auto async_acquire(Token&& token = Token{}) {
-    return async_acquire_until(time_point::max(), std::forward<Token>(token));
+  auto async_acquire(std::size_t n, Token&& token = Token{}) {
+    return async_acquire_until(n, time_point::max(), std::forward<Token>(token));
   }
 
-  /// As async_acquire, failing with errc::timed_out if not granted within `timeout`.
+  /// As async_acquire(1, token).
+  template <REIN_COMPLETION_TOKEN_FOR(void(error_code, permit)) Token = default_token_t>
+  auto async_acquire(Token&& token = Token{}) {
+    return async_acquire_until(1, time_point::max(), std::forward<Token>(token));
+  }
+
+  /// As async_acquire, failing with errc::timed_out if not granted within `timeout` (a timeout too long to
+  /// represent, such as duration::max(), means none).
+  template <REIN_COMPLETION_TOKEN_FOR(void(error_code, permit)) Token = default_token_t>
+  auto async_acquire_for(std::size_t n, duration timeout, Token&& token = Token{}) {
+    return async_acquire_until(n, core_type::deadline_after(timeout), std::forward<Token>(token));
+  }
+
+  /// As async_acquire_for(1, timeout, token).
   template <REIN_COMPLETION_TOKEN_FOR(void(error_code, permit)) Token = default_token_t>
   auto async_acquire_for(duration timeout, Token&& token = Token{}) {
-    return async_acquire_until(Clock::now() + timeout, std::forward<Token>(token));
+    return async_acquire_for(1, timeout, std::forward<Token>(token));
   }
 
   /// As async_acquire, failing with errc::timed_out if not granted by `deadline` (time_point::max(): never).
-  /// A deadline already past fails at once unless a slot is free right now.
+  /// A deadline already past fails at once unless the slots are free right now.
   template <REIN_COMPLETION_TOKEN_FOR(void(error_code, permit)) Token = default_token_t>
-  auto async_acquire_until(time_point deadline, Token&& token = Token{}) {
-    return net::async_initiate<Token, void(error_code, permit)>(initiate_acquire{core_.get()}, token, deadline);
+  auto async_acquire_until(std::size_t n, time_point deadline, Token&& token = Token{}) {
+    return net::async_initiate<Token, void(error_code, permit)>(initiate_acquire{core_.get()}, token, n, deadline);
   }
 
-  /// Waits for a slot inside a coroutine: `auto p = co_await limiter.acquire();`.
-  ///
-  /// When a slot is free and nobody waits, it completes without suspending through the scheduler. Otherwise
-  /// it waits as async_acquire does. Throws `rein::system_error` with the errors listed for async_acquire.
-  net::awaitable<permit> acquire() { return acquire_until(time_point::max()); }
+  /// As async_acquire_until(1, deadline, token).
+  template <REIN_COMPLETION_TOKEN_FOR(void(error_code, permit)) Token = default_token_t>
+  auto async_acquire_until(time_point deadline, Token&& token = Token{}) {
+    return async_acquire_until(1, deadline, std::forward<Token>(token));
+  }
 
-  /// As acquire, throwing errc::timed_out if not granted within `timeout`.
-  net::awaitable<permit> acquire_for(duration timeout) { return acquire_until(Clock::now() + timeout); }
+  /// Waits for n slots inside a coroutine: `auto p = co_await limiter.acquire();`.
+  ///
+  /// When the slots are free and nobody waits, it completes without suspending through the scheduler.
+  /// Otherwise it waits as async_acquire does. Throws `rein::system_error` with the errors listed for
+  /// async_acquire.
+  net::awaitable<permit> acquire(std::size_t n = 1) { return acquire_until(n, time_point::max()); }
+
+  /// As acquire, throwing errc::timed_out if not granted within `timeout` (duration::max(): no deadline).
+  net::awaitable<permit> acquire_for(std::size_t n, duration timeout) {
+    return acquire_until(n, core_type::deadline_after(timeout));
+  }
+
+  /// As acquire_for(1, timeout).
+  net::awaitable<permit> acquire_for(duration timeout) { return acquire_for(1, timeout); }
 
   /// As acquire, throwing errc::timed_out if not granted by `deadline`.
-  net::awaitable<permit> acquire_until(time_point deadline) {
-    if (permit p = try_acquire()) co_return p;
-    co_return co_await async_acquire_until(deadline, net::use_awaitable);
+  net::awaitable<permit> acquire_until(std::size_t n, time_point deadline) {
+    // Behind other waiters the synchronous try would fail: skip it and its lock (a stale hint only costs
+    // the fast path: the waiting path grants at once what is free).
+    if (!core_->waiting_hint()) {
+      if (permit p = try_acquire(n)) co_return p;
+    }
+    co_return co_await async_acquire_until(n, deadline, net::use_awaitable);
+  }
+
+  /// As acquire_until(1, deadline).
+  net::awaitable<permit> acquire_until(time_point deadline) { return acquire_until(1, deadline); }
+
+  /// Waits until every permit this limiter handed out has come back: completes at once if none is out.
+  /// With close() first, it is how a service stops without cutting calls in flight:
+  /// `limiter.close(); co_await limiter.async_drain_for(30s, net::use_awaitable);`. Without close(), new
+  /// grants may follow; it completes at a moment when none is out.
+  ///
+  /// @param token completion token; signature `void(error_code)`. Default: `deferred`.
+  ///
+  /// Errors: `net::error::operation_aborted` (cancelled, or the limiter was destroyed). close() does not end
+  /// it. While it waits, it counts as outstanding work on the executor, as any pending Asio operation does.
+  ///
+  /// @par Per-Operation Cancellation
+  /// terminal, partial and total: the wait is removed and completes with operation_aborted.
+  template <REIN_COMPLETION_TOKEN_FOR(void(error_code)) Token = default_token_t>
+  auto async_drain(Token&& token = Token{}) {
+    return async_drain_until(time_point::max(), std::forward<Token>(token));
+  }
+
+  /// As async_drain, failing with errc::timed_out if permits are still out after `timeout` (a timeout too
+  /// long to represent means none).
+  template <REIN_COMPLETION_TOKEN_FOR(void(error_code)) Token = default_token_t>
+  auto async_drain_for(duration timeout, Token&& token = Token{}) {
+    return async_drain_until(core_type::deadline_after(timeout), std::forward<Token>(token));
+  }
+
+  /// As async_drain, failing with errc::timed_out if permits are still out at `deadline`.
+  template <REIN_COMPLETION_TOKEN_FOR(void(error_code)) Token = default_token_t>
+  auto async_drain_until(time_point deadline, Token&& token = Token{}) {
+    return net::async_initiate<Token, void(error_code)>(detail::initiate_drain<core_type>{core_.get()}, token,
+                                                         deadline);
   }
 
   /// The outcome this limiter's classifier (options.classify) gives `status`.
@@ -407,13 +484,13 @@ class basic_adaptive_limiter {
     executor_type get_executor() const noexcept { return core->get_executor(); }
 
     template <class Handler>
-    void operator()(Handler&& handler, time_point deadline) const {
-      core->async_acquire(std::forward<Handler>(handler), 1, deadline);
+    void operator()(Handler&& handler, std::size_t n, time_point deadline) const {
+      core->async_acquire(std::forward<Handler>(handler), n, deadline);
     }
   };
 
   std::function<outcome(int)> classify_;
-  std::shared_ptr<core_type> core_;
+  detail::core_owner<core_type> core_;
 };
 
 /// The thread-safe adaptive limiter on any I/O executor and the steady clock.

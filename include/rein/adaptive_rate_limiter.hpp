@@ -72,7 +72,7 @@ struct adaptive_rate_limiter_snapshot : wait_stats {
 /// With null_mutex, all use must happen on one thread or strand.
 ///
 /// @par Lifetime
-/// Not copyable or movable. Destroying it completes every waiter with `net::error::operation_aborted`.
+/// Movable, not copyable. Destroying it completes every waiter with `net::error::operation_aborted`.
 template <class Executor = net::any_io_executor, class Clock = std::chrono::steady_clock, class Mutex = std::mutex>
 class basic_adaptive_rate_limiter : public basic_rate_limiter<algo::basic_adaptive_rate<Clock>, Executor, Mutex> {
   using base = basic_rate_limiter<algo::basic_adaptive_rate<Clock>, Executor, Mutex>;

@@ -20,8 +20,9 @@ namespace rein {
 /// reports `outcome::ignored` (it says nothing about capacity).
 ///
 /// @par Lifetime
-/// A permit must not outlive the limiter that granted it, as an Asio operation must not outlive its I/O
-/// object. Debug builds (NDEBUG undefined) assert this when the limiter is destroyed.
+/// A permit may outlive the limiter that granted it (as tokio's `OwnedSemaphorePermit` may): the limiter's
+/// state stays allocated until its last permit comes back, and giving the permit back then only frees it.
+/// The limiter's waiters were completed when it was destroyed, so nobody is granted anything any more.
 ///
 /// @par Thread Safety
 /// Distinct permits may be used from any threads; one permit object is not to be used concurrently.
@@ -31,9 +32,7 @@ class permit {
 
   /// Made by limiters; users receive permits from `acquire`/`try_acquire`.
   permit(detail::permit_source* source, std::size_t count, std::chrono::nanoseconds stamp) noexcept
-      : source_(source), count_(count), stamp_(stamp) {
-    if (source_ != nullptr) source_->permit_created();
-  }
+      : source_(source), count_(count), stamp_(stamp) {}
 
   permit(permit&& other) noexcept
       : source_(std::exchange(other.source_, nullptr)), count_(std::exchange(other.count_, 0)), stamp_(other.stamp_) {}
@@ -79,6 +78,7 @@ class permit {
                                   " with count() = " + std::to_string(count_));
     if (n == 0) return permit();
     if (n == count_) return std::move(*this);
+    source_->permit_split();
     count_ -= n;
     return permit(source_, n, stamp_);
   }

@@ -7,6 +7,7 @@
 #include <rein/error.hpp>
 #include <rein/null_mutex.hpp>
 #include <rein/retry_after.hpp>
+#include <rein/try_result.hpp>
 #include <rein/wait_stats.hpp>
 
 #if defined(REIN_STANDALONE_ASIO)
@@ -154,10 +155,11 @@ struct quota_gate_policy {
     return now;
   }
 
-  // A lower bound: nobody passes before the pause ends (pauses never shorten), and after it the jitter is
-  // not known yet.
-  time_point predict(std::size_t, std::size_t, time_point now) const noexcept {
-    return now < paused_until ? paused_until : time_point::max();
+  // A lower bound: nobody passes before the pause ends (pauses never shorten; one of time_point::max() never
+  // ends), and after it the jitter is not known yet.
+  std::optional<time_point> predict(std::size_t, std::size_t, time_point now) const noexcept {
+    if (now < paused_until) return paused_until;
+    return std::nullopt;
   }
 
   void on_release(std::size_t, std::chrono::nanoseconds, outcome, time_point) noexcept {}
@@ -287,11 +289,14 @@ class basic_quota_gate {
   executor_type get_executor() const noexcept { return core_->get_executor(); }
 
   /// True, at once, if the gate is open and nobody waits (a waiter is never overtaken). Never waits, never
-  /// allocates. False after close(). `n` is ignored.
-  bool try_acquire(std::size_t n = 1) {
+  /// allocates. Otherwise status() is try_status::busy (paused, or others wait; retry_after() is the time
+  /// until the pause ends, before any jitter) or closed (after close()). `n` is ignored.
+  try_result try_acquire(std::size_t n = 1) {
     (void)n;
     std::chrono::nanoseconds stamp{};
-    return core_->try_acquire(detail::quota_ticket(0, false), stamp);
+    std::int64_t retry_ns = -1;
+    const try_status status = core_->try_acquire(detail::quota_ticket(0, false), stamp, &retry_ns);
+    return try_result(status, retry_ns);
   }
 
   /// Waits until the gate is open. The initiating function; every Asio completion token works.
@@ -315,7 +320,7 @@ class basic_quota_gate {
   /// `timeout`.
   template <REIN_COMPLETION_TOKEN_FOR(void(error_code)) Token = default_token_t>
   auto async_acquire_for(std::size_t n, duration timeout, Token&& token = Token{}) {
-    return async_acquire_until(n, deadline_after(timeout), std::forward<Token>(token));
+    return async_acquire_until(n, core_type::deadline_after(timeout), std::forward<Token>(token));
   }
 
   /// As async_acquire, failing with errc::timed_out if not through by `deadline` (time_point::max():
@@ -331,11 +336,13 @@ class basic_quota_gate {
   net::awaitable<void> acquire(std::size_t n = 1) { return acquire_until(n, time_point::max()); }
 
   /// As acquire, throwing errc::timed_out if not through within `timeout`.
-  net::awaitable<void> acquire_for(std::size_t n, duration timeout) { return acquire_until(n, deadline_after(timeout)); }
+  net::awaitable<void> acquire_for(std::size_t n, duration timeout) {
+    return acquire_until(n, core_type::deadline_after(timeout));
+  }
 
   /// As acquire, throwing errc::timed_out if not through by `deadline`.
   net::awaitable<void> acquire_until(std::size_t n, time_point deadline) {
-    if (try_acquire(n)) co_return;
+    if (!core_->waiting_hint() && try_acquire(n)) co_return;  // behind waiters it would fail: skip its lock
     co_await async_acquire_until(n, deadline, net::use_awaitable);
   }
 
@@ -439,12 +446,6 @@ class basic_quota_gate {
   time_point publish(const policy_type& p) noexcept {
     paused_until_ticks_.store(p.paused_until.time_since_epoch().count(), std::memory_order_relaxed);
     return p.paused_until;
-  }
-
-  static time_point deadline_after(duration d) {
-    const time_point now = Clock::now();
-    if (d > time_point::max() - now) return time_point::max();
-    return now + d;
   }
 
   static std::uint64_t random_seed() {

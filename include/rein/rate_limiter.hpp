@@ -10,6 +10,7 @@
 #include <rein/error.hpp>
 #include <rein/null_mutex.hpp>
 #include <rein/outcome.hpp>
+#include <rein/try_result.hpp>
 #include <rein/wait_stats.hpp>
 
 #if defined(REIN_STANDALONE_ASIO)
@@ -161,11 +162,22 @@ class rate_limit_policy {
     return limit_.ready_at(clamped(n), now).value_or(time_point::max());
   }
 
-  time_point predict(std::size_t ahead, std::size_t n, time_point now) const {
+  // A rate limit's bound is never "unknown": no bound means the wait is beyond the clock's range at the
+  // current rate, i.e. never.
+  std::optional<time_point> predict(std::size_t ahead, std::size_t n, time_point now) const {
     return earliest_grant(limit_, ahead, n, now).value_or(time_point::max());
   }
 
   void on_release(std::size_t, std::chrono::nanoseconds, outcome, time_point) noexcept {}  // nothing is held
+
+  // A grant taken back before its handler ran (a cancellation after the grant) gives its units back, so
+  // that a race between a grant and a cancellation (an `||`, a cancel_after) loses no token.
+  void on_revoke(std::size_t n, time_point now) noexcept {
+    try {
+      limit_.refund(clamped(n), now);
+    } catch (...) {  // refunds do not allocate; a limit that throws anyway keeps the units taken
+    }
+  }
 
   Limit& limit() noexcept { return limit_; }
   const Limit& limit() const noexcept { return limit_; }
@@ -221,7 +233,7 @@ struct rate_limiter_snapshot : wait_stats {};
 /// With null_mutex, all use must happen on one thread or strand.
 ///
 /// @par Lifetime
-/// Not copyable or movable. Destroying it completes every waiter with `net::error::operation_aborted`.
+/// Movable, not copyable. Destroying it completes every waiter with `net::error::operation_aborted`.
 template <algo::rate_limit Limit, class Executor = net::any_io_executor, class Mutex = std::mutex>
 class basic_rate_limiter {
  protected:
@@ -243,7 +255,7 @@ class basic_rate_limiter {
 
   /// Wraps `limit` (made at the clock's current time), completing operations on `ex` by default.
   basic_rate_limiter(const executor_type& ex, Limit limit, rate_limiter_options options = {})
-      : core_(std::make_shared<core_type>(ex, detail::line_options{options.max_waiters}, std::move(limit))) {}
+      : core_(ex, detail::line_options{options.max_waiters}, std::move(limit)) {}
 
   /// Wraps `limit`, on an execution context (an io_context).
   template <class ExecutionContext>
@@ -254,21 +266,33 @@ class basic_rate_limiter {
   basic_rate_limiter(const basic_rate_limiter&) = delete;
   basic_rate_limiter& operator=(const basic_rate_limiter&) = delete;
 
+  /// Moves the limiter: waiters, permits and state stay with it (permits point at its shared state, not at
+  /// this object). The moved-from object may only be destroyed or assigned to.
+  basic_rate_limiter(basic_rate_limiter&&) noexcept = default;
+
+  /// Destroys this limiter's state as the destructor does, then takes `other`'s.
+  basic_rate_limiter& operator=(basic_rate_limiter&&) noexcept = default;
+
   /// Completes every waiter with `net::error::operation_aborted`.
-  ~basic_rate_limiter() { core_->shutdown(); }
+  ~basic_rate_limiter() = default;
 
   executor_type get_executor() const noexcept { return core_->get_executor(); }
 
   /// Takes n units now if the limit has room and nobody waits (a waiter is never overtaken). Never waits,
-  /// never allocates. False after close() and when n exceeds the capacity.
-  bool try_acquire(std::size_t n = 1) {
+  /// never allocates. The result is true when taken; otherwise its status() says why (try_status::busy,
+  /// closed after close(), exceeds_capacity when n exceeds the capacity) and, when busy, retry_after() says
+  /// how long until the same request would be taken at the current rate (behind waiters, a lower bound).
+  try_result try_acquire(std::size_t n = 1) {
     std::chrono::nanoseconds stamp{};
-    return core_->try_acquire(n, stamp);
+    std::int64_t retry_ns = -1;
+    const try_status status = core_->try_acquire(n, stamp, &retry_ns);
+    return try_result(status, retry_ns);
   }
 
   /// Waits until n units can be taken, and takes them. The initiating function; every completion token works.
   ///
-  /// @param n     units wanted (tokens, starts); at most the capacity.
+  /// @param n     units wanted (tokens, starts); at most the capacity. n == 0 takes nothing and is granted in
+  ///              its FIFO turn (at once when nobody waits).
   /// @param token completion token; signature `void(error_code)`. Default: `deferred`.
   ///
   /// Errors: errc::exceeds_capacity (n above the capacity, at once), errc::queue_full (max_waiters waiting,
@@ -276,8 +300,11 @@ class basic_rate_limiter {
   /// The handler is never invoked from inside this function: it goes through its associated executor.
   ///
   /// @par Per-Operation Cancellation
-  /// terminal, partial and total: a waiting operation is removed and completes with operation_aborted. It
-  /// had taken nothing, so nothing is refunded or lost; if the grant came first, the handler gets success.
+  /// terminal, partial and total: a waiting operation is removed and completes with operation_aborted; it
+  /// had taken nothing. A cancellation that arrives after the units were taken but before the handler runs
+  /// gives them back (the limit's `refund`, so a bucket never rises above its capacity) and the handler gets
+  /// operation_aborted; once the handler runs, the units are spent. No unit is lost to a race between a
+  /// grant and a cancellation (`||`, `cancel_after`).
   template <REIN_COMPLETION_TOKEN_FOR(void(error_code)) Token = default_token_t>
   auto async_acquire(std::size_t n = 1, Token&& token = Token{}) {
     return async_acquire_until(n, time_point::max(), std::forward<Token>(token));
@@ -314,7 +341,9 @@ class basic_rate_limiter {
 
   /// As acquire, throwing errc::timed_out if not granted by `deadline`.
   net::awaitable<void> acquire_until(std::size_t n, time_point deadline) {
-    if (try_acquire(n)) co_return;
+    // Behind other waiters the synchronous try would fail: skip it and its lock (a stale hint only costs
+    // the fast path: the waiting path grants at once what is free).
+    if (!core_->waiting_hint() && try_acquire(n)) co_return;
     co_await async_acquire_until(n, deadline, net::use_awaitable);
   }
 
@@ -368,7 +397,7 @@ class basic_rate_limiter {
     }
   };
 
-  std::shared_ptr<core_type> core_;
+  detail::core_owner<core_type> core_;
 };
 
 /// Several pure rate limits enforced together, all or nothing, behind one waiting line:

@@ -6,6 +6,7 @@
 #include <rein/error.hpp>
 #include <rein/null_mutex.hpp>
 #include <rein/permit.hpp>
+#include <rein/try_result.hpp>
 #include <rein/wait_stats.hpp>
 
 #if defined(REIN_STANDALONE_ASIO)
@@ -22,11 +23,13 @@
 #include <boost/asio/use_awaitable.hpp>
 #endif
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -50,7 +53,8 @@ struct semaphore_options {
 struct semaphore_snapshot : wait_stats {
   std::size_t permits = 0;    ///< total permits (initial plus add_permits)
   std::size_t available = 0;  ///< free now
-  std::size_t in_flight = 0;  ///< held now (permits - available), including grants not yet delivered
+  std::size_t in_flight = 0;  ///< held now, including grants not yet delivered (above `permits` for a
+                              ///< while after forget: holders keep what they have)
 };
 
 namespace detail {
@@ -59,10 +63,29 @@ namespace detail {
 struct semaphore_policy {
   static constexpr bool needs_time = false;
 
-  std::size_t permits;
-  std::size_t available;
+  std::size_t permits;    // the total
+  std::size_t available;  // free now
+  std::size_t owed = 0;   // removed from the total while held: the next releases pay this off first
 
   explicit semaphore_policy(std::size_t n) noexcept : permits(n), available(n) {}
+
+  std::size_t in_flight() const noexcept { return permits + owed - available; }
+
+  // Raises the total by n: what holders owe is forgiven first, the rest is free.
+  void add(std::size_t n) noexcept {
+    permits += n;
+    const std::size_t forgiven = std::min(n, owed);
+    owed -= forgiven;
+    available += n - forgiven;
+  }
+
+  // Lowers the total by n: free permits go first, the rest is owed by the holders' next releases.
+  void forget(std::size_t n) noexcept {
+    permits -= n;
+    const std::size_t from_free = std::min(n, available);
+    available -= from_free;
+    owed += n - from_free;
+  }
 
   // A semaphore made with no permits is a gate that add_permits opens: its waiters wait for that (issue 2,
   // case 3). Otherwise a request above the total could only wait forever, so it fails at once.
@@ -81,13 +104,15 @@ struct semaphore_policy {
   }
 
   template <class TimePoint>
-  TimePoint predict(std::size_t, std::size_t, TimePoint) const noexcept {
-    return TimePoint::max();  // unknowable: depends on when holders release
+  std::optional<TimePoint> predict(std::size_t, std::size_t, TimePoint) const noexcept {
+    return std::nullopt;  // unknowable: depends on when holders release
   }
 
   template <class TimePoint>
   void on_release(std::size_t n, std::chrono::nanoseconds, outcome, TimePoint) noexcept {
-    available += n;
+    const std::size_t paid = std::min(n, owed);
+    owed -= paid;
+    available += n - paid;
   }
 };
 
@@ -111,10 +136,10 @@ struct semaphore_policy {
 /// With null_mutex, all use must happen on one thread or strand.
 ///
 /// @par Lifetime
-/// Not copyable or movable (permits point at it). Destroying it completes every waiter with
-/// `net::error::operation_aborted`, also one whose permits were granted but whose handler has not run yet
-/// (it never receives a permit to a destroyed semaphore). Permits must not outlive it (asserted in debug
-/// builds when it is destroyed).
+/// Movable, not copyable. Destroying it completes every waiter with `net::error::operation_aborted`, also
+/// one whose permits were granted but whose handler has not run yet (it never receives a permit to a
+/// destroyed semaphore). Permits may outlive it (as tokio's `OwnedSemaphorePermit` may): giving one back
+/// later is safe and changes nothing any more.
 template <class Executor = net::any_io_executor, class Mutex = std::mutex, class Clock = std::chrono::steady_clock>
 class basic_semaphore {
   using core_type = detail::limiter_core<detail::semaphore_policy, Executor, Clock, Mutex, true>;
@@ -133,8 +158,7 @@ class basic_semaphore {
 
   /// Constructs a semaphore with `permits` free permits, completing operations on `ex` by default.
   basic_semaphore(const executor_type& ex, std::size_t permits, semaphore_options options = {})
-      : core_(std::make_shared<core_type>(
-            ex, detail::line_options{options.max_waiters, options.measure_wait}, permits)) {}
+      : core_(ex, detail::line_options{options.max_waiters, options.measure_wait}, permits) {}
 
   /// Constructs a semaphore on an execution context (an io_context) with `permits` free permits.
   template <class ExecutionContext>
@@ -145,22 +169,32 @@ class basic_semaphore {
   basic_semaphore(const basic_semaphore&) = delete;
   basic_semaphore& operator=(const basic_semaphore&) = delete;
 
+  /// Moves the limiter: waiters, permits and state stay with it (permits point at its shared state, not at
+  /// this object). The moved-from object may only be destroyed or assigned to.
+  basic_semaphore(basic_semaphore&&) noexcept = default;
+
+  /// Destroys this limiter's state as the destructor does, then takes `other`'s.
+  basic_semaphore& operator=(basic_semaphore&&) noexcept = default;
+
   /// Completes every waiter with `net::error::operation_aborted`.
-  ~basic_semaphore() { core_->shutdown(); }
+  ~basic_semaphore() = default;
 
   executor_type get_executor() const noexcept { return core_->get_executor(); }
 
-  /// Takes n permits now if they are free and nobody waits; otherwise returns an empty permit.
-  /// Never waits, never allocates. Fails (empty) after close() and when n exceeds the total.
-  permit try_acquire(std::size_t n = 1) {
+  /// Takes n permits now if they are free and nobody waits; otherwise returns an empty permit whose
+  /// status() says why: try_status::busy (not free, or others wait), closed (after close()),
+  /// exceeds_capacity (n above a non-zero total). Never waits, never allocates.
+  try_permit try_acquire(std::size_t n = 1) {
     std::chrono::nanoseconds stamp{};
-    if (!core_->try_acquire(n, stamp)) return {};
-    return core_->make_permit(n, stamp);
+    const try_status status = core_->try_acquire(n, stamp);
+    if (status != try_status::acquired) return try_permit(status);
+    return try_permit(core_->make_permit(n, stamp));
   }
 
   /// Waits for n permits. The initiating function; every Asio completion token works.
   ///
-  /// @param n     permits wanted; must not exceed the total.
+  /// @param n     permits wanted; must not exceed the total. n == 0 is a request like any other that takes
+  ///              nothing: granted in its FIFO turn (at once when nobody waits), with a permit of count 0.
   /// @param token completion token; signature `void(error_code, rein::permit)`. Default: `deferred`.
   ///
   /// Errors: errc::exceeds_capacity (n above a non-zero total, at once; a semaphore made with 0 permits is a
@@ -216,7 +250,8 @@ class basic_semaphore {
     co_return co_await async_acquire_until(n, deadline, net::use_awaitable);
   }
 
-  /// Adds n permits (raises the total); waiters that now fit are granted in FIFO order.
+  /// Adds n permits (raises the total); waiters that now fit are granted in FIFO order. After forget, the
+  /// added permits first cancel what holders still owe.
   ///
   /// @throws std::invalid_argument if the total would exceed std::size_t's range (nothing changes).
   void add_permits(std::size_t n) {
@@ -224,14 +259,74 @@ class basic_semaphore {
       if (n > std::numeric_limits<std::size_t>::max() - p.permits)
         throw std::invalid_argument("rein::basic_semaphore: add_permits(n) would overflow the total of " +
                                     std::to_string(p.permits) + " permits, got n = " + std::to_string(n));
-      p.permits += n;
-      p.available += n;
+      p.add(n);
     });
+  }
+
+  /// Lowers the total by n permits (tokio's `forget_permits`, Go's proposed `Shrink`): free permits are
+  /// removed at once; the rest come off as holders give theirs back, so holders keep what they have and no
+  /// new grant is made until fewer than the new total are in flight. A waiter that now asks for more than
+  /// the new total completes at once with errc::exceeds_capacity (unless the total is 0: a semaphore with no
+  /// permits is a gate that add_permits opens).
+  ///
+  /// @throws std::invalid_argument if n exceeds the total (nothing changes).
+  void forget(std::size_t n) {
+    core_->update_and_refuse([n](detail::semaphore_policy& p, auto) {
+      if (n > p.permits)
+        throw std::invalid_argument("rein::basic_semaphore: forget(n) needs n <= the total of " +
+                                    std::to_string(p.permits) + " permits, got n = " + std::to_string(n));
+      p.forget(n);
+    });
+  }
+
+  /// Sets the total to `total` permits: add_permits(total - permits()) when it grows, forget(permits() -
+  /// total) when it shrinks (with that function's effect on holders and waiters), atomically.
+  void set_permits(std::size_t total) {
+    core_->update_and_refuse([total](detail::semaphore_policy& p, auto) {
+      if (total < p.permits) p.forget(p.permits - total);
+      else p.add(total - p.permits);
+    });
+  }
+
+  /// The total number of permits (initial, plus add_permits, minus forget).
+  std::size_t permits() const {
+    return core_->inspect([](const detail::semaphore_policy& p, const wait_stats&) { return p.permits; });
   }
 
   /// Completes every waiter with errc::closed; later acquires fail the same way and try_acquire returns an
   /// empty permit. Permits already held stay valid and are given back as usual.
   void close() { core_->close(); }
+
+  /// Waits until every permit this semaphore handed out has come back: completes at once if none is out.
+  /// With close() first, it is how a service stops without cutting calls in flight:
+  /// `limiter.close(); co_await limiter.async_drain_for(30s, net::use_awaitable);`. Without close(), new
+  /// grants may follow; it completes at a moment when none is out.
+  ///
+  /// @param token completion token; signature `void(error_code)`. Default: `deferred`.
+  ///
+  /// Errors: `net::error::operation_aborted` (cancelled, or the semaphore was destroyed). close() does not end
+  /// it. While it waits, it counts as outstanding work on the executor, as any pending Asio operation does.
+  ///
+  /// @par Per-Operation Cancellation
+  /// terminal, partial and total: the wait is removed and completes with operation_aborted.
+  template <REIN_COMPLETION_TOKEN_FOR(void(error_code)) Token = default_token_t>
+  auto async_drain(Token&& token = Token{}) {
+    return async_drain_until(time_point::max(), std::forward<Token>(token));
+  }
+
+  /// As async_drain, failing with errc::timed_out if permits are still out after `timeout` (a timeout too
+  /// long to represent means none).
+  template <REIN_COMPLETION_TOKEN_FOR(void(error_code)) Token = default_token_t>
+  auto async_drain_for(duration timeout, Token&& token = Token{}) {
+    return async_drain_until(core_type::deadline_after(timeout), std::forward<Token>(token));
+  }
+
+  /// As async_drain, failing with errc::timed_out if permits are still out at `deadline`.
+  template <REIN_COMPLETION_TOKEN_FOR(void(error_code)) Token = default_token_t>
+  auto async_drain_until(time_point deadline, Token&& token = Token{}) {
+    return net::async_initiate<Token, void(error_code)>(detail::initiate_drain<core_type>{core_.get()}, token,
+                                                         deadline);
+  }
 
   /// Permits free now.
   std::size_t available() const {
@@ -245,7 +340,7 @@ class basic_semaphore {
       static_cast<wait_stats&>(s) = w;
       s.permits = p.permits;
       s.available = p.available;
-      s.in_flight = p.permits - p.available;
+      s.in_flight = p.in_flight();
       return s;
     });
   }
@@ -263,7 +358,7 @@ class basic_semaphore {
     }
   };
 
-  std::shared_ptr<core_type> core_;
+  detail::core_owner<core_type> core_;
 };
 
 /// The thread-safe semaphore on any I/O executor.

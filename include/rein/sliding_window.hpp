@@ -65,7 +65,7 @@ struct sliding_window_snapshot : wait_stats {
 /// With null_mutex, all use must happen on one thread or strand.
 ///
 /// @par Lifetime
-/// Not copyable or movable. Destroying it completes every waiter with `net::error::operation_aborted`.
+/// Movable, not copyable. Destroying it completes every waiter with `net::error::operation_aborted`.
 template <class Executor = net::any_io_executor, class Clock = std::chrono::steady_clock, class Mutex = std::mutex>
 class basic_sliding_window : public basic_rate_limiter<algo::basic_sliding_window<Clock>, Executor, Mutex> {
   using base = basic_rate_limiter<algo::basic_sliding_window<Clock>, Executor, Mutex>;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <rein/config.hpp>
+#include <rein/detail/clock_time.hpp>
 #include <rein/error.hpp>
 #include <rein/keyed.hpp>
 #include <rein/outcome.hpp>
@@ -132,17 +133,15 @@ struct first_clock<C, Rest...> {
   using type = std::conditional_t<std::is_void_v<C>, typename first_clock<Rest...>::type, C>;
 };
 
-// rein's rate and gate stages take a count (acquire(n)); the adaptive limiter takes none. One call for both.
+// Every stage takes a count (acquire(n)); the throttle charges 1 at each.
 template <class L>
 bool try_one(L& limiter) {
-  if constexpr (requires { limiter.try_acquire(std::size_t{1}); }) return static_cast<bool>(limiter.try_acquire(std::size_t{1}));
-  else return static_cast<bool>(limiter.try_acquire());
+  return static_cast<bool>(limiter.try_acquire(std::size_t{1}));
 }
 
 template <class L>
 auto try_one_permit(L& limiter) {
-  if constexpr (requires { limiter.try_acquire(std::size_t{1}); }) return limiter.try_acquire(std::size_t{1});
-  else return limiter.try_acquire();
+  return limiter.try_acquire(std::size_t{1});
 }
 
 // What a cancellation of async_acquire reaches: the stage being waited on (bound to `signal`), and the stages
@@ -170,13 +169,10 @@ struct throttle_canceller {
   }
 };
 
-// Waits for one unit of a stage (rein's rate and gate stages take a count, the adaptive limiter none).
+// Waits for one unit of a stage.
 template <class L, class TimePoint, class Token>
 auto wait_one(L& limiter, TimePoint deadline, Token token) {
-  if constexpr (requires { limiter.try_acquire(std::size_t{1}); })
-    return limiter.async_acquire_until(std::size_t{1}, deadline, std::move(token));
-  else
-    return limiter.async_acquire_until(deadline, std::move(token));
+  return limiter.async_acquire_until(std::size_t{1}, deadline, std::move(token));
 }
 
 // Makes a co_spawn completion (exception_ptr, pair<error_code, Guard>) into the (error_code, Guard) a caller
@@ -207,16 +203,6 @@ struct spawn_adapter {
     std::move(handler)(result.first, std::move(result.second));
   }
 };
-
-// A deadline `timeout` from `now`, saturating instead of overflowing (duration::max() means none).
-template <class Clock>
-typename Clock::time_point saturated_deadline(typename Clock::duration timeout) {
-  using time_point = typename Clock::time_point;
-  const time_point now = Clock::now();
-  if (timeout > timeout.zero() && now > time_point::max() - timeout) return time_point::max();
-  if (timeout < timeout.zero() && now < time_point::min() - timeout) return time_point::min();
-  return now + timeout;
-}
 
 // Whether a key's gate would stop a caller now. A quota gate says so directly (is_paused); for any other gate
 // limiter, a try_acquire that fails says the same (it consumes nothing when it succeeds: a gate holds nothing).
@@ -292,9 +278,13 @@ class throttle_guard {
   /// everyone for `retry_after` (the throttle's default_pause when absent), counts as congestion, releases.
   /// The pause starts before the permits go back, so the caller next in line for this key sees it and waits
   /// at the gate instead of sending into the pause. Does nothing on an empty guard.
+  /// A `retry_after` of zero pauses not at all (the upstream said "go ahead"); a negative one says nothing
+  /// usable and pauses for default_pause, as an unparseable Retry-After field does (quota_gate's
+  /// on_retry_after).
   void reject(std::optional<duration> retry_after = std::nullopt) {
     if (!admitted_) return;
     if constexpr (Throttle::has_gates) {
+      if (retry_after && *retry_after < duration::zero()) retry_after.reset();
       if (gate_) gate_->pause_for(retry_after.value_or(owner_->default_pause()));
     }
     owner_->count_rejection();
@@ -441,7 +431,7 @@ class throttle {
   /// As acquire(key), failing with errc::timed_out unless every stage admits within `timeout` (one deadline
   /// covers all stages).
   net::awaitable<guard> acquire_for(std::string_view key, duration timeout) {
-    return acquire_until(key, detail::saturated_deadline<clock_type>(timeout));
+    return acquire_until(key, detail::deadline_after<clock_type>(timeout));
   }
 
   /// As acquire(key), failing with errc::timed_out unless every stage admits by `deadline`.
@@ -467,7 +457,7 @@ class throttle {
   /// As async_acquire, failing with errc::timed_out unless every stage admits within `timeout`.
   template <REIN_COMPLETION_TOKEN_FOR(void(error_code, guard)) Token = default_token_t>
   auto async_acquire_for(std::string key, duration timeout, Token&& token = Token{}) {
-    return async_acquire_until(std::move(key), detail::saturated_deadline<clock_type>(timeout),
+    return async_acquire_until(std::move(key), detail::deadline_after<clock_type>(timeout),
                                std::forward<Token>(token));
   }
 

@@ -57,8 +57,8 @@ struct token_bucket_snapshot : wait_stats {
 /// The rule is `rein::algo::basic_token_bucket` (exact integer refill, lazily on each call, never a
 /// background tick), the peer of Go's `golang.org/x/time/rate.Limiter` and the bucket of seeds 001, 003 and
 /// 004. Unlike Go's `WaitN`, which reserves tokens up front (so a cancelled wait must hand them back), a
-/// waiter here takes its tokens only when granted: waiting costs nothing, and cancelling refunds nothing
-/// because nothing was taken. Waiters are served in FIFO order, each at the exact instant its tokens are
+/// waiter here takes its tokens only when granted: waiting costs nothing, and a cancellation that arrives
+/// after the grant but before the handler ran gives the tokens back. Waiters are served in FIFO order, each at the exact instant its tokens are
 /// there, by one timer per bucket; `set_rate` and `set_capacity` move the grant times of waiters already
 /// queued, earlier or later, at once.
 ///
@@ -81,7 +81,7 @@ struct token_bucket_snapshot : wait_stats {
 /// With null_mutex, all use must happen on one thread or strand.
 ///
 /// @par Lifetime
-/// Not copyable or movable. Destroying it completes every waiter with `net::error::operation_aborted`.
+/// Movable, not copyable. Destroying it completes every waiter with `net::error::operation_aborted`.
 template <class Executor = net::any_io_executor, class Clock = std::chrono::steady_clock, class Mutex = std::mutex>
 class basic_token_bucket : public basic_rate_limiter<algo::basic_token_bucket<Clock>, Executor, Mutex> {
   using base = basic_rate_limiter<algo::basic_token_bucket<Clock>, Executor, Mutex>;

@@ -585,7 +585,8 @@ TEST_CASE("a cancellation signal of type none does nothing", "[token_bucket][can
   CHECK(log.lines == std::vector<std::string>{"0 100ms ok"});
 }
 
-TEST_CASE("a cancellation after the grant, before the handler ran, changes nothing", "[token_bucket][cancellation]") {
+TEST_CASE("a cancellation after the grant, before the handler ran, gives the token back",
+          "[token_bucket][cancellation]") {
   fixture f;
   completion_log log;
   bucket b(f.io, {.rate = 10, .capacity = 1, .initial_tokens = 0});
@@ -600,8 +601,12 @@ TEST_CASE("a cancellation after the grant, before the handler ran, changes nothi
   CHECK(log.lines.empty());
   cancel.emit(net::cancellation_type::terminal);
   f.poll_at(tick(1));
-  CHECK(log.lines == std::vector<std::string>{"0 100ms ok"});
-  CHECK(b.snapshot().cancelled_total == 0);
+  CHECK(log.lines == std::vector<std::string>{"0 100ms aborted"});
+  const auto snap = b.snapshot();
+  CHECK(snap.cancelled_total == 1);
+  CHECK(snap.acquired_total == 0);
+  CHECK(b.tokens() == 1.0);  // the token the grant took is back: the next caller gets it at once
+  CHECK(b.try_acquire());
   CHECK(b.tokens() == 0.0);
 }
 

@@ -18,6 +18,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
@@ -56,7 +57,7 @@ struct gate_policy {
     return true;
   }
   tp ready_at(std::size_t, tp) const noexcept { return open_at; }
-  tp predict(std::size_t, std::size_t, tp) const noexcept { return open_at; }
+  std::optional<tp> predict(std::size_t, std::size_t, tp) const noexcept { return open_at; }
   void on_release(std::size_t, std::chrono::nanoseconds, rein::outcome, tp) noexcept {}
 };
 
@@ -68,6 +69,19 @@ struct refunding_gate_policy : gate_policy {
     revoked += n;
   }
 };
+
+// The seam is a concept: a policy that lacks a member is refused with one readable message.
+struct no_predict_policy {
+  static constexpr bool needs_time = true;
+  bool exceeds(std::size_t) const noexcept { return false; }
+  bool try_take(std::size_t, tp) noexcept { return true; }
+  tp ready_at(std::size_t, tp now) const noexcept { return now; }
+  void on_release(std::size_t, std::chrono::nanoseconds, rein::outcome, tp) noexcept {}
+};
+static_assert(rein::detail::admission_policy<gate_policy, tp>);
+static_assert(!rein::detail::admission_policy<no_predict_policy, tp>);
+static_assert(!rein::detail::revocable_policy<gate_policy, tp>);
+static_assert(rein::detail::revocable_policy<refunding_gate_policy, tp>);
 
 template <class Policy>
 using rate_core = rein::detail::limiter_core<Policy, net::any_io_executor, manual_clock, std::mutex, false>;
@@ -441,7 +455,7 @@ TEST_CASE("max_waiters and close apply to every limiter built on the core", "[co
   CHECK(failed_with(first, rein::errc::closed));
   CHECK(failed_with(after, rein::errc::closed));
   std::chrono::nanoseconds stamp{};
-  CHECK_FALSE(gate->try_acquire(1, stamp));
+  CHECK(gate->try_acquire(1, stamp) == rein::try_status::closed);
 }
 
 // ---- the clock ------------------------------------------------------------------------------------------

@@ -1,30 +1,8 @@
 // The waiter core every async rein limiter is built on. Not API.
 //
-// A limiter = a Policy (the admission rule: counts, tokens, a limit) + this core (lock, FIFO of parked ops,
-// deadline heap, one timer, statistics). The core asks the policy about the head of the line only, so
-// admission is strictly FIFO with head-of-line blocking: a big request is not starved by small ones.
-//
-// Policy requirements. Every member is called under the core's lock and must neither block nor call user code:
-//   static constexpr bool needs_time;   false: `now` arguments are never read (the clock is not consulted
-//                                       on the fast path)
-//   bool exceeds(std::size_t n) const;  n can never be granted: complete with errc::exceeds_capacity at once
-//   bool try_take(std::size_t n, time_point now);
-//                                       take n and return true, or change nothing and return false
-//   time_point ready_at(std::size_t n, time_point now) const;
-//                                       the earliest instant try_take(n) succeeds if nothing else changes;
-//                                       time_point::max() if only an event (a release) can make it succeed
-//   time_point predict(std::size_t ahead, std::size_t n, time_point now) const;
-//                                       when a waiter for n queued behind `ahead` units would be granted;
-//                                       max() when unknown. Lets a deadline that cannot be met fail at once.
-//   void on_release(std::size_t n, std::chrono::nanoseconds stamp, outcome result, time_point now);
-//                                       a permit came back (concurrency limiters only)
-// Optional:
-//   void on_revoke(std::size_t n, time_point now);
-//                                       a grant of n was taken back before its handler ran (a cancellation
-//                                       that arrived after the grant): undo the try_take, e.g. refund tokens.
-//                                       Without it, a concurrency limiter's revoked grant goes back through
-//                                       on_release(n, stamp, outcome::ignored, now), and a rate limiter's grant
-//                                       is not revocable (the handler gets it: the grant wins).
+// A limiter = an admission policy (detail/admission_policy.hpp: the rule, and the concept that is the seam)
+// + this core, the wait line (lock, FIFO of parked ops, a second line of drain waits, deadline heap, one timer,
+// completion batch, statistics, work guard, close and shutdown).
 //
 // Locking discipline: under the lock the core only moves pointers, asks the policy, and arms its own timer
 // (Asio timers are not thread-safe, so the lock is what serialises them; the timer's handler is ours). User
@@ -36,9 +14,12 @@
 //
 // Lifetime: the public limiter owns the core through a shared_ptr; a pending timer wait holds another, and so
 // does the runner of a granted op (see wait_op.hpp), so completions already queued when the limiter is
-// destroyed still find the core alive. Permits and cancellation handlers hold plain pointers: permits must
-// not outlive the limiter (a debug assertion checks it at shutdown), and cancellation handlers look at their
-// op's status before touching the core.
+// destroyed still find the core alive. Permits hold plain pointers (no reference count on the fast path):
+// the core counts the permit objects it handed out (`holders_`, under the lock), and a core shut down with
+// permits out keeps itself alive (`self_`) until the last one comes back. At shutdown it destroys its timer
+// (while the execution context surely exists) and, with nobody waiting, holds no work guard, so a late
+// release touches no I/O object; it still holds a copy of the executor (harmless for an io_context's own
+// executor, whose copies own nothing). Cancellation handlers look at their op's status before touching it.
 //
 // Failure: an allocation failure while starting an acquire (the op, the cancellation slot, the timer wait,
 // the work guard) leaves everything as it was and propagates. Completion never throws: a completion that
@@ -47,6 +28,8 @@
 #pragma once
 
 #include <rein/config.hpp>
+#include <rein/detail/admission_policy.hpp>
+#include <rein/detail/clock_time.hpp>
 #include <rein/detail/deadline_heap.hpp>
 #include <rein/detail/op_queue.hpp>
 #include <rein/detail/permit_source.hpp>
@@ -54,6 +37,7 @@
 #include <rein/null_mutex.hpp>
 #include <rein/outcome.hpp>
 #include <rein/permit.hpp>
+#include <rein/try_result.hpp>
 #include <rein/wait_stats.hpp>
 
 #if defined(REIN_STANDALONE_ASIO)
@@ -72,10 +56,10 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <ratio>
 #include <type_traits>
 #include <utility>
 
@@ -99,6 +83,9 @@ class limiter_core final : public permit_source,
   using duration = typename Clock::duration;
   using timer_type = net::basic_waitable_timer<Clock, net::wait_traits<Clock>, Executor>;
 
+  static_assert(admission_policy<Policy, time_point>,
+                "rein: a limiter's Policy must model rein::detail::admission_policy (detail/admission_policy.hpp)");
+
   template <class... PolicyArgs>
   limiter_core(const Executor& ex, line_options options, PolicyArgs&&... policy_args)
       : executor_(ex),
@@ -114,15 +101,19 @@ class limiter_core final : public permit_source,
 
   /// Takes n at once if nobody waits and the policy allows it. The fast path: no allocation, no scheduler.
   /// On success, `stamp` receives the grant time (nanoseconds since the clock's epoch; zero when the policy
-  /// does not need time).
-  bool try_acquire(std::size_t n, std::chrono::nanoseconds& stamp) {
+  /// does not need time). When busy and `retry_ns` is given, it receives how long until the same request
+  /// would be taken if nothing else changed (-1: unknown; INT64_MAX: never).
+  try_status try_acquire(std::size_t n, std::chrono::nanoseconds& stamp, std::int64_t* retry_ns = nullptr) {
     std::lock_guard<Mutex> lock(mutex_);
-    if (closed_ || !queue_.empty() || policy_.exceeds(n)) return false;
+    if (closed_) return try_status::closed;
+    if (policy_.exceeds(n)) return try_status::exceeds_capacity;
     const time_point now = policy_now();
-    if (!policy_.try_take(n, now)) return false;
+    if (!queue_.empty()) return busy_locked(queued_units_, n, now, retry_ns);
+    if (!policy_.try_take(n, now)) return busy_locked(0, n, now, retry_ns);
     ++stats_.acquired_total;
+    if constexpr (WithPermit) ++holders_;
     stamp = to_ns(now);
-    return true;
+    return try_status::acquired;
   }
 
   /// Whether anyone waited a moment ago, read without the lock: true means try_acquire would most likely
@@ -155,6 +146,31 @@ class limiter_core final : public permit_source,
     }
   }
 
+  /// Starts a wait for the moment no permit is out (holders() == 0), completing through `handler` with
+  /// `void(error_code)`: at once if none is out; errc::timed_out at `deadline` (time_point::max(): none);
+  /// operation_aborted when cancelled or at shutdown. close() does not end it: closing and then draining is
+  /// how a service stops without cutting calls in flight. If this throws (no memory), nothing changed.
+  template <class Handler>
+  void async_drain(Handler&& handler, time_point deadline) {
+    using op_type = wait_op_impl<std::decay_t<Handler>, Executor, false, !std::is_same_v<Mutex, null_mutex>>;
+    op_type* op = op_type::create(std::forward<Handler>(handler), 0);
+    op->drain = true;
+    completions done(this);
+    try {
+      std::lock_guard<Mutex> lock(mutex_);
+      op->connect_cancellation(this);
+      try {
+        admit_drain_locked(op, deadline, done);
+      } catch (...) {
+        op->disconnect_cancellation();
+        throw;
+      }
+    } catch (...) {
+      op->destroy();
+      throw;
+    }
+  }
+
   /// Runs f(policy, now) under the lock, then grants whatever became grantable. For releases, rate changes,
   /// added permits: anything that can let waiters through.
   template <class F>
@@ -170,6 +186,22 @@ class limiter_core final : public permit_source,
       ~dispatcher() { self->dispatch_locked(now, *done); }
     } dispatch_after{this, now, &done};
     return std::forward<F>(f)(policy_, now);
+  }
+
+  /// As update(f), and then every waiter whose request the policy now exceeds (a semaphore's total lowered
+  /// below it) completes with errc::exceeds_capacity: it could only wait forever. O(waiters).
+  template <class F>
+  void update_and_refuse(F&& f) {
+    completions done(this);
+    std::lock_guard<Mutex> lock(mutex_);
+    const time_point now = clock_now_locked();
+    std::forward<F>(f)(policy_, now);
+    for (wait_op* op = queue_.front(); op != nullptr;) {
+      wait_op* next = op->next;
+      if (policy_.exceeds(op->count)) unlink_locked(op, wait_status::exceeds_capacity, done);
+      op = next;
+    }
+    dispatch_locked(now, done);
   }
 
   /// Runs f(const policy&, const wait_stats&) under the lock and returns its result (snapshots, queries).
@@ -190,15 +222,14 @@ class limiter_core final : public permit_source,
 
   /// For the limiter's destructor: waiters complete with operation_aborted, grants not yet delivered will
   /// complete with operation_aborted too, the timer stops.
-  void shutdown() {
+  void shutdown() noexcept {
     completions done(this);
     std::lock_guard<Mutex> lock(mutex_);
     fail_all_locked(wait_status::aborted, done);
     shut_down_.store(true, std::memory_order_release);
     cancel_timer_locked();
-#ifndef NDEBUG
-    assert(live_permits_.load(std::memory_order_relaxed) == 0 && "rein: a permit outlived its limiter");
-#endif
+    timer_.reset();  // while its execution context is surely alive; a pending wait completes aborted
+    if (holders_ != 0) self_ = this->shared_from_this();  // until the last permit comes back
   }
 
   bool is_closed() const {
@@ -208,22 +239,18 @@ class limiter_core final : public permit_source,
 
   /// The deadline `timeout` from now, saturated: a timeout too long to represent means none
   /// (time_point::max()), one too far negative means the earliest representable instant.
-  static time_point deadline_after(duration timeout) {
-    const time_point now = Clock::now();
-    if (timeout > duration::zero() && now > time_point::max() - timeout) return time_point::max();
-    if (timeout < duration::zero() && now < time_point::min() - timeout) return time_point::min();
-    return now + timeout;
-  }
+  static time_point deadline_after(duration timeout) { return detail::deadline_after<Clock>(timeout); }
 
   // permit_source
   void release_permit(std::size_t n, std::chrono::nanoseconds stamp, outcome result) noexcept override {
-#ifndef NDEBUG
-    live_permits_.fetch_sub(1, std::memory_order_relaxed);
-#endif
+    std::shared_ptr<limiter_core> last;  // the core's own reference after shutdown: dropped after the unlock
     std::unique_lock<Mutex> lock(mutex_);
-    if (queue_.empty() && !timer_armed_) {
-      // Nobody to grant and no timer to re-aim (the uncontended case): no dispatch, nothing to post.
+    --holders_;
+    if (queue_.empty() && !timer_armed_ && (holders_ != 0 || drainers_.empty())) {
+      // Nobody to grant and no timer to re-aim (the uncontended case, and every release after shutdown): no
+      // dispatch, nothing to post.
       policy_.on_release(n, stamp, result, policy_now());
+      if (holders_ == 0) last = std::move(self_);
       return;
     }
     completions done(this);
@@ -233,14 +260,19 @@ class limiter_core final : public permit_source,
     lock.unlock();  // before `done` posts, although it was declared after the lock
   }
 
-  void permit_created() noexcept override {
-#ifndef NDEBUG
-    live_permits_.fetch_add(1, std::memory_order_relaxed);
-#endif
+  void permit_split() noexcept override {
+    std::lock_guard<Mutex> lock(mutex_);
+    ++holders_;
   }
 
-  /// A permit for n just taken on the fast path.
+  /// A permit for n just taken on the fast path (try_acquire counted its holder).
   permit make_permit(std::size_t n, std::chrono::nanoseconds stamp) noexcept { return permit(this, n, stamp); }
+
+  /// Permit objects handed out and not yet given back (for tests and snapshots).
+  std::size_t holders() const {
+    std::lock_guard<Mutex> lock(mutex_);
+    return holders_;
+  }
 
   // wait_owner
   void cancel_wait(wait_op* op) noexcept override {
@@ -261,11 +293,20 @@ class limiter_core final : public permit_source,
   }
 
   bool deliver(std::size_t, std::chrono::nanoseconds) noexcept override {
-    return !shut_down_.load(std::memory_order_acquire);
+    if (!shut_down_.load(std::memory_order_acquire)) return true;
+    // Shut down between the grant and its runner: the grant never becomes a permit.
+    std::shared_ptr<limiter_core> last;
+    std::lock_guard<Mutex> lock(mutex_);
+    if constexpr (WithPermit) last = holder_gone_locked();
+    return false;
   }
 
   void abandon(std::size_t n, std::chrono::nanoseconds stamp) noexcept override {
-    update([&](Policy& p, time_point now) { give_back(p, n, stamp, now); });
+    std::shared_ptr<limiter_core> last;  // declared first: dropped after update's lock is released
+    update([&](Policy& p, time_point now) {
+      give_back(p, n, stamp, now);
+      if constexpr (WithPermit) last = holder_gone_locked();
+    });
   }
 
   permit_source* source() noexcept override {
@@ -311,12 +352,26 @@ class limiter_core final : public permit_source,
     std::shared_ptr<wait_owner> keep_alive_;
   };
 
-  static constexpr bool revocable = WithPermit || requires(Policy& p, std::size_t n, time_point t) { p.on_revoke(n, t); };
+  static constexpr bool revocable = WithPermit || revocable_policy<Policy, time_point>;
 
   static void give_back(Policy& p, std::size_t n, std::chrono::nanoseconds stamp, time_point now) noexcept {
-    if constexpr (requires { p.on_revoke(n, now); }) p.on_revoke(n, now);
+    if constexpr (revocable_policy<Policy, time_point>) p.on_revoke(n, now);
     else if constexpr (WithPermit) p.on_release(n, stamp, outcome::ignored, now);
     else (void)p, (void)n, (void)stamp, (void)now;
+  }
+
+  // A try that found no room: fills the retry hint if asked. Only a time-based policy knows one; `ahead`
+  // units wait in front (the policy's prediction is then a lower bound).
+  REIN_NOINLINE try_status busy_locked(std::size_t ahead, std::size_t n, time_point now, std::int64_t* retry_ns) const {
+    if (retry_ns == nullptr) return try_status::busy;
+    *retry_ns = -1;
+    if constexpr (Policy::needs_time) {
+      const std::optional<time_point> at =
+          ahead == 0 ? std::optional<time_point>(policy_.ready_at(n, now)) : policy_.predict(ahead, n, now);
+      if (at && *at == time_point::max()) *retry_ns = std::numeric_limits<std::int64_t>::max();
+      else if (at) *retry_ns = std::max<std::int64_t>(0, to_ns_saturated(*at) - to_ns_saturated(now));
+    }
+    return try_status::busy;
   }
 
   // Takes back a grant whose handler has not run, if the runner has not claimed it (see wait_op.hpp).
@@ -328,6 +383,7 @@ class limiter_core final : public permit_source,
       wait_status expected = wait_status::granted;
       if (!op->status.compare_exchange_strong(expected, wait_status::aborted, std::memory_order_acq_rel)) return false;
       give_back(policy_, op->count, std::chrono::nanoseconds(op->stamp_ns), policy_now());
+      if constexpr (WithPermit) --holders_;  // never 0 -> self_ here: the limiter is alive (it is cancelling)
       --stats_.acquired_total;
       ++stats_.cancelled_total;
       return true;
@@ -346,19 +402,6 @@ class limiter_core final : public permit_source,
     return time_point{};
   }
 
-  static std::int64_t to_ns_saturated(time_point t) noexcept {
-    using ns = std::chrono::nanoseconds;
-    const duration d = t.time_since_epoch();
-    if constexpr (!std::ratio_less_equal_v<typename duration::period, std::nano>) {
-      // A coarser clock can hold instants beyond what nanoseconds can (about 292 years).
-      constexpr duration most = std::chrono::duration_cast<duration>(ns::max());
-      constexpr duration least = std::chrono::duration_cast<duration>(ns::min());
-      if (d >= most) return ns::max().count();
-      if (d <= least) return ns::min().count();
-    }
-    return std::chrono::duration_cast<ns>(d).count();
-  }
-
   // Decides a new op's fate under the lock. Returns true if it was queued. If it throws (no memory for the
   // work guard or the timer wait), it changed nothing.
   bool admit_locked(wait_op* op, time_point deadline, completions& done) {
@@ -369,6 +412,7 @@ class limiter_core final : public permit_source,
     if (queue_.empty() && policy_.try_take(n, now)) {
       op->stamp_ns = to_ns(now).count();
       ++stats_.acquired_total;
+      if constexpr (WithPermit) ++holders_;
       return finish_locked(op, wait_status::granted, done), false;
     }
     // A timeless policy read no clock above; the wait statistics and the deadline need one from here on.
@@ -385,7 +429,7 @@ class limiter_core final : public permit_source,
     }
     const bool first = queue_.empty();
     if (first) {
-      work_.emplace(executor_);
+      if (!work_) work_.emplace(executor_);
       waiting_.store(true, std::memory_order_relaxed);
     }
     op->stamp_ns = to_ns(now).count();
@@ -412,8 +456,8 @@ class limiter_core final : public permit_source,
   }
 
   bool cannot_meet(std::size_t n, time_point deadline, time_point now) const {
-    const time_point predicted = policy_.predict(queued_units_, n, now);
-    return predicted != time_point::max() && predicted > deadline;
+    const std::optional<time_point> predicted = policy_.predict(queued_units_, n, now);
+    return predicted && *predicted > deadline;
   }
 
   static void finish_locked(wait_op* op, wait_status status, completions& done) noexcept {
@@ -421,18 +465,45 @@ class limiter_core final : public permit_source,
     done.push(op);
   }
 
-  // Takes a queued op out of the line and the heap, without completing it.
+  // Takes a queued op out of its line and the heap, without completing it.
   void dequeue_locked(wait_op* op, completions& done) noexcept {
-    queue_.erase(op);
-    queued_units_ -= op->count;
-    if (op->deadline_ns != no_deadline) deadlines_.erase(op);
-    if (queue_.empty()) {
-      waiting_.store(false, std::memory_order_relaxed);
-      if (work_) {
-        done.idle_work.emplace(std::move(*work_));
-        work_.reset();
-      }
+    if (op->drain) {
+      drainers_.erase(op);
+    } else {
+      queue_.erase(op);
+      queued_units_ -= op->count;
+      if (queue_.empty()) waiting_.store(false, std::memory_order_relaxed);
     }
+    if (op->deadline_ns != no_deadline) deadlines_.erase(op);
+    if (queue_.empty() && drainers_.empty() && work_) {
+      done.idle_work.emplace(std::move(*work_));
+      work_.reset();
+    }
+  }
+
+  bool admit_drain_locked(wait_op* op, time_point deadline, completions& done) {
+    if (holders_ == 0) return finish_locked(op, wait_status::delivered, done), false;
+    if (deadline != time_point::max() && deadline <= Clock::now())
+      return finish_locked(op, wait_status::timed_out, done), false;
+    if (!work_) work_.emplace(executor_);
+    drainers_.push_back(op);
+    if (deadline == time_point::max()) return true;
+    op->deadline_ns = to_ns_saturated(deadline);
+    if (op->deadline_ns == no_deadline) return true;
+    op->seq = next_seq_++;
+    deadlines_.push(op);
+    try {
+      arm_timer_locked(Clock::now());
+    } catch (...) {
+      dequeue_locked(op, done);
+      throw;
+    }
+    return true;
+  }
+
+  // Every permit is back: the drain waits are over (a grant made in the same dispatch counts as out).
+  void finish_drains_locked(completions& done) noexcept {
+    while (!drainers_.empty()) unlink_locked(drainers_.front(), wait_status::delivered, done);
   }
 
   void unlink_locked(wait_op* op, wait_status status, completions& done) noexcept {
@@ -446,20 +517,26 @@ class limiter_core final : public permit_source,
     for (;;) {
       while (!queue_.empty() && policy_.try_take(queue_.front()->count, now)) grant_locked(queue_.front(), now, done);
       if (deadlines_.empty() || deadlines_.top()->deadline_ns > to_ns(now).count()) break;
-      ++stats_.timed_out_total;
-      ++stats_.rejected_total;
-      unlink_locked(deadlines_.top(), wait_status::timed_out, done);
+      wait_op* expired = deadlines_.top();
+      if (!expired->drain) {
+        ++stats_.timed_out_total;
+        ++stats_.rejected_total;
+      }
+      unlink_locked(expired, wait_status::timed_out, done);
     }
-    try {
-      arm_timer_locked(now);
-    } catch (...) {
-      // No memory for the timer wait, or the first timer could not start its reactor (descriptors
-      // exhausted): the next wake-up waits for the next event (release, acquire, cancellation) instead of
-      // failing a release, which must not throw.
-    }
+    if (holders_ == 0 && !drainers_.empty()) finish_drains_locked(done);
+    arm_timer_locked_noexcept(now);
+  }
+
+  // A grant that was counted as a holder will never become a permit. Returns the core's own reference if
+  // that was the last holder after shutdown (to be dropped after the unlock).
+  std::shared_ptr<limiter_core> holder_gone_locked() noexcept {
+    if (--holders_ == 0) return std::move(self_);
+    return nullptr;
   }
 
   void grant_locked(wait_op* op, time_point now, completions& done) noexcept {
+    if constexpr (WithPermit) ++holders_;
     if (measure_wait_) {
       const std::chrono::nanoseconds waited(to_ns(now).count() - op->stamp_ns);
       stats_.wait_total += waited;
@@ -531,10 +608,24 @@ class limiter_core final : public permit_source,
     dispatch_locked(Clock::now(), done);
   }
 
+  // Fails every acquire waiting; drain waits too when the limiter goes away (not on close).
   void fail_all_locked(wait_status status, completions& done) noexcept {
     closed_ = true;
     while (!queue_.empty()) unlink_locked(queue_.front(), status, done);
-    cancel_timer_locked();
+    if (status == wait_status::aborted)
+      while (!drainers_.empty()) unlink_locked(drainers_.front(), status, done);
+    if (drainers_.empty()) cancel_timer_locked();
+    else arm_timer_locked_noexcept(clock_now_locked());
+  }
+
+  // For paths that must not throw (a release, a cancellation, close). If the timer wait cannot be started
+  // (no memory, or the first timer could not start its reactor: descriptors exhausted), the next wake-up
+  // waits for the next event (release, acquire, cancellation).
+  void arm_timer_locked_noexcept(time_point now) noexcept {
+    try {
+      arm_timer_locked(now);
+    } catch (...) {
+    }
   }
 
   Executor executor_;
@@ -542,6 +633,7 @@ class limiter_core final : public permit_source,
   std::optional<timer_type> timer_;  // made when first armed
   Policy policy_;
   op_queue queue_;
+  op_queue drainers_;  // async_drain waits
   deadline_heap deadlines_;
   std::optional<work_guard> work_;  // engaged while anyone waits
   std::size_t max_waiters_;
@@ -555,9 +647,52 @@ class limiter_core final : public permit_source,
   bool closed_ = false;
   std::atomic<bool> waiting_{false};  // !queue_.empty(), written under the lock (waiting_hint)
   std::atomic<bool> shut_down_{false};
-#ifndef NDEBUG
-  std::atomic<std::size_t> live_permits_{0};
-#endif
+  std::size_t holders_ = 0;               // permit objects out (granted, not yet given back or taken back)
+  std::shared_ptr<limiter_core> self_;    // set at shutdown while holders_ != 0
+};
+
+/// The initiation of a concurrency limiter's async_drain (one for every limiter that hands out permits).
+template <class Core>
+struct initiate_drain {
+  Core* core;
+  using executor_type = typename Core::executor_type;
+  executor_type get_executor() const noexcept { return core->get_executor(); }
+
+  template <class Handler>
+  void operator()(Handler&& handler, typename Core::time_point deadline) const {
+    core->async_drain(std::forward<Handler>(handler), deadline);
+  }
+};
+
+/// How a public limiter owns its core: move-only, and the core is shut down when its owner is destroyed or
+/// assigned to (waiters complete with operation_aborted; permits already out stay valid, see the core's
+/// lifetime notes). A moved-from owner holds nothing: its limiter may only be destroyed or assigned to, as
+/// a moved-from Asio I/O object.
+template <class Core>
+class core_owner {
+ public:
+  template <class... Args>
+  explicit core_owner(Args&&... args) : core_(std::make_shared<Core>(std::forward<Args>(args)...)) {}
+
+  core_owner(core_owner&&) noexcept = default;
+  core_owner& operator=(core_owner&& other) noexcept {
+    if (this != &other) {
+      reset();
+      core_ = std::move(other.core_);
+    }
+    return *this;
+  }
+  ~core_owner() { reset(); }
+
+  Core* operator->() const noexcept { return core_.get(); }
+  Core* get() const noexcept { return core_.get(); }
+
+ private:
+  void reset() noexcept {
+    if (core_) std::exchange(core_, nullptr)->shutdown();
+  }
+
+  std::shared_ptr<Core> core_;
 };
 
 }  // namespace rein::detail

@@ -14,8 +14,12 @@ namespace rein::detail {
 /// measure latency from grant to report without the permit knowing the clock type.
 class permit_source {
  public:
+  /// A permit gives its `count` slots back (exactly once per permit object).
   virtual void release_permit(std::size_t count, std::chrono::nanoseconds stamp, outcome result) noexcept = 0;
-  virtual void permit_created() noexcept {}
+
+  /// A permit was split in two (permit::split): one more permit object will report back. Grants are counted
+  /// by the limiter itself; only a split adds a holder the limiter did not see.
+  virtual void permit_split() noexcept = 0;
 
  protected:
   ~permit_source() = default;

@@ -127,6 +127,7 @@ struct wait_op {
   complete_fn complete = nullptr;
   std::uint32_t seq = 0;  // arrival order (wrapping), so that equal deadlines expire first come, first out
   std::atomic<wait_status> status{wait_status::queued};
+  bool drain = false;  // waits in the drain line (async_drain) instead of the acquire line
 };
 
 /// The limiter core as its ops see it.

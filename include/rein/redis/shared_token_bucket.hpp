@@ -3,6 +3,7 @@
 
 #include <rein/algo/token_bucket.hpp>
 #include <rein/config.hpp>
+#include <rein/detail/clock_time.hpp>
 #include <rein/detail/deadline_heap.hpp>
 #include <rein/detail/op_queue.hpp>
 #include <rein/detail/wait_op.hpp>
@@ -12,6 +13,7 @@
 #include <rein/redis/detail/sha1.hpp>
 #include <rein/redis/error.hpp>
 #include <rein/redis/reply.hpp>
+#include <rein/try_result.hpp>
 #include <rein/wait_stats.hpp>
 
 #include <hiredis/hiredis.h>
@@ -975,9 +977,7 @@ class shared_bucket_core final : public remote_owner,
 
   // ---- Time ----------------------------------------------------------------------------------------------
 
-  static std::int64_t to_ns(time_point t) noexcept {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
-  }
+  static std::int64_t to_ns(time_point t) noexcept { return rein::detail::to_ns_saturated(t); }
 
   static time_point from_ns(std::int64_t ns) noexcept {
     return time_point(std::chrono::duration_cast<duration>(std::chrono::nanoseconds(ns)));
@@ -1112,13 +1112,14 @@ class basic_shared_token_bucket {
 
   const shared_token_bucket_options& options() const noexcept { return core_->options(); }
 
-  /// Always false, taking nothing: whether Redis admits needs a round trip, which a function that never
-  /// waits cannot make (and a local guess would break the fleet-wide bound). It exists so that generic code
-  /// written against rein's rate limiters compiles and takes its waiting path, e.g. rein::throttle's
+  /// Always false (try_status::busy, no retry hint), taking nothing: whether Redis admits needs a round
+  /// trip, which a function that never waits cannot make (and a local guess would break the fleet-wide
+  /// bound). It exists so that generic code written against rein's rate limiters compiles and takes its
+  /// waiting path, e.g. rein::throttle's
   /// `if (!rate.try_acquire(1)) co_await rate.async_acquire_until(1, deadline, ...)`; a throttle's own
   /// try_acquire therefore refuses at a Redis rate stage. Use async_acquire_until with a deadline for
   /// "at most this long".
-  bool try_acquire(std::size_t = 1) const noexcept { return false; }
+  try_result try_acquire(std::size_t = 1) const noexcept { return try_result(try_status::busy); }
 
   /// Waits for n tokens from the shared bucket. The initiating function; every Asio completion token works.
   ///
@@ -1143,7 +1144,7 @@ class basic_shared_token_bucket {
   /// As async_acquire, failing with rein::errc::timed_out if not granted within `timeout`.
   template <REIN_COMPLETION_TOKEN_FOR(void(error_code)) Token = default_token_t>
   auto async_acquire_for(std::size_t n, duration timeout, Token&& token = Token{}) {
-    return async_acquire_until(n, deadline_after(timeout), std::forward<Token>(token));
+    return async_acquire_until(n, rein::detail::deadline_after<Clock>(timeout), std::forward<Token>(token));
   }
 
   /// As async_acquire, failing with rein::errc::timed_out if not granted by `deadline` (time_point::max():
@@ -1158,7 +1159,9 @@ class basic_shared_token_bucket {
   net::awaitable<void> acquire(std::size_t n = 1) { return acquire_until(n, time_point::max()); }
 
   /// As acquire, throwing rein::errc::timed_out if not granted within `timeout`.
-  net::awaitable<void> acquire_for(std::size_t n, duration timeout) { return acquire_until(n, deadline_after(timeout)); }
+  net::awaitable<void> acquire_for(std::size_t n, duration timeout) {
+    return acquire_until(n, rein::detail::deadline_after<Clock>(timeout));
+  }
 
   /// As acquire, throwing rein::errc::timed_out if not granted by `deadline`.
   net::awaitable<void> acquire_until(std::size_t n, time_point deadline) {
@@ -1193,12 +1196,6 @@ class basic_shared_token_bucket {
       core->async_acquire(std::forward<Handler>(handler), n, deadline);
     }
   };
-
-  static time_point deadline_after(duration timeout) {
-    const time_point now = Clock::now();
-    if (timeout > time_point::max() - now) return time_point::max();
-    return now + timeout;
-  }
 
   std::shared_ptr<typename connection_type::core_type> owned_;
   std::shared_ptr<core_type> core_;

@@ -1,0 +1,56 @@
+// The seam between the wait line (limiter_core.hpp) and an admission rule. Not API.
+//
+// A limiter is a policy (the admission rule: counts, tokens, a limit, a pause) on the wait line (lock, FIFO
+// of parked ops, deadline heap, one timer, completion batch, statistics). The line asks the policy about the
+// head of the line only, so admission is strictly FIFO with head-of-line blocking: a big request is not
+// starved by small ones. Every member is called under the line's lock and must neither block nor call user
+// code.
+//
+//   static constexpr bool needs_time    false: `now` arguments are never read (no clock on the fast path)
+//   bool exceeds(n) const               n can never be granted: complete with errc::exceeds_capacity at once
+//   bool try_take(n, now)               take n and return true, or change nothing and return false
+//   time_point ready_at(n, now) const   the earliest instant try_take(n) succeeds if nothing else changes;
+//                                       time_point::max() if only an event (a release) can make it succeed
+//   optional<time_point> predict(ahead, n, now) const
+//                                       a lower bound on when a waiter for n queued behind `ahead` units
+//                                       would be granted; time_point::max() if never as things stand (a rate
+//                                       so low that the wait is beyond the clock's range, a pause without
+//                                       end); nullopt when unknown (it depends on releases). A deadline that
+//                                       cannot be met fails at once.
+//   void on_release(n, stamp, outcome, now)
+//                                       a permit came back (concurrency limiters; `stamp` is its grant time)
+// Optional:
+//   void on_revoke(n, now) noexcept     a grant of n was taken back before its handler ran (a cancellation
+//                                       that arrived after the grant): undo the try_take (refund tokens).
+//                                       Without it, a concurrency limiter's revoked grant goes back through
+//                                       on_release(n, stamp, outcome::ignored, now), and any other grant is
+//                                       not revocable (the handler gets it: the grant wins).
+#pragma once
+
+#include <rein/outcome.hpp>
+
+#include <chrono>
+#include <concepts>
+#include <cstddef>
+#include <optional>
+
+namespace rein::detail {
+
+template <class P, class TimePoint>
+concept admission_policy = requires(P& p, const P& view, std::size_t n, TimePoint now, std::chrono::nanoseconds stamp,
+                                    outcome result) {
+  { P::needs_time } -> std::convertible_to<bool>;
+  { view.exceeds(n) } -> std::same_as<bool>;
+  { p.try_take(n, now) } -> std::same_as<bool>;
+  { view.ready_at(n, now) } -> std::same_as<TimePoint>;
+  { view.predict(n, n, now) } -> std::same_as<std::optional<TimePoint>>;
+  p.on_release(n, stamp, result, now);
+};
+
+/// Whether the policy can undo a grant (see on_revoke above).
+template <class P, class TimePoint>
+concept revocable_policy = requires(P& p, std::size_t n, TimePoint now) {
+  { p.on_revoke(n, now) } noexcept;
+};
+
+}  // namespace rein::detail

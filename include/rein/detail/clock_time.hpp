@@ -1,0 +1,38 @@
+// Conversions between a clock's time points and the nanosecond counts the wait line stores. Not API.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <ratio>
+
+namespace rein::detail {
+
+/// The deadline `timeout` from now on Clock, saturated: a timeout too long to represent means none
+/// (time_point::max()), one too far negative the earliest representable instant. Every door that takes a
+/// timeout goes through here, so that `acquire_for(n, duration::max())` means "no deadline" everywhere.
+template <class Clock>
+typename Clock::time_point deadline_after(typename Clock::duration timeout) {
+  using time_point = typename Clock::time_point;
+  const time_point now = Clock::now();
+  if (timeout > timeout.zero() && now > time_point::max() - timeout) return time_point::max();
+  if (timeout < timeout.zero() && now < time_point::min() - timeout) return time_point::min();
+  return now + timeout;
+}
+
+/// Nanoseconds since the clock's epoch, saturated: a coarser clock can hold instants beyond what
+/// nanoseconds can (about 292 years).
+template <class TimePoint>
+std::int64_t to_ns_saturated(TimePoint t) noexcept {
+  using ns = std::chrono::nanoseconds;
+  using duration = typename TimePoint::duration;
+  const duration d = t.time_since_epoch();
+  if constexpr (!std::ratio_less_equal_v<typename duration::period, std::nano>) {
+    constexpr duration most = std::chrono::duration_cast<duration>(ns::max());
+    constexpr duration least = std::chrono::duration_cast<duration>(ns::min());
+    if (d >= most) return ns::max().count();
+    if (d <= least) return ns::min().count();
+  }
+  return std::chrono::duration_cast<ns>(d).count();
+}
+
+}  // namespace rein::detail
