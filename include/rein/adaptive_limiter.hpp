@@ -1,4 +1,4 @@
-// An awaitable concurrency limiter whose limit is found by feedback (DESIGN.md section 4; issue 4).
+// An awaitable concurrency limiter whose limit is found by feedback.
 #pragma once
 
 #include <rein/algo/aimd.hpp>
@@ -56,7 +56,7 @@ struct adaptive_limiter_options {
 
 /// An adaptive limiter's state, copied out under its lock in O(1).
 ///
-/// Read the numbers together (seed 000, step 5): sustained `at_ceiling` means the ceiling, not the dependency,
+/// Read the numbers together: sustained `at_ceiling` means the ceiling, not the dependency,
 /// is the constraint; sustained `at_floor` with congestion means the dependency is in trouble; `utilisation`
 /// well below 1 means the limit is not the bottleneck. Alert on `decreases` (its rate) and on `at_floor`.
 struct adaptive_limiter_snapshot : wait_stats {
@@ -151,7 +151,7 @@ struct adaptive_policy {
   time_point ready_at(std::size_t, time_point) const noexcept { return time_point::max(); }  // only a release helps
   time_point predict(std::size_t, std::size_t, time_point) const noexcept { return time_point::max(); }
 
-  // Report first, then release, as seed 000's limiter does (record() in the try block, release() in finally).
+  // Report first, then release: the sample is taken with the call still counted in flight.
   void on_release(std::size_t n, std::chrono::nanoseconds stamp, outcome result, time_point now) noexcept {
     const std::optional<std::size_t> at_grant = grants.take(stamp.count());
     count(result);
@@ -197,7 +197,7 @@ struct adaptive_policy {
 /// reports how the call went with `permit.complete(outcome)` (or `limiter.complete(permit, status)`), which
 /// gives the slot back and feeds the algorithm one sample:
 /// - `success`: latency is measured by the limiter, from the grant to the report, never including time spent
-///   waiting for the slot (seed 000: "counting queue time as service time");
+///   waiting for the slot;
 /// - `congestion`: a timeout, 429, 503, 504 ("you are sending too much");
 /// - `ignored`: says nothing about capacity (400, 401, 404, caller cancelled); no sample. A permit released or
 ///   destroyed without an outcome counts as ignored.

@@ -1,4 +1,4 @@
-// An awaitable token bucket whose rate adapts to the upstream's throttling responses (issue 6).
+// An awaitable token bucket whose rate adapts to the upstream's throttling responses.
 #pragma once
 
 #include <rein/algo/adaptive_rate.hpp>
@@ -50,6 +50,7 @@ struct adaptive_rate_limiter_snapshot : wait_stats {
 /// auto response = co_await call();
 /// limiter.record(rein::classify_http_status(response.status), sent);
 /// ```
+/// (From tests/async/doc_snippets.cpp, which compiles and runs it.)
 ///
 /// The rule is `rein::algo::basic_adaptive_rate`: CUBIC (RFC 8312) on a sending rate, as in the AWS SDKs'
 /// "adaptive" retry mode, with one cut per round trip (congestion from a request sent before the latest cut

@@ -84,12 +84,13 @@ struct idle_traits {
 /// `keyed<quota_gate>` pauses one host on its 429s, `keyed<token_bucket>` gives each tenant its own rate.
 ///
 /// ```
-/// rein::keyed<rein::semaphore> per_host(io.get_executor(), {}, 4);   // semaphore(ex, 4) for every host...
-/// per_host.set_override("slow-site.example", 1);                     // ...but semaphore(ex, 1) for this one
+/// rein::keyed<rein::semaphore> per_host(io, {}, std::size_t{4});  // semaphore(io, 4) for every host...
+/// per_host.set_override("slow-site.example", 1);                  // ...but semaphore(io, 1) for this one
 /// auto permit = co_await per_host.get(host)->acquire();
 /// ```
+/// (From tests/async/doc_snippets.cpp, which compiles and runs it.)
 ///
-/// This is seed 004's KeyedLimiter (a default and per-key overrides) and its per-provider registry, with
+/// A default and per-key overrides, as a per-provider registry of limiters has them, with
 /// the two things a long-running service needs on top: idle keys are evicted, and the number of keys is
 /// capped.
 ///

@@ -373,7 +373,7 @@ class basic_rate_limiter {
 
 /// Several pure rate limits enforced together, all or nothing, behind one waiting line:
 /// `rein::rate_limits<algo::token_bucket, algo::sliding_window> limits(io, algo::all_of{...});`
-/// A request for n takes n from every limit. (Different counts per limit, like seed 004's "1 request and
+/// A request for n takes n from every limit. (Different counts per limit, like "1 request and
 /// 800 tokens", need one limiter per limit, acquired in turn: see examples/llm_quota.cpp.)
 template <algo::rate_limit... Limits>
 using rate_limits = basic_rate_limiter<algo::all_of<Limits...>>;

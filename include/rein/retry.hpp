@@ -48,11 +48,12 @@ enum class attempt_kind {
 /// (the 429 response itself), so that the caller sees it if retrying stops there.
 ///
 /// ```
-/// if (r.status == 429)  // my_errc: the caller's own error codes
-///   co_return rein::attempt<response>::retryable(my_errc::too_many_requests,
+/// if (r.status == 429)  // net::error::try_again: any error code of the caller's
+///   co_return rein::attempt<response>::retryable(net::error::try_again,
 ///                                                rein::parse_retry_after(r.header("Retry-After"), now))
 ///       .with_value(std::move(r));
 /// ```
+/// (From tests/async/doc_snippets.cpp, which compiles and runs it.)
 template <class T = void>
 class attempt {
   using stored = std::conditional_t<std::is_void_v<T>, std::monostate, T>;

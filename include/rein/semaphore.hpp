@@ -40,8 +40,8 @@ struct semaphore_options {
   std::size_t max_waiters = std::numeric_limits<std::size_t>::max();
 
   /// Whether waits are timed for snapshot().wait_total and wait_max. Timing costs two Clock::now() calls
-  /// per acquire that has to wait (none when granted at once): 27 to 53 ns of a contended handoff of about
-  /// 500 ns in the README's benchmark. false: both fields stay zero, an acquire reads the clock only for its
+  /// per acquire that has to wait (none when granted at once); the README's benchmark table gives their
+  /// cost next to a contended handoff. false: both fields stay zero, an acquire reads the clock only for its
   /// own deadline, and a release only while some waiter has a deadline. Default: true.
   bool measure_wait = true;
 };
@@ -64,8 +64,8 @@ struct semaphore_policy {
 
   explicit semaphore_policy(std::size_t n) noexcept : permits(n), available(n) {}
 
-  // A semaphore made with no permits is a gate that add_permits opens: its waiters wait for that (issue 2,
-  // case 3). Otherwise a request above the total could only wait forever, so it fails at once.
+  // A semaphore made with no permits is a gate that add_permits opens: its waiters wait for that.
+  // Otherwise a request above the total could only wait forever, so it fails at once.
   bool exceeds(std::size_t n) const noexcept { return permits != 0 && n > permits; }
 
   template <class TimePoint>

@@ -42,9 +42,10 @@ struct sliding_window_snapshot : wait_stats {
 /// rein::sliding_window window(io, {.limit = 500, .window = std::chrono::minutes(1)});
 /// co_await window.acquire();
 /// ```
+/// (From tests/async/doc_snippets.cpp, which compiles and runs it.)
 ///
 /// The rule is `rein::algo::basic_sliding_window` (a log of the last `limit` start times: exact, O(limit)
-/// memory; seed 003's deque of timestamps). A start at s counts during [s, s + window). With 2 per 10 s, five
+/// memory). A start at s counts during [s, s + window). With 2 per 10 s, five
 /// waiters started at 0.00 .. 0.04 s are granted at 0.00, 0.01, 10.00, 10.01, 20.00 (a token bucket of 0.2 per
 /// second and burst 2 grants them at 0.00, 0.01, 5.0, 10.0, 15.0). For limits in the millions use
 /// `rein::basic_rate_limiter<algo::basic_sliding_window_counter<Clock>>` (O(1) memory, bounded overshoot).

@@ -62,8 +62,8 @@ enum class throttle_stage : std::uint8_t {
 
 /// Options of a throttle.
 struct throttle_options {
-  /// The pause applied by `guard.reject()` when the upstream gave no usable Retry-After (seed 003 suggests
-  /// 1 to 5 s). Must be > 0.
+  /// The pause applied by `guard.reject()` when the upstream gave no usable Retry-After (1 to 5 s is
+  /// usual). Must be > 0.
   std::chrono::nanoseconds default_pause{std::chrono::seconds(1)};
 };
 
@@ -358,19 +358,24 @@ class throttle_guard {
 };
 
 /// Composes a quota gate per key, a rate limiter, a per-key concurrency limiter and a global concurrency
-/// limiter around each outbound call (DESIGN.md section 6; seeds 003 and 004):
+/// limiter around each outbound call:
 ///
 /// ```
-/// rein::keyed<rein::quota_gate> gates(io);                    // a 429 pauses that host for everyone
-/// rein::token_bucket rate(io, {.rate = 100, .capacity = 20}); // 100 starts per second, bursts of 20
-/// rein::tuned_aimd_limiter global(io);                        // in flight overall, found by feedback
-/// rein::keyed<rein::semaphore> per_host(io, {}, 4);           // at most 4 in flight per host
+/// rein::keyed<rein::quota_gate> gates(io);                      // a 429 pauses that host for every caller
+/// rein::token_bucket rate(io, {.rate = 100, .capacity = 20});   // 100 starts per second, bursts of 20
+/// rein::tuned_aimd_limiter global(io);                          // calls in flight, limit found by feedback
+/// rein::keyed<rein::semaphore> per_host(io, {}, std::size_t{4});  // at most 4 in flight per host
 /// rein::throttle throttle(gates, rate, global, per_host);
 ///
-/// auto guard = co_await throttle.acquire(host);
-/// auto response = co_await call(host);
-/// if (response.status == 429) guard.reject(response.retry_after); else guard.complete_http(response.status);
+/// auto guard = co_await throttle.acquire(host);               // gate, rate, per-host, global
+/// auto response = co_await http_get(host, "/v1/items");       // your call
+/// if (response.status == 429) {
+///   guard.reject(response.retry_after);                       // pause the host, count congestion
+/// } else {
+///   guard.complete_http(response.status);                     // success feeds the adaptive limit
+/// }
 /// ```
+/// (From examples/quick_tour.cpp, a complete program, less its counters.)
 ///
 /// Any stage may be `rein::unlimited`. The throttle refers to the stages (it does not own them): they must
 /// outlive it, and each stays usable on its own (snapshots, set_rate, pause_for).
@@ -378,13 +383,13 @@ class throttle_guard {
 /// Order of the stages, and why:
 /// 1. the key's gate: while a 429 pause runs, nothing of that key proceeds or takes anything;
 /// 2. the rate: a rate wait never holds a concurrency slot;
-/// 3. the per-key permit, then 4. the global permit. DESIGN.md lists global before per-key; rein takes the
+/// 3. the per-key permit, then 4. the global permit. rein takes the
 ///    per-key permit first, because a caller waiting for a busy key while holding a global slot would let one
 ///    slow key's backlog hold the global slots other keys need. With every caller taking at most one key
 ///    permit and then the global one, the order is the same for all, so no order of calls can deadlock.
 /// 5. the gate again: a pause that began while the caller waited at stages 2 to 4 (a 429 answered to a call
 ///    of the same key) sends it back to the gate, giving its permits back (its rate token is kept), so the
-///    callers queued for a key do not take turns discovering its limit (seed 003).
+///    callers queued for a key do not take turns discovering its limit.
 /// A stage that fails, times out or is cancelled gives back everything earlier stages took, rate tokens
 /// included (refunded), so a refused request consumes nothing anywhere. try_acquire, which never waits,
 /// takes the rate last, after both permits: a refusal there then never touches the rate limiter at all.

@@ -51,16 +51,16 @@ struct token_bucket_snapshot : wait_stats {
 /// rein::token_bucket bucket(io, {.rate = 100, .capacity = 20});
 /// co_await bucket.acquire();          // one token; returns at once while the burst lasts
 /// co_await bucket.acquire(estimate);  // weighted: e.g. tokens of an LLM prompt
-/// bucket.refund(estimate - actual);   // give back what the call did not use (seed 004)
+/// bucket.refund(estimate - actual);   // give back what the call did not use
 /// ```
+/// (From tests/async/doc_snippets.cpp, which compiles and runs it.)
 ///
 /// The rule is `rein::algo::basic_token_bucket` (exact integer refill, lazily on each call, never a
-/// background tick), the peer of Go's `golang.org/x/time/rate.Limiter` and the bucket of seeds 001, 003 and
-/// 004. Unlike Go's `WaitN`, which reserves tokens up front (so a cancelled wait must hand them back), a
-/// waiter here takes its tokens only when granted: waiting costs nothing, and cancelling refunds nothing
-/// because nothing was taken. Waiters are served in FIFO order, each at the exact instant its tokens are
-/// there, by one timer per bucket; `set_rate` and `set_capacity` move the grant times of waiters already
-/// queued, earlier or later, at once.
+/// background tick), the peer of Go's `golang.org/x/time/rate.Limiter`. Unlike Go's `WaitN`, which reserves
+/// tokens up front (so a cancelled wait must hand them back), a waiter here takes its tokens only when
+/// granted: waiting costs nothing, and cancelling refunds nothing because nothing was taken. Waiters are
+/// served in FIFO order, each at the exact instant its tokens are there, by one timer per bucket; `set_rate`
+/// and `set_capacity` move the grant times of waiters already queued, earlier or later, at once.
 ///
 /// Compared with `rein::sliding_window` of the same average rate: 2 per 10 s (window) grants five waiters
 /// started at 0.00 .. 0.04 s at 0.00, 0.01, 10.00, 10.01, 20.00; a bucket of 0.2 per second with burst 2

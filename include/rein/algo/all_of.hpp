@@ -16,7 +16,7 @@
 namespace rein::algo {
 
 /// Several rate limits enforced together, all or nothing: "10 per second and 1,000 per hour", or the
-/// seed 004 pair "requests per minute and tokens per minute", where one call charges 1 to the first and
+/// LLM APIs' pair "requests per minute and tokens per minute", where one call charges 1 to the first and
 /// its estimated token count to the second.
 ///
 /// A request is admitted only when every part admits it at the same instant, and then takes from every

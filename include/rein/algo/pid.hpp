@@ -1,4 +1,4 @@
-// A PID controller that drives the concurrency limit from the windowed failure rate (seed 001, section 2).
+// A PID controller that drives the concurrency limit from the windowed failure rate.
 #pragma once
 
 #include <rein/algo/limit_algorithm.hpp>
@@ -11,9 +11,9 @@
 namespace rein::algo {
 
 /// Options of `basic_pid`. Gains are in calls per unit of error, where the error is a failure-rate
-/// difference (0.05 = five percentage points). kp, kd, the target and the integral clamp are seed 001's;
-/// its ki of 0.5 would move the limit by 0.025 calls per healthy window, so rein uses 20 (about one call
-/// per healthy window at the default 5 % target).
+/// difference (0.05 = five percentage points). ki is 20 rather than a textbook 0.5, which would move the
+/// limit by 0.025 calls per healthy window: 20 moves it by about one call per healthy window at the
+/// default 5 % target.
 struct pid_options {
   /// Starting limit and the controller's operating point (the output at zero error and zero integral), in
   /// calls; in [min_limit, max_limit].
@@ -44,7 +44,7 @@ struct pid_options {
 ///     integral = clamp(integral + error, -integral_limit, integral_limit)
 ///     limit    = clamp(initial_limit + kp x error + ki x integral + kd x (error - previous error))
 ///
-/// Anti-windup is twofold: the clamp above (seed 001's), and conditional integration: a window whose output
+/// Anti-windup is twofold: the clamp above, and conditional integration: a window whose output
 /// is already pinned at the floor or ceiling in the direction of its error adds nothing to the integral, so
 /// a long stay at the ceiling does not have to be unwound before the limit can fall.
 ///

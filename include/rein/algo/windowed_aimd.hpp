@@ -1,4 +1,4 @@
-// Batch-wise adaptive concurrency: judge a window of samples by its failure rate (seed 001, section 4).
+// Batch-wise adaptive concurrency: judge a window of samples by its failure rate.
 #pragma once
 
 #include <rein/algo/limit_algorithm.hpp>
@@ -10,9 +10,8 @@
 
 namespace rein::algo {
 
-/// Options of `basic_windowed_aimd`. Defaults follow seed 001's `AdaptiveConcurrencyController` example
-/// (batches of 20, step 3, threshold 15 %, halve), with rein's usual floor 1 and ceiling 64 and a starting
-/// point of 4 rather than the floor.
+/// Options of `basic_windowed_aimd`. Defaults: batches of 20, step 3, threshold 15 %, halve, with rein's
+/// usual floor 1 and ceiling 64 and a starting point of 4 rather than the floor.
 struct windowed_aimd_options {
   /// Starting limit, in calls; in [min_limit, max_limit].
   double initial_limit = 4.0;

@@ -1041,8 +1041,8 @@ class shared_bucket_core final : public remote_owner,
 /// within a process; between processes, whoever asks first after a refill gets the token (no fairness
 /// between processes is promised).
 ///
-/// Rule from: the token bucket of seeds 003 and 004 ("Several processes or pods": a Redis token bucket via
-/// a Lua script), GCRA as in ITU-T I.371 and redis-cell; the waiter discipline is rein's (DESIGN.md 3).
+/// Rule from: the token bucket kept in Redis by a Lua script, GCRA as in ITU-T I.371 and redis-cell; the
+/// waiter discipline is that of every rein limiter (FIFO, one timer).
 ///
 /// Failures (see failure_policy): while Redis cannot be asked, `fail_closed` completes waiting and new
 /// acquires with errc::unavailable and admits nothing; `fail_open` admits from a local bucket with

@@ -16,7 +16,7 @@
 
 namespace rein::testing {
 
-/// A settable process-wide clock for deterministic tests of time-based behaviour (DESIGN.md section 8).
+/// A settable process-wide clock for deterministic tests of time-based behaviour.
 ///
 /// Use it as any limiter's Clock parameter (and for your own `basic_waitable_timer<manual_clock>`), then
 /// drive time by hand: `manual_clock::advance(100ms); io.poll();` runs every handler whose timer expiry the

@@ -1,14 +1,14 @@
-// The degrading-upstream experiment (seed 000, step 3; issue 4) as a deterministic discrete-event simulation.
+// The degrading-upstream experiment as a deterministic discrete-event simulation.
 //
 // Pure: virtual time, no Asio, no clock reads, no sleeping; every run is exact and repeatable, so tests assert
 // its figures. It drives any limit algorithm (anything with `limit()` and `on_sample()`), a fixed limit, or an
 // oracle that knows the true capacity. The upstream model, the scenarios, the report and its printing are
 // reusable by runs of the same experiment on the async limiter (manual clock or real time).
 //
-// It mirrors ../shared/reference/upstream_sim.py event for event, so fixed, aimd and oracle reproduce that
-// model's figures exactly: among events at the same instant a capacity change comes first, then completions in
-// the order they were scheduled, then arrivals; service time runs from acquisition; a completing call reports
-// its outcome and then releases its slot, and waiting calls are admitted (FIFO) right after each release.
+// Its event order is fixed, so every run gives the same figures: among events at the same instant a capacity
+// change comes first, then completions in the order they were scheduled, then arrivals; service time runs
+// from acquisition; a completing call reports its outcome and then releases its slot, and waiting calls are
+// admitted (FIFO) right after each release.
 #pragma once
 
 #include <rein/algo/aimd.hpp>
@@ -32,7 +32,7 @@
 
 namespace rein::testing {
 
-/// A dependency whose service time grows past its capacity and which fails past a hard cap (seed 000, step 1).
+/// A dependency whose service time grows past its capacity and which fails past a hard cap.
 ///
 /// A call that enters while `n` calls are inside (itself included) takes `base x (1 + max(0, n - capacity))`;
 /// if `n > hard_cap` it takes `base` and then fails. Capacity may change at any time; a call's service time is
@@ -43,8 +43,8 @@ class upstream_model {
     std::chrono::nanoseconds base = std::chrono::milliseconds{5};  ///< service time at or below capacity
     std::size_t hard_cap = 25;           ///< more calls inside than this: fail after `base`
     std::size_t capacity = 16;           ///< calls it serves at base latency
-    /// Added to every call's service time (0 in the exact model). 1 ms reproduces the figures seed 000
-    /// published from a real asyncio run, whose timers fire late by about that much.
+    /// Added to every call's service time (0 in the exact model). 1 ms is about how late real
+    /// timers fire, and brings the figures close to a real-time run's.
     std::chrono::nanoseconds overhead{0};
   };
 
@@ -330,7 +330,7 @@ class simulation {
     s.result = c.ok ? outcome::success : outcome::congestion;
     s.in_flight = granted_in_flight_[id];
     s.now = time_point{} + std::chrono::duration_cast<typename time_point::duration>(now);
-    strategy_.on_sample(s);  // report, then release (seed 000: record() in the try block, release() in finally)
+    strategy_.on_sample(s);  // report, then release, as adaptive_limiter does
     --in_flight_;
     drain(now);
   }
@@ -403,10 +403,10 @@ report simulate(std::string strategy_name, Strategy& strategy, const scenario& s
 // The experiment's strategies
 // ---------------------------------------------------------------------------------------------------------
 
-/// The fixed limit of the experiment: seed 000's Semaphore(16).
+/// The fixed limit of the experiment: a semaphore of 16.
 inline constexpr double experiment_fixed_limit = 16.0;
 
-/// Seed 000's basic AIMD limiter as the guide runs it: from 16, floor 1, ceiling 64, 20 ms target, x0.75.
+/// The textbook AIMD limiter of the experiment: from 16, floor 1, ceiling 64, 20 ms target, x0.75.
 inline algo::aimd_options experiment_aimd_options() {
   algo::aimd_options o;
   o.initial_limit = 16.0;
@@ -424,7 +424,7 @@ inline algo::tuned_aimd_options experiment_tuned_aimd_options() {
 /// rein's default gradient limit, starting from 16 (its default).
 inline algo::gradient_options experiment_gradient_options() { return algo::gradient_options{}; }
 
-/// The five strategies of issue 4 on one scenario: fixed(16), aimd, tuned_aimd, gradient, oracle.
+/// The five strategies of the experiment on one scenario: fixed(16), aimd, tuned_aimd, gradient, oracle.
 inline std::vector<report> run_experiment(const scenario& sc) {
   std::vector<report> out;
   fixed_limit fixed{experiment_fixed_limit};
