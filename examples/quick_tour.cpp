@@ -55,6 +55,7 @@ int rejected = 0;
 
 int main() {
   net::io_context io;
+  //! [throttle]
   rein::keyed<rein::quota_gate> gates(io);                      // a 429 pauses that host for every caller
   rein::token_bucket rate(io, {.rate = 100, .capacity = 20});   // 100 starts per second, bursts of 20
   rein::tuned_aimd_limiter global(io);                          // calls in flight, limit found by feedback
@@ -72,6 +73,7 @@ int main() {
       ++ok;
     }
   };
+  //! [throttle]
 
   const char* hosts[] = {"api.example", "busy.example", "cdn.example"};
   for (int i = 0; i < 40; ++i)

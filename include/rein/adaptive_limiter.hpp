@@ -234,12 +234,17 @@ template <class Algorithm, class Executor = net::any_io_executor, class Clock = 
           class Mutex = std::mutex>
 class basic_adaptive_limiter {
  public:
+  /// The executor that runs completion handlers without an associated executor of their own.
   using executor_type = Executor;
+  /// The clock that times the rule and the deadlines.
   using clock_type = Clock;
+  /// A point in time of `clock_type`.
   using time_point = typename Clock::time_point;
+  /// A duration of `clock_type`.
   using duration = typename Clock::duration;
   /// The algorithm as the limiter holds it: on the limiter's clock.
   using algorithm_type = typename Algorithm::template rebind_clock<Clock>;
+  /// The algorithm's options type, as the constructor takes them.
   using algorithm_options = typename algorithm_type::options;
   static_assert(algo::limit_algorithm<algorithm_type>, "rein: Algorithm must model rein::algo::limit_algorithm");
 
@@ -251,6 +256,7 @@ class basic_adaptive_limiter {
   /// The limiter type when rebound to another executor.
   template <class OtherExecutor>
   struct rebind_executor {
+    /// The same limiter type on `OtherExecutor`.
     using other = basic_adaptive_limiter<Algorithm, OtherExecutor, Clock, Mutex>;
   };
 
@@ -277,6 +283,7 @@ class basic_adaptive_limiter {
   /// Completes every waiter with `net::error::operation_aborted`.
   ~basic_adaptive_limiter() { core_->shutdown(); }
 
+  /// The executor given at construction.
   executor_type get_executor() const noexcept { return core_->get_executor(); }
 
   /// Takes a slot now if `in_flight < floor(limit)` and nobody waits; otherwise returns an empty permit.
@@ -425,7 +432,7 @@ template <class Algorithm>
 using single_thread_adaptive_limiter =
     basic_adaptive_limiter<Algorithm, net::any_io_executor, std::chrono::steady_clock, null_mutex>;
 
-/// Seed 000's AIMD (`algo::aimd`): +1/limit per fast success, x backoff on congestion.
+/// The textbook AIMD (`algo::aimd`): +1/limit per fast success, x backoff on congestion.
 using aimd_limiter = adaptive_limiter<algo::aimd>;
 
 /// AIMD against a rolling-median baseline, one cut per round trip, growth only while used (`algo::tuned_aimd`).

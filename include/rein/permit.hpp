@@ -35,9 +35,11 @@ class permit {
     if (source_ != nullptr) source_->permit_created();
   }
 
+  /// Takes over `other`'s permits; `other` becomes empty (it releases nothing).
   permit(permit&& other) noexcept
       : source_(std::exchange(other.source_, nullptr)), count_(std::exchange(other.count_, 0)), stamp_(other.stamp_) {}
 
+  /// Releases this permit's permits, then takes over `other`'s; `other` becomes empty.
   permit& operator=(permit&& other) noexcept {
     if (this != &other) {
       release();

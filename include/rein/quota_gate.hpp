@@ -254,15 +254,21 @@ class basic_quota_gate {
   using core_type = detail::limiter_core<policy_type, Executor, Clock, Mutex, false>;
 
  public:
+  /// The executor that runs completion handlers without an associated executor of their own.
   using executor_type = Executor;
+  /// The clock that times the rule and the deadlines.
   using clock_type = Clock;
+  /// A point in time of `clock_type`.
   using time_point = typename Clock::time_point;
+  /// A duration of `clock_type`.
   using duration = typename Clock::duration;
+  /// What snapshot() returns.
   using snapshot_type = basic_quota_gate_snapshot<time_point>;
 
   /// The gate type when rebound to another executor.
   template <class OtherExecutor>
   struct rebind_executor {
+    /// The same limiter type on `OtherExecutor`.
     using other = basic_quota_gate<OtherExecutor, Clock, Mutex>;
   };
 
@@ -285,6 +291,7 @@ class basic_quota_gate {
   /// Completes every waiter with `net::error::operation_aborted`.
   ~basic_quota_gate() { core_->shutdown(); }
 
+  /// The executor given at construction.
   executor_type get_executor() const noexcept { return core_->get_executor(); }
 
   /// True, at once, if the gate is open and nobody waits (a waiter is never overtaken). Never waits, never

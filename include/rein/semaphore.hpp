@@ -120,14 +120,19 @@ class basic_semaphore {
   using core_type = detail::limiter_core<detail::semaphore_policy, Executor, Clock, Mutex, true>;
 
  public:
+  /// The executor that runs completion handlers without an associated executor of their own.
   using executor_type = Executor;
+  /// The clock that times the rule and the deadlines.
   using clock_type = Clock;
+  /// A point in time of `clock_type`.
   using time_point = typename Clock::time_point;
+  /// A duration of `clock_type`.
   using duration = typename Clock::duration;
 
   /// The semaphore type when rebound to another executor.
   template <class OtherExecutor>
   struct rebind_executor {
+    /// The same limiter type on `OtherExecutor`.
     using other = basic_semaphore<OtherExecutor, Mutex, Clock>;
   };
 
@@ -148,6 +153,7 @@ class basic_semaphore {
   /// Completes every waiter with `net::error::operation_aborted`.
   ~basic_semaphore() { core_->shutdown(); }
 
+  /// The executor given at construction.
   executor_type get_executor() const noexcept { return core_->get_executor(); }
 
   /// Takes n permits now if they are free and nobody waits; otherwise returns an empty permit.

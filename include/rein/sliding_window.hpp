@@ -72,11 +72,17 @@ class basic_sliding_window : public basic_rate_limiter<algo::basic_sliding_windo
   using base = basic_rate_limiter<algo::basic_sliding_window<Clock>, Executor, Mutex>;
 
  public:
+  /// The clock that times the rule and the deadlines.
   using typename base::clock_type;
+  /// A duration of `clock_type`.
   using typename base::duration;
+  /// The executor that runs completion handlers without an associated executor of their own.
   using typename base::executor_type;
+  /// The rule that decides admissions, a plain class of rein::algo.
   using typename base::limit_type;
+  /// A point in time of `clock_type`.
   using typename base::time_point;
+  /// What snapshot() returns.
   using snapshot_type = sliding_window_snapshot<duration>;
 
   /// Construction options: `{.limit = 100, .window = std::chrono::seconds(1)}`.
@@ -91,6 +97,7 @@ class basic_sliding_window : public basic_rate_limiter<algo::basic_sliding_windo
   /// The window type when rebound to another executor.
   template <class OtherExecutor>
   struct rebind_executor {
+    /// The same limiter type on `OtherExecutor`.
     using other = basic_sliding_window<OtherExecutor, Clock, Mutex>;
   };
 

@@ -47,6 +47,7 @@ namespace rein {
 
 /// Marks a throttle stage that is not used: `rein::throttle t(rein::unlimited, rate, global, per_host);`.
 struct unlimited_t {
+  /// Constructible only explicitly (use the constant rein::unlimited).
   explicit constexpr unlimited_t(int) noexcept {}
 };
 inline constexpr unlimited_t unlimited{0};
@@ -229,6 +230,7 @@ bool gate_closed(Gate& gate) {
 }  // namespace detail
 }  // namespace rein
 
+/// @cond
 template <template <class, class> class Associator, class Handler, class DefaultCandidate>
 struct REIN_ASIO_NAMESPACE::associator<Associator, rein::detail::spawn_adapter<Handler>, DefaultCandidate>
     : Associator<Handler, DefaultCandidate> {
@@ -237,6 +239,7 @@ struct REIN_ASIO_NAMESPACE::associator<Associator, rein::detail::spawn_adapter<H
     return Associator<Handler, DefaultCandidate>::get(h.handler, c);
   }
 };
+/// @endcond
 
 namespace rein {
 
@@ -255,10 +258,13 @@ class throttle;
 template <class Throttle>
 class throttle_guard {
  public:
+  /// A duration of `clock_type`.
   using duration = typename Throttle::duration;
 
   throttle_guard() noexcept = default;
+  /// Takes over `other`'s stages; `other` becomes empty (it gives nothing back).
   throttle_guard(throttle_guard&& other) noexcept { take(other); }
+  /// Gives back what this guard holds (as its destructor would), then takes over `other`'s stages.
   throttle_guard& operator=(throttle_guard&& other) noexcept {
     if (this != &other) {
       reset();
@@ -407,18 +413,27 @@ class throttle_guard {
 template <class Gates, class Rate, class Global, class PerKey>
 class throttle {
  public:
+  /// Whether the stage is used (not rein::unlimited): the quota gates.
   static constexpr bool has_gates = !detail::is_unlimited_v<Gates>;
+  /// Whether the stage is used (not rein::unlimited): the rate limiter.
   static constexpr bool has_rate = !detail::is_unlimited_v<Rate>;
+  /// Whether the stage is used (not rein::unlimited): the global concurrency limiter.
   static constexpr bool has_global = !detail::is_unlimited_v<Global>;
+  /// Whether the stage is used (not rein::unlimited): the per-key concurrency limiters.
   static constexpr bool has_per_key = !detail::is_unlimited_v<PerKey>;
 
+  /// The stages' clock (the first stage that has one; they must agree), which times the deadlines.
   using clock_type = typename detail::first_clock<typename detail::stage_clock<Gates>::type,
                                                   typename detail::stage_clock<Rate>::type,
                                                   typename detail::stage_clock<Global>::type,
                                                   typename detail::stage_clock<PerKey>::type>::type;
+  /// A point in time of `clock_type`.
   using time_point = typename clock_type::time_point;
+  /// A duration of `clock_type`.
   using duration = typename clock_type::duration;
+  /// The key of the per-key stages (a host, a tenant).
   using key_type = std::string;
+  /// What acquire() gives: the stages taken, given back when it is destroyed.
   using guard = throttle_guard<throttle>;
 
   /// The gate handle a guard keeps (pins the key's gate while the call runs, for reject()).

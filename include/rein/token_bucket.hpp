@@ -87,16 +87,23 @@ class basic_token_bucket : public basic_rate_limiter<algo::basic_token_bucket<Cl
   using base = basic_rate_limiter<algo::basic_token_bucket<Clock>, Executor, Mutex>;
 
  public:
+  /// The clock that times the rule and the deadlines.
   using typename base::clock_type;
+  /// A duration of `clock_type`.
   using typename base::duration;
+  /// The executor that runs completion handlers without an associated executor of their own.
   using typename base::executor_type;
+  /// The rule that decides admissions, a plain class of rein::algo.
   using typename base::limit_type;
+  /// A point in time of `clock_type`.
   using typename base::time_point;
+  /// The options type, as the constructor takes them.
   using options = token_bucket_options;
 
   /// The bucket type when rebound to another executor.
   template <class OtherExecutor>
   struct rebind_executor {
+    /// The same limiter type on `OtherExecutor`.
     using other = basic_token_bucket<OtherExecutor, Clock, Mutex>;
   };
 

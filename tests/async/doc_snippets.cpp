@@ -1,5 +1,6 @@
 // The code snippets of the headers' doc comments, verbatim, compiled and run: each header's snippet names
-// this file as its source. The calls they make are stand-ins that answer at once (no network, no sleeping),
+// this file as its source. docs/testing.md shows the manual-clock case below (between its snippet
+// markers). The calls they make are stand-ins that answer at once (no network, no sleeping),
 // with the status a test chooses, so every snippet completes within one io.run() and what it did is checked.
 #include "support/catch.hpp"
 
@@ -12,6 +13,7 @@
 #include <rein/retry_after.hpp>
 #include <rein/semaphore.hpp>
 #include <rein/sliding_window.hpp>
+#include <rein/testing.hpp>
 #include <rein/token_bucket.hpp>
 
 #if defined(REIN_STANDALONE_ASIO)
@@ -136,4 +138,31 @@ TEST_CASE("doc snippet: retry.hpp", "[doc]") {
     CHECK(a.kind() == rein::attempt_kind::retryable);
     CHECK(a.retry_after() == std::chrono::nanoseconds{2s});
   }());
+}
+
+TEST_CASE("docs/testing.md: a token bucket on the manual clock", "[doc]") {
+  //! [manual clock]
+  using clock = rein::testing::manual_clock;
+  using bucket_type = rein::basic_token_bucket<net::any_io_executor, clock>;
+
+  net::io_context io;
+  clock::set(clock::time_point{});                      // the origin of this test's time
+  bucket_type bucket(io, {.rate = 10, .capacity = 1});  // one token every 100 ms
+  int granted = 0;
+  auto count = [&granted](rein::error_code ec) {
+    if (!ec) ++granted;
+  };
+  bucket.async_acquire(1, count);  // the burst: granted at once
+  bucket.async_acquire(1, count);  // waits for the next token
+  io.poll();
+  CHECK(granted == 1);
+
+  clock::advance(std::chrono::milliseconds(99));
+  io.poll();
+  CHECK(granted == 1);  // at 99 ms, still waiting
+
+  clock::advance(std::chrono::milliseconds(1));
+  io.poll();
+  CHECK(granted == 2);  // granted exactly at 100 ms
+  //! [manual clock]
 }

@@ -24,7 +24,9 @@ namespace rein::algo {
 /// @tparam Clock supplies `time_point`; nothing here ever calls `Clock::now()`.
 template <class Clock = std::chrono::steady_clock>
 struct basic_sample {
+  /// The clock that times the rule and the deadlines.
   using clock_type = Clock;
+  /// A point in time of `clock_type`.
   using time_point = typename Clock::time_point;
 
   /// Service time: from the moment the call was granted its slot to the moment its outcome was reported,

@@ -48,7 +48,7 @@ struct pid_options {
 /// is already pinned at the floor or ceiling in the direction of its error adds nothing to the integral, so
 /// a long stay at the ceiling does not have to be unwound before the limit can fall.
 ///
-/// Seed 001's controller has no operating point (its output at zero error is zero, i.e. the floor);
+/// A textbook PID output has no operating point (its output at zero error is zero, i.e. the floor);
 /// rein uses `initial_limit` as the bias so that the integral term carries only the learned offset.
 /// Failures are congestion outcomes (and successes slower than `latency_target`); `ignored` is not counted.
 ///
@@ -56,20 +56,30 @@ struct pid_options {
 template <class Clock = std::chrono::steady_clock>
 class basic_pid {
  public:
+  /// The clock that times the rule and the deadlines.
   using clock_type = Clock;
+  /// The options type, as the constructor takes them.
   using options = pid_options;
+  /// What one completed call reports: `sample<Clock>`.
   using sample_type = basic_sample<Clock>;
   template <class OtherClock>
+  /// The same algorithm on clock `C`, with the same options type.
   using rebind_clock = basic_pid<OtherClock>;
 
   /// @throws std::invalid_argument naming the field and value if `o` is invalid.
   explicit basic_pid(const options& o = {}) : options_{validated(o)}, limit_{o.min_limit, o.initial_limit, o.max_limit} {}
 
+  /// The current limit, in calls (fractional; a call is admitted while in flight < floor(limit)).
   double limit() const noexcept { return limit_.value(); }
+  /// The floor of the limit, in calls.
   double min_limit() const noexcept { return limit_.min(); }
+  /// The ceiling of the limit, in calls.
   double max_limit() const noexcept { return limit_.max(); }
+  /// How many samples strictly lowered the limit so far.
   std::uint64_t decreases() const noexcept { return limit_.decreases(); }
+  /// How many samples strictly raised the limit so far.
   std::uint64_t increases() const noexcept { return limit_.increases(); }
+  /// The options in force (as validated at construction).
   const options& get_options() const noexcept { return options_; }
   /// The accumulated error (unitless: failure-rate points summed over windows).
   double integral() const noexcept { return integral_; }

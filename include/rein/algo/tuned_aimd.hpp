@@ -86,7 +86,7 @@ class rolling_median {
 
 }  // namespace detail
 
-/// Seed 000's tuned AIMD, with rein's defaults.
+/// AIMD judged against a rolling-median latency baseline, cutting at most once per round trip.
 ///
 /// - Baseline: the median latency of the last `window` successes (this one included). A success slower than
 ///   `median x tolerance` is congestion; so is every `congestion` outcome. No latency judgement before
@@ -103,24 +103,35 @@ class rolling_median {
 template <class Clock = std::chrono::steady_clock>
 class basic_tuned_aimd {
  public:
+  /// The clock that times the rule and the deadlines.
   using clock_type = Clock;
+  /// A point in time of `clock_type`.
   using time_point = typename Clock::time_point;
+  /// The options type, as the constructor takes them.
   using options = tuned_aimd_options;
+  /// What one completed call reports: `sample<Clock>`.
   using sample_type = basic_sample<Clock>;
   template <class OtherClock>
+  /// The same algorithm on clock `C`, with the same options type.
   using rebind_clock = basic_tuned_aimd<OtherClock>;
 
   /// @throws std::invalid_argument naming the field and value if `o` is invalid.
   explicit basic_tuned_aimd(const options& o = {})
       : options_{validated(o)}, limit_{o.min_limit, o.initial_limit, o.max_limit}, baseline_{o.window} {}
 
+  /// The current limit, in calls (fractional; a call is admitted while in flight < floor(limit)).
   double limit() const noexcept { return limit_.value(); }
+  /// The floor of the limit, in calls.
   double min_limit() const noexcept { return limit_.min(); }
+  /// The ceiling of the limit, in calls.
   double max_limit() const noexcept { return limit_.max(); }
+  /// How many samples strictly lowered the limit so far.
   std::uint64_t decreases() const noexcept { return limit_.decreases(); }
+  /// How many samples strictly raised the limit so far.
   std::uint64_t increases() const noexcept { return limit_.increases(); }
   /// Congested samples that fell inside a hold and changed nothing.
   std::uint64_t held() const noexcept { return held_; }
+  /// The options in force (as validated at construction).
   const options& get_options() const noexcept { return options_; }
 
   /// The current baseline in nanoseconds (the rolling median), or nullopt before `min_samples` successes.
