@@ -1,10 +1,10 @@
-// crawler: seed 003's integrated example on rein: a bounded queue, a fixed pool of workers, one throttle
+// crawler: a whole crawler on rein: a bounded queue, a fixed pool of workers, one throttle
 // around every call, cooperative 429 handling, retries, and a monitor of the three numbers that say whether a
 // limiter protects you or throttles you.
 //
 //     producer --(bounded channel, 32)--> 16 workers --throttle.acquire(host)--> simulated web (4 hosts)
 //
-// The throttle composes, per call (rein::throttle, DESIGN.md section 6):
+// The throttle composes, per call (rein::throttle):
 //   1. the host's quota gate: a 429 pauses that host for every worker, for as long as the upstream asked;
 //   2. a global token bucket: 200 starts per second, bursts of 20 (a rate wait holds no slot);
 //   3. the host's own concurrency limit: AIMD, which halves on each 429 and grows back on successes;
@@ -17,12 +17,14 @@
 // of 1 s (answering 429 with Retry-After and an x-ratelimit-reset-requests hint when it is exceeded), and its
 // latency grows with the number of calls it is serving. The 400 URLs take about 3 s.
 //
-// Every 500 ms the monitor prints the three numbers of seed 003's "Diagnostic Hook":
+// Every 500 ms the monitor prints the three numbers that tell whether a limiter is binding:
 //   wait        time spent inside throttle.acquire (mean, max): near zero, the limiter is not binding;
 //               growing, it is now your bottleneck;
 //   saturation  in flight / limit (global, and per host), tokens left / capacity: pinned at 1, demand
 //               exceeds the quota;
 //   429s        upstream rejections: a sustained non-zero rate means a local limit is above the real one.
+#include "usage.hpp"
+
 #include <rein/adaptive_limiter.hpp>
 #include <rein/algo/sliding_window.hpp>
 #include <rein/keyed.hpp>
@@ -382,7 +384,13 @@ void rethrow(std::exception_ptr e) {
 
 }  // namespace
 
-int main() {
+constexpr const char* usage =
+    "usage: crawler [--help]\n"
+    "  400 simulated URLs over 4 hosts through one rein::throttle, with retries and a monitor (about 3 s)\n";
+
+int main(int argc, char** argv) {
+  if (rein_example::asked_for_help(argc, argv, usage)) return 0;
+  if (rein_example::unexpected_arguments(argc, argv, usage)) return 2;
   net::io_context io;
   crawler c(io);
   net::co_spawn(io, c.monitor(), rethrow);

@@ -1,4 +1,4 @@
-// The degrading-upstream experiment (seed 000, step 3; issue 4) in real time, on Asio timers.
+// The degrading-upstream experiment in real time, on Asio timers.
 //
 // An upstream serves 16 calls at 5 ms each; past its capacity every extra call inside adds 5 ms to the next
 // one, and past 25 inside it fails. At 250 ms its capacity drops to 4 (scenario B: back to 16 at 600 ms).
@@ -9,7 +9,7 @@
 //     slot.complete(ok ? rein::outcome::success : rein::outcome::congestion);
 //
 // Five strategies run side by side, each with its own limiter and its own copy of the upstream, on one
-// io_context thread: a fixed rein::semaphore(16), the guide's AIMD, rein's tuned AIMD and gradient with their
+// io_context thread: a fixed rein::semaphore(16), a textbook AIMD, rein's tuned AIMD and gradient with their
 // default options, and an oracle that is told the true capacity. It prints how each one did and a timeline of
 // its limit against the true capacity every 25 ms.
 //
@@ -19,6 +19,8 @@
 // --csv writes the timelines (strategy,scenario,t_ms,limit,capacity) for plotting; --check exits with status 1
 // if tuned_aimd or gradient misses the real-time target (p95 service time at most 12 ms, no failures). The
 // same experiment runs exactly on a manual clock in tests/async/degrading_upstream.cpp.
+#include "usage.hpp"
+
 #include <rein/adaptive_limiter.hpp>
 #include <rein/semaphore.hpp>
 #include <rein/testing/upstream_sim.hpp>
@@ -282,7 +284,7 @@ arguments parse(int argc, char** argv) {
   return a;
 }
 
-// Issue 4's real-time target for rein's default tuned_aimd and gradient.
+// The real-time target for rein's default tuned_aimd and gradient.
 bool meets_target(const report& r) { return r.failed == 0 && r.p95 <= 12ms; }
 
 int run(const arguments& args) {
@@ -328,11 +330,16 @@ int run(const arguments& args) {
 
 }  // namespace
 
+constexpr const char* usage =
+    "usage: degrading_upstream [--scenario a|b] [--strategy fixed,aimd,tuned_aimd,gradient,oracle] [--csv FILE]\n"
+    "                          [--no-timeline] [--check]\n";
+
 int main(int argc, char** argv) {
+  if (rein_example::asked_for_help(argc, argv, usage)) return 0;
   try {
     return run(parse(argc, argv));
   } catch (const std::exception& e) {
-    std::cerr << "degrading_upstream: " << e.what() << '\n';
+    std::cerr << "degrading_upstream: " << e.what() << '\n' << usage;
     return 2;
   }
 }

@@ -1,4 +1,4 @@
-// http_load: GET requests to one URL for a while, through rein's limiters, and what came back (issue 6).
+// http_load: GET requests to one URL for a while, through rein's limiters, and what came back.
 //
 //     http_load --url http://127.0.0.1:8080/rate [--workers 16] [--duration 3] [--rate R] [--burst B]
 //               [--adaptive-rate] [--concurrency N|aimd] [--no-gate] [--no-limit]
@@ -15,6 +15,7 @@
 // tests/integration/nginx.conf.in is an nginx with a limit_req of 200/s (/rate) and a limit_conn of 8 (/conn)
 // to run it against; the README shows how.
 #include "http_load.hpp"
+#include "usage.hpp"
 
 #include <unistd.h>
 
@@ -122,7 +123,11 @@ int main(int argc, char** argv) {
 
 #else
 
-int main() {
+int main(int argc, char** argv) {
+  if (rein_example::asked_for_help(argc, argv,
+                                   "usage: http_load --url http://HOST[:PORT]/PATH [options]\n"
+                                   "  (this build uses standalone Asio: http_load needs Boost.Beast and only says so)\n"))
+    return 0;
   std::cerr << "http_load needs Boost.Asio (Boost.Beast); this build uses standalone Asio\n";
   return 0;
 }

@@ -1,4 +1,4 @@
-// The HTTP load generator behind examples/http_load.cpp and the nginx integration tests (issue 6).
+// The HTTP load generator behind examples/http_load.cpp and the nginx integration tests.
 //
 // Workers (coroutines, one keep-alive HTTP/1.1 connection each, Boost.Beast) send GET requests to one URL
 // for a given time, each request through a rein::throttle keyed by host:

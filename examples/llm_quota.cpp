@@ -1,5 +1,5 @@
 // Staying inside an LLM provider's quota: requests per minute (RPM) and tokens per minute (TPM) together
-// (seed 004, "RPM and TPM together" and "Estimating and reconciling tokens").
+// with token counts estimated before each call and reconciled after it.
 //
 // Every call is charged before it is sent: 1 request, and its *estimated* tokens (the prompt plus the most the
 // answer may use, `max_tokens`), because the real count is known only from the response's `usage`. When the
@@ -15,6 +15,8 @@
 // the refund; with it they finish sooner, and neither run ever exceeds the quota. The account's limits are those
 // of a large tier (RPM 12,000 and TPM 3,000,000), with bursts of a tenth of a second, so that the whole program
 // takes about a second.
+#include "usage.hpp"
+
 #include <rein/semaphore.hpp>
 #include <rein/token_bucket.hpp>
 
@@ -48,8 +50,8 @@ using steady = std::chrono::steady_clock;
 
 namespace {
 
-// The provider's published limits, per minute, and how much of a burst we allow ourselves (seed 004: "many
-// providers enforce the limit over short sub-windows").
+// The provider's published limits, per minute, and how much of a burst we allow ourselves (many providers
+// enforce the limit over short sub-windows).
 constexpr double rpm = 12'000;
 constexpr double tpm = 3'000'000;
 constexpr double burst_seconds = 0.1;
@@ -147,7 +149,13 @@ void run(const std::vector<request>& reqs, bool reconcile) {
 
 }  // namespace
 
-int main() {
+constexpr const char* usage =
+    "usage: llm_quota [--help]\n"
+    "  30 calls to a simulated LLM within RPM and TPM quotas, with and without refunds (about 1 s)\n";
+
+int main(int argc, char** argv) {
+  if (rein_example::asked_for_help(argc, argv, usage)) return 0;
+  if (rein_example::unexpected_arguments(argc, argv, usage)) return 2;
   const std::vector<request> reqs = make_requests();
   std::printf("%d calls; quota RPM %.0f, TPM %.0f; bursts of %.1f s (%lld requests, %lld tokens)\n\n", calls, rpm, tpm,
               burst_seconds, static_cast<long long>(rpm / 60 * burst_seconds),

@@ -3,6 +3,8 @@
 // The "upstream" is simulated (no network): each call takes 10 ms, and host "busy.example" answers 429 with
 // Retry-After: 1 to every fifth call. 40 calls over three hosts go through the throttle; the program prints what
 // each stage saw and finishes in about 1.5 s.
+#include "usage.hpp"
+
 #include <rein/keyed.hpp>
 #include <rein/adaptive_limiter.hpp>
 #include <rein/quota_gate.hpp>
@@ -53,8 +55,15 @@ int rejected = 0;
 
 }  // namespace
 
-int main() {
+constexpr const char* usage =
+    "usage: quick_tour [--help]\n"
+    "  the README's first example: 40 simulated calls through a throttle of four stages (about 1.5 s)\n";
+
+int main(int argc, char** argv) {
+  if (rein_example::asked_for_help(argc, argv, usage)) return 0;
+  if (rein_example::unexpected_arguments(argc, argv, usage)) return 2;
   net::io_context io;
+  //! [throttle]
   rein::keyed<rein::quota_gate> gates(io);                      // a 429 pauses that host for every caller
   rein::token_bucket rate(io, {.rate = 100, .capacity = 20});   // 100 starts per second, bursts of 20
   rein::tuned_aimd_limiter global(io);                          // calls in flight, limit found by feedback
@@ -72,6 +81,7 @@ int main() {
       ++ok;
     }
   };
+  //! [throttle]
 
   const char* hosts[] = {"api.example", "busy.example", "cdn.example"};
   for (int i = 0; i < 40; ++i)

@@ -4,6 +4,8 @@
 // asked, and the permit goes back when it leaves scope. One impatient caller uses acquire_for and gives up
 // when its deadline passes first. The program prints each call as it starts, then the semaphore's snapshot.
 // It takes about half a second (36 calls / 3 at a time x 40 ms).
+#include "usage.hpp"
+
 #include <rein/semaphore.hpp>
 
 // rein::net is boost::asio, or asio when REIN_STANDALONE_ASIO is defined (rein/config.hpp).
@@ -77,7 +79,13 @@ struct demo {
 
 }  // namespace
 
-int main() {
+constexpr const char* usage =
+    "usage: semaphore_basic [--help]\n"
+    "  twelve workers share three permits around a simulated 40 ms call (about 0.5 s)\n";
+
+int main(int argc, char** argv) {
+  if (rein_example::asked_for_help(argc, argv, usage)) return 0;
+  if (rein_example::unexpected_arguments(argc, argv, usage)) return 2;
   net::io_context io;
   demo d{rein::semaphore(io, permits)};
   for (int id = 1; id <= workers; ++id) net::co_spawn(io, d.worker(id), net::detached);

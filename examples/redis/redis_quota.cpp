@@ -4,6 +4,8 @@
 // with a share of 1/2, for a fleet of two); start it again and they share Redis's bucket once more.
 //
 //   redis_quota [host [port]]      default 127.0.0.1 6379
+#include "../usage.hpp"
+
 #include <rein/redis/shared_token_bucket.hpp>
 
 #if defined(REIN_STANDALONE_ASIO)
@@ -22,7 +24,12 @@
 
 namespace net = rein::net;
 
+constexpr const char* usage =
+    "usage: redis_quota [host [port]]      default 127.0.0.1 6379\n"
+    "  three workers take 10 tokens each from a bucket of 5 per second shared through Redis\n";
+
 int main(int argc, char** argv) {
+  if (rein_example::asked_for_help(argc, argv, usage)) return 0;
   rein::redis::connection_options redis;
   if (argc > 1) redis.host = argv[1];
   if (argc > 2) redis.port = static_cast<std::uint16_t>(std::stoi(argv[2]));

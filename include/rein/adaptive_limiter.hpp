@@ -1,4 +1,4 @@
-// An awaitable concurrency limiter whose limit is found by feedback (DESIGN.md section 4; issue 4).
+// An awaitable concurrency limiter whose limit is found by feedback.
 #pragma once
 
 #include <rein/algo/aimd.hpp>
@@ -57,7 +57,7 @@ struct adaptive_limiter_options {
 
 /// An adaptive limiter's state, copied out under its lock in O(1).
 ///
-/// Read the numbers together (seed 000, step 5): sustained `at_ceiling` means the ceiling, not the dependency,
+/// Read the numbers together: sustained `at_ceiling` means the ceiling, not the dependency,
 /// is the constraint; sustained `at_floor` with congestion means the dependency is in trouble; `utilisation`
 /// well below 1 means the limit is not the bottleneck. Alert on `decreases` (its rate) and on `at_floor`.
 struct adaptive_limiter_snapshot : wait_stats {
@@ -152,7 +152,7 @@ struct adaptive_policy {
   time_point ready_at(std::size_t, time_point) const noexcept { return time_point::max(); }  // only a release helps
   std::optional<time_point> predict(std::size_t, std::size_t, time_point) const noexcept { return std::nullopt; }
 
-  // Report first, then release, as seed 000's limiter does (record() in the try block, release() in finally).
+  // Report first, then release: the sample is taken with the call still counted in flight.
   void on_release(std::size_t n, std::chrono::nanoseconds stamp, outcome result, time_point now) noexcept {
     const std::optional<std::size_t> at_grant = grants.take(stamp.count());
     count(result);
@@ -198,7 +198,7 @@ struct adaptive_policy {
 /// reports how the call went with `permit.complete(outcome)` (or `limiter.complete(permit, status)`), which
 /// gives the slot back and feeds the algorithm one sample:
 /// - `success`: latency is measured by the limiter, from the grant to the report, never including time spent
-///   waiting for the slot (seed 000: "counting queue time as service time");
+///   waiting for the slot;
 /// - `congestion`: a timeout, 429, 503, 504 ("you are sending too much");
 /// - `ignored`: says nothing about capacity (400, 401, 404, caller cancelled); no sample. A permit released or
 ///   destroyed without an outcome counts as ignored.
@@ -235,12 +235,17 @@ template <class Algorithm, class Executor = net::any_io_executor, class Clock = 
           class Mutex = std::mutex>
 class basic_adaptive_limiter {
  public:
+  /// The executor that runs completion handlers without an associated executor of their own.
   using executor_type = Executor;
+  /// The clock that times the rule and the deadlines.
   using clock_type = Clock;
+  /// A point in time of `clock_type`.
   using time_point = typename Clock::time_point;
+  /// A duration of `clock_type`.
   using duration = typename Clock::duration;
   /// The algorithm as the limiter holds it: on the limiter's clock.
   using algorithm_type = typename Algorithm::template rebind_clock<Clock>;
+  /// The algorithm's options type, as the constructor takes them.
   using algorithm_options = typename algorithm_type::options;
   static_assert(algo::limit_algorithm<algorithm_type>, "rein: Algorithm must model rein::algo::limit_algorithm");
 
@@ -252,6 +257,7 @@ class basic_adaptive_limiter {
   /// The limiter type when rebound to another executor.
   template <class OtherExecutor>
   struct rebind_executor {
+    /// The same limiter type on `OtherExecutor`.
     using other = basic_adaptive_limiter<Algorithm, OtherExecutor, Clock, Mutex>;
   };
 
@@ -285,6 +291,7 @@ class basic_adaptive_limiter {
   /// Completes every waiter with `net::error::operation_aborted`.
   ~basic_adaptive_limiter() = default;
 
+  /// The executor given at construction.
   executor_type get_executor() const noexcept { return core_->get_executor(); }
 
   /// Takes n slots now if `in_flight + n <= floor(limit)` and nobody waits; otherwise returns an empty
@@ -502,7 +509,7 @@ template <class Algorithm>
 using single_thread_adaptive_limiter =
     basic_adaptive_limiter<Algorithm, net::any_io_executor, std::chrono::steady_clock, null_mutex>;
 
-/// Seed 000's AIMD (`algo::aimd`): +1/limit per fast success, x backoff on congestion.
+/// The textbook AIMD (`algo::aimd`): +1/limit per fast success, x backoff on congestion.
 using aimd_limiter = adaptive_limiter<algo::aimd>;
 
 /// AIMD against a rolling-median baseline, one cut per round trip, growth only while used (`algo::tuned_aimd`).

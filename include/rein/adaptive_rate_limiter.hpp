@@ -1,4 +1,4 @@
-// An awaitable token bucket whose rate adapts to the upstream's throttling responses (issue 6).
+// An awaitable token bucket whose rate adapts to the upstream's throttling responses.
 #pragma once
 
 #include <rein/algo/adaptive_rate.hpp>
@@ -50,6 +50,7 @@ struct adaptive_rate_limiter_snapshot : wait_stats {
 /// auto response = co_await call();
 /// limiter.record(rein::classify_http_status(response.status), sent);
 /// ```
+/// (From tests/async/doc_snippets.cpp, which compiles and runs it.)
 ///
 /// The rule is `rein::algo::basic_adaptive_rate`: CUBIC (RFC 8312) on a sending rate, as in the AWS SDKs'
 /// "adaptive" retry mode, with one cut per round trip (congestion from a request sent before the latest cut
@@ -78,16 +79,23 @@ class basic_adaptive_rate_limiter : public basic_rate_limiter<algo::basic_adapti
   using base = basic_rate_limiter<algo::basic_adaptive_rate<Clock>, Executor, Mutex>;
 
  public:
+  /// The clock that times the rule and the deadlines.
   using typename base::clock_type;
+  /// A duration of `clock_type`.
   using typename base::duration;
+  /// The executor that runs completion handlers without an associated executor of their own.
   using typename base::executor_type;
+  /// The rule that decides admissions, a plain class of rein::algo.
   using typename base::limit_type;
+  /// A point in time of `clock_type`.
   using typename base::time_point;
+  /// The options type, as the constructor takes them.
   using options = algo::adaptive_rate_options;
 
   /// The limiter type when rebound to another executor.
   template <class OtherExecutor>
   struct rebind_executor {
+    /// The same limiter type on `OtherExecutor`.
     using other = basic_adaptive_rate_limiter<OtherExecutor, Clock, Mutex>;
   };
 

@@ -226,7 +226,7 @@ net::awaitable<void> bounded_supervise(std::shared_ptr<State> s) {
 }  // namespace detail
 
 /// Calls `co_await fn(item)` for every item of `range`, with at most `limit` calls in flight, and completes
-/// when all are done: a sliding window over a huge input (seed 004, "Sliding window over huge inputs").
+/// when all are done: a sliding window over a huge input.
 ///
 /// Items are pulled lazily, one when a call starts: a million items never make a million coroutine frames
 /// or a copy of the input; the frames alive are at most `limit` workers, their calls, and the loop. Any input

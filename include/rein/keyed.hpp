@@ -61,6 +61,7 @@ struct keyed_stats {
 /// `waiting == 0`. Specialise it for other limiters.
 template <class Limiter>
 struct idle_traits {
+  /// Whether `limiter` holds nothing and nobody waits on it, so that evicting it loses nothing.
   static bool idle(const Limiter& limiter) {
     if constexpr (requires { { limiter.idle() } -> std::convertible_to<bool>; }) {
       return limiter.idle();
@@ -84,12 +85,13 @@ struct idle_traits {
 /// `keyed<quota_gate>` pauses one host on its 429s, `keyed<token_bucket>` gives each tenant its own rate.
 ///
 /// ```
-/// rein::keyed<rein::semaphore> per_host(io.get_executor(), {}, 4);   // semaphore(ex, 4) for every host...
-/// per_host.set_override("slow-site.example", 1);                     // ...but semaphore(ex, 1) for this one
+/// rein::keyed<rein::semaphore> per_host(io, {}, std::size_t{4});  // semaphore(io, 4) for every host...
+/// per_host.set_override("slow-site.example", 1);                  // ...but semaphore(io, 1) for this one
 /// auto permit = co_await per_host.get(host)->acquire();
 /// ```
+/// (From tests/async/doc_snippets.cpp, which compiles and runs it.)
 ///
-/// This is seed 004's KeyedLimiter (a default and per-key overrides) and its per-provider registry, with
+/// A default and per-key overrides, as a per-provider registry of limiters has them, with
 /// the two things a long-running service needs on top: idle keys are evicted, and the number of keys is
 /// capped.
 ///
@@ -128,9 +130,13 @@ class keyed {
   struct entry;
 
  public:
+  /// The limiter made for each key.
   using limiter_type = Limiter;
+  /// The key type.
   using key_type = Key;
+  /// The executor that runs completion handlers without an associated executor of their own.
   using executor_type = typename Limiter::executor_type;
+  /// What snapshot() returns.
   using snapshot_type = decltype(std::declval<const Limiter&>().snapshot());
 
   /// A pin on one key's limiter: while it lives, the limiter is not evicted. Move-only; an empty handle
@@ -138,7 +144,9 @@ class keyed {
   class handle {
    public:
     handle() noexcept = default;
+    /// Takes over `other`'s pin; `other` becomes empty.
     handle(handle&& other) noexcept : entry_(std::exchange(other.entry_, nullptr)) {}
+    /// Releases this pin, then takes over `other`'s; `other` becomes empty.
     handle& operator=(handle&& other) noexcept {
       if (this != &other) {
         reset();
@@ -150,9 +158,13 @@ class keyed {
     handle& operator=(const handle&) = delete;
     ~handle() { reset(); }
 
+    /// Whether the handle holds a limiter.
     explicit operator bool() const noexcept { return entry_ != nullptr; }
+    /// The limiter; precondition: the handle is not empty.
     Limiter& operator*() const noexcept { return *entry_->limiter; }
+    /// The limiter; precondition: the handle is not empty.
     Limiter* operator->() const noexcept { return entry_->limiter.get(); }
+    /// The limiter, or nullptr for an empty handle.
     Limiter* get() const noexcept { return entry_ ? entry_->limiter.get() : nullptr; }
     /// The key (valid while the handle holds it).
     const Key& key() const noexcept { return *entry_->key; }
@@ -196,6 +208,7 @@ class keyed {
     }
   }
 
+  /// The executor given at construction.
   executor_type get_executor() const noexcept { return executor_; }
 
   /// Makes future limiters of `key` as `Limiter(ex, args...)`. A limiter already alive for `key` keeps its
@@ -299,6 +312,7 @@ class keyed {
     return s;
   }
 
+  /// The options in force (as validated at construction).
   const keyed_options& options() const noexcept { return options_; }
 
  private:

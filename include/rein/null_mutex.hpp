@@ -9,8 +9,11 @@ namespace rein {
 /// and the io_context running its completions) happens on one thread or one strand. The same code path as
 /// the thread-safe variant runs, minus the locking. Like Asio's `null_mutex`, no checks are made.
 struct null_mutex {
+  /// Does nothing.
   constexpr void lock() noexcept {}
+  /// Does nothing.
   constexpr void unlock() noexcept {}
+  /// Does nothing; always succeeds.
   constexpr bool try_lock() noexcept { return true; }
 };
 

@@ -1,4 +1,4 @@
-// What a completed call says about the dependency's capacity (DESIGN.md section 5).
+// What a completed call says about the dependency's capacity.
 #pragma once
 
 namespace rein {
@@ -9,7 +9,7 @@ namespace rein {
 /// - `congestion`: the dependency said "you are sending too much": a timeout, 429, 503 or 504.
 /// - `ignored`: the call says nothing about capacity (400, 401, 404, cancelled by the caller); no sample.
 ///
-/// The three-way split follows Netflix concurrency-limits (onSuccess / onDropped / onIgnore) and seed 000.
+/// The three-way split follows Netflix concurrency-limits (onSuccess / onDropped / onIgnore).
 enum class outcome { success, congestion, ignored };
 
 /// Maps an HTTP status code to an outcome.

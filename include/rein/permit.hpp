@@ -34,9 +34,11 @@ class permit {
   permit(detail::permit_source* source, std::size_t count, std::chrono::nanoseconds stamp) noexcept
       : source_(source), count_(count), stamp_(stamp) {}
 
+  /// Takes over `other`'s permits; `other` becomes empty (it releases nothing).
   permit(permit&& other) noexcept
       : source_(std::exchange(other.source_, nullptr)), count_(std::exchange(other.count_, 0)), stamp_(other.stamp_) {}
 
+  /// Releases this permit's permits, then takes over `other`'s; `other` becomes empty.
   permit& operator=(permit&& other) noexcept {
     if (this != &other) {
       release();

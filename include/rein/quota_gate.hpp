@@ -220,15 +220,16 @@ struct quota_gate_policy {
 /// auto response = co_await call();
 /// if (response.status == 429) gate.on_retry_after(response.header("Retry-After"), 1s);
 /// ```
+/// (From tests/async/doc_snippets.cpp, which compiles and runs it.)
 ///
-/// Rules (seed 003, "Cooperative handling of upstream 429s", and seed 004's PausableLimiter):
+/// Rules (a 429 with Retry-After, RFC 9110 section 10.2.3, handled for every caller of the host at once):
 /// - Pauses only extend: the latest end wins. A Retry-After of 90 s at 0.00 and one of 60 s at 0.01 leave
 ///   the gate closed until 90.00, not 60.01.
 /// - `max_pause` caps absurd requests (visible in `snapshot().capped`).
 /// - Callers arriving while the gate is closed wait in FIFO order, with deadlines, cancellation,
 ///   `max_waiters` and close() as every rein limiter. When the pause ends they resume spread over a jitter
 ///   window (a fraction of the pause, see quota_gate_options) instead of in one burst that would trip the
-///   upstream again ("thundering herd after a pause", seed 003). The spread is stratified: of the N callers
+///   upstream again (a thundering herd after the pause). The spread is stratified: of the N callers
 ///   that arrived during the pause, the k-th resumes at a random instant within the k-th of N equal slices
 ///   of the window, so arrival order is kept and the release rate is even. Callers arriving after the pause
 ///   ended go at once, or straight after those still being released (they are not overtaken).
@@ -255,15 +256,21 @@ class basic_quota_gate {
   using core_type = detail::limiter_core<policy_type, Executor, Clock, Mutex, false>;
 
  public:
+  /// The executor that runs completion handlers without an associated executor of their own.
   using executor_type = Executor;
+  /// The clock that times the rule and the deadlines.
   using clock_type = Clock;
+  /// A point in time of `clock_type`.
   using time_point = typename Clock::time_point;
+  /// A duration of `clock_type`.
   using duration = typename Clock::duration;
+  /// What snapshot() returns.
   using snapshot_type = basic_quota_gate_snapshot<time_point>;
 
   /// The gate type when rebound to another executor.
   template <class OtherExecutor>
   struct rebind_executor {
+    /// The same limiter type on `OtherExecutor`.
     using other = basic_quota_gate<OtherExecutor, Clock, Mutex>;
   };
 
@@ -286,6 +293,7 @@ class basic_quota_gate {
   /// Completes every waiter with `net::error::operation_aborted`.
   ~basic_quota_gate() { core_->shutdown(); }
 
+  /// The executor given at construction.
   executor_type get_executor() const noexcept { return core_->get_executor(); }
 
   /// True, at once, if the gate is open and nobody waits (a waiter is never overtaken). Never waits, never
@@ -372,7 +380,7 @@ class basic_quota_gate {
   /// all (the upstream says "go ahead"; an existing pause still stands).
   ///
   /// @param value         the field value, as received.
-  /// @param default_pause  the pause when the value says nothing usable (seed 003 suggests 1 to 5 s).
+  /// @param default_pause  the pause when the value says nothing usable (1 to 5 s is usual).
   /// @param wall_now       the current wall-clock time, the origin of an HTTP-date (a parameter for tests).
   /// @returns when the gate reopens.
   time_point on_retry_after(std::string_view value, duration default_pause,

@@ -237,19 +237,27 @@ struct rate_limiter_snapshot : wait_stats {};
 template <algo::rate_limit Limit, class Executor = net::any_io_executor, class Mutex = std::mutex>
 class basic_rate_limiter {
  protected:
+  /// How the waiter core asks the rule (an implementation type).
   using policy_type = detail::rate_limit_policy<Limit>;
+  /// The waiter core (an implementation type).
   using core_type = detail::limiter_core<policy_type, Executor, typename Limit::clock, Mutex, false>;
 
  public:
+  /// The rule that decides admissions, a plain class of rein::algo.
   using limit_type = Limit;
+  /// The executor that runs completion handlers without an associated executor of their own.
   using executor_type = Executor;
+  /// The clock that times the rule and the deadlines.
   using clock_type = typename Limit::clock;
+  /// A point in time of `clock_type`.
   using time_point = typename Limit::time_point;
+  /// A duration of `clock_type`.
   using duration = typename Limit::duration;
 
   /// The limiter type when rebound to another executor.
   template <class OtherExecutor>
   struct rebind_executor {
+    /// The same limiter type on `OtherExecutor`.
     using other = basic_rate_limiter<Limit, OtherExecutor, Mutex>;
   };
 
@@ -276,6 +284,7 @@ class basic_rate_limiter {
   /// Completes every waiter with `net::error::operation_aborted`.
   ~basic_rate_limiter() = default;
 
+  /// The executor given at construction.
   executor_type get_executor() const noexcept { return core_->get_executor(); }
 
   /// Takes n units now if the limit has room and nobody waits (a waiter is never overtaken). Never waits,
@@ -402,7 +411,7 @@ class basic_rate_limiter {
 
 /// Several pure rate limits enforced together, all or nothing, behind one waiting line:
 /// `rein::rate_limits<algo::token_bucket, algo::sliding_window> limits(io, algo::all_of{...});`
-/// A request for n takes n from every limit. (Different counts per limit, like seed 004's "1 request and
+/// A request for n takes n from every limit. (Different counts per limit, like "1 request and
 /// 800 tokens", need one limiter per limit, acquired in turn: see examples/llm_quota.cpp.)
 template <algo::rate_limit... Limits>
 using rate_limits = basic_rate_limiter<algo::all_of<Limits...>>;

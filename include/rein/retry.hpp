@@ -48,16 +48,18 @@ enum class attempt_kind {
 /// (the 429 response itself), so that the caller sees it if retrying stops there.
 ///
 /// ```
-/// if (r.status == 429)  // my_errc: the caller's own error codes
-///   co_return rein::attempt<response>::retryable(my_errc::too_many_requests,
+/// if (r.status == 429)  // net::error::try_again: any error code of the caller's
+///   co_return rein::attempt<response>::retryable(net::error::try_again,
 ///                                                rein::parse_retry_after(r.header("Retry-After"), now))
 ///       .with_value(std::move(r));
 /// ```
+/// (From tests/async/doc_snippets.cpp, which compiles and runs it.)
 template <class T = void>
 class attempt {
   using stored = std::conditional_t<std::is_void_v<T>, std::monostate, T>;
 
  public:
+  /// The value an attempt carries (void: none).
   using value_type = T;
 
   /// No attempt: a permanent failure without an error code or value. (Asio needs it, e.g. co_spawn hands a
@@ -95,9 +97,13 @@ class attempt {
     return std::move(*this);
   }
 
+  /// How the attempt ended.
   attempt_kind kind() const noexcept { return kind_; }
+  /// The failure's error code (empty for a success).
   error_code error() const noexcept { return error_; }
+  /// The wait the upstream asked for (a Retry-After), if any; >= 0.
   std::optional<std::chrono::nanoseconds> retry_after() const noexcept { return retry_after_; }
+  /// Whether a value is attached (always for a success of attempt<T>, T not void).
   bool has_value() const noexcept { return value_.has_value(); }
 
   /// The value; precondition: has_value().
@@ -106,11 +112,13 @@ class attempt {
   {
     return *value_;
   }
+  /// The value; precondition: has_value().
   const stored& value() const& noexcept
     requires(!std::is_void_v<T>)
   {
     return *value_;
   }
+  /// The value, moved out; precondition: has_value().
   stored&& value() && noexcept
     requires(!std::is_void_v<T>)
   {
@@ -140,8 +148,11 @@ enum class retry_stop {
 /// (the first included), and why it stopped.
 template <class T = void>
 struct retry_result {
+  /// The last attempt, as the operation returned it.
   attempt<T> last;
+  /// Attempts made, the first included.
   std::uint32_t attempts = 0;
+  /// Why retrying stopped.
   retry_stop stop = retry_stop::succeeded;
 
   /// True if an attempt succeeded.
@@ -185,13 +196,18 @@ struct retry_stats {
 template <class Clock = std::chrono::steady_clock, class Mutex = std::mutex>
 class basic_retry_policy {
  public:
+  /// The clock that times the rule and the deadlines.
   using clock_type = Clock;
+  /// A point in time of `clock_type`.
   using time_point = typename Clock::time_point;
+  /// A duration of `clock_type`.
   using duration = typename Clock::duration;
 
   /// What to do after a failed attempt: stop (and why), or wait `delay` and try again.
   struct decision {
+    /// Set: stop, for this reason. Unset: wait `delay`, then try again.
     std::optional<retry_stop> stop;
+    /// The wait before the next attempt (when not stopping).
     std::chrono::nanoseconds delay{0};
   };
 
@@ -204,6 +220,7 @@ class basic_retry_policy {
   basic_retry_policy(const basic_retry_policy&) = delete;
   basic_retry_policy& operator=(const basic_retry_policy&) = delete;
 
+  /// The backoff rule, as validated at construction.
   const algo::backoff& backoff() const noexcept { return backoff_; }
 
   /// Records a new request (a first attempt): a deposit into the budget.

@@ -43,8 +43,8 @@ struct semaphore_options {
   std::size_t max_waiters = std::numeric_limits<std::size_t>::max();
 
   /// Whether waits are timed for snapshot().wait_total and wait_max. Timing costs two Clock::now() calls
-  /// per acquire that has to wait (none when granted at once): 27 to 53 ns of a contended handoff of about
-  /// 500 ns in the README's benchmark. false: both fields stay zero, an acquire reads the clock only for its
+  /// per acquire that has to wait (none when granted at once); the README's benchmark table gives their
+  /// cost next to a contended handoff. false: both fields stay zero, an acquire reads the clock only for its
   /// own deadline, and a release only while some waiter has a deadline. Default: true.
   bool measure_wait = true;
 };
@@ -87,8 +87,8 @@ struct semaphore_policy {
     owed += n - from_free;
   }
 
-  // A semaphore made with no permits is a gate that add_permits opens: its waiters wait for that (issue 2,
-  // case 3). Otherwise a request above the total could only wait forever, so it fails at once.
+  // A semaphore made with no permits is a gate that add_permits opens: its waiters wait for that.
+  // Otherwise a request above the total could only wait forever, so it fails at once.
   bool exceeds(std::size_t n) const noexcept { return permits != 0 && n > permits; }
 
   template <class TimePoint>
@@ -145,14 +145,19 @@ class basic_semaphore {
   using core_type = detail::limiter_core<detail::semaphore_policy, Executor, Clock, Mutex, true>;
 
  public:
+  /// The executor that runs completion handlers without an associated executor of their own.
   using executor_type = Executor;
+  /// The clock that times the rule and the deadlines.
   using clock_type = Clock;
+  /// A point in time of `clock_type`.
   using time_point = typename Clock::time_point;
+  /// A duration of `clock_type`.
   using duration = typename Clock::duration;
 
   /// The semaphore type when rebound to another executor.
   template <class OtherExecutor>
   struct rebind_executor {
+    /// The same limiter type on `OtherExecutor`.
     using other = basic_semaphore<OtherExecutor, Mutex, Clock>;
   };
 
@@ -179,6 +184,7 @@ class basic_semaphore {
   /// Completes every waiter with `net::error::operation_aborted`.
   ~basic_semaphore() = default;
 
+  /// The executor given at construction.
   executor_type get_executor() const noexcept { return core_->get_executor(); }
 
   /// Takes n permits now if they are free and nobody waits; otherwise returns an empty permit whose

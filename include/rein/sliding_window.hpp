@@ -42,9 +42,10 @@ struct sliding_window_snapshot : wait_stats {
 /// rein::sliding_window window(io, {.limit = 500, .window = std::chrono::minutes(1)});
 /// co_await window.acquire();
 /// ```
+/// (From tests/async/doc_snippets.cpp, which compiles and runs it.)
 ///
 /// The rule is `rein::algo::basic_sliding_window` (a log of the last `limit` start times: exact, O(limit)
-/// memory; seed 003's deque of timestamps). A start at s counts during [s, s + window). With 2 per 10 s, five
+/// memory). A start at s counts during [s, s + window). With 2 per 10 s, five
 /// waiters started at 0.00 .. 0.04 s are granted at 0.00, 0.01, 10.00, 10.01, 20.00 (a token bucket of 0.2 per
 /// second and burst 2 grants them at 0.00, 0.01, 5.0, 10.0, 15.0). For limits in the millions use
 /// `rein::basic_rate_limiter<algo::basic_sliding_window_counter<Clock>>` (O(1) memory, bounded overshoot).
@@ -71,11 +72,17 @@ class basic_sliding_window : public basic_rate_limiter<algo::basic_sliding_windo
   using base = basic_rate_limiter<algo::basic_sliding_window<Clock>, Executor, Mutex>;
 
  public:
+  /// The clock that times the rule and the deadlines.
   using typename base::clock_type;
+  /// A duration of `clock_type`.
   using typename base::duration;
+  /// The executor that runs completion handlers without an associated executor of their own.
   using typename base::executor_type;
+  /// The rule that decides admissions, a plain class of rein::algo.
   using typename base::limit_type;
+  /// A point in time of `clock_type`.
   using typename base::time_point;
+  /// What snapshot() returns.
   using snapshot_type = sliding_window_snapshot<duration>;
 
   /// Construction options: `{.limit = 100, .window = std::chrono::seconds(1)}`.
@@ -90,6 +97,7 @@ class basic_sliding_window : public basic_rate_limiter<algo::basic_sliding_windo
   /// The window type when rebound to another executor.
   template <class OtherExecutor>
   struct rebind_executor {
+    /// The same limiter type on `OtherExecutor`.
     using other = basic_sliding_window<OtherExecutor, Clock, Mutex>;
   };
 

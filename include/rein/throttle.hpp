@@ -48,6 +48,7 @@ namespace rein {
 
 /// Marks a throttle stage that is not used: `rein::throttle t(rein::unlimited, rate, global, per_host);`.
 struct unlimited_t {
+  /// Constructible only explicitly (use the constant rein::unlimited).
   explicit constexpr unlimited_t(int) noexcept {}
 };
 inline constexpr unlimited_t unlimited{0};
@@ -63,8 +64,8 @@ enum class throttle_stage : std::uint8_t {
 
 /// Options of a throttle.
 struct throttle_options {
-  /// The pause applied by `guard.reject()` when the upstream gave no usable Retry-After (seed 003 suggests
-  /// 1 to 5 s). Must be > 0.
+  /// The pause applied by `guard.reject()` when the upstream gave no usable Retry-After (1 to 5 s is
+  /// usual). Must be > 0.
   std::chrono::nanoseconds default_pause{std::chrono::seconds(1)};
 };
 
@@ -215,6 +216,7 @@ bool gate_closed(Gate& gate) {
 }  // namespace detail
 }  // namespace rein
 
+/// @cond
 template <template <class, class> class Associator, class Handler, class DefaultCandidate>
 struct REIN_ASIO_NAMESPACE::associator<Associator, rein::detail::spawn_adapter<Handler>, DefaultCandidate>
     : Associator<Handler, DefaultCandidate> {
@@ -223,6 +225,7 @@ struct REIN_ASIO_NAMESPACE::associator<Associator, rein::detail::spawn_adapter<H
     return Associator<Handler, DefaultCandidate>::get(h.handler, c);
   }
 };
+/// @endcond
 
 namespace rein {
 
@@ -241,10 +244,13 @@ class throttle;
 template <class Throttle>
 class throttle_guard {
  public:
+  /// A duration of `clock_type`.
   using duration = typename Throttle::duration;
 
   throttle_guard() noexcept = default;
+  /// Takes over `other`'s stages; `other` becomes empty (it gives nothing back).
   throttle_guard(throttle_guard&& other) noexcept { take(other); }
+  /// Gives back what this guard holds (as its destructor would), then takes over `other`'s stages.
   throttle_guard& operator=(throttle_guard&& other) noexcept {
     if (this != &other) {
       reset();
@@ -348,19 +354,24 @@ class throttle_guard {
 };
 
 /// Composes a quota gate per key, a rate limiter, a per-key concurrency limiter and a global concurrency
-/// limiter around each outbound call (DESIGN.md section 6; seeds 003 and 004):
+/// limiter around each outbound call:
 ///
 /// ```
-/// rein::keyed<rein::quota_gate> gates(io);                    // a 429 pauses that host for everyone
-/// rein::token_bucket rate(io, {.rate = 100, .capacity = 20}); // 100 starts per second, bursts of 20
-/// rein::tuned_aimd_limiter global(io);                        // in flight overall, found by feedback
-/// rein::keyed<rein::semaphore> per_host(io, {}, 4);           // at most 4 in flight per host
+/// rein::keyed<rein::quota_gate> gates(io);                      // a 429 pauses that host for every caller
+/// rein::token_bucket rate(io, {.rate = 100, .capacity = 20});   // 100 starts per second, bursts of 20
+/// rein::tuned_aimd_limiter global(io);                          // calls in flight, limit found by feedback
+/// rein::keyed<rein::semaphore> per_host(io, {}, std::size_t{4});  // at most 4 in flight per host
 /// rein::throttle throttle(gates, rate, global, per_host);
 ///
-/// auto guard = co_await throttle.acquire(host);
-/// auto response = co_await call(host);
-/// if (response.status == 429) guard.reject(response.retry_after); else guard.complete_http(response.status);
+/// auto guard = co_await throttle.acquire(host);               // gate, rate, per-host, global
+/// auto response = co_await http_get(host, "/v1/items");       // your call
+/// if (response.status == 429) {
+///   guard.reject(response.retry_after);                       // pause the host, count congestion
+/// } else {
+///   guard.complete_http(response.status);                     // success feeds the adaptive limit
+/// }
 /// ```
+/// (From examples/quick_tour.cpp, a complete program, less its counters.)
 ///
 /// Any stage may be `rein::unlimited`. The throttle refers to the stages (it does not own them): they must
 /// outlive it, and each stays usable on its own (snapshots, set_rate, pause_for).
@@ -368,13 +379,13 @@ class throttle_guard {
 /// Order of the stages, and why:
 /// 1. the key's gate: while a 429 pause runs, nothing of that key proceeds or takes anything;
 /// 2. the rate: a rate wait never holds a concurrency slot;
-/// 3. the per-key permit, then 4. the global permit. DESIGN.md lists global before per-key; rein takes the
+/// 3. the per-key permit, then 4. the global permit. rein takes the
 ///    per-key permit first, because a caller waiting for a busy key while holding a global slot would let one
 ///    slow key's backlog hold the global slots other keys need. With every caller taking at most one key
 ///    permit and then the global one, the order is the same for all, so no order of calls can deadlock.
 /// 5. the gate again: a pause that began while the caller waited at stages 2 to 4 (a 429 answered to a call
 ///    of the same key) sends it back to the gate, giving its permits back (its rate token is kept), so the
-///    callers queued for a key do not take turns discovering its limit (seed 003).
+///    callers queued for a key do not take turns discovering its limit.
 /// A stage that fails, times out or is cancelled gives back everything earlier stages took, rate tokens
 /// included (refunded), so a refused request consumes nothing anywhere. try_acquire, which never waits,
 /// takes the rate last, after both permits: a refusal there then never touches the rate limiter at all.
@@ -392,18 +403,27 @@ class throttle_guard {
 template <class Gates, class Rate, class Global, class PerKey>
 class throttle {
  public:
+  /// Whether the stage is used (not rein::unlimited): the quota gates.
   static constexpr bool has_gates = !detail::is_unlimited_v<Gates>;
+  /// Whether the stage is used (not rein::unlimited): the rate limiter.
   static constexpr bool has_rate = !detail::is_unlimited_v<Rate>;
+  /// Whether the stage is used (not rein::unlimited): the global concurrency limiter.
   static constexpr bool has_global = !detail::is_unlimited_v<Global>;
+  /// Whether the stage is used (not rein::unlimited): the per-key concurrency limiters.
   static constexpr bool has_per_key = !detail::is_unlimited_v<PerKey>;
 
+  /// The stages' clock (the first stage that has one; they must agree), which times the deadlines.
   using clock_type = typename detail::first_clock<typename detail::stage_clock<Gates>::type,
                                                   typename detail::stage_clock<Rate>::type,
                                                   typename detail::stage_clock<Global>::type,
                                                   typename detail::stage_clock<PerKey>::type>::type;
+  /// A point in time of `clock_type`.
   using time_point = typename clock_type::time_point;
+  /// A duration of `clock_type`.
   using duration = typename clock_type::duration;
+  /// The key of the per-key stages (a host, a tenant).
   using key_type = std::string;
+  /// What acquire() gives: the stages taken, given back when it is destroyed.
   using guard = throttle_guard<throttle>;
 
   /// The gate handle a guard keeps (pins the key's gate while the call runs, for reject()).

@@ -51,14 +51,15 @@ struct token_bucket_snapshot : wait_stats {
 /// rein::token_bucket bucket(io, {.rate = 100, .capacity = 20});
 /// co_await bucket.acquire();          // one token; returns at once while the burst lasts
 /// co_await bucket.acquire(estimate);  // weighted: e.g. tokens of an LLM prompt
-/// bucket.refund(estimate - actual);   // give back what the call did not use (seed 004)
+/// bucket.refund(estimate - actual);   // give back what the call did not use
 /// ```
+/// (From tests/async/doc_snippets.cpp, which compiles and runs it.)
 ///
 /// The rule is `rein::algo::basic_token_bucket` (exact integer refill, lazily on each call, never a
-/// background tick), the peer of Go's `golang.org/x/time/rate.Limiter` and the bucket of seeds 001, 003 and
-/// 004. Unlike Go's `WaitN`, which reserves tokens up front (so a cancelled wait must hand them back), a
-/// waiter here takes its tokens only when granted: waiting costs nothing, and a cancellation that arrives
-/// after the grant but before the handler ran gives the tokens back. Waiters are served in FIFO order, each at the exact instant its tokens are
+/// background tick), the peer of Go's `golang.org/x/time/rate.Limiter`. Unlike Go's `WaitN`, which reserves
+/// tokens up front (so a cancelled wait must hand them back), a waiter here takes its tokens only when
+/// granted: waiting costs nothing, and a cancellation that arrives after the grant but before the handler
+/// ran gives the tokens back. Waiters are served in FIFO order, each at the exact instant its tokens are
 /// there, by one timer per bucket; `set_rate` and `set_capacity` move the grant times of waiters already
 /// queued, earlier or later, at once.
 ///
@@ -87,16 +88,23 @@ class basic_token_bucket : public basic_rate_limiter<algo::basic_token_bucket<Cl
   using base = basic_rate_limiter<algo::basic_token_bucket<Clock>, Executor, Mutex>;
 
  public:
+  /// The clock that times the rule and the deadlines.
   using typename base::clock_type;
+  /// A duration of `clock_type`.
   using typename base::duration;
+  /// The executor that runs completion handlers without an associated executor of their own.
   using typename base::executor_type;
+  /// The rule that decides admissions, a plain class of rein::algo.
   using typename base::limit_type;
+  /// A point in time of `clock_type`.
   using typename base::time_point;
+  /// The options type, as the constructor takes them.
   using options = token_bucket_options;
 
   /// The bucket type when rebound to another executor.
   template <class OtherExecutor>
   struct rebind_executor {
+    /// The same limiter type on `OtherExecutor`.
     using other = basic_token_bucket<OtherExecutor, Clock, Mutex>;
   };
 

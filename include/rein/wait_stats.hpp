@@ -1,4 +1,4 @@
-// Counters every rein limiter keeps about its waiting line (DESIGN.md section 7).
+// Counters every rein limiter keeps about its waiting line.
 #pragma once
 
 #include <chrono>

@@ -1,5 +1,5 @@
 // What a project that depends on rein writes first: the umbrella header, an error code from rein's
-// category, and an io_context of the Asio flavour rein was configured with.
+// category, an io_context of the Asio flavour rein was configured with, and rein's version macros.
 #include <rein.hpp>
 
 #if defined(REIN_STANDALONE_ASIO)
@@ -26,6 +26,7 @@ int main() {
                  ec.category().name());
     return 1;
   }
-  std::printf("rein consumer (%s): %s\n", REIN_CONSUMER_KIND, ec.message().c_str());
+  static_assert(REIN_VERSION_MAJOR >= 0 && REIN_VERSION_MINOR >= 0 && REIN_VERSION_PATCH >= 0);
+  std::printf("rein %s consumer (%s): %s\n", REIN_VERSION, REIN_CONSUMER_KIND, ec.message().c_str());
   return 0;
 }

@@ -92,9 +92,13 @@ class basic_adaptive_rate {
   static_assert(detail::tick_at_least_a_nanosecond<Clock>, "rein::algo: the clock's tick must be >= 1 ns");
 
  public:
+  /// The clock that times the rule.
   using clock = Clock;
+  /// A point in time of `clock`.
   using time_point = typename Clock::time_point;
+  /// A duration of `clock`.
   using duration = typename Clock::duration;
+  /// The options type, as the constructor takes them.
   using options = adaptive_rate_options;
 
   /// Makes the limiter at time `now`, sending at `o.initial_rate` with `o.initial_tokens` (default: full).
@@ -208,6 +212,7 @@ class basic_adaptive_rate {
   std::uint64_t increases() const noexcept { return increases_; }
   /// Congestion signals ignored because their request was sent before the latest decrease.
   std::uint64_t stale_congestion() const noexcept { return stale_; }
+  /// The options in force (as validated at construction).
   const options& get_options() const noexcept { return options_; }
 
  private:

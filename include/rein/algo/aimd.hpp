@@ -1,4 +1,4 @@
-// Additive increase, multiplicative decrease of a concurrency limit (seed 000, step 2).
+// Additive increase, multiplicative decrease of a concurrency limit.
 #pragma once
 
 #include <rein/algo/limit_algorithm.hpp>
@@ -9,15 +9,15 @@
 
 namespace rein::algo {
 
-/// Options of `basic_aimd`. Defaults are seed 000's `AIMDLimiter` (initial 4, floor 1, ceiling 64, backoff
-/// 0.75), except that the latency target is off by default: a fixed target is a guess about the dependency,
-/// which is what an adaptive limit exists to avoid (seed 000's own 20 ms would collapse the limit of any
-/// dependency that is normally slower). Set it to reproduce the guide.
+/// Options of `basic_aimd`. Defaults: initial 4, floor 1, ceiling 64, backoff 0.75, and no latency target:
+/// a fixed target is a guess about the dependency, which is what an adaptive limit exists to avoid (a
+/// 20 ms target would collapse the limit of any dependency that is normally slower). Set one to judge
+/// successes by latency too.
 struct aimd_options {
   /// Starting limit, in calls; in [min_limit, max_limit].
   double initial_limit = 4.0;
   /// Floor, in calls: a whole number >= 1. Without one a failing dependency drives the limit to zero and
-  /// a partial outage becomes a total one (seed 000, "no floor").
+  /// a partial outage becomes a total one.
   double min_limit = 1.0;
   /// Ceiling, in calls: a whole number >= min_limit.
   double max_limit = 64.0;
@@ -32,7 +32,7 @@ struct aimd_options {
 
 /// AIMD: `+increase/limit` on a fast success, `x backoff` on congestion (a `congestion` outcome, or a success
 /// slower than `latency_target`), nothing on `ignored`. The control law TCP uses for its window (RFC 5681),
-/// applied to a client's concurrency limit as in seed 000 and Netflix concurrency-limits' `AIMDLimit`.
+/// applied to a client's concurrency limit as in Netflix concurrency-limits' `AIMDLimit`.
 ///
 /// It reacts to every slow call, so isolated outliers cost a cut each; `basic_tuned_aimd` judges against a
 /// rolling baseline and cuts at most once per round trip.
@@ -41,20 +41,30 @@ struct aimd_options {
 template <class Clock = std::chrono::steady_clock>
 class basic_aimd {
  public:
+  /// The clock that times the rule and the deadlines.
   using clock_type = Clock;
+  /// The options type, as the constructor takes them.
   using options = aimd_options;
+  /// What one completed call reports: `sample<Clock>`.
   using sample_type = basic_sample<Clock>;
   template <class OtherClock>
+  /// The same algorithm on clock `C`, with the same options type.
   using rebind_clock = basic_aimd<OtherClock>;
 
   /// @throws std::invalid_argument naming the field and value if `o` is invalid.
   explicit basic_aimd(const options& o = {}) : options_{validated(o)}, limit_{o.min_limit, o.initial_limit, o.max_limit} {}
 
+  /// The current limit, in calls (fractional; a call is admitted while in flight < floor(limit)).
   double limit() const noexcept { return limit_.value(); }
+  /// The floor of the limit, in calls.
   double min_limit() const noexcept { return limit_.min(); }
+  /// The ceiling of the limit, in calls.
   double max_limit() const noexcept { return limit_.max(); }
+  /// How many samples strictly lowered the limit so far.
   std::uint64_t decreases() const noexcept { return limit_.decreases(); }
+  /// How many samples strictly raised the limit so far.
   std::uint64_t increases() const noexcept { return limit_.increases(); }
+  /// The options in force (as validated at construction).
   const options& get_options() const noexcept { return options_; }
 
   /// Applies one completed call. `s.in_flight` and `s.now` are not used.

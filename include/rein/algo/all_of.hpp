@@ -16,7 +16,7 @@
 namespace rein::algo {
 
 /// Several rate limits enforced together, all or nothing: "10 per second and 1,000 per hour", or the
-/// seed 004 pair "requests per minute and tokens per minute", where one call charges 1 to the first and
+/// LLM APIs' pair "requests per minute and tokens per minute", where one call charges 1 to the first and
 /// its estimated token count to the second.
 ///
 /// A request is admitted only when every part admits it at the same instant, and then takes from every
@@ -46,8 +46,11 @@ class all_of {
   using first = std::tuple_element_t<0, std::tuple<Limits...>>;
 
  public:
+  /// The clock of every part (they must share one).
   using clock = typename first::clock;
+  /// A point in time of `clock`.
   using time_point = typename first::time_point;
+  /// A duration of `clock`.
   using duration = typename first::duration;
   static_assert((std::is_same_v<typename Limits::time_point, time_point> && ...),
                 "rein::algo::all_of: all limits must use the same time_point type");

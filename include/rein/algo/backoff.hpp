@@ -41,11 +41,13 @@ struct backoff_options {
 /// Distinct objects: safe. Shared objects: safe (all members are const).
 class backoff {
  public:
+  /// The options type, as the constructor takes them.
   using options_type = backoff_options;
 
   /// @throws std::invalid_argument naming the field and value when an option is out of range.
   explicit backoff(const backoff_options& options = {}) : options_(validated(options)) {}
 
+  /// The options in force (as validated at construction).
   const backoff_options& options() const noexcept { return options_; }
 
   /// Whether another attempt may follow `failed_attempts` failed ones: `failed_attempts < max_attempts`.

@@ -152,10 +152,14 @@ class exp_average {
 template <class Clock = std::chrono::steady_clock>
 class basic_gradient {
  public:
+  /// The clock that times the rule and the deadlines.
   using clock_type = Clock;
+  /// The options type, as the constructor takes them.
   using options = gradient_options;
+  /// What one completed call reports: `sample<Clock>`.
   using sample_type = basic_sample<Clock>;
   template <class OtherClock>
+  /// The same algorithm on clock `C`, with the same options type.
   using rebind_clock = basic_gradient<OtherClock>;
 
   /// @throws std::invalid_argument naming the field and value if `o` is invalid.
@@ -165,11 +169,17 @@ class basic_gradient {
         minimum_{o.baseline_window},
         average_{o.baseline_window, 10} {}
 
+  /// The current limit, in calls (fractional; a call is admitted while in flight < floor(limit)).
   double limit() const noexcept { return limit_.value(); }
+  /// The floor of the limit, in calls.
   double min_limit() const noexcept { return limit_.min(); }
+  /// The ceiling of the limit, in calls.
   double max_limit() const noexcept { return limit_.max(); }
+  /// How many samples strictly lowered the limit so far.
   std::uint64_t decreases() const noexcept { return limit_.decreases(); }
+  /// How many samples strictly raised the limit so far.
   std::uint64_t increases() const noexcept { return limit_.increases(); }
+  /// The options in force (as validated at construction).
   const options& get_options() const noexcept { return options_; }
   /// The gradient of the last update that changed the estimate (1 before any).
   double last_gradient() const noexcept { return last_gradient_; }

@@ -1,4 +1,4 @@
-// The common shape of rein's adaptive concurrency algorithms (DESIGN.md sections 1 and 4).
+// The common shape of rein's adaptive concurrency algorithms.
 //
 // An algorithm is a plain value type: no Asio, no clock reads, no locking. `adaptive_limiter<Algorithm>`
 // owns one, calls it under its own lock, and admits a call while `in_flight < floor(limit())`. Everything an
@@ -24,11 +24,14 @@ namespace rein::algo {
 /// @tparam Clock supplies `time_point`; nothing here ever calls `Clock::now()`.
 template <class Clock = std::chrono::steady_clock>
 struct basic_sample {
+  /// The clock that times the rule and the deadlines.
   using clock_type = Clock;
+  /// A point in time of `clock_type`.
   using time_point = typename Clock::time_point;
 
   /// Service time: from the moment the call was granted its slot to the moment its outcome was reported,
-  /// never including time spent waiting for the slot (seed 000, "counting queue time as service time").
+  /// never including time spent waiting for the slot (counting queue time as service time would make a
+  /// limit cut itself for its own queue).
   /// For a `congestion` outcome it is the time until the failure was seen (e.g. the timeout).
   std::chrono::nanoseconds latency{};
   /// What the call said about the dependency's capacity. `ignored` samples never change anything.
@@ -52,7 +55,7 @@ using sample = basic_sample<>;
 ///   It always lies in `[min_limit(), max_limit()]`, which are whole numbers >= 1.
 /// - `on_sample(s)`: feed one completed call. An `ignored` sample changes nothing at all.
 /// - `decreases()` / `increases()`: how many samples strictly lowered / raised the limit (for snapshots and
-///   alerting: seed 000 recommends alerting on the decrease rate and on sitting at the floor).
+///   alerting: alert on the decrease rate and on sitting at the floor).
 /// - `rebind_clock<C>`: the same algorithm on another clock (the limiter's), with the same `options` type.
 template <class A>
 concept limit_algorithm =

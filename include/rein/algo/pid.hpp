@@ -1,4 +1,4 @@
-// A PID controller that drives the concurrency limit from the windowed failure rate (seed 001, section 2).
+// A PID controller that drives the concurrency limit from the windowed failure rate.
 #pragma once
 
 #include <rein/algo/limit_algorithm.hpp>
@@ -11,9 +11,9 @@
 namespace rein::algo {
 
 /// Options of `basic_pid`. Gains are in calls per unit of error, where the error is a failure-rate
-/// difference (0.05 = five percentage points). kp, kd, the target and the integral clamp are seed 001's;
-/// its ki of 0.5 would move the limit by 0.025 calls per healthy window, so rein uses 20 (about one call
-/// per healthy window at the default 5 % target).
+/// difference (0.05 = five percentage points). ki is 20 rather than a textbook 0.5, which would move the
+/// limit by 0.025 calls per healthy window: 20 moves it by about one call per healthy window at the
+/// default 5 % target.
 struct pid_options {
   /// Starting limit and the controller's operating point (the output at zero error and zero integral), in
   /// calls; in [min_limit, max_limit].
@@ -44,11 +44,11 @@ struct pid_options {
 ///     integral = clamp(integral + error, -integral_limit, integral_limit)
 ///     limit    = clamp(initial_limit + kp x error + ki x integral + kd x (error - previous error))
 ///
-/// Anti-windup is twofold: the clamp above (seed 001's), and conditional integration: a window whose output
+/// Anti-windup is twofold: the clamp above, and conditional integration: a window whose output
 /// is already pinned at the floor or ceiling in the direction of its error adds nothing to the integral, so
 /// a long stay at the ceiling does not have to be unwound before the limit can fall.
 ///
-/// Seed 001's controller has no operating point (its output at zero error is zero, i.e. the floor);
+/// A textbook PID output has no operating point (its output at zero error is zero, i.e. the floor);
 /// rein uses `initial_limit` as the bias so that the integral term carries only the learned offset.
 /// Failures are congestion outcomes (and successes slower than `latency_target`); `ignored` is not counted.
 ///
@@ -56,20 +56,30 @@ struct pid_options {
 template <class Clock = std::chrono::steady_clock>
 class basic_pid {
  public:
+  /// The clock that times the rule and the deadlines.
   using clock_type = Clock;
+  /// The options type, as the constructor takes them.
   using options = pid_options;
+  /// What one completed call reports: `sample<Clock>`.
   using sample_type = basic_sample<Clock>;
   template <class OtherClock>
+  /// The same algorithm on clock `C`, with the same options type.
   using rebind_clock = basic_pid<OtherClock>;
 
   /// @throws std::invalid_argument naming the field and value if `o` is invalid.
   explicit basic_pid(const options& o = {}) : options_{validated(o)}, limit_{o.min_limit, o.initial_limit, o.max_limit} {}
 
+  /// The current limit, in calls (fractional; a call is admitted while in flight < floor(limit)).
   double limit() const noexcept { return limit_.value(); }
+  /// The floor of the limit, in calls.
   double min_limit() const noexcept { return limit_.min(); }
+  /// The ceiling of the limit, in calls.
   double max_limit() const noexcept { return limit_.max(); }
+  /// How many samples strictly lowered the limit so far.
   std::uint64_t decreases() const noexcept { return limit_.decreases(); }
+  /// How many samples strictly raised the limit so far.
   std::uint64_t increases() const noexcept { return limit_.increases(); }
+  /// The options in force (as validated at construction).
   const options& get_options() const noexcept { return options_; }
   /// The accumulated error (unitless: failure-rate points summed over windows).
   double integral() const noexcept { return integral_; }

@@ -50,9 +50,13 @@ struct retry_budget_options {
 template <class Clock = std::chrono::steady_clock>
 class basic_retry_budget {
  public:
+  /// The clock that times the rule and the deadlines.
   using clock_type = Clock;
+  /// A point in time of `clock_type`.
   using time_point = typename Clock::time_point;
+  /// A duration of `clock_type`.
   using duration = typename Clock::duration;
+  /// The options type, as the constructor takes them.
   using options_type = retry_budget_options;
 
   /// Slices per window.
@@ -65,6 +69,7 @@ class basic_retry_budget {
       : options_(options), slice_(slice_width(options.ttl)), deposit_(per_request(options.retry_ratio)),
         reserve_(reserve_units(options)) {}
 
+  /// The options in force (as validated at construction).
   const retry_budget_options& options() const noexcept { return options_; }
 
   /// Records one original request at `now`, adding `retry_ratio` of a retry to the balance for `ttl`.

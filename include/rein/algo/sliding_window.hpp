@@ -18,7 +18,7 @@ namespace rein::algo {
 /// So with 2 per 10 s, starts at 0.00 and 0.01 make the next one wait until 10.00, the one after until
 /// 10.01. Unlike a token bucket with the same average rate, it never lets `limit + 1` starts into any
 /// window, and it never refills early: it is what a published quota of "N per window, measured on a
-/// sliding window" needs. Seed 003 describes it (a deque of timestamps); Cloudflare's post on sliding
+/// sliding window" needs (a log of timestamps, as a deque would hold them); Cloudflare's post on sliding
 /// windows contrasts it with the counter approximation (`basic_sliding_window_counter`).
 ///
 /// Memory is O(limit): the time of each of the last `limit` starts (8 bytes each), in a ring that grows
@@ -40,8 +40,11 @@ class basic_sliding_window {
   static_assert(detail::tick_at_least_a_nanosecond<Clock>, "rein::algo: the clock's tick must be >= 1 ns");
 
  public:
+  /// The clock that times the rule.
   using clock = Clock;
+  /// A point in time of `clock`.
   using time_point = typename Clock::time_point;
+  /// A duration of `clock`.
   using duration = typename Clock::duration;
 
   /// Construction options; write `{.limit = 100, .window = std::chrono::seconds(1)}`.

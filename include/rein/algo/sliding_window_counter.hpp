@@ -46,8 +46,11 @@ class basic_sliding_window_counter {
   static_assert(detail::tick_at_least_a_nanosecond<Clock>, "rein::algo: the clock's tick must be >= 1 ns");
 
  public:
+  /// The clock that times the rule.
   using clock = Clock;
+  /// A point in time of `clock`.
   using time_point = typename Clock::time_point;
+  /// A duration of `clock`.
   using duration = typename Clock::duration;
 
   /// Construction options; write `{.limit = 5'000'000, .window = std::chrono::minutes(1)}`.

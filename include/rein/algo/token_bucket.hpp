@@ -25,8 +25,7 @@ struct token_bucket_options {
 ///
 /// The peer is Go's `golang.org/x/time/rate.Limiter` (`AllowN`, `ReserveN`, `SetLimitAt`, `SetBurstAt`, all
 /// with an explicit time), without its floating-point drift: here no amount or pattern of polling changes
-/// how many tokens arrive between two instants. Seeds 001, 003 and 004 describe the same bucket with lazy
-/// refill and refunds.
+/// how many tokens arrive between two instants. Refill is lazy and tokens can be refunded.
 ///
 /// Units: time is `Clock::time_point`, computed internally in whole nanoseconds; rates are tokens per
 /// second; counts are whole tokens.
@@ -54,9 +53,13 @@ class basic_token_bucket {
   static_assert(detail::tick_at_least_a_nanosecond<Clock>, "rein::algo: the clock's tick must be >= 1 ns");
 
  public:
+  /// The clock that times the rule.
   using clock = Clock;
+  /// A point in time of `clock`.
   using time_point = typename Clock::time_point;
+  /// A duration of `clock`.
   using duration = typename Clock::duration;
+  /// The options type, as the constructor takes them.
   using options = token_bucket_options;
 
   static constexpr double max_rate = 1e9;                          ///< tokens per second

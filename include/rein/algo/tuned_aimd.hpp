@@ -1,4 +1,4 @@
-// AIMD judged against a rolling-median baseline, one cut per round trip (seed 000, step 4).
+// AIMD judged against a rolling-median baseline, one cut per round trip.
 #pragma once
 
 #include <rein/algo/limit_algorithm.hpp>
@@ -14,12 +14,12 @@ namespace rein::algo {
 
 /// Options of `basic_tuned_aimd`.
 ///
-/// The defaults are rein's, not the guide's: seed 000's `TunedAIMD` (window 50, tolerance 2.0, a 40 ms hold,
-/// backoff 0.75, no app-limited guard) is the worst adaptive strategy in its own degrading-upstream
-/// experiment (see `rein/testing/upstream_sim.hpp` and `../shared/reference/README.md`): the limit balloons
+/// The defaults come from the degrading-upstream experiment (`rein/testing/upstream_sim.hpp`,
+/// tests/async/degrading_upstream.cpp). The classic tuning (window 50, tolerance 2.0, a 40 ms hold,
+/// backoff 0.75, no app-limited guard) does worst of the adaptive strategies there: the limit balloons
 /// while demand is low, a tolerance of exactly 2 never flags a call one above capacity (5 ms median, 10 ms
 /// call), and a short window lets the degradation become the new normal. With these defaults the experiment
-/// has no failures and a p95 of 10 ms. To get the guide's limiter, set window 50, tolerance 2, backoff 0.75,
+/// has no failures and a p95 of 10 ms. To get the classic tuning, set window 50, tolerance 2, backoff 0.75,
 /// hold 40 ms and min_utilisation 0.
 struct tuned_aimd_options {
   /// Starting limit, in calls; in [min_limit, max_limit].
@@ -28,7 +28,7 @@ struct tuned_aimd_options {
   double min_limit = 1.0;
   /// Ceiling, in calls: a whole number >= min_limit.
   double max_limit = 64.0;
-  /// Multiplicative decrease on congestion; in (0, 1). 0.5 (TCP's) rather than the guide's 0.75: the cut
+  /// Multiplicative decrease on congestion; in (0, 1). 0.5 (TCP's) rather than the classic 0.75: the cut
   /// is rate-limited to one per round trip, so each one must count.
   double backoff = 0.5;
   /// Each uncongested success adds `increase / max(1, limit)` calls; > 0.
@@ -36,7 +36,7 @@ struct tuned_aimd_options {
   /// Successful latencies kept for the rolling median baseline, in samples; >= min_samples. Long enough
   /// that a sustained degradation does not become "normal" before the limit has been cut.
   std::size_t window = 200;
-  /// No latency judgement before this many successes are in the window (seed 000: 10); in [1, window].
+  /// No latency judgement before this many successes are in the window; in [1, window].
   /// Congestion outcomes count from the first sample.
   std::size_t min_samples = 10;
   /// A success is congestion when its latency exceeds `median x tolerance`; finite and >= 1. Must stay
@@ -44,7 +44,7 @@ struct tuned_aimd_options {
   double tolerance = 1.5;
   /// How long congestion is ignored after a cut. Unset (the default): exactly one round trip, i.e. a
   /// congested sample whose call started before the last cut was caused by the old limit and cuts nothing.
-  /// Set: a fixed hold (seed 000 uses 2 x its 20 ms target = 40 ms); > 0 when set.
+  /// Set: a fixed hold (the classic tuning uses 40 ms, twice a 20 ms target); > 0 when set.
   std::optional<std::chrono::nanoseconds> hold{};
   /// The app-limited guard: grow only while `in_flight >= min_utilisation x limit`, so the limit does not
   /// balloon while demand is low (Netflix concurrency-limits uses 1/2). In [0, 1]; 0 disables it.
@@ -86,7 +86,7 @@ class rolling_median {
 
 }  // namespace detail
 
-/// Seed 000's tuned AIMD, with rein's defaults.
+/// AIMD judged against a rolling-median latency baseline, cutting at most once per round trip.
 ///
 /// - Baseline: the median latency of the last `window` successes (this one included). A success slower than
 ///   `median x tolerance` is congestion; so is every `congestion` outcome. No latency judgement before
@@ -103,24 +103,35 @@ class rolling_median {
 template <class Clock = std::chrono::steady_clock>
 class basic_tuned_aimd {
  public:
+  /// The clock that times the rule and the deadlines.
   using clock_type = Clock;
+  /// A point in time of `clock_type`.
   using time_point = typename Clock::time_point;
+  /// The options type, as the constructor takes them.
   using options = tuned_aimd_options;
+  /// What one completed call reports: `sample<Clock>`.
   using sample_type = basic_sample<Clock>;
   template <class OtherClock>
+  /// The same algorithm on clock `C`, with the same options type.
   using rebind_clock = basic_tuned_aimd<OtherClock>;
 
   /// @throws std::invalid_argument naming the field and value if `o` is invalid.
   explicit basic_tuned_aimd(const options& o = {})
       : options_{validated(o)}, limit_{o.min_limit, o.initial_limit, o.max_limit}, baseline_{o.window} {}
 
+  /// The current limit, in calls (fractional; a call is admitted while in flight < floor(limit)).
   double limit() const noexcept { return limit_.value(); }
+  /// The floor of the limit, in calls.
   double min_limit() const noexcept { return limit_.min(); }
+  /// The ceiling of the limit, in calls.
   double max_limit() const noexcept { return limit_.max(); }
+  /// How many samples strictly lowered the limit so far.
   std::uint64_t decreases() const noexcept { return limit_.decreases(); }
+  /// How many samples strictly raised the limit so far.
   std::uint64_t increases() const noexcept { return limit_.increases(); }
   /// Congested samples that fell inside a hold and changed nothing.
   std::uint64_t held() const noexcept { return held_; }
+  /// The options in force (as validated at construction).
   const options& get_options() const noexcept { return options_; }
 
   /// The current baseline in nanoseconds (the rolling median), or nullopt before `min_samples` successes.

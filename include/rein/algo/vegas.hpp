@@ -59,10 +59,14 @@ struct vegas_options {
 template <class Clock = std::chrono::steady_clock>
 class basic_vegas {
  public:
+  /// The clock that times the rule and the deadlines.
   using clock_type = Clock;
+  /// The options type, as the constructor takes them.
   using options = vegas_options;
+  /// What one completed call reports: `sample<Clock>`.
   using sample_type = basic_sample<Clock>;
   template <class OtherClock>
+  /// The same algorithm on clock `C`, with the same options type.
   using rebind_clock = basic_vegas<OtherClock>;
 
   /// @throws std::invalid_argument naming the field and value if `o` is invalid.
@@ -71,11 +75,17 @@ class basic_vegas {
     jitter_ = next_jitter();
   }
 
+  /// The current limit, in calls (fractional; a call is admitted while in flight < floor(limit)).
   double limit() const noexcept { return limit_.value(); }
+  /// The floor of the limit, in calls.
   double min_limit() const noexcept { return limit_.min(); }
+  /// The ceiling of the limit, in calls.
   double max_limit() const noexcept { return limit_.max(); }
+  /// How many samples strictly lowered the limit so far.
   std::uint64_t decreases() const noexcept { return limit_.decreases(); }
+  /// How many samples strictly raised the limit so far.
   std::uint64_t increases() const noexcept { return limit_.increases(); }
+  /// The options in force (as validated at construction).
   const options& get_options() const noexcept { return options_; }
   /// The current no-load latency estimate (zero before the first sample).
   std::chrono::nanoseconds no_load_latency() const noexcept { return no_load_; }

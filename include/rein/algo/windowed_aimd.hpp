@@ -1,4 +1,4 @@
-// Batch-wise adaptive concurrency: judge a window of samples by its failure rate (seed 001, section 4).
+// Batch-wise adaptive concurrency: judge a window of samples by its failure rate.
 #pragma once
 
 #include <rein/algo/limit_algorithm.hpp>
@@ -10,9 +10,8 @@
 
 namespace rein::algo {
 
-/// Options of `basic_windowed_aimd`. Defaults follow seed 001's `AdaptiveConcurrencyController` example
-/// (batches of 20, step 3, threshold 15 %, halve), with rein's usual floor 1 and ceiling 64 and a starting
-/// point of 4 rather than the floor.
+/// Options of `basic_windowed_aimd`. Defaults: batches of 20, step 3, threshold 15 %, halve, with rein's
+/// usual floor 1 and ceiling 64 and a starting point of 4 rather than the floor.
 struct windowed_aimd_options {
   /// Starting limit, in calls; in [min_limit, max_limit].
   double initial_limit = 4.0;
@@ -26,8 +25,8 @@ struct windowed_aimd_options {
   double failure_threshold = 0.15;
   /// Growth per healthy window, in calls; > 0.
   double step = 3.0;
-  /// Factor applied per unhealthy window; in (0, 1). Seed 001 halves (integer division); rein keeps the
-  /// fraction.
+  /// Factor applied per unhealthy window; in (0, 1). The limit keeps its fraction (no integer
+  /// division).
   double backoff = 0.5;
   /// Optional: a success slower than this (strictly) counts as a failure; > 0 when set.
   std::optional<std::chrono::nanoseconds> latency_target{};
@@ -44,24 +43,35 @@ struct windowed_aimd_options {
 template <class Clock = std::chrono::steady_clock>
 class basic_windowed_aimd {
  public:
+  /// The clock that times the rule and the deadlines.
   using clock_type = Clock;
+  /// The options type, as the constructor takes them.
   using options = windowed_aimd_options;
+  /// What one completed call reports: `sample<Clock>`.
   using sample_type = basic_sample<Clock>;
   template <class OtherClock>
+  /// The same algorithm on clock `C`, with the same options type.
   using rebind_clock = basic_windowed_aimd<OtherClock>;
 
   /// @throws std::invalid_argument naming the field and value if `o` is invalid.
   explicit basic_windowed_aimd(const options& o = {})
       : options_{validated(o)}, limit_{o.min_limit, o.initial_limit, o.max_limit} {}
 
+  /// The current limit, in calls (fractional; a call is admitted while in flight < floor(limit)).
   double limit() const noexcept { return limit_.value(); }
+  /// The floor of the limit, in calls.
   double min_limit() const noexcept { return limit_.min(); }
+  /// The ceiling of the limit, in calls.
   double max_limit() const noexcept { return limit_.max(); }
+  /// How many samples strictly lowered the limit so far.
   std::uint64_t decreases() const noexcept { return limit_.decreases(); }
+  /// How many samples strictly raised the limit so far.
   std::uint64_t increases() const noexcept { return limit_.increases(); }
+  /// The options in force (as validated at construction).
   const options& get_options() const noexcept { return options_; }
   /// Samples and failures counted so far in the current window.
   std::size_t window_samples() const noexcept { return samples_; }
+  /// Failures (congestion outcomes) among them.
   std::size_t window_failures() const noexcept { return failures_; }
 
   /// Applies one completed call.

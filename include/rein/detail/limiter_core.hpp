@@ -572,7 +572,7 @@ class limiter_core final : public permit_source,
     timer_armed_ = false;
     ++timer_generation_;
     // Made on first use: creating a timer starts its execution context's reactor, which makes every later
-    // post there dearer (about 120 ns to 290 ns a round trip here), and a semaphore without deadlines never
+    // post there dearer, and a semaphore without deadlines never
     // needs one.
     if (!timer_) timer_.emplace(executor_);
     timer_->expires_at(wake);  // cancels a later wait; its handler sees a stale generation

@@ -11,7 +11,7 @@
 //   the units go back to the limiter and the handler gets operation_aborted). A single-threaded limiter's
 //   runner uses a plain read and write instead: there, a cancellation cannot run at the same time. Either
 //   way nothing is lost and nothing is handed out twice. This is what lets a waiter cancelled after its
-//   grant but before it resumes pass the permit on (issue 2, case 3), as asyncio's and tokio's semaphores do.
+//   grant but before it resumes pass the permit on, as asyncio's and tokio's semaphores do.
 // - Completion never runs the handler in place: `complete` posts a runner to the handler's associated
 //   executor. The op stays allocated until the runner runs there, clears the cancellation slot and frees the
 //   op, so a cancellation emitted meanwhile (from that same executor, as Asio requires of emitters) still

@@ -69,6 +69,7 @@ namespace rein::redis {
 /// Where and how to connect. Write with designated initializers: `{.host = "10.0.0.7", .port = 6380}`.
 struct connection_options {
   std::string host = "127.0.0.1";  ///< name or address, resolved at every connection attempt
+  /// TCP port.
   std::uint16_t port = 6379;
   std::string username;  ///< with `password`: `AUTH username password` (Redis 6 ACL users)
   std::string password;  ///< when not empty, AUTH is the first command on every connection
@@ -83,6 +84,7 @@ struct connection_options {
   /// attempt in a row, a uniform draw from [0, min(reconnect_cap, reconnect_base * 2^(k-1))).
   /// base must be > 0, cap >= base.
   std::chrono::milliseconds reconnect_base{25};
+  /// The largest reconnection delay; >= reconnect_base.
   std::chrono::milliseconds reconnect_cap{1000};
 };
 
@@ -99,6 +101,7 @@ struct connection_snapshot {
   std::size_t pending = 0;               ///< accepted, not answered yet
   std::chrono::nanoseconds round_trip_last{0};   ///< submit to reply, last reply
   std::chrono::nanoseconds round_trip_total{0};  ///< summed over replies (mean = total / replies)
+  /// The longest round trip so far.
   std::chrono::nanoseconds round_trip_max{0};
   error_code last_error{};  ///< why the last connection or attempt failed
 };
@@ -696,12 +699,15 @@ class execute_node final : public request_node {
 template <class Executor = net::any_io_executor>
 class basic_connection {
  public:
+  /// The executor that runs completion handlers without an associated executor of their own.
   using executor_type = Executor;
+  /// The waiter core (an implementation type).
   using core_type = detail::connection_core<Executor>;
 
   /// The connection type when rebound to another executor.
   template <class OtherExecutor>
   struct rebind_executor {
+    /// The same limiter type on `OtherExecutor`.
     using other = basic_connection<OtherExecutor>;
   };
 
@@ -710,6 +716,7 @@ class basic_connection {
   explicit basic_connection(const executor_type& ex, connection_options options = {})
       : core_(std::make_shared<core_type>(ex, std::move(options))) {}
 
+  /// A connection whose handlers run on `context`'s executor by default.
   template <class ExecutionContext>
     requires std::is_convertible_v<ExecutionContext&, net::execution_context&>
   explicit basic_connection(ExecutionContext& context, connection_options options = {})
@@ -720,6 +727,7 @@ class basic_connection {
 
   ~basic_connection() { core_->close(); }
 
+  /// The executor given at construction.
   executor_type get_executor() const noexcept { return core_->get_executor(); }
 
   /// True while a connection is established.
@@ -728,8 +736,10 @@ class basic_connection {
   /// Closes for good; pending commands complete with operation_aborted. Idempotent.
   void close() { core_->close(); }
 
+  /// The connection's counters, copied under its lock.
   connection_snapshot snapshot() const { return core_->snapshot(); }
 
+  /// The options in force (as validated at construction).
   const connection_options& options() const noexcept { return core_->options(); }
 
   /// Sends one command, pipelined with everyone else's, and completes with its reply.
@@ -752,6 +762,7 @@ class basic_connection {
                                                                encode_command(args));
   }
 
+  /// As above, for a braced list of arguments: `async_execute({"GET", key}, token)`.
   template <REIN_COMPLETION_TOKEN_FOR(void(error_code, reply)) Token = default_token_t>
   auto async_execute(std::initializer_list<std::string_view> args, Token&& token = Token{}) {
     return async_execute(std::span<const std::string_view>(args.begin(), args.size()), std::forward<Token>(token));

@@ -53,6 +53,7 @@ inline error_code make_error_code(errc e) noexcept { return error_code(static_ca
 
 }  // namespace rein::redis
 
+/// @cond
 #if defined(REIN_STANDALONE_ASIO)
 template <>
 struct std::is_error_code_enum<rein::redis::errc> : std::true_type {};
@@ -60,3 +61,4 @@ struct std::is_error_code_enum<rein::redis::errc> : std::true_type {};
 template <>
 struct boost::system::is_error_code_enum<rein::redis::errc> : std::true_type {};
 #endif
+/// @endcond

@@ -17,13 +17,16 @@ namespace rein::redis {
 
 /// One reply of a Redis server (RESP2), copied out of the tree hiredis's reader builds.
 struct reply {
+  /// The RESP2 type of a reply.
   enum class kind : std::uint8_t { nil, status, error, integer, string, array };
 
+  /// This reply's type.
   kind type = kind::nil;
   long long integer = 0;        ///< kind::integer
   std::string text;             ///< kind::status, kind::error and kind::string (binary-safe)
   std::vector<reply> elements;  ///< kind::array
 
+  /// Whether Redis answered with an error (its message is in `text`).
   bool is_error() const noexcept { return type == kind::error; }
 
   /// A copy of hiredis's reply (which keeps owning it). RESP3 types, which a RESP2 connection never

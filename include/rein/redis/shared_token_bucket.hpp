@@ -84,6 +84,7 @@ struct shared_token_bucket_options {
   std::string key;              ///< the Redis key holding the quota's state (one hash); not empty
   double rate = 0;              ///< tokens per second for everyone together, in (0, 1e9]
   std::int64_t capacity = 0;    ///< the burst: most tokens the bucket holds, in [1, 1e15]; capacity / rate <= 1e9 s
+  /// What to do while Redis cannot be asked (see failure_policy).
   failure_policy on_failure = failure_policy::fail_closed;
   /// With fail_open: the local bucket's share of rate and capacity, in (0, 1] (its capacity is at least 1).
   double fail_open_share = 1.0;
@@ -119,6 +120,7 @@ struct shared_token_bucket_snapshot : wait_stats {
   std::uint64_t round_trips = 0;      ///< admission replies received
   std::chrono::nanoseconds round_trip_last{0};   ///< request written to reply read, last admission
   std::chrono::nanoseconds round_trip_total{0};  ///< mean = round_trip_total / round_trips
+  /// The longest admission round trip so far.
   std::chrono::nanoseconds round_trip_max{0};
   std::chrono::microseconds retry_after_last{0};  ///< the retry-after of the last denial, as Redis computed it
 };
@@ -1041,8 +1043,8 @@ class shared_bucket_core final : public remote_owner,
 /// within a process; between processes, whoever asks first after a refill gets the token (no fairness
 /// between processes is promised).
 ///
-/// Rule from: the token bucket of seeds 003 and 004 ("Several processes or pods": a Redis token bucket via
-/// a Lua script), GCRA as in ITU-T I.371 and redis-cell; the waiter discipline is rein's (DESIGN.md 3).
+/// Rule from: the token bucket kept in Redis by a Lua script, GCRA as in ITU-T I.371 and redis-cell; the
+/// waiter discipline is that of every rein limiter (FIFO, one timer).
 ///
 /// Failures (see failure_policy): while Redis cannot be asked, `fail_closed` completes waiting and new
 /// acquires with errc::unavailable and admits nothing; `fail_open` admits from a local bucket with
@@ -1073,14 +1075,21 @@ class basic_shared_token_bucket {
   using core_type = detail::shared_bucket_core<Executor, Mutex, Clock>;
 
  public:
+  /// The executor that runs completion handlers without an associated executor of their own.
   using executor_type = Executor;
+  /// The clock that times the rule and the deadlines.
   using clock_type = Clock;
+  /// A point in time of `clock_type`.
   using time_point = typename Clock::time_point;
+  /// A duration of `clock_type`.
   using duration = typename Clock::duration;
+  /// The connection type it shares or owns.
   using connection_type = basic_connection<Executor>;
 
+  /// The same limiter type on another executor (Asio's convention).
   template <class OtherExecutor>
   struct rebind_executor {
+    /// The same limiter type on `OtherExecutor`.
     using other = basic_shared_token_bucket<OtherExecutor, Mutex, Clock>;
   };
 
@@ -1094,6 +1103,7 @@ class basic_shared_token_bucket {
       : owned_(std::make_shared<typename connection_type::core_type>(ex, std::move(redis))),
         core_(std::make_shared<core_type>(ex, owned_, std::move(options))) {}
 
+  /// A limiter with a connection of its own on `context`'s executor.
   template <class ExecutionContext>
     requires std::is_convertible_v<ExecutionContext&, net::execution_context&>
   basic_shared_token_bucket(ExecutionContext& context, connection_options redis, shared_token_bucket_options options)
@@ -1108,8 +1118,10 @@ class basic_shared_token_bucket {
     if (owned_) owned_->close();
   }
 
+  /// The executor given at construction.
   executor_type get_executor() const noexcept { return core_->get_executor(); }
 
+  /// The options in force (as validated at construction).
   const shared_token_bucket_options& options() const noexcept { return core_->options(); }
 
   /// Always false (try_status::busy, no retry hint), taking nothing: whether Redis admits needs a round

@@ -16,7 +16,7 @@
 
 namespace rein::testing {
 
-/// A settable process-wide clock for deterministic tests of time-based behaviour (DESIGN.md section 8).
+/// A settable process-wide clock for deterministic tests of time-based behaviour.
 ///
 /// Use it as any limiter's Clock parameter (and for your own `basic_waitable_timer<manual_clock>`), then
 /// drive time by hand: `manual_clock::advance(100ms); io.poll();` runs every handler whose timer expiry the
@@ -33,10 +33,15 @@ namespace rein::testing {
 /// static now()), so tests that use it must not run concurrently with one another.
 class manual_clock {
  public:
+  /// Ticks are nanoseconds, counted in 64 bits.
   using rep = std::int64_t;
+  /// One tick is a nanosecond.
   using period = std::nano;
+  /// Nanoseconds.
   using duration = std::chrono::nanoseconds;
+  /// A point in manual time.
   using time_point = std::chrono::time_point<manual_clock, duration>;
+  /// false: set() may move the time anywhere, backwards too.
   static constexpr bool is_steady = false;  // set() may move it anywhere
 
   /// The current manual time.
@@ -62,6 +67,7 @@ class manual_clock {
 
 }  // namespace rein::testing
 
+/// @cond
 /// Asio waits on a manual_clock timer for at most 1 ms of real time before looking at the manual time again,
 /// so a blocking `run()` on another thread also notices `advance()`; `poll()` never waits.
 template <>
@@ -72,3 +78,4 @@ struct REIN_ASIO_NAMESPACE::wait_traits<rein::testing::manual_clock> {
   }
   static clock::duration to_wait_duration(const clock::time_point& t) { return to_wait_duration(t - clock::now()); }
 };
+/// @endcond

@@ -1,14 +1,14 @@
-// The degrading-upstream experiment (seed 000, step 3; issue 4) as a deterministic discrete-event simulation.
+// The degrading-upstream experiment as a deterministic discrete-event simulation.
 //
 // Pure: virtual time, no Asio, no clock reads, no sleeping; every run is exact and repeatable, so tests assert
 // its figures. It drives any limit algorithm (anything with `limit()` and `on_sample()`), a fixed limit, or an
 // oracle that knows the true capacity. The upstream model, the scenarios, the report and its printing are
 // reusable by runs of the same experiment on the async limiter (manual clock or real time).
 //
-// It mirrors ../shared/reference/upstream_sim.py event for event, so fixed, aimd and oracle reproduce that
-// model's figures exactly: among events at the same instant a capacity change comes first, then completions in
-// the order they were scheduled, then arrivals; service time runs from acquisition; a completing call reports
-// its outcome and then releases its slot, and waiting calls are admitted (FIFO) right after each release.
+// Its event order is fixed, so every run gives the same figures: among events at the same instant a capacity
+// change comes first, then completions in the order they were scheduled, then arrivals; service time runs
+// from acquisition; a completing call reports its outcome and then releases its slot, and waiting calls are
+// admitted (FIFO) right after each release.
 #pragma once
 
 #include <rein/algo/aimd.hpp>
@@ -32,19 +32,20 @@
 
 namespace rein::testing {
 
-/// A dependency whose service time grows past its capacity and which fails past a hard cap (seed 000, step 1).
+/// A dependency whose service time grows past its capacity and which fails past a hard cap.
 ///
 /// A call that enters while `n` calls are inside (itself included) takes `base x (1 + max(0, n - capacity))`;
 /// if `n > hard_cap` it takes `base` and then fails. Capacity may change at any time; a call's service time is
 /// fixed when it enters.
 class upstream_model {
  public:
+  /// The upstream's parameters.
   struct options {
     std::chrono::nanoseconds base = std::chrono::milliseconds{5};  ///< service time at or below capacity
     std::size_t hard_cap = 25;           ///< more calls inside than this: fail after `base`
     std::size_t capacity = 16;           ///< calls it serves at base latency
-    /// Added to every call's service time (0 in the exact model). 1 ms reproduces the figures seed 000
-    /// published from a real asyncio run, whose timers fire late by about that much.
+    /// Added to every call's service time (0 in the exact model). 1 ms is about how late real
+    /// timers fire, and brings the figures close to a real-time run's.
     std::chrono::nanoseconds overhead{0};
   };
 
@@ -55,6 +56,7 @@ class upstream_model {
     std::size_t inside;                     ///< calls inside when it entered, itself included
   };
 
+  /// An upstream with no call inside, at `o.capacity`.
   explicit upstream_model(const options& o) noexcept : options_{o}, capacity_{o.capacity} {}
 
   /// The service-time rule alone, for `n` calls inside (this one included).
@@ -70,11 +72,16 @@ class upstream_model {
     peak_ = std::max(peak_, inside_);
     return plan(inside_, capacity_, options_);
   }
+  /// A call inside completes (or fails).
   void leave() noexcept { --inside_; }
 
+  /// The capacity becomes `c` (calls served at base latency), for calls entering from now on.
   void set_capacity(std::size_t c) noexcept { capacity_ = c; }
+  /// The capacity now.
   std::size_t capacity() const noexcept { return capacity_; }
+  /// Calls inside now.
   std::size_t inside() const noexcept { return inside_; }
+  /// The most calls inside at once so far.
   std::size_t peak() const noexcept { return peak_; }
 
  private:
@@ -86,22 +93,29 @@ class upstream_model {
 
 /// The upstream's capacity becomes `capacity` at `at` (from the start of the run).
 struct capacity_change {
+  /// When, from the start of the run.
   std::chrono::nanoseconds at;
+  /// The new capacity, in calls.
   std::size_t capacity;
 };
 
 /// One run of the experiment: the upstream, its capacity schedule and the workload.
 struct scenario {
+  /// The scenario's name in tables ("A", "B").
   std::string name = "A";
+  /// One line saying what happens.
   std::string description = "capacity 16, dropping to 4 at 250 ms";
+  /// The upstream at the start of the run.
   upstream_model::options upstream{};
   /// Applied in order; changes at the same instant apply in the order listed.
   std::vector<capacity_change> changes{{std::chrono::milliseconds{250}, 4}};
   std::chrono::nanoseconds tick = std::chrono::milliseconds{1};  ///< arrivals every tick, starting at 0
   std::size_t ticks = 500;              ///< number of ticks with arrivals
   std::size_t per_tick = 2;             ///< calls arriving at each tick
+  /// The interval of report::timeline.
   std::chrono::nanoseconds timeline_step = std::chrono::milliseconds{25};
 
+  /// Calls in the run: ticks x per_tick.
   std::size_t calls() const noexcept { return ticks * per_tick; }
 
   /// The true capacity at `t`, after every change at or before `t`.
@@ -112,7 +126,7 @@ struct scenario {
     return c;
   }
 
-  /// Seed 000's scenario: capacity 16 dropping to 4 at 0.25 s; 2 calls every 1 ms for 0.5 s.
+  /// The experiment's first scenario: capacity 16 dropping to 4 at 0.25 s; 2 calls every 1 ms for 0.5 s.
   static scenario a() { return scenario{}; }
 
   /// Scenario A, with the capacity back to 16 at 0.6 s: does the limiter find the capacity again?
@@ -130,29 +144,44 @@ struct call_record {
   std::chrono::nanoseconds arrived{};   ///< asked the limiter for a slot
   std::chrono::nanoseconds started{};   ///< granted a slot and entered the upstream
   std::chrono::nanoseconds finished{};  ///< completed (or failed)
+  /// Whether it succeeded.
   bool ok = false;
 };
 
 /// The limit in force at `at`, next to the true capacity.
 struct timeline_point {
+  /// When, from the start of the run.
   std::chrono::nanoseconds at{};
+  /// The strategy's limit then.
   double limit = 0.0;
+  /// The upstream's true capacity then.
   std::size_t capacity = 0;
 };
 
 /// What one strategy did in one scenario.
 struct report {
+  /// The strategy's name ("fixed", "aimd", "tuned_aimd", "gradient", "oracle").
   std::string strategy;
+  /// The scenario's name.
   std::string scenario;
   std::size_t completed = 0;  ///< calls that succeeded
   std::size_t failed = 0;     ///< calls the upstream failed (over its hard cap)
   /// Service time (grant to completion, failures included), nearest-rank percentiles.
   std::chrono::nanoseconds p50{}, p95{}, p99{}, max{};
+  /// @var p95
+  /// Service time, 95th percentile (nearest rank).
+  /// @var p99
+  /// Service time, 99th percentile (nearest rank).
+  /// @var max
+  /// The longest service time.
   std::size_t slower_than_10ms = 0;       ///< calls whose service time exceeded 10 ms
   std::chrono::nanoseconds makespan{};    ///< when the last call finished
   std::chrono::nanoseconds e2e_p95{};     ///< arrival to completion (queueing at the client included)
+  /// The strategy's limit when the run ended.
   double final_limit = 0.0;
+  /// The strategy's highest limit during the run.
   double max_limit = 0.0;
+  /// How many samples lowered the limit.
   std::uint64_t decreases = 0;
   std::size_t peak_inside = 0;            ///< most calls inside the upstream at once
   std::vector<timeline_point> timeline;   ///< every scenario::timeline_step from 0 to the makespan
@@ -194,12 +223,18 @@ inline void summarise_calls(report& r, std::span<const call_record> calls) {
 /// A fixed limit: what a semaphore does. Learns nothing.
 class fixed_limit {
  public:
+  /// The clock of the samples it is given.
   using clock_type = std::chrono::steady_clock;
+  /// What one completed call reports: `sample<Clock>`.
   using sample_type = algo::basic_sample<clock_type>;
 
+  /// A limit of `limit` calls, forever.
   explicit fixed_limit(double limit) noexcept : limit_{limit} {}
+  /// The current limit, in calls (fractional; a call is admitted while in flight < floor(limit)).
   double limit() const noexcept { return limit_; }
+  /// How many samples strictly lowered the limit so far.
   std::uint64_t decreases() const noexcept { return 0; }
+  /// Ignores the sample: the limit never moves.
   void on_sample(const sample_type&) noexcept {}
 
  private:
@@ -210,13 +245,20 @@ class fixed_limit {
 /// any limiter could do; no real one can, since it has to learn the change from completions.
 class oracle_limit {
  public:
+  /// The clock of the samples it is given.
   using clock_type = std::chrono::steady_clock;
+  /// What one completed call reports: `sample<Clock>`.
   using sample_type = algo::basic_sample<clock_type>;
 
+  /// Starts at `capacity`, the upstream's initial capacity.
   explicit oracle_limit(std::size_t capacity) noexcept : limit_{static_cast<double>(capacity)} {}
+  /// The current limit, in calls (fractional; a call is admitted while in flight < floor(limit)).
   double limit() const noexcept { return limit_; }
+  /// How many samples strictly lowered the limit so far.
   std::uint64_t decreases() const noexcept { return decreases_; }
+  /// Ignores the sample: only capacity changes move the limit.
   void on_sample(const sample_type&) noexcept {}
+  /// The upstream's capacity became `capacity`: so does the limit.
   void on_capacity(std::size_t capacity) noexcept {
     const auto next = static_cast<double>(capacity);
     if (next < limit_) ++decreases_;
@@ -330,7 +372,7 @@ class simulation {
     s.result = c.ok ? outcome::success : outcome::congestion;
     s.in_flight = granted_in_flight_[id];
     s.now = time_point{} + std::chrono::duration_cast<typename time_point::duration>(now);
-    strategy_.on_sample(s);  // report, then release (seed 000: record() in the try block, release() in finally)
+    strategy_.on_sample(s);  // report, then release, as adaptive_limiter does
     --in_flight_;
     drain(now);
   }
@@ -403,10 +445,10 @@ report simulate(std::string strategy_name, Strategy& strategy, const scenario& s
 // The experiment's strategies
 // ---------------------------------------------------------------------------------------------------------
 
-/// The fixed limit of the experiment: seed 000's Semaphore(16).
+/// The fixed limit of the experiment: a semaphore of 16.
 inline constexpr double experiment_fixed_limit = 16.0;
 
-/// Seed 000's basic AIMD limiter as the guide runs it: from 16, floor 1, ceiling 64, 20 ms target, x0.75.
+/// The textbook AIMD limiter of the experiment: from 16, floor 1, ceiling 64, 20 ms target, x0.75.
 inline algo::aimd_options experiment_aimd_options() {
   algo::aimd_options o;
   o.initial_limit = 16.0;
@@ -424,7 +466,7 @@ inline algo::tuned_aimd_options experiment_tuned_aimd_options() {
 /// rein's default gradient limit, starting from 16 (its default).
 inline algo::gradient_options experiment_gradient_options() { return algo::gradient_options{}; }
 
-/// The five strategies of issue 4 on one scenario: fixed(16), aimd, tuned_aimd, gradient, oracle.
+/// The five strategies of the experiment on one scenario: fixed(16), aimd, tuned_aimd, gradient, oracle.
 inline std::vector<report> run_experiment(const scenario& sc) {
   std::vector<report> out;
   fixed_limit fixed{experiment_fixed_limit};
