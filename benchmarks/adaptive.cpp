@@ -67,7 +67,7 @@ void floor_nested_co_await(benchmark::State& state) {
 template <class Mutex>
 void semaphore_acquire_release(benchmark::State& state) {
   in_coroutine(state, [](net::io_context& io, benchmark::State& st) -> net::awaitable<void> {
-    rein::basic_semaphore<executor, Mutex> sem{io.get_executor(), 64};
+    rein::basic_semaphore<executor, std::chrono::steady_clock, Mutex> sem{io.get_executor(), 64};
     for (auto _ : st) {
       rein::permit p = co_await sem.acquire();
       p.release();

@@ -127,9 +127,10 @@ struct semaphore_policy {
 /// cannot steal it.
 ///
 /// @tparam Executor the I/O executor; completions default to it.
+/// @tparam Clock    the clock of deadlines (std::chrono::steady_clock; rein::testing::manual_clock in tests).
 /// @tparam Mutex    std::mutex (default) makes it safe to use from many threads and strands;
 ///                  rein::null_mutex gives the single-threaded variant (one thread or strand only).
-/// @tparam Clock    the clock of deadlines (std::chrono::steady_clock; rein::testing::manual_clock in tests).
+///                  The order <Executor, Clock, Mutex> is that of every rein limiter.
 ///
 /// @par Thread Safety
 /// With std::mutex, every member function may be called concurrently, except destruction.
@@ -140,7 +141,7 @@ struct semaphore_policy {
 /// one whose permits were granted but whose handler has not run yet (it never receives a permit to a
 /// destroyed semaphore). Permits may outlive it (as tokio's `OwnedSemaphorePermit` may): giving one back
 /// later is safe and changes nothing any more.
-template <class Executor = net::any_io_executor, class Mutex = std::mutex, class Clock = std::chrono::steady_clock>
+template <class Executor = net::any_io_executor, class Clock = std::chrono::steady_clock, class Mutex = std::mutex>
 class basic_semaphore {
   using core_type = detail::limiter_core<detail::semaphore_policy, Executor, Clock, Mutex, true>;
 
@@ -158,7 +159,7 @@ class basic_semaphore {
   template <class OtherExecutor>
   struct rebind_executor {
     /// The same limiter type on `OtherExecutor`.
-    using other = basic_semaphore<OtherExecutor, Mutex, Clock>;
+    using other = basic_semaphore<OtherExecutor, Clock, Mutex>;
   };
 
   /// Constructs a semaphore with `permits` free permits, completing operations on `ex` by default.
@@ -371,6 +372,6 @@ class basic_semaphore {
 using semaphore = basic_semaphore<>;
 
 /// The single-threaded semaphore: no locking; use from one thread or strand only.
-using single_thread_semaphore = basic_semaphore<net::any_io_executor, null_mutex>;
+using single_thread_semaphore = basic_semaphore<net::any_io_executor, std::chrono::steady_clock, null_mutex>;
 
 }  // namespace rein

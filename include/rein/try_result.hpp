@@ -44,6 +44,7 @@ class try_result {
   /// True if the units were taken.
   constexpr explicit operator bool() const noexcept { return status_ == try_status::acquired; }
 
+  /// acquired, or why nothing was taken.
   constexpr try_status status() const noexcept { return status_; }
 
   /// For `busy` from a rate limit or a paused gate: how long from the call until the same request would
@@ -64,8 +65,11 @@ class try_result {
 /// says why it is empty. It converts to a plain permit: `rein::permit p = sem.try_acquire();`.
 class try_permit : public permit {
  public:
+  /// An empty permit, busy.
   try_permit() noexcept = default;
+  /// An empty permit refused for `status`.
   explicit try_permit(try_status status) noexcept : status_(status) {}
+  /// A granted permit.
   explicit try_permit(permit p) noexcept : permit(std::move(p)), status_(try_status::acquired) {}
 
   /// acquired while it holds its slots as granted; otherwise why it is empty (a released permit still says

@@ -57,7 +57,7 @@ namespace {
 using executor = net::io_context::executor_type;
 template <class Algorithm>
 using limiter_type = rein::basic_adaptive_limiter<Algorithm, executor, manual_clock>;
-using semaphore_type = rein::basic_semaphore<executor, std::mutex, manual_clock>;
+using semaphore_type = rein::basic_semaphore<executor, manual_clock>;
 using wake_timer = net::basic_waitable_timer<manual_clock, net::wait_traits<manual_clock>, executor>;
 
 struct oracle_options {

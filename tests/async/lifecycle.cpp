@@ -33,7 +33,7 @@ using rein_test::poll;
 
 using time_point = manual_clock::time_point;
 using duration = manual_clock::duration;
-using semaphore = rein::basic_semaphore<net::any_io_executor, std::mutex, manual_clock>;
+using semaphore = rein::basic_semaphore<net::any_io_executor, manual_clock>;
 using bucket = rein::basic_token_bucket<net::any_io_executor, manual_clock>;
 using window = rein::basic_sliding_window<net::any_io_executor, manual_clock>;
 using gate = rein::basic_quota_gate<net::any_io_executor, manual_clock>;

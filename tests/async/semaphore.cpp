@@ -32,7 +32,7 @@ using rein_test::checked_acquire;
 using rein_test::manual_clock;
 using rein_test::poll;
 
-using timed_semaphore = rein::basic_semaphore<net::any_io_executor, std::mutex, manual_clock>;
+using timed_semaphore = rein::basic_semaphore<net::any_io_executor, manual_clock, std::mutex>;
 using record_ptr = std::shared_ptr<acquire_record>;
 
 const error_code aborted = net::error::operation_aborted;
@@ -890,7 +890,7 @@ struct counting_clock {
   }
 };
 
-using counted_semaphore = rein::basic_semaphore<net::any_io_executor, rein::null_mutex, counting_clock>;
+using counted_semaphore = rein::basic_semaphore<net::any_io_executor, counting_clock, rein::null_mutex>;
 
 }  // namespace
 
@@ -958,7 +958,7 @@ struct counting_mutex {
 TEST_CASE("a coroutine that queues behind other waiters locks once: it skips the synchronous try",
           "[semaphore][fast_path]") {
   net::io_context io;
-  rein::basic_semaphore<net::any_io_executor, counting_mutex> sem(io, 1);
+  rein::basic_semaphore<net::any_io_executor, std::chrono::steady_clock, counting_mutex> sem(io, 1);
   int granted_count = 0;
   auto worker = [&]() -> net::awaitable<void> {
     permit p = co_await sem.acquire();

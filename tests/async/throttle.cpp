@@ -33,7 +33,7 @@ namespace {
 using executor = net::any_io_executor;
 using gate_type = rein::basic_quota_gate<executor, manual_clock>;
 using bucket_type = rein::basic_token_bucket<executor, manual_clock>;
-using sem_type = rein::basic_semaphore<executor, std::mutex, manual_clock>;
+using sem_type = rein::basic_semaphore<executor, manual_clock>;
 
 rein::quota_gate_options no_jitter() {
   rein::quota_gate_options o;

@@ -386,7 +386,7 @@ using manual_clock = rein_test::manual_clock;
 using executor = net::any_io_executor;
 using timed_gate = rein::basic_quota_gate<executor, manual_clock>;
 using timed_bucket = rein::basic_token_bucket<executor, manual_clock>;
-using timed_semaphore = rein::basic_semaphore<executor, std::mutex, manual_clock>;
+using timed_semaphore = rein::basic_semaphore<executor, manual_clock>;
 
 }  // namespace
 

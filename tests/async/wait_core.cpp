@@ -462,7 +462,7 @@ TEST_CASE("max_waiters and close apply to every limiter built on the core", "[co
 
 TEST_CASE("a timeless policy never reads the clock on the fast path", "[core]") {
   net::io_context io;
-  rein::basic_semaphore<net::any_io_executor, std::mutex, counting_clock> sem(io, 2);
+  rein::basic_semaphore<net::any_io_executor, counting_clock> sem(io, 2);
   const long before = counting_clock::reads.load();
   for (int i = 0; i < 100; ++i) {
     auto p = sem.try_acquire(2);
@@ -481,7 +481,7 @@ TEST_CASE("a timeless policy never reads the clock on the fast path", "[core]") 
 TEST_CASE("a far deadline on a clock coarser than nanoseconds saturates instead of overflowing", "[core][time]") {
   rein_test::manual_clock_at_epoch epoch;
   net::io_context io;
-  rein::basic_semaphore<net::any_io_executor, std::mutex, seconds_clock> sem(io, 1);
+  rein::basic_semaphore<net::any_io_executor, seconds_clock> sem(io, 1);
   auto held = sem.try_acquire();
   auto [handler, done] = rein_test::checked_acquire();
   // 2^40 s is about 35,000 years: beyond what int64 nanoseconds can count.
