@@ -127,7 +127,7 @@ foreach(_rein_header IN LISTS REIN_HEADERS)
   endif()
   if(_rein_redis_${_rein_header})
     list(APPEND REIN_REDIS_HEADERS "${_rein_header}")
-  elseif(NOT _rein_header MATCHES "^rein/detail/")
+  elseif(NOT _rein_header MATCHES "^rein/(detail|prometheus)/")  # prometheus: see reinPrometheus.cmake
     list(APPEND REIN_UMBRELLA_HEADERS "${_rein_header}")
   endif()
 endforeach()

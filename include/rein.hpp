@@ -27,6 +27,7 @@
 #include <rein/error.hpp>
 #include <rein/keyed.hpp>
 #include <rein/null_mutex.hpp>
+#include <rein/observer.hpp>
 #include <rein/outcome.hpp>
 #include <rein/permit.hpp>
 #include <rein/quota_gate.hpp>

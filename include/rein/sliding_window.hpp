@@ -3,7 +3,9 @@
 
 #include <rein/algo/sliding_window.hpp>
 #include <rein/config.hpp>
+#include <rein/detail/format.hpp>
 #include <rein/null_mutex.hpp>
+#include <rein/observer.hpp>
 #include <rein/rate_limiter.hpp>
 #include <rein/wait_stats.hpp>
 
@@ -20,6 +22,7 @@
 #include <cstdint>
 #include <limits>
 #include <mutex>
+#include <string>
 #include <type_traits>
 
 namespace rein {
@@ -31,7 +34,20 @@ struct sliding_window_snapshot : wait_stats {
   std::int64_t available = 0;  ///< limit - in_window: starts that fit now (if nobody waits)
   std::int64_t limit = 0;      ///< most starts in any window
   Duration window{};           ///< the window's length
+  double utilisation = 0.0;    ///< in_window / limit
 };
+
+/// One line: `in_window=3 limit=5 window=1.00s utilisation=0.6 available=2 waiting=0 acquired=3 ...`.
+template <class Duration>
+std::ostream& operator<<(std::ostream& os, const sliding_window_snapshot<Duration>& s) {
+  os << "in_window=" << s.in_window << " limit=" << s.limit << " window=";
+  detail::write_duration(os, std::chrono::duration_cast<std::chrono::nanoseconds>(s.window));
+  os << " utilisation=";
+  detail::write_number(os, s.utilisation);
+  os << " available=" << s.available << ' ';
+  detail::write_wait_stats(os, s);
+  return os;
+}
 
 /// An awaitable exact sliding window: at most `limit` calls start in any window of length `window`, and a
 /// call waits until its start fits. It is what a published quota of "N per window, measured on a sliding
@@ -85,6 +101,10 @@ class basic_sliding_window : public basic_rate_limiter<algo::basic_sliding_windo
     /// How many operations may wait at once; one more completes at once with errc::queue_full. Default:
     /// unbounded.
     std::size_t max_waiters = std::numeric_limits<std::size_t>::max();
+    /// Names the window in events, metrics and error messages. Default: none.
+    std::string name{};
+    /// Called outside the lock with rejections and limit changes (set_limit); see rein::limiter_observer.
+    limiter_observer observer{};
   };
 
   /// The window type when rebound to another executor.
@@ -97,7 +117,9 @@ class basic_sliding_window : public basic_rate_limiter<algo::basic_sliding_windo
   /// @throws std::invalid_argument if the limit is not in [1, 2^27] or the window is not > 0; the message
   /// names the type, the field and the value.
   basic_sliding_window(const executor_type& ex, const options& o)
-      : base(ex, make_window(o), rate_limiter_options{o.max_waiters}) {}
+      : base(ex, make_window(o), rate_limiter_options{o.max_waiters, o.name, o.observer}) {
+    this->type_name_ = "rein::sliding_window";
+  }
 
   /// Makes an empty window on an execution context (an io_context).
   template <class ExecutionContext>
@@ -140,6 +162,7 @@ class basic_sliding_window : public basic_rate_limiter<algo::basic_sliding_windo
       s.available = w.limit() - s.in_window;
       s.limit = w.limit();
       s.window = w.window();
+      s.utilisation = static_cast<double>(s.in_window) / static_cast<double>(s.limit);
       return s;
     });
   }

@@ -25,7 +25,8 @@ namespace rein::algo {
 ///
 /// Error: a percentile reads as the midpoint of the bucket its rank falls in, clamped to [min(), max()], so
 /// it is within `relative_error` (1/64, about 1.6%) of a value actually recorded at that rank for every value
-/// from 512 ns to 73 minutes, and within 8 ns below 512 ns. count(), sum(), min() and max() are exact
+/// from 512 ns to 73 minutes, within 8 ns from 16 ns to 512 ns, and within 16 ns below (the first bucket,
+/// [0, 16 ns), reads as min(), so that zero waits read as zero). count(), sum(), min() and max() are exact
 /// (sum() wraps after 2^64 ns, 584 years in total).
 ///
 /// Percentile rule: percentile(p) is the value at rank ceil(p / 100 * count()) (at least 1) in ascending
@@ -93,6 +94,7 @@ class log_histogram {
       seen += counts_[i];
       if (seen >= rank) {
         if (i == bucket_count - 1) return max();
+        if (i == 0) return min();  // [0, 16 ns): reads as the smallest value (zero waits read as zero)
         const std::uint64_t mid = lower_bound_ns(i) + (upper_bound_ns(i) - lower_bound_ns(i)) / 2;
         return as_ns(std::clamp(mid, min_, max_));
       }

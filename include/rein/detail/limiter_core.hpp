@@ -40,6 +40,14 @@
 // not outlive the limiter (a debug assertion checks it at shutdown), and cancellation handlers look at their
 // op's status before touching the core.
 //
+// Observation: with an observer set, every locked path that can change what the policy reports (its
+// optional `observed_state observe(time_point now) const`) compares it with the state last seen, and the
+// events found, with rejections, are delivered after the lock is released (class completions). Without one,
+// the only cost is a test of a bool on try_acquire and on an uncontended release.
+//
+// Wait histogram: a grant from the queue records its wait; grants made at once are counted as zeros when a
+// snapshot is taken (acquired_total minus the recorded waits), so the fast path does no extra work.
+//
 // Failure: an allocation failure while starting an acquire (the op, the cancellation slot, the timer wait,
 // the work guard) leaves everything as it was and propagates. Completion never throws: a completion that
 // cannot be posted (no memory) is dropped like one whose execution context was destroyed, giving its
@@ -52,6 +60,7 @@
 #include <rein/detail/permit_source.hpp>
 #include <rein/detail/wait_op.hpp>
 #include <rein/null_mutex.hpp>
+#include <rein/observer.hpp>
 #include <rein/outcome.hpp>
 #include <rein/permit.hpp>
 #include <rein/wait_stats.hpp>
@@ -70,12 +79,15 @@
 #include <atomic>
 #include <cassert>
 #include <chrono>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <ratio>
+#include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 
@@ -84,9 +96,22 @@ namespace rein::detail {
 /// What the public limiters pass to their core besides the policy.
 struct line_options {
   std::size_t max_waiters;    ///< one more waiter completes with errc::queue_full
-  bool measure_wait = true;   ///< time waits for wait_total and wait_max (a timeless policy reads no clock
-                              ///< for waits without a deadline when false)
+  bool measure_wait = true;   ///< time waits for wait_total, wait_max and the wait histogram (a timeless
+                              ///< policy reads no clock for waits without a deadline when false)
+  std::string name{};         ///< the limiter's name, for events, metrics and error messages
+  limiter_observer observer{};  ///< called with events outside the lock; empty: none
 };
+
+/// "rein::semaphore" or, for a named limiter, "rein::semaphore \"api\"": how messages name a limiter.
+inline std::string describe(std::string_view type, std::string_view name) {
+  std::string s(type);
+  if (!name.empty()) {
+    s += " \"";
+    s += name;
+    s += '"';
+  }
+  return s;
+}
 
 template <class Policy, class Executor, class Clock, class Mutex, bool WithPermit>
 class limiter_core final : public permit_source,
@@ -104,7 +129,12 @@ class limiter_core final : public permit_source,
       : executor_(ex),
         policy_(std::forward<PolicyArgs>(policy_args)...),
         max_waiters_(options.max_waiters),
-        measure_wait_(Policy::needs_time || options.measure_wait) {}
+        measure_wait_(Policy::needs_time || options.measure_wait),
+        has_observer_(static_cast<bool>(options.observer)),
+        name_(std::move(options.name)),
+        observer_(std::move(options.observer)) {
+    if (has_observer_) last_observed_ = observe_now(Clock::now());
+  }
 
   limiter_core(const limiter_core&) = delete;
   limiter_core& operator=(const limiter_core&) = delete;
@@ -112,10 +142,14 @@ class limiter_core final : public permit_source,
 
   const Executor& get_executor() const noexcept { return executor_; }
 
+  /// The name given in the options (empty if none).
+  const std::string& name() const noexcept { return name_; }
+
   /// Takes n at once if nobody waits and the policy allows it. The fast path: no allocation, no scheduler.
   /// On success, `stamp` receives the grant time (nanoseconds since the clock's epoch; zero when the policy
   /// does not need time).
   bool try_acquire(std::size_t n, std::chrono::nanoseconds& stamp) {
+    if (has_observer_) return try_acquire_observed(n, stamp);
     std::lock_guard<Mutex> lock(mutex_);
     if (closed_ || !queue_.empty() || policy_.exceeds(n)) return false;
     const time_point now = policy_now();
@@ -167,7 +201,10 @@ class limiter_core final : public permit_source,
       limiter_core* self;
       time_point now;
       completions* done;
-      ~dispatcher() { self->dispatch_locked(now, *done); }
+      ~dispatcher() {
+        self->dispatch_locked(now, *done);
+        if (self->has_observer_) self->observe_locked(Policy::needs_time ? now : Clock::now(), *done);
+      }
     } dispatch_after{this, now, &done};
     return std::forward<F>(f)(policy_, now);
   }
@@ -178,6 +215,8 @@ class limiter_core final : public permit_source,
     std::lock_guard<Mutex> lock(mutex_);
     wait_stats s = stats_;
     s.waiting = queue_.size();
+    // Grants made at once, counted as zero waits (see the top of the file).
+    if (measure_wait_) s.wait.record(std::chrono::nanoseconds{0}, s.acquired_total + revoked_waits_ - s.wait.count());
     return std::forward<F>(f)(policy_, s);
   }
 
@@ -221,7 +260,7 @@ class limiter_core final : public permit_source,
     live_permits_.fetch_sub(1, std::memory_order_relaxed);
 #endif
     std::unique_lock<Mutex> lock(mutex_);
-    if (queue_.empty() && !timer_armed_) {
+    if (queue_.empty() && !timer_armed_ && !has_observer_) {
       // Nobody to grant and no timer to re-aim (the uncontended case): no dispatch, nothing to post.
       policy_.on_release(n, stamp, result, policy_now());
       return;
@@ -230,6 +269,7 @@ class limiter_core final : public permit_source,
     const time_point now = clock_now_locked();
     policy_.on_release(n, stamp, result, now);
     dispatch_locked(now, done);
+    if (has_observer_) observe_locked(Policy::needs_time ? now : Clock::now(), done);
     lock.unlock();  // before `done` posts, although it was declared after the lock
   }
 
@@ -249,6 +289,7 @@ class limiter_core final : public permit_source,
     switch (op->status.load(std::memory_order_relaxed)) {
       case wait_status::queued:
         ++stats_.cancelled_total;
+        if (done.events) done.events->reject(reject_reason::cancelled);
         unlink_locked(op, wait_status::aborted, done);
         break;
       case wait_status::granted:
@@ -285,12 +326,15 @@ class limiter_core final : public permit_source,
   // Declared before the lock_guard in every path, so that its destructor runs after the unlock.
   class completions {
    public:
-    explicit completions(limiter_core* core) noexcept : core_(core) {}
+    explicit completions(limiter_core* core) noexcept : core_(core) {
+      if (core->has_observer_) events.emplace();
+    }
     completions(const completions&) = delete;
     completions& operator=(const completions&) = delete;
     ~completions() {
       std::shared_ptr<wait_owner> keep = std::move(keep_alive_);  // released last, after the posting
       ready.complete_all(&core_->executor_, core_, keep);
+      if (events && !events->empty()) events->deliver(core_->observer_, core_->name_);
       idle_work.reset();
     }
 
@@ -305,6 +349,7 @@ class limiter_core final : public permit_source,
 
     ready_list ready;
     std::optional<work_guard> idle_work;
+    std::optional<event_buffer> events;  // engaged when the limiter has an observer
 
    private:
     limiter_core* core_;
@@ -330,6 +375,7 @@ class limiter_core final : public permit_source,
       give_back(policy_, op->count, std::chrono::nanoseconds(op->stamp_ns), policy_now());
       --stats_.acquired_total;
       ++stats_.cancelled_total;
+      if (op->waited) ++revoked_waits_;
       return true;
     }
   }
@@ -363,9 +409,13 @@ class limiter_core final : public permit_source,
   // work guard or the timer wait), it changed nothing.
   bool admit_locked(wait_op* op, time_point deadline, completions& done) {
     const std::size_t n = op->count;
-    if (closed_) return finish_locked(op, wait_status::closed, done), false;
-    if (policy_.exceeds(n)) return finish_locked(op, wait_status::exceeds_capacity, done), false;
+    if (closed_) return reject_locked(op, wait_status::closed, done), false;
+    if (policy_.exceeds(n)) return reject_locked(op, wait_status::exceeds_capacity, done), false;
     time_point now = policy_now();
+    if (has_observer_) {
+      // A timeless policy read no clock; its state does not depend on time, so any instant observes it.
+      observe_locked(Policy::needs_time ? now : Clock::now(), done);
+    }
     if (queue_.empty() && policy_.try_take(n, now)) {
       op->stamp_ns = to_ns(now).count();
       ++stats_.acquired_total;
@@ -373,16 +423,9 @@ class limiter_core final : public permit_source,
     }
     // A timeless policy read no clock above; the wait statistics and the deadline need one from here on.
     if (!Policy::needs_time && (measure_wait_ || deadline != time_point::max())) now = Clock::now();
-    if (queue_.size() >= max_waiters_) {
-      ++stats_.queue_full_total;
-      ++stats_.rejected_total;
-      return finish_locked(op, wait_status::queue_full, done), false;
-    }
-    if (deadline != time_point::max() && (deadline <= now || cannot_meet(n, deadline, now))) {
-      ++stats_.timed_out_total;
-      ++stats_.rejected_total;
-      return finish_locked(op, wait_status::timed_out, done), false;
-    }
+    if (queue_.size() >= max_waiters_) return reject_locked(op, wait_status::queue_full, done), false;
+    if (deadline != time_point::max() && (deadline <= now || cannot_meet(n, deadline, now)))
+      return reject_locked(op, wait_status::timed_out, done), false;
     const bool first = queue_.empty();
     if (first) {
       work_.emplace(executor_);
@@ -421,6 +464,60 @@ class limiter_core final : public permit_source,
     done.push(op);
   }
 
+  // Counts a rejection for its reason (queue_full, timed_out, exceeds_capacity, closed) and reports it.
+  void count_rejection_locked(wait_status status, completions& done) noexcept {
+    ++stats_.rejected_total;
+    reject_reason why = reject_reason::closed;
+    switch (status) {
+      case wait_status::queue_full: ++stats_.queue_full_total; why = reject_reason::queue_full; break;
+      case wait_status::timed_out: ++stats_.timed_out_total; why = reject_reason::timed_out; break;
+      case wait_status::exceeds_capacity: ++stats_.exceeds_capacity_total; why = reject_reason::exceeds_capacity; break;
+      default: ++stats_.closed_total; break;
+    }
+    if (done.events) done.events->reject(why);
+  }
+
+  // A new op turned away at once.
+  void reject_locked(wait_op* op, wait_status status, completions& done) noexcept {
+    count_rejection_locked(status, done);
+    finish_locked(op, status, done);
+  }
+
+  template <class P>
+  static constexpr bool observable = requires(const P& p, time_point t) {
+    { p.observe(t) } -> std::same_as<observed_state>;
+  };
+
+  observed_state observe_now(time_point now) const noexcept {
+    if constexpr (observable<Policy>) return policy_.observe(now);
+    else return (void)now, observed_state{};
+  }
+
+  // Finds what changed since the last observation (see the top of the file).
+  void observe_locked(time_point now, completions& done) noexcept {
+    if constexpr (observable<Policy>) {
+      const observed_state current = policy_.observe(now);
+      if (done.events) current.diff(last_observed_, *done.events);
+      last_observed_ = current;
+    } else {
+      (void)now, (void)done;
+    }
+  }
+
+  // try_acquire with an observer: the same, and what it found is delivered after the lock.
+  REIN_NOINLINE bool try_acquire_observed(std::size_t n, std::chrono::nanoseconds& stamp) {
+    completions done(this);
+    std::lock_guard<Mutex> lock(mutex_);
+    const time_point now = Policy::needs_time ? policy_now() : Clock::now();
+    observe_locked(now, done);
+    if (closed_ || !queue_.empty() || policy_.exceeds(n)) return false;
+    if (!policy_.try_take(n, Policy::needs_time ? now : time_point{})) return false;
+    ++stats_.acquired_total;
+    stamp = to_ns(Policy::needs_time ? now : time_point{});
+    observe_locked(now, done);
+    return true;
+  }
+
   // Takes a queued op out of the line and the heap, without completing it.
   void dequeue_locked(wait_op* op, completions& done) noexcept {
     queue_.erase(op);
@@ -446,8 +543,7 @@ class limiter_core final : public permit_source,
     for (;;) {
       while (!queue_.empty() && policy_.try_take(queue_.front()->count, now)) grant_locked(queue_.front(), now, done);
       if (deadlines_.empty() || deadlines_.top()->deadline_ns > to_ns(now).count()) break;
-      ++stats_.timed_out_total;
-      ++stats_.rejected_total;
+      count_rejection_locked(wait_status::timed_out, done);
       unlink_locked(deadlines_.top(), wait_status::timed_out, done);
     }
     try {
@@ -464,6 +560,8 @@ class limiter_core final : public permit_source,
       const std::chrono::nanoseconds waited(to_ns(now).count() - op->stamp_ns);
       stats_.wait_total += waited;
       stats_.wait_max = std::max(stats_.wait_max, waited);
+      stats_.wait.record(waited);
+      op->waited = true;
     }
     ++stats_.acquired_total;
     op->stamp_ns = to_ns(now).count();
@@ -528,12 +626,17 @@ class limiter_core final : public permit_source,
     std::lock_guard<Mutex> lock(mutex_);
     if (shut_down_.load(std::memory_order_relaxed) || generation != timer_generation_) return;  // superseded
     timer_armed_ = false;
-    dispatch_locked(Clock::now(), done);
+    const time_point now = Clock::now();
+    dispatch_locked(now, done);
+    if (has_observer_) observe_locked(now, done);
   }
 
   void fail_all_locked(wait_status status, completions& done) noexcept {
     closed_ = true;
-    while (!queue_.empty()) unlink_locked(queue_.front(), status, done);
+    while (!queue_.empty()) {
+      if (status == wait_status::closed) count_rejection_locked(status, done);
+      unlink_locked(queue_.front(), status, done);
+    }
     cancel_timer_locked();
   }
 
@@ -546,7 +649,12 @@ class limiter_core final : public permit_source,
   std::optional<work_guard> work_;  // engaged while anyone waits
   std::size_t max_waiters_;
   bool measure_wait_;
+  bool has_observer_;
   std::size_t queued_units_ = 0;
+  std::uint64_t revoked_waits_ = 0;  // grants with a recorded wait, taken back by a late cancellation
+  std::string name_;
+  limiter_observer observer_;
+  observed_state last_observed_{};
   wait_stats stats_{};
   time_point timer_at_{};
   std::uint64_t timer_generation_ = 0;
