@@ -169,6 +169,12 @@ struct observed_state {
   bool paused = false;
   std::chrono::nanoseconds pause_left{0};  ///< while paused: how long from now
 
+  /// Equal when nothing an event reports changed (pause_left runs down by itself: not compared).
+  bool operator==(const observed_state& o) const noexcept {
+    return limit == o.limit && level == o.level && cuts == o.cuts && at_floor == o.at_floor &&
+           at_ceiling == o.at_ceiling && paused == o.paused;
+  }
+
   /// Pushes the events that lead from `before` to `*this`.
   void diff(const observed_state& before, event_buffer& out) const noexcept {
     limiter_event e;

@@ -23,6 +23,7 @@
 #include <limits>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <type_traits>
 
 namespace rein {
@@ -132,14 +133,16 @@ class basic_sliding_window : public basic_rate_limiter<algo::basic_sliding_windo
   /// counting as `limit` starts (new requests above it fail with errc::exceeds_capacity).
   /// @throws std::invalid_argument as the constructor does, changing nothing.
   void set_limit(std::int64_t limit) {
-    renamed([&] { this->update([limit](limit_type& w, time_point now) { w.set_limit(limit, now); }); });
+    renamed([&] { this->update([limit](limit_type& w, time_point now) { w.set_limit(limit, now); }); },
+            this->name());
   }
 
   /// Changes the window's length from now on; the recorded starts are judged by the new length, and queued
   /// waiters are re-timed at once, earlier or later.
   /// @throws std::invalid_argument as the constructor does, changing nothing.
   void set_window(duration window) {
-    renamed([&] { this->update([window](limit_type& w, time_point now) { w.set_window(window, now); }); });
+    renamed([&] { this->update([window](limit_type& w, time_point now) { w.set_window(window, now); }); },
+            this->name());
   }
 
   /// The most starts in any window: the most one request may ask for.
@@ -169,12 +172,13 @@ class basic_sliding_window : public basic_rate_limiter<algo::basic_sliding_windo
 
  private:
   template <class F>
-  static decltype(auto) renamed(F&& f) {
-    return detail::renaming_errors("rein::algo::sliding_window", "rein::sliding_window", std::forward<F>(f));
+  static decltype(auto) renamed(F&& f, std::string_view name = {}) {
+    // A named limiter's errors name it too: rein::token_bucket "api": rate must be ...
+    return detail::renaming_errors("rein::algo::sliding_window", detail::describe("rein::sliding_window", name), std::forward<F>(f));
   }
 
   static limit_type make_window(const options& o) {
-    return renamed([&] { return limit_type({.limit = o.limit, .window = o.window}, Clock::now()); });
+    return renamed([&] { return limit_type({.limit = o.limit, .window = o.window}, Clock::now()); }, o.name);
   }
 };
 

@@ -24,6 +24,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <type_traits>
 
 namespace rein {
@@ -141,7 +142,8 @@ class basic_token_bucket : public basic_rate_limiter<algo::basic_token_bucket<Cl
   /// waiters are re-timed at once, earlier or later (Go's `SetLimit`).
   /// @throws std::invalid_argument as the constructor does, changing nothing.
   void set_rate(double rate) {
-    renamed([&] { this->update([rate](limit_type& b, time_point now) { b.set_rate(rate, now); }); });
+    renamed([&] { this->update([rate](limit_type& b, time_point now) { b.set_rate(rate, now); }); },
+            this->name());
   }
 
   /// Changes the capacity (burst) from now on; tokens above it are dropped. A waiter queued for more than the
@@ -149,7 +151,8 @@ class basic_token_bucket : public basic_rate_limiter<algo::basic_token_bucket<Cl
   /// errc::exceeds_capacity); raising the capacity again restores its request (Go's `SetBurst`).
   /// @throws std::invalid_argument as the constructor does, changing nothing.
   void set_capacity(std::int64_t capacity) {
-    renamed([&] { this->update([capacity](limit_type& b, time_point now) { b.set_capacity(capacity, now); }); });
+    renamed([&] { this->update([capacity](limit_type& b, time_point now) { b.set_capacity(capacity, now); }); },
+            this->name());
   }
 
   /// Tokens per second.
@@ -185,14 +188,15 @@ class basic_token_bucket : public basic_rate_limiter<algo::basic_token_bucket<Cl
 
  private:
   template <class F>
-  static decltype(auto) renamed(F&& f) {
-    return detail::renaming_errors("rein::algo::token_bucket", "rein::token_bucket", std::forward<F>(f));
+  static decltype(auto) renamed(F&& f, std::string_view name = {}) {
+    // A named limiter's errors name it too: rein::token_bucket "api": rate must be ...
+    return detail::renaming_errors("rein::algo::token_bucket", detail::describe("rein::token_bucket", name), std::forward<F>(f));
   }
 
   static limit_type make_bucket(const options& o) {
     return renamed([&] {
       return limit_type({.rate = o.rate, .capacity = o.capacity, .initial_tokens = o.initial_tokens}, Clock::now());
-    });
+    }, o.name);
   }
 };
 

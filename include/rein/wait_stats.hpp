@@ -35,8 +35,9 @@ struct wait_stats {
   std::chrono::nanoseconds wait_max{0};    ///< the longest such wait (likewise)
   /// Every grant's wait, from the acquire call to the grant: one zero for each grant made at once
   /// (try_acquire, or an acquire that found room), the measured time for each grant made after waiting.
-  /// Empty when wait measurement is off (semaphore_options::measure_wait = false). Its count() equals
-  /// acquired_total while measurement is on.
+  /// Empty when wait measurement is off (semaphore_options::measure_wait = false). While it is on, its
+  /// count() is acquired_total plus the grants taken back by a late cancellation (the histogram keeps
+  /// their entry; acquired_total no longer counts them).
   duration_histogram wait{};
 
   /// Calls f(reject_reason, std::uint64_t count) for each reason summed in rejected_total.

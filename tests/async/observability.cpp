@@ -19,6 +19,7 @@
 #include <memory>
 #include <mutex>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -157,6 +158,21 @@ TEST_CASE("token_bucket: waits of 0, 100 and 200 ms, and a rate change", "[obser
   CHECK(s.wait.max() == 200ms);
   CHECK(s.limit == 20.0);
   CHECK(*events == std::vector<std::string>{"limit_changed from=10 to=20 name=api"});
+}
+
+TEST_CASE("token_bucket: a named bucket's configuration errors name it", "[observability][token_bucket]") {
+  net::io_context io;
+  std::string what;
+  try {
+    rein::token_bucket bucket(io, {.rate = -1, .capacity = 1, .name = "api"});
+  } catch (const std::invalid_argument& e) {
+    what = e.what();
+  }
+  CHECK(what.rfind("rein::token_bucket \"api\": rate must be", 0) == 0);
+  rein::token_bucket bucket(io, {.rate = 1, .capacity = 1, .name = "api"});
+  CHECK_THROWS_WITH(bucket.set_rate(0), Catch::Matchers::StartsWith("rein::token_bucket \"api\": rate must be"));
+  rein::token_bucket unnamed(io, {.rate = 1, .capacity = 1});
+  CHECK_THROWS_WITH(unnamed.set_rate(0), Catch::Matchers::StartsWith("rein::token_bucket: rate must be"));
 }
 
 TEST_CASE("sliding_window: a deadline it cannot meet is a timed_out event; set_limit a limit change",

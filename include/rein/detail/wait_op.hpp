@@ -126,7 +126,6 @@ struct wait_op {
   std::size_t count = 0;
   complete_fn complete = nullptr;
   std::uint32_t seq = 0;  // arrival order (wrapping), so that equal deadlines expire first come, first out
-  bool waited = false;    // granted from the queue with its wait recorded (the wait histogram)
   std::atomic<wait_status> status{wait_status::queued};
 };
 
