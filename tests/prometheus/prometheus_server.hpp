@@ -95,9 +95,10 @@ inline http_reply http_get(unsigned short port, const std::string& target) {
 /// Percent-encodes a query parameter.
 inline std::string url_encode(std::string_view text) {
   std::string out;
-  for (unsigned char c : text) {
+  for (const char ch : text) {
+    const auto c = static_cast<unsigned char>(ch);
     if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
-      out += static_cast<char>(c);
+      out += ch;
     } else {
       char hex[4];
       std::snprintf(hex, sizeof hex, "%%%02X", c);
