@@ -4,6 +4,9 @@
 //   floor_post               co_await net::post(net::use_awaitable) (one scheduler round trip)
 //   rein_single_thread_semaphore, rein_semaphore
 //                            rein::single_thread_semaphore (null_mutex) and rein::semaphore (std::mutex)
+//   *_untimed, *_observed    the same with wait measurement off (no wait histogram), and with wait
+//                            measurement on and an observer set (semaphore_options::observer): the
+//                            observability model's cost next to none
 //   channel_*, concurrent_channel_*
 //                            net::experimental::channel<void(error_code)> (concurrent_channel: thread-safe) as a
 //                            semaphore with `permits` buffer slots: acquire = send, release = try_receive.
@@ -33,6 +36,7 @@
 #include "support/ratio_summary.hpp"
 
 #include <rein/config.hpp>
+#include <rein/observer.hpp>
 #include <rein/permit.hpp>
 #include <rein/semaphore.hpp>
 
@@ -50,6 +54,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <limits>
 #include <memory>
 #include <string>
@@ -110,9 +115,24 @@ class untimed : public Sem {
 using st_untimed = untimed<st_semaphore>;
 using ts_untimed = untimed<ts_semaphore>;
 
+/// A rein semaphore with wait measurement on (the default) and an observer set: every event goes to a
+/// counter (an uncontended acquire and release cause none; what is measured is the test for one).
+inline std::uint64_t observed_events = 0;
+
+template <class Sem>
+class observed : public Sem {
+ public:
+  observed(const net::any_io_executor& ex, std::size_t permits)
+      : Sem(ex, permits, {.observer = [](const rein::limiter_event&) { ++observed_events; }}) {}
+};
+
+using st_observed = observed<st_semaphore>;
+using ts_observed = observed<ts_semaphore>;
+
 template <class Sem>
 constexpr bool is_rein = std::is_same_v<Sem, st_semaphore> || std::is_same_v<Sem, ts_semaphore> ||
-                         std::is_same_v<Sem, st_untimed> || std::is_same_v<Sem, ts_untimed>;
+                         std::is_same_v<Sem, st_untimed> || std::is_same_v<Sem, ts_untimed> ||
+                         std::is_same_v<Sem, st_observed> || std::is_same_v<Sem, ts_observed>;
 using channel_try_first = channel_semaphore<channel, true>;
 using channel_async = channel_semaphore<channel, false>;
 using concurrent_channel_try_first = channel_semaphore<concurrent_channel, true>;
@@ -371,6 +391,10 @@ void register_timing(reactor mode) {
   uncontended_benchmark<floor_post>(on(uncontended, mode, "floor_post"), mode);
   uncontended_benchmark<st_semaphore>(on(uncontended, mode, "rein_single_thread_semaphore"), mode);
   uncontended_benchmark<ts_semaphore>(on(uncontended, mode, "rein_semaphore"), mode);
+  uncontended_benchmark<st_untimed>(on(uncontended, mode, "rein_single_thread_semaphore_untimed"), mode);
+  uncontended_benchmark<ts_untimed>(on(uncontended, mode, "rein_semaphore_untimed"), mode);
+  uncontended_benchmark<st_observed>(on(uncontended, mode, "rein_single_thread_semaphore_observed"), mode);
+  uncontended_benchmark<ts_observed>(on(uncontended, mode, "rein_semaphore_observed"), mode);
   uncontended_benchmark<channel_try_first>(on(uncontended, mode, "channel_try_send_then_async_send"), mode);
   uncontended_benchmark<channel_async>(on(uncontended, mode, "channel_async_send"), mode);
   uncontended_benchmark<concurrent_channel_try_first>(

@@ -23,6 +23,10 @@
 //   saturation  in flight / limit (global, and per host), tokens left / capacity: pinned at 1, demand
 //               exceeds the quota;
 //   429s        upstream rejections: a sustained non-zero rate means a local limit is above the real one.
+// At the end every limiter's snapshot is printed in rein's one-line form (operator<<).
+//
+// Built with the rein::prometheus component, `crawler --metrics 127.0.0.1:9464` also serves every limiter
+// on /metrics during the crawl (and `--linger S` keeps serving S seconds after it).
 #include "usage.hpp"
 
 #include <rein/adaptive_limiter.hpp>
@@ -34,6 +38,15 @@
 #include <rein/semaphore.hpp>
 #include <rein/throttle.hpp>
 #include <rein/token_bucket.hpp>
+
+#if defined(REIN_EXAMPLE_METRICS)
+#include <rein/prometheus/collector.hpp>
+
+#include <prometheus/exposer.h>
+
+#include <memory>
+#include <thread>
+#endif
 
 // rein::net is boost::asio, or asio when REIN_STANDALONE_ASIO is defined (rein/config.hpp).
 #if defined(REIN_STANDALONE_ASIO)
@@ -59,10 +72,13 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
+#include <iostream>
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace net = rein::net;
@@ -346,14 +362,19 @@ struct crawler {
     std::printf("wait in limiter: mean %.1f ms, max %.1f ms over %d acquires (budget %lld ms)\n",
                 calls == 0 ? 0.0 : ms(total.waited) / calls, ms(total.longest), total.acquired,
                 static_cast<long long>(std::chrono::milliseconds(acquire_budget).count()));
-    std::printf("upstream 429s: %d of %d calls (%.1f%%); throttle: %llu admitted, %llu failed, %llu rejections reported\n",
-                total.rejections, total.acquired, calls == 0 ? 0.0 : 100.0 * total.rejections / calls,
-                static_cast<unsigned long long>(t.admitted_total), static_cast<unsigned long long>(t.failed_total),
-                static_cast<unsigned long long>(t.rejections_reported));
-    const rein::retry_stats r = retries.stats();
-    std::printf("retries: %llu (budget refused %llu, attempts exhausted %llu)\n\n",
-                static_cast<unsigned long long>(r.retries_total), static_cast<unsigned long long>(r.budget_exhausted_total),
-                static_cast<unsigned long long>(r.attempts_exhausted_total));
+    std::printf("upstream 429s: %d of %d calls (%.1f%%)\n", total.rejections, total.acquired,
+                calls == 0 ? 0.0 : 100.0 * total.rejections / calls);
+    std::fflush(stdout);  // the snapshots below go through std::cout
+    std::cout << "snapshots:\n"
+              << "  throttle:  " << t << '\n'
+              << "  retries:   " << retries.snapshot() << '\n'
+              << "  rate:      " << rate.snapshot() << '\n'
+              << "  global:    " << global.snapshot() << '\n'
+              << "  gates:     " << gates.snapshot() << '\n'
+              << "  per_host:  " << per_host.snapshot() << '\n';
+    for (const host_spec& h : host_specs)
+      if (const auto s = per_host.snapshot(h.name)) std::cout << "    " << h.name << ": " << *s << '\n';
+    std::cout << '\n' << std::flush;
     std::printf("host            quota/s  fetched  429s  429 rate  limit at end  peak upstream in flight\n");
     for (const host_spec& h : host_specs) {
       const simulated_host& w = web.at(h.name);
@@ -385,19 +406,57 @@ void rethrow(std::exception_ptr e) {
 }  // namespace
 
 constexpr const char* usage =
-    "usage: crawler [--help]\n"
-    "  400 simulated URLs over 4 hosts through one rein::throttle, with retries and a monitor (about 3 s)\n";
+    "usage: crawler [--help] [--metrics HOST:PORT [--linger SECONDS]]\n"
+    "  400 simulated URLs over 4 hosts through one rein::throttle, with retries and a monitor (about 3 s);\n"
+    "  --metrics serves every limiter on /metrics (needs the rein::prometheus component)\n";
 
 int main(int argc, char** argv) {
   if (rein_example::asked_for_help(argc, argv, usage)) return 0;
-  if (rein_example::unexpected_arguments(argc, argv, usage)) return 2;
+  std::string metrics_address;
+  double linger = 0;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--metrics" && i + 1 < argc) metrics_address = argv[++i];
+    else if (arg == "--linger" && i + 1 < argc) linger = std::atof(argv[++i]);
+    else {
+      std::fprintf(stderr, "unknown argument '%s'\n", argv[i]);
+      std::fputs(usage, stderr);
+      return 2;
+    }
+  }
   net::io_context io;
   crawler c(io);
+#if defined(REIN_EXAMPLE_METRICS)
+  // Everything is read at each scrape from the limiters' snapshots.
+  auto metrics = std::make_shared<rein::prometheus::collector>();
+  metrics->add(c.throttle, "throttle");
+  metrics->add(c.rate, "rate");
+  metrics->add(c.global, "global");
+  metrics->add(c.retries, "retries");
+  metrics->add_keyed(c.gates, "gates");
+  metrics->add_keyed(c.per_host, "per_host");
+  std::unique_ptr<prometheus::Exposer> exposer;
+  if (!metrics_address.empty()) {
+    exposer = std::make_unique<prometheus::Exposer>(metrics_address);
+    exposer->RegisterCollectable(metrics);
+    std::printf("metrics on http://%s/metrics\n", metrics_address.c_str());
+  }
+#else
+  if (!metrics_address.empty()) {
+    std::cerr << "crawler: --metrics needs the rein::prometheus component (Debian: prometheus-cpp-dev)\n";
+    return 2;
+  }
+#endif
   net::co_spawn(io, c.monitor(), rethrow);
   for (int i = 0; i < worker_count; ++i) net::co_spawn(io, c.worker(), rethrow);
   net::co_spawn(io, c.producer(), rethrow);
   io.run();
   c.print_summary();
+#if defined(REIN_EXAMPLE_METRICS)
+  if (exposer && linger > 0) std::this_thread::sleep_for(std::chrono::duration<double>(linger));
+#else
+  (void)linger;
+#endif
   const bool accounted = c.total.fetched + c.shed + c.gave_up == url_count;
   const rein::semaphore_snapshot g = c.global.snapshot();
   return accounted && g.available == g.permits ? 0 : 1;

@@ -1,7 +1,7 @@
 // http_load: GET requests to one URL for a while, through rein's limiters, and what came back.
 //
 //     http_load --url http://127.0.0.1:8080/rate [--workers 16] [--duration 3] [--rate R] [--burst B]
-//               [--adaptive-rate] [--concurrency N|aimd] [--no-gate] [--no-limit]
+//               [--adaptive-rate] [--concurrency N|aimd] [--no-gate] [--no-limit] [--metrics HOST:PORT]
 //
 // Each worker is a coroutine with its own keep-alive HTTP/1.1 connection (Boost.Beast). A request passes a
 // rein::throttle keyed by host: the host's quota gate (paused by a 429 or 503 carrying Retry-After), the rate
@@ -11,7 +11,8 @@
 // percentiles, the time spent waiting in the limiters, a line per second, and every limiter's snapshot. On a
 // terminal a progress line updates once a second.
 //
-// --no-gate ignores Retry-After; --no-limit sends as fast as the workers go (no gate either).
+// --no-gate ignores Retry-After; --no-limit sends as fast as the workers go (no gate either). --metrics serves
+// every limiter on /metrics for Prometheus during the run (built with the rein::prometheus component).
 // tests/integration/nginx.conf.in is an nginx with a limit_req of 200/s (/rate) and a limit_conn of 8 (/conn)
 // to run it against; the README shows how.
 #include "http_load.hpp"
@@ -36,7 +37,7 @@ namespace {
 
 constexpr std::string_view usage =
     "usage: http_load --url http://HOST[:PORT]/PATH [--workers N] [--duration SECONDS] [--rate R] [--burst B]\n"
-    "                 [--adaptive-rate] [--concurrency N|aimd] [--no-gate] [--no-limit]\n";
+    "                 [--adaptive-rate] [--concurrency N|aimd] [--no-gate] [--no-limit] [--metrics HOST:PORT]\n";
 
 [[noreturn]] void fail(const std::string& message) {
   std::cerr << "http_load: " << message << '\n' << usage;
@@ -84,6 +85,12 @@ http_load::config parse(int argc, char** argv) {
         c.concurrency = http_load::concurrency_kind::fixed;
         c.concurrency_limit = number<std::size_t>(arg, v);
       }
+    } else if (arg == "--metrics") {
+#if defined(REIN_EXAMPLE_METRICS)
+      c.metrics_address = value();
+#else
+      fail("--metrics needs the rein::prometheus component (Debian: prometheus-cpp-dev)");
+#endif
     } else if (arg == "--no-gate") {
       c.quota_gate = false;
     } else if (arg == "--no-limit") {

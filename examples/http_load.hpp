@@ -51,6 +51,14 @@
 #include <optional>
 #include <ostream>
 #include <sstream>
+
+#if defined(REIN_EXAMPLE_METRICS)
+#include <rein/prometheus/collector.hpp>
+
+#include <prometheus/exposer.h>
+
+#include <memory>
+#endif
 #include <string>
 #include <string_view>
 #include <vector>
@@ -109,6 +117,7 @@ struct config {
   clock::duration default_pause = 1s;   ///< pause for a Retry-After that cannot be parsed
   clock::duration request_timeout = 10s;
   bool progress = false;                ///< print a progress line on stdout once a second
+  std::string metrics_address;          ///< serve /metrics there during the run (needs rein::prometheus)
 };
 
 /// Counters of requests, by the second in which they were sent.
@@ -200,9 +209,12 @@ inline std::string describe(const config& c) {
   return out;
 }
 
-inline std::string wait_line(const rein::wait_stats& w) {
-  return "acquired " + std::to_string(w.acquired_total) + ", waiting " + std::to_string(w.waiting) + ", timed out " +
-         std::to_string(w.timed_out_total) + ", wait total " + ms(w.wait_total) + ", max " + ms(w.wait_max);
+// Anything rein can print (every snapshot has an operator<<), as a string.
+template <class T>
+std::string to_line(const T& value) {
+  std::ostringstream out;
+  out << value;
+  return out.str();
 }
 
 // The throttle's stages, each present only if configured (the gates always: without --no-gate nothing
@@ -249,44 +261,42 @@ struct limiters {
     return f(rein::unlimited);
   }
 
+  // Every stage's snapshot in rein's one-line form (operator<<).
   std::vector<std::string> snapshots(const std::string& host) const {
     std::vector<std::string> lines;
-    if (const auto s = gates.snapshot(host)) {
-      lines.push_back("quota_gate[" + host + "]: pauses " + std::to_string(s->pauses) + " (requests " +
-                      std::to_string(s->pause_requests) + "), " + wait_line(*s));
-    }
-    if (bucket) {
-      const auto s = bucket->snapshot();
-      lines.push_back("token_bucket: rate " + fixed(s.rate, 1) + "/s, capacity " + std::to_string(s.capacity) +
-                      ", tokens " + fixed(s.tokens, 2) + ", " + wait_line(s));
-    }
-    if (adaptive) {
-      const auto s = adaptive->snapshot();
-      lines.push_back("adaptive_rate_limiter: rate " + fixed(s.rate, 1) + "/s (measured " +
-                      (s.measured_rate ? fixed(*s.measured_rate, 1) + "/s" : std::string("-")) + ", last cut from " +
-                      fixed(s.rate_at_decrease, 1) + "/s), decreases " + std::to_string(s.decreases) + ", stale " +
-                      std::to_string(s.stale_congestion) + ", increases " + std::to_string(s.increases) + ", " +
-                      wait_line(s));
-    }
-    if (semaphore) {
-      const auto s = semaphore->snapshot();
-      lines.push_back("semaphore: permits " + std::to_string(s.permits) + ", in flight " + std::to_string(s.in_flight) +
-                      ", " + wait_line(s));
-    }
-    if (aimd) {
-      const auto s = aimd->snapshot();
-      lines.push_back("aimd_limiter: limit " + fixed(s.limit, 2) + ", decreases " + std::to_string(s.decreases) +
-                      ", increases " + std::to_string(s.increases) + ", congestion " + std::to_string(s.congestion_total) +
-                      ", " + wait_line(s));
-    }
+    if (const auto s = gates.snapshot(host)) lines.push_back("quota_gate[" + host + "]: " + to_line(*s));
+    if (bucket) lines.push_back("token_bucket: " + to_line(bucket->snapshot()));
+    if (adaptive) lines.push_back("adaptive_rate_limiter: " + to_line(adaptive->snapshot()));
+    if (semaphore) lines.push_back("semaphore: " + to_line(semaphore->snapshot()));
+    if (aimd) lines.push_back("aimd_limiter: " + to_line(aimd->snapshot()));
     return lines;
   }
 };
 
-inline std::string throttle_line(const rein::throttle_snapshot& s) {
-  return "throttle: admitted " + std::to_string(s.admitted_total) + ", failed " + std::to_string(s.failed_total) +
-         " (the run's end), rejections reported " + std::to_string(s.rejections_reported);
-}
+inline std::string throttle_line(const rein::throttle_snapshot& s) { return "throttle: " + to_line(s); }
+
+#if defined(REIN_EXAMPLE_METRICS)
+// /metrics for Prometheus while the load runs (rein::prometheus, prometheus-cpp's exposer): every stage, read
+// at each scrape from its snapshot.
+template <class Throttle>
+class metrics_server {
+ public:
+  metrics_server(const std::string& address, limiters& l, const Throttle& throttle)
+      : collector_(std::make_shared<rein::prometheus::collector>()), exposer_(address) {
+    collector_->add(throttle, "throttle");
+    collector_->add_keyed(l.gates, "gates");
+    if (l.bucket) collector_->add(*l.bucket, "rate");
+    if (l.adaptive) collector_->add(*l.adaptive, "rate");
+    if (l.semaphore) collector_->add(*l.semaphore, "concurrency");
+    if (l.aimd) collector_->add(*l.aimd, "concurrency");
+    exposer_.RegisterCollectable(collector_);
+  }
+
+ private:
+  std::shared_ptr<rein::prometheus::collector> collector_;
+  prometheus::Exposer exposer_;
+};
+#endif
 
 // Everything the workers share. One thread: no locking.
 template <class Throttle>
@@ -480,6 +490,10 @@ inline report run(const config& cfg) {
   const auto endpoints = resolver.resolve(cfg.url.host, cfg.url.port);
   limits.with_stages([&](auto& rate, auto& global) {
     rein::throttle throttle(limits.gates, rate, global, rein::unlimited);
+#if defined(REIN_EXAMPLE_METRICS)
+    std::optional<detail::metrics_server<decltype(throttle)>> metrics;
+    if (!cfg.metrics_address.empty()) metrics.emplace(cfg.metrics_address, limits, throttle);
+#endif
     detail::run_with(io, cfg, limits, throttle, endpoints, out);
   });
   out.total = out.from_second(0);

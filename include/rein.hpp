@@ -15,6 +15,7 @@
 #include <rein/algo/backoff.hpp>
 #include <rein/algo/gradient.hpp>
 #include <rein/algo/limit_algorithm.hpp>
+#include <rein/algo/log_histogram.hpp>
 #include <rein/algo/pid.hpp>
 #include <rein/algo/rate_limit.hpp>
 #include <rein/algo/retry_budget.hpp>
@@ -29,6 +30,7 @@
 #include <rein/error.hpp>
 #include <rein/keyed.hpp>
 #include <rein/null_mutex.hpp>
+#include <rein/observer.hpp>
 #include <rein/outcome.hpp>
 #include <rein/permit.hpp>
 #include <rein/quota_gate.hpp>

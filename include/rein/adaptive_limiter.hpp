@@ -7,8 +7,10 @@
 #include <rein/algo/tuned_aimd.hpp>
 #include <rein/config.hpp>
 #include <rein/detail/limiter_core.hpp>
+#include <rein/detail/format.hpp>
 #include <rein/error.hpp>
 #include <rein/null_mutex.hpp>
+#include <rein/observer.hpp>
 #include <rein/outcome.hpp>
 #include <rein/permit.hpp>
 #include <rein/try_result.hpp>
@@ -19,12 +21,14 @@
 #include <asio/async_result.hpp>
 #include <asio/awaitable.hpp>
 #include <asio/execution_context.hpp>
+#include <asio/redirect_error.hpp>
 #include <asio/use_awaitable.hpp>
 #else
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/execution_context.hpp>
+#include <boost/asio/redirect_error.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #endif
 
@@ -38,6 +42,7 @@
 #include <mutex>
 #include <optional>
 #include <stdexcept>
+#include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -53,6 +58,11 @@ struct adaptive_limiter_options {
   /// (408, 429, 503, 504 are congestion; 2xx and 3xx success; the rest ignored). Replace it when a dependency
   /// signals overload differently (say, a 500 with a known body). Must not be empty. Called outside the lock.
   std::function<outcome(int)> classify = classify_http_status;
+  /// Names the limiter in events, metrics and error messages. Default: none.
+  std::string name{};
+  /// Called outside the lock with rejections, limit changes (when floor(limit) moves or the algorithm cuts)
+  /// and floor and ceiling transitions; see rein::limiter_observer. Default: none (no cost).
+  limiter_observer observer{};
 };
 
 /// An adaptive limiter's state, copied out under its lock in O(1).
@@ -76,7 +86,30 @@ struct adaptive_limiter_snapshot : wait_stats {
   /// permits completed with outcome::ignored or released without an outcome, and grants taken back before
   /// their handler ran (cancelled after the grant, or the limiter destroyed meanwhile)
   std::uint64_t ignored_total = 0;
+  /// Service time of every permit completed with success or congestion: from the grant to the report (the
+  /// latency the algorithm is fed, queue time excluded). Recorded always: the clock is read anyway.
+  duration_histogram service{};
 };
+
+/// One line: `limit=12.5 admitted=12 in_flight=10 utilisation=0.8 floor=1 ceiling=100 decreases=2 ...`.
+inline std::ostream& operator<<(std::ostream& os, const adaptive_limiter_snapshot& s) {
+  os << "limit=";
+  detail::write_number(os, s.limit);
+  os << " admitted=" << s.admitted << " in_flight=" << s.in_flight << " utilisation=";
+  detail::write_number(os, s.utilisation);
+  os << " floor=";
+  detail::write_number(os, s.min_limit);
+  os << " ceiling=";
+  detail::write_number(os, s.max_limit);
+  if (s.at_floor) os << " at_floor";
+  if (s.at_ceiling) os << " at_ceiling";
+  os << " decreases=" << s.decreases << " increases=" << s.increases << " success=" << s.success_total
+     << " congestion=" << s.congestion_total << " ignored=" << s.ignored_total << " service[";
+  detail::write_histogram(os, s.service);
+  os << "] ";
+  detail::write_wait_stats(os, s);
+  return os;
+}
 
 namespace detail {
 
@@ -136,6 +169,7 @@ struct adaptive_policy {
   std::uint64_t successes = 0;
   std::uint64_t congestions = 0;
   std::uint64_t ignored = 0;
+  duration_histogram service;
 
   explicit adaptive_policy(const typename Algorithm::options& o)
       : algorithm(o), grants(algo::admitted(algorithm.max_limit())) {}
@@ -162,6 +196,7 @@ struct adaptive_policy {
       s.result = result;
       s.in_flight = at_grant.value_or(in_flight);
       s.now = now;
+      service.record(s.latency);
       feed(s);
     }
     in_flight -= n;
@@ -169,6 +204,17 @@ struct adaptive_policy {
 
   static std::chrono::nanoseconds to_ns(time_point t) noexcept {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch());
+  }
+
+  observed_state observe(time_point) const noexcept {
+    observed_state s;
+    s.limit = algorithm.limit();
+    const std::size_t admitted = algo::admitted(s.limit);
+    s.level = static_cast<double>(admitted);
+    s.cuts = algorithm.decreases();
+    s.at_floor = static_cast<double>(admitted) <= algorithm.min_limit();
+    s.at_ceiling = static_cast<double>(admitted) >= algorithm.max_limit();
+    return s;
   }
 
  private:
@@ -269,7 +315,8 @@ class basic_adaptive_limiter {
   basic_adaptive_limiter(const executor_type& ex, const algorithm_options& algorithm = {},
                          adaptive_limiter_options options = {})
       : classify_(validated(std::move(options.classify))),
-        core_(ex, detail::line_options{options.max_waiters}, algorithm) {}
+        core_(ex, detail::line_options{options.max_waiters, true, std::move(options.name), std::move(options.observer)},
+              algorithm) {}
 
   /// Constructs a limiter on an execution context (an io_context).
   template <class ExecutionContext>
@@ -293,6 +340,9 @@ class basic_adaptive_limiter {
 
   /// The executor given at construction.
   executor_type get_executor() const noexcept { return core_->get_executor(); }
+
+  /// The name given in the options (empty if none).
+  const std::string& name() const noexcept { return core_->name(); }
 
   /// Takes n slots now if `in_flight + n <= floor(limit)` and nobody waits; otherwise returns an empty
   /// permit whose status() says why: try_status::busy, closed (after close()), exceeds_capacity (n above
@@ -379,7 +429,11 @@ class basic_adaptive_limiter {
     if (!core_->waiting_hint()) {
       if (permit p = try_acquire(n)) co_return p;
     }
-    co_return co_await async_acquire_until(n, deadline, net::use_awaitable);
+    if (core_->name().empty()) co_return co_await async_acquire_until(n, deadline, net::use_awaitable);
+    error_code ec;
+    permit p = co_await async_acquire_until(n, deadline, net::redirect_error(net::use_awaitable, ec));
+    if (ec) throw system_error(ec, detail::describe("rein::adaptive_limiter", core_->name()));
+    co_return p;
   }
 
   /// As acquire_until(1, deadline).
@@ -473,6 +527,7 @@ class basic_adaptive_limiter {
       s.success_total = p.successes;
       s.congestion_total = p.congestions;
       s.ignored_total = p.ignored;
+      s.service = p.service;
       return s;
     });
   }

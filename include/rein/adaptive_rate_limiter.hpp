@@ -3,6 +3,7 @@
 
 #include <rein/algo/adaptive_rate.hpp>
 #include <rein/config.hpp>
+#include <rein/detail/format.hpp>
 #include <rein/null_mutex.hpp>
 #include <rein/outcome.hpp>
 #include <rein/rate_limiter.hpp>
@@ -37,7 +38,37 @@ struct adaptive_rate_limiter_snapshot : wait_stats {
   std::uint64_t stale_congestion = 0;    ///< congestion from requests sent before the latest cut, ignored
   bool at_floor = false;                 ///< rate == min_rate
   bool at_ceiling = false;               ///< rate == max_rate
+  double limit = 0.0;                    ///< the rate, as every limiter's `limit` (tokens per second)
+  double utilisation = 0.0;              ///< share of the burst used: 1 - tokens / burst
+  /// Service time of the requests reported through record(success or congestion): from `sent` to the
+  /// report. Recorded always (the clock is read for every report anyway).
+  duration_histogram service{};
 };
+
+/// One line: `limit=950/s tokens=3 burst=10 measured=900/s decreases=2 increases=40 stale=1 ...`.
+inline std::ostream& operator<<(std::ostream& os, const adaptive_rate_limiter_snapshot& s) {
+  os << "limit=";
+  detail::write_number(os, s.rate);
+  os << "/s tokens=";
+  detail::write_number(os, s.tokens);
+  os << " burst=" << s.burst << " measured=";
+  if (s.measured_rate) {
+    detail::write_number(os, *s.measured_rate);
+    os << "/s";
+  } else {
+    os << '-';
+  }
+  os << " utilisation=";
+  detail::write_number(os, s.utilisation);
+  if (s.at_floor) os << " at_floor";
+  if (s.at_ceiling) os << " at_ceiling";
+  os << " decreases=" << s.decreases << " increases=" << s.increases << " stale=" << s.stale_congestion
+     << " service[";
+  detail::write_histogram(os, s.service);
+  os << "] ";
+  detail::write_wait_stats(os, s);
+  return os;
+}
 
 /// An awaitable token bucket whose rate follows the upstream's answers: `record(outcome::congestion, sent)`
 /// for a 429 or 503 cuts the rate multiplicatively, and successes let it climb back along a cubic curve. A
@@ -106,13 +137,15 @@ class basic_adaptive_rate_limiter : public basic_rate_limiter<algo::basic_adapti
   /// message names the type, the field and the value ("rein::adaptive_rate_limiter: initial_rate must be
   /// in [min_rate, max_rate], got 0").
   basic_adaptive_rate_limiter(const executor_type& ex, const options& o, rate_limiter_options limiter_options = {})
-      : base(ex, make_limit(o), limiter_options) {}
+      : base(ex, make_limit(o), std::move(limiter_options)) {
+    this->type_name_ = "rein::adaptive_rate_limiter";
+  }
 
   /// The same, on an execution context (an io_context).
   template <class ExecutionContext>
     requires std::is_convertible_v<ExecutionContext&, net::execution_context&>
   basic_adaptive_rate_limiter(ExecutionContext& context, const options& o, rate_limiter_options limiter_options = {})
-      : basic_adaptive_rate_limiter(context.get_executor(), o, limiter_options) {}
+      : basic_adaptive_rate_limiter(context.get_executor(), o, std::move(limiter_options)) {}
 
   /// Reports how a request ended, now: `success` may raise the rate, `congestion` (429, 503, a timeout; see
   /// rein::classify_http_status) cuts it unless the request was sent before the latest cut, `ignored` does
@@ -122,7 +155,10 @@ class basic_adaptive_rate_limiter : public basic_rate_limiter<algo::basic_adapti
   /// @param sent   when the request was sent: read `Clock::now()` right after `acquire` returns.
   void record(outcome result, time_point sent) {
     if (result == outcome::ignored) return;
-    this->update([result, sent](limit_type& limit, time_point now) { limit.record(result, sent, now); });
+    this->update([this, result, sent](limit_type& limit, time_point now) {
+      service_.record(std::chrono::duration_cast<std::chrono::nanoseconds>(now - sent));
+      limit.record(result, sent, now);
+    });
   }
 
   /// Tokens per second now.
@@ -144,7 +180,7 @@ class basic_adaptive_rate_limiter : public basic_rate_limiter<algo::basic_adapti
   /// Rate, tokens, feedback counters and waiting statistics, copied under the lock in O(1).
   adaptive_rate_limiter_snapshot snapshot() const {
     const time_point now = Clock::now();
-    return this->inspect([now](const limit_type& l, const wait_stats& w) {
+    return this->inspect([this, now](const limit_type& l, const wait_stats& w) {
       adaptive_rate_limiter_snapshot s;
       static_cast<wait_stats&>(s) = w;
       s.rate = l.rate();
@@ -157,11 +193,16 @@ class basic_adaptive_rate_limiter : public basic_rate_limiter<algo::basic_adapti
       s.stale_congestion = l.stale_congestion();
       s.at_floor = l.rate() <= l.get_options().min_rate;
       s.at_ceiling = l.rate() >= l.get_options().max_rate;
+      s.limit = s.rate;
+      s.utilisation = 1.0 - s.tokens / static_cast<double>(s.burst);
+      s.service = service_;  // under the lock, as record() writes it
       return s;
     });
   }
 
  private:
+  duration_histogram service_{};  // guarded by the limiter's lock (written in update, read in inspect)
+
   static limit_type make_limit(const options& o) {
     return detail::renaming_errors("rein::algo::adaptive_rate", "rein::adaptive_rate_limiter",
                                    [&] { return limit_type(o, Clock::now()); });

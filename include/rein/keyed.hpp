@@ -2,8 +2,10 @@
 #pragma once
 
 #include <rein/config.hpp>
+#include <rein/detail/format.hpp>
 #include <rein/error.hpp>
 #include <rein/null_mutex.hpp>
+#include <rein/observer.hpp>
 
 #if defined(REIN_STANDALONE_ASIO)
 #include <asio/execution_context.hpp>
@@ -22,6 +24,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <unordered_map>
 #include <utility>
@@ -40,15 +43,41 @@ struct keyed_options {
   /// Live keys examined, at most, to make room when `max_keys` are alive; if none of them is idle the new key
   /// is refused with errc::queue_full. Must be >= 1. Default: 64 (the cost of a refusal under a key spray).
   std::size_t max_scan = 64;
+  /// Names the registry in events, metrics and error messages. Default: none.
+  std::string name{};
+  /// Called outside the registry's lock with evictions (key_evicted, with the key) and refused keys
+  /// (rejected, reason max_keys, with the key); see rein::limiter_observer. Each key's limiter has its own
+  /// observer, in its own options. Default: none (no cost).
+  limiter_observer observer{};
 };
 
 /// Counters of a rein::keyed.
-struct keyed_stats {
+struct keyed_snapshot {
   std::size_t keys = 0;              ///< live keys
   std::uint64_t created_total = 0;   ///< limiters made
   std::uint64_t evicted_total = 0;   ///< idle limiters dropped
-  std::uint64_t rejected_total = 0;  ///< new keys refused at the cap (errc::queue_full)
+  std::uint64_t rejected_total = 0;  ///< new keys refused at the cap (errc::queue_full): reason max_keys
+  std::size_t max_keys = 0;          ///< the cap (keyed_options::max_keys)
+  double utilisation = 0.0;          ///< keys / max_keys
+
+  /// Calls f(reject_reason, std::uint64_t count) for each reason summed in rejected_total.
+  template <class F>
+  void for_each_rejected(F&& f) const {
+    f(reject_reason::max_keys, rejected_total);
+  }
 };
+
+/// One line: `keys=3 max_keys=10000 utilisation=0 created=5 evicted=2 rejected=0`.
+inline std::ostream& operator<<(std::ostream& os, const keyed_snapshot& s) {
+  os << "keys=" << s.keys << " max_keys=" << s.max_keys << " utilisation=";
+  detail::write_number(os, s.utilisation, 4);
+  os << " created=" << s.created_total << " evicted=" << s.evicted_total << ' ';
+  detail::write_rejected(os, s);
+  return os;
+}
+
+/// The former name of keyed_snapshot.
+using keyed_stats [[deprecated("use rein::keyed_snapshot")]] = keyed_snapshot;
 
 /// When a limiter may be dropped by rein::keyed: it must be indistinguishable from a new one (nobody waits,
 /// nothing is held or used up), so that dropping it and making it again later changes nothing a caller can
@@ -136,8 +165,10 @@ class keyed {
   using key_type = Key;
   /// The executor that runs completion handlers without an associated executor of their own.
   using executor_type = typename Limiter::executor_type;
-  /// What snapshot() returns.
+  /// A key's limiter's snapshot type.
   using snapshot_type = decltype(std::declval<const Limiter&>().snapshot());
+  /// The registry's own snapshot type.
+  using registry_snapshot_type = keyed_snapshot;
 
   /// A pin on one key's limiter: while it lives, the limiter is not evicted. Move-only; an empty handle
   /// (default-constructed, moved-from, or a refused get) holds nothing.
@@ -234,20 +265,26 @@ class keyed {
   handle get(const Key& key) {
     error_code ec;
     handle h = get(key, ec);
-    if (ec) throw system_error(ec, "rein::keyed::get");
+    if (ec) throw system_error(ec, options_.name.empty() ? std::string("rein::keyed::get")
+                                                          : "rein::keyed \"" + options_.name + "\"::get");
     return h;
   }
+
+  /// The name given in the options (empty if none).
+  const std::string& name() const noexcept { return options_.name; }
 
   /// As get(key), reporting a refusal through `ec` (errc::queue_full) and an empty handle.
   handle get(const Key& key, error_code& ec) {
     ec = {};
+    events pending(this);
     std::lock_guard<Mutex> lock(mutex_);
     if (auto it = map_.find(key); it != map_.end()) return handle(&it->second);
-    examine_locked(options_.sweep_batch);
-    if (map_.size() >= options_.max_keys) examine_locked(options_.max_scan);
+    examine_locked(options_.sweep_batch, pending);
+    if (map_.size() >= options_.max_keys) examine_locked(options_.max_scan, pending);
     if (map_.size() >= options_.max_keys) {
       ++stats_.rejected_total;
       ec = errc::queue_full;
+      pending.refused(key);
       return {};
     }
     return handle(create_locked(key));
@@ -288,8 +325,9 @@ class keyed {
   /// Examines up to `budget` live keys (in the circular order new keys also use) and evicts the idle,
   /// unpinned ones. Returns how many were evicted. `sweep()` examines every key once.
   std::size_t sweep(std::size_t budget = std::numeric_limits<std::size_t>::max()) {
+    events pending(this);
     std::lock_guard<Mutex> lock(mutex_);
-    return examine_locked(budget);
+    return examine_locked(budget, pending);
   }
 
   /// Live keys.
@@ -305,11 +343,30 @@ class keyed {
   }
 
   /// Counters, copied under the lock.
-  keyed_stats stats() const {
+  keyed_snapshot snapshot() const {
     std::lock_guard<Mutex> lock(mutex_);
-    keyed_stats s = stats_;
+    keyed_snapshot s = stats_;
     s.keys = map_.size();
+    s.max_keys = options_.max_keys;
+    s.utilisation = static_cast<double>(s.keys) / static_cast<double>(s.max_keys);
     return s;
+  }
+
+  /// The former name of snapshot().
+  [[deprecated("use snapshot()")]] keyed_snapshot stats() const { return snapshot(); }
+
+  /// Calls `f(const Key&, const snapshot_type&)` for at most `limit` live keys (for metrics: a cap on label
+  /// cardinality), in the registry's iteration order, each key's snapshot taken while it is pinned. Returns
+  /// how many keys were visited.
+  template <class F>
+  std::size_t for_each_snapshot(F&& f, std::size_t limit = std::numeric_limits<std::size_t>::max()) {
+    std::size_t visited = 0;
+    for_each([&](const Key& key, Limiter& limiter) {
+      if (visited >= limit) return;
+      ++visited;
+      f(key, static_cast<const Limiter&>(limiter).snapshot());
+    });
+    return visited;
   }
 
   /// The options in force (as validated at construction).
@@ -317,6 +374,41 @@ class keyed {
 
  private:
   using factory = std::function<std::unique_ptr<Limiter>(const executor_type&)>;
+
+  // Evicted and refused keys, gathered under the lock and reported after it (declared before the lock).
+  // Keys are copied only when there is an observer.
+  class events {
+   public:
+    explicit events(const keyed* owner) noexcept : owner_(owner) {}
+    events(const events&) = delete;
+    events& operator=(const events&) = delete;
+    ~events() {
+      for (auto& [kind, key] : items_) {
+        limiter_event e;
+        e.kind = kind;
+        e.name = owner_->options_.name;
+        if (kind == event_kind::rejected) e.reason = reject_reason::max_keys;
+        if constexpr (std::is_convertible_v<const Key&, std::string_view>) e.key = key;
+        try {
+          owner_->options_.observer(e);
+        } catch (...) {
+        }
+      }
+    }
+    void evicted(const Key& key) { add(event_kind::key_evicted, key); }
+    void refused(const Key& key) { add(event_kind::rejected, key); }
+
+   private:
+    void add(event_kind kind, const Key& key) {
+      if (!owner_->options_.observer) return;
+      try {
+        items_.emplace_back(kind, key);
+      } catch (...) {  // no memory for the event: the counters still have it
+      }
+    }
+    const keyed* owner_;
+    std::vector<std::pair<event_kind, Key>> items_;
+  };
 
   // A live key. Entries live in the map's nodes (stable addresses) and form a circular list, the "clock"
   // that eviction walks, so that successive examinations visit different keys.
@@ -378,7 +470,7 @@ class keyed {
   }
 
   // Walks up to `budget` entries from the hand, evicting the idle and unpinned ones.
-  std::size_t examine_locked(std::size_t budget) {
+  std::size_t examine_locked(std::size_t budget, events& pending) {
     std::size_t evicted = 0;
     for (std::size_t seen = 0, live = map_.size(); seen < budget && seen < live && hand_ != nullptr; ++seen) {
       entry* e = hand_;
@@ -387,6 +479,7 @@ class keyed {
       // pairs with the release of the last handle's reset (whatever it did to the limiter is visible).
       if (e->pins.load(std::memory_order_acquire) != 0 || !idle_traits<Limiter>::idle(*e->limiter)) continue;
       unlink_locked(e);
+      pending.evicted(*e->key);
       map_.erase(map_.find(*e->key));  // by iterator: the key argument would live in the erased node
       ++evicted;
       ++stats_.evicted_total;
@@ -407,7 +500,7 @@ class keyed {
   std::unordered_map<Key, entry, Hash, KeyEqual> map_;
   std::unordered_map<Key, factory, Hash, KeyEqual> overrides_;
   entry* hand_ = nullptr;
-  keyed_stats stats_{};
+  keyed_snapshot stats_{};
 };
 
 }  // namespace rein

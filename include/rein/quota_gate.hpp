@@ -4,8 +4,10 @@
 
 #include <rein/config.hpp>
 #include <rein/detail/limiter_core.hpp>
+#include <rein/detail/format.hpp>
 #include <rein/error.hpp>
 #include <rein/null_mutex.hpp>
+#include <rein/observer.hpp>
 #include <rein/retry_after.hpp>
 #include <rein/try_result.hpp>
 #include <rein/wait_stats.hpp>
@@ -15,12 +17,14 @@
 #include <asio/async_result.hpp>
 #include <asio/awaitable.hpp>
 #include <asio/execution_context.hpp>
+#include <asio/redirect_error.hpp>
 #include <asio/use_awaitable.hpp>
 #else
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/execution_context.hpp>
+#include <boost/asio/redirect_error.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #endif
 
@@ -59,6 +63,11 @@ struct quota_gate_options {
   /// Seed of the jitter; the same seed gives the same release instants. Default (nullopt): drawn from
   /// std::random_device, so that processes sharing an upstream do not resume in lockstep.
   std::optional<std::uint64_t> seed{};
+  /// Names the gate in events, metrics and error messages. Default: none.
+  std::string name{};
+  /// Called outside the lock with rejections and pauses started and ended (an end is seen by the first
+  /// acquire, pause or wake-up of waiters after it); see rein::limiter_observer. Default: none (no cost).
+  limiter_observer observer{};
 };
 
 /// A quota gate's state, copied out under its lock.
@@ -71,6 +80,17 @@ struct basic_quota_gate_snapshot : wait_stats {
   std::uint64_t capped = 0;                   ///< requests cut to max_pause
   std::chrono::nanoseconds jitter_window{0};  ///< the window the latest resumption was spread over
 };
+
+/// One line: `paused=no pauses=1 pause_requests=2 capped=0 jitter_window=100ms waiting=0 acquired=3 ...`.
+template <class TimePoint>
+std::ostream& operator<<(std::ostream& os, const basic_quota_gate_snapshot<TimePoint>& s) {
+  os << "paused=" << (s.paused ? "yes" : "no") << " pauses=" << s.pauses << " pause_requests=" << s.pause_requests
+     << " capped=" << s.capped << " jitter_window=";
+  detail::write_duration(os, s.jitter_window);
+  os << ' ';
+  detail::write_wait_stats(os, s);
+  return os;
+}
 
 /// The snapshot of a gate on std::chrono::steady_clock.
 using quota_gate_snapshot = basic_quota_gate_snapshot<std::chrono::steady_clock::time_point>;
@@ -141,6 +161,13 @@ struct quota_gate_policy {
       : max_pause(max_pause_), jitter(jitter_), max_jitter(max_jitter_), seed(seed_), next_sequence(next_sequence_) {}
 
   bool exceeds(std::size_t) const noexcept { return false; }
+
+  observed_state observe(time_point now) const noexcept {
+    observed_state s;
+    s.paused = now < paused_until;
+    if (s.paused) s.pause_left = std::chrono::duration_cast<std::chrono::nanoseconds>(paused_until - now);
+    return s;
+  }
 
   bool try_take(std::size_t ticket, time_point now) noexcept {
     if (now < paused_until) return false;
@@ -277,7 +304,8 @@ class basic_quota_gate {
   /// Constructs an open gate, completing operations on `ex` by default.
   /// @throws std::invalid_argument naming the field and value when an option is out of range.
   explicit basic_quota_gate(const executor_type& ex, const quota_gate_options& options = {})
-      : core_(std::make_shared<core_type>(ex, detail::line_options{options.max_waiters}, validated_max_pause(options),
+      : core_(std::make_shared<core_type>(ex, detail::line_options{options.max_waiters, true, options.name, options.observer},
+                                          validated_max_pause(options),
                                           validated_jitter(options), validated_max_jitter(options),
                                           options.seed ? *options.seed : random_seed(), &next_sequence_)) {}
 
@@ -295,6 +323,9 @@ class basic_quota_gate {
 
   /// The executor given at construction.
   executor_type get_executor() const noexcept { return core_->get_executor(); }
+
+  /// The name given in the options (empty if none).
+  const std::string& name() const noexcept { return core_->name(); }
 
   /// True, at once, if the gate is open and nobody waits (a waiter is never overtaken). Never waits, never
   /// allocates. Otherwise status() is try_status::busy (paused, or others wait; retry_after() is the time
@@ -351,7 +382,10 @@ class basic_quota_gate {
   /// As acquire, throwing errc::timed_out if not through by `deadline`.
   net::awaitable<void> acquire_until(std::size_t n, time_point deadline) {
     if (!core_->waiting_hint() && try_acquire(n)) co_return;  // behind waiters it would fail: skip its lock
-    co_await async_acquire_until(n, deadline, net::use_awaitable);
+    if (core_->name().empty()) co_return co_await async_acquire_until(n, deadline, net::use_awaitable);
+    error_code ec;
+    co_await async_acquire_until(n, deadline, net::redirect_error(net::use_awaitable, ec));
+    if (ec) throw system_error(ec, detail::describe("rein::quota_gate", core_->name()));
   }
 
   /// Closes the gate for `d` from now, unless it is already closed until later (pauses only extend).

@@ -7,8 +7,10 @@
 #include <rein/algo/token_bucket.hpp>
 #include <rein/config.hpp>
 #include <rein/detail/limiter_core.hpp>
+#include <rein/detail/format.hpp>
 #include <rein/error.hpp>
 #include <rein/null_mutex.hpp>
+#include <rein/observer.hpp>
 #include <rein/outcome.hpp>
 #include <rein/try_result.hpp>
 #include <rein/wait_stats.hpp>
@@ -18,17 +20,20 @@
 #include <asio/async_result.hpp>
 #include <asio/awaitable.hpp>
 #include <asio/execution_context.hpp>
+#include <asio/redirect_error.hpp>
 #include <asio/use_awaitable.hpp>
 #else
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/execution_context.hpp>
+#include <boost/asio/redirect_error.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #endif
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -48,6 +53,14 @@ struct rate_limiter_options {
   /// How many operations may wait at once; one more completes at once with errc::queue_full
   /// (backpressure instead of unbounded memory). Default: unbounded.
   std::size_t max_waiters = std::numeric_limits<std::size_t>::max();
+
+  /// Names the limiter in events, metrics and error messages. Default: none.
+  std::string name{};
+
+  /// Called outside the lock with rejections (queue_full, timed_out, exceeds_capacity, closed, cancelled),
+  /// limit changes (set_rate, set_limit, an adaptive rate's moves) and, for an adaptive rate, floor and
+  /// ceiling transitions; see rein::limiter_observer. Default: none (no cost).
+  limiter_observer observer{};
 };
 
 namespace detail {
@@ -179,6 +192,22 @@ class rate_limit_policy {
     }
   }
 
+  // The limit's rate (per second) or count, whichever it has; an adaptive rate also reports its cuts and its
+  // floor and ceiling, and a limit change only when the whole part of the rate moves or a cut happens.
+  observed_state observe(time_point) const noexcept {
+    observed_state s;
+    if constexpr (requires { limit_.rate(); }) s.limit = static_cast<double>(limit_.rate());
+    else if constexpr (requires { limit_.limit(); }) s.limit = static_cast<double>(limit_.limit());
+    s.level = s.limit;
+    if constexpr (requires { limit_.decreases(); limit_.get_options().min_rate; }) {
+      s.level = std::floor(s.limit);
+      s.cuts = limit_.decreases();
+      s.at_floor = s.limit <= limit_.get_options().min_rate;
+      s.at_ceiling = s.limit >= limit_.get_options().max_rate;
+    }
+    return s;
+  }
+
   Limit& limit() noexcept { return limit_; }
   const Limit& limit() const noexcept { return limit_; }
 
@@ -209,6 +238,18 @@ decltype(auto) renaming_errors(std::string_view from, std::string_view to, F&& f
 
 /// A rate limiter's waiting statistics, copied out under its lock.
 struct rate_limiter_snapshot : wait_stats {};
+
+/// One line: `waiting=0 acquired=10 rejected=0 wait[...]`.
+inline std::ostream& operator<<(std::ostream& os, const rate_limiter_snapshot& s) {
+  detail::write_wait_stats(os, s);
+  return os;
+}
+
+namespace detail {
+inline line_options rate_line(rate_limiter_options& o) {
+  return line_options{o.max_waiters, true, std::move(o.name), std::move(o.observer)};
+}
+}  // namespace detail
 
 /// An awaitable rate limiter over any pure rate limit (`rein::algo::rate_limit`): how many calls may start
 /// per unit of time. `rein::basic_token_bucket` and `rein::basic_sliding_window` are this class over
@@ -263,7 +304,7 @@ class basic_rate_limiter {
 
   /// Wraps `limit` (made at the clock's current time), completing operations on `ex` by default.
   basic_rate_limiter(const executor_type& ex, Limit limit, rate_limiter_options options = {})
-      : core_(ex, detail::line_options{options.max_waiters}, std::move(limit)) {}
+      : core_(ex, detail::rate_line(options), std::move(limit)) {}
 
   /// Wraps `limit`, on an execution context (an io_context).
   template <class ExecutionContext>
@@ -286,6 +327,9 @@ class basic_rate_limiter {
 
   /// The executor given at construction.
   executor_type get_executor() const noexcept { return core_->get_executor(); }
+
+  /// The name given in the options (empty if none).
+  const std::string& name() const noexcept { return core_->name(); }
 
   /// Takes n units now if the limit has room and nobody waits (a waiter is never overtaken). Never waits,
   /// never allocates. The result is true when taken; otherwise its status() says why (try_status::busy,
@@ -353,8 +397,17 @@ class basic_rate_limiter {
     // Behind other waiters the synchronous try would fail: skip it and its lock (a stale hint only costs
     // the fast path: the waiting path grants at once what is free).
     if (!core_->waiting_hint() && try_acquire(n)) co_return;
-    co_await async_acquire_until(n, deadline, net::use_awaitable);
+    if (core_->name().empty()) co_return co_await async_acquire_until(n, deadline, net::use_awaitable);
+    error_code ec;
+    co_await async_acquire_until(n, deadline, net::redirect_error(net::use_awaitable, ec));
+    if (ec) throw system_error(ec, detail::describe(type_name_, core_->name()));
   }
+
+ protected:
+  /// How messages name this limiter's type ("rein::token_bucket", ...); set by the derived types.
+  std::string_view type_name_ = "rein::rate_limiter";
+
+ public:
 
   /// Gives back n units taken earlier and not used (the unused part of an estimate, a call never made),
   /// never beyond what the limit allows (see the limit's own `refund`). Waiters that now fit are granted.

@@ -5,7 +5,9 @@
 #include <rein/algo/backoff.hpp>
 #include <rein/algo/retry_budget.hpp>
 #include <rein/config.hpp>
+#include <rein/detail/format.hpp>
 #include <rein/null_mutex.hpp>
+#include <rein/observer.hpp>
 
 #if defined(REIN_STANDALONE_ASIO)
 #include <asio/any_io_executor.hpp>
@@ -30,6 +32,7 @@
 #include <mutex>
 #include <optional>
 #include <random>
+#include <string>
 #include <type_traits>
 #include <utility>
 #include <variant>
@@ -171,10 +174,12 @@ struct retry_options {
   /// Replaces the seeded generator: returns a number in [0, 1] per delay (tests pass a constant; 1.0 gives
   /// plain exponential backoff without jitter).
   std::function<double()> random{};
+  /// Names the policy in metrics. Default: none.
+  std::string name{};
 };
 
 /// Counters of a retry policy.
-struct retry_stats {
+struct retry_snapshot {
   std::uint64_t requests_total = 0;          ///< retry() calls (each deposits into the budget)
   std::uint64_t attempts_total = 0;          ///< attempts made, first ones included
   std::uint64_t retries_total = 0;           ///< attempts after a failure
@@ -182,7 +187,33 @@ struct retry_stats {
   std::uint64_t permanent_total = 0;         ///< calls that ended in a permanent failure
   std::uint64_t attempts_exhausted_total = 0;  ///< calls that used every attempt and failed
   std::uint64_t budget_exhausted_total = 0;  ///< calls that stopped because the budget refused a retry
+  /// Calls that ended without success: permanent + attempts_exhausted + budget_exhausted (see
+  /// for_each_rejected), in the vocabulary every rein snapshot shares.
+  std::uint64_t rejected_total = 0;
+  std::uint64_t acquired_total = 0;          ///< the same as succeeded_total, in the shared vocabulary
+
+  /// Calls f(reject_reason, std::uint64_t count) for each reason summed in rejected_total.
+  template <class F>
+  void for_each_rejected(F&& f) const {
+    f(reject_reason::permanent, permanent_total);
+    f(reject_reason::attempts_exhausted, attempts_exhausted_total);
+    f(reject_reason::budget_exhausted, budget_exhausted_total);
+  }
 };
+
+/// One line: `requests=10 attempts=14 retries=4 succeeded=9 rejected=1 (budget_exhausted=1)`.
+inline std::ostream& operator<<(std::ostream& os, const retry_snapshot& s) {
+  os << "requests=" << s.requests_total << " attempts=" << s.attempts_total << " retries=" << s.retries_total
+     << " succeeded=" << s.succeeded_total << ' ';
+  const std::uint64_t rejected = s.permanent_total + s.attempts_exhausted_total + s.budget_exhausted_total;
+  retry_snapshot copy = s;
+  copy.rejected_total = rejected;  // the total is filled by snapshot(); a hand-made one may lack it
+  detail::write_rejected(os, copy);
+  return os;
+}
+
+/// The former name of retry_snapshot (kept: examples and users spell it so).
+using retry_stats = retry_snapshot;
 
 /// The shared part of retrying calls to one dependency: backoff settings, the retry budget (which must be
 /// shared to mean anything: it limits retries to a fraction of all recent requests), the jitter generator
@@ -213,7 +244,10 @@ class basic_retry_policy {
 
   /// @throws std::invalid_argument naming the field and value when a backoff or budget option is out of range.
   explicit basic_retry_policy(retry_options options = {})
-      : backoff_(options.backoff), random_(std::move(options.random)), state_(options.seed ? *options.seed : random_seed()) {
+      : backoff_(options.backoff),
+        random_(std::move(options.random)),
+        state_(options.seed ? *options.seed : random_seed()),
+        name_(std::move(options.name)) {
     if (options.budget) budget_.emplace(*options.budget);
   }
 
@@ -255,10 +289,19 @@ class basic_retry_policy {
   }
 
   /// Counters, copied under the lock.
-  retry_stats stats() const {
+  retry_snapshot snapshot() const {
     std::lock_guard<Mutex> lock(mutex_);
-    return stats_;
+    retry_snapshot s = stats_;
+    s.rejected_total = s.permanent_total + s.attempts_exhausted_total + s.budget_exhausted_total;
+    s.acquired_total = s.succeeded_total;
+    return s;
   }
+
+  /// The same as snapshot() (the former name).
+  retry_snapshot stats() const { return snapshot(); }
+
+  /// The name given in the options (empty if none).
+  const std::string& name() const noexcept { return name_; }
 
   /// Whole retries the budget would allow now (unbounded: the maximum of std::int64_t without a budget).
   std::int64_t retries_available() const {
@@ -291,6 +334,7 @@ class basic_retry_policy {
   algo::backoff backoff_;
   std::function<double()> random_;
   std::uint64_t state_;
+  std::string name_;
   mutable Mutex mutex_;
   std::optional<algo::basic_retry_budget<Clock>> budget_;
   retry_stats stats_{};

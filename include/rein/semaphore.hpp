@@ -3,8 +3,10 @@
 
 #include <rein/config.hpp>
 #include <rein/detail/limiter_core.hpp>
+#include <rein/detail/format.hpp>
 #include <rein/error.hpp>
 #include <rein/null_mutex.hpp>
+#include <rein/observer.hpp>
 #include <rein/permit.hpp>
 #include <rein/try_result.hpp>
 #include <rein/wait_stats.hpp>
@@ -14,12 +16,14 @@
 #include <asio/async_result.hpp>
 #include <asio/awaitable.hpp>
 #include <asio/execution_context.hpp>
+#include <asio/redirect_error.hpp>
 #include <asio/use_awaitable.hpp>
 #else
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/execution_context.hpp>
+#include <boost/asio/redirect_error.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #endif
 
@@ -33,6 +37,7 @@
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 namespace rein {
 
@@ -47,6 +52,13 @@ struct semaphore_options {
   /// cost next to a contended handoff. false: both fields stay zero, an acquire reads the clock only for its
   /// own deadline, and a release only while some waiter has a deadline. Default: true.
   bool measure_wait = true;
+
+  /// Names the semaphore in events, metrics and error messages (`rein::semaphore "db": ...`). Default: none.
+  std::string name{};
+
+  /// Called outside the lock with rejections (queue_full, timed_out, exceeds_capacity, closed, cancelled)
+  /// and limit changes (add_permits); see rein::limiter_observer. Default: none (no cost).
+  limiter_observer observer{};
 };
 
 /// A semaphore's state, copied out under its lock.
@@ -55,7 +67,18 @@ struct semaphore_snapshot : wait_stats {
   std::size_t available = 0;  ///< free now
   std::size_t in_flight = 0;  ///< held now, including grants not yet delivered (above `permits` for a
                               ///< while after forget: holders keep what they have)
+  double limit = 0.0;         ///< permits, as every limiter's `limit`
+  double utilisation = 0.0;   ///< in_flight / max(1, permits)
 };
+
+/// One line: `in_flight=3 limit=4 utilisation=0.75 available=1 waiting=0 acquired=10 rejected=0 wait[...]`.
+inline std::ostream& operator<<(std::ostream& os, const semaphore_snapshot& s) {
+  os << "in_flight=" << s.in_flight << " limit=" << s.permits << " utilisation=";
+  detail::write_number(os, s.utilisation);
+  os << " available=" << s.available << ' ';
+  detail::write_wait_stats(os, s);
+  return os;
+}
 
 namespace detail {
 
@@ -114,6 +137,13 @@ struct semaphore_policy {
     owed -= paid;
     available += n - paid;
   }
+
+  template <class TimePoint>
+  observed_state observe(TimePoint) const noexcept {
+    observed_state s;
+    s.limit = s.level = static_cast<double>(permits);
+    return s;
+  }
 };
 
 }  // namespace detail
@@ -164,7 +194,10 @@ class basic_semaphore {
 
   /// Constructs a semaphore with `permits` free permits, completing operations on `ex` by default.
   basic_semaphore(const executor_type& ex, std::size_t permits, semaphore_options options = {})
-      : core_(ex, detail::line_options{options.max_waiters, options.measure_wait}, permits) {}
+      : core_(ex,
+              detail::line_options{options.max_waiters, options.measure_wait, std::move(options.name),
+                                   std::move(options.observer)},
+              permits) {}
 
   /// Constructs a semaphore on an execution context (an io_context) with `permits` free permits.
   template <class ExecutionContext>
@@ -187,6 +220,9 @@ class basic_semaphore {
 
   /// The executor given at construction.
   executor_type get_executor() const noexcept { return core_->get_executor(); }
+
+  /// The name given in the options (empty if none).
+  const std::string& name() const noexcept { return core_->name(); }
 
   /// Takes n permits now if they are free and nobody waits; otherwise returns an empty permit whose
   /// status() says why: try_status::busy (not free, or others wait), closed (after close()),
@@ -254,7 +290,11 @@ class basic_semaphore {
     if (!core_->waiting_hint()) {
       if (permit p = try_acquire(n)) co_return p;
     }
-    co_return co_await async_acquire_until(n, deadline, net::use_awaitable);
+    if (core_->name().empty()) co_return co_await async_acquire_until(n, deadline, net::use_awaitable);
+    error_code ec;
+    permit p = co_await async_acquire_until(n, deadline, net::redirect_error(net::use_awaitable, ec));
+    if (ec) throw system_error(ec, detail::describe("rein::semaphore", core_->name()));
+    co_return p;
   }
 
   /// Adds n permits (raises the total); waiters that now fit are granted in FIFO order. After forget, the
@@ -348,6 +388,8 @@ class basic_semaphore {
       s.permits = p.permits;
       s.available = p.available;
       s.in_flight = p.in_flight();
+      s.limit = static_cast<double>(p.permits);
+      s.utilisation = static_cast<double>(s.in_flight) / std::max(1.0, s.limit);
       return s;
     });
   }

@@ -3,7 +3,9 @@
 
 #include <rein/algo/sliding_window.hpp>
 #include <rein/config.hpp>
+#include <rein/detail/format.hpp>
 #include <rein/null_mutex.hpp>
+#include <rein/observer.hpp>
 #include <rein/rate_limiter.hpp>
 #include <rein/wait_stats.hpp>
 
@@ -20,6 +22,8 @@
 #include <cstdint>
 #include <limits>
 #include <mutex>
+#include <string>
+#include <string_view>
 #include <type_traits>
 
 namespace rein {
@@ -31,7 +35,20 @@ struct sliding_window_snapshot : wait_stats {
   std::int64_t available = 0;  ///< limit - in_window: starts that fit now (if nobody waits)
   std::int64_t limit = 0;      ///< most starts in any window
   Duration window{};           ///< the window's length
+  double utilisation = 0.0;    ///< in_window / limit
 };
+
+/// One line: `in_window=3 limit=5 window=1.00s utilisation=0.6 available=2 waiting=0 acquired=3 ...`.
+template <class Duration>
+std::ostream& operator<<(std::ostream& os, const sliding_window_snapshot<Duration>& s) {
+  os << "in_window=" << s.in_window << " limit=" << s.limit << " window=";
+  detail::write_duration(os, std::chrono::duration_cast<std::chrono::nanoseconds>(s.window));
+  os << " utilisation=";
+  detail::write_number(os, s.utilisation);
+  os << " available=" << s.available << ' ';
+  detail::write_wait_stats(os, s);
+  return os;
+}
 
 /// An awaitable exact sliding window: at most `limit` calls start in any window of length `window`, and a
 /// call waits until its start fits. It is what a published quota of "N per window, measured on a sliding
@@ -92,6 +109,10 @@ class basic_sliding_window : public basic_rate_limiter<algo::basic_sliding_windo
     /// How many operations may wait at once; one more completes at once with errc::queue_full. Default:
     /// unbounded.
     std::size_t max_waiters = std::numeric_limits<std::size_t>::max();
+    /// Names the window in events, metrics and error messages. Default: none.
+    std::string name{};
+    /// Called outside the lock with rejections and limit changes (set_limit); see rein::limiter_observer.
+    limiter_observer observer{};
   };
 
   /// The window type when rebound to another executor.
@@ -105,7 +126,9 @@ class basic_sliding_window : public basic_rate_limiter<algo::basic_sliding_windo
   /// @throws std::invalid_argument if the limit is not in [1, 2^27] or the window is not > 0; the message
   /// names the type, the field and the value.
   basic_sliding_window(const executor_type& ex, const options& o)
-      : base(ex, make_window(o), rate_limiter_options{o.max_waiters}) {}
+      : base(ex, make_window(o), rate_limiter_options{o.max_waiters, o.name, o.observer}) {
+    this->type_name_ = "rein::sliding_window";
+  }
 
   /// Makes an empty window on an execution context (an io_context).
   template <class ExecutionContext>
@@ -118,14 +141,16 @@ class basic_sliding_window : public basic_rate_limiter<algo::basic_sliding_windo
   /// counting as `limit` starts (new requests above it fail with errc::exceeds_capacity).
   /// @throws std::invalid_argument as the constructor does, changing nothing.
   void set_limit(std::int64_t limit) {
-    renamed([&] { this->update([limit](limit_type& w, time_point now) { w.set_limit(limit, now); }); });
+    renamed([&] { this->update([limit](limit_type& w, time_point now) { w.set_limit(limit, now); }); },
+            this->name());
   }
 
   /// Changes the window's length from now on; the recorded starts are judged by the new length, and queued
   /// waiters are re-timed at once, earlier or later.
   /// @throws std::invalid_argument as the constructor does, changing nothing.
   void set_window(duration window) {
-    renamed([&] { this->update([window](limit_type& w, time_point now) { w.set_window(window, now); }); });
+    renamed([&] { this->update([window](limit_type& w, time_point now) { w.set_window(window, now); }); },
+            this->name());
   }
 
   /// The most starts in any window: the most one request may ask for.
@@ -148,18 +173,20 @@ class basic_sliding_window : public basic_rate_limiter<algo::basic_sliding_windo
       s.available = w.limit() - s.in_window;
       s.limit = w.limit();
       s.window = w.window();
+      s.utilisation = static_cast<double>(s.in_window) / static_cast<double>(s.limit);
       return s;
     });
   }
 
  private:
   template <class F>
-  static decltype(auto) renamed(F&& f) {
-    return detail::renaming_errors("rein::algo::sliding_window", "rein::sliding_window", std::forward<F>(f));
+  static decltype(auto) renamed(F&& f, std::string_view name = {}) {
+    // A named limiter's errors name it too: rein::token_bucket "api": rate must be ...
+    return detail::renaming_errors("rein::algo::sliding_window", detail::describe("rein::sliding_window", name), std::forward<F>(f));
   }
 
   static limit_type make_window(const options& o) {
-    return renamed([&] { return limit_type({.limit = o.limit, .window = o.window}, Clock::now()); });
+    return renamed([&] { return limit_type({.limit = o.limit, .window = o.window}, Clock::now()); }, o.name);
   }
 };
 

@@ -3,8 +3,10 @@
 
 #include <rein/config.hpp>
 #include <rein/detail/clock_time.hpp>
+#include <rein/detail/format.hpp>
 #include <rein/error.hpp>
 #include <rein/keyed.hpp>
+#include <rein/observer.hpp>
 #include <rein/outcome.hpp>
 #include <rein/permit.hpp>
 
@@ -67,18 +69,55 @@ struct throttle_options {
   /// The pause applied by `guard.reject()` when the upstream gave no usable Retry-After (1 to 5 s is
   /// usual). Must be > 0.
   std::chrono::nanoseconds default_pause{std::chrono::seconds(1)};
+  /// Names the throttle in events, metrics and error messages. Default: none.
+  std::string name{};
+  /// Called with every rejection (reason gate, rate, per_key or global for a try_acquire refused at that
+  /// stage; timed_out, queue_full, closed, exceeds_capacity or cancelled for a waiting acquire that failed),
+  /// on the caller's thread, never under a lock; see rein::limiter_observer. Each stage's limiter has its own
+  /// observer too. Default: none (no cost).
+  limiter_observer observer{};
 };
 
-/// Counters of a throttle (each stage's own limiter has its own snapshot too).
+/// Counters of a throttle (each stage's own limiter has its own snapshot too), read without a lock: each
+/// counter is exact, two counters may be a moment apart.
 struct throttle_snapshot {
-  std::uint64_t admitted_total = 0;          ///< guards handed out
+  std::uint64_t acquired_total = 0;          ///< guards handed out (as every limiter's acquired_total)
+  std::uint64_t admitted_total = 0;          ///< the same (the former name)
+  std::size_t in_flight = 0;                 ///< admitted guards not yet completed or destroyed
+  std::uint64_t rejected_total = 0;          ///< the sum of the reasons for_each_rejected() lists
   std::uint64_t rejected_gate = 0;           ///< try_acquire refused at the gate
   std::uint64_t rejected_rate = 0;           ///< try_acquire refused at the rate stage
   std::uint64_t rejected_per_key = 0;        ///< try_acquire refused at the per-key stage
   std::uint64_t rejected_global = 0;         ///< try_acquire refused at the global stage
-  std::uint64_t failed_total = 0;            ///< waiting acquires that failed (timeout, cancel, close, errors)
+  std::uint64_t timed_out_total = 0;         ///< waiting acquires that failed with errc::timed_out
+  std::uint64_t queue_full_total = 0;        ///< ... with errc::queue_full (a stage's line, or too many keys)
+  std::uint64_t closed_total = 0;            ///< ... with errc::closed
+  std::uint64_t exceeds_capacity_total = 0;  ///< ... with errc::exceeds_capacity
+  std::uint64_t cancelled_total = 0;         ///< ... with operation_aborted (not a rejection)
+  std::uint64_t failed_total = 0;            ///< waiting acquires that failed (any error, cancellation included)
   std::uint64_t rejections_reported = 0;     ///< guard.reject() calls (upstream 429s)
+
+  /// Calls f(reject_reason, std::uint64_t count) for each reason summed in rejected_total.
+  template <class F>
+  void for_each_rejected(F&& f) const {
+    f(reject_reason::gate, rejected_gate);
+    f(reject_reason::rate, rejected_rate);
+    f(reject_reason::per_key, rejected_per_key);
+    f(reject_reason::global, rejected_global);
+    f(reject_reason::timed_out, timed_out_total);
+    f(reject_reason::queue_full, queue_full_total);
+    f(reject_reason::closed, closed_total);
+    f(reject_reason::exceeds_capacity, exceeds_capacity_total);
+  }
 };
+
+/// One line: `acquired=100 in_flight=4 rejected=7 (rate=5 timed_out=2) cancelled=0 failed=2 reported=1`.
+inline std::ostream& operator<<(std::ostream& os, const throttle_snapshot& s) {
+  os << "acquired=" << s.acquired_total << " in_flight=" << s.in_flight << ' ';
+  detail::write_rejected(os, s);
+  os << " cancelled=" << s.cancelled_total << " failed=" << s.failed_total << " reported=" << s.rejections_reported;
+  return os;
+}
 
 namespace detail {
 
@@ -273,6 +312,7 @@ class throttle_guard {
   void complete(outcome result) noexcept {
     key_permit_.complete(result);
     global_permit_.complete(result);
+    if (admitted_) owner_->count_finished();
     admitted_ = false;
     unpin();
   }
@@ -333,6 +373,7 @@ class throttle_guard {
     key_permit_.release();
     global_permit_.release();
     unpin();
+    if (admitted_) owner_->count_finished();
     admitted_ = false;
   }
 
@@ -457,7 +498,9 @@ class throttle {
   /// As acquire(key), failing with errc::timed_out unless every stage admits by `deadline`.
   net::awaitable<guard> acquire_until(std::string_view key, time_point deadline) {
     auto [ec, g] = co_await run<false>(std::string(key), deadline, nullptr);
-    if (ec) throw system_error(ec, "rein::throttle::acquire");
+    if (ec)
+      throw system_error(ec, options_.name.empty() ? std::string("rein::throttle::acquire")
+                                                   : "rein::throttle \"" + options_.name + "\"::acquire");
     co_return std::move(g);
   }
 
@@ -508,16 +551,28 @@ class throttle {
   /// The pause reject() applies when the upstream gave no usable Retry-After.
   duration default_pause() const noexcept { return std::chrono::duration_cast<duration>(options_.default_pause); }
 
+  /// The name given in the options (empty if none).
+  const std::string& name() const noexcept { return options_.name; }
+
   /// Counters, read without blocking anyone.
   throttle_snapshot snapshot() const noexcept {
     throttle_snapshot s;
+    const std::uint64_t finished = finished_.load(std::memory_order_relaxed);
     s.admitted_total = admitted_.load(std::memory_order_relaxed);
+    s.acquired_total = s.admitted_total;
+    s.in_flight = static_cast<std::size_t>(s.admitted_total > finished ? s.admitted_total - finished : 0);
+    s.timed_out_total = failures_[0].load(std::memory_order_relaxed);
+    s.queue_full_total = failures_[1].load(std::memory_order_relaxed);
+    s.closed_total = failures_[2].load(std::memory_order_relaxed);
+    s.exceeds_capacity_total = failures_[3].load(std::memory_order_relaxed);
+    s.cancelled_total = failures_[4].load(std::memory_order_relaxed);
     s.rejected_gate = refused_[0].load(std::memory_order_relaxed);
     s.rejected_rate = refused_[1].load(std::memory_order_relaxed);
     s.rejected_per_key = refused_[2].load(std::memory_order_relaxed);
     s.rejected_global = refused_[3].load(std::memory_order_relaxed);
     s.failed_total = failed_.load(std::memory_order_relaxed);
     s.rejections_reported = rejections_.load(std::memory_order_relaxed);
+    s.for_each_rejected([&s](reject_reason, std::uint64_t n) { s.rejected_total += n; });
     return s;
   }
 
@@ -623,6 +678,7 @@ class throttle {
     }
     if (failure) {
       failed_.fetch_add(1, std::memory_order_relaxed);
+      count_failure(failure);
       co_return std::pair<error_code, guard>(failure, guard());  // g gives back what it took
     }
     g.admitted_ = true;
@@ -685,8 +741,39 @@ class throttle {
 
   void count_refusal(throttle_stage s) noexcept {
     refused_[static_cast<std::size_t>(s) - 1].fetch_add(1, std::memory_order_relaxed);
+    if (options_.observer) {
+      constexpr reject_reason reasons[] = {reject_reason::gate, reject_reason::rate, reject_reason::per_key,
+                                           reject_reason::global};
+      notify(reasons[static_cast<std::size_t>(s) - 1]);
+    }
   }
   void count_rejection() noexcept { rejections_.fetch_add(1, std::memory_order_relaxed); }
+  void count_finished() noexcept { finished_.fetch_add(1, std::memory_order_relaxed); }
+
+  // A waiting acquire that failed, by its error (others count in failed_total only).
+  void count_failure(const error_code& ec) noexcept {
+    std::size_t slot = 5;
+    reject_reason why = reject_reason::cancelled;
+    if (ec == errc::timed_out) slot = 0, why = reject_reason::timed_out;
+    else if (ec == errc::queue_full) slot = 1, why = reject_reason::queue_full;
+    else if (ec == errc::closed) slot = 2, why = reject_reason::closed;
+    else if (ec == errc::exceeds_capacity) slot = 3, why = reject_reason::exceeds_capacity;
+    else if (ec == error_code(net::error::operation_aborted)) slot = 4;
+    if (slot == 5) return;
+    failures_[slot].fetch_add(1, std::memory_order_relaxed);
+    if (options_.observer) notify(why);
+  }
+
+  void notify(reject_reason why) const noexcept {
+    limiter_event e;
+    e.kind = event_kind::rejected;
+    e.reason = why;
+    e.name = options_.name;
+    try {
+      options_.observer(e);
+    } catch (...) {
+    }
+  }
 
   Gates* gates_;
   Rate* rate_;
@@ -696,6 +783,8 @@ class throttle {
   std::atomic<std::uint64_t> admitted_{0};
   std::atomic<std::uint64_t> refused_[4] = {};
   std::atomic<std::uint64_t> failed_{0};
+  std::atomic<std::uint64_t> failures_[5] = {};  // timed_out, queue_full, closed, exceeds_capacity, cancelled
+  std::atomic<std::uint64_t> finished_{0};
   std::atomic<std::uint64_t> rejections_{0};
 };
 

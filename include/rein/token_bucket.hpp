@@ -3,7 +3,9 @@
 
 #include <rein/algo/token_bucket.hpp>
 #include <rein/config.hpp>
+#include <rein/detail/format.hpp>
 #include <rein/null_mutex.hpp>
+#include <rein/observer.hpp>
 #include <rein/rate_limiter.hpp>
 #include <rein/wait_stats.hpp>
 
@@ -21,6 +23,8 @@
 #include <limits>
 #include <mutex>
 #include <optional>
+#include <string>
+#include <string_view>
 #include <type_traits>
 
 namespace rein {
@@ -34,6 +38,10 @@ struct token_bucket_options {
   /// How many operations may wait at once; one more completes at once with errc::queue_full. Default:
   /// unbounded.
   std::size_t max_waiters = std::numeric_limits<std::size_t>::max();
+  /// Names the bucket in events, metrics and error messages. Default: none.
+  std::string name{};
+  /// Called outside the lock with rejections and rate changes (set_rate); see rein::limiter_observer.
+  limiter_observer observer{};
 };
 
 /// A token bucket's state, copied out under its lock.
@@ -41,7 +49,22 @@ struct token_bucket_snapshot : wait_stats {
   double tokens = 0;          ///< in the bucket now (fractional; decisions are exact, this reading is rounded)
   double rate = 0;            ///< tokens per second
   std::int64_t capacity = 0;  ///< the burst
+  double limit = 0.0;         ///< the rate, as every limiter's `limit` (tokens per second)
+  double utilisation = 0.0;   ///< share of the burst used: 1 - tokens / capacity
 };
+
+/// One line: `tokens=2.5 limit=10/s capacity=20 utilisation=0.88 waiting=0 acquired=10 rejected=0 wait[...]`.
+inline std::ostream& operator<<(std::ostream& os, const token_bucket_snapshot& s) {
+  os << "tokens=";
+  detail::write_number(os, s.tokens);
+  os << " limit=";
+  detail::write_number(os, s.rate);
+  os << "/s capacity=" << s.capacity << " utilisation=";
+  detail::write_number(os, s.utilisation);
+  os << ' ';
+  detail::write_wait_stats(os, s);
+  return os;
+}
 
 /// An awaitable token bucket: tokens flow in at `rate` per second up to `capacity`, and a call that needs n
 /// tokens waits until n are there and takes them. It bounds how many calls start per second (a published
@@ -114,7 +137,9 @@ class basic_token_bucket : public basic_rate_limiter<algo::basic_token_bucket<Cl
   /// capacity not in [1, 1e15], or the initial tokens not in [0, capacity]; the message names the type, the
   /// field and the value ("rein::token_bucket: rate must be > 0, ..., got -1").
   basic_token_bucket(const executor_type& ex, const options& o)
-      : base(ex, make_bucket(o), rate_limiter_options{o.max_waiters}) {}
+      : base(ex, make_bucket(o), rate_limiter_options{o.max_waiters, o.name, o.observer}) {
+    this->type_name_ = "rein::token_bucket";
+  }
 
   /// Makes a bucket on an execution context (an io_context).
   template <class ExecutionContext>
@@ -125,7 +150,8 @@ class basic_token_bucket : public basic_rate_limiter<algo::basic_token_bucket<Cl
   /// waiters are re-timed at once, earlier or later (Go's `SetLimit`).
   /// @throws std::invalid_argument as the constructor does, changing nothing.
   void set_rate(double rate) {
-    renamed([&] { this->update([rate](limit_type& b, time_point now) { b.set_rate(rate, now); }); });
+    renamed([&] { this->update([rate](limit_type& b, time_point now) { b.set_rate(rate, now); }); },
+            this->name());
   }
 
   /// Changes the capacity (burst) from now on; tokens above it are dropped. A waiter queued for more than the
@@ -133,7 +159,8 @@ class basic_token_bucket : public basic_rate_limiter<algo::basic_token_bucket<Cl
   /// errc::exceeds_capacity); raising the capacity again restores its request (Go's `SetBurst`).
   /// @throws std::invalid_argument as the constructor does, changing nothing.
   void set_capacity(std::int64_t capacity) {
-    renamed([&] { this->update([capacity](limit_type& b, time_point now) { b.set_capacity(capacity, now); }); });
+    renamed([&] { this->update([capacity](limit_type& b, time_point now) { b.set_capacity(capacity, now); }); },
+            this->name());
   }
 
   /// Tokens per second.
@@ -161,20 +188,23 @@ class basic_token_bucket : public basic_rate_limiter<algo::basic_token_bucket<Cl
       s.tokens = b.tokens(now);
       s.rate = b.rate();
       s.capacity = b.capacity();
+      s.limit = s.rate;
+      s.utilisation = 1.0 - s.tokens / static_cast<double>(s.capacity);
       return s;
     });
   }
 
  private:
   template <class F>
-  static decltype(auto) renamed(F&& f) {
-    return detail::renaming_errors("rein::algo::token_bucket", "rein::token_bucket", std::forward<F>(f));
+  static decltype(auto) renamed(F&& f, std::string_view name = {}) {
+    // A named limiter's errors name it too: rein::token_bucket "api": rate must be ...
+    return detail::renaming_errors("rein::algo::token_bucket", detail::describe("rein::token_bucket", name), std::forward<F>(f));
   }
 
   static limit_type make_bucket(const options& o) {
     return renamed([&] {
       return limit_type({.rate = o.rate, .capacity = o.capacity, .initial_tokens = o.initial_tokens}, Clock::now());
-    });
+    }, o.name);
   }
 };
 

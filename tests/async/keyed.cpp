@@ -60,7 +60,7 @@ TEST_CASE("a key's limiter is made on first use from the defaults or the key's o
   CHECK(per_host.erase_override("slow-site.example"));
   CHECK_FALSE(per_host.erase_override("slow-site.example"));
   CHECK(per_host.get("slow-site.example")->snapshot().permits == 1);  // the live one keeps its settings
-  const auto stats = per_host.stats();
+  const auto stats = per_host.snapshot();
   CHECK(stats.keys == 2);
   CHECK(stats.created_total == 2);
 }
@@ -94,10 +94,10 @@ TEST_CASE("idle keys are evicted lazily, when new keys are made", "[keyed][evict
   per_host.get("b");
   CHECK_FALSE(per_host.contains("a"));
   CHECK(per_host.contains("b"));
-  CHECK(per_host.stats().evicted_total == 1);
+  CHECK(per_host.snapshot().evicted_total == 1);
 
   per_host.get("a");  // made again, indistinguishable from the first one
-  CHECK(per_host.stats().created_total == 3);
+  CHECK(per_host.snapshot().created_total == 3);
   CHECK(per_host.snapshot("a")->available == 1);
 }
 
@@ -133,7 +133,7 @@ TEST_CASE("a key is kept while a permit is held, a waiter waits or a handle pins
   pinned.reset();
   CHECK(per_host.sweep() == 1);
   CHECK(per_host.size() == 0);
-  CHECK(per_host.stats().evicted_total == 4);
+  CHECK(per_host.snapshot().evicted_total == 4);
 }
 
 TEST_CASE("at the cap a new key evicts an idle one, else it is refused with queue_full", "[keyed][cap]") {
@@ -153,7 +153,7 @@ TEST_CASE("at the cap a new key evicts an idle one, else it is refused with queu
     CHECK(e.code() == errc::queue_full);
   }
   CHECK(per_host.get("a"));  // existing keys are always served
-  CHECK(per_host.stats().rejected_total == 2);
+  CHECK(per_host.snapshot().rejected_total == 2);
 
   a.release();
   auto c = per_host.get("c", ec);
@@ -287,7 +287,7 @@ TEST_CASE("keys sprayed from many threads stay within the cap", "[keyed][threads
   for (auto& t : threads) t.join();
   CHECK(most_keys.load() <= 8);
   CHECK(acquired.load() > 0);
-  const auto stats = per_host.stats();
+  const auto stats = per_host.snapshot();
   CHECK(stats.created_total == stats.evicted_total + stats.keys);
   CHECK(stats.rejected_total == static_cast<std::uint64_t>(refused.load()));
 }
@@ -308,5 +308,5 @@ TEST_CASE("invalid limiter options fail where they are given, not at a key's fir
   rein::keyed<bucket_t> tenants(io, opts(100, 0), good);
   CHECK_THROWS_WITH(tenants.set_override("t1", bad), "rein::token_bucket: rate must be > 0, finite and at most 1e9 tokens per second, got -1");
   CHECK(tenants.get("t1")->capacity() == 2);  // the refused override was not set: the defaults apply
-  CHECK(tenants.stats().created_total == 1);  // checking made no key
+  CHECK(tenants.snapshot().created_total == 1);  // checking made no key
 }

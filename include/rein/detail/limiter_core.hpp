@@ -21,6 +21,16 @@
 // release touches no I/O object; it still holds a copy of the executor (harmless for an io_context's own
 // executor, whose copies own nothing). Cancellation handlers look at their op's status before touching it.
 //
+// Observation: with an observer set, every locked path that can change what the policy reports (its
+// optional `observed_state observe(time_point now) const`) compares it with the state last seen, and the
+// events found, with rejections, are delivered after the lock is released (class completions). Without one,
+// the only cost is a test of a bool on try_acquire and on an uncontended release.
+//
+// Wait histogram: a grant from the queue records its wait; grants made at once are added as zeros at the
+// next inspect (every grant ever made, revoked ones included, has exactly one entry: the histogram's count
+// catches up with acquired_total plus the revocations), so the fast path does no extra work. inspect hands
+// out the statistics themselves, not a copy (8.7 KB with the histogram).
+//
 // Failure: an allocation failure while starting an acquire (the op, the cancellation slot, the timer wait,
 // the work guard) leaves everything as it was and propagates. Completion never throws: a completion that
 // cannot be posted (no memory) is dropped like one whose execution context was destroyed, giving its
@@ -35,6 +45,7 @@
 #include <rein/detail/permit_source.hpp>
 #include <rein/detail/wait_op.hpp>
 #include <rein/null_mutex.hpp>
+#include <rein/observer.hpp>
 #include <rein/outcome.hpp>
 #include <rein/permit.hpp>
 #include <rein/try_result.hpp>
@@ -54,12 +65,16 @@
 #include <atomic>
 #include <cassert>
 #include <chrono>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <ratio>
+#include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 
@@ -68,9 +83,22 @@ namespace rein::detail {
 /// What the public limiters pass to their core besides the policy.
 struct line_options {
   std::size_t max_waiters;    ///< one more waiter completes with errc::queue_full
-  bool measure_wait = true;   ///< time waits for wait_total and wait_max (a timeless policy reads no clock
-                              ///< for waits without a deadline when false)
+  bool measure_wait = true;   ///< time waits for wait_total, wait_max and the wait histogram (a timeless
+                              ///< policy reads no clock for waits without a deadline when false)
+  std::string name{};         ///< the limiter's name, for events, metrics and error messages
+  limiter_observer observer{};  ///< called with events outside the lock; empty: none
 };
+
+/// "rein::semaphore" or, for a named limiter, "rein::semaphore \"api\"": how messages name a limiter.
+inline std::string describe(std::string_view type, std::string_view name) {
+  std::string s(type);
+  if (!name.empty()) {
+    s += " \"";
+    s += name;
+    s += '"';
+  }
+  return s;
+}
 
 template <class Policy, class Executor, class Clock, class Mutex, bool WithPermit>
 class limiter_core final : public permit_source,
@@ -91,7 +119,12 @@ class limiter_core final : public permit_source,
       : executor_(ex),
         policy_(std::forward<PolicyArgs>(policy_args)...),
         max_waiters_(options.max_waiters),
-        measure_wait_(Policy::needs_time || options.measure_wait) {}
+        measure_wait_(Policy::needs_time || options.measure_wait),
+        has_observer_(static_cast<bool>(options.observer)),
+        name_(std::move(options.name)),
+        observer_(std::move(options.observer)) {
+    if (has_observer_) last_observed_ = observe_now(Clock::now());
+  }
 
   limiter_core(const limiter_core&) = delete;
   limiter_core& operator=(const limiter_core&) = delete;
@@ -99,11 +132,15 @@ class limiter_core final : public permit_source,
 
   const Executor& get_executor() const noexcept { return executor_; }
 
+  /// The name given in the options (empty if none).
+  const std::string& name() const noexcept { return name_; }
+
   /// Takes n at once if nobody waits and the policy allows it. The fast path: no allocation, no scheduler.
   /// On success, `stamp` receives the grant time (nanoseconds since the clock's epoch; zero when the policy
   /// does not need time). When busy and `retry_ns` is given, it receives how long until the same request
   /// would be taken if nothing else changed (-1: unknown; INT64_MAX: never).
   try_status try_acquire(std::size_t n, std::chrono::nanoseconds& stamp, std::int64_t* retry_ns = nullptr) {
+    if (has_observer_) return try_acquire_observed(n, stamp, retry_ns);
     std::lock_guard<Mutex> lock(mutex_);
     if (closed_) return try_status::closed;
     if (policy_.exceeds(n)) return try_status::exceeds_capacity;
@@ -183,7 +220,10 @@ class limiter_core final : public permit_source,
       limiter_core* self;
       time_point now;
       completions* done;
-      ~dispatcher() { self->dispatch_locked(now, *done); }
+      ~dispatcher() {
+        self->dispatch_locked(now, *done);
+        if (self->has_observer_) self->observe_locked(now, *done);
+      }
     } dispatch_after{this, now, &done};
     return std::forward<F>(f)(policy_, now);
   }
@@ -198,19 +238,29 @@ class limiter_core final : public permit_source,
     std::forward<F>(f)(policy_, now);
     for (wait_op* op = queue_.front(); op != nullptr;) {
       wait_op* next = op->next;
-      if (policy_.exceeds(op->count)) unlink_locked(op, wait_status::exceeds_capacity, done);
+      if (policy_.exceeds(op->count)) {
+        count_rejection_locked(wait_status::exceeds_capacity, done);
+        unlink_locked(op, wait_status::exceeds_capacity, done);
+      }
       op = next;
     }
     dispatch_locked(now, done);
+    if (has_observer_) observe_locked(now, done);
   }
 
   /// Runs f(const policy&, const wait_stats&) under the lock and returns its result (snapshots, queries).
+  /// The statistics are the core's own (valid during the call only), brought up to date first.
   template <class F>
   decltype(auto) inspect(F&& f) const {
     std::lock_guard<Mutex> lock(mutex_);
-    wait_stats s = stats_;
-    s.waiting = queue_.size();
-    return std::forward<F>(f)(policy_, s);
+    stats_.waiting = queue_.size();
+    // Grants made at once since the last inspect, as zero waits (see the top of the file).
+    if (measure_wait_) {
+      const std::uint64_t recorded = stats_.wait.count();
+      const std::uint64_t granted = stats_.acquired_total + revoked_grants_;
+      if (granted > recorded) stats_.wait.record(std::chrono::nanoseconds{0}, granted - recorded);
+    }
+    return std::forward<F>(f)(policy_, static_cast<const wait_stats&>(stats_));
   }
 
   /// Completes every waiter with errc::closed; later acquires fail the same way. Idempotent.
@@ -230,6 +280,7 @@ class limiter_core final : public permit_source,
     cancel_timer_locked();
     timer_.reset();  // while its execution context is surely alive; a pending wait completes aborted
     if (holders_ != 0) self_ = this->shared_from_this();  // until the last permit comes back
+    has_observer_ = false;  // a permit given back later must not call an observer its owner may have freed
   }
 
   bool is_closed() const {
@@ -249,14 +300,16 @@ class limiter_core final : public permit_source,
     if (queue_.empty() && !timer_armed_ && (holders_ != 0 || drainers_.empty())) {
       // Nobody to grant and no timer to re-aim (the uncontended case, and every release after shutdown): no
       // dispatch, nothing to post.
-      policy_.on_release(n, stamp, result, policy_now());
       if (holders_ == 0) last = std::move(self_);
+      if (has_observer_) return release_observed(lock, n, stamp, result);
+      policy_.on_release(n, stamp, result, policy_now());
       return;
     }
     completions done(this);
     const time_point now = clock_now_locked();
     policy_.on_release(n, stamp, result, now);
     dispatch_locked(now, done);
+    if (has_observer_) observe_locked(now, done);
     lock.unlock();  // before `done` posts, although it was declared after the lock
   }
 
@@ -281,6 +334,7 @@ class limiter_core final : public permit_source,
     switch (op->status.load(std::memory_order_relaxed)) {
       case wait_status::queued:
         ++stats_.cancelled_total;
+        if (done.observing) done.buffer().reject(reject_reason::cancelled);
         unlink_locked(op, wait_status::aborted, done);
         break;
       case wait_status::granted:
@@ -326,12 +380,13 @@ class limiter_core final : public permit_source,
   // Declared before the lock_guard in every path, so that its destructor runs after the unlock.
   class completions {
    public:
-    explicit completions(limiter_core* core) noexcept : core_(core) {}
+    explicit completions(limiter_core* core) noexcept : observing(core->has_observer_), core_(core) {}
     completions(const completions&) = delete;
     completions& operator=(const completions&) = delete;
     ~completions() {
       std::shared_ptr<wait_owner> keep = std::move(keep_alive_);  // released last, after the posting
       ready.complete_all(&core_->executor_, core_, keep);
+      if (events && !events->empty()) events->deliver(core_->observer_, core_->name_);
       idle_work.reset();
     }
 
@@ -346,6 +401,13 @@ class limiter_core final : public permit_source,
 
     ready_list ready;
     std::optional<work_guard> idle_work;
+    const bool observing;                // the limiter has an observer
+    std::optional<event_buffer> events;  // engaged at the first event
+
+    event_buffer& buffer() noexcept {
+      if (!events) events.emplace();
+      return *events;
+    }
 
    private:
     limiter_core* core_;
@@ -386,6 +448,7 @@ class limiter_core final : public permit_source,
       if constexpr (WithPermit) --holders_;  // never 0 -> self_ here: the limiter is alive (it is cancelling)
       --stats_.acquired_total;
       ++stats_.cancelled_total;
+      ++revoked_grants_;
       return true;
     }
   }
@@ -406,9 +469,11 @@ class limiter_core final : public permit_source,
   // work guard or the timer wait), it changed nothing.
   bool admit_locked(wait_op* op, time_point deadline, completions& done) {
     const std::size_t n = op->count;
-    if (closed_) return finish_locked(op, wait_status::closed, done), false;
-    if (policy_.exceeds(n)) return finish_locked(op, wait_status::exceeds_capacity, done), false;
+    if (closed_) return reject_locked(op, wait_status::closed, done), false;
+    if (policy_.exceeds(n)) return reject_locked(op, wait_status::exceeds_capacity, done), false;
     time_point now = policy_now();
+    // A timeless policy read no clock: its state does not depend on time, so any instant observes it.
+    if (has_observer_) observe_locked(now, done);
     if (queue_.empty() && policy_.try_take(n, now)) {
       op->stamp_ns = to_ns(now).count();
       ++stats_.acquired_total;
@@ -417,16 +482,9 @@ class limiter_core final : public permit_source,
     }
     // A timeless policy read no clock above; the wait statistics and the deadline need one from here on.
     if (!Policy::needs_time && (measure_wait_ || deadline != time_point::max())) now = Clock::now();
-    if (queue_.size() >= max_waiters_) {
-      ++stats_.queue_full_total;
-      ++stats_.rejected_total;
-      return finish_locked(op, wait_status::queue_full, done), false;
-    }
-    if (deadline != time_point::max() && (deadline <= now || cannot_meet(n, deadline, now))) {
-      ++stats_.timed_out_total;
-      ++stats_.rejected_total;
-      return finish_locked(op, wait_status::timed_out, done), false;
-    }
+    if (queue_.size() >= max_waiters_) return reject_locked(op, wait_status::queue_full, done), false;
+    if (deadline != time_point::max() && (deadline <= now || cannot_meet(n, deadline, now)))
+      return reject_locked(op, wait_status::timed_out, done), false;
     const bool first = queue_.empty();
     if (first) {
       if (!work_) work_.emplace(executor_);
@@ -463,6 +521,96 @@ class limiter_core final : public permit_source,
   static void finish_locked(wait_op* op, wait_status status, completions& done) noexcept {
     op->status.store(status, std::memory_order_release);
     done.push(op);
+  }
+
+  // Counts a rejection for its reason (queue_full, timed_out, exceeds_capacity, closed) and reports it.
+  void count_rejection_locked(wait_status status, completions& done) noexcept {
+    ++stats_.rejected_total;
+    reject_reason why = reject_reason::closed;
+    switch (status) {
+      case wait_status::queue_full: ++stats_.queue_full_total; why = reject_reason::queue_full; break;
+      case wait_status::timed_out: ++stats_.timed_out_total; why = reject_reason::timed_out; break;
+      case wait_status::exceeds_capacity: ++stats_.exceeds_capacity_total; why = reject_reason::exceeds_capacity; break;
+      default: ++stats_.closed_total; break;
+    }
+    if (done.observing) done.buffer().reject(why);
+  }
+
+  // A new op turned away at once.
+  void reject_locked(wait_op* op, wait_status status, completions& done) noexcept {
+    count_rejection_locked(status, done);
+    finish_locked(op, status, done);
+  }
+
+  template <class P>
+  static constexpr bool observable = requires(const P& p, time_point t) {
+    { p.observe(t) } -> std::same_as<observed_state>;
+  };
+
+  observed_state observe_now(time_point now) const noexcept {
+    if constexpr (observable<Policy>) return policy_.observe(now);
+    else return (void)now, observed_state{};
+  }
+
+  // Events of a locked section that completes nothing (the observed fast paths), delivered after the lock
+  // (declared before it): lighter than a completions batch.
+  class event_sink {
+   public:
+    explicit event_sink(limiter_core* core) noexcept : core_(core) {}
+    event_sink(const event_sink&) = delete;
+    event_sink& operator=(const event_sink&) = delete;
+    ~event_sink() {
+      if (events && !events->empty()) events->deliver(core_->observer_, core_->name_);
+    }
+    static constexpr bool observing = true;
+    event_buffer& buffer() noexcept {
+      if (!events) events.emplace();
+      return *events;
+    }
+    std::optional<event_buffer> events;
+
+   private:
+    limiter_core* core_;
+  };
+
+  // Finds what changed since the last observation (see the top of the file).
+  template <class Sink>
+  void observe_locked(time_point now, Sink& done) noexcept {
+    if constexpr (observable<Policy>) {
+      const observed_state current = policy_.observe(now);
+      if (done.observing && !(current == last_observed_)) current.diff(last_observed_, done.buffer());
+      last_observed_ = current;
+    } else {
+      (void)now, (void)done;
+    }
+  }
+
+  // try_acquire with an observer: the same, and what it found is delivered after the lock.
+  REIN_NOINLINE try_status try_acquire_observed(std::size_t n, std::chrono::nanoseconds& stamp,
+                                                std::int64_t* retry_ns) {
+    event_sink done(this);
+    std::lock_guard<Mutex> lock(mutex_);
+    const time_point now = policy_now();
+    observe_locked(now, done);
+    if (closed_) return try_status::closed;
+    if (policy_.exceeds(n)) return try_status::exceeds_capacity;
+    if (!queue_.empty()) return busy_locked(queued_units_, n, now, retry_ns);
+    if (!policy_.try_take(n, now)) return busy_locked(0, n, now, retry_ns);
+    ++stats_.acquired_total;
+    if constexpr (WithPermit) ++holders_;
+    stamp = to_ns(now);
+    observe_locked(now, done);
+    return try_status::acquired;
+  }
+
+  // The uncontended release with an observer: the limit may have moved (an adaptive limiter's sample).
+  REIN_NOINLINE void release_observed(std::unique_lock<Mutex>& lock, std::size_t n, std::chrono::nanoseconds stamp,
+                                      outcome result) noexcept {
+    event_sink done(this);
+    const time_point now = policy_now();
+    policy_.on_release(n, stamp, result, now);
+    observe_locked(now, done);
+    lock.unlock();  // before `done` delivers, although it was declared after the lock
   }
 
   // Takes a queued op out of its line and the heap, without completing it.
@@ -518,10 +666,7 @@ class limiter_core final : public permit_source,
       while (!queue_.empty() && policy_.try_take(queue_.front()->count, now)) grant_locked(queue_.front(), now, done);
       if (deadlines_.empty() || deadlines_.top()->deadline_ns > to_ns(now).count()) break;
       wait_op* expired = deadlines_.top();
-      if (!expired->drain) {
-        ++stats_.timed_out_total;
-        ++stats_.rejected_total;
-      }
+      if (!expired->drain) count_rejection_locked(wait_status::timed_out, done);  // a drain is no rejection
       unlink_locked(expired, wait_status::timed_out, done);
     }
     if (holders_ == 0 && !drainers_.empty()) finish_drains_locked(done);
@@ -541,6 +686,7 @@ class limiter_core final : public permit_source,
       const std::chrono::nanoseconds waited(to_ns(now).count() - op->stamp_ns);
       stats_.wait_total += waited;
       stats_.wait_max = std::max(stats_.wait_max, waited);
+      stats_.wait.record(waited);
     }
     ++stats_.acquired_total;
     op->stamp_ns = to_ns(now).count();
@@ -605,13 +751,18 @@ class limiter_core final : public permit_source,
     std::lock_guard<Mutex> lock(mutex_);
     if (shut_down_.load(std::memory_order_relaxed) || generation != timer_generation_) return;  // superseded
     timer_armed_ = false;
-    dispatch_locked(Clock::now(), done);
+    const time_point now = Clock::now();
+    dispatch_locked(now, done);
+    if (has_observer_) observe_locked(now, done);
   }
 
   // Fails every acquire waiting; drain waits too when the limiter goes away (not on close).
   void fail_all_locked(wait_status status, completions& done) noexcept {
     closed_ = true;
-    while (!queue_.empty()) unlink_locked(queue_.front(), status, done);
+    while (!queue_.empty()) {
+      if (status == wait_status::closed) count_rejection_locked(status, done);
+      unlink_locked(queue_.front(), status, done);
+    }
     if (status == wait_status::aborted)
       while (!drainers_.empty()) unlink_locked(drainers_.front(), status, done);
     if (drainers_.empty()) cancel_timer_locked();
@@ -638,8 +789,13 @@ class limiter_core final : public permit_source,
   std::optional<work_guard> work_;  // engaged while anyone waits
   std::size_t max_waiters_;
   bool measure_wait_;
+  bool has_observer_;
   std::size_t queued_units_ = 0;
-  wait_stats stats_{};
+  std::uint64_t revoked_grants_ = 0;  // grants taken back by a late cancellation (their histogram entry stays)
+  std::string name_;
+  limiter_observer observer_;
+  observed_state last_observed_{};
+  mutable wait_stats stats_{};  // inspect brings `waiting` and the histogram's zeros up to date
   time_point timer_at_{};
   std::uint64_t timer_generation_ = 0;
   std::uint32_t next_seq_ = 0;

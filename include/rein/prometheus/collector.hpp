@@ -1,0 +1,281 @@
+// rein's limiters as Prometheus metrics (prometheus-cpp), read from their snapshots at scrape time.
+#pragma once
+
+#include <rein/algo/log_histogram.hpp>
+#include <rein/observer.hpp>
+
+#include <prometheus/client_metric.h>
+#include <prometheus/collectable.h>
+#include <prometheus/metric_family.h>
+#include <prometheus/metric_type.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace rein::prometheus {
+
+// What every metric is named and what it means. All carry the label `limiter` (the registration's name);
+// per-key series of a keyed registry add `key`.
+//
+// | metric                          | type      | from the snapshot                                      |
+// | ------------------------------- | --------- | ------------------------------------------------------ |
+// | rein_acquired_total             | counter   | acquired_total                                         |
+// | rein_rejected_total{reason}     | counter   | each reason for_each_rejected() lists                  |
+// | rein_cancelled_total            | counter   | cancelled_total                                        |
+// | rein_waiting                    | gauge     | waiting                                                |
+// | rein_in_flight                  | gauge     | in_flight                                              |
+// | rein_limit                      | gauge     | limit (calls, or units per second for rates)           |
+// | rein_utilisation_ratio          | gauge     | utilisation                                            |
+// | rein_tokens                     | gauge     | tokens                                                 |
+// | rein_paused                     | gauge     | paused (0 or 1)                                        |
+// | rein_wait_seconds               | histogram | wait (le = 1.024 us x 4^j, up to 73 min)              |
+// | rein_service_seconds            | histogram | service (adaptive limiters: grant to outcome)          |
+// | rein_keys                       | gauge     | a keyed registry's live keys                           |
+// | rein_keys_created_total         | counter   | ... limiters made                                      |
+// | rein_keys_evicted_total         | counter   | ... idle limiters dropped                              |
+// | rein_keys_unexported            | gauge     | ... live keys left out by the cardinality cap          |
+// | rein_upstream_rejections_total  | counter   | a throttle's guard.reject() calls (upstream 429s)      |
+// | rein_retry_attempts_total       | counter   | a retry policy's attempts (first ones included)        |
+// | rein_retries_total              | counter   | ... attempts after a failure                           |
+//
+// Histogram buckets are exact: every `le` is a bucket boundary of rein::algo::log_histogram (a power of
+// two of nanoseconds), so `rein_wait_seconds_bucket` counts are the limiter's own, not estimates.
+
+/// Options of collector::add_keyed.
+struct keyed_export_options {
+  /// At most this many keys get per-key series at each scrape (a bound on label cardinality: keys may be
+  /// invented by callers); the rest are counted in rein_keys_unexported. Default: 100.
+  std::size_t max_keys = 100;
+};
+
+/// A prometheus-cpp Collectable holding rein limiters: `exposer.RegisterCollectable(collector)`.
+///
+/// ```
+///   auto metrics = std::make_shared<rein::prometheus::collector>();
+///   metrics->add(throttle);
+///   metrics->add(rate);
+///   metrics->add(global);
+///   metrics->add_keyed(per_host, {}, {.max_keys = 10});
+///   prometheus::Exposer exposer("127.0.0.1:" + args.port);
+///   exposer.RegisterCollectable(metrics);
+/// ```
+/// (From examples/prometheus/prometheus_throttle.cpp, which CI builds.) `add` takes any rein limiter,
+/// throttle or retry policy; `add_keyed` a keyed registry with up to max_keys of its keys' limiters.
+///
+/// Everything is read at scrape time from each object's snapshot() (a copy under its lock, a few hundred ns
+/// for the histograms); nothing is added to the limiters' own paths. Metric names follow Prometheus'
+/// conventions (base units, `_total` counters, `_seconds` histograms; the table at the top of this file).
+///
+/// @par Lifetime
+/// A registered object must outlive its registration: call remove(name) first, or destroy the collector
+/// (unregistered from the exposer) first.
+///
+/// @par Thread Safety
+/// add, remove and Collect may be called concurrently (an internal mutex); the registered objects are read
+/// through their thread-safe snapshot() (rein's std::mutex variants).
+class collector : public ::prometheus::Collectable {
+ public:
+  /// Registers `object` (a rein limiter, throttle or retry policy: anything with snapshot()) as `name`;
+  /// an empty `name` takes object.name(). @throws std::invalid_argument if the name is empty or taken.
+  template <class Object>
+  void add(const Object& object, std::string name = {}) {
+    if (name.empty()) {
+      if constexpr (requires { object.name(); }) name = std::string(object.name());
+    }
+    insert(std::move(name), [&object](sink& out, const labels& l) { export_snapshot(out, l, object.snapshot()); });
+  }
+
+  /// Registers a rein::keyed registry as `name` (empty: its options' name): its own counters, and the
+  /// metrics of at most `options.max_keys` keys' limiters with a `key` label.
+  template <class Keyed>
+  void add_keyed(Keyed& registry, std::string name = {}, keyed_export_options options = {}) {
+    if (name.empty()) name = registry.name();
+    insert(std::move(name), [&registry, options](sink& out, const labels& l) {
+      const auto s = registry.snapshot();
+      out.gauge("rein_keys", "Live keys of a keyed registry.", l, static_cast<double>(s.keys));
+      out.counter("rein_keys_created_total", "Limiters a keyed registry made.", l, static_cast<double>(s.created_total));
+      out.counter("rein_keys_evicted_total", "Idle limiters a keyed registry dropped.", l,
+                  static_cast<double>(s.evicted_total));
+      export_rejected(out, l, s);
+      const std::size_t exported = registry.for_each_snapshot(
+          [&](const auto& key, const auto& snapshot) {
+            labels per_key = l;
+            per_key.push_back({"key", key_text(key)});
+            export_snapshot(out, per_key, snapshot);
+          },
+          options.max_keys);
+      out.gauge("rein_keys_unexported", "Live keys left out of the per-key series by the cardinality cap.", l,
+                static_cast<double>(s.keys > exported ? s.keys - exported : 0));
+    });
+  }
+
+  /// Unregisters `name`; returns whether it was registered.
+  bool remove(std::string_view name) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto it = std::find_if(sources_.begin(), sources_.end(), [&](const source& s) { return s.name == name; });
+    if (it == sources_.end()) return false;
+    sources_.erase(it);
+    return true;
+  }
+
+  /// Registered names, in registration order.
+  std::vector<std::string> names() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::vector<std::string> out;
+    for (const source& s : sources_) out.push_back(s.name);
+    return out;
+  }
+
+  /// Called by prometheus-cpp at each scrape: every registered object's metrics, grouped in families.
+  std::vector<::prometheus::MetricFamily> Collect() const override {
+    sink out;
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const source& s : sources_) s.read(out, labels{{"limiter", s.name}});
+    return out.take();
+  }
+
+  /// The `le` bounds of rein_wait_seconds and rein_service_seconds, in nanoseconds: 2^10, 2^12, ... 2^42
+  /// (1.024 us to 73.3 minutes), each a bucket boundary of rein::algo::log_histogram.
+  static std::vector<std::uint64_t> histogram_bounds_ns() {
+    std::vector<std::uint64_t> bounds;
+    for (unsigned k = 10; k <= algo::log_histogram::top_bits; k += 2) bounds.push_back(std::uint64_t{1} << k);
+    return bounds;
+  }
+
+ private:
+  using labels = std::vector<::prometheus::ClientMetric::Label>;
+
+  // Families by name, in first-seen order (Prometheus' text format wants one block per family).
+  class sink {
+   public:
+    void counter(const std::string& name, const char* help, const labels& l, double v) {
+      ::prometheus::ClientMetric m;
+      m.label = l;
+      m.counter.value = v;
+      family(name, help, ::prometheus::MetricType::Counter).metric.push_back(std::move(m));
+    }
+    void gauge(const std::string& name, const char* help, const labels& l, double v) {
+      ::prometheus::ClientMetric m;
+      m.label = l;
+      m.gauge.value = v;
+      family(name, help, ::prometheus::MetricType::Gauge).metric.push_back(std::move(m));
+    }
+    void histogram(const std::string& name, const char* help, const labels& l, const algo::log_histogram& h) {
+      ::prometheus::ClientMetric m;
+      m.label = l;
+      m.histogram.sample_count = h.count();
+      m.histogram.sample_sum = static_cast<double>(h.sum().count()) / 1e9;
+      for (std::uint64_t bound : histogram_bounds_ns()) {
+        ::prometheus::ClientMetric::Bucket b;
+        b.upper_bound = static_cast<double>(bound) / 1e9;
+        // A bound is a bucket boundary, so the count below it is exact. (A value of exactly `bound` ns is
+        // counted in the next bucket: `le` reads as "below" here, a difference of one nanosecond.)
+        b.cumulative_count = h.count_below(std::chrono::nanoseconds(static_cast<std::int64_t>(bound)));
+        m.histogram.bucket.push_back(b);
+      }
+      ::prometheus::ClientMetric::Bucket inf;
+      inf.upper_bound = std::numeric_limits<double>::infinity();
+      inf.cumulative_count = h.count();
+      m.histogram.bucket.push_back(inf);
+      family(name, help, ::prometheus::MetricType::Histogram).metric.push_back(std::move(m));
+    }
+    std::vector<::prometheus::MetricFamily> take() { return std::move(families_); }
+
+   private:
+    ::prometheus::MetricFamily& family(const std::string& name, const char* help, ::prometheus::MetricType type) {
+      auto [it, fresh] = index_.try_emplace(name, families_.size());
+      if (fresh) {
+        ::prometheus::MetricFamily f;
+        f.name = name;
+        f.help = help;
+        f.type = type;
+        families_.push_back(std::move(f));
+      }
+      return families_[it->second];
+    }
+    std::vector<::prometheus::MetricFamily> families_;
+    std::map<std::string, std::size_t> index_;
+  };
+
+  struct source {
+    std::string name;
+    std::function<void(sink&, const labels&)> read;
+  };
+
+  void insert(std::string name, std::function<void(sink&, const labels&)> read) {
+    if (name.empty()) throw std::invalid_argument("rein::prometheus::collector: name must not be empty, got \"\"");
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const source& s : sources_)
+      if (s.name == name)
+        throw std::invalid_argument("rein::prometheus::collector: name must be unique, got \"" + name + "\" twice");
+    sources_.push_back(source{std::move(name), std::move(read)});
+  }
+
+  template <class Key>
+  static std::string key_text(const Key& key) {
+    if constexpr (std::is_convertible_v<const Key&, std::string_view>) return std::string(std::string_view(key));
+    else return std::to_string(key);
+  }
+
+  template <class Snapshot>
+  static void export_rejected(sink& out, const labels& l, const Snapshot& s) {
+    s.for_each_rejected([&](reject_reason why, std::uint64_t n) {
+      labels with_reason = l;
+      with_reason.push_back({"reason", std::string(to_string(why))});
+      out.counter("rein_rejected_total", "Callers turned away, by reason.", with_reason, static_cast<double>(n));
+    });
+  }
+
+  // Whatever of the shared vocabulary the snapshot has.
+  template <class Snapshot>
+  static void export_snapshot(sink& out, const labels& l, const Snapshot& s) {
+    if constexpr (requires { s.acquired_total; })
+      out.counter("rein_acquired_total", "Grants (or admitted calls, or succeeded retried calls).", l,
+                  static_cast<double>(s.acquired_total));
+    if constexpr (requires { s.for_each_rejected([](reject_reason, std::uint64_t) {}); }) export_rejected(out, l, s);
+    if constexpr (requires { s.cancelled_total; })
+      out.counter("rein_cancelled_total", "Waits the caller cancelled.", l, static_cast<double>(s.cancelled_total));
+    if constexpr (requires { s.waiting; })
+      out.gauge("rein_waiting", "Operations waiting now.", l, static_cast<double>(s.waiting));
+    if constexpr (requires { s.in_flight; })
+      out.gauge("rein_in_flight", "Calls holding a slot now.", l, static_cast<double>(s.in_flight));
+    if constexpr (requires { s.limit; })
+      out.gauge("rein_limit", "The limit: calls in flight, or units per second for rates, or starts per window.", l,
+                static_cast<double>(s.limit));
+    if constexpr (requires { s.utilisation; })
+      out.gauge("rein_utilisation_ratio", "How much of the limit is used, in [0, 1].", l, s.utilisation);
+    if constexpr (requires { s.tokens; }) out.gauge("rein_tokens", "Tokens in the bucket now.", l, s.tokens);
+    if constexpr (requires { s.paused; })
+      out.gauge("rein_paused", "Whether a quota gate's pause is in effect (1) or not (0).", l, s.paused ? 1.0 : 0.0);
+    if constexpr (requires { s.wait.count(); })
+      out.histogram("rein_wait_seconds", "Time from the acquire call to the grant.", l, s.wait);
+    if constexpr (requires { s.service.count(); })
+      out.histogram("rein_service_seconds", "Time from the grant to the reported outcome.", l, s.service);
+    if constexpr (requires { s.rejections_reported; })
+      out.counter("rein_upstream_rejections_total", "Upstream rejections reported through a throttle guard.", l,
+                  static_cast<double>(s.rejections_reported));
+    if constexpr (requires { s.retries_total; s.attempts_total; }) {
+      out.counter("rein_retry_attempts_total", "Attempts made, first ones included.", l,
+                  static_cast<double>(s.attempts_total));
+      out.counter("rein_retries_total", "Attempts after a failure.", l, static_cast<double>(s.retries_total));
+    }
+  }
+
+  mutable std::mutex mutex_;
+  std::vector<source> sources_;
+};
+
+}  // namespace rein::prometheus

@@ -1,0 +1,147 @@
+// rein::algo::log_histogram: layout, exact counts, nearest-rank percentiles and their error bound, merging.
+#include <rein/algo/log_histogram.hpp>
+
+#include "support/catch.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+using namespace std::chrono_literals;
+using rein::algo::log_histogram;
+
+TEST_CASE("log_histogram: the finest buckets are 16 ns wide below 1024 ns", "[log_histogram]") {
+  CHECK(log_histogram::index_of(0) == 0);
+  CHECK(log_histogram::index_of(15) == 0);
+  CHECK(log_histogram::index_of(16) == 1);
+  CHECK(log_histogram::index_of(1023) == 63);
+  CHECK(log_histogram::lower_bound_ns(63) == 1008);
+  CHECK(log_histogram::upper_bound_ns(63) == 1024);
+}
+
+TEST_CASE("log_histogram: each octave from 1024 ns has 32 buckets of 1/32 of its start", "[log_histogram]") {
+  CHECK(log_histogram::index_of(1024) == 64);
+  CHECK(log_histogram::index_of(1055) == 64);
+  CHECK(log_histogram::index_of(1056) == 65);
+  CHECK(log_histogram::index_of(2047) == 95);
+  CHECK(log_histogram::index_of(2048) == 96);
+  CHECK(log_histogram::lower_bound_ns(96) == 2048);
+  CHECK(log_histogram::upper_bound_ns(96) == 2112);
+  // 1 ms = 1,000,000 ns: octave [2^19, 2^20), buckets of 2^14 ns.
+  const std::size_t i = log_histogram::index_of(1'000'000);
+  CHECK(log_histogram::lower_bound_ns(i) == 999'424);
+  CHECK(log_histogram::upper_bound_ns(i) == 1'015'808);
+  // Every bucket is contiguous with the next, and no wider than 1/32 of its start from 512 ns on.
+  for (std::size_t b = 0; b + 2 < log_histogram::bucket_count; ++b) {
+    REQUIRE(log_histogram::upper_bound_ns(b) == log_histogram::lower_bound_ns(b + 1));
+    REQUIRE(log_histogram::index_of(log_histogram::lower_bound_ns(b)) == b);
+    REQUIRE(log_histogram::index_of(log_histogram::upper_bound_ns(b) - 1) == b);
+    if (log_histogram::lower_bound_ns(b) >= 512)
+      REQUIRE((log_histogram::upper_bound_ns(b) - log_histogram::lower_bound_ns(b)) * 32 <=
+              log_histogram::lower_bound_ns(b));
+  }
+}
+
+TEST_CASE("log_histogram: 2^42 ns and above go to the overflow bucket", "[log_histogram]") {
+  CHECK(log_histogram::bucket_count == 1089);
+  CHECK(sizeof(log_histogram) <= 1089 * 8 + 4 * 8);
+  CHECK(log_histogram::index_of((std::uint64_t{1} << 42) - 1) == 1087);
+  CHECK(log_histogram::index_of(std::uint64_t{1} << 42) == 1088);
+  CHECK(log_histogram::index_of(~std::uint64_t{0}) == 1088);
+  log_histogram h;
+  h.record(2h);
+  CHECK(h.bucket(1088) == 1);
+  CHECK(h.p50() == 2h);  // the overflow bucket reads as max()
+}
+
+TEST_CASE("log_histogram: count, sum, min, max and mean are exact", "[log_histogram]") {
+  log_histogram h;
+  CHECK(h.count() == 0);
+  CHECK(h.p99() == 0ns);
+  CHECK(h.min() == 0ns);
+  h.record(3ms);
+  h.record(1ms);
+  h.record(-5ns);  // counts as zero
+  h.record(10us, 2);
+  CHECK(h.count() == 5);
+  CHECK(h.sum() == 4'020'000ns);
+  CHECK(h.min() == 0ns);
+  CHECK(h.max() == 3ms);
+  CHECK(h.mean() == 804'000ns);
+  CHECK(h.bucket(0) == 1);
+  CHECK(h.bucket(log_histogram::index_of(10'000)) == 2);
+}
+
+TEST_CASE("log_histogram: percentiles follow the nearest rank and read bucket midpoints", "[log_histogram]") {
+  log_histogram h;
+  for (int i = 1; i <= 100; ++i) h.record(std::chrono::milliseconds(i));
+  // Rank 50 is 50 ms = 50,000,000 ns: octave [2^25, 2^26), buckets of 2^20 ns; 50,000,000 lies in
+  // [49,283,072, 50,331,648), midpoint 49,807,360.
+  CHECK(h.p50() == 49'807'360ns);
+  // Rank 90 is 90 ms: octave [2^26, 2^27), buckets of 2^21 ns: [88,080,384, 90,177,536), midpoint 89,128,960.
+  CHECK(h.p90() == 89'128'960ns);
+  // Rank 99 is 99 ms: [98,566,144, 100,663,296), midpoint 99,614,720.
+  CHECK(h.p99() == 99'614'720ns);
+  CHECK(h.percentile(100) == 100ms);
+  // Rank 1 (p = 0 and p = 0.5 alike) is 1 ms: bucket [999,424, 1,015,808), midpoint 1,007,616.
+  CHECK(h.percentile(0) == 1'007'616ns);
+  CHECK(h.percentile(0.5) == 1'007'616ns);
+}
+
+TEST_CASE("log_histogram: a percentile is clamped to the recorded range", "[log_histogram]") {
+  log_histogram h;
+  h.record(1'000'000ns);  // bucket [999,424, 1,015,808), midpoint 1,007,616
+  CHECK(h.p50() == 1'000'000ns);  // clamped to max = min = the one value
+  h.record(1'010'000ns);
+  CHECK(h.p50() == 1'007'616ns);
+  CHECK(h.p99() == 1'007'616ns);
+  CHECK(h.percentile(100) == 1'010'000ns);
+}
+
+TEST_CASE("log_histogram: every percentile is within 1/64 of the value at its rank", "[log_histogram]") {
+  // Values spread over 1 us .. 1 h by a fixed multiplicative step: each one is the value at its own rank.
+  log_histogram h;
+  std::vector<std::uint64_t> values;
+  for (double v = 1000.0; v < 3.6e12; v *= 1.37) values.push_back(static_cast<std::uint64_t>(v));
+  for (std::uint64_t v : values) h.record(std::chrono::nanoseconds(static_cast<std::int64_t>(v)));
+  const auto n = static_cast<double>(values.size());
+  for (std::size_t rank = 1; rank <= values.size(); ++rank) {
+    const double p = (static_cast<double>(rank) - 0.5) / n * 100.0;  // ceil(p/100 * n) == rank
+    const double read = static_cast<double>(h.percentile(p).count());
+    const double truth = static_cast<double>(values[rank - 1]);
+    REQUIRE(std::abs(read - truth) <= truth * log_histogram::relative_error);
+  }
+}
+
+TEST_CASE("log_histogram: count_below is exact at octave bounds", "[log_histogram]") {
+  log_histogram h;
+  h.record(1023ns);
+  h.record(1024ns);
+  h.record(4095ns);
+  h.record(4096ns);
+  CHECK(h.count_below(1024ns) == 1);
+  CHECK(h.count_below(2048ns) == 2);
+  CHECK(h.count_below(4096ns) == 3);
+  CHECK(h.count_below(8192ns) == 4);
+  CHECK(h.count_below(0ns) == 0);
+  CHECK(h.count_below(1h) == 4);
+}
+
+TEST_CASE("log_histogram: merging equals recording everything in one", "[log_histogram]") {
+  log_histogram a, b, all;
+  for (int i = 0; i < 50; ++i) {
+    a.record(std::chrono::microseconds(i * 7));
+    all.record(std::chrono::microseconds(i * 7));
+    b.record(std::chrono::milliseconds(i * 3 + 1));
+    all.record(std::chrono::milliseconds(i * 3 + 1));
+  }
+  CHECK(a + b == all);
+  a += b;
+  CHECK(a == all);
+  CHECK(a.count() == 100);
+  CHECK(a.min() == 0ns);
+  CHECK(a.max() == 148ms);
+  a.reset();
+  CHECK(a == log_histogram{});
+}

@@ -1,0 +1,126 @@
+// rein::prometheus::collector read directly, without a server: family names and types, the label set,
+// rejections by reason, exact histogram buckets, keyed per-key series and the cardinality cap.
+#include "support/async.hpp"
+#include "support/catch.hpp"
+
+#include <rein/keyed.hpp>
+#include <rein/prometheus/collector.hpp>
+#include <rein/semaphore.hpp>
+#include <rein/throttle.hpp>
+
+#include <chrono>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace std::chrono_literals;
+namespace net = rein::net;
+using rein_test::manual_clock;
+using timed_semaphore = rein::basic_semaphore<net::any_io_executor, manual_clock>;
+
+const prometheus::MetricFamily* find(const std::vector<prometheus::MetricFamily>& families, const std::string& name) {
+  for (const auto& f : families)
+    if (f.name == name) return &f;
+  return nullptr;
+}
+
+// The metric of `family` whose labels include every (name, value) of `want`.
+const prometheus::ClientMetric* metric(const std::vector<prometheus::MetricFamily>& families, const std::string& family,
+                                       const std::vector<prometheus::ClientMetric::Label>& want) {
+  const prometheus::MetricFamily* f = find(families, family);
+  if (f == nullptr) return nullptr;
+  for (const auto& m : f->metric) {
+    bool all = true;
+    for (const auto& w : want) {
+      bool found = false;
+      for (const auto& l : m.label) found = found || l == w;
+      all = all && found;
+    }
+    if (all) return &m;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+TEST_CASE("collector: a semaphore's counters, gauges and exact wait buckets", "[prometheus]") {
+  rein_test::manual_clock_at_epoch epoch;
+  net::io_context io;
+  timed_semaphore sem(io, 1, {.max_waiters = 1, .name = "db"});
+  rein::permit held = sem.try_acquire();
+  rein::permit later;
+  sem.async_acquire(1, [&](rein::error_code, rein::permit p) { later = std::move(p); });
+  sem.async_acquire(1, [](rein::error_code, rein::permit) {});  // queue_full
+  rein_test::poll(io);
+  rein_test::advance_and_poll(io, 3ms);  // 3,000,000 ns: between 2^20 and 2^22 ns
+  held.release();
+  rein_test::poll(io);
+
+  rein::prometheus::collector c;
+  c.add(sem);
+  CHECK(c.names() == std::vector<std::string>{"db"});
+  const auto families = c.Collect();
+  CHECK(find(families, "rein_acquired_total")->type == prometheus::MetricType::Counter);
+  CHECK(metric(families, "rein_acquired_total", {{"limiter", "db"}})->counter.value == 2.0);
+  CHECK(metric(families, "rein_rejected_total", {{"limiter", "db"}, {"reason", "queue_full"}})->counter.value == 1.0);
+  CHECK(metric(families, "rein_rejected_total", {{"limiter", "db"}, {"reason", "timed_out"}})->counter.value == 0.0);
+  CHECK(metric(families, "rein_in_flight", {{"limiter", "db"}})->gauge.value == 1.0);
+  CHECK(metric(families, "rein_limit", {{"limiter", "db"}})->gauge.value == 1.0);
+  const auto* wait = metric(families, "rein_wait_seconds", {{"limiter", "db"}});
+  REQUIRE(wait != nullptr);
+  CHECK(find(families, "rein_wait_seconds")->type == prometheus::MetricType::Histogram);
+  CHECK(wait->histogram.sample_count == 2);
+  CHECK(wait->histogram.sample_sum == 0.003);
+  const auto& buckets = wait->histogram.bucket;
+  REQUIRE(buckets.size() == 18);  // 2^10, 2^12, ... 2^42 ns, and +Inf
+  CHECK(buckets[0].upper_bound == 1024e-9);
+  CHECK(buckets[0].cumulative_count == 1);   // the immediate grant: 0
+  CHECK(buckets[5].upper_bound == 1048576e-9);
+  CHECK(buckets[5].cumulative_count == 1);   // 2^20 ns: 3 ms not yet
+  CHECK(buckets[6].cumulative_count == 2);   // 2^22 ns = 4.19 ms
+  CHECK(buckets[17].cumulative_count == 2);  // +Inf
+  CHECK(c.remove("db"));
+  CHECK(c.Collect().empty());
+}
+
+TEST_CASE("collector: names must be given and unique", "[prometheus]") {
+  net::io_context io;
+  rein::semaphore unnamed(io, 1);
+  rein::prometheus::collector c;
+  CHECK_THROWS_AS(c.add(unnamed), std::invalid_argument);
+  c.add(unnamed, "a");
+  CHECK_THROWS_AS(c.add(unnamed, "a"), std::invalid_argument);
+}
+
+TEST_CASE("collector: a keyed registry exports at most max_keys keys", "[prometheus]") {
+  net::io_context io;
+  rein::keyed<rein::semaphore> per_host(io.get_executor(), {.name = "per_host"}, std::size_t{2});
+  auto a = per_host.get("a");
+  auto b = per_host.get("b");
+  auto c1 = per_host.get("c");
+  rein::permit p = a->try_acquire();
+  rein::prometheus::collector c;
+  c.add_keyed(per_host, {}, {.max_keys = 2});
+  const auto families = c.Collect();
+  CHECK(metric(families, "rein_keys", {{"limiter", "per_host"}})->gauge.value == 3.0);
+  CHECK(metric(families, "rein_keys_unexported", {{"limiter", "per_host"}})->gauge.value == 1.0);
+  CHECK(find(families, "rein_limit")->metric.size() == 2);
+  CHECK(metric(families, "rein_keys_created_total", {{"limiter", "per_host"}})->counter.value == 3.0);
+}
+
+TEST_CASE("collector: a throttle's rejections by stage", "[prometheus]") {
+  net::io_context io;
+  rein::semaphore global(io, 1);
+  rein::throttle t(rein::unlimited, rein::unlimited, global, rein::unlimited, {.name = "out"});
+  auto g1 = t.try_acquire("k");
+  auto g2 = t.try_acquire("k");
+  rein::prometheus::collector c;
+  c.add(t);
+  const auto families = c.Collect();
+  CHECK(metric(families, "rein_rejected_total", {{"limiter", "out"}, {"reason", "global"}})->counter.value == 1.0);
+  CHECK(metric(families, "rein_acquired_total", {{"limiter", "out"}})->counter.value == 1.0);
+  CHECK(metric(families, "rein_in_flight", {{"limiter", "out"}})->gauge.value == 1.0);
+}
