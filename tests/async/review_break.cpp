@@ -1,0 +1,265 @@
+// Adversarial tests for the wait line's lifecycle (permits outliving limiters, drain, shrink, revocation).
+#include "support/async.hpp"
+#include "support/catch.hpp"
+
+#include <rein/error.hpp>
+#include <rein/permit.hpp>
+#include <rein/semaphore.hpp>
+#include <rein/sliding_window.hpp>
+#include <rein/token_bucket.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace {
+
+using namespace std::chrono_literals;
+namespace net = rein::net;
+using rein::errc;
+using rein::error_code;
+using rein::permit;
+using rein_test::manual_clock;
+using rein_test::poll;
+using duration = manual_clock::duration;
+
+const error_code aborted = net::error::operation_aborted;
+
+// A std::mutex that counts live instances: the core holds exactly one, so `live` tells whether a core
+// still exists (a leak), and `destroyed_locked` whether one was destroyed while its lock was held.
+struct counted_mutex {
+  static inline std::atomic<int> live{0};
+  static inline std::atomic<int> destroyed_locked{0};
+  std::mutex m;
+  std::atomic<bool> held{false};
+  counted_mutex() { ++live; }
+  ~counted_mutex() {
+    if (held.load()) ++destroyed_locked;
+    --live;
+  }
+  counted_mutex(const counted_mutex&) = delete;
+  counted_mutex& operator=(const counted_mutex&) = delete;
+  void lock() {
+    m.lock();
+    held.store(true);
+  }
+  bool try_lock() {
+    if (!m.try_lock()) return false;
+    held.store(true);
+    return true;
+  }
+  void unlock() {
+    held.store(false);
+    m.unlock();
+  }
+};
+
+using counted_semaphore = rein::basic_semaphore<net::any_io_executor, counted_mutex, manual_clock>;
+using semaphore = rein::basic_semaphore<net::any_io_executor, std::mutex, manual_clock>;
+
+}  // namespace
+
+TEST_CASE("review: a core whose last holder is a grant revoked after shutdown is freed", "[review][lifecycle]") {
+  const int before = counted_mutex::live.load();
+  {
+    net::io_context io;
+    net::cancellation_signal signal;
+    auto [handler, done] = rein_test::checked_acquire();
+    {
+      counted_semaphore sem(io, 1);
+      REQUIRE(counted_mutex::live.load() == before + 1);
+      permit first = sem.try_acquire();
+      REQUIRE(first);
+      sem.async_acquire(1, net::bind_cancellation_slot(signal.slot(), std::move(handler)));
+      poll(io);
+      first.release();  // granted to the waiter; its runner is queued, not run
+    }  // shutdown with one holder out (the undelivered grant): the core keeps itself alive
+    signal.emit(net::cancellation_type::terminal);  // revokes the grant: the last holder is gone
+    poll(io);
+    REQUIRE(done->called());
+    CHECK(done->ec() == aborted);
+    CHECK_FALSE(done->get<1>());
+  }
+  CHECK(counted_mutex::destroyed_locked.load() == 0);
+  CHECK(counted_mutex::live.load() == before);  // fails: self_ is never dropped (limiter_core::revoke_locked)
+}
+
+TEST_CASE("review: the last permit given back after shutdown frees the core outside its lock",
+          "[review][lifecycle]") {
+  const int before = counted_mutex::live.load();
+  {
+    net::io_context io;
+    permit p;
+    permit q;
+    {
+      counted_semaphore sem(io, 2);
+      p = sem.try_acquire(2);
+      q = p.split(1);
+    }
+    CHECK(counted_mutex::live.load() == before + 1);
+    p.release();
+    CHECK(counted_mutex::live.load() == before + 1);
+    q.release();
+    CHECK(counted_mutex::live.load() == before);
+  }
+  CHECK(counted_mutex::destroyed_locked.load() == 0);
+}
+
+TEST_CASE("review: a grant abandoned (context destroyed) after shutdown frees the core", "[review][lifecycle]") {
+  const int before = counted_mutex::live.load();
+  {
+    auto io = std::make_unique<net::io_context>();
+    auto [handler, done] = rein_test::checked_acquire();
+    done->may_be_destroyed_uncalled = true;
+    {
+      counted_semaphore sem(*io, 1);
+      permit first = sem.try_acquire();
+      sem.async_acquire(1, std::move(handler));
+      poll(*io);
+      first.release();
+    }
+    io.reset();  // the runner is destroyed unrun: abandon() gives the holder back
+  }
+  CHECK(counted_mutex::destroyed_locked.load() == 0);
+  CHECK(counted_mutex::live.load() == before);
+}
+
+TEST_CASE("review: a cancelled drain is not counted as a cancelled acquire", "[review][drain]") {
+  net::io_context io;
+  semaphore sem(io, 1);
+  permit p = sem.try_acquire();
+  net::cancellation_signal signal;
+  auto [handler, done] = rein_test::make_checked<error_code>();
+  sem.async_drain(net::bind_cancellation_slot(signal.slot(), std::move(handler)));
+  poll(io);
+  CHECK_FALSE(done->called());
+  signal.emit(net::cancellation_type::terminal);
+  poll(io);
+  REQUIRE(done->called());
+  CHECK(done->ec() == aborted);
+  CHECK(sem.snapshot().cancelled_total == 0);  // fails: cancel_wait counts drains (timeouts are not counted)
+}
+
+TEST_CASE("review: a parked drain keeps run() going; none parked lets it stop", "[review][drain]") {
+  net::io_context io;
+  semaphore sem(io, 1);
+  permit p = sem.try_acquire();
+  auto [handler, done] = rein_test::make_checked<error_code>();
+  sem.async_drain_for(5s, std::move(handler));
+  poll(io);
+  CHECK_FALSE(done->called());
+  CHECK_FALSE(io.stopped());  // outstanding work: run() would not return
+  p.release();
+  poll(io);
+  REQUIRE(done->called());
+  CHECK_FALSE(done->ec());
+  CHECK(io.stopped());  // work guard and timer both gone
+}
+
+TEST_CASE("review: a drain deadline and an acquire deadline share the timer", "[review][drain]") {
+  rein_test::manual_clock_at_epoch epoch;
+  net::io_context io;
+  semaphore sem(io, 1);
+  permit p = sem.try_acquire();
+  auto [dh, drained] = rein_test::make_checked<error_code>();
+  auto [ah, acquired] = rein_test::checked_acquire();
+  sem.async_drain_for(3s, std::move(dh));
+  sem.async_acquire_for(1, 2s, std::move(ah));
+  poll(io);
+  rein_test::advance_and_poll(io, 2s);
+  REQUIRE(acquired->called());
+  CHECK(acquired->ec() == errc::timed_out);
+  CHECK_FALSE(drained->called());
+  rein_test::advance_and_poll(io, 1s);
+  REQUIRE(drained->called());
+  CHECK(drained->ec() == errc::timed_out);
+  CHECK(sem.snapshot().timed_out_total == 1);  // the drain's timeout is not an acquire's
+  CHECK(io.stopped());
+}
+
+TEST_CASE("review: opening a gate with add_permits refuses waiters above the new total, as set_permits does",
+          "[review][shrink]") {
+  net::io_context io;
+  SECTION("set_permits") {
+    semaphore sem(io, 0);
+    auto big = rein_test::checked_acquire();
+    auto small = rein_test::checked_acquire();
+    sem.async_acquire(5, std::move(big.first));
+    sem.async_acquire(1, std::move(small.first));
+    poll(io);
+    sem.set_permits(2);
+    poll(io);
+    REQUIRE(big.second->called());
+    CHECK(big.second->ec() == errc::exceeds_capacity);
+    REQUIRE(small.second->called());
+    CHECK_FALSE(small.second->ec());
+  }
+  SECTION("add_permits") {
+    semaphore sem(io, 0);
+    auto big = rein_test::checked_acquire();
+    auto small = rein_test::checked_acquire();
+    sem.async_acquire(5, std::move(big.first));
+    sem.async_acquire(1, std::move(small.first));
+    poll(io);
+    sem.add_permits(2);
+    poll(io);
+    // fails: the waiter for 5 stays at the head and blocks the one for 1, though a new acquire(5) now fails
+    REQUIRE(big.second->called());
+    CHECK(big.second->ec() == errc::exceeds_capacity);
+    REQUIRE(small.second->called());
+    CHECK_FALSE(small.second->ec());
+    sem.close();
+    poll(io);
+  }
+}
+
+TEST_CASE("review: forget with owed permits; set_permits back; exact counts", "[review][shrink]") {
+  net::io_context io;
+  semaphore sem(io, 3);
+  permit a = sem.try_acquire(2);
+  auto w = rein_test::checked_acquire();
+  sem.async_acquire(2, std::move(w.first));
+  poll(io);
+  sem.forget(3);  // total 0: 1 free removed, 2 owed; the waiter stays (a gate)
+  CHECK(sem.permits() == 0);
+  CHECK(sem.available() == 0);
+  CHECK(sem.snapshot().in_flight == 2);
+  a.release();  // pays the debt
+  poll(io);
+  CHECK_FALSE(w.second->called());
+  CHECK(sem.snapshot().in_flight == 0);
+  sem.set_permits(2);
+  poll(io);
+  REQUIRE(w.second->called());
+  CHECK_FALSE(w.second->ec());
+  CHECK(sem.snapshot().in_flight == 2);
+  CHECK(sem.available() == 0);
+}
+
+TEST_CASE("review: shutdown racing releases on other threads frees the core exactly once", "[review][race]") {
+  const int before = counted_mutex::live.load();
+  for (int round = 0; round < 200; ++round) {
+    net::io_context io;
+    std::vector<permit> permits;
+    auto sem = std::make_unique<counted_semaphore>(io, 8);
+    for (int i = 0; i < 8; ++i) permits.push_back(sem->try_acquire());
+    std::atomic<bool> go{false};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 2; ++t)
+      threads.emplace_back([&, t] {
+        while (!go.load()) {
+        }
+        for (int i = t; i < 8; i += 2) permits[static_cast<std::size_t>(i)].release();
+      });
+    go.store(true);
+    sem.reset();
+    for (auto& th : threads) th.join();
+  }
+  CHECK(counted_mutex::destroyed_locked.load() == 0);
+  CHECK(counted_mutex::live.load() == before);
+}
