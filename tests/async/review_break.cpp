@@ -263,3 +263,74 @@ TEST_CASE("review: shutdown racing releases on other threads frees the core exac
   CHECK(counted_mutex::destroyed_locked.load() == 0);
   CHECK(counted_mutex::live.load() == before);
 }
+
+namespace {
+using window = rein::basic_sliding_window<net::any_io_executor, manual_clock>;
+using bucket = rein::basic_token_bucket<net::any_io_executor, manual_clock>;
+}  // namespace
+
+#include <rein/quota_gate.hpp>
+
+TEST_CASE("review: a window grant revoked after its start left the window refunds nothing", "[review][revoke]") {
+  rein_test::manual_clock_at_epoch epoch;
+  net::io_context io;
+  net::io_context elsewhere;  // the handler's executor, not run: its runner waits there
+  window w(io, {.limit = 2, .window = 1s});
+  REQUIRE(w.try_acquire(2));  // two starts at 0
+  net::cancellation_signal signal;
+  auto [handler, done] = rein_test::make_checked<error_code>();
+  w.async_acquire(1, net::bind_cancellation_slot(signal.slot(), net::bind_executor(elsewhere, std::move(handler))));
+  poll(io);
+  rein_test::advance_and_poll(io, 1s);  // granted at 1.0 (the starts of 0 left); its runner is queued elsewhere
+  CHECK_FALSE(done->called());
+  manual_clock::advance(500ms);
+  REQUIRE(w.try_acquire());  // a real start at 1.5 (the window holds 1.0 and 1.5)
+  manual_clock::advance(700ms);  // 2.2: the revoked grant's start of 1.0 is out of the window
+  signal.emit(net::cancellation_type::terminal);
+  poll(elsewhere);
+  REQUIRE(done->called());
+  CHECK(done->ec() == aborted);
+  // The window (1.2, 2.2] holds one real start (1.5): one more may start, not two.
+  CHECK(w.try_acquire());
+  CHECK_FALSE(w.try_acquire());  // fails: the refund forgot the real start of 1.5
+}
+
+TEST_CASE("review: a gate grant cancelled before its handler runs: the docs say success", "[review][revoke]") {
+  rein_test::manual_clock_at_epoch epoch;
+  net::io_context io;
+  net::io_context elsewhere;
+  rein::basic_quota_gate<net::any_io_executor, manual_clock> g(io, {.jitter = 0});
+  g.pause_for(1s);
+  net::cancellation_signal signal;
+  auto [handler, done] = rein_test::make_checked<error_code>();
+  g.async_acquire(1, net::bind_cancellation_slot(signal.slot(), net::bind_executor(elsewhere, std::move(handler))));
+  poll(io);
+  rein_test::advance_and_poll(io, 1s);
+  CHECK_FALSE(done->called());
+  signal.emit(net::cancellation_type::terminal);
+  poll(elsewhere);
+  REQUIRE(done->called());
+  // quota_gate.hpp async_acquire: "if the release came first, the handler gets success"
+  CHECK_FALSE(done->ec());
+}
+
+TEST_CASE("review: a bucket grant revoked a while later refunds no more than never taking it would leave",
+          "[review][revoke]") {
+  rein_test::manual_clock_at_epoch epoch;
+  net::io_context io;
+  net::io_context elsewhere;
+  bucket b(io, {.rate = 1, .capacity = 2, .initial_tokens = 1});
+  net::cancellation_signal signal;
+  auto [handler, done] = rein_test::make_checked<error_code>();
+  // granted at once at 0 (the bucket holds 1): 0 left; its runner waits elsewhere
+  b.async_acquire(1, net::bind_cancellation_slot(signal.slot(), net::bind_executor(elsewhere, std::move(handler))));
+  poll(io);
+  manual_clock::advance(2s);  // 2 tokens (capped; had the grant not been taken, also 2: capped)
+  REQUIRE(b.try_acquire(2));  // 0 left, in both histories
+  signal.emit(net::cancellation_type::terminal);  // revoke at 2.0
+  poll(elsewhere);
+  REQUIRE(done->called());
+  CHECK(done->ec() == aborted);
+  // Without the revoked grant the bucket would hold 0 now: 2 tokens were taken at 2.0 from a full bucket.
+  CHECK_FALSE(b.try_acquire());  // fails: the refund adds a token the bucket never lost
+}
