@@ -334,3 +334,88 @@ TEST_CASE("review: a bucket grant revoked a while later refunds no more than nev
   // Without the revoked grant the bucket would hold 0 now: 2 tokens were taken at 2.0 from a full bucket.
   CHECK_FALSE(b.try_acquire());  // fails: the refund adds a token the bucket never lost
 }
+
+TEST_CASE("review: shutdown racing a chain of grants delivered on a running context", "[review][race]") {
+  const int before = counted_mutex::live.load();
+  std::atomic<int> granted{0};
+  std::atomic<int> refused{0};
+  for (int round = 0; round < 100; ++round) {
+    net::io_context io;
+    auto guard = net::make_work_guard(io);
+    auto sem = std::make_unique<counted_semaphore>(io, 2);
+    permit a = sem->try_acquire();
+    permit b = sem->try_acquire();
+    for (int i = 0; i < 16; ++i)
+      sem->async_acquire(1, [&](error_code ec, permit p) {
+        if (ec) ++refused;
+        else ++granted;
+        p.release();  // hands the slot to the next waiter, from the context's thread
+      });
+    std::thread runner([&] { io.run(); });
+    std::thread releaser([&] {
+      a.release();
+      b.release();
+    });
+    sem.reset();  // races the releases and the deliveries
+    releaser.join();
+    guard.reset();
+    runner.join();
+  }
+  CHECK(granted.load() + refused.load() == 1600);
+  CHECK(counted_mutex::destroyed_locked.load() == 0);
+  CHECK(counted_mutex::live.load() == before);
+}
+
+TEST_CASE("review: single-thread semaphore: close, then drain, then the last release", "[review][drain]") {
+  rein_test::manual_clock_at_epoch epoch;
+  net::io_context io;
+  rein::basic_semaphore<net::any_io_executor, rein::null_mutex, manual_clock> sem(io, 2);
+  permit a = sem.try_acquire();
+  permit b = sem.try_acquire();
+  auto waiter = rein_test::checked_acquire();
+  sem.async_acquire(1, std::move(waiter.first));
+  sem.close();
+  net::cancellation_signal signal;
+  auto [h1, cancelled] = rein_test::make_checked<error_code>();
+  auto [h2, drained] = rein_test::make_checked<error_code>();
+  sem.async_drain_for(10s, net::bind_cancellation_slot(signal.slot(), std::move(h1)));
+  sem.async_drain(std::move(h2));
+  poll(io);
+  REQUIRE(waiter.second->called());
+  CHECK(waiter.second->ec() == errc::closed);
+  CHECK_FALSE(cancelled->called());
+  signal.emit(net::cancellation_type::partial);  // out of the heap: its deadline must not fire later
+  poll(io);
+  REQUIRE(cancelled->called());
+  CHECK(cancelled->ec() == aborted);
+  a.release();
+  poll(io);
+  CHECK_FALSE(drained->called());
+  rein_test::advance_and_poll(io, 20s);
+  CHECK_FALSE(drained->called());
+  CHECK_FALSE(io.stopped());
+  b.release();
+  poll(io);
+  REQUIRE(drained->called());
+  CHECK_FALSE(drained->ec());
+  CHECK(io.stopped());
+}
+
+TEST_CASE("review: a drain is aborted when its limiter is destroyed; permits survive", "[review][drain]") {
+  const int before = counted_mutex::live.load();
+  net::io_context io;
+  permit p;
+  auto [h, drained] = rein_test::make_checked<error_code>();
+  {
+    counted_semaphore sem(io, 1);
+    p = sem.try_acquire();
+    sem.async_drain(std::move(h));
+    poll(io);
+  }
+  poll(io);
+  REQUIRE(drained->called());
+  CHECK(drained->ec() == aborted);
+  CHECK(io.stopped());
+  p.release();
+  CHECK(counted_mutex::live.load() == before);
+}
