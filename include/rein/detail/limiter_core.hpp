@@ -329,6 +329,7 @@ class limiter_core final : public permit_source,
 
   // wait_owner
   void cancel_wait(wait_op* op) noexcept override {
+    std::shared_ptr<limiter_core> last;  // the core's own reference after shutdown: dropped after the unlock
     completions done(this);
     std::lock_guard<Mutex> lock(mutex_);
     switch (op->status.load(std::memory_order_relaxed)) {
@@ -338,7 +339,7 @@ class limiter_core final : public permit_source,
         unlink_locked(op, wait_status::aborted, done);
         break;
       case wait_status::granted:
-        if (!revoke_locked(op)) return;
+        if (!revoke_locked(op, last)) return;
         break;
       default: return;  // final: someone else owns it
     }
@@ -437,15 +438,15 @@ class limiter_core final : public permit_source,
   }
 
   // Takes back a grant whose handler has not run, if the runner has not claimed it (see wait_op.hpp).
-  bool revoke_locked(wait_op* op) noexcept {
+  bool revoke_locked(wait_op* op, std::shared_ptr<limiter_core>& last) noexcept {
     if constexpr (!revocable) {
-      (void)op;
+      (void)op, (void)last;
       return false;
     } else {
       wait_status expected = wait_status::granted;
       if (!op->status.compare_exchange_strong(expected, wait_status::aborted, std::memory_order_acq_rel)) return false;
       give_back(policy_, op->count, std::chrono::nanoseconds(op->stamp_ns), policy_now());
-      if constexpr (WithPermit) --holders_;  // never 0 -> self_ here: the limiter is alive (it is cancelling)
+      if constexpr (WithPermit) last = holder_gone_locked();  // after shutdown, maybe the last holder
       --stats_.acquired_total;
       ++stats_.cancelled_total;
       ++revoked_grants_;
