@@ -334,8 +334,10 @@ class limiter_core final : public permit_source,
     std::lock_guard<Mutex> lock(mutex_);
     switch (op->status.load(std::memory_order_relaxed)) {
       case wait_status::queued:
-        ++stats_.cancelled_total;
-        if (done.observing) done.buffer().reject(reject_reason::cancelled);
+        if (!op->drain) {  // a drain is not an acquire
+          ++stats_.cancelled_total;
+          if (done.observing) done.buffer().reject(reject_reason::cancelled);
+        }
         unlink_locked(op, wait_status::aborted, done);
         break;
       case wait_status::granted:
