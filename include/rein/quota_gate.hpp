@@ -349,7 +349,9 @@ class basic_quota_gate {
   ///
   /// @par Per-Operation Cancellation
   /// terminal, partial and total: a waiting operation is removed and completes with operation_aborted
-  /// (nothing was taken, nothing is lost); if the release came first, the handler gets success.
+  /// (nothing was taken, nothing is lost). A cancellation that arrives after the release but before the
+  /// handler runs takes the release back (the handler gets operation_aborted too); once the handler runs,
+  /// it was let through.
   template <REIN_COMPLETION_TOKEN_FOR(void(error_code)) Token = default_token_t>
   auto async_acquire(std::size_t n = 1, Token&& token = Token{}) {
     return async_acquire_until(n, time_point::max(), std::forward<Token>(token));

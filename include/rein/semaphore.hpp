@@ -298,15 +298,19 @@ class basic_semaphore {
   }
 
   /// Adds n permits (raises the total); waiters that now fit are granted in FIFO order. After forget, the
-  /// added permits first cancel what holders still owe.
+  /// added permits first cancel what holders still owe. When a semaphore with no permits (a gate) opens,
+  /// a waiter that asks for more than the new total completes with errc::exceeds_capacity at once, as an
+  /// acquire made now would (and as after set_permits); it would otherwise block the line behind it.
   ///
   /// @throws std::invalid_argument if the total would exceed std::size_t's range (nothing changes).
   void add_permits(std::size_t n) {
-    core_->update([n](detail::semaphore_policy& p, auto) {
+    core_->update_and_refuse([n](detail::semaphore_policy& p, auto) {
       if (n > std::numeric_limits<std::size_t>::max() - p.permits)
         throw std::invalid_argument("rein::basic_semaphore: add_permits(n) would overflow the total of " +
                                     std::to_string(p.permits) + " permits, got n = " + std::to_string(n));
+      const bool was_gate = p.permits == 0;
       p.add(n);
+      return was_gate && n != 0;  // a gate that opens to less than a waiter asks: that waiter fails
     });
   }
 

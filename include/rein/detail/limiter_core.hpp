@@ -229,14 +229,17 @@ class limiter_core final : public permit_source,
   }
 
   /// As update(f), and then every waiter whose request the policy now exceeds (a semaphore's total lowered
-  /// below it) completes with errc::exceeds_capacity: it could only wait forever. O(waiters).
+  /// below it, or a gate opened to less) completes with errc::exceeds_capacity: it could only wait forever.
+  /// O(waiters); an f that returns bool skips the scan when it returns false (nothing can exceed now).
   template <class F>
   void update_and_refuse(F&& f) {
     completions done(this);
     std::lock_guard<Mutex> lock(mutex_);
     const time_point now = clock_now_locked();
-    std::forward<F>(f)(policy_, now);
-    for (wait_op* op = queue_.front(); op != nullptr;) {
+    bool refuse = true;
+    if constexpr (std::is_same_v<std::invoke_result_t<F&, Policy&, time_point>, bool>) refuse = f(policy_, now);
+    else f(policy_, now);
+    for (wait_op* op = refuse ? queue_.front() : nullptr; op != nullptr;) {
       wait_op* next = op->next;
       if (policy_.exceeds(op->count)) {
         count_rejection_locked(wait_status::exceeds_capacity, done);
