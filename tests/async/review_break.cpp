@@ -1,4 +1,5 @@
 // Adversarial tests for the wait line's lifecycle (permits outliving limiters, drain, shrink, revocation).
+// [!shouldfail]: a defect found and not fixed yet (late refunds); remove the tag with the fix.
 #include "support/async.hpp"
 #include "support/catch.hpp"
 
@@ -271,7 +272,8 @@ using bucket = rein::basic_token_bucket<net::any_io_executor, manual_clock>;
 
 #include <rein/quota_gate.hpp>
 
-TEST_CASE("review: a window grant revoked after its start left the window refunds nothing", "[review][revoke]") {
+TEST_CASE("review: a window grant revoked after its start left the window refunds nothing",
+          "[review][revoke][!shouldfail]") {
   rein_test::manual_clock_at_epoch epoch;
   net::io_context io;
   net::io_context elsewhere;  // the handler's executor, not run: its runner waits there
@@ -316,7 +318,7 @@ TEST_CASE("review: a gate release cancelled before its handler runs is taken bac
 }
 
 TEST_CASE("review: a bucket grant revoked a while later refunds no more than never taking it would leave",
-          "[review][revoke]") {
+          "[review][revoke][!shouldfail]") {
   rein_test::manual_clock_at_epoch epoch;
   net::io_context io;
   net::io_context elsewhere;
