@@ -183,8 +183,8 @@ class rate_limit_policy {
 
   void on_release(std::size_t, std::chrono::nanoseconds, outcome, time_point) noexcept {}  // nothing is held
 
-  // A grant taken back before its handler ran (a cancellation after the grant) gives its units back, so
-  // that a race between a grant and a cancellation (an `||`, a cancel_after) loses no token.
+  // A grant taken back before its handler ran (a cancellation after the grant), at the instant of the grant
+  // (the core checks), gives its units back, so that such a race (an `||`, a cancel_after) loses no token.
   void on_revoke(std::size_t n, time_point now) noexcept {
     try {
       limit_.refund(clamped(n), now);
@@ -355,9 +355,10 @@ class basic_rate_limiter {
   /// @par Per-Operation Cancellation
   /// terminal, partial and total: a waiting operation is removed and completes with operation_aborted; it
   /// had taken nothing. A cancellation that arrives after the units were taken but before the handler runs
-  /// gives them back (the limit's `refund`, so a bucket never rises above its capacity) and the handler gets
-  /// operation_aborted; once the handler runs, the units are spent. No unit is lost to a race between a
-  /// grant and a cancellation (`||`, `cancel_after`).
+  /// takes the grant back: the handler gets operation_aborted, and if the limiter's clock still reads the
+  /// instant of the grant, the units go back too (the limit's `refund`); once the clock moved, they stay
+  /// spent, since a limit that refilled or slid since has no exact undo and a refund could let more through
+  /// than the limit. Once the handler runs, the units are spent.
   template <REIN_COMPLETION_TOKEN_FOR(void(error_code)) Token = default_token_t>
   auto async_acquire(std::size_t n = 1, Token&& token = Token{}) {
     return async_acquire_until(n, time_point::max(), std::forward<Token>(token));

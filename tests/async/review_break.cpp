@@ -1,5 +1,4 @@
 // Adversarial tests for the wait line's lifecycle (permits outliving limiters, drain, shrink, revocation).
-// [!shouldfail]: a defect found and not fixed yet (late refunds); remove the tag with the fix.
 #include "support/async.hpp"
 #include "support/catch.hpp"
 
@@ -273,7 +272,7 @@ using bucket = rein::basic_token_bucket<net::any_io_executor, manual_clock>;
 #include <rein/quota_gate.hpp>
 
 TEST_CASE("review: a window grant revoked after its start left the window refunds nothing",
-          "[review][revoke][!shouldfail]") {
+          "[review][revoke]") {
   rein_test::manual_clock_at_epoch epoch;
   net::io_context io;
   net::io_context elsewhere;  // the handler's executor, not run: its runner waits there
@@ -294,7 +293,7 @@ TEST_CASE("review: a window grant revoked after its start left the window refund
   CHECK(done->ec() == aborted);
   // The window (1.2, 2.2] holds one real start (1.5): one more may start, not two.
   CHECK(w.try_acquire());
-  CHECK_FALSE(w.try_acquire());  // fails: the refund forgot the real start of 1.5
+  CHECK_FALSE(w.try_acquire());  // failed on 93de797: the refund forgot the real start of 1.5
 }
 
 TEST_CASE("review: a gate release cancelled before its handler runs is taken back", "[review][revoke]") {
@@ -318,7 +317,7 @@ TEST_CASE("review: a gate release cancelled before its handler runs is taken bac
 }
 
 TEST_CASE("review: a bucket grant revoked a while later refunds no more than never taking it would leave",
-          "[review][revoke][!shouldfail]") {
+          "[review][revoke]") {
   rein_test::manual_clock_at_epoch epoch;
   net::io_context io;
   net::io_context elsewhere;
@@ -335,7 +334,7 @@ TEST_CASE("review: a bucket grant revoked a while later refunds no more than nev
   REQUIRE(done->called());
   CHECK(done->ec() == aborted);
   // Without the revoked grant the bucket would hold 0 now: 2 tokens were taken at 2.0 from a full bucket.
-  CHECK_FALSE(b.try_acquire());  // fails: the refund adds a token the bucket never lost
+  CHECK_FALSE(b.try_acquire());  // failed on 93de797: the refund added a token the bucket never lost
 }
 
 TEST_CASE("review: shutdown racing a chain of grants delivered on a running context", "[review][race]") {

@@ -423,7 +423,12 @@ class limiter_core final : public permit_source,
   static constexpr bool revocable = WithPermit || revocable_policy<Policy, time_point>;
 
   static void give_back(Policy& p, std::size_t n, std::chrono::nanoseconds stamp, time_point now) noexcept {
-    if constexpr (revocable_policy<Policy, time_point>) p.on_revoke(n, now);
+    if constexpr (revocable_policy<Policy, time_point>) {
+      // Undone only at the instant of the grant: a time-based limit that moved since (a bucket refilled to its
+      // cap, a window that slid past the start) has no exact undo, and refunding anyway would let more
+      // through than the limit. Later, the units stay spent.
+      if (!Policy::needs_time || to_ns(now) == stamp) p.on_revoke(n, now);
+    }
     else if constexpr (WithPermit) p.on_release(n, stamp, outcome::ignored, now);
     else (void)p, (void)n, (void)stamp, (void)now;
   }
