@@ -35,6 +35,7 @@
 #include <rein/semaphore.hpp>
 #include <rein/sliding_window.hpp>
 #include <rein/testing/manual_clock.hpp>
+#include <rein/testing/scenario_family.hpp>
 #include <rein/testing/upstream_sim.hpp>
 #include <rein/throttle.hpp>
 #include <rein/token_bucket.hpp>

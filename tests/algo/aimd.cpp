@@ -153,7 +153,7 @@ TEST_CASE("aimd: invalid options throw std::invalid_argument naming the type, fi
   REQUIRE(message(o) == "rein::algo::aimd: min_limit must be a whole number >= 1, got 1.5");
   o = {};
   o.max_limit = 0.5;
-  REQUIRE(message(o) == "rein::algo::aimd: max_limit must be a whole number >= min_limit (1), got 0.5");
+  REQUIRE(message(o) == "rein::algo::aimd: max_limit must be a whole number in [min_limit, 1e9] = [1, 1e9], got 0.5");
   o = {};
   o.initial_limit = 65;
   REQUIRE(message(o) == "rein::algo::aimd: initial_limit must be in [min_limit, max_limit] = [1, 64], got 65");
@@ -166,6 +166,36 @@ TEST_CASE("aimd: invalid options throw std::invalid_argument naming the type, fi
   o = {};
   o.initial_limit = std::numeric_limits<double>::quiet_NaN();
   REQUIRE(message(o) == "rein::algo::aimd: initial_limit must be in [min_limit, max_limit] = [1, 64], got nan");
+}
+
+TEST_CASE("aimd: a ceiling beyond 1e9 or beyond any integer is refused, not converted") {
+  auto message = [](double max) -> std::string {
+    aimd_options o;
+    o.max_limit = max;
+    try {
+      aimd a{o};
+    } catch (const std::invalid_argument& e) {
+      return e.what();
+    }
+    return "no exception";
+  };
+  // 1e20 is a whole number, but beyond std::int64_t: the check must not convert it (undefined behaviour).
+  REQUIRE(message(1e20) == "rein::algo::aimd: max_limit must be a whole number in [min_limit, 1e9] = [1, 1e9], got 1e+20");
+  REQUIRE(message(1e9 + 1) == "rein::algo::aimd: max_limit must be a whole number in [min_limit, 1e9] = [1, 1e9], got 1e+09");
+  REQUIRE(message(std::numeric_limits<double>::infinity()) ==
+          "rein::algo::aimd: max_limit must be a whole number in [min_limit, 1e9] = [1, 1e9], got inf");
+  REQUIRE(message(-1e300) == "rein::algo::aimd: max_limit must be a whole number in [min_limit, 1e9] = [1, 1e9], got -1e+300");
+  aimd_options o;
+  o.max_limit = 1e9;
+  REQUIRE(aimd{o}.max_limit() == 1e9);
+  o.min_limit = 1e20;
+  o.initial_limit = 1e20;
+  try {
+    aimd a{o};
+    FAIL("no exception");
+  } catch (const std::invalid_argument& e) {
+    REQUIRE(std::string{e.what()} == "rein::algo::aimd: max_limit must be a whole number in [min_limit, 1e9] = [1e+20, 1e9], got 1e+09");
+  }
 }
 
 TEST_CASE("admitted: a fractional limit admits its whole part") {

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <limits>
 #include <stdexcept>
 #include <string>
 
@@ -208,7 +209,15 @@ TEST_CASE("tuned_aimd: invalid options throw std::invalid_argument naming the ty
   REQUIRE(message(o) == "rein::algo::tuned_aimd: min_samples must be in [1, window], got 10");
   o = {};
   o.window = 0;
-  REQUIRE(message(o) == "rein::algo::tuned_aimd: window must be >= 1, got 0");
+  REQUIRE(message(o) == "rein::algo::tuned_aimd: window must be in [1, 100000], got 0");
+  // Allocated up front: a huge window must be a clear error, not std::length_error or std::bad_alloc.
+  o.window = 100001;
+  REQUIRE(message(o) == "rein::algo::tuned_aimd: window must be in [1, 100000], got 100001");
+  o.window = std::numeric_limits<std::size_t>::max();
+  REQUIRE(message(o) == "rein::algo::tuned_aimd: window must be in [1, 100000], got " +
+                            std::to_string(std::numeric_limits<std::size_t>::max()));
+  o.window = rein::algo::tuned_aimd_max_window;
+  REQUIRE(message(o) == "no exception");
   o = {};
   o.hold = 0ms;
   REQUIRE(message(o) == "rein::algo::tuned_aimd: hold must be > 0, got 0 ns");

@@ -19,7 +19,7 @@ struct aimd_options {
   /// Floor, in calls: a whole number >= 1. Without one a failing dependency drives the limit to zero and
   /// a partial outage becomes a total one (seed 000, "no floor").
   double min_limit = 1.0;
-  /// Ceiling, in calls: a whole number >= min_limit.
+  /// Ceiling, in calls: a whole number in [min_limit, 1e9] (`max_limit_ceiling`).
   double max_limit = 64.0;
   /// Multiplicative decrease: the limit is multiplied by this on congestion; in (0, 1).
   double backoff = 0.75;

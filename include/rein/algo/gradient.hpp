@@ -41,7 +41,7 @@ struct gradient_options {
   double initial_limit = 16.0;
   /// Floor, in calls: a whole number >= 1.
   double min_limit = 1.0;
-  /// Ceiling, in calls: a whole number >= min_limit.
+  /// Ceiling, in calls: a whole number in [min_limit, 1e9] (`max_limit_ceiling`).
   double max_limit = 64.0;
   /// Weight of the new estimate in each update: `limit = limit x (1 - s) + estimate x s`; in (0, 1].
   /// Small values make the limit move over several samples instead of jumping on one outlier; above about

@@ -8,6 +8,7 @@
 #include <rein/outcome.hpp>
 
 #include <chrono>
+#include <cmath>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -101,15 +102,28 @@ inline bool finite(double v) noexcept {
   return v == v && v != std::numeric_limits<double>::infinity() && v != -std::numeric_limits<double>::infinity();
 }
 
-inline bool whole(double v) noexcept { return finite(v) && static_cast<double>(static_cast<std::int64_t>(v)) == v; }
+/// True for a finite integral value. Compares with its floor instead of converting to an integer, which is
+/// undefined behaviour for a double outside the integer's range (1e20 for std::int64_t).
+inline bool whole(double v) noexcept { return finite(v) && std::floor(v) == v; }
+
+}  // namespace detail
+
+/// The largest floor or ceiling an algorithm accepts, in calls: a billion in flight. Far above any real
+/// limit, and below 2^53, so that every limit up to it is exact in a double and `admitted()` converts it
+/// safely.
+inline constexpr double max_limit_ceiling = 1e9;
+
+namespace detail {
 
 /// Validates the floor, ceiling and starting point shared by every algorithm:
-/// 1 <= min_limit <= initial_limit <= max_limit, floor and ceiling whole numbers, everything finite.
+/// 1 <= min_limit <= initial_limit <= max_limit <= max_limit_ceiling, floor and ceiling whole numbers,
+/// everything finite.
 inline void check_limits(std::string_view type, double min_limit, double initial_limit, double max_limit) {
   if (!whole(min_limit) || min_limit < 1.0)
     invalid_option(type, "min_limit", "a whole number >= 1", min_limit);
-  if (!whole(max_limit) || max_limit < min_limit)
-    invalid_option(type, "max_limit", "a whole number >= min_limit (" + format_value(min_limit) + ")", max_limit);
+  if (!whole(max_limit) || max_limit < min_limit || max_limit > max_limit_ceiling)
+    invalid_option(type, "max_limit",
+                   "a whole number in [min_limit, 1e9] = [" + format_value(min_limit) + ", 1e9]", max_limit);
   if (!finite(initial_limit) || initial_limit < min_limit || initial_limit > max_limit)
     invalid_option(type, "initial_limit",
                    "in [min_limit, max_limit] = [" + format_value(min_limit) + ", " + format_value(max_limit) + "]",

@@ -20,7 +20,7 @@ struct pid_options {
   double initial_limit = 4.0;
   /// Floor, in calls: a whole number >= 1.
   double min_limit = 1.0;
-  /// Ceiling, in calls: a whole number >= min_limit.
+  /// Ceiling, in calls: a whole number in [min_limit, 1e9] (`max_limit_ceiling`).
   double max_limit = 64.0;
   /// Samples per window (non-ignored outcomes); >= 1. The controller runs once per window.
   std::size_t window = 20;

@@ -26,14 +26,15 @@ struct tuned_aimd_options {
   double initial_limit = 4.0;
   /// Floor, in calls: a whole number >= 1.
   double min_limit = 1.0;
-  /// Ceiling, in calls: a whole number >= min_limit.
+  /// Ceiling, in calls: a whole number in [min_limit, 1e9] (`max_limit_ceiling`).
   double max_limit = 64.0;
   /// Multiplicative decrease on congestion; in (0, 1). 0.5 (TCP's) rather than the guide's 0.75: the cut
   /// is rate-limited to one per round trip, so each one must count.
   double backoff = 0.5;
   /// Each uncongested success adds `increase / max(1, limit)` calls; > 0.
   double increase = 1.0;
-  /// Successful latencies kept for the rolling median baseline, in samples; >= min_samples. Long enough
+  /// Successful latencies kept for the rolling median baseline, in samples; in [min_samples, 100000]
+  /// (`tuned_aimd_max_window`: the window is allocated up front and each sample costs O(window)). Long enough
   /// that a sustained degradation does not become "normal" before the limit has been cut.
   std::size_t window = 200;
   /// No latency judgement before this many successes are in the window (seed 000: 10); in [1, window].
@@ -50,6 +51,9 @@ struct tuned_aimd_options {
   /// balloon while demand is low (Netflix concurrency-limits uses 1/2). In [0, 1]; 0 disables it.
   double min_utilisation = 0.5;
 };
+
+/// The longest baseline window `basic_tuned_aimd` accepts, in samples.
+inline constexpr std::size_t tuned_aimd_max_window = 100000;
 
 namespace detail {
 
@@ -170,7 +174,8 @@ class basic_tuned_aimd {
     detail::check_limits("tuned_aimd", o.min_limit, o.initial_limit, o.max_limit);
     detail::check_open_unit("tuned_aimd", "backoff", o.backoff);
     detail::check_positive("tuned_aimd", "increase", o.increase);
-    if (o.window < 1) detail::invalid_option("tuned_aimd", "window", ">= 1", o.window);
+    if (o.window < 1 || o.window > tuned_aimd_max_window)
+      detail::invalid_option("tuned_aimd", "window", "in [1, 100000]", o.window);
     if (o.min_samples < 1 || o.min_samples > o.window)
       detail::invalid_option("tuned_aimd", "min_samples", "in [1, window]", o.min_samples);
     if (!detail::finite(o.tolerance) || o.tolerance < 1.0)

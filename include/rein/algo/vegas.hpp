@@ -20,7 +20,7 @@ struct vegas_options {
   double initial_limit = 20.0;
   /// Floor, in calls: a whole number >= 1.
   double min_limit = 1.0;
-  /// Ceiling, in calls: a whole number >= min_limit.
+  /// Ceiling, in calls: a whole number in [min_limit, 1e9] (`max_limit_ceiling`).
   double max_limit = 1000.0;
   /// Estimated queue at or below `threshold_factor x L` calls: grow fast, by `beta_factor x L`. >= 0.
   double threshold_factor = 1.0;
