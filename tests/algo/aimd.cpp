@@ -33,9 +33,17 @@ static_assert(rein::algo::limit_algorithm<rein::algo::vegas>);
 
 namespace {
 
-sample fast() { return sample{5ms, outcome::success, 1, {}}; }
-sample failure() { return sample{5ms, outcome::congestion, 1, {}}; }
-sample ignored() { return sample{5ms, outcome::ignored, 1, {}}; }
+// Each sample ends 10 ms after the previous one and took 5 ms, so it started after every earlier cut;
+// `in_flight` 64: the limiter was full when it was granted (the growth guard does not bind).
+sample::time_point next_end() {
+  static sample::time_point t{};
+  t += 10ms;
+  return t;
+}
+sample fast() { return sample{5ms, outcome::success, 64, next_end()}; }
+sample failure() { return sample{5ms, outcome::congestion, 64, next_end()}; }
+sample ignored() { return sample{5ms, outcome::ignored, 64, next_end()}; }
+sample taking(std::chrono::nanoseconds latency) { return sample{latency, outcome::success, 64, next_end()}; }
 
 std::string two_decimals(double v) {
   char buf[32];
@@ -109,17 +117,46 @@ TEST_CASE("aimd: at the floor a congestion sample leaves the limit and is not a 
 
 TEST_CASE("aimd: a success slower than the target is congestion; one exactly at the target is not") {
   aimd a = make(1, 10, 64);
-  a.on_sample(sample{20ms, outcome::success, 1, {}});
+  a.on_sample(taking(20ms));
   REQUIRE(a.limit() == 10.1);
-  a.on_sample(sample{20ms + 1ns, outcome::success, 1, {}});
+  a.on_sample(taking(20ms + 1ns));
   REQUIRE(a.limit() == 10.1 * 0.75);
 }
 
 TEST_CASE("aimd: without a latency target only congestion outcomes cut") {
   aimd a{};
-  a.on_sample(sample{10s, outcome::success, 1, {}});
+  a.on_sample(taking(10s));
   REQUIRE(a.limit() == 4.25);
   REQUIRE(a.decreases() == 0);
+}
+
+TEST_CASE("aimd: congestion from calls that started before the latest cut cuts once per round trip") {
+  aimd a = make(1, 16, 64, 0.5);
+  const sample::time_point t{1s};
+  a.on_sample(sample{10ms, outcome::congestion, 16, t});
+  REQUIRE(a.limit() == 8.0);
+  a.on_sample(sample{10ms, outcome::congestion, 16, t + 9ms});  // started at t - 1 ms: under the old limit
+  a.on_sample(sample{30ms, outcome::success, 16, t + 9ms});    // slower than the target, same story
+  REQUIRE(a.limit() == 8.0);
+  REQUIRE(a.decreases() == 1);
+  a.on_sample(sample{10ms, outcome::congestion, 8, t + 10ms});  // started exactly at the cut
+  REQUIRE(a.limit() == 4.0);
+  REQUIRE(a.decreases() == 2);
+}
+
+TEST_CASE("aimd: a success lifts the limit at most to max(n + 1, n / 0.85) of the n calls out at its grant") {
+  aimd a = make(1, 4, 64);
+  for (int i = 0; i < 50; ++i) a.on_sample(sample{5ms, outcome::success, 4, next_end()});
+  REQUIRE(a.limit() == 5.0);  // 4 calls out tested 4: one more is the probe, no further
+  for (int i = 0; i < 200; ++i) a.on_sample(sample{5ms, outcome::success, 17, next_end()});
+  REQUIRE(a.limit() == 20.0);  // 17 / 0.85
+  a.on_sample(sample{5ms, outcome::success, 2, next_end()});
+  REQUIRE(a.limit() == 20.0);  // a call granted while the limiter was barely used never lowers it
+  aimd_options textbook;
+  textbook.min_utilisation = 0;
+  aimd unguarded{textbook};
+  for (int i = 0; i < 50; ++i) unguarded.on_sample(sample{5ms, outcome::success, 1, next_end()});
+  REQUIRE(unguarded.limit() > 10.0);
 }
 
 TEST_CASE("aimd: the increase option scales the additive step") {
@@ -220,6 +257,6 @@ TEST_CASE("aimd: rebinding the clock keeps the options type") {
   static_assert(std::is_same_v<rebound::options, aimd::options>);
   static_assert(std::is_same_v<rebound::sample_type::time_point, other_clock::time_point>);
   rebound a{aimd_options{}};
-  a.on_sample(rebound::sample_type{5ms, outcome::success, 1, other_clock::time_point{}});
+  a.on_sample(rebound::sample_type{5ms, outcome::success, 4, other_clock::time_point{}});
   REQUIRE(a.limit() == 4.25);
 }

@@ -10,7 +10,8 @@
 namespace rein::algo {
 
 /// Options of `basic_aimd`. Defaults are seed 000's `AIMDLimiter` (initial 4, floor 1, ceiling 64, backoff
-/// 0.75), except that the latency target is off by default: a fixed target is a guess about the dependency,
+/// 0.75), except for the growth guard and one decrease per round trip (set `min_utilisation` 0 and
+/// `once_per_round_trip` false for the guide's rule), and that the latency target is off by default: a fixed target is a guess about the dependency,
 /// which is what an adaptive limit exists to avoid (seed 000's own 20 ms would collapse the limit of any
 /// dependency that is normally slower). Set it to reproduce the guide.
 struct aimd_options {
@@ -28,10 +29,20 @@ struct aimd_options {
   double increase = 1.0;
   /// Optional: a success slower than this (strictly) counts as congestion. > 0 when set.
   std::optional<std::chrono::nanoseconds> latency_target{};
+  /// The growth guard (`detail::tested_ceiling`): a success granted with n calls out raises the limit to at
+  /// most `max(n + 1, n / min_utilisation)`, so the limit does not grow far above the demand while it is
+  /// low, to land beyond the dependency's hard limit when demand returns. In [0, 1]; 0 disables it (the
+  /// textbook rule).
+  double min_utilisation = 0.85;
+  /// true: at most one decrease per round trip (a congestion signal from a call that started before the
+  /// latest cut reports on the limit before it). false: every congested call cuts (the textbook rule and
+  /// seed 000's `AIMDLimiter`, which collapses the limit when many calls are out at once).
+  bool once_per_round_trip = true;
 };
 
-/// AIMD: `+increase/limit` on a fast success, `x backoff` on congestion (a `congestion` outcome, or a success
-/// slower than `latency_target`), nothing on `ignored`. The control law TCP uses for its window (RFC 5681),
+/// AIMD: `+increase/limit` on a fast success (within the growth guard), `x backoff` on congestion (a
+/// `congestion` outcome, or a success slower than `latency_target`) at most once per round trip (a signal
+/// from a call that started before the latest cut reports on the old limit: RFC 5681), nothing on `ignored`. The control law TCP uses for its window (RFC 5681),
 /// applied to a client's concurrency limit as in seed 000 and Netflix concurrency-limits' `AIMDLimit`.
 ///
 /// It reacts to every slow call, so isolated outliers cost a cut each; `basic_tuned_aimd` judges against a
@@ -57,13 +68,18 @@ class basic_aimd {
   std::uint64_t increases() const noexcept { return limit_.increases(); }
   const options& get_options() const noexcept { return options_; }
 
-  /// Applies one completed call. `s.in_flight` and `s.now` are not used.
+  /// Applies one completed call.
   void on_sample(const sample_type& s) noexcept {
     if (s.result == outcome::ignored) return;
-    if (congested(s))
-      limit_.set(limit_.value() * options_.backoff);
-    else
-      limit_.set(limit_.value() + options_.increase / (limit_.value() > 1.0 ? limit_.value() : 1.0));
+    const double current = limit_.value();
+    if (congested(s)) {
+      if (options_.once_per_round_trip && gate_.stale(s.now, s.latency)) return;
+      gate_.decreased(s.now);
+      limit_.set(current * options_.backoff);
+    } else {
+      limit_.set(detail::guarded_growth(current, current + options_.increase / (current > 1.0 ? current : 1.0),
+                                        s.in_flight, options_.min_utilisation));
+    }
   }
 
  private:
@@ -76,11 +92,14 @@ class basic_aimd {
     detail::check_open_unit("aimd", "backoff", o.backoff);
     detail::check_positive("aimd", "increase", o.increase);
     if (o.latency_target) detail::check_positive("aimd", "latency_target", *o.latency_target);
+    if (!detail::finite(o.min_utilisation) || o.min_utilisation < 0.0 || o.min_utilisation > 1.0)
+      detail::invalid_option("aimd", "min_utilisation", "in [0, 1]", o.min_utilisation);
     return o;
   }
 
   options options_;
   detail::bounded_limit limit_;
+  detail::round_trip_gate<typename Clock::time_point> gate_{};
 };
 
 /// `basic_aimd` on `std::chrono::steady_clock`.

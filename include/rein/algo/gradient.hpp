@@ -38,7 +38,7 @@ enum class gradient_baseline {
 /// `queue_size = 0`, `queue_sqrt_scale = 1` (headroom sqrt(limit)), `min_utilisation = 0`.
 struct gradient_options {
   /// Starting limit, in calls; in [min_limit, max_limit].
-  double initial_limit = 16.0;
+  double initial_limit = 4.0;
   /// Floor, in calls: a whole number >= 1.
   double min_limit = 1.0;
   /// Ceiling, in calls: a whole number in [min_limit, 1e9] (`max_limit_ceiling`).
@@ -46,12 +46,12 @@ struct gradient_options {
   /// Weight of the new estimate in each update: `limit = limit x (1 - s) + estimate x s`; in (0, 1].
   /// Small values make the limit move over several samples instead of jumping on one outlier; above about
   /// 0.2 the limit follows single samples and overshoots when capacity returns.
-  double smoothing = 0.15;
+  double smoothing = 0.5;
   /// The gradient is `tolerance x baseline / latency` before clamping: latencies up to `tolerance x baseline`
   /// count as "no queueing". Finite and >= 1. rein takes Envoy's 1.25 (its 25 % minRTT buffer), which
   /// absorbs jitter around a minimum baseline; it must stay below 2 for a dependency whose latency doubles
   /// with one call over capacity, and Gradient2's 1.5 leaves a queue of several calls in place.
-  double tolerance = 1.25;
+  double tolerance = 1.5;
   /// Lower clamp of the gradient, so one outlier cannot cut more than this factor at once; in (0, 1].
   /// A congestion outcome applies exactly this gradient when `failures_as_congestion` is set.
   double min_gradient = 0.5;
@@ -62,7 +62,7 @@ struct gradient_options {
   /// of `limit x gradient`; finite and >= 0. Kept below one call (it is also the growth per sample at the
   /// baseline, times smoothing): every call queued inside a saturated dependency adds a full service time to
   /// the latency of the others.
-  double queue_size = 0.5;
+  double queue_size = 1.0;
   /// Part of the queue allowance that grows with the limit: `queue_sqrt_scale x sqrt(limit)` calls (Envoy's
   /// headroom and Netflix GradientLimit's are about sqrt(limit)); finite and >= 0.
   double queue_sqrt_scale = 0.0;
@@ -75,7 +75,7 @@ struct gradient_options {
   bool failures_as_congestion = true;
   /// The app-limited guard: latency samples change the limit only while `in_flight >= min_utilisation x
   /// limit` (Gradient2 uses 1/2). In [0, 1]; 0 disables it.
-  double min_utilisation = 0.5;
+  double min_utilisation = 0.85;
 };
 
 namespace detail {
@@ -178,14 +178,13 @@ class basic_gradient {
   void on_sample(const sample_type& s) {
     if (s.result == outcome::ignored) return;
     if (s.result == outcome::congestion && options_.failures_as_congestion) {
-      apply(options_.min_gradient);
+      apply(options_.min_gradient, s);
       return;
     }
     // A zero latency (a clock too coarse for the call) would divide by zero; one nanosecond is as fast.
     const double latency = static_cast<double>(s.latency.count() > 0 ? s.latency.count() : 1);
     const double base = baseline(latency);
-    if (static_cast<double>(s.in_flight) < options_.min_utilisation * limit_.value()) return;
-    apply(clamp(options_.tolerance * base / latency, options_.min_gradient, options_.max_gradient));
+    apply(clamp(options_.tolerance * base / latency, options_.min_gradient, options_.max_gradient), s);
   }
 
  private:
@@ -202,12 +201,24 @@ class basic_gradient {
     return base;
   }
 
-  void apply(double gradient) noexcept {
+  // A rise is spread over the round trip: each sample moves the limit `smoothing / limit` of the way to its
+  // estimate, so the gain per round trip does not grow with the limit (Gradient2 moves `smoothing` per
+  // sample, i.e. `limit x smoothing` per round trip). A fall is taken at once, `smoothing` of the way, and
+  // at most once per round trip (a slow call that started before the latest fall reports on the old limit).
+  void apply(double gradient, const sample_type& s) noexcept {
     const double current = limit_.value();
     const double headroom = options_.queue_size + options_.queue_sqrt_scale * std::sqrt(current);
     const double estimate = current * gradient + headroom;
     last_gradient_ = gradient;
-    limit_.set(current * (1.0 - options_.smoothing) + estimate * options_.smoothing);
+    if (estimate < current) {
+      if (gate_.stale(s.now, s.latency)) return;
+      gate_.decreased(s.now);
+      limit_.set(current + (estimate - current) * options_.smoothing);
+      return;
+    }
+    const double weight = options_.smoothing / (current > 1.0 ? current : 1.0);
+    limit_.set(detail::guarded_growth(current, current + (estimate - current) * weight, s.in_flight,
+                                      options_.min_utilisation));
   }
 
   static const options& validated(const options& o) {
@@ -238,6 +249,7 @@ class basic_gradient {
   detail::sliding_minimum minimum_;
   detail::exp_average average_;
   double last_gradient_ = 1.0;
+  detail::round_trip_gate<typename Clock::time_point> gate_{};
 };
 
 /// `basic_gradient` on `std::chrono::steady_clock`.

@@ -142,6 +142,45 @@ inline void check_positive(std::string_view type, std::string_view field, std::c
   if (v <= std::chrono::nanoseconds::zero()) invalid_option(type, field, "> 0", v);
 }
 
+/// The growth guard shared by the algorithms ("probe above the demand only as far as it is tested"): a
+/// success of a call granted while `in_flight` calls were out may raise the limit to at most
+/// `max(in_flight + 1, in_flight / min_utilisation)`, so the limit never runs ahead of what the calls have
+/// shown to be safe. Netflix concurrency-limits checks `inflight >= limit / 2` instead, which lets the limit
+/// double the tested demand and freezes a fractional limit whose floor is below that half (a limit of 1.9
+/// admits 1, and 1 < 0.8 x 1.9); comparing with what a call saw at its grant does neither.
+/// `min_utilisation` 0: no guard.
+inline double tested_ceiling(std::size_t in_flight, double min_utilisation) noexcept {
+  if (min_utilisation <= 0.0) return std::numeric_limits<double>::infinity();
+  const double n = static_cast<double>(in_flight);
+  return n + 1.0 > n / min_utilisation ? n + 1.0 : n / min_utilisation;
+}
+
+/// `next` if that is a rise within `tested_ceiling(in_flight, min_utilisation)`, the ceiling if it is
+/// beyond, and `current` if the ceiling is below it: growth never lowers a limit.
+inline double guarded_growth(double current, double next, std::size_t in_flight, double min_utilisation) noexcept {
+  const double ceiling = tested_ceiling(in_flight, min_utilisation);
+  if (next > ceiling) next = ceiling;
+  return next > current ? next : current;
+}
+
+/// At most one decrease per round trip (RFC 5681: one reduction per window of data): a congestion signal
+/// from a call that started before the latest decrease was caused by the limit before that decrease, which
+/// has already been cut.
+template <class TimePoint>
+class round_trip_gate {
+ public:
+  /// True if a call that ended at `now` after `latency` started before the latest decrease.
+  bool stale(TimePoint now, std::chrono::nanoseconds latency) const noexcept {
+    return last_ != TimePoint::min() && now - latency < last_;
+  }
+  void decreased(TimePoint now) noexcept { last_ = now; }
+  /// The latest decrease (`TimePoint::min()` before any).
+  TimePoint last() const noexcept { return last_; }
+
+ private:
+  TimePoint last_ = TimePoint::min();
+};
+
 /// The limit itself: always clamped to [floor, ceiling]; counts strict moves down and up.
 class bounded_limit {
  public:

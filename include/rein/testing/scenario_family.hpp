@@ -56,7 +56,8 @@ inline upstream_key generate_key(family_random& random, std::string& what) {
   auto& up = key.upstream;
   up.base = std::chrono::microseconds{random.between(1000, 20000)};
   up.capacity = random.between(2, 40);
-  const std::size_t calls = random.between(600, 1500);
+  // 40 to 100 round trips' worth of calls at the first capacity: long enough that a run is not only its start.
+  const std::size_t calls = std::max<std::size_t>(200, up.capacity * random.between(40, 100));
   const double load = random.uniform(0.6, 1.5);  // demand over what the first capacity serves at base latency
   const auto tick = std::chrono::nanoseconds{
       static_cast<std::int64_t>(static_cast<double>(up.base.count()) / (load * static_cast<double>(up.capacity)))};
@@ -124,8 +125,8 @@ inline upstream_key generate_key(family_random& random, std::string& what) {
 }  // namespace detail
 
 /// The scenario of seed `seed`: one key (70 %) or two to three, each an upstream of the model with capacity
-/// 2-40, base latency 1-20 ms, a hard cap 1.2-2x its highest capacity (at least 2 above it), 600-1,500
-/// calls at 0.6-1.5x what the capacity serves; then a drop to 15-60 % (60 %, followed by a recovery to 80-120 %
+/// 2-40, base latency 1-20 ms, a hard cap 1.2-2x its highest capacity (at least 2 above it), 40-100
+/// round trips' worth of calls at the first capacity (at least 200) arriving at 0.6-1.5x what it serves; then a drop to 15-60 % (60 %, followed by a recovery to 80-120 %
 /// of the first capacity in 60 % of those) or a drift to 50-150 % one call at a time (25 %); a spike of 3-8x
 /// the demand for three base latencies (40 %); latency noise of +-5-20 % (50 %); one or two stalls of 2-6 base
 /// latencies (30 %). With several keys, half the scenarios add a global limit of 60-100 % of the sum of the
@@ -159,7 +160,8 @@ inline scenario generate_scenario(std::uint64_t seed) {
 }
 
 /// An upstream of fixed capacity whose latency is only noisy: capacity 2-40, base 1-20 ms, noise +-`noise`,
-/// demand 1.2-2x the capacity (so a limiter sits at the capacity and hears every jitter), 1,000 calls. A
+/// demand 1.2-2x the capacity (so a limiter sits at the capacity and hears every jitter), 80 round trips'
+/// worth of calls. A
 /// limit that takes jitter for congestion cuts deep here; `report::lowest_cut` says how deep.
 inline scenario generate_noise_scenario(std::uint64_t seed, double noise = 0.2) {
   detail::family_random random{seed};
@@ -174,7 +176,7 @@ inline scenario generate_noise_scenario(std::uint64_t seed, double noise = 0.2) 
   const double load = random.uniform(1.2, 2.0);
   sc.tick = std::chrono::nanoseconds{static_cast<std::int64_t>(static_cast<double>(sc.upstream.base.count()) /
                                                                (load * static_cast<double>(sc.upstream.capacity)))};
-  sc.ticks = 1000;
+  sc.ticks = sc.upstream.capacity * 80;  // 80 round trips' worth
   sc.per_tick = 1;
   sc.timeline_step = sc.upstream.base * 5;
   char buf[120];

@@ -581,22 +581,21 @@ report simulate(std::string strategy_name, std::span<Strategy> strategies, const
 /// The fixed limit of the experiment: seed 000's Semaphore(16).
 inline constexpr double experiment_fixed_limit = 16.0;
 
-/// Seed 000's basic AIMD limiter as the guide runs it: from 16, floor 1, ceiling 64, 20 ms target, x0.75.
+/// Seed 000's basic AIMD limiter as the guide runs it: from 16, floor 1, ceiling 64, 20 ms target, x0.75,
+/// a cut on every congested call and no growth guard.
 inline algo::aimd_options experiment_aimd_options() {
   algo::aimd_options o;
   o.initial_limit = 16.0;
   o.latency_target = std::chrono::milliseconds{20};
+  o.min_utilisation = 0.0;
+  o.once_per_round_trip = false;
   return o;
 }
 
-/// rein's default tuned AIMD, starting from 16 like every strategy of the experiment.
-inline algo::tuned_aimd_options experiment_tuned_aimd_options() {
-  algo::tuned_aimd_options o;
-  o.initial_limit = 16.0;
-  return o;
-}
+/// rein's default tuned AIMD (from 4: it knows nothing about the upstream, and slow start finds 16).
+inline algo::tuned_aimd_options experiment_tuned_aimd_options() { return algo::tuned_aimd_options{}; }
 
-/// rein's default gradient limit, starting from 16 (its default).
+/// rein's default gradient limit (from 4).
 inline algo::gradient_options experiment_gradient_options() { return algo::gradient_options{}; }
 
 /// The five strategies of issue 4 on one scenario: fixed(16), aimd, tuned_aimd, gradient, oracle.
