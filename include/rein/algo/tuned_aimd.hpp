@@ -20,9 +20,9 @@ namespace rein::algo {
 /// 000's `TunedAIMD` (window 50, tolerance 2.0, a 40 ms hold, backoff 0.75, no app-limited guard, no slow
 /// start) is the worst adaptive strategy in its own degrading-upstream experiment: the limit balloons while
 /// demand is low, and a tolerance of exactly 2 never flags a call one above capacity. To get the guide's
-/// limiter's decreases, set window 50, baseline_quantile 0.5, tolerance 2, backoff 0.75, hold 40 ms,
-/// min_utilisation 0 and slow_start false (its growth was `+1 / limit` per success, increase 1, without the
-/// doubling).
+/// limiter's judgement, set window 50, baseline_quantile 0.5, min_samples 10, tolerance 2, hold 40 ms,
+/// min_utilisation 0 and slow_start false (its cut was always x 0.75, and its growth `+1 / limit` per
+/// success, not a probe that doubles).
 struct tuned_aimd_options {
   /// Starting limit, in calls; in [min_limit, max_limit]. Small, because nothing is known yet: slow start
   /// finds a large capacity within a few round trips, while a large start would burst into a small one.
@@ -36,11 +36,11 @@ struct tuned_aimd_options {
   double backoff = 0.5;
   /// Growth per round trip right after a cut, in calls; > 0. It doubles every round trip without a cut, so
   /// the limit stays near the level a cut found for several round trips (where every call is served at
-  /// base latency) and still climbs fast once the capacity has grown: 0.05 takes about 4.4 round trips to
-  /// probe one call higher and 10.4 to probe 64 higher. Like CUBIC's plateau around the window of the last
+  /// base latency) and still climbs fast once the capacity has grown: 0.01 takes about 6.7 round trips to
+  /// probe one call higher, 11.7 to probe 32 higher. Like CUBIC's plateau around the window of the last
   /// loss (RFC 8312), because here one call over capacity is costly: it slows every call behind it.
   double increase = 0.01;
-  /// Successful latencies kept for the rolling median baseline, in samples; in [min_samples, 100000]
+  /// Successful latencies kept for the rolling baseline, in samples; in [min_samples, 100000]
   /// (`tuned_aimd_max_window`: the window is allocated up front and each sample costs O(window)). Long enough
   /// that a sustained degradation does not become "normal" before the limit has been cut.
   std::size_t window = 200;
@@ -49,12 +49,14 @@ struct tuned_aimd_options {
   /// and a median would take their latency for normal; the fastest tenth are still the calls that did not
   /// queue, and with +-20 % noise they sit only 16 % below the median.
   double baseline_quantile = 0.1;
-  /// No latency judgement before this many successes are in the window (seed 000: 10); in [1, window].
-  /// Congestion outcomes count from the first sample.
+  /// No latency judgement, and no growth, before this many successes are in the window (seed 000: 10); in
+  /// [1, window]. Congestion outcomes count from the first sample. 3: a limit that starts above a small
+  /// capacity must not grow on calls it cannot judge yet.
   std::size_t min_samples = 3;
-  /// A success is congestion when its latency exceeds `median x tolerance`; finite and >= 1. The noise
-  /// floor: jitter of +-20 % around the median stays below 1.5, while a call queued behind another one at
-  /// least doubles (1.6 x the median even at -20 %). Must stay below 2 for an upstream whose latency steps in
+  /// A success is congestion when its latency exceeds `baseline x tolerance`; finite and >= 1. The noise
+  /// floor: with +-20 % jitter the fastest tenth sit at about 0.84 x the base and the slowest unqueued call
+  /// at 1.2 x (1.43 x the baseline, below 1.5), while a call queued behind another one at least doubles
+  /// (1.6 x the base even at -20 %). Must stay below 2 for an upstream whose latency steps in
   /// multiples of its base.
   double tolerance = 1.5;
   /// How long congestion is ignored after a cut. Unset (the default): exactly one round trip, i.e. a
@@ -63,8 +65,9 @@ struct tuned_aimd_options {
   std::optional<std::chrono::nanoseconds> hold{};
   /// The growth guard (`detail::tested_ceiling`): a success granted with n calls out raises the limit to at
   /// most `max(n + 1, n / min_utilisation)`, so the limit does not run ahead of the demand it has seen
-  /// served. In [0, 1]; 0 disables it. 0.8: at most 25 % (or one call) above what was tested, which keeps a
-  /// slow-start overshoot inside an upstream whose hard limit is 1.25 x its capacity.
+  /// served. In [0, 1]; 0 disables it. 0.85: at most 17.6 % (or one call) above what was tested, which keeps
+  /// the overshoot of slow start and of each probe inside an upstream that fails at 1.2 x its capacity
+  /// (Netflix concurrency-limits' 1/2 lets the limit double the tested demand).
   double min_utilisation = 0.85;
   /// Slow start (TCP's, RFC 5681): until the first cut, each uncongested success adds one call, so the
   /// limit doubles per round trip, within the growth guard (at most `1 / min_utilisation` of what was
@@ -121,17 +124,20 @@ class rolling_median {
 
 /// Seed 000's tuned AIMD, with rein's rules and defaults.
 ///
-/// - Baseline: the median latency of the last `window` successes (this one included). A success slower than
-///   `median x tolerance` is congestion; so is every `congestion` outcome. No latency judgement before
-///   `min_samples` successes.
+/// - Baseline: the `baseline_quantile` of the latencies of the last `window` uncongested successes (this one
+///   included); slow calls join it only when granted at the floor, where a dependency that became slower for
+///   good becomes the new normal. A success slower than `baseline x tolerance` is congestion; so is every
+///   `congestion` outcome. No judgement and no growth before `min_samples` successes.
 /// - At most one decrease per round trip (see `hold`); congestion inside the hold changes nothing (it neither
 ///   cuts nor grows). A congestion outcome multiplies the limit by `backoff`. A slow success of a call granted
-///   with n calls out cuts to `n - (latency / median - 1)`: each call queued ahead of it in a single-server
-///   queue adds one median, so that many calls were too many (TCP Vegas' queue estimate, in calls); bounded
-///   to `[n x backoff, n x max_backoff]` and never above the limit, so one sample never cuts by more than half
-///   and every cut counts.
-/// - An uncongested success adds `increase / limit` (about `increase` per round trip), or `increase` during
-///   slow start, within the growth guard (`min_utilisation`).
+///   with n calls out (n at most the limit) cuts to `n - floor(latency / baseline - 1)`: each call queued
+///   ahead of it in a single-server queue adds one baseline, so that many calls were too many (TCP Vegas'
+///   queue estimate, in calls); bounded to `[n x backoff, n - 1]`: one round trip cuts at least one call and
+///   at most by `backoff`.
+/// - Growth, spread over the round trip's samples and always within the growth guard (`min_utilisation`):
+///   slow start (one call per success) until the first cut; then half the way back per round trip to the
+///   level just below the slow call's (a binary search, as BIC-TCP); from there `increase` calls per round
+///   trip, doubling every round trip without a cut (CUBIC's plateau and convex probe, RFC 8312).
 /// - `ignored` changes nothing and is not part of the baseline.
 ///
 /// @tparam Clock supplies the `time_point` of samples; time is only compared, never read.
