@@ -63,8 +63,8 @@ aimd make(double min, double initial, double max, double backoff = 0.75) {
 
 }  // namespace
 
-TEST_CASE("aimd: from 4, one round of fast successes takes the limit past 5 and one failure takes 25% off") {
-  aimd a{};  // the guide's defaults: initial 4, floor 1, ceiling 64, backoff 0.75
+TEST_CASE("aimd: from 4, one round of fast successes takes the limit past 5 and one failure takes 20% off") {
+  aimd a{};  // initial 4, floor 1, ceiling 64 (the guide's), backoff 0.8
   REQUIRE(a.limit() == 4.0);
   for (int i = 0; i < 4; ++i) a.on_sample(fast());
   REQUIRE(a.limit() < 5.0);  // four calls are one round at a limit of 4: +1/4, +1/4.25, ...
@@ -73,7 +73,7 @@ TEST_CASE("aimd: from 4, one round of fast successes takes the limit past 5 and 
   REQUIRE(a.increases() == 5);
   const double before = a.limit();
   a.on_sample(failure());
-  REQUIRE(a.limit() == before * 0.75);
+  REQUIRE(a.limit() == before * 0.8);
   REQUIRE(a.decreases() == 1);
 }
 
@@ -123,11 +123,30 @@ TEST_CASE("aimd: a success slower than the target is congestion; one exactly at 
   REQUIRE(a.limit() == 10.1 * 0.75);
 }
 
-TEST_CASE("aimd: without a latency target only congestion outcomes cut") {
-  aimd a{};
+TEST_CASE("aimd: without a latency target or tolerance only congestion outcomes cut") {
+  aimd_options o;
+  o.latency_tolerance.reset();
+  aimd a{o};
+  a.on_sample(taking(5ms));
   a.on_sample(taking(10s));
-  REQUIRE(a.limit() == 4.25);
+  REQUIRE(a.limit() == 4.25 + 1 / 4.25);
   REQUIRE(a.decreases() == 0);
+}
+
+TEST_CASE("aimd: by default a success slower than 1.75 x the fastest of the last 200 is congestion") {
+  aimd a{};
+  a.on_sample(taking(10ms));
+  a.on_sample(taking(17500us));  // exactly 1.75 x: not congestion
+  REQUIRE(a.decreases() == 0);
+  const double before = a.limit();
+  a.on_sample(taking(17501us));
+  REQUIRE(a.limit() == before * 0.8);
+  for (int i = 0; i < 200; ++i) a.on_sample(taking(15ms));  // the 10 ms call ages out of the 200
+  REQUIRE(a.decreases() == 1);
+  a.on_sample(taking(26250us));  // 1.75 x 15 ms: the fastest is now 15 ms
+  REQUIRE(a.decreases() == 1);
+  a.on_sample(taking(26251us));
+  REQUIRE(a.decreases() == 2);
 }
 
 TEST_CASE("aimd: congestion from calls that started before the latest cut cuts once per round trip") {
@@ -200,6 +219,9 @@ TEST_CASE("aimd: invalid options throw std::invalid_argument naming the type, fi
   o = {};
   o.latency_target = -5ms;
   REQUIRE(message(o) == "rein::algo::aimd: latency_target must be > 0, got -5000000 ns");
+  o = {};
+  o.latency_tolerance = 1.0;
+  REQUIRE(message(o) == "rein::algo::aimd: latency_tolerance must be > 1 and finite, got 1");
   o = {};
   o.initial_limit = std::numeric_limits<double>::quiet_NaN();
   REQUIRE(message(o) == "rein::algo::aimd: initial_limit must be in [min_limit, max_limit] = [1, 64], got nan");

@@ -9,11 +9,12 @@
 
 namespace rein::algo {
 
-/// Options of `basic_aimd`. Defaults are seed 000's `AIMDLimiter` (initial 4, floor 1, ceiling 64, backoff
-/// 0.75), except for the growth guard and one decrease per round trip (set `min_utilisation` 0 and
-/// `once_per_round_trip` false for the guide's rule), and that the latency target is off by default: a fixed target is a guess about the dependency,
-/// which is what an adaptive limit exists to avoid (seed 000's own 20 ms would collapse the limit of any
-/// dependency that is normally slower). Set it to reproduce the guide.
+/// Options of `basic_aimd`. Defaults are seed 000's `AIMDLimiter` (initial 4, floor 1, ceiling 64) except
+/// the backoff (0.8 instead of 0.75), with rein's rules: the growth guard, one decrease per round trip, and a latency judgement relative
+/// to the fastest recent call instead of the guide's fixed 20 ms target (a fixed target is a guess about the
+/// dependency, which is what an adaptive limit exists to avoid; the guide's would collapse the limit of any
+/// dependency that is normally slower). For the guide's rule set `latency_target` 20 ms, `latency_tolerance`
+/// unset, `backoff` 0.75, `min_utilisation` 0 and `once_per_round_trip` false.
 struct aimd_options {
   /// Starting limit, in calls; in [min_limit, max_limit].
   double initial_limit = 4.0;
@@ -22,13 +23,22 @@ struct aimd_options {
   double min_limit = 1.0;
   /// Ceiling, in calls: a whole number in [min_limit, 1e9] (`max_limit_ceiling`).
   double max_limit = 64.0;
-  /// Multiplicative decrease: the limit is multiplied by this on congestion; in (0, 1).
-  double backoff = 0.75;
+  /// Multiplicative decrease: the limit is multiplied by this on congestion; in (0, 1). 0.8: one cut from
+  /// one call over the capacity leaves the limit above 0.8 x the capacity, so latency jitter that reads as
+  /// congestion costs little (Netflix concurrency-limits uses 0.9, which in the generated family leaves the
+  /// limit above a capacity that dropped for too long).
+  double backoff = 0.8;
   /// Additive increase: each fast success adds `increase / max(1, limit)` calls, so the limit grows by
   /// about `increase` per round of `limit` calls (TCP's congestion avoidance). > 0.
   double increase = 1.0;
   /// Optional: a success slower than this (strictly) counts as congestion. > 0 when set.
   std::optional<std::chrono::nanoseconds> latency_target{};
+  /// Optional: a success slower than `latency_tolerance x` the fastest of the last 200 successes (strictly)
+  /// counts as congestion: a target relative to what the dependency has shown it can do, so it needs no
+  /// guess. 1.75: +-20 % jitter puts the fastest call at 0.8 x the typical latency and the slowest unqueued
+  /// one at 1.2 x (1.5 x the fastest), while a call queued behind another one takes twice as long. Finite and
+  /// > 1 when set; unset: only `congestion` outcomes and `latency_target` count (the textbook rule).
+  std::optional<double> latency_tolerance = 1.75;
   /// The growth guard (`detail::tested_ceiling`): a success granted with n calls out raises the limit to at
   /// most `max(n + 1, n / min_utilisation)`, so the limit does not grow far above the demand while it is
   /// low, to land beyond the dependency's hard limit when demand returns. In [0, 1]; 0 disables it (the
@@ -59,7 +69,8 @@ class basic_aimd {
   using rebind_clock = basic_aimd<OtherClock>;
 
   /// @throws std::invalid_argument naming the field and value if `o` is invalid.
-  explicit basic_aimd(const options& o = {}) : options_{validated(o)}, limit_{o.min_limit, o.initial_limit, o.max_limit} {}
+  explicit basic_aimd(const options& o = {})
+      : options_{validated(o)}, limit_{o.min_limit, o.initial_limit, o.max_limit} {}
 
   double limit() const noexcept { return limit_.value(); }
   double min_limit() const noexcept { return limit_.min(); }
@@ -69,7 +80,7 @@ class basic_aimd {
   const options& get_options() const noexcept { return options_; }
 
   /// Applies one completed call.
-  void on_sample(const sample_type& s) noexcept {
+  void on_sample(const sample_type& s) {
     if (s.result == outcome::ignored) return;
     const double current = limit_.value();
     if (congested(s)) {
@@ -83,8 +94,13 @@ class basic_aimd {
   }
 
  private:
-  bool congested(const sample_type& s) const noexcept {
-    return s.result == outcome::congestion || (options_.latency_target && s.latency > *options_.latency_target);
+  bool congested(const sample_type& s) {
+    if (s.result == outcome::congestion) return true;
+    if (options_.latency_target && s.latency > *options_.latency_target) return true;
+    // A zero latency (a clock too coarse for the call) says nothing about how fast the dependency can be.
+    if (!options_.latency_tolerance || s.latency <= std::chrono::nanoseconds::zero()) return false;
+    fastest_.push(s.latency.count());
+    return static_cast<double>(s.latency.count()) > *options_.latency_tolerance * static_cast<double>(fastest_.value());
   }
 
   static const options& validated(const options& o) {
@@ -92,6 +108,8 @@ class basic_aimd {
     detail::check_open_unit("aimd", "backoff", o.backoff);
     detail::check_positive("aimd", "increase", o.increase);
     if (o.latency_target) detail::check_positive("aimd", "latency_target", *o.latency_target);
+    if (o.latency_tolerance && (!detail::finite(*o.latency_tolerance) || *o.latency_tolerance <= 1.0))
+      detail::invalid_option("aimd", "latency_tolerance", "> 1 and finite", *o.latency_tolerance);
     if (!detail::finite(o.min_utilisation) || o.min_utilisation < 0.0 || o.min_utilisation > 1.0)
       detail::invalid_option("aimd", "min_utilisation", "in [0, 1]", o.min_utilisation);
     return o;
@@ -100,6 +118,7 @@ class basic_aimd {
   options options_;
   detail::bounded_limit limit_;
   detail::round_trip_gate<typename Clock::time_point> gate_{};
+  detail::sliding_minimum fastest_{200};
 };
 
 /// `basic_aimd` on `std::chrono::steady_clock`.

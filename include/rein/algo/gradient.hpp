@@ -84,28 +84,6 @@ struct gradient_options {
 
 namespace detail {
 
-/// Minimum of the last `capacity` values in O(1) amortised: a deque of candidates, increasing from front to
-/// back, each tagged with its position; a value is dropped once a smaller one arrives after it or it ages out.
-class sliding_minimum {
- public:
-  explicit sliding_minimum(std::size_t capacity) noexcept : capacity_{capacity} {}
-
-  void push(std::int64_t v) {
-    while (!candidates_.empty() && candidates_.back().second >= v) candidates_.pop_back();
-    candidates_.emplace_back(count_, v);
-    ++count_;
-    while (candidates_.front().first + capacity_ < count_) candidates_.pop_front();
-  }
-
-  /// Precondition: at least one value was pushed.
-  std::int64_t value() const noexcept { return candidates_.front().second; }
-
- private:
-  std::size_t capacity_;
-  std::uint64_t count_ = 0;
-  std::deque<std::pair<std::uint64_t, std::int64_t>> candidates_;
-};
-
 /// Netflix concurrency-limits' ExpAvgMeasurement: a plain mean over the first `warmup` samples, then an
 /// exponential average with factor 2 / (window + 1).
 class exp_average {

@@ -12,11 +12,13 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <limits>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace rein::algo {
 
@@ -179,6 +181,28 @@ class round_trip_gate {
 
  private:
   TimePoint last_ = TimePoint::min();
+};
+
+/// Minimum of the last `capacity` values in O(1) amortised: a deque of candidates, increasing from front to
+/// back, each tagged with its position; a value is dropped once a smaller one arrives after it or it ages out.
+class sliding_minimum {
+ public:
+  explicit sliding_minimum(std::size_t capacity) noexcept : capacity_{capacity} {}
+
+  void push(std::int64_t v) {
+    while (!candidates_.empty() && candidates_.back().second >= v) candidates_.pop_back();
+    candidates_.emplace_back(count_, v);
+    ++count_;
+    while (candidates_.front().first + capacity_ < count_) candidates_.pop_front();
+  }
+
+  /// Precondition: at least one value was pushed.
+  std::int64_t value() const noexcept { return candidates_.front().second; }
+
+ private:
+  std::size_t capacity_;
+  std::uint64_t count_ = 0;
+  std::deque<std::pair<std::uint64_t, std::int64_t>> candidates_;
 };
 
 /// The limit itself: always clamped to [floor, ceiling]; counts strict moves down and up.

@@ -587,6 +587,8 @@ inline algo::aimd_options experiment_aimd_options() {
   algo::aimd_options o;
   o.initial_limit = 16.0;
   o.latency_target = std::chrono::milliseconds{20};
+  o.latency_tolerance.reset();
+  o.backoff = 0.75;
   o.min_utilisation = 0.0;
   o.once_per_round_trip = false;
   return o;
