@@ -123,18 +123,18 @@ TEST_CASE("aimd: a success slower than the target is congestion; one exactly at 
   REQUIRE(a.limit() == 10.1 * 0.75);
 }
 
-TEST_CASE("aimd: without a latency target or tolerance only congestion outcomes cut") {
-  aimd_options o;
-  o.latency_tolerance.reset();
-  aimd a{o};
+TEST_CASE("aimd: without a latency target or tolerance (the default) only congestion outcomes cut") {
+  aimd a{};
   a.on_sample(taking(5ms));
   a.on_sample(taking(10s));
   REQUIRE(a.limit() == 4.25 + 1 / 4.25);
   REQUIRE(a.decreases() == 0);
 }
 
-TEST_CASE("aimd: by default a success slower than 1.75 x the fastest of the last 200 is congestion") {
-  aimd a{};
+TEST_CASE("aimd: with latency_tolerance a success slower than that x the fastest of the last 200 is congestion") {
+  aimd_options o;
+  o.latency_tolerance = 1.75;
+  aimd a{o};
   a.on_sample(taking(10ms));
   a.on_sample(taking(17500us));  // exactly 1.75 x: not congestion
   REQUIRE(a.decreases() == 0);

@@ -10,11 +10,11 @@
 namespace rein::algo {
 
 /// Options of `basic_aimd`. Defaults are seed 000's `AIMDLimiter` (initial 4, floor 1, ceiling 64) except
-/// the backoff (0.8 instead of 0.75), with rein's rules: the growth guard, one decrease per round trip, and a latency judgement relative
-/// to the fastest recent call instead of the guide's fixed 20 ms target (a fixed target is a guess about the
-/// dependency, which is what an adaptive limit exists to avoid; the guide's would collapse the limit of any
-/// dependency that is normally slower). For the guide's rule set `latency_target` 20 ms, `latency_tolerance`
-/// unset, `backoff` 0.75, `min_utilisation` 0 and `once_per_round_trip` false.
+/// the backoff (0.8 instead of 0.75), with rein's rules: the growth guard and one decrease per round trip.
+/// No latency judgement by default: a fixed target is a guess about the dependency (the guide's 20 ms would
+/// collapse the limit of any dependency that is normally slower), and `latency_tolerance` reads scheduling
+/// jitter as congestion on a fast path. For the guide's rule set `latency_target` 20 ms, `backoff` 0.75,
+/// `min_utilisation` 0 and `once_per_round_trip` false.
 struct aimd_options {
   /// Starting limit, in calls; in [min_limit, max_limit].
   double initial_limit = 4.0;
@@ -37,8 +37,11 @@ struct aimd_options {
   /// counts as congestion: a target relative to what the dependency has shown it can do, so it needs no
   /// guess. 1.75: +-20 % jitter puts the fastest call at 0.8 x the typical latency and the slowest unqueued
   /// one at 1.2 x (1.5 x the fastest), while a call queued behind another one takes twice as long. Finite and
-  /// > 1 when set; unset: only `congestion` outcomes and `latency_target` count (the textbook rule).
-  std::optional<double> latency_tolerance = 1.75;
+  /// > 1 when set; unset (the default): only `congestion` outcomes and `latency_target` count (the textbook
+  /// rule). Not on by default: on a fast real path (loopback HTTP, sub-millisecond calls) scheduling jitter
+  /// is many times the fastest call, and the limit collapses to 2 against a connection limit of 8 that
+  /// latency never reveals; `tuned_aimd` is the latency-driven choice.
+  std::optional<double> latency_tolerance{};
   /// The growth guard (`detail::tested_ceiling`): a success granted with n calls out raises the limit to at
   /// most `max(n + 1, n / min_utilisation)`, so the limit does not grow far above the demand while it is
   /// low, to land beyond the dependency's hard limit when demand returns. In [0, 1]; 0 disables it (the
