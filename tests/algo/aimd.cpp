@@ -33,9 +33,17 @@ static_assert(rein::algo::limit_algorithm<rein::algo::vegas>);
 
 namespace {
 
-sample fast() { return sample{5ms, outcome::success, 1, {}}; }
-sample failure() { return sample{5ms, outcome::congestion, 1, {}}; }
-sample ignored() { return sample{5ms, outcome::ignored, 1, {}}; }
+// Each sample ends 10 ms after the previous one and took 5 ms, so it started after every earlier cut;
+// `in_flight` 64: the limiter was full when it was granted (the growth guard does not bind).
+sample::time_point next_end() {
+  static sample::time_point t{};
+  t += 10ms;
+  return t;
+}
+sample fast() { return sample{5ms, outcome::success, 64, next_end()}; }
+sample failure() { return sample{5ms, outcome::congestion, 64, next_end()}; }
+sample ignored() { return sample{5ms, outcome::ignored, 64, next_end()}; }
+sample taking(std::chrono::nanoseconds latency) { return sample{latency, outcome::success, 64, next_end()}; }
 
 std::string two_decimals(double v) {
   char buf[32];
@@ -55,8 +63,8 @@ aimd make(double min, double initial, double max, double backoff = 0.75) {
 
 }  // namespace
 
-TEST_CASE("aimd: from 4, one round of fast successes takes the limit past 5 and one failure takes 25% off") {
-  aimd a{};  // the guide's defaults: initial 4, floor 1, ceiling 64, backoff 0.75
+TEST_CASE("aimd: from 4, one round of fast successes takes the limit past 5 and one failure takes 20% off") {
+  aimd a{};  // initial 4, floor 1, ceiling 64 (the guide's), backoff 0.8
   REQUIRE(a.limit() == 4.0);
   for (int i = 0; i < 4; ++i) a.on_sample(fast());
   REQUIRE(a.limit() < 5.0);  // four calls are one round at a limit of 4: +1/4, +1/4.25, ...
@@ -65,7 +73,7 @@ TEST_CASE("aimd: from 4, one round of fast successes takes the limit past 5 and 
   REQUIRE(a.increases() == 5);
   const double before = a.limit();
   a.on_sample(failure());
-  REQUIRE(a.limit() == before * 0.75);
+  REQUIRE(a.limit() == before * 0.8);
   REQUIRE(a.decreases() == 1);
 }
 
@@ -109,17 +117,65 @@ TEST_CASE("aimd: at the floor a congestion sample leaves the limit and is not a 
 
 TEST_CASE("aimd: a success slower than the target is congestion; one exactly at the target is not") {
   aimd a = make(1, 10, 64);
-  a.on_sample(sample{20ms, outcome::success, 1, {}});
+  a.on_sample(taking(20ms));
   REQUIRE(a.limit() == 10.1);
-  a.on_sample(sample{20ms + 1ns, outcome::success, 1, {}});
+  a.on_sample(taking(20ms + 1ns));
   REQUIRE(a.limit() == 10.1 * 0.75);
 }
 
-TEST_CASE("aimd: without a latency target only congestion outcomes cut") {
+TEST_CASE("aimd: without a latency target or tolerance (the default) only congestion outcomes cut") {
   aimd a{};
-  a.on_sample(sample{10s, outcome::success, 1, {}});
-  REQUIRE(a.limit() == 4.25);
+  a.on_sample(taking(5ms));
+  a.on_sample(taking(10s));
+  REQUIRE(a.limit() == 4.25 + 1 / 4.25);
   REQUIRE(a.decreases() == 0);
+}
+
+TEST_CASE("aimd: with latency_tolerance a success slower than that x the fastest of the last 200 is congestion") {
+  aimd_options o;
+  o.latency_tolerance = 1.75;
+  aimd a{o};
+  a.on_sample(taking(10ms));
+  a.on_sample(taking(17500us));  // exactly 1.75 x: not congestion
+  REQUIRE(a.decreases() == 0);
+  const double before = a.limit();
+  a.on_sample(taking(17501us));
+  REQUIRE(a.limit() == before * 0.8);
+  for (int i = 0; i < 200; ++i) a.on_sample(taking(15ms));  // the 10 ms call ages out of the 200
+  REQUIRE(a.decreases() == 1);
+  a.on_sample(taking(26250us));  // 1.75 x 15 ms: the fastest is now 15 ms
+  REQUIRE(a.decreases() == 1);
+  a.on_sample(taking(26251us));
+  REQUIRE(a.decreases() == 2);
+}
+
+TEST_CASE("aimd: congestion from calls that started before the latest cut cuts once per round trip") {
+  aimd a = make(1, 16, 64, 0.5);
+  const sample::time_point t{1s};
+  a.on_sample(sample{10ms, outcome::congestion, 16, t});
+  REQUIRE(a.limit() == 8.0);
+  a.on_sample(sample{10ms, outcome::congestion, 16, t + 9ms});  // started at t - 1 ms: under the old limit
+  a.on_sample(sample{30ms, outcome::success, 16, t + 9ms});    // slower than the target, same story
+  REQUIRE(a.limit() == 8.0);
+  REQUIRE(a.decreases() == 1);
+  a.on_sample(sample{10ms, outcome::congestion, 8, t + 10ms});  // started exactly at the cut
+  REQUIRE(a.limit() == 4.0);
+  REQUIRE(a.decreases() == 2);
+}
+
+TEST_CASE("aimd: a success lifts the limit at most to max(n + 1, n / 0.85) of the n calls out at its grant") {
+  aimd a = make(1, 4, 64);
+  for (int i = 0; i < 50; ++i) a.on_sample(sample{5ms, outcome::success, 4, next_end()});
+  REQUIRE(a.limit() == 5.0);  // 4 calls out tested 4: one more is the probe, no further
+  for (int i = 0; i < 200; ++i) a.on_sample(sample{5ms, outcome::success, 17, next_end()});
+  REQUIRE(a.limit() == 20.0);  // 17 / 0.85
+  a.on_sample(sample{5ms, outcome::success, 2, next_end()});
+  REQUIRE(a.limit() == 20.0);  // a call granted while the limiter was barely used never lowers it
+  aimd_options textbook;
+  textbook.min_utilisation = 0;
+  aimd unguarded{textbook};
+  for (int i = 0; i < 50; ++i) unguarded.on_sample(sample{5ms, outcome::success, 1, next_end()});
+  REQUIRE(unguarded.limit() > 10.0);
 }
 
 TEST_CASE("aimd: the increase option scales the additive step") {
@@ -153,7 +209,7 @@ TEST_CASE("aimd: invalid options throw std::invalid_argument naming the type, fi
   REQUIRE(message(o) == "rein::algo::aimd: min_limit must be a whole number >= 1, got 1.5");
   o = {};
   o.max_limit = 0.5;
-  REQUIRE(message(o) == "rein::algo::aimd: max_limit must be a whole number >= min_limit (1), got 0.5");
+  REQUIRE(message(o) == "rein::algo::aimd: max_limit must be a whole number in [min_limit, 1e9] = [1, 1e9], got 0.5");
   o = {};
   o.initial_limit = 65;
   REQUIRE(message(o) == "rein::algo::aimd: initial_limit must be in [min_limit, max_limit] = [1, 64], got 65");
@@ -164,8 +220,41 @@ TEST_CASE("aimd: invalid options throw std::invalid_argument naming the type, fi
   o.latency_target = -5ms;
   REQUIRE(message(o) == "rein::algo::aimd: latency_target must be > 0, got -5000000 ns");
   o = {};
+  o.latency_tolerance = 1.0;
+  REQUIRE(message(o) == "rein::algo::aimd: latency_tolerance must be > 1 and finite, got 1");
+  o = {};
   o.initial_limit = std::numeric_limits<double>::quiet_NaN();
   REQUIRE(message(o) == "rein::algo::aimd: initial_limit must be in [min_limit, max_limit] = [1, 64], got nan");
+}
+
+TEST_CASE("aimd: a ceiling beyond 1e9 or beyond any integer is refused, not converted") {
+  auto message = [](double max) -> std::string {
+    aimd_options o;
+    o.max_limit = max;
+    try {
+      aimd a{o};
+    } catch (const std::invalid_argument& e) {
+      return e.what();
+    }
+    return "no exception";
+  };
+  // 1e20 is a whole number, but beyond std::int64_t: the check must not convert it (undefined behaviour).
+  REQUIRE(message(1e20) == "rein::algo::aimd: max_limit must be a whole number in [min_limit, 1e9] = [1, 1e9], got 1e+20");
+  REQUIRE(message(1e9 + 1) == "rein::algo::aimd: max_limit must be a whole number in [min_limit, 1e9] = [1, 1e9], got 1e+09");
+  REQUIRE(message(std::numeric_limits<double>::infinity()) ==
+          "rein::algo::aimd: max_limit must be a whole number in [min_limit, 1e9] = [1, 1e9], got inf");
+  REQUIRE(message(-1e300) == "rein::algo::aimd: max_limit must be a whole number in [min_limit, 1e9] = [1, 1e9], got -1e+300");
+  aimd_options o;
+  o.max_limit = 1e9;
+  REQUIRE(aimd{o}.max_limit() == 1e9);
+  o.min_limit = 1e20;
+  o.initial_limit = 1e20;
+  try {
+    aimd a{o};
+    FAIL("no exception");
+  } catch (const std::invalid_argument& e) {
+    REQUIRE(std::string{e.what()} == "rein::algo::aimd: max_limit must be a whole number in [min_limit, 1e9] = [1e+20, 1e9], got 1e+09");
+  }
 }
 
 TEST_CASE("admitted: a fractional limit admits its whole part") {
@@ -190,6 +279,6 @@ TEST_CASE("aimd: rebinding the clock keeps the options type") {
   static_assert(std::is_same_v<rebound::options, aimd::options>);
   static_assert(std::is_same_v<rebound::sample_type::time_point, other_clock::time_point>);
   rebound a{aimd_options{}};
-  a.on_sample(rebound::sample_type{5ms, outcome::success, 1, other_clock::time_point{}});
+  a.on_sample(rebound::sample_type{5ms, outcome::success, 4, other_clock::time_point{}});
   REQUIRE(a.limit() == 4.25);
 }

@@ -16,13 +16,19 @@ using rein::algo::sample;
 
 namespace {
 
+// Each sample ends 10 s after the previous one, so it started after every earlier decrease (none is stale).
+sample::time_point next_end() {
+  static sample::time_point t{};
+  t += 10s;
+  return t;
+}
 sample ok(std::chrono::nanoseconds latency = 5ms, std::size_t in_flight = 64) {
-  return sample{latency, outcome::success, in_flight, {}};
+  return sample{latency, outcome::success, in_flight, next_end()};
 }
 sample congestion(std::chrono::nanoseconds latency = 5ms, std::size_t in_flight = 64) {
-  return sample{latency, outcome::congestion, in_flight, {}};
+  return sample{latency, outcome::congestion, in_flight, next_end()};
 }
-sample ignored() { return sample{5ms, outcome::ignored, 64, {}}; }
+sample ignored() { return sample{5ms, outcome::ignored, 64, next_end()}; }
 
 template <class Algorithm>
 std::string error_of(const typename Algorithm::options& o) {
@@ -166,22 +172,52 @@ TEST_CASE("pid: invalid options name the type, field and value") {
 // gradient
 // ---------------------------------------------------------------------------------------------------------
 
-TEST_CASE("gradient: latency at the baseline grows the limit by the smoothed queue allowance") {
-  rein::algo::gradient g{};  // from 16, smoothing 0.15, tolerance 1.25, queue 0.5
+TEST_CASE("gradient: latency at the baseline grows the limit by the queue allowance, spread over a round trip") {
+  rein::algo::gradient g{};  // from 4, smoothing 0.5, tolerance 1.5, queue 1
   g.on_sample(ok(10ms));
-  REQUIRE(g.last_gradient() == 1.0);  // 1.25 x 10 / 10, clamped to 1
-  REQUIRE(g.limit() == Approx(16.075).margin(1e-12));  // 16 x 0.85 + (16 + 0.5) x 0.15
+  REQUIRE(g.last_gradient() == 1.0);  // 1.5 x 10 / 10, clamped to 1
+  REQUIRE(g.limit() == 4.125);        // 4 + (4 + 1 - 4) x 0.5 / 4
 }
 
-TEST_CASE("gradient: latency twice the minimum scales the estimate by 1.25 / 2") {
+TEST_CASE("gradient: the gain per round trip does not grow with the limit") {
+  // One round trip is `limit` samples: at 8 and at 32 a round at the baseline adds about smoothing x queue.
+  for (const double start : {8.0, 32.0}) {
+    rein::algo::gradient_options o;
+    o.initial_limit = start;
+    rein::algo::gradient g{o};
+    for (int i = 0; i < static_cast<int>(start); ++i) g.on_sample(ok(10ms));
+    INFO(start);
+    REQUIRE(g.limit() - start > 0.45);
+    REQUIRE(g.limit() - start < 0.5);
+  }
+}
+
+TEST_CASE("gradient: latency twice the minimum scales the estimate by 1.5 / 2, at once") {
   rein::algo::gradient_options o;
   o.min_utilisation = 0;
   rein::algo::gradient g{o};
   g.on_sample(ok(5ms, 1));
   const double before = g.limit();
   g.on_sample(ok(10ms, 1));
-  REQUIRE(g.last_gradient() == 0.625);
-  REQUIRE(g.limit() == Approx(before * 0.85 + (before * 0.625 + 0.5) * 0.15).margin(1e-12));
+  REQUIRE(g.last_gradient() == 0.75);
+  REQUIRE(g.limit() == Approx(before + (before * 0.75 + 1 - before) * 0.5).margin(1e-12));
+}
+
+TEST_CASE("gradient: slow calls that started before the latest fall do not fall again") {
+  rein::algo::gradient_options o;
+  o.initial_limit = 16;
+  rein::algo::gradient g{o};
+  g.on_sample(ok(5ms));
+  const sample::time_point t = next_end();
+  g.on_sample(sample{20ms, outcome::success, 16, t});
+  const double after_one = g.limit();
+  REQUIRE(g.decreases() == 1);
+  g.on_sample(sample{20ms, outcome::success, 16, t + 19ms});  // started 1 ms before the fall
+  g.on_sample(sample{5ms, outcome::congestion, 16, t + 4ms});
+  REQUIRE(g.limit() == after_one);
+  REQUIRE(g.decreases() == 1);
+  g.on_sample(sample{20ms, outcome::success, 16, t + 20ms});  // started at the fall: the new limit's call
+  REQUIRE(g.decreases() == 2);
 }
 
 TEST_CASE("gradient: the gradient is clamped to [min_gradient, max_gradient]") {
@@ -194,7 +230,7 @@ TEST_CASE("gradient: the gradient is clamped to [min_gradient, max_gradient]") {
 TEST_CASE("gradient: congestion applies the minimum gradient at once, whatever the utilisation") {
   rein::algo::gradient g{};
   g.on_sample(congestion(5ms, 1));
-  REQUIRE(g.limit() == Approx(14.875).margin(1e-12));  // 16 x 0.85 + (16 x 0.5 + 0.5) x 0.15
+  REQUIRE(g.limit() == 3.5);  // 4 + (4 x 0.5 + 1 - 4) x 0.5
   REQUIRE(g.decreases() == 1);
 }
 
@@ -203,15 +239,20 @@ TEST_CASE("gradient: with failures_as_congestion off a fast failure is just a fa
   o.failures_as_congestion = false;
   rein::algo::gradient g{o};
   g.on_sample(congestion(10ms));
-  REQUIRE(g.limit() == Approx(16.075).margin(1e-12));
+  REQUIRE(g.limit() == 4.125);
 }
 
-TEST_CASE("gradient: below the utilisation guard samples feed the baseline but do not move the limit") {
-  rein::algo::gradient g{};
-  g.on_sample(ok(5ms, 7));  // 7 < 16 / 2
+TEST_CASE("gradient: a success granted with few calls out lifts the limit at most to max(n + 1, n / 0.85)") {
+  rein::algo::gradient_options o;
+  o.initial_limit = 16;
+  rein::algo::gradient g{o};
+  g.on_sample(ok(5ms, 7));  // 7 calls out tested 8.24 at most: below 16, so nothing moves
   REQUIRE(g.limit() == 16.0);
   g.on_sample(ok(10ms, 8));
-  REQUIRE(g.last_gradient() == 0.625);  // the 5 ms sample set the minimum
+  REQUIRE(g.last_gradient() == 0.75);  // the 5 ms sample set the minimum
+  rein::algo::gradient low{};
+  for (int i = 0; i < 100; ++i) low.on_sample(ok(5ms, 4));
+  REQUIRE(low.limit() == 5.0);  // 4 out: one more call is the probe
 }
 
 TEST_CASE("gradient: the minimum baseline forgets samples older than its window") {
@@ -221,13 +262,14 @@ TEST_CASE("gradient: the minimum baseline forgets samples older than its window"
   g.on_sample(ok(5ms));
   g.on_sample(ok(10ms));
   g.on_sample(ok(10ms));
-  REQUIRE(g.last_gradient() == 0.625);  // 5 ms still among the last three
+  REQUIRE(g.last_gradient() == 0.75);  // 5 ms still among the last three
   g.on_sample(ok(10ms));
   REQUIRE(g.last_gradient() == 1.0);  // minimum is now 10 ms
 }
 
 TEST_CASE("gradient: Gradient2's long average is a plain mean over the warm-up") {
   rein::algo::gradient_options o;
+  o.initial_limit = 16;
   o.baseline = rein::algo::gradient_baseline::long_average;
   o.baseline_window = 600;
   o.tolerance = 1.5;
@@ -235,16 +277,16 @@ TEST_CASE("gradient: Gradient2's long average is a plain mean over the warm-up")
   o.smoothing = 0.2;
   rein::algo::gradient g{o};
   g.on_sample(ok(10ms));
-  REQUIRE(g.limit() == Approx(16.8).margin(1e-12));  // gradient 1: 16 x 0.8 + 20 x 0.2
+  REQUIRE(g.limit() == Approx(16.05).margin(1e-12));  // gradient 1: 16 + (20 - 16) x 0.2 / 16
   g.on_sample(ok(40ms));
   REQUIRE(g.last_gradient() == 0.9375);  // 1.5 x mean(10, 40) / 40
-  REQUIRE(g.limit() == Approx(16.8 * 0.8 + (16.8 * 0.9375 + 4) * 0.2).margin(1e-12));
+  REQUIRE(g.limit() == Approx(16.05 + (16.05 * 0.9375 + 4 - 16.05) * 0.2 / 16.05).margin(1e-12));
 }
 
 TEST_CASE("gradient: ignored samples change nothing") {
   rein::algo::gradient g{};
   g.on_sample(ignored());
-  REQUIRE(g.limit() == 16.0);
+  REQUIRE(g.limit() == 4.0);
   REQUIRE(g.last_gradient() == 1.0);
 }
 
@@ -279,6 +321,8 @@ namespace {
 rein::algo::vegas no_probe_vegas() {
   rein::algo::vegas_options o;
   o.probe_multiplier = 1e6;
+  o.initial_limit = 20;    // Netflix's start
+  o.min_utilisation = 0.5;  // and its utilisation factor: growth up to twice what was tested
   return rein::algo::vegas{o};
 }
 
@@ -316,7 +360,7 @@ TEST_CASE("vegas: a faster sample resets the no-load latency and changes nothing
   REQUIRE(v.limit() == 20.0);
 }
 
-TEST_CASE("vegas: below half utilisation a success changes nothing") {
+TEST_CASE("vegas: a success granted with few calls out does not raise the limit above what they tested") {
   auto v = no_probe_vegas();
   v.on_sample(ok(10ms, 9));
   v.on_sample(ok(10ms, 9));
@@ -364,6 +408,7 @@ TEST_CASE("vegas: invalid options name the type, field and value") {
   REQUIRE(error_of<V>(o) == "rein::algo::vegas: probe_multiplier must be >= 1 and finite, got 0");
   o = {};
   o.max_limit = 10;
+  o.initial_limit = 20;
   REQUIRE(error_of<V>(o) ==
           "rein::algo::vegas: initial_limit must be in [min_limit, max_limit] = [1, 10], got 20");
 }

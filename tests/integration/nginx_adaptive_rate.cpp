@@ -27,4 +27,23 @@ TEST_CASE("nginx: the adaptive rate starting at 5 R converges to the limit", "[i
   CHECK(*r.seconds[0].rate < 1.5 * nginx_limits::rate);  // down from 5 R within the first second
 }
 
+// From below: slow start doubles the rate every second until the first 429, so R is reached in the third
+// second (the SDKs' curve, initial + 0.4 t^3, needed 7.4 s from 0.2 R).
+TEST_CASE("nginx: the adaptive rate starting at 0.2 R finds the limit within 3 s", "[integration][nginx]") {
+  rein_test::nginx_server nginx;
+  http_load::config c = rein_test::load_config(nginx, "/rate", 10s);
+  c.rate = 0.2 * nginx_limits::rate;
+  c.burst = nginx_limits::burst / 2;
+  c.adaptive_rate = true;
+  const http_load::report r = rein_test::run_and_print(c, "adaptive rate from 0.2 R, /rate");
+  INFO(nginx.log());
+  const http_load::counts later = r.from_second(2);
+  CHECK(r.total.errors == 0);
+  CHECK(rein_test::share(later.too_many, later.sent) < 0.01);
+  REQUIRE(r.seconds.size() >= 4);
+  REQUIRE(r.seconds[3].rate);
+  CHECK(*r.seconds[3].rate >= 0.9 * nginx_limits::rate);
+  CHECK(r.achieved_rate() >= 0.8 * nginx_limits::rate);
+}
+
 #endif

@@ -46,6 +46,12 @@ struct adaptive_rate_options {
   /// Successes never raise the rate above `max_growth` times the measured sending rate (so a client that
   /// sends little does not bank an allowance it has never tried); >= 1, infinity disables the cap.
   double max_growth = 2.0;
+  /// Slow start (TCP's, RFC 5681, in time instead of round trips): until the first congestion the rate
+  /// doubles every `slow_start_period` (within the growth cap), so a client that starts below its quota
+  /// finds it in a few periods: from a fifth of it in about 2.3 periods. Zero: the SDKs' curve,
+  /// `initial_rate + scale x t^3`, which takes cbrt(0.8 R / scale) seconds (7.4 s for R = 200 per second).
+  /// >= 0.
+  std::chrono::nanoseconds slow_start_period = std::chrono::seconds(1);
 };
 
 /// A token bucket whose rate adapts to the upstream's throttling responses: it drops multiplicatively on a
@@ -58,13 +64,18 @@ struct adaptive_rate_options {
 ///   `K = cbrt(W * (1 - beta) / scale)`, and the curve restarts at t;
 /// - success at time t: `rate = scale * (t - t_decrease - K)^3 + W`, concave up to W (reached K seconds after
 ///   the decrease), then convex beyond it, probing for more;
-/// - before any congestion the curve is `initial_rate + scale * (t - t_start)^3` (W = initial_rate, K = 0);
+/// - before any congestion, slow start: `initial_rate * 2^((t - t_start) / slow_start_period)`; without it
+///   (a zero period), `initial_rate + scale * (t - t_start)^3` (W = initial_rate, K = 0);
 /// - the rate stays in [min_rate, max_rate], and a success never raises it above max(rate, max_growth x
 ///   the sending rate), and never lowers it.
 ///
 /// The sending rate is measured from the tokens taken: an exponential moving average over windows of
-/// `measure_interval` (`measured_rate()`), or the current window's rate so far when that is higher. Until
-/// the first window closes it is unknown, and caps nothing.
+/// `measure_interval` (`measured_rate()`), or the current window's rate so far when that is higher. A
+/// window's rate is the rate of its takes while it was sending: the tokens taken after its first take over
+/// the time from that take to its last (for single tokens, `(n - 1) / (last - first)`), so that a pause (a
+/// quota gate holding every caller after a 429, an idle spell) across windows does not read as a slow
+/// sender; a window with a single take, or all at one instant, is no sample. A pause shorter than a window
+/// and inside it still lowers that window's rate. Until a window has been a sample the rate is unknown, and caps nothing.
 ///
 /// Where rein departs from the SDKs, and why:
 /// - Congestion from a request sent before the latest decrease is ignored: it reports on the old rate, which
@@ -123,6 +134,8 @@ class basic_adaptive_rate {
     const take_result result = bucket_.try_take(n, at(now));
     if (result == take_result::allowed) {
       observe(at(now));
+      if (sent_in_window_ == 0) first_take_ns_ = now, first_take_n_ = n;
+      last_take_ns_ = now;
       sent_in_window_ += n;
     }
     return result;
@@ -232,34 +245,44 @@ class basic_adaptive_rate {
     return now;
   }
 
-  // Windows are [start, start + interval). When time has left the current one, its count becomes the newest
-  // sample of the average, and every window passed since is a sample of zero. Folding window by window (the
-  // SDKs' RateClocker instead spreads the count over all the windows passed) makes the result independent of
-  // when the roll happens, so a denied take need not roll and reading changes nothing.
+  // Windows are [start, start + interval). When time has left the current one, its rate while sending (see
+  // window_rate) becomes the newest sample of the average; windows that sent nothing are no sample (the SDKs'
+  // RateClocker spreads the count over all the windows passed, so a pause reads as a slow sender and the
+  // next decrease starts from it). The result does not depend on when the roll happens, so a denied take
+  // need not roll and reading changes nothing.
   void roll_window(std::int64_t now) {
     const std::int64_t interval = options_.measure_interval.count();
     const std::int64_t passed = (now - window_start_ns_) / interval;
     if (passed == 0) return;
-    const double newest = static_cast<double>(sent_in_window_) * 1e9 / static_cast<double>(interval);
-    const double keep = 1.0 - options_.smoothing;
-    measured_ = measured_ ? options_.smoothing * newest + keep * *measured_ : newest;
-    if (passed > 1) *measured_ *= std::pow(keep, static_cast<double>(passed - 1));
+    if (const auto newest = window_rate()) {
+      measured_ = measured_ ? options_.smoothing * *newest + (1.0 - options_.smoothing) * *measured_ : *newest;
+    }
     window_start_ns_ += passed * interval;
     sent_in_window_ = 0;
   }
 
+  // The current window's sending rate while it sent: the tokens taken after its first take, over the span
+  // from that take to its last; nothing if there are none or the span is zero.
+  std::optional<double> window_rate() const noexcept {
+    const std::int64_t span = last_take_ns_ - first_take_ns_;
+    const std::int64_t after_first = sent_in_window_ - first_take_n_;
+    if (after_first <= 0 || span <= 0) return std::nullopt;
+    return static_cast<double>(after_first) * 1e9 / static_cast<double>(span);
+  }
+
   // What the client has been sending: the smoothed rate of past windows, or the current window's rate so far
-  // if higher (a burst after an idle spell is not a slow sender). Unknown before the first window closes.
-  std::optional<double> sending_rate(std::int64_t now) const noexcept {
+  // if higher (a burst is not a slow sender). Unknown before a window has been a sample.
+  std::optional<double> sending_rate(std::int64_t) const noexcept {
     if (!measured_) return std::nullopt;
-    const std::int64_t elapsed = now - window_start_ns_;
-    if (sent_in_window_ > 0 && elapsed == 0) return std::numeric_limits<double>::infinity();
-    const double partial = elapsed == 0 ? 0.0 : static_cast<double>(sent_in_window_) * 1e9 / static_cast<double>(elapsed);
-    return std::max(*measured_, partial);
+    const auto partial = window_rate();
+    return partial ? std::max(*measured_, *partial) : *measured_;
   }
 
   double curve(std::int64_t now) const noexcept {
-    const double x = static_cast<double>(now - epoch_ns_) / 1e9 - k_;
+    const double t = static_cast<double>(now - epoch_ns_) / 1e9;
+    if (decreases_ == 0 && options_.slow_start_period.count() > 0)
+      return options_.initial_rate * std::exp2(t * 1e9 / static_cast<double>(options_.slow_start_period.count()));
+    const double x = t - k_;
     return options_.scale * x * x * x + w_max_;
   }
 
@@ -292,6 +315,7 @@ class basic_adaptive_rate {
     check(o.measure_interval.count() > 0, "measure_interval must be > 0 ns", show(o.measure_interval.count()));
     check(o.smoothing > 0 && o.smoothing <= 1, "smoothing must be in (0, 1]", show(o.smoothing));
     check(o.max_growth >= 1, "max_growth must be >= 1", show(o.max_growth));
+    check(o.slow_start_period.count() >= 0, "slow_start_period must be >= 0 ns", show(o.slow_start_period.count()));
     return o;
   }
 
@@ -304,6 +328,9 @@ class basic_adaptive_rate {
   std::int64_t latest_ns_;
   std::int64_t window_start_ns_;
   std::int64_t sent_in_window_ = 0;
+  std::int64_t first_take_ns_ = 0;  // of the current window
+  std::int64_t first_take_n_ = 0;
+  std::int64_t last_take_ns_ = 0;
   std::optional<double> measured_{};
   std::uint64_t decreases_ = 0;
   std::uint64_t increases_ = 0;

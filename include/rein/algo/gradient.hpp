@@ -29,29 +29,33 @@ enum class gradient_baseline {
 
 /// Options of `basic_gradient`.
 ///
-/// Defaults are rein's, chosen with the degrading-upstream experiment (`rein/testing/upstream_sim.hpp`):
-/// Gradient2's own defaults (queue 4, tolerance 1.5, long average, failures as plain samples) keep a queue
+/// Defaults are rein's, chosen on the worst case of a generated family of upstreams
+/// (`rein/testing/scenario_family.hpp`), with rein's rules (a rise spread over the round trip, one fall per
+/// round trip, the tested growth guard). Gradient2's own defaults (queue 4, tolerance 1.5, long average, failures as plain samples) keep a queue
 /// of about 4 calls inside the dependency, let the baseline drift up with the degradation, and take a fast
 /// failure for a fast success. Gradient2's defaults are: `queue_size = 4`, `tolerance = 1.5`,
 /// `baseline = long_average`, `baseline_window = 600`, `smoothing = 0.2`, `failures_as_congestion = false`.
 /// Envoy's are: `baseline = minimum`, `tolerance = 1.25` (its 25 % minRTT buffer), `max_gradient = 2`,
 /// `queue_size = 0`, `queue_sqrt_scale = 1` (headroom sqrt(limit)), `min_utilisation = 0`.
 struct gradient_options {
-  /// Starting limit, in calls; in [min_limit, max_limit].
-  double initial_limit = 16.0;
+  /// Starting limit, in calls; in [min_limit, max_limit]. 4 (Gradient2: 20): a start above the capacity
+  /// bursts into a dependency that may fail just past it.
+  double initial_limit = 4.0;
   /// Floor, in calls: a whole number >= 1.
   double min_limit = 1.0;
-  /// Ceiling, in calls: a whole number >= min_limit.
+  /// Ceiling, in calls: a whole number in [min_limit, 1e9] (`max_limit_ceiling`).
   double max_limit = 64.0;
-  /// Weight of the new estimate in each update: `limit = limit x (1 - s) + estimate x s`; in (0, 1].
-  /// Small values make the limit move over several samples instead of jumping on one outlier; above about
-  /// 0.2 the limit follows single samples and overshoots when capacity returns.
-  double smoothing = 0.15;
+  /// Weight of the new estimate per round trip, in (0, 1]: a fall moves `smoothing` of the way to its
+  /// estimate at once (at most once per round trip); a rise moves `smoothing / limit` of the way per sample,
+  /// about `smoothing` per round trip of `limit` samples, whatever the limit. (Gradient2 applies `smoothing`
+  /// per sample, so its gain per round trip grows with the limit and overshoots when capacity returns.)
+  double smoothing = 0.5;
   /// The gradient is `tolerance x baseline / latency` before clamping: latencies up to `tolerance x baseline`
-  /// count as "no queueing". Finite and >= 1. rein takes Envoy's 1.25 (its 25 % minRTT buffer), which
-  /// absorbs jitter around a minimum baseline; it must stay below 2 for a dependency whose latency doubles
-  /// with one call over capacity, and Gradient2's 1.5 leaves a queue of several calls in place.
-  double tolerance = 1.25;
+  /// count as "no queueing". Finite and >= 1. 1.5 (Gradient2's): the noise floor against a minimum
+  /// baseline, which +-20 % jitter puts at 0.8 x the typical latency and the slowest unqueued call at 1.2 x,
+  /// 1.5 x the minimum (Envoy's 1.25 takes that jitter for queueing); below 2, so one call over capacity in a
+  /// dependency whose latency doubles still counts.
+  double tolerance = 1.5;
   /// Lower clamp of the gradient, so one outlier cannot cut more than this factor at once; in (0, 1].
   /// A congestion outcome applies exactly this gradient when `failures_as_congestion` is set.
   double min_gradient = 0.5;
@@ -59,10 +63,9 @@ struct gradient_options {
   /// allowance; Envoy allows 2.
   double max_gradient = 1.0;
   /// Constant part of the queue allowance, in calls: how many calls may wait inside the dependency on top
-  /// of `limit x gradient`; finite and >= 0. Kept below one call (it is also the growth per sample at the
-  /// baseline, times smoothing): every call queued inside a saturated dependency adds a full service time to
-  /// the latency of the others.
-  double queue_size = 0.5;
+  /// of `limit x gradient`; finite and >= 0. At the baseline it is also the growth per round trip, times
+  /// smoothing: one call, so a probe above the capacity costs one queued call at a time.
+  double queue_size = 1.0;
   /// Part of the queue allowance that grows with the limit: `queue_sqrt_scale x sqrt(limit)` calls (Envoy's
   /// headroom and Netflix GradientLimit's are about sqrt(limit)); finite and >= 0.
   double queue_sqrt_scale = 0.0;
@@ -73,34 +76,13 @@ struct gradient_options {
   /// true: a `congestion` outcome applies `min_gradient` at once and is kept out of the latency estimates.
   /// false (Netflix): it is a latency sample like any other, so a fast failure looks like a fast success.
   bool failures_as_congestion = true;
-  /// The app-limited guard: latency samples change the limit only while `in_flight >= min_utilisation x
-  /// limit` (Gradient2 uses 1/2). In [0, 1]; 0 disables it.
-  double min_utilisation = 0.5;
+  /// The growth guard (`detail::tested_ceiling`): a success granted with n calls out raises the limit to at
+  /// most `max(n + 1, n / min_utilisation)` (Gradient2 instead ignores samples below `limit / 2`, letting the
+  /// limit double the tested demand). Falls are not guarded. In [0, 1]; 0 disables it.
+  double min_utilisation = 0.85;
 };
 
 namespace detail {
-
-/// Minimum of the last `capacity` values in O(1) amortised: a deque of candidates, increasing from front to
-/// back, each tagged with its position; a value is dropped once a smaller one arrives after it or it ages out.
-class sliding_minimum {
- public:
-  explicit sliding_minimum(std::size_t capacity) noexcept : capacity_{capacity} {}
-
-  void push(std::int64_t v) {
-    while (!candidates_.empty() && candidates_.back().second >= v) candidates_.pop_back();
-    candidates_.emplace_back(count_, v);
-    ++count_;
-    while (candidates_.front().first + capacity_ < count_) candidates_.pop_front();
-  }
-
-  /// Precondition: at least one value was pushed.
-  std::int64_t value() const noexcept { return candidates_.front().second; }
-
- private:
-  std::size_t capacity_;
-  std::uint64_t count_ = 0;
-  std::deque<std::pair<std::uint64_t, std::int64_t>> candidates_;
-};
 
 /// Netflix concurrency-limits' ExpAvgMeasurement: a plain mean over the first `warmup` samples, then an
 /// exponential average with factor 2 / (window + 1).
@@ -135,15 +117,17 @@ class exp_average {
 
 /// Gradient limit, after Netflix concurrency-limits' Gradient2Limit and Envoy's adaptive concurrency filter.
 ///
-/// For each success (while the limiter is used, see `min_utilisation`):
+/// For each success:
 ///
 ///     gradient = clamp(tolerance x baseline / latency, min_gradient, max_gradient)
 ///     estimate = limit x gradient + queue_size + queue_sqrt_scale x sqrt(limit)
-///     limit    = clamp(limit x (1 - smoothing) + estimate x smoothing, min_limit, max_limit)
+///     fall:  limit = limit + (estimate - limit) x smoothing             at most once per round trip
+///     rise:  limit = limit + (estimate - limit) x smoothing / limit     within the growth guard
 ///
-/// Latency at the baseline keeps the limit growing by the queue allowance (scaled by smoothing); latency
-/// twice the baseline roughly halves it over 1/smoothing samples. A congestion outcome applies `min_gradient`
-/// (unless `failures_as_congestion` is false). `ignored` changes nothing.
+/// A fall is skipped when the call started before the latest fall (it reports on the limit before it).
+/// Latency at the baseline keeps the limit growing by about `smoothing x queue_size` per round trip; latency
+/// twice the baseline cuts it once per round trip by `smoothing x (1 - tolerance / 2)`. A congestion outcome
+/// applies `min_gradient` (unless `failures_as_congestion` is false). `ignored` changes nothing.
 ///
 /// Netflix feeds every sample, each one a short-term RTT; Envoy aggregates a time window into a percentile
 /// and updates once per window. rein updates per sample, like Gradient2, which needs no timer.
@@ -188,14 +172,13 @@ class basic_gradient {
   void on_sample(const sample_type& s) {
     if (s.result == outcome::ignored) return;
     if (s.result == outcome::congestion && options_.failures_as_congestion) {
-      apply(options_.min_gradient);
+      apply(options_.min_gradient, s);
       return;
     }
     // A zero latency (a clock too coarse for the call) would divide by zero; one nanosecond is as fast.
     const double latency = static_cast<double>(s.latency.count() > 0 ? s.latency.count() : 1);
     const double base = baseline(latency);
-    if (static_cast<double>(s.in_flight) < options_.min_utilisation * limit_.value()) return;
-    apply(clamp(options_.tolerance * base / latency, options_.min_gradient, options_.max_gradient));
+    apply(clamp(options_.tolerance * base / latency, options_.min_gradient, options_.max_gradient), s);
   }
 
  private:
@@ -212,12 +195,24 @@ class basic_gradient {
     return base;
   }
 
-  void apply(double gradient) noexcept {
+  // A rise is spread over the round trip: each sample moves the limit `smoothing / limit` of the way to its
+  // estimate, so the gain per round trip does not grow with the limit (Gradient2 moves `smoothing` per
+  // sample, i.e. `limit x smoothing` per round trip). A fall is taken at once, `smoothing` of the way, and
+  // at most once per round trip (a slow call that started before the latest fall reports on the old limit).
+  void apply(double gradient, const sample_type& s) noexcept {
     const double current = limit_.value();
     const double headroom = options_.queue_size + options_.queue_sqrt_scale * std::sqrt(current);
     const double estimate = current * gradient + headroom;
     last_gradient_ = gradient;
-    limit_.set(current * (1.0 - options_.smoothing) + estimate * options_.smoothing);
+    if (estimate < current) {
+      if (gate_.stale(s.now, s.latency)) return;
+      gate_.decreased(s.now);
+      limit_.set(current + (estimate - current) * options_.smoothing);
+      return;
+    }
+    const double weight = options_.smoothing / (current > 1.0 ? current : 1.0);
+    limit_.set(detail::guarded_growth(current, current + (estimate - current) * weight, s.in_flight,
+                                      options_.min_utilisation));
   }
 
   static const options& validated(const options& o) {
@@ -248,6 +243,7 @@ class basic_gradient {
   detail::sliding_minimum minimum_;
   detail::exp_average average_;
   double last_gradient_ = 1.0;
+  detail::round_trip_gate<typename Clock::time_point> gate_{};
 };
 
 /// `basic_gradient` on `std::chrono::steady_clock`.

@@ -8,14 +8,17 @@
 #include <rein/outcome.hpp>
 
 #include <chrono>
+#include <cmath>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <limits>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace rein::algo {
 
@@ -104,15 +107,28 @@ inline bool finite(double v) noexcept {
   return v == v && v != std::numeric_limits<double>::infinity() && v != -std::numeric_limits<double>::infinity();
 }
 
-inline bool whole(double v) noexcept { return finite(v) && static_cast<double>(static_cast<std::int64_t>(v)) == v; }
+/// True for a finite integral value. Compares with its floor instead of converting to an integer, which is
+/// undefined behaviour for a double outside the integer's range (1e20 for std::int64_t).
+inline bool whole(double v) noexcept { return finite(v) && std::floor(v) == v; }
+
+}  // namespace detail
+
+/// The largest floor or ceiling an algorithm accepts, in calls: a billion in flight. Far above any real
+/// limit, and below 2^53, so that every limit up to it is exact in a double and `admitted()` converts it
+/// safely.
+inline constexpr double max_limit_ceiling = 1e9;
+
+namespace detail {
 
 /// Validates the floor, ceiling and starting point shared by every algorithm:
-/// 1 <= min_limit <= initial_limit <= max_limit, floor and ceiling whole numbers, everything finite.
+/// 1 <= min_limit <= initial_limit <= max_limit <= max_limit_ceiling, floor and ceiling whole numbers,
+/// everything finite.
 inline void check_limits(std::string_view type, double min_limit, double initial_limit, double max_limit) {
   if (!whole(min_limit) || min_limit < 1.0)
     invalid_option(type, "min_limit", "a whole number >= 1", min_limit);
-  if (!whole(max_limit) || max_limit < min_limit)
-    invalid_option(type, "max_limit", "a whole number >= min_limit (" + format_value(min_limit) + ")", max_limit);
+  if (!whole(max_limit) || max_limit < min_limit || max_limit > max_limit_ceiling)
+    invalid_option(type, "max_limit",
+                   "a whole number in [min_limit, 1e9] = [" + format_value(min_limit) + ", 1e9]", max_limit);
   if (!finite(initial_limit) || initial_limit < min_limit || initial_limit > max_limit)
     invalid_option(type, "initial_limit",
                    "in [min_limit, max_limit] = [" + format_value(min_limit) + ", " + format_value(max_limit) + "]",
@@ -130,6 +146,67 @@ inline void check_positive(std::string_view type, std::string_view field, double
 inline void check_positive(std::string_view type, std::string_view field, std::chrono::nanoseconds v) {
   if (v <= std::chrono::nanoseconds::zero()) invalid_option(type, field, "> 0", v);
 }
+
+/// The growth guard shared by the algorithms ("probe above the demand only as far as it is tested"): a
+/// success of a call granted while `in_flight` calls were out may raise the limit to at most
+/// `max(in_flight + 1, in_flight / min_utilisation)`, so the limit never runs ahead of what the calls have
+/// shown to be safe. Netflix concurrency-limits checks `inflight >= limit / 2` instead, which lets the limit
+/// double the tested demand and freezes a fractional limit whose floor is below that half (a limit of 1.9
+/// admits 1, and 1 < 0.8 x 1.9); comparing with what a call saw at its grant does neither.
+/// `min_utilisation` 0: no guard.
+inline double tested_ceiling(std::size_t in_flight, double min_utilisation) noexcept {
+  if (min_utilisation <= 0.0) return std::numeric_limits<double>::infinity();
+  const double n = static_cast<double>(in_flight);
+  return n + 1.0 > n / min_utilisation ? n + 1.0 : n / min_utilisation;
+}
+
+/// `next` if that is a rise within `tested_ceiling(in_flight, min_utilisation)`, the ceiling if it is
+/// beyond, and `current` if the ceiling is below it: growth never lowers a limit.
+inline double guarded_growth(double current, double next, std::size_t in_flight, double min_utilisation) noexcept {
+  const double ceiling = tested_ceiling(in_flight, min_utilisation);
+  if (next > ceiling) next = ceiling;
+  return next > current ? next : current;
+}
+
+/// At most one decrease per round trip (RFC 5681: one reduction per window of data): a congestion signal
+/// from a call that started before the latest decrease was caused by the limit before that decrease, which
+/// has already been cut.
+template <class TimePoint>
+class round_trip_gate {
+ public:
+  /// True if a call that ended at `now` after `latency` started before the latest decrease.
+  bool stale(TimePoint now, std::chrono::nanoseconds latency) const noexcept {
+    return last_ != TimePoint::min() && now - latency < last_;
+  }
+  void decreased(TimePoint now) noexcept { last_ = now; }
+  /// The latest decrease (`TimePoint::min()` before any).
+  TimePoint last() const noexcept { return last_; }
+
+ private:
+  TimePoint last_ = TimePoint::min();
+};
+
+/// Minimum of the last `capacity` values in O(1) amortised: a deque of candidates, increasing from front to
+/// back, each tagged with its position; a value is dropped once a smaller one arrives after it or it ages out.
+class sliding_minimum {
+ public:
+  explicit sliding_minimum(std::size_t capacity) noexcept : capacity_{capacity} {}
+
+  void push(std::int64_t v) {
+    while (!candidates_.empty() && candidates_.back().second >= v) candidates_.pop_back();
+    candidates_.emplace_back(count_, v);
+    ++count_;
+    while (candidates_.front().first + capacity_ < count_) candidates_.pop_front();
+  }
+
+  /// Precondition: at least one value was pushed.
+  std::int64_t value() const noexcept { return candidates_.front().second; }
+
+ private:
+  std::size_t capacity_;
+  std::uint64_t count_ = 0;
+  std::deque<std::pair<std::uint64_t, std::int64_t>> candidates_;
+};
 
 /// The limit itself: always clamped to [floor, ceiling]; counts strict moves down and up.
 class bounded_limit {

@@ -20,7 +20,7 @@ struct pid_options {
   double initial_limit = 4.0;
   /// Floor, in calls: a whole number >= 1.
   double min_limit = 1.0;
-  /// Ceiling, in calls: a whole number >= min_limit.
+  /// Ceiling, in calls: a whole number in [min_limit, 1e9] (`max_limit_ceiling`).
   double max_limit = 64.0;
   /// Samples per window (non-ignored outcomes); >= 1. The controller runs once per window.
   std::size_t window = 20;
@@ -36,6 +36,10 @@ struct pid_options {
   double integral_limit = 50.0;
   /// Optional: a success slower than this (strictly) counts as a failure; > 0 when set.
   std::optional<std::chrono::nanoseconds> latency_target{};
+  /// The growth guard (`detail::tested_ceiling`): a window raises the limit to at most
+  /// `max(n + 1, n / min_utilisation)`, n the most calls out at any grant of its samples. In [0, 1]; 0
+  /// disables it.
+  double min_utilisation = 0.85;
 };
 
 /// PID control of the limit from the failure rate, once per window of `window` samples:
@@ -88,16 +92,18 @@ class basic_pid {
   void on_sample(const sample_type& s) noexcept {
     if (s.result == outcome::ignored) return;
     ++samples_;
+    if (s.in_flight > window_in_flight_) window_in_flight_ = s.in_flight;
     if (s.result == outcome::congestion || (options_.latency_target && s.latency > *options_.latency_target))
       ++failures_;
     if (samples_ < options_.window) return;
     const double rate = static_cast<double>(failures_) / static_cast<double>(samples_);
-    samples_ = failures_ = 0;
-    control(options_.target_failure_rate - rate);
+    const std::size_t in_flight = window_in_flight_;
+    samples_ = failures_ = window_in_flight_ = 0;
+    control(options_.target_failure_rate - rate, in_flight, s);
   }
 
  private:
-  void control(double error) noexcept {
+  void control(double error, std::size_t in_flight, const sample_type& s) noexcept {
     const double derivative = error - previous_error_;
     previous_error_ = error;
     const double previous_integral = integral_;
@@ -107,7 +113,14 @@ class basic_pid {
       integral_ = previous_integral;
       output = output_for(error, derivative);
     }
-    limit_.set(output);
+    const double current = limit_.value();
+    if (output < current) {
+      if (gate_.stale(s.now, s.latency)) return;  // at most one decrease per round trip
+      gate_.decreased(s.now);
+      limit_.set(output);
+    } else {
+      limit_.set(detail::guarded_growth(current, output, in_flight, options_.min_utilisation));
+    }
   }
 
   double output_for(double error, double derivative) const noexcept {
@@ -127,6 +140,8 @@ class basic_pid {
     if (!detail::finite(o.kd) || o.kd < 0.0) detail::invalid_option(type, "kd", ">= 0 and finite", o.kd);
     detail::check_positive(type, "integral_limit", o.integral_limit);
     if (o.latency_target) detail::check_positive(type, "latency_target", *o.latency_target);
+    if (!detail::finite(o.min_utilisation) || o.min_utilisation < 0.0 || o.min_utilisation > 1.0)
+      detail::invalid_option(type, "min_utilisation", "in [0, 1]", o.min_utilisation);
     return o;
   }
 
@@ -134,6 +149,8 @@ class basic_pid {
   detail::bounded_limit limit_;
   std::size_t samples_ = 0;
   std::size_t failures_ = 0;
+  std::size_t window_in_flight_ = 0;  // the most calls out at any grant of the window's samples
+  detail::round_trip_gate<typename Clock::time_point> gate_{};
   double integral_ = 0.0;
   double previous_error_ = 0.0;
 };

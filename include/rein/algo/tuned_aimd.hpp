@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -14,42 +15,67 @@ namespace rein::algo {
 
 /// Options of `basic_tuned_aimd`.
 ///
-/// The defaults come from the degrading-upstream experiment (`rein/testing/upstream_sim.hpp`,
-/// tests/async/degrading_upstream.cpp). The classic tuning (window 50, tolerance 2.0, a 40 ms hold,
-/// backoff 0.75, no app-limited guard) does worst of the adaptive strategies there: the limit balloons
-/// while demand is low, a tolerance of exactly 2 never flags a call one above capacity (5 ms median, 10 ms
-/// call), and a short window lets the degradation become the new normal. With these defaults the experiment
-/// has no failures and a p95 of 10 ms. To get the classic tuning, set window 50, tolerance 2, backoff 0.75,
-/// hold 40 ms and min_utilisation 0.
+/// The defaults were chosen on the worst case of a generated family of upstreams
+/// (`rein/testing/scenario_family.hpp`, `examples/adaptive_family`), not on one experiment. The classic
+/// tuning (window 50, tolerance 2.0, a 40 ms hold, backoff 0.75, no app-limited guard, no slow start) does
+/// worst of the adaptive strategies in the degrading-upstream experiment: the limit balloons while demand is
+/// low, and a tolerance of exactly 2 never flags a call one above capacity. To get the classic judgement,
+/// set window 50, baseline_quantile 0.5, min_samples 10, tolerance 2, hold 40 ms, min_utilisation 0 and
+/// slow_start false (its cut was always x 0.75, and its growth `+1 / limit` per success, not a probe that
+/// doubles).
 struct tuned_aimd_options {
-  /// Starting limit, in calls; in [min_limit, max_limit].
+  /// Starting limit, in calls; in [min_limit, max_limit]. Small, because nothing is known yet: slow start
+  /// finds a large capacity within a few round trips, while a large start would burst into a small one.
   double initial_limit = 4.0;
   /// Floor, in calls: a whole number >= 1.
   double min_limit = 1.0;
-  /// Ceiling, in calls: a whole number >= min_limit.
+  /// Ceiling, in calls: a whole number in [min_limit, 1e9] (`max_limit_ceiling`).
   double max_limit = 64.0;
-  /// Multiplicative decrease on congestion; in (0, 1). 0.5 (TCP's) rather than the classic 0.75: the cut
-  /// is rate-limited to one per round trip, so each one must count.
+  /// The deepest cut of one round trip: a congestion outcome multiplies the limit by this, and no slow call
+  /// cuts further; in (0, 1). 0.5 (TCP's).
   double backoff = 0.5;
-  /// Each uncongested success adds `increase / max(1, limit)` calls; > 0.
-  double increase = 1.0;
-  /// Successful latencies kept for the rolling median baseline, in samples; >= min_samples. Long enough
+  /// Growth per round trip right after a cut, in calls; > 0. It doubles every round trip without a cut, so
+  /// the limit stays near the level a cut found for several round trips (where every call is served at
+  /// base latency) and still climbs fast once the capacity has grown: 0.01 takes about 6.7 round trips to
+  /// probe one call higher, 11.7 to probe 32 higher. Like CUBIC's plateau around the window of the last
+  /// loss (RFC 8312), because here one call over capacity is costly: it slows every call behind it.
+  double increase = 0.01;
+  /// Successful latencies kept for the rolling baseline, in samples; in [min_samples, 100000]
+  /// (`tuned_aimd_max_window`: the window is allocated up front and each sample costs O(window)). Long enough
   /// that a sustained degradation does not become "normal" before the limit has been cut.
   std::size_t window = 200;
-  /// No latency judgement before this many successes are in the window; in [1, window].
-  /// Congestion outcomes count from the first sample.
-  std::size_t min_samples = 10;
-  /// A success is congestion when its latency exceeds `median x tolerance`; finite and >= 1. Must stay
-  /// below 2 for an upstream whose latency steps in multiples of its base (one call over capacity doubles it).
+  /// Which latency of the window is the baseline: its nearest-rank quantile; in (0, 1], 0.5 the median. 0.1: while the limit sits above a capacity that dropped, most calls queue inside the upstream
+  /// and a median would take their latency for normal; the fastest tenth are still the calls that did not
+  /// queue, and with +-20 % noise they sit only 16 % below the median.
+  double baseline_quantile = 0.1;
+  /// No latency judgement, and no growth, before this many successes are in the window (the classic tuning: 10); in
+  /// [1, window]. Congestion outcomes count from the first sample. 3: a limit that starts above a small
+  /// capacity must not grow on calls it cannot judge yet.
+  std::size_t min_samples = 3;
+  /// A success is congestion when its latency exceeds `baseline x tolerance`; finite and >= 1. The noise
+  /// floor: with +-20 % jitter the fastest tenth sit at about 0.84 x the base and the slowest unqueued call
+  /// at 1.2 x (1.43 x the baseline, below 1.5), while a call queued behind another one at least doubles
+  /// (1.6 x the base even at -20 %). Must stay below 2 for an upstream whose latency steps in
+  /// multiples of its base.
   double tolerance = 1.5;
   /// How long congestion is ignored after a cut. Unset (the default): exactly one round trip, i.e. a
   /// congested sample whose call started before the last cut was caused by the old limit and cuts nothing.
   /// Set: a fixed hold (the classic tuning uses 40 ms, twice a 20 ms target); > 0 when set.
   std::optional<std::chrono::nanoseconds> hold{};
-  /// The app-limited guard: grow only while `in_flight >= min_utilisation x limit`, so the limit does not
-  /// balloon while demand is low (Netflix concurrency-limits uses 1/2). In [0, 1]; 0 disables it.
-  double min_utilisation = 0.5;
+  /// The growth guard (`detail::tested_ceiling`): a success granted with n calls out raises the limit to at
+  /// most `max(n + 1, n / min_utilisation)`, so the limit does not run ahead of the demand it has seen
+  /// served. In [0, 1]; 0 disables it. 0.85: at most 17.6 % (or one call) above what was tested, which keeps
+  /// the overshoot of slow start and of each probe inside an upstream that fails at 1.2 x its capacity
+  /// (Netflix concurrency-limits' 1/2 lets the limit double the tested demand).
+  double min_utilisation = 0.85;
+  /// Slow start (TCP's, RFC 5681): until the first cut, each uncongested success adds one call, so the
+  /// limit doubles per round trip, within the growth guard (at most `1 / min_utilisation` of what was
+  /// tested).
+  bool slow_start = true;
 };
+
+/// The longest baseline window `basic_tuned_aimd` accepts, in samples.
+inline constexpr std::size_t tuned_aimd_max_window = 100000;
 
 namespace detail {
 
@@ -70,6 +96,15 @@ class rolling_median {
     sorted_.insert(std::upper_bound(sorted_.begin(), sorted_.end(), v), v);
   }
 
+  /// The nearest-rank `q` quantile (q in (0, 1]): the smallest value with at least `q x size()` values at or
+  /// below it; `q == 0.5` is `median()`. Precondition: size() > 0.
+  double quantile(double q) const noexcept {
+    if (q == 0.5) return median();
+    const double rank = std::ceil(q * static_cast<double>(sorted_.size()));
+    const std::size_t i = rank < 1.0 ? 0 : static_cast<std::size_t>(rank) - 1;
+    return static_cast<double>(sorted_[i < sorted_.size() ? i : sorted_.size() - 1]);
+  }
+
   /// The median; for an even count the mean of the two middle values. Precondition: size() > 0.
   double median() const noexcept {
     const std::size_t n = sorted_.size();
@@ -86,18 +121,24 @@ class rolling_median {
 
 }  // namespace detail
 
-/// AIMD judged against a rolling-median latency baseline, cutting at most once per round trip.
+/// AIMD judged against a rolling latency baseline (a low quantile of recent calls), cutting at most once per
+/// round trip, with slow start and a tested growth guard.
 ///
-/// - Baseline: the median latency of the last `window` successes (this one included). A success slower than
-///   `median x tolerance` is congestion; so is every `congestion` outcome. No latency judgement before
-///   `min_samples` successes.
-/// - Congestion multiplies the limit by `backoff`, at most once per round trip (see `hold`); congestion inside
-///   the hold changes nothing (it neither cuts nor grows).
-/// - An uncongested success adds `increase / limit`, but only while the limiter is used (`min_utilisation`).
+/// - Baseline: the `baseline_quantile` of the latencies of the last `window` uncongested successes (this one
+///   included); slow calls join it only when granted at the floor, where a dependency that became slower for
+///   good becomes the new normal. A success slower than `baseline x tolerance` is congestion; so is every
+///   `congestion` outcome. No judgement and no growth before `min_samples` successes.
+/// - At most one decrease per round trip (see `hold`); congestion inside the hold changes nothing (it neither
+///   cuts nor grows). A congestion outcome multiplies the limit by `backoff`. A slow success of a call granted
+///   with n calls out (n at most the limit) cuts to `n - floor(latency / baseline - 1)`: each call queued
+///   ahead of it in a single-server queue adds one baseline, so that many calls were too many (TCP Vegas'
+///   queue estimate, in calls); bounded to `[n x backoff, n - 1]`: one round trip cuts at least one call and
+///   at most by `backoff`.
+/// - Growth, spread over the round trip's samples and always within the growth guard (`min_utilisation`):
+///   slow start (one call per success) until the first cut; then half the way back per round trip to the
+///   level just below the slow call's (a binary search, as BIC-TCP); from there `increase` calls per round
+///   trip, doubling every round trip without a cut (CUBIC's plateau and convex probe, RFC 8312).
 /// - `ignored` changes nothing and is not part of the baseline.
-///
-/// Compared with `basic_aimd`: occasional isolated slow calls cost far fewer cuts (a slow call is long, so it
-/// usually started before the last cut), while a sustained slowdown still shrinks the limit.
 ///
 /// @tparam Clock supplies the `time_point` of samples; time is only compared, never read.
 template <class Clock = std::chrono::steady_clock>
@@ -117,7 +158,8 @@ class basic_tuned_aimd {
 
   /// @throws std::invalid_argument naming the field and value if `o` is invalid.
   explicit basic_tuned_aimd(const options& o = {})
-      : options_{validated(o)}, limit_{o.min_limit, o.initial_limit, o.max_limit}, baseline_{o.window} {}
+      : options_{validated(o)}, limit_{o.min_limit, o.initial_limit, o.max_limit}, baseline_{o.window},
+        slow_start_{o.slow_start}, probe_{o.increase} {}
 
   /// The current limit, in calls (fractional; a call is admitted while in flight < floor(limit)).
   double limit() const noexcept { return limit_.value(); }
@@ -131,59 +173,90 @@ class basic_tuned_aimd {
   std::uint64_t increases() const noexcept { return limit_.increases(); }
   /// Congested samples that fell inside a hold and changed nothing.
   std::uint64_t held() const noexcept { return held_; }
+  /// True while in slow start (see `tuned_aimd_options::slow_start`).
+  bool in_slow_start() const noexcept { return slow_start_; }
+
   /// The options in force (as validated at construction).
   const options& get_options() const noexcept { return options_; }
 
-  /// The current baseline in nanoseconds (the rolling median), or nullopt before `min_samples` successes.
+  /// The current baseline in nanoseconds (the window's `baseline_quantile`), or nullopt before
+  /// `min_samples` successes.
   std::optional<double> baseline() const noexcept {
     if (baseline_.size() < options_.min_samples) return std::nullopt;
-    return baseline_.median();
+    return baseline_.quantile(options_.baseline_quantile);
   }
 
   /// Applies one completed call.
   void on_sample(const sample_type& s) {
     if (s.result == outcome::ignored) return;
-    if (congested(s)) {
-      cut(s);
-    } else if (used(s)) {
-      limit_.set(limit_.value() + options_.increase / (limit_.value() > 1.0 ? limit_.value() : 1.0));
+    if (s.result == outcome::congestion) {
+      cut(s, limit_.value() * options_.backoff, limit_.value() * options_.backoff);
+      return;
     }
+    if (const auto base = baseline()) {
+      const auto latency = static_cast<double>(s.latency.count());
+      if (latency > *base * options_.tolerance) {
+        // A slow call joins the baseline only if it was granted at the floor, where the limit can do no
+        // more: there, a dependency that became slower for good becomes the new normal.
+        if (static_cast<double>(s.in_flight) <= limit_.min()) baseline_.push(s.latency.count());
+        const double n = std::min(static_cast<double>(s.in_flight), limit_.value());
+        const double queued = *base > 0.0 ? std::floor(latency / *base - 1.0) : n;
+        cut(s, std::clamp(n - queued, n * options_.backoff, std::max(n - 1.0, n * options_.backoff)), n - 1.0);
+        return;
+      }
+    }
+    baseline_.push(s.latency.count());
+    if (baseline()) grow(s);  // no growth before the baseline can tell a slow call
   }
 
  private:
-  bool congested(const sample_type& s) {
-    if (s.result == outcome::congestion) return true;
-    baseline_.push(s.latency.count());
-    if (baseline_.size() < options_.min_samples) return false;
-    return static_cast<double>(s.latency.count()) > baseline_.median() * options_.tolerance;
+  // Growth per round trip: `limit` in slow start (doubling); below the level the last cut found good (one
+  // call under the call that was slow), half the way back to it (a binary search, as BIC-TCP); from there,
+  // the probe step, which doubles every round trip without a cut. Spread over the round trip's samples.
+  void grow(const sample_type& s) noexcept {
+    const double current = limit_.value();
+    const double rounds = 1.0 / (current > 1.0 ? current : 1.0);  // of a round trip, per sample
+    double step = probe_;
+    if (slow_start_) {
+      step = current;
+    } else if (current < good_) {
+      step = std::max(probe_, (good_ - current) / 2.0);
+    } else {
+      probe_ *= std::exp2(rounds);
+    }
+    limit_.set(detail::guarded_growth(current, current + step * rounds, s.in_flight, options_.min_utilisation));
   }
 
-  void cut(const sample_type& s) noexcept {
+  // Cuts to `target`; growth then searches back up towards `good` (the level just below the slow call's).
+  void cut(const sample_type& s, double target, double good) noexcept {
     if (holding(s)) {
       ++held_;
       return;
     }
-    last_cut_ = s.now;
-    limit_.set(limit_.value() * options_.backoff);
+    gate_.decreased(s.now);
+    const double current = limit_.value();
+    if (target >= current) return;
+    slow_start_ = false;
+    good_ = std::max(target, good);
+    probe_ = options_.increase;
+    limit_.set(target);
   }
 
   bool holding(const sample_type& s) const noexcept {
-    if (!last_cut_) return false;
-    if (options_.hold) return s.now - *last_cut_ < *options_.hold;
-    return s.now - s.latency < *last_cut_;
-  }
-
-  bool used(const sample_type& s) const noexcept {
-    return static_cast<double>(s.in_flight) >= options_.min_utilisation * limit_.value();
+    if (options_.hold) return gate_.last() != time_point::min() && s.now - gate_.last() < *options_.hold;
+    return gate_.stale(s.now, s.latency);
   }
 
   static const options& validated(const options& o) {
     detail::check_limits("tuned_aimd", o.min_limit, o.initial_limit, o.max_limit);
     detail::check_open_unit("tuned_aimd", "backoff", o.backoff);
     detail::check_positive("tuned_aimd", "increase", o.increase);
-    if (o.window < 1) detail::invalid_option("tuned_aimd", "window", ">= 1", o.window);
+    if (o.window < 1 || o.window > tuned_aimd_max_window)
+      detail::invalid_option("tuned_aimd", "window", "in [1, 100000]", o.window);
     if (o.min_samples < 1 || o.min_samples > o.window)
       detail::invalid_option("tuned_aimd", "min_samples", "in [1, window]", o.min_samples);
+    if (!detail::finite(o.baseline_quantile) || o.baseline_quantile <= 0.0 || o.baseline_quantile > 1.0)
+      detail::invalid_option("tuned_aimd", "baseline_quantile", "in (0, 1]", o.baseline_quantile);
     if (!detail::finite(o.tolerance) || o.tolerance < 1.0)
       detail::invalid_option("tuned_aimd", "tolerance", ">= 1 and finite", o.tolerance);
     if (o.hold) detail::check_positive("tuned_aimd", "hold", *o.hold);
@@ -195,7 +268,10 @@ class basic_tuned_aimd {
   options options_;
   detail::bounded_limit limit_;
   detail::rolling_median baseline_;
-  std::optional<time_point> last_cut_{};
+  detail::round_trip_gate<time_point> gate_{};
+  bool slow_start_;
+  double good_ = 0.0;   // where the latest cut left the limit
+  double probe_;        // growth per round trip beyond it
   std::uint64_t held_ = 0;
 };
 

@@ -16,11 +16,12 @@ namespace rein::algo {
 /// limit below 100, 2 below 1000, and so on (Netflix's Log10RootFunction, which switches to sqrt at 1000;
 /// rein keeps log10).
 struct vegas_options {
-  /// Starting limit, in calls; in [min_limit, max_limit]. Netflix: 20.
-  double initial_limit = 20.0;
+  /// Starting limit, in calls; in [min_limit, max_limit]. Netflix: 20, which bursts 20 calls into a
+  /// dependency that may fail past 4; rein starts at 4 and lets the fast growth below the threshold find more.
+  double initial_limit = 4.0;
   /// Floor, in calls: a whole number >= 1.
   double min_limit = 1.0;
-  /// Ceiling, in calls: a whole number >= min_limit.
+  /// Ceiling, in calls: a whole number in [min_limit, 1e9] (`max_limit_ceiling`).
   double max_limit = 1000.0;
   /// Estimated queue at or below `threshold_factor x L` calls: grow fast, by `beta_factor x L`. >= 0.
   double threshold_factor = 1.0;
@@ -39,9 +40,10 @@ struct vegas_options {
   double probe_multiplier = 30.0;
   /// Seed of the probe jitter. Give limiters in different processes different seeds, or they probe in step.
   std::uint64_t probe_seed = 0;
-  /// The app-limited guard: latency samples may change the limit only while `in_flight >= min_utilisation x
-  /// limit` (Netflix: 1/2). In [0, 1]; 0 disables it.
-  double min_utilisation = 0.5;
+  /// The growth guard (`detail::tested_ceiling`): a success granted with n calls out raises the limit to at
+  /// most `max(n + 1, n / min_utilisation)` (Netflix instead ignores samples below `limit / 2`, which lets
+  /// the limit double the demand untested). In [0, 1]; 0 disables it.
+  double min_utilisation = 0.85;
 };
 
 /// Vegas: estimate the queue inside the dependency from how far the latency is above the no-load latency,
@@ -124,7 +126,6 @@ class basic_vegas {
     if (s.result == outcome::congestion) {
       next = current - step;
     } else {
-      if (static_cast<double>(s.in_flight) < options_.min_utilisation * current) return;
       const double ratio = static_cast<double>(no_load_.count()) / static_cast<double>(latency.count());
       const double queue = std::ceil(current * (1.0 - ratio));
       if (queue <= options_.threshold_factor * l)
@@ -138,7 +139,15 @@ class basic_vegas {
     }
     if (next < limit_.min()) next = limit_.min();
     if (next > limit_.max()) next = limit_.max();
-    limit_.set((1.0 - options_.smoothing) * current + options_.smoothing * next);
+    next = (1.0 - options_.smoothing) * current + options_.smoothing * next;
+    if (next < current) {
+      // At most one decrease per round trip: a call that started before the latest one reports on the old limit.
+      if (gate_.stale(s.now, s.latency)) return;
+      gate_.decreased(s.now);
+      limit_.set(next);
+    } else {
+      limit_.set(detail::guarded_growth(current, next, s.in_flight, options_.min_utilisation));
+    }
   }
 
   /// splitmix64 (Steele, Lea and Flood, 2014): a tiny, seedable generator, so probes are jittered yet
@@ -177,6 +186,7 @@ class basic_vegas {
   double jitter_ = 1.0;
   std::uint64_t probe_count_ = 0;
   std::chrono::nanoseconds no_load_{0};
+  detail::round_trip_gate<typename Clock::time_point> gate_{};
 };
 
 /// `basic_vegas` on `std::chrono::steady_clock`.

@@ -17,7 +17,7 @@ struct windowed_aimd_options {
   double initial_limit = 4.0;
   /// Floor, in calls: a whole number >= 1.
   double min_limit = 1.0;
-  /// Ceiling, in calls: a whole number >= min_limit.
+  /// Ceiling, in calls: a whole number in [min_limit, 1e9] (`max_limit_ceiling`).
   double max_limit = 64.0;
   /// Samples per window (non-ignored outcomes); >= 1. The limit changes once per window.
   std::size_t window = 20;
@@ -30,6 +30,10 @@ struct windowed_aimd_options {
   double backoff = 0.5;
   /// Optional: a success slower than this (strictly) counts as a failure; > 0 when set.
   std::optional<std::chrono::nanoseconds> latency_target{};
+  /// The growth guard (`detail::tested_ceiling`): a window raises the limit to at most
+  /// `max(n + 1, n / min_utilisation)`, n the most calls out at any grant of its samples. In [0, 1]; 0
+  /// disables it.
+  double min_utilisation = 0.85;
 };
 
 /// Windowed AIMD: count failures (congestion outcomes, and successes slower than `latency_target`) over
@@ -78,15 +82,20 @@ class basic_windowed_aimd {
   void on_sample(const sample_type& s) noexcept {
     if (s.result == outcome::ignored) return;
     ++samples_;
+    if (s.in_flight > window_in_flight_) window_in_flight_ = s.in_flight;
     if (s.result == outcome::congestion || (options_.latency_target && s.latency > *options_.latency_target))
       ++failures_;
     if (samples_ < options_.window) return;
     const double rate = static_cast<double>(failures_) / static_cast<double>(samples_);
-    samples_ = failures_ = 0;
-    if (rate <= options_.failure_threshold)
-      limit_.set(limit_.value() + options_.step);
-    else
-      limit_.set(limit_.value() * options_.backoff);
+    const std::size_t in_flight = window_in_flight_;
+    samples_ = failures_ = window_in_flight_ = 0;
+    const double current = limit_.value();
+    if (rate <= options_.failure_threshold) {
+      limit_.set(detail::guarded_growth(current, current + options_.step, in_flight, options_.min_utilisation));
+    } else if (!gate_.stale(s.now, s.latency)) {  // at most one decrease per round trip
+      gate_.decreased(s.now);
+      limit_.set(current * options_.backoff);
+    }
   }
 
  private:
@@ -99,6 +108,8 @@ class basic_windowed_aimd {
     detail::check_positive(type, "step", o.step);
     detail::check_open_unit(type, "backoff", o.backoff);
     if (o.latency_target) detail::check_positive(type, "latency_target", *o.latency_target);
+    if (!detail::finite(o.min_utilisation) || o.min_utilisation < 0.0 || o.min_utilisation > 1.0)
+      detail::invalid_option(type, "min_utilisation", "in [0, 1]", o.min_utilisation);
     return o;
   }
 
@@ -106,6 +117,8 @@ class basic_windowed_aimd {
   detail::bounded_limit limit_;
   std::size_t samples_ = 0;
   std::size_t failures_ = 0;
+  std::size_t window_in_flight_ = 0;  // the most calls out at any grant of the window's samples
+  detail::round_trip_gate<typename Clock::time_point> gate_{};
 };
 
 /// `basic_windowed_aimd` on `std::chrono::steady_clock`.

@@ -23,6 +23,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <deque>
+#include <limits>
+#include <stdexcept>
 #include <ostream>
 #include <queue>
 #include <span>
@@ -32,11 +34,33 @@
 
 namespace rein::testing {
 
+namespace detail {
+
+/// splitmix64 (Steele, Lea and Flood, 2014): a tiny, seedable generator, the same on every platform.
+inline std::uint64_t splitmix64(std::uint64_t& state) noexcept {
+  state += 0x9e3779b97f4a7c15ULL;
+  std::uint64_t z = state;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+}  // namespace detail
+
+/// A pause of the upstream (a garbage collection, a failover): a call that enters during
+/// `[at, at + length)` first waits until `at + length`, whatever the load. Not congestion: no limit helps.
+struct stall {
+  std::chrono::nanoseconds at;
+  std::chrono::nanoseconds length;
+};
+
 /// A dependency whose service time grows past its capacity and which fails past a hard cap.
 ///
-/// A call that enters while `n` calls are inside (itself included) takes `base x (1 + max(0, n - capacity))`;
-/// if `n > hard_cap` it takes `base` and then fails. Capacity may change at any time; a call's service time is
-/// fixed when it enters.
+/// A call that enters while `n` calls are inside (itself included) takes `b x (1 + max(0, n - capacity))`;
+/// if `n > hard_cap` it takes `b` and then fails. `b` is `base`, or with `noise` set, `base` times a factor
+/// drawn uniformly from `[1 - noise, 1 + noise]` for each call (a seeded generator, so runs repeat). A call
+/// entering during a stall first waits for it to end. Capacity may change at any time; a call's service time
+/// is fixed when it enters.
 class upstream_model {
  public:
   /// The upstream's parameters.
@@ -47,6 +71,12 @@ class upstream_model {
     /// Added to every call's service time (0 in the exact model). 1 ms is about how late real
     /// timers fire, and brings the figures close to a real-time run's.
     std::chrono::nanoseconds overhead{0};
+    /// Latency noise: each call's base is scaled by a factor uniform in [1 - noise, 1 + noise]; in [0, 1).
+    double noise = 0.0;
+    /// Seed of the noise generator.
+    std::uint64_t noise_seed = 0;
+    /// Pauses, in any order (see `stall`).
+    std::vector<stall> stalls{};
   };
 
   /// What one call will do, decided when it enters.
@@ -54,23 +84,32 @@ class upstream_model {
     std::chrono::nanoseconds service_time;  ///< how long until it completes (or fails)
     bool ok;                                ///< false: it fails (a timeout: congestion)
     std::size_t inside;                     ///< calls inside when it entered, itself included
+    /// What the same call would have taken at or below capacity (noise and stall included): the yardstick
+    /// of "slow" (`report::slow`).
+    std::chrono::nanoseconds unloaded = service_time;
   };
 
   /// An upstream with no call inside, at `o.capacity`.
-  explicit upstream_model(const options& o) noexcept : options_{o}, capacity_{o.capacity} {}
+  explicit upstream_model(const options& o) noexcept : options_{o}, capacity_{o.capacity}, random_{o.noise_seed} {}
 
-  /// The service-time rule alone, for `n` calls inside (this one included).
+  /// The service-time rule alone, for `n` calls inside (this one included), without noise or stalls.
   static call_plan plan(std::size_t n, std::size_t capacity, const options& o) noexcept {
-    if (n > o.hard_cap) return {o.base + o.overhead, false, n};
-    const std::size_t over = n > capacity ? n - capacity : 0;
-    return {o.base * static_cast<std::int64_t>(1 + over) + o.overhead, true, n};
+    return plan(n, capacity, o, o.base, std::chrono::nanoseconds{0});
   }
 
-  /// A call enters; the caller must call `leave()` when it completes.
-  call_plan enter() noexcept {
+  /// A call enters at `now` (from the start of the run); the caller must call `leave()` when it completes.
+  call_plan enter(std::chrono::nanoseconds now = {}) noexcept {
     ++inside_;
     peak_ = std::max(peak_, inside_);
-    return plan(inside_, capacity_, options_);
+    std::chrono::nanoseconds base = options_.base;
+    if (options_.noise > 0.0) {
+      const double factor = 1.0 + options_.noise * (2.0 * next_unit() - 1.0);
+      base = std::chrono::nanoseconds{static_cast<std::int64_t>(static_cast<double>(base.count()) * factor + 0.5)};
+    }
+    std::chrono::nanoseconds wait{0};
+    for (const auto& s : options_.stalls)
+      if (now >= s.at && now < s.at + s.length) wait = std::max(wait, s.at + s.length - now);
+    return plan(inside_, capacity_, options_, base, wait);
   }
   /// A call inside completes (or fails).
   void leave() noexcept { --inside_; }
@@ -85,10 +124,21 @@ class upstream_model {
   std::size_t peak() const noexcept { return peak_; }
 
  private:
+  static call_plan plan(std::size_t n, std::size_t capacity, const options& o, std::chrono::nanoseconds base,
+                        std::chrono::nanoseconds wait) noexcept {
+    const std::chrono::nanoseconds unloaded = wait + base + o.overhead;
+    if (n > o.hard_cap) return {unloaded, false, n, unloaded};
+    const std::size_t over = n > capacity ? n - capacity : 0;
+    return {wait + base * static_cast<std::int64_t>(1 + over) + o.overhead, true, n, unloaded};
+  }
+
+  double next_unit() noexcept { return static_cast<double>(detail::splitmix64(random_) >> 11) * 0x1.0p-53; }
+
   options options_;
   std::size_t capacity_;
   std::size_t inside_ = 0;
   std::size_t peak_ = 0;
+  std::uint64_t random_;
 };
 
 /// The upstream's capacity becomes `capacity` at `at` (from the start of the run).
@@ -99,7 +149,35 @@ struct capacity_change {
   std::size_t capacity;
 };
 
+/// `per_tick` calls arrive every `tick` for `ticks` ticks, the first at `start`.
+struct arrival_phase {
+  std::chrono::nanoseconds start{0};
+  std::chrono::nanoseconds tick = std::chrono::milliseconds{1};
+  std::size_t ticks = 0;
+  std::size_t per_tick = 1;
+
+  std::size_t calls() const noexcept { return ticks * per_tick; }
+};
+
+/// One more key of a scenario: its own upstream, capacity schedule and workload (see `scenario::more_keys`).
+struct upstream_key {
+  upstream_model::options upstream{};
+  std::vector<capacity_change> changes{};
+  std::vector<arrival_phase> arrivals{};
+
+  std::size_t calls() const noexcept {
+    std::size_t n = 0;
+    for (const auto& a : arrivals) n += a.calls();
+    return n;
+  }
+};
+
 /// One run of the experiment: the upstream, its capacity schedule and the workload.
+///
+/// Key 0 is described by the scenario's own fields (`upstream`, `changes`, the regular arrivals `tick`,
+/// `ticks`, `per_tick` and the extra `bursts`); `more_keys` adds keys with their own upstream, each behind its
+/// own limiter, and `global_limit` caps the calls in flight over all keys together (a semaphore shared by
+/// the keys; no key waits behind another key's full limit).
 struct scenario {
   /// The scenario's name in tables ("A", "B").
   std::string name = "A";
@@ -112,13 +190,35 @@ struct scenario {
   std::chrono::nanoseconds tick = std::chrono::milliseconds{1};  ///< arrivals every tick, starting at 0
   std::size_t ticks = 500;              ///< number of ticks with arrivals
   std::size_t per_tick = 2;             ///< calls arriving at each tick
+  /// Arrivals of key 0 on top of the regular ones (spikes of demand).
+  std::vector<arrival_phase> bursts{};
+  /// Keys 1, 2, ...; empty for a single upstream.
+  std::vector<upstream_key> more_keys{};
+  /// Calls in flight over all keys at once; 0: no global limit.
+  std::size_t global_limit = 0;
   /// The interval of report::timeline.
   std::chrono::nanoseconds timeline_step = std::chrono::milliseconds{25};
 
-  /// Calls in the run: ticks x per_tick.
-  std::size_t calls() const noexcept { return ticks * per_tick; }
+  /// Keys in the run: 1 plus more_keys.
+  std::size_t keys() const noexcept { return 1 + more_keys.size(); }
 
-  /// The true capacity at `t`, after every change at or before `t`.
+  /// Key `k` as an `upstream_key` (key 0 gathered from the scenario's own fields).
+  upstream_key key(std::size_t k) const {
+    if (k > 0) return more_keys[k - 1];
+    upstream_key out{upstream, changes, {arrival_phase{std::chrono::nanoseconds{0}, tick, ticks, per_tick}}};
+    out.arrivals.insert(out.arrivals.end(), bursts.begin(), bursts.end());
+    return out;
+  }
+
+  /// Calls over all keys.
+  std::size_t calls() const noexcept {
+    std::size_t n = ticks * per_tick;
+    for (const auto& b : bursts) n += b.calls();
+    for (const auto& k : more_keys) n += k.calls();
+    return n;
+  }
+
+  /// The true capacity of key 0 at `t`, after every change at or before `t`.
   std::size_t capacity_at(std::chrono::nanoseconds t) const noexcept {
     std::size_t c = upstream.capacity;
     for (const auto& change : changes)
@@ -146,6 +246,9 @@ struct call_record {
   std::chrono::nanoseconds finished{};  ///< completed (or failed)
   /// Whether it succeeded.
   bool ok = false;
+  std::size_t key = 0;                  ///< which upstream it called
+  /// What it would have taken at or below capacity (`upstream_model::call_plan::unloaded`).
+  std::chrono::nanoseconds unloaded{};
 };
 
 /// The limit in force at `at`, next to the true capacity.
@@ -175,6 +278,9 @@ struct report {
   /// @var max
   /// The longest service time.
   std::size_t slower_than_10ms = 0;       ///< calls whose service time exceeded 10 ms
+  /// Calls slower than twice their unloaded service time (more than one call over capacity in this model:
+  /// queueing inside the upstream), failures included. With no noise or stall: slower than 2 x base.
+  std::size_t slow = 0;
   std::chrono::nanoseconds makespan{};    ///< when the last call finished
   std::chrono::nanoseconds e2e_p95{};     ///< arrival to completion (queueing at the client included)
   /// The strategy's limit when the run ended.
@@ -184,6 +290,9 @@ struct report {
   /// How many samples lowered the limit.
   std::uint64_t decreases = 0;
   std::size_t peak_inside = 0;            ///< most calls inside the upstream at once
+  /// The lowest limit any decrease left, as a fraction of its key's capacity at that instant (infinity
+  /// without decreases): how deep the cuts went.
+  double lowest_cut = std::numeric_limits<double>::infinity();
   std::vector<timeline_point> timeline;   ///< every scenario::timeline_step from 0 to the makespan
 };
 
@@ -198,13 +307,14 @@ inline void summarise_calls(report& r, std::span<const call_record> calls) {
   std::vector<std::chrono::nanoseconds> service, e2e;
   service.reserve(calls.size());
   e2e.reserve(calls.size());
-  r.completed = r.failed = r.slower_than_10ms = 0;
+  r.completed = r.failed = r.slower_than_10ms = r.slow = 0;
   r.makespan = {};
   for (const auto& c : calls) {
     service.push_back(c.finished - c.started);
     e2e.push_back(c.finished - c.arrived);
     (c.ok ? r.completed : r.failed) += 1;
     if (service.back() > std::chrono::milliseconds{10}) ++r.slower_than_10ms;
+    if (!c.ok || service.back() > 2 * c.unloaded) ++r.slow;
     r.makespan = std::max(r.makespan, c.finished);
   }
   std::sort(service.begin(), service.end());
@@ -305,96 +415,141 @@ class simulation {
   using sample_type = typename Strategy::sample_type;
   using time_point = typename sample_type::time_point;
 
-  simulation(Strategy& strategy, const scenario& sc)
-      : strategy_{strategy}, scenario_{sc}, upstream_{sc.upstream}, calls_(sc.calls()), granted_in_flight_(sc.calls()) {}
+  simulation(std::span<Strategy* const> strategies, const scenario& sc)
+      : strategies_{strategies.begin(), strategies.end()}, scenario_{sc}, calls_(sc.calls()),
+        granted_in_flight_(sc.calls()) {
+    if (strategies_.size() != sc.keys())
+      throw std::invalid_argument("rein::testing::simulate: one strategy per key of the scenario is needed");
+    for (std::size_t k = 0; k < sc.keys(); ++k) {
+      keys_.emplace_back(sc.key(k));
+    }
+  }
 
   report run() {
     schedule_workload();
-    max_limit_ = strategy_.limit();
+    max_limit_ = limit(0);
     while (!events_.empty()) {
       const event e = events_.top();
       events_.pop();
       record_timeline_before(e.at);
       dispatch(e);
-      max_limit_ = std::max(max_limit_, static_cast<double>(strategy_.limit()));
+      max_limit_ = std::max(max_limit_, limit(0));
     }
     return finish();
   }
 
  private:
+  struct key_state {
+    explicit key_state(upstream_key s) : spec{std::move(s)}, model{spec.upstream} {}
+    upstream_key spec;
+    upstream_model model;
+    std::deque<std::size_t> waiting{};
+    std::size_t in_flight = 0;
+    upstream_model& upstream() { return model; }
+    const upstream_model& upstream() const { return model; }
+  };
+
+  double limit(std::size_t k) const { return static_cast<double>(strategies_[k]->limit()); }
+
   void push(std::chrono::nanoseconds at, event_kind kind, std::size_t subject) {
     events_.push(event{at, kind, next_seq_++, subject});
   }
 
   void schedule_workload() {
     std::size_t id = 0;
-    for (std::size_t k = 0; k < scenario_.ticks; ++k) {
-      for (std::size_t i = 0; i < scenario_.per_tick; ++i, ++id) {
-        calls_[id].arrived = scenario_.tick * static_cast<std::int64_t>(k);
-        push(calls_[id].arrived, event_kind::arrival, id);
+    for (std::size_t k = 0; k < keys_.size(); ++k)
+      for (const auto& phase : keys_[k].spec.arrivals)
+        for (std::size_t t = 0; t < phase.ticks; ++t)
+          for (std::size_t i = 0; i < phase.per_tick; ++i, ++id) {
+            calls_[id].arrived = phase.start + phase.tick * static_cast<std::int64_t>(t);
+            calls_[id].key = k;
+            push(calls_[id].arrived, event_kind::arrival, id);
+          }
+    for (std::size_t k = 0; k < keys_.size(); ++k)
+      for (const auto& change : keys_[k].spec.changes) {
+        push(change.at, event_kind::capacity, changes_.size());
+        changes_.push_back({k, change.capacity});
       }
-    }
-    for (const auto& change : scenario_.changes) push(change.at, event_kind::capacity, change.capacity);
   }
 
   void dispatch(const event& e) {
     switch (e.kind) {
       case event_kind::arrival: arrive(e.subject, e.at); break;
       case event_kind::completion: complete(e.subject, e.at); break;
-      case event_kind::capacity: change_capacity(e.subject, e.at); break;
+      case event_kind::capacity: change_capacity(changes_[e.subject].first, changes_[e.subject].second, e.at); break;
     }
   }
 
-  bool room() const { return in_flight_ < algo::admitted(static_cast<double>(strategy_.limit())); }
+  bool room(std::size_t k) const {
+    if (scenario_.global_limit != 0 && in_flight_ >= scenario_.global_limit) return false;
+    return keys_[k].in_flight < algo::admitted(limit(k));
+  }
 
   void arrive(std::size_t id, std::chrono::nanoseconds now) {
-    if (waiting_.empty() && room())
+    const std::size_t k = calls_[id].key;
+    if (keys_[k].waiting.empty() && room(k))
       begin(id, now);
     else
-      waiting_.push_back(id);
+      keys_[k].waiting.push_back(id);
   }
 
   void begin(std::size_t id, std::chrono::nanoseconds now) {
+    key_state& key = keys_[calls_[id].key];
     ++in_flight_;
-    const auto plan = upstream_.enter();
+    ++key.in_flight;
+    const auto plan = key.upstream().enter(now);
     calls_[id].started = now;
     calls_[id].ok = plan.ok;
-    granted_in_flight_[id] = in_flight_;
+    calls_[id].unloaded = plan.unloaded;
+    granted_in_flight_[id] = key.in_flight;
     push(now + plan.service_time, event_kind::completion, id);
   }
 
   void complete(std::size_t id, std::chrono::nanoseconds now) {
-    upstream_.leave();
     auto& c = calls_[id];
+    key_state& key = keys_[c.key];
+    key.upstream().leave();
     c.finished = now;
     sample_type s;
     s.latency = now - c.started;
     s.result = c.ok ? outcome::success : outcome::congestion;
     s.in_flight = granted_in_flight_[id];
     s.now = time_point{} + std::chrono::duration_cast<typename time_point::duration>(now);
-    strategy_.on_sample(s);  // report, then release, as adaptive_limiter does
+    const double before = limit(c.key);
+    strategies_[c.key]->on_sample(s);  // report, then release, as adaptive_limiter does
+    if (const double after = limit(c.key); after < before)
+      lowest_cut_ = std::min(lowest_cut_, after / static_cast<double>(key.upstream().capacity()));
+    --key.in_flight;
     --in_flight_;
     drain(now);
   }
 
-  void change_capacity(std::size_t capacity, std::chrono::nanoseconds now) {
-    upstream_.set_capacity(capacity);
-    if constexpr (requires { strategy_.on_capacity(capacity); }) strategy_.on_capacity(capacity);
+  void change_capacity(std::size_t k, std::size_t capacity, std::chrono::nanoseconds now) {
+    keys_[k].upstream().set_capacity(capacity);
+    if constexpr (requires { strategies_[k]->on_capacity(capacity); }) strategies_[k]->on_capacity(capacity);
     drain(now);
   }
 
+  // FIFO within a key; across keys, the head that arrived first among those whose key has room.
   void drain(std::chrono::nanoseconds now) {
-    while (!waiting_.empty() && room()) {
-      const std::size_t id = waiting_.front();
-      waiting_.pop_front();
+    for (;;) {
+      std::size_t best = keys_.size();
+      for (std::size_t k = 0; k < keys_.size(); ++k) {
+        if (keys_[k].waiting.empty() || !room(k)) continue;
+        if (best == keys_.size() || calls_[keys_[k].waiting.front()].arrived < calls_[keys_[best].waiting.front()].arrived)
+          best = k;
+      }
+      if (best == keys_.size()) return;
+      const std::size_t id = keys_[best].waiting.front();
+      keys_[best].waiting.pop_front();
       begin(id, now);
     }
   }
 
-  // Each point shows the state after every event at or before its instant.
+  // Each point shows key 0 after every event at or before its instant.
   void record_timeline_before(std::chrono::nanoseconds t) {
     while (next_point_ < t) {
-      timeline_.push_back({next_point_, static_cast<double>(strategy_.limit()), upstream_.capacity()});
+      timeline_.push_back({next_point_, limit(0), keys_[0].upstream().capacity()});
       next_point_ += scenario_.timeline_step;
     }
   }
@@ -405,23 +560,29 @@ class simulation {
     summarise_calls(r, calls_);
     record_timeline_before(r.makespan + std::chrono::nanoseconds{1});
     r.timeline = std::move(timeline_);
-    r.final_limit = static_cast<double>(strategy_.limit());
+    r.final_limit = limit(0);
     r.max_limit = max_limit_;
-    r.decreases = static_cast<std::uint64_t>(strategy_.decreases());
-    r.peak_inside = upstream_.peak();
+    r.decreases = 0;
+    r.peak_inside = 0;
+    for (std::size_t k = 0; k < keys_.size(); ++k) {
+      r.decreases += static_cast<std::uint64_t>(strategies_[k]->decreases());
+      r.peak_inside = std::max(r.peak_inside, keys_[k].upstream().peak());
+    }
+    r.lowest_cut = lowest_cut_;
     return r;
   }
 
-  Strategy& strategy_;
+  std::vector<Strategy*> strategies_;
   const scenario& scenario_;
-  upstream_model upstream_;
+  std::vector<key_state> keys_;
+  std::vector<std::pair<std::size_t, std::size_t>> changes_;  // key, capacity
   std::vector<call_record> calls_;
   std::vector<std::size_t> granted_in_flight_;
   std::priority_queue<event, std::vector<event>, std::greater<>> events_;
-  std::deque<std::size_t> waiting_;
   std::uint64_t next_seq_ = 0;
   std::size_t in_flight_ = 0;
   double max_limit_ = 0.0;
+  double lowest_cut_ = std::numeric_limits<double>::infinity();
   std::chrono::nanoseconds next_point_{0};
   std::vector<timeline_point> timeline_;
 };
@@ -436,7 +597,21 @@ class simulation {
 /// is also told every capacity change (the oracle).
 template <simulated_strategy Strategy>
 report simulate(std::string strategy_name, Strategy& strategy, const scenario& sc) {
-  report r = detail::simulation<Strategy>{strategy, sc}.run();
+  Strategy* const one[] = {&strategy};
+  report r = detail::simulation<Strategy>{one, sc}.run();
+  r.strategy = std::move(strategy_name);
+  return r;
+}
+
+/// Runs a scenario of several keys, `strategies[k]` deciding admission for key `k` (one per key, see
+/// `scenario::keys()`), until every call has finished. Figures are over all keys; the timeline, the final
+/// and the maximum limit are key 0's.
+/// @throws std::invalid_argument if there is not exactly one strategy per key.
+template <simulated_strategy Strategy>
+report simulate(std::string strategy_name, std::span<Strategy> strategies, const scenario& sc) {
+  std::vector<Strategy*> pointers;
+  for (auto& s : strategies) pointers.push_back(&s);
+  report r = detail::simulation<Strategy>{pointers, sc}.run();
   r.strategy = std::move(strategy_name);
   return r;
 }
@@ -448,22 +623,23 @@ report simulate(std::string strategy_name, Strategy& strategy, const scenario& s
 /// The fixed limit of the experiment: a semaphore of 16.
 inline constexpr double experiment_fixed_limit = 16.0;
 
-/// The textbook AIMD limiter of the experiment: from 16, floor 1, ceiling 64, 20 ms target, x0.75.
+/// The textbook AIMD limiter of the experiment: from 16, floor 1, ceiling 64, 20 ms target, x0.75, a cut on
+/// every congested call and no growth guard.
 inline algo::aimd_options experiment_aimd_options() {
   algo::aimd_options o;
   o.initial_limit = 16.0;
   o.latency_target = std::chrono::milliseconds{20};
+  o.latency_tolerance.reset();
+  o.backoff = 0.75;
+  o.min_utilisation = 0.0;
+  o.once_per_round_trip = false;
   return o;
 }
 
-/// rein's default tuned AIMD, starting from 16 like every strategy of the experiment.
-inline algo::tuned_aimd_options experiment_tuned_aimd_options() {
-  algo::tuned_aimd_options o;
-  o.initial_limit = 16.0;
-  return o;
-}
+/// rein's default tuned AIMD (from 4: it knows nothing about the upstream, and slow start finds 16).
+inline algo::tuned_aimd_options experiment_tuned_aimd_options() { return algo::tuned_aimd_options{}; }
 
-/// rein's default gradient limit, starting from 16 (its default).
+/// rein's default gradient limit (from 4).
 inline algo::gradient_options experiment_gradient_options() { return algo::gradient_options{}; }
 
 /// The five strategies of the experiment on one scenario: fixed(16), aimd, tuned_aimd, gradient, oracle.

@@ -1,0 +1,169 @@
+// Every adaptive concurrency algorithm of rein, with its default options, on a family of generated upstreams
+// (rein/testing/scenario_family.hpp), scored exactly against an oracle that knows the capacity.
+//
+//     adaptive_family [--seeds N] [--first SEED] [--noise-seeds N] [--worst] [--algorithm NAME]
+//     adaptive_family --show SEED | --show-noise SEED [--algorithm NAME]
+//
+// Prints a Markdown table: per algorithm, in how many scenarios calls failed, the share of calls slower than
+// twice their unloaded service time, makespan over the oracle's, and after a recovery, makespan over a fixed
+// limit at the recovered capacity (median and worst over the seeds); then, on upstreams whose latency is only
+// noisy (+-20 %), the deepest cut as a fraction of the capacity. --worst names the scenario behind each worst
+// figure; --show prints one scenario, each algorithm's run on it and a timeline of its limit. Pure
+// simulation: no Asio, no clock, the same figures on every machine.
+#include "usage.hpp"
+
+#include <rein/algo/aimd.hpp>
+#include <rein/algo/gradient.hpp>
+#include <rein/algo/pid.hpp>
+#include <rein/algo/tuned_aimd.hpp>
+#include <rein/algo/vegas.hpp>
+#include <rein/algo/windowed_aimd.hpp>
+#include <rein/testing/scenario_family.hpp>
+
+#include <cstdint>
+#include <cstdio>
+#include <exception>
+#include <iostream>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace {
+
+struct arguments {
+  std::size_t seeds = 1000;
+  std::uint64_t first = 1;
+  std::size_t noise_seeds = 200;
+  bool worst = false;
+  std::optional<std::uint64_t> show{};
+  bool show_noise = false;
+  std::string algorithm;
+};
+
+arguments parse(int argc, char** argv) {
+  arguments a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg{argv[i]};
+    const auto value = [&]() -> std::uint64_t {
+      if (i + 1 >= argc) throw std::invalid_argument(std::string{arg} + " needs a value");
+      return std::stoull(argv[++i]);
+    };
+    if (arg == "--seeds")
+      a.seeds = value();
+    else if (arg == "--first")
+      a.first = value();
+    else if (arg == "--noise-seeds")
+      a.noise_seeds = value();
+    else if (arg == "--worst")
+      a.worst = true;
+    else if (arg == "--show")
+      a.show = value();
+    else if (arg == "--show-noise")
+      a.show = value(), a.show_noise = true;
+    else if (arg == "--algorithm" && i + 1 < argc)
+      a.algorithm = argv[++i];
+    else
+      throw std::invalid_argument("unknown argument '" + std::string{arg} + "'");
+  }
+  if (a.seeds == 0) throw std::invalid_argument("--seeds must be at least 1");
+  return a;
+}
+
+template <class Algorithm>
+void add(std::vector<rein::testing::family_summary>& rows, std::vector<rein::testing::family_summary>& noise,
+         const char* name, const rein::testing::family& f, const rein::testing::family& quiet, const arguments& args) {
+  if (!args.algorithm.empty() && args.algorithm != name) return;
+  const auto make = [] { return Algorithm{}; };
+  rows.push_back(rein::testing::evaluate(name, f, make));
+  noise.push_back(rein::testing::evaluate(name, quiet, make));
+}
+
+// One scenario in detail: what it is, each algorithm's figures, and a timeline of key 0's limit.
+template <class Algorithm>
+void show_one(const char* name, const rein::testing::scenario& sc, const arguments& args,
+              std::vector<rein::testing::report>& reports) {
+  if (!args.algorithm.empty() && args.algorithm != name) return;
+  std::vector<Algorithm> keys(sc.keys());
+  reports.push_back(rein::testing::simulate(name, std::span{keys}, sc));
+}
+
+int show(const arguments& args) {
+  using namespace rein;
+  const auto sc = args.show_noise ? testing::generate_noise_scenario(*args.show) : testing::generate_scenario(*args.show);
+  const auto marks = testing::measure_yardsticks(sc);
+  std::cout << sc.name << ": " << sc.description << "\noracle makespan "
+            << std::chrono::duration<double, std::milli>(marks.oracle_makespan).count() << " ms\n\n";
+  std::vector<testing::report> reports;
+  show_one<algo::aimd>("aimd", sc, args, reports);
+  show_one<algo::tuned_aimd>("tuned_aimd", sc, args, reports);
+  show_one<algo::gradient>("gradient", sc, args, reports);
+  show_one<algo::vegas>("vegas", sc, args, reports);
+  show_one<algo::windowed_aimd>("windowed_aimd", sc, args, reports);
+  show_one<algo::pid>("pid", sc, args, reports);
+  testing::print_table(std::cout, reports);
+  for (const auto& r : reports) {
+    std::cout << '\n';
+    testing::print_timeline(std::cout, r);
+  }
+  return 0;
+}
+
+int run(const arguments& args) {
+  using namespace rein;
+  if (args.show) return show(args);
+  const auto f = testing::family::generate(args.first, args.seeds);
+  testing::family quiet;
+  for (std::size_t i = 0; i < args.noise_seeds; ++i) {
+    quiet.scenarios.push_back(testing::generate_noise_scenario(args.first + i));
+    quiet.marks.push_back(testing::measure_yardsticks(quiet.scenarios.back()));
+  }
+  std::vector<testing::family_summary> rows, noise;
+  add<algo::aimd>(rows, noise, "aimd", f, quiet, args);
+  add<algo::tuned_aimd>(rows, noise, "tuned_aimd", f, quiet, args);
+  add<algo::gradient>(rows, noise, "gradient", f, quiet, args);
+  add<algo::vegas>(rows, noise, "vegas", f, quiet, args);
+  add<algo::windowed_aimd>(rows, noise, "windowed_aimd", f, quiet, args);
+  add<algo::pid>(rows, noise, "pid", f, quiet, args);
+
+  std::cout << args.seeds << " generated scenarios (seeds " << args.first << " to " << args.first + args.seeds - 1
+            << "), default options:\n\n";
+  testing::print_family_table(std::cout, rows);
+  std::cout << "\nLatency noise +-20 %, no capacity change (" << args.noise_seeds
+            << " seeds): the deepest cut, as a fraction of the capacity\n\n| strategy | deepest cut | makespan / oracle, "
+               "median / worst |\n|---|---|---|\n";
+  for (const auto& r : noise) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "| %s | %.2f | %.3f / %.3f |\n", r.strategy.c_str(), r.lowest_cut, r.median_makespan,
+                  r.worst_makespan);
+    std::cout << buf;
+  }
+  if (args.worst) {
+    std::cout << '\n';
+    for (const auto& r : rows)
+      std::cout << r.strategy << ": most failures in " << r.worst_failed_at << ", slowest in " << r.worst_slow_at
+                << ", longest makespan in " << r.worst_makespan_at << ", worst recovery in " << r.worst_recovery_at
+                << '\n';
+    for (const auto& r : noise) std::cout << r.strategy << ": deepest noise cut in " << r.lowest_cut_at << '\n';
+  }
+  return 0;
+}
+
+}  // namespace
+
+constexpr const char* usage =
+    "usage: adaptive_family [--help] [--seeds N] [--first SEED] [--noise-seeds N] [--worst] [--algorithm NAME]\n"
+    "       adaptive_family --show SEED | --show-noise SEED [--algorithm NAME]\n"
+    "  every adaptive algorithm with its defaults on a generated family of upstreams, against an oracle\n";
+
+int main(int argc, char** argv) {
+  if (rein_example::asked_for_help(argc, argv, usage)) return 0;
+  try {
+    return run(parse(argc, argv));
+  } catch (const std::exception& e) {
+    std::cerr << "adaptive_family: " << e.what() << '\n';
+    return 2;
+  }
+}
