@@ -270,9 +270,10 @@ struct adaptive_policy {
 ///                   thread or strand only.
 ///
 /// @par Thread Safety
-/// With std::mutex, every member function may be called concurrently, except destruction. With null_mutex,
-/// all use must happen on one thread or strand. The algorithm runs under the lock and never sees concurrent
-/// calls.
+/// With std::mutex, every member function may be called concurrently, except destruction (which, as for
+/// Asio's I/O objects, must not race with its own operations, their cancellation signals included). With
+/// null_mutex, all use must happen on one thread or strand. The algorithm runs under the lock and never sees
+/// concurrent calls.
 ///
 /// @par Lifetime
 /// Movable, not copyable. Destroying it completes every waiter with `net::error::operation_aborted`.
@@ -439,7 +440,8 @@ class basic_adaptive_limiter {
   /// As acquire_until(1, deadline).
   net::awaitable<permit> acquire_until(time_point deadline) { return acquire_until(1, deadline); }
 
-  /// Waits until every permit this limiter handed out has come back: completes at once if none is out.
+  /// Waits until every permit this limiter handed out has come back: completes at once if none is out
+  /// (what tokio users write as `close()` then `acquire_many(total)`, and Go's `sync.WaitGroup.Wait`).
   /// With close() first, it is how a service stops without cutting calls in flight:
   /// `limiter.close(); co_await limiter.async_drain_for(30s, net::use_awaitable);`. Without close(), new
   /// grants may follow; it completes at a moment when none is out.

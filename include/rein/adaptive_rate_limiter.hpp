@@ -100,7 +100,8 @@ inline std::ostream& operator<<(std::ostream& os, const adaptive_rate_limiter_sn
 ///                  strand only.
 ///
 /// @par Thread Safety
-/// With std::mutex, every member function may be called concurrently, except destruction.
+/// With std::mutex, every member function may be called concurrently, except destruction (which, as for
+/// Asio's I/O objects, must not race with its own operations, their cancellation signals included).
 /// With null_mutex, all use must happen on one thread or strand.
 ///
 /// @par Lifetime

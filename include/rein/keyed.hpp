@@ -212,7 +212,8 @@ class keyed {
   };
 
   /// Makes an empty registry; each key's limiter will be `Limiter(ex, default_args...)` unless overridden.
-  /// The arguments are checked here, by making one limiter from them and discarding it, so that bad options
+  /// The arguments are checked here, by making one limiter from them and discarding it (rein's local
+  /// limiters do nothing observable when made: no timer, no I/O, until first used), so that bad options
   /// fail where they are given, not at the first get() of some key.
   /// @throws std::invalid_argument naming the field and value when an option is out of range, and whatever
   ///         `Limiter(ex, default_args...)` throws.

@@ -270,7 +270,8 @@ inline line_options rate_line(rate_limiter_options& o) {
 ///                  or strand only, no locking.
 ///
 /// @par Thread Safety
-/// With std::mutex, every member function may be called concurrently, except destruction.
+/// With std::mutex, every member function may be called concurrently, except destruction (which, as for
+/// Asio's I/O objects, must not race with its own operations, their cancellation signals included).
 /// With null_mutex, all use must happen on one thread or strand.
 ///
 /// @par Lifetime

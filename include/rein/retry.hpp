@@ -279,7 +279,8 @@ class basic_retry_policy {
     }
     if (!backoff_.may_retry(attempt_number)) return stop_locked(retry_stop::attempts_exhausted, stats_.attempts_exhausted_total);
     // The delay first: it throws on a bad jitter draw or a negative Retry-After, and then nothing may have
-    // been charged to the budget or counted as a retry.
+    // been charged to the budget or counted as a retry. (A retry the budget then refuses has still drawn its
+    // jitter: a seeded sequence moves on.)
     const std::chrono::nanoseconds delay = backoff_.delay(attempt_number, draw_locked(), result.retry_after());
     if (budget_ && !budget_->try_withdraw(Clock::now()))
       return stop_locked(retry_stop::budget_exhausted, stats_.budget_exhausted_total);

@@ -163,7 +163,8 @@ struct semaphore_policy {
 ///                  The order <Executor, Clock, Mutex> is that of every rein limiter.
 ///
 /// @par Thread Safety
-/// With std::mutex, every member function may be called concurrently, except destruction.
+/// With std::mutex, every member function may be called concurrently, except destruction (which, as for
+/// Asio's I/O objects, must not race with its own operations, their cancellation signals included).
 /// With null_mutex, all use must happen on one thread or strand.
 ///
 /// @par Lifetime
@@ -348,7 +349,8 @@ class basic_semaphore {
   /// empty permit. Permits already held stay valid and are given back as usual.
   void close() { core_->close(); }
 
-  /// Waits until every permit this semaphore handed out has come back: completes at once if none is out.
+  /// Waits until every permit this semaphore handed out has come back: completes at once if none is out
+  /// (what tokio users write as `close()` then `acquire_many(total)`, and Go's `sync.WaitGroup.Wait`).
   /// With close() first, it is how a service stops without cutting calls in flight:
   /// `limiter.close(); co_await limiter.async_drain_for(30s, net::use_awaitable);`. Without close(), new
   /// grants may follow; it completes at a moment when none is out.

@@ -79,7 +79,8 @@ std::ostream& operator<<(std::ostream& os, const sliding_window_snapshot<Duratio
 ///                  strand only.
 ///
 /// @par Thread Safety
-/// With std::mutex, every member function may be called concurrently, except destruction.
+/// With std::mutex, every member function may be called concurrently, except destruction (which, as for
+/// Asio's I/O objects, must not race with its own operations, their cancellation signals included).
 /// With null_mutex, all use must happen on one thread or strand.
 ///
 /// @par Lifetime

@@ -101,7 +101,8 @@ inline std::ostream& operator<<(std::ostream& os, const token_bucket_snapshot& s
 ///                  strand only.
 ///
 /// @par Thread Safety
-/// With std::mutex, every member function may be called concurrently, except destruction.
+/// With std::mutex, every member function may be called concurrently, except destruction (which, as for
+/// Asio's I/O objects, must not race with its own operations, their cancellation signals included).
 /// With null_mutex, all use must happen on one thread or strand.
 ///
 /// @par Lifetime

@@ -199,12 +199,17 @@ struct yardsticks {
 /// behind one type so that one simulation runs every key.
 class yardstick_limit {
  public:
-  using clock_type = std::chrono::steady_clock;
-  using sample_type = algo::basic_sample<clock_type>;
+  using clock_type = std::chrono::steady_clock;       ///< only names the samples' time_point
+  using sample_type = algo::basic_sample<clock_type>;  ///< what the simulation reports
+  /// A limit of `limit` calls; `follows`: set to each new capacity of its key (the oracle).
   yardstick_limit(std::size_t limit, bool follows) noexcept : limit_{static_cast<double>(limit)}, follows_{follows} {}
+  /// The limit, in calls.
   double limit() const noexcept { return limit_; }
+  /// Never cuts: 0.
   std::uint64_t decreases() const noexcept { return 0; }
+  /// Ignores samples.
   void on_sample(const sample_type&) noexcept {}
+  /// The key's capacity changed to `c`: the oracle follows it, a fixed limit does not.
   void on_capacity(std::size_t c) noexcept {
     if (follows_) limit_ = static_cast<double>(c);
   }
@@ -238,8 +243,8 @@ inline yardsticks measure_yardsticks(const scenario& sc) {
 
 /// How one strategy did on one scenario.
 struct family_score {
-  std::string scenario;
-  std::size_t failed = 0;
+  std::string scenario;                        ///< the scenario's name (its seed)
+  std::size_t failed = 0;                      ///< calls that failed
   double slow_fraction = 0.0;    ///< `report::slow` / calls
   double makespan_ratio = 0.0;   ///< makespan / the oracle's
   std::optional<double> recovery_ratio{};  ///< makespan / the fixed limit's at the recovered capacity
@@ -267,8 +272,8 @@ family_score score(const scenario& sc, const yardsticks& y, Make&& make) {
 
 /// A set of generated scenarios with their yardsticks, measured once and shared by every strategy.
 struct family {
-  std::vector<scenario> scenarios;
-  std::vector<yardsticks> marks;
+  std::vector<scenario> scenarios;  ///< in seed order
+  std::vector<yardsticks> marks;    ///< the yardsticks of scenarios[i]
 
   /// Seeds `first`, `first + 1`, ..., `first + count - 1`.
   static family generate(std::uint64_t first, std::size_t count) {
@@ -283,19 +288,26 @@ struct family {
 
 /// Median and worst of each figure of one strategy over a family.
 struct family_summary {
-  std::string strategy;
-  std::size_t scenarios = 0;
-  std::size_t scenarios_with_failures = 0;
-  std::size_t worst_failed = 0;
-  double median_slow = 0.0, worst_slow = 0.0;
-  double median_makespan = 0.0, worst_makespan = 0.0;
+  std::string strategy;                      ///< the strategy's name
+  std::size_t scenarios = 0;                 ///< scenarios scored
+  std::size_t scenarios_with_failures = 0;   ///< scenarios where at least one call failed
+  std::size_t worst_failed = 0;              ///< the most failed calls in one scenario
+  double median_slow = 0.0;                  ///< median of family_score::slow_fraction
+  double worst_slow = 0.0;                   ///< largest family_score::slow_fraction
+  double median_makespan = 0.0;              ///< median of family_score::makespan_ratio
+  double worst_makespan = 0.0;               ///< largest family_score::makespan_ratio
   std::size_t recoveries = 0;  ///< scenarios with a recovery figure
-  double median_recovery = 0.0, worst_recovery = 0.0;
+  double median_recovery = 0.0;              ///< median of family_score::recovery_ratio
+  double worst_recovery = 0.0;               ///< largest family_score::recovery_ratio
   /// The lowest `family_score::lowest_cut` (infinity: no decrease anywhere).
   double lowest_cut = std::numeric_limits<double>::infinity();
   std::vector<family_score> scores;  ///< one per scenario, in the family's order
   /// The scenario of each worst figure (failures, slow, makespan, recovery), for a closer look.
-  std::string worst_failed_at, worst_slow_at, worst_makespan_at, worst_recovery_at, lowest_cut_at;
+  std::string worst_failed_at;    ///< where worst_failed was seen
+  std::string worst_slow_at;      ///< where worst_slow was seen
+  std::string worst_makespan_at;  ///< where worst_makespan was seen
+  std::string worst_recovery_at;  ///< where worst_recovery was seen
+  std::string lowest_cut_at;      ///< where lowest_cut was seen
 };
 
 namespace detail {

@@ -50,8 +50,8 @@ inline std::uint64_t splitmix64(std::uint64_t& state) noexcept {
 /// A pause of the upstream (a garbage collection, a failover): a call that enters during
 /// `[at, at + length)` first waits until `at + length`, whatever the load. Not congestion: no limit helps.
 struct stall {
-  std::chrono::nanoseconds at;
-  std::chrono::nanoseconds length;
+  std::chrono::nanoseconds at;      ///< when it starts, from the run's start
+  std::chrono::nanoseconds length;  ///< how long it lasts
 };
 
 /// A dependency whose service time grows past its capacity and which fails past a hard cap.
@@ -151,20 +151,22 @@ struct capacity_change {
 
 /// `per_tick` calls arrive every `tick` for `ticks` ticks, the first at `start`.
 struct arrival_phase {
-  std::chrono::nanoseconds start{0};
-  std::chrono::nanoseconds tick = std::chrono::milliseconds{1};
-  std::size_t ticks = 0;
-  std::size_t per_tick = 1;
+  std::chrono::nanoseconds start{0};                             ///< the first arrivals, from the run's start
+  std::chrono::nanoseconds tick = std::chrono::milliseconds{1};  ///< between arrivals
+  std::size_t ticks = 0;                                         ///< how many ticks
+  std::size_t per_tick = 1;                                      ///< calls arriving at each tick
 
+  /// Calls in the phase: ticks x per_tick.
   std::size_t calls() const noexcept { return ticks * per_tick; }
 };
 
 /// One more key of a scenario: its own upstream, capacity schedule and workload (see `scenario::more_keys`).
 struct upstream_key {
-  upstream_model::options upstream{};
-  std::vector<capacity_change> changes{};
-  std::vector<arrival_phase> arrivals{};
+  upstream_model::options upstream{};      ///< the key's upstream
+  std::vector<capacity_change> changes{};  ///< its capacity schedule
+  std::vector<arrival_phase> arrivals{};   ///< its workload
 
+  /// Calls of all its phases.
   std::size_t calls() const noexcept {
     std::size_t n = 0;
     for (const auto& a : arrivals) n += a.calls();

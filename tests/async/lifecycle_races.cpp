@@ -1,4 +1,5 @@
-// Adversarial tests for the wait line's lifecycle (permits outliving limiters, drain, shrink, revocation).
+// The wait line's lifecycle at its edges: a core freed by its last holder after shutdown (a counted mutex
+// shows it), late revocations that must not refund, drains on every kind of line, shutdown racing releases.
 #include "support/async.hpp"
 #include "support/catch.hpp"
 
@@ -59,8 +60,8 @@ struct counted_mutex {
   }
 };
 
-using counted_semaphore = rein::basic_semaphore<net::any_io_executor, counted_mutex, manual_clock>;
-using semaphore = rein::basic_semaphore<net::any_io_executor, std::mutex, manual_clock>;
+using counted_semaphore = rein::basic_semaphore<net::any_io_executor, manual_clock, counted_mutex>;
+using semaphore = rein::basic_semaphore<net::any_io_executor, manual_clock>;
 
 }  // namespace
 
@@ -371,7 +372,7 @@ TEST_CASE("review: shutdown racing a chain of grants delivered on a running cont
 TEST_CASE("review: single-thread semaphore: close, then drain, then the last release", "[review][drain]") {
   rein_test::manual_clock_at_epoch epoch;
   net::io_context io;
-  rein::basic_semaphore<net::any_io_executor, rein::null_mutex, manual_clock> sem(io, 2);
+  rein::basic_semaphore<net::any_io_executor, manual_clock, rein::null_mutex> sem(io, 2);
   permit a = sem.try_acquire();
   permit b = sem.try_acquire();
   auto waiter = rein_test::checked_acquire();
