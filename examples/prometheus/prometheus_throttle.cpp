@@ -17,11 +17,19 @@
 
 #include <prometheus/exposer.h>
 
+#if defined(REIN_STANDALONE_ASIO)
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/io_context.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/use_awaitable.hpp>
+#else
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#endif
 
 #include <chrono>
 #include <cstdlib>
@@ -31,7 +39,7 @@
 #include <string_view>
 #include <thread>
 
-namespace net = boost::asio;
+namespace net = rein::net;  // Boost.Asio, or standalone Asio with REIN_STANDALONE_ASIO
 using namespace std::chrono_literals;
 
 namespace {
