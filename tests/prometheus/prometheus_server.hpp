@@ -2,6 +2,8 @@
 // loopback port in a temporary directory, stopped by PID, queried through its HTTP API. POSIX only.
 #pragma once
 
+#include "support/child_server.hpp"
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -41,20 +43,6 @@ inline std::optional<std::string> find_prometheus() {
   return std::nullopt;
 }
 
-/// A loopback port the kernel considers free right now.
-inline unsigned short free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) throw std::runtime_error("prometheus fixture: socket failed");
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t size = sizeof addr;
-  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
-                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &size) == 0;
-  ::close(fd);
-  if (!ok) throw std::runtime_error("prometheus fixture: no free port");
-  return ntohs(addr.sin_port);
-}
 
 /// GET http://127.0.0.1:<port><target> (HTTP/1.0: the server closes when done). The status code and the
 /// body; status 0 if nothing answered.
@@ -141,21 +129,7 @@ class child_process {
     return true;
   }
 
-  void stop() noexcept {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGTERM);
-    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-    int status = 0;
-    while (::waitpid(pid_, &status, WNOHANG) == 0) {
-      if (std::chrono::steady_clock::now() >= give_up) {
-        ::kill(pid_, SIGKILL);
-        ::waitpid(pid_, &status, 0);
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    pid_ = -1;
-  }
+  void stop() noexcept { stop_child(pid_); }
 
  private:
   pid_t pid_ = -1;
@@ -197,7 +171,7 @@ class prometheus_server {
              << target_port << "']\n";
     }
     for (int attempt = 0; attempt < 5; ++attempt) {
-      port_ = free_port();
+      port_ = free_loopback_port("prometheus fixture");
       process_.emplace_back(std::make_unique<child_process>(
           std::vector<std::string>{binary, "--config.file=" + (dir_.path() / "prometheus.yml").string(),
                                    "--storage.tsdb.path=" + (dir_.path() / "data").string(),

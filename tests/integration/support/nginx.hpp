@@ -2,6 +2,8 @@
 // in a temporary prefix, stopped by its PID. POSIX only.
 #pragma once
 
+#include "support/child_server.hpp"
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -54,7 +56,7 @@ class nginx_server {
     // A port found free can be taken before nginx binds it: try a few.
     std::string log;
     for (int attempt = 0; attempt < 5; ++attempt) {
-      port_ = free_port();
+      port_ = free_loopback_port("nginx fixture");
       write_file(prefix_ / "nginx.conf", replace_all(conf, "@PORT@", std::to_string(port_)));
       if (start(binary, log)) return;
     }
@@ -119,32 +121,7 @@ class nginx_server {
     return text;
   }
 
-  // A loopback port the kernel considers free right now.
-  static unsigned short free_port() {
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0) throw std::runtime_error("nginx fixture: socket failed");
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t size = sizeof addr;
-    const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
-                    ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &size) == 0;
-    ::close(fd);
-    if (!ok) throw std::runtime_error("nginx fixture: no free port");
-    return ntohs(addr.sin_port);
-  }
 
-  static bool accepts_connections(unsigned short port) {
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0) return false;
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = htons(port);
-    const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
-    ::close(fd);
-    return ok;
-  }
 
   // Spawns nginx and waits until it accepts connections. False (with its log) if it exited instead.
   bool start(const std::string& binary, std::string& log) {
@@ -181,21 +158,7 @@ class nginx_server {
     return false;
   }
 
-  void stop() noexcept {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGTERM);
-    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-    int status = 0;
-    while (::waitpid(pid_, &status, WNOHANG) == 0) {
-      if (std::chrono::steady_clock::now() >= give_up) {
-        ::kill(pid_, SIGKILL);
-        ::waitpid(pid_, &status, 0);
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    pid_ = -1;
-  }
+  void stop() noexcept { stop_child(pid_); }
 
   std::filesystem::path prefix_;
   unsigned short port_ = 0;
