@@ -202,6 +202,12 @@ struct adaptive_policy {
     in_flight -= n;
   }
 
+  // A permit whose latency now counts from `to` (see permit_source::restamp_permit) keeps its grant's
+  // in-flight count under its new stamp.
+  void on_restamp(std::chrono::nanoseconds from, std::chrono::nanoseconds to) noexcept {
+    if (const std::optional<std::size_t> at_grant = grants.take(from.count())) grants.record(to.count(), *at_grant);
+  }
+
   static std::chrono::nanoseconds to_ns(time_point t) noexcept {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch());
   }

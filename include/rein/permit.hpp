@@ -12,6 +12,10 @@
 
 namespace rein {
 
+namespace detail {
+struct permit_access;
+}
+
 /// Move-only RAII handle to `count()` slots of a concurrency limiter (semaphore, adaptive limiter).
 ///
 /// The slots go back to the limiter exactly once: on `complete(outcome)`, on `release()` or on destruction,
@@ -86,9 +90,26 @@ class permit {
   }
 
  private:
+  friend struct detail::permit_access;
+
   detail::permit_source* source_ = nullptr;
   std::size_t count_ = 0;
   std::chrono::nanoseconds stamp_{};
 };
 
+namespace detail {
+
+// What a composition may change in a permit it holds. Not API.
+struct permit_access {
+  // Measures the permit's service time (grant to outcome, which adaptive limiters learn from) from `stamp`
+  // (nanoseconds since the limiter's clock's epoch) instead of its grant: a throttle that held the permit
+  // while it waited at a later stage starts the clock when the call is sent.
+  static void restamp(permit& p, std::chrono::nanoseconds stamp) noexcept {
+    if (p.source_ == nullptr || p.stamp_ == stamp) return;
+    p.source_->restamp_permit(p.stamp_, stamp);
+    p.stamp_ = stamp;
+  }
+};
+
+}  // namespace detail
 }  // namespace rein

@@ -321,6 +321,13 @@ class limiter_core final : public permit_source,
     ++holders_;
   }
 
+  void restamp_permit(std::chrono::nanoseconds from, std::chrono::nanoseconds to) noexcept override {
+    if constexpr (requires { policy_.on_restamp(from, to); }) {
+      std::lock_guard<Mutex> lock(mutex_);
+      policy_.on_restamp(from, to);
+    }
+  }
+
   /// A permit for n just taken on the fast path (try_acquire counted its holder).
   permit make_permit(std::size_t n, std::chrono::nanoseconds stamp) noexcept { return permit(this, n, stamp); }
 

@@ -21,6 +21,14 @@ class permit_source {
   /// by the limiter itself; only a split adds a holder the limiter did not see.
   virtual void permit_split() noexcept = 0;
 
+  /// A composition that held a permit while its caller waited elsewhere (a throttle's later stages) moves
+  /// the permit's stamp from `from` to `to`, the moment the call was sent, so that the latency measured is
+  /// the call's own. Only limiters that file grants by stamp need to know.
+  virtual void restamp_permit(std::chrono::nanoseconds from, std::chrono::nanoseconds to) noexcept {
+    (void)from;
+    (void)to;
+  }
+
  protected:
   ~permit_source() = default;
 };
