@@ -192,7 +192,7 @@ std::vector<job> make_jobs() {
 
 using gates_type = rein::keyed<rein::quota_gate>;
 using per_host_type = rein::keyed<rein::aimd_limiter>;
-using throttle_type = rein::throttle<gates_type, rein::token_bucket, rein::semaphore, per_host_type>;
+using throttle_type = rein::throttle<gates_type, per_host_type, rein::semaphore, rein::token_bucket>;
 using queue_type = net::experimental::channel<void(rein::error_code, job)>;
 
 struct window_stats {  // since the monitor's last line
@@ -209,7 +209,7 @@ struct crawler {
         rate(io, {.rate = 200, .capacity = 20}),
         global(io, 12),
         per_host(io, {}, rein::algo::aimd_options{.initial_limit = 4, .min_limit = 1, .max_limit = 8, .backoff = 0.5}),
-        throttle(gates, rate, global, per_host, {.default_pause = 1s}),
+        throttle(gates, per_host, global, rate, {.default_pause = 1s}),
         retries({.backoff = {.base = 50ms, .cap = 1s, .max_attempts = 5}, .seed = 3}),
         queue(io, queue_capacity),
         monitor_timer(io) {

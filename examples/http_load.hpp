@@ -489,7 +489,7 @@ inline report run(const config& cfg) {
   net::ip::tcp::resolver resolver(io);
   const auto endpoints = resolver.resolve(cfg.url.host, cfg.url.port);
   limits.with_stages([&](auto& rate, auto& global) {
-    rein::throttle throttle(limits.gates, rate, global, rein::unlimited);
+    rein::throttle throttle(limits.gates, global, rate);
 #if defined(REIN_EXAMPLE_METRICS)
     std::optional<detail::metrics_server<decltype(throttle)>> metrics;
     if (!cfg.metrics_address.empty()) metrics.emplace(cfg.metrics_address, limits, throttle);

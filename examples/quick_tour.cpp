@@ -64,20 +64,20 @@ int main(int argc, char** argv) {
   if (rein_example::unexpected_arguments(argc, argv, usage)) return 2;
   net::io_context io;
   //! [throttle]
-  rein::keyed<rein::quota_gate> gates(io);                      // a 429 pauses that host for every caller
-  rein::token_bucket rate(io, {.rate = 100, .capacity = 20});   // 100 starts per second, bursts of 20
-  rein::tuned_aimd_limiter global(io);                          // calls in flight, limit found by feedback
+  rein::keyed<rein::quota_gate> gates(io);                        // a 429 pauses that host for all
   rein::keyed<rein::semaphore> per_host(io, {}, std::size_t{4});  // at most 4 in flight per host
-  rein::throttle throttle(gates, rate, global, per_host);
+  rein::tuned_aimd_limiter global(io);                            // in flight overall, found by feedback
+  rein::keyed<rein::token_bucket> rate(io, {}, rein::token_bucket_options{.rate = 40, .capacity = 5});
+  rein::throttle throttle(gates, per_host, global, rate);         // in admission order; 40/s per host
 
   auto call = [&](std::string host) -> net::awaitable<void> {
-    auto guard = co_await throttle.acquire(host);               // gate, rate, per-host, global
-    auto response = co_await http_get(host, "/v1/items");       // your call
+    auto guard = co_await throttle.acquire(host);                   // waits its turn at every stage
+    auto response = co_await http_get(host, "/v1/items");           // your call
     if (response.status == 429) {
-      guard.reject(response.retry_after);                       // pause the host, count congestion
+      guard.reject(response.retry_after);                           // pause the host, count congestion
       ++rejected;
     } else {
-      guard.complete_http(response.status);                     // success feeds the adaptive limit
+      guard.complete_http(response.status);                         // success feeds the adaptive limit
       ++ok;
     }
   };
@@ -97,7 +97,8 @@ int main(int argc, char** argv) {
   std::printf("%d calls succeeded, %d got 429 in %.2f s\n", ok, rejected, seconds);
   std::printf("throttle: %llu admitted, %llu 429s reported\n", static_cast<unsigned long long>(t.admitted_total),
               static_cast<unsigned long long>(t.rejections_reported));
-  std::printf("rate: %.1f tokens left; global limit %.2f, %zu in flight\n", rate.tokens(), g.limit, g.in_flight);
+  std::printf("api.example: %.1f tokens left; global limit %.2f, %zu in flight\n", rate.get("api.example")->tokens(),
+              g.limit, g.in_flight);
   std::printf("busy.example gate: %llu pause(s)\n",
               static_cast<unsigned long long>(gates.snapshot("busy.example").value_or(rein::quota_gate_snapshot{}).pauses));
 }

@@ -74,7 +74,7 @@ int main(int argc, char** argv) {
   rein::token_bucket rate(io, {.rate = 50, .capacity = 5, .name = "rate"});
   rein::semaphore global(io, 4, {.name = "global"});
   rein::keyed<rein::semaphore> per_host(io.get_executor(), {.name = "per_host"}, std::size_t{2});
-  rein::throttle throttle(rein::unlimited, rate, global, per_host, {.name = "outbound"});
+  rein::throttle throttle(per_host, global, rate, {.name = "outbound"});
 
   // Registered once; read at every scrape, never on the limiters' paths.
   auto metrics = std::make_shared<rein::prometheus::collector>();

@@ -1,4 +1,5 @@
-// The throttle guard: quota gate, then rate, then per-key and global concurrency, around one outbound call.
+// The throttle: any list of stages (quota gates, concurrency limits, rate limits; global or per key) passed
+// around one outbound call, each charged its own share of the call, rates taken at the moment of sending.
 #pragma once
 
 #include <rein/config.hpp>
@@ -9,6 +10,8 @@
 #include <rein/observer.hpp>
 #include <rein/outcome.hpp>
 #include <rein/permit.hpp>
+#include <rein/try_result.hpp>
+#include <rein/wait_stats.hpp>
 
 #if defined(REIN_STANDALONE_ASIO)
 #include <asio/associated_cancellation_slot.hpp>
@@ -16,53 +19,129 @@
 #include <asio/associator.hpp>
 #include <asio/async_result.hpp>
 #include <asio/awaitable.hpp>
+#include <asio/basic_waitable_timer.hpp>
 #include <asio/bind_cancellation_slot.hpp>
 #include <asio/cancellation_signal.hpp>
 #include <asio/co_spawn.hpp>
 #include <asio/error.hpp>
+#include <asio/this_coro.hpp>
 #include <asio/use_awaitable.hpp>
+#include <asio/wait_traits.hpp>
 #else
 #include <boost/asio/associated_cancellation_slot.hpp>
 #include <boost/asio/associated_executor.hpp>
 #include <boost/asio/associator.hpp>
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/awaitable.hpp>
+#include <boost/asio/basic_waitable_timer.hpp>
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/error.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/wait_traits.hpp>
 #endif
 
+#include <array>
 #include <atomic>
 #include <chrono>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 
 namespace rein {
 
-/// Marks a throttle stage that is not used: `rein::throttle t(rein::unlimited, rate, global, per_host);`.
+/// Marks a place in a throttle's stage list that holds no stage: `rein::throttle t(rein::unlimited, ...)`.
+/// (A stage not used can also be left out of the list.)
 struct unlimited_t {
   /// Constructible only explicitly (use the constant rein::unlimited).
   explicit constexpr unlimited_t(int) noexcept {}
 };
 inline constexpr unlimited_t unlimited{0};
 
-/// The stages of a throttle, in the order a caller passes them.
+/// What kind of stage refused or failed a throttle acquire.
 enum class throttle_stage : std::uint8_t {
   none,     ///< not rejected
-  gate,     ///< the key's quota gate is paused (a 429 said so)
-  rate,     ///< no rate token now
+  gate,     ///< a quota gate is paused (a 429 said so)
+  rate,     ///< a rate limit had no room for the call's charge
   per_key,  ///< the key's concurrency limit is reached (or the key could not be made: too many keys)
-  global,   ///< the global concurrency limit is reached
+  global,   ///< a global concurrency limit is reached
 };
+
+/// A readable name of a throttle_stage ("none", "gate", "rate", "per_key", "global").
+constexpr const char* to_string(throttle_stage s) noexcept {
+  switch (s) {
+    case throttle_stage::none: return "none";
+    case throttle_stage::gate: return "gate";
+    case throttle_stage::rate: return "rate";
+    case throttle_stage::per_key: return "per_key";
+    case throttle_stage::global: return "global";
+  }
+  return "unknown";
+}
+
+/// What one call costs, in the units the stages count: `{.requests = 1, .tokens = 1200}` for an LLM call
+/// estimated at 1,200 tokens. Each stage takes one of the numbers (see rein::by_tokens, rein::weighted);
+/// by default every stage charges `requests`. A stage charged 0 is passed without being asked.
+struct charge {
+  std::size_t requests = 1;  ///< calls (requests per minute, calls in flight)
+  std::size_t tokens = 0;    ///< a second unit: LLM tokens, bytes, cost points (an estimate, see reconcile)
+};
+
+/// The weight of a stage that charges `charge::requests` (every stage's default).
+struct by_requests_t {
+  /// `c.requests`.
+  constexpr std::size_t operator()(const charge& c) const noexcept { return c.requests; }
+};
+
+/// The weight of a stage that charges `charge::tokens`.
+struct by_tokens_t {
+  /// `c.tokens`.
+  constexpr std::size_t operator()(const charge& c) const noexcept { return c.tokens; }
+};
+
+/// A stage with its own weight: `weight(charge)` units are taken from it per call. Made by rein::weighted
+/// and rein::by_tokens; refers to the stage (it must outlive the throttle).
+template <class Stage, class Weight>
+class weighted_stage {
+ public:
+  /// The stage (a limiter, or a rein::keyed of limiters) and the callable `std::size_t(const charge&)`.
+  weighted_stage(Stage& stage, Weight weight) noexcept(std::is_nothrow_move_constructible_v<Weight>)
+      : stage_(&stage), weight_(std::move(weight)) {}
+
+  /// The stage.
+  Stage& stage() const noexcept { return *stage_; }
+  /// The units this stage takes for a call charged `c`.
+  std::size_t units(const charge& c) const { return static_cast<std::size_t>(weight_(c)); }
+
+ private:
+  Stage* stage_;
+  Weight weight_;
+};
+
+/// A stage charged `weight(charge)` per call: `rein::weighted(bytes, [](const rein::charge& c) { return
+/// c.tokens * 4; })`. `weight` must not throw, block or use the throttle.
+template <class Stage, class Weight>
+  requires std::is_invocable_r_v<std::size_t, const Weight&, const charge&>
+weighted_stage<Stage, Weight> weighted(Stage& stage, Weight weight) {
+  return weighted_stage<Stage, Weight>(stage, std::move(weight));
+}
+
+/// A stage charged `charge::tokens` per call (a tokens-per-minute budget).
+template <class Stage>
+weighted_stage<Stage, by_tokens_t> by_tokens(Stage& stage) noexcept {
+  return weighted_stage<Stage, by_tokens_t>(stage, by_tokens_t{});
+}
 
 /// Options of a throttle.
 struct throttle_options {
@@ -77,7 +156,6 @@ struct throttle_options {
   /// observer too. Default: none (no cost).
   limiter_observer observer{};
 };
-
 /// Counters of a throttle (each stage's own limiter has its own snapshot too), read without a lock: each
 /// counter is exact, two counters may be a moment apart.
 struct throttle_snapshot {
@@ -119,49 +197,137 @@ inline std::ostream& operator<<(std::ostream& os, const throttle_snapshot& s) {
   return os;
 }
 
+
+/// What a throttle's acquire throws when it fails: the error (errc::timed_out, errc::closed, errc::queue_full,
+/// errc::exceeds_capacity, operation_aborted), and where: the stage's position in the list, its kind and the
+/// key. `what()` says all of it: `rein::throttle "out"::acquire: stage 2 (rate), key "api.a": operation
+/// timed out`.
+class throttle_error : public system_error {
+ public:
+  /// Made by the throttle.
+  throttle_error(error_code ec, const std::string& what, std::size_t stage, throttle_stage kind, std::string key)
+      : system_error(ec, what), stage_(stage), kind_(kind), key_(std::move(key)) {}
+
+  /// The failing stage's position in the throttle's list (0 for the first).
+  std::size_t stage() const noexcept { return stage_; }
+  /// The failing stage's kind.
+  throttle_stage kind() const noexcept { return kind_; }
+  /// The key the caller asked for.
+  const std::string& key() const noexcept { return key_; }
+
+ private:
+  std::size_t stage_;
+  throttle_stage kind_;
+  std::string key_;
+};
+
 namespace detail {
 
 template <class T>
 inline constexpr bool is_unlimited_v = std::is_same_v<std::remove_cvref_t<T>, unlimited_t>;
+
+// Takes nothing: marks a throttle whose rates are taken first, before the concurrency stages (the order
+// rein used before rates were taken at the moment of sending). Only the model check instantiates it, to show
+// that the check tells the two orders apart.
+struct rates_first_t {};
+
+// A list entry that holds no stage: rein::unlimited, or the marker above.
+template <class T>
+inline constexpr bool is_placeholder_v = is_unlimited_v<T> || std::is_same_v<std::remove_cvref_t<T>, rates_first_t>;
 
 template <class T>
 struct is_keyed : std::false_type {};
 template <class L, class K, class M, class H, class E>
 struct is_keyed<keyed<L, K, M, H, E>> : std::true_type {};
 
+// The stage a list entry names, and the weight it charges.
+template <class Entry>
+struct stage_spec {
+  using stage = Entry;
+  using weight = by_requests_t;
+  using argument = std::conditional_t<is_placeholder_v<Entry>, const Entry&, Entry&>;
+};
+template <class Stage, class Weight>
+struct stage_spec<weighted_stage<Stage, Weight>> {
+  using stage = Stage;
+  using weight = Weight;
+  using argument = weighted_stage<Stage, Weight>;
+};
+
 // The limiter type a stage's operations run on: a keyed registry's limiter, or the stage itself.
-template <class T, class = void>
+template <class T, bool = is_keyed<T>::value>
 struct stage_limiter {
   using type = T;
 };
 template <class T>
-struct stage_limiter<T, std::enable_if_t<is_keyed<T>::value>> {
+struct stage_limiter<T, true> {
   using type = typename T::limiter_type;
 };
 
-template <class T, bool = is_unlimited_v<T>>
+// What the stage list stores of an entry: the stage and its weight.
+template <class Entry>
+using stage_ref = weighted_stage<std::conditional_t<is_placeholder_v<typename stage_spec<Entry>::stage>,
+                                                    const typename stage_spec<Entry>::stage,
+                                                    typename stage_spec<Entry>::stage>,
+                                 typename stage_spec<Entry>::weight>;
+
+template <class Entry>
+stage_ref<Entry> make_stage_ref(typename stage_spec<Entry>::argument a) {
+  if constexpr (std::is_same_v<std::remove_cvref_t<typename stage_spec<Entry>::argument>, stage_ref<Entry>>)
+    return a;
+  else
+    return stage_ref<Entry>(a, by_requests_t{});
+}
+
+// When a rate stage could take n units, asked without taking them (a rate limiter's inspect, where it has
+// one), so that a caller can wait for its key's rate without holding anything.
+template <class TimePoint>
+struct readiness {
+  enum class kind : std::uint8_t { ready, at, never, exceeds, queued, unknown };
+  kind what = kind::unknown;
+  TimePoint when{};
+};
+
+template <class L, class TimePoint>
+readiness<TimePoint> rate_readiness(const L& l, std::size_t n, TimePoint now) {
+  using result = readiness<TimePoint>;
+  using kind = typename result::kind;
+  if constexpr (requires { typename L::limit_type; }) {
+    return l.inspect([&](const typename L::limit_type& limit, const wait_stats& w) -> result {
+      if (w.waiting != 0) return {kind::queued, {}};  // those on its own line go first
+      if (n > static_cast<std::uint64_t>(limit.capacity())) return {kind::exceeds, {}};
+      const std::optional<TimePoint> at = limit.ready_at(static_cast<std::int64_t>(n), now);
+      if (!at) return {kind::never, {}};
+      if (*at <= now) return {kind::ready, *at};
+      return {kind::at, *at};
+    });
+  } else {
+    return {kind::unknown, {}};
+  }
+}
+
+// Stands in for the keyed handle of a stage that is global.
+struct no_handle {
+  explicit operator bool() const noexcept { return false; }
+  void reset() noexcept {}
+};
+
+template <class Stage, bool = is_keyed<Stage>::value>
+struct handle_of {
+  using type = no_handle;
+};
+template <class Stage>
+struct handle_of<Stage, true> {
+  using type = typename Stage::handle;
+};
+
+template <class T, bool = is_placeholder_v<T>>
 struct stage_clock {
   using type = typename stage_limiter<T>::type::clock_type;
 };
 template <class T>
 struct stage_clock<T, true> {
   using type = void;
-};
-
-// Stands in for the keyed handle of a stage that is not used.
-struct no_handle {
-  explicit operator bool() const noexcept { return false; }
-  void reset() noexcept {}
-};
-
-// The handle a guard keeps to pin a keyed stage's limiter (rein::keyed::handle), or no_handle.
-template <class Keyed, bool = is_unlimited_v<Keyed>>
-struct handle_of {
-  using type = typename Keyed::handle;
-};
-template <class Keyed>
-struct handle_of<Keyed, true> {
-  using type = no_handle;
 };
 
 template <class... Clocks>
@@ -173,16 +339,78 @@ struct first_clock<C, Rest...> {
   using type = std::conditional_t<std::is_void_v<C>, typename first_clock<Rest...>::type, C>;
 };
 
-// Every stage takes a count (acquire(n)); the throttle charges 1 at each.
+/// A quota gate: holds nothing, closed while paused (rein::quota_gate).
 template <class L>
-bool try_one(L& limiter) {
-  return static_cast<bool>(limiter.try_acquire(std::size_t{1}));
+concept throttle_gate = requires(L& l, const L& view, typename L::duration d, std::string_view field) {
+  { view.is_paused() } -> std::convertible_to<bool>;
+  l.pause_for(d);
+  l.on_retry_after(field, d);
+};
+
+/// A concurrency limit: try_acquire(n) gives a permit (rein::semaphore, rein::adaptive_limiter).
+template <class L>
+concept throttle_concurrency = requires(L& l, std::size_t n) {
+  { l.try_acquire(n) } -> std::convertible_to<permit>;
+};
+
+/// A rate limit: try_acquire(n) takes n units or nothing, refund(n) gives back (rein::token_bucket,
+/// rein::sliding_window, rein::rate_limits, rein::adaptive_rate_limiter, the Redis shared bucket).
+template <class L>
+concept throttle_rate = requires(L& l, std::size_t n) {
+  static_cast<bool>(l.try_acquire(n));
+  l.refund(n);
+};
+
+// The kinds of stage, in the order the throttle admits them.
+enum class stage_rank : std::uint8_t { gate, per_key_concurrency, global_concurrency, rate, none };
+
+template <class Entry>
+constexpr stage_rank rank_of() {
+  using stage = typename stage_spec<Entry>::stage;
+  if constexpr (is_placeholder_v<stage>) {
+    return stage_rank::none;
+  } else {
+    using limiter = typename stage_limiter<stage>::type;
+    static_assert(throttle_gate<limiter> || throttle_concurrency<limiter> || throttle_rate<limiter>,
+                  "rein::throttle: this stage is none of the three kinds a throttle knows: a quota gate "
+                  "(is_paused(), pause_for(d), on_retry_after(field, d)), a concurrency limiter (try_acquire(n) "
+                  "returning a rein::permit) or a rate limiter (try_acquire(n) returning a rein::try_result, and "
+                  "refund(n)); the compiler's note names the stage's position and type");
+    if constexpr (throttle_gate<limiter>) return stage_rank::gate;
+    else if constexpr (throttle_concurrency<limiter>)
+      return is_keyed<stage>::value ? stage_rank::per_key_concurrency : stage_rank::global_concurrency;
+    else return stage_rank::rate;
+  }
 }
 
-template <class L>
-auto try_one_permit(L& limiter) {
-  return limiter.try_acquire(std::size_t{1});
+template <std::size_t N>
+constexpr bool in_admission_order(const std::array<stage_rank, N>& ranks) {
+  stage_rank last = stage_rank::gate;
+  for (stage_rank r : ranks) {
+    if (r == stage_rank::none) continue;
+    if (r < last) return false;
+    last = r;
+  }
+  return true;
 }
+
+template <stage_rank R, std::size_t N>
+constexpr std::size_t count_rank(const std::array<stage_rank, N>& ranks) {
+  std::size_t n = 0;
+  for (stage_rank r : ranks) n += r == R ? 1 : 0;
+  return n;
+}
+
+// The positions of the stages of rank R, in list order.
+template <stage_rank R, std::size_t Count, std::size_t N>
+constexpr std::array<std::size_t, Count> positions(const std::array<stage_rank, N>& ranks) {
+  std::array<std::size_t, Count> out{};
+  std::size_t k = 0;
+  for (std::size_t i = 0; i < N; ++i)
+    if (ranks[i] == R) out[k++] = i;
+  return out;
+}
+
 
 // What a cancellation of async_acquire reaches: the stage being waited on (bound to `signal`), and the stages
 // not yet started (`requested`). Shared by the initiation, its coroutine and the canceller in the caller's slot.
@@ -208,12 +436,6 @@ struct throttle_canceller {
     state->signal.emit(type);
   }
 };
-
-// Waits for one unit of a stage.
-template <class L, class TimePoint, class Token>
-auto wait_one(L& limiter, TimePoint deadline, Token token) {
-  return limiter.async_acquire_until(std::size_t{1}, deadline, std::move(token));
-}
 
 // Makes a co_spawn completion (exception_ptr, pair<error_code, Guard>) into the (error_code, Guard) a caller
 // of async_acquire expects, keeping the handler's executor and allocator. Its cancellation slot is not shown to
@@ -244,14 +466,6 @@ struct spawn_adapter {
   }
 };
 
-// Whether a key's gate would stop a caller now. A quota gate says so directly (is_paused); for any other gate
-// limiter, a try_acquire that fails says the same (it consumes nothing when it succeeds: a gate holds nothing).
-template <class Gate>
-bool gate_closed(Gate& gate) {
-  if constexpr (requires { { gate.is_paused() } -> std::convertible_to<bool>; }) return gate.is_paused();
-  else return !try_one(gate);
-}
-
 }  // namespace detail
 }  // namespace rein
 
@@ -268,23 +482,26 @@ struct REIN_ASIO_NAMESPACE::associator<Associator, rein::detail::spawn_adapter<H
 
 namespace rein {
 
-template <class Gates, class Rate, class Global, class PerKey>
-class throttle;
-
-/// What a throttle hands out: everything one call holds (a per-key and a global permit), and the key's gate
-/// so that a 429 can pause the key for everyone.
+/// What a throttle hands out: everything one call holds (the permits of the concurrency stages, the units
+/// taken from the rate stages, the keys' limiters pinned), so that the outcome reaches every stage that
+/// learns from it and a 429 pauses the key's gates for everyone.
 ///
 /// RAII: destroying it without an outcome releases everything and reports `outcome::ignored` (a caller
-/// cancelled mid-call loses nothing and teaches the adaptive limiters nothing). Move-only; empty when
-/// default-constructed, moved from, completed, or refused by try_acquire (then rejected_at() says where).
+/// cancelled mid-call loses nothing and teaches the adaptive limiters nothing); the units taken from rate
+/// stages stay spent (the call may have been sent). Move-only; empty when default-constructed, moved from,
+/// completed, or refused (then rejected_at(), rejected_stage() and error() say where and why).
 ///
 /// @par Thread Safety
 /// One guard is used by one caller at a time; distinct guards from any threads.
 template <class Throttle>
 class throttle_guard {
  public:
-  /// A duration of `clock_type`.
+  /// A duration of the throttle's clock.
   using duration = typename Throttle::duration;
+  /// A point in time of the throttle's clock.
+  using time_point = typename Throttle::time_point;
+  /// rejected_stage() of a guard that was not refused.
+  static constexpr std::size_t npos = std::numeric_limits<std::size_t>::max();
 
   throttle_guard() noexcept = default;
   /// Takes over `other`'s stages; `other` becomes empty (it gives nothing back).
@@ -304,35 +521,47 @@ class throttle_guard {
   /// True when the call may go ahead (every stage admitted it) and no outcome has been reported yet.
   explicit operator bool() const noexcept { return admitted_; }
 
-  /// Where try_acquire refused (throttle_stage::none for an admitted guard).
+  /// The kind of the stage that refused (try_acquire) or failed (a waiting acquire); throttle_stage::none
+  /// for an admitted guard.
   throttle_stage rejected_at() const noexcept { return rejected_at_; }
 
-  /// Reports how the call went (feeds adaptive limiters at every stage) and releases everything. Does
-  /// nothing on an empty guard.
+  /// The position in the throttle's stage list of the stage that refused or failed; npos if none did.
+  std::size_t rejected_stage() const noexcept { return rejected_stage_; }
+
+  /// Why a waiting acquire failed (errc::timed_out, errc::closed, errc::queue_full,
+  /// errc::exceeds_capacity, operation_aborted); empty for an admitted guard and for a try_acquire refusal.
+  error_code error() const noexcept { return error_; }
+
+  /// The charge this guard holds (as acquired, or as reconciled).
+  const rein::charge& charged() const noexcept { return charge_; }
+
+  /// When every stage admitted the call (the throttle's clock): the instant its rate units were taken.
+  time_point admitted_at() const noexcept { return admitted_at_; }
+
+  /// Reports how the call went and releases everything: the outcome reaches every concurrency stage (an
+  /// adaptive limiter learns from it) and every rate stage that learns (rein::adaptive_rate_limiter's
+  /// record, with the admission instant as the send time). Does nothing on an empty guard.
   void complete(outcome result) noexcept {
-    key_permit_.complete(result);
-    global_permit_.complete(result);
-    if (admitted_) owner_->count_finished();
+    if (!admitted_) return;
+    owner_->finish(*this, result);
     admitted_ = false;
-    unpin();
+    owner_->unpin(held_);
   }
 
   /// Reports an HTTP status through rein::classify_http_status and releases everything.
   void complete_http(int status) noexcept { complete(classify_http_status(status)); }
 
-  /// The upstream said "too many requests" (429, or 503 with Retry-After): pauses this key's gate for
-  /// everyone for `retry_after` (the throttle's default_pause when absent), counts as congestion, releases.
-  /// The pause starts before the permits go back, so the caller next in line for this key sees it and waits
-  /// at the gate instead of sending into the pause. Does nothing on an empty guard.
+  /// The upstream said "too many requests" (429, or 503 with Retry-After): pauses the key's gates (and any
+  /// global gate) for everyone for `retry_after` (the throttle's default_pause when absent), counts as
+  /// congestion, releases. The pause starts before the permits go back, so the caller next in line for this
+  /// key sees it and waits at the gate instead of sending into the pause. Does nothing on an empty guard.
   /// A `retry_after` of zero pauses not at all (the upstream said "go ahead"); a negative one says nothing
   /// usable and pauses for default_pause, as an unparseable Retry-After field does (quota_gate's
   /// on_retry_after).
   void reject(std::optional<duration> retry_after = std::nullopt) {
     if (!admitted_) return;
-    if constexpr (Throttle::has_gates) {
-      if (retry_after && *retry_after < duration::zero()) retry_after.reset();
-      if (gate_) gate_->pause_for(retry_after.value_or(owner_->default_pause()));
-    }
+    if (retry_after && *retry_after < duration::zero()) retry_after.reset();
+    owner_->pause(held_, retry_after.value_or(owner_->default_pause()));
     owner_->count_rejection();
     complete(outcome::congestion);
   }
@@ -341,170 +570,221 @@ class throttle_guard {
   /// 10.2.3; parsed by rein::parse_retry_after; absent or garbage means the default pause).
   void reject(std::string_view retry_after_value) {
     if (!admitted_) return;
-    if constexpr (Throttle::has_gates) {
-      if (gate_) gate_->on_retry_after(retry_after_value, owner_->default_pause());
-    }
+    owner_->pause(held_, retry_after_value);
     owner_->count_rejection();
     complete(outcome::congestion);
   }
 
+  /// Settles the charge once the call's real cost is known (an LLM answer's usage): each rate stage whose
+  /// share was over-estimated gets the difference back (`refund`), and each one under-estimated is charged
+  /// the difference as debt (`charge(n)` where the stage has it: the bucket goes below zero and the next
+  /// callers wait until it is repaid, never a silent overrun; a stage without it is asked for the
+  /// difference with try_acquire, and what it cannot give is not charged). Concurrency stages keep their
+  /// permits. Call it before complete() or reject(); on an empty guard it does nothing.
+  void reconcile(const rein::charge& actual) {
+    if (!admitted_) return;
+    owner_->settle(held_, actual);
+    charge_ = actual;
+  }
+
  private:
   friend Throttle;
-  using gate_handle = typename Throttle::gate_handle;
-  using key_handle = typename Throttle::key_handle;
+  using holdings = typename Throttle::holdings;
 
-  explicit throttle_guard(Throttle* owner) noexcept : owner_(owner) {}
+  throttle_guard(Throttle* owner, const rein::charge& c) noexcept : owner_(owner), charge_(c) {}
 
   void take(throttle_guard& other) noexcept {
     owner_ = std::exchange(other.owner_, nullptr);
-    gate_ = std::move(other.gate_);
-    key_ = std::move(other.key_);
-    key_permit_ = std::move(other.key_permit_);
-    global_permit_ = std::move(other.global_permit_);
-    rate_tokens_ = std::exchange(other.rate_tokens_, 0);
+    held_ = std::move(other.held_);
+    other.held_ = holdings{};
+    charge_ = other.charge_;
+    admitted_at_ = other.admitted_at_;
     admitted_ = std::exchange(other.admitted_, false);
     rejected_at_ = std::exchange(other.rejected_at_, throttle_stage::none);
+    rejected_stage_ = std::exchange(other.rejected_stage_, npos);
+    error_ = std::exchange(other.error_, error_code());
   }
 
-  // Not admitted: whatever was taken goes back, rate tokens included. Admitted: permits report ignored.
+  // Not admitted: whatever was taken goes back, rate units included. Admitted: permits report ignored.
   void reset() noexcept {
-    if (!admitted_ && rate_tokens_ != 0 && owner_ != nullptr) owner_->refund_rate(rate_tokens_);
-    rate_tokens_ = 0;
-    key_permit_.release();
-    global_permit_.release();
-    unpin();
-    if (admitted_) owner_->count_finished();
-    admitted_ = false;
-  }
-
-  // The key's limiters stay pinned (not evictable) until their permits are back: a release still runs inside
-  // the key's limiter when its permit count drops to zero, and an eviction must not destroy it meanwhile.
-  void unpin() noexcept {
-    key_.reset();
-    gate_.reset();
+    if (owner_ == nullptr) return;
+    if (admitted_) {
+      owner_->finish(*this, outcome::ignored);
+      admitted_ = false;
+    } else {
+      owner_->give_back(held_);
+    }
+    owner_->unpin(held_);
   }
 
   Throttle* owner_ = nullptr;
-  gate_handle gate_{};
-  key_handle key_{};
-  permit key_permit_{};
-  permit global_permit_{};
-  std::size_t rate_tokens_ = 0;
+  holdings held_{};
+  rein::charge charge_{};
+  time_point admitted_at_{};
   bool admitted_ = false;
   throttle_stage rejected_at_ = throttle_stage::none;
+  std::size_t rejected_stage_ = npos;
+  error_code error_{};
 };
 
-/// Composes a quota gate per key, a rate limiter, a per-key concurrency limiter and a global concurrency
-/// limiter around each outbound call:
+/// Passes each outbound call through a list of stages (quota gates, concurrency limits, rate limits, each
+/// global or per key) and hands out a guard that holds what the call took:
 ///
 /// ```
-/// rein::keyed<rein::quota_gate> gates(io);                      // a 429 pauses that host for every caller
-/// rein::token_bucket rate(io, {.rate = 100, .capacity = 20});   // 100 starts per second, bursts of 20
-/// rein::tuned_aimd_limiter global(io);                          // calls in flight, limit found by feedback
+/// rein::keyed<rein::quota_gate> gates(io);                        // a 429 pauses that host for all
 /// rein::keyed<rein::semaphore> per_host(io, {}, std::size_t{4});  // at most 4 in flight per host
-/// rein::throttle throttle(gates, rate, global, per_host);
+/// rein::tuned_aimd_limiter global(io);                            // in flight overall, found by feedback
+/// rein::keyed<rein::token_bucket> rate(io, {}, rein::token_bucket_options{.rate = 40, .capacity = 5});
+/// rein::throttle throttle(gates, per_host, global, rate);         // in admission order; 40/s per host
 ///
-/// auto guard = co_await throttle.acquire(host);               // gate, rate, per-host, global
-/// auto response = co_await http_get(host, "/v1/items");       // your call
+/// auto guard = co_await throttle.acquire(host);                   // waits its turn at every stage
+/// auto response = co_await http_get(host, "/v1/items");           // your call
 /// if (response.status == 429) {
-///   guard.reject(response.retry_after);                       // pause the host, count congestion
+///   guard.reject(response.retry_after);                           // pause the host, count congestion
 /// } else {
-///   guard.complete_http(response.status);                     // success feeds the adaptive limit
+///   guard.complete_http(response.status);                         // success feeds the adaptive limit
 /// }
 /// ```
 /// (From examples/quick_tour.cpp, a complete program, less its counters.)
 ///
-/// Any stage may be `rein::unlimited`. The throttle refers to the stages (it does not own them): they must
-/// outlive it, and each stays usable on its own (snapshots, set_rate, pause_for).
+/// A stage is a limiter or a rein::keyed of limiters (one per key; the caller's key picks it), of one of
+/// three kinds, recognised by what it can do: a quota gate (rein::quota_gate), a concurrency limiter (its
+/// try_acquire gives a permit: semaphore, adaptive limiters) or a rate limiter (try_acquire and refund:
+/// token_bucket, sliding_window, rate_limits, adaptive_rate_limiter, the Redis shared bucket). A call's
+/// charge (rein::charge) says how much each stage takes: `requests` by default, `tokens` for a stage
+/// wrapped in rein::by_tokens, any function of the charge with rein::weighted. The throttle refers to the
+/// stages (it does not own them): they must outlive it, and each stays usable on its own.
 ///
-/// Order of the stages, and why:
-/// 1. the key's gate: while a 429 pause runs, nothing of that key proceeds or takes anything;
-/// 2. the rate: a rate wait never holds a concurrency slot;
-/// 3. the per-key permit, then 4. the global permit. rein takes the
-///    per-key permit first, because a caller waiting for a busy key while holding a global slot would let one
-///    slow key's backlog hold the global slots other keys need. With every caller taking at most one key
-///    permit and then the global one, the order is the same for all, so no order of calls can deadlock.
-/// 5. the gate again: a pause that began while the caller waited at stages 2 to 4 (a 429 answered to a call
-///    of the same key) sends it back to the gate, giving its permits back (its rate token is kept), so the
-///    callers queued for a key do not take turns discovering its limit.
-/// A stage that fails, times out or is cancelled gives back everything earlier stages took, rate tokens
-/// included (refunded), so a refused request consumes nothing anywhere. try_acquire, which never waits,
-/// takes the rate last, after both permits: a refusal there then never touches the rate limiter at all.
+/// The stages are listed in admission order: gates, per-key concurrency, global concurrency, rates (a list in
+/// another order does not compile). What a caller does, and why:
+/// 1. It waits at every gate until none is paused: while a 429 pause runs, nothing of that key proceeds or
+///    takes anything.
+/// 2. It takes its key's concurrency permits, waiting if it must. A caller waiting here holds nothing any
+///    other key needs.
+/// 3. It waits until its key's rates could take its charge, taking nothing yet (a key's rate is looked at,
+///    not consumed: a caller waiting for its own key never holds rate units or a global slot).
+/// 4. It takes the global concurrency permits, waiting if it must.
+/// 5. It takes every rate's units at once, all or nothing, and is admitted in the same instant. So the rate
+///    that any upstream sees, counted at the moment each call is sent, never exceeds any rate stage's bound:
+///    at most `burst + rate x window` admissions in every window. If a global rate has no room, the caller
+///    waits for it on that limiter's line, keeping its global slot (everyone needs that rate: holding the
+///    slot delays nobody behind another key's backlog); if its key's rate has no room any more, it gives
+///    the global slots back and returns to step 3.
+/// 6. A gate paused meanwhile (a 429 answered to a call of the same key) sends it back to step 1: the rate
+///    units go back (refunded in the instant they were taken) and so do the global slots.
+/// Permits are taken in one order by every caller (key, then global) and rate units are never held while
+/// waiting for anything but a global rate, so no order of calls can deadlock. A stage that fails, times out
+/// or is cancelled gives back everything earlier stages took, so a refused request consumes nothing.
+/// tests/async/throttle_model.cpp checks these properties on every interleaving of a small scope, and on
+/// random schedules at scale.
 ///
-/// @tparam Gates  rein::keyed<rein::quota_gate> (or any keyed limiter with pause_for), or rein::unlimited_t.
-/// @tparam Rate   any rein rate limiter (token_bucket, sliding_window, rate_limits, adaptive_rate_limiter,
-///                redis shared bucket...) with async_acquire_until(n, deadline, token), try_acquire(n) and
-///                refund(n); or rein::unlimited_t.
-/// @tparam Global a concurrency limiter completing with a rein::permit (semaphore, adaptive_limiter), or
-///                rein::unlimited_t.
-/// @tparam PerKey rein::keyed<a concurrency limiter>, or rein::unlimited_t.
+/// @par Errors
+/// A waiting acquire fails with errc::timed_out (one deadline covers every stage), errc::closed,
+/// errc::queue_full (a stage's waiting line is full, or too many keys), errc::exceeds_capacity (a charge no
+/// stage can ever give) or operation_aborted; the coroutine doors throw rein::throttle_error, which names
+/// the stage and the key, and the completion-token doors give an empty guard whose rejected_stage(),
+/// rejected_at() and error() say the same. The snapshot counts failures by reason.
+///
+/// @tparam Stages the stage list: limiters, rein::keyed<limiter> registries, rein::weighted_stage (from
+///                rein::by_tokens or rein::weighted), or rein::unlimited_t for a place left empty.
 ///
 /// @par Thread Safety
 /// Safe from many threads when the stages are (rein's default, std::mutex, variants are).
-template <class Gates, class Rate, class Global, class PerKey>
+template <class... Stages>
 class throttle {
+  using specs = std::tuple<detail::stage_spec<Stages>...>;
+  using rank = detail::stage_rank;
+
  public:
-  /// Whether the stage is used (not rein::unlimited): the quota gates.
-  static constexpr bool has_gates = !detail::is_unlimited_v<Gates>;
-  /// Whether the stage is used (not rein::unlimited): the rate limiter.
-  static constexpr bool has_rate = !detail::is_unlimited_v<Rate>;
-  /// Whether the stage is used (not rein::unlimited): the global concurrency limiter.
-  static constexpr bool has_global = !detail::is_unlimited_v<Global>;
-  /// Whether the stage is used (not rein::unlimited): the per-key concurrency limiters.
-  static constexpr bool has_per_key = !detail::is_unlimited_v<PerKey>;
+  /// How many entries the stage list has (rein::unlimited places included).
+  static constexpr std::size_t stage_count = sizeof...(Stages);
+  /// The stage at position I: a limiter, or a rein::keyed of limiters.
+  template <std::size_t I>
+  using stage_type = typename std::tuple_element_t<I, specs>::stage;
+  /// The limiter type the stage at position I runs on (a keyed stage's limiter_type).
+  template <std::size_t I>
+  using limiter_type = typename detail::stage_limiter<stage_type<I>>::type;
 
   /// The stages' clock (the first stage that has one; they must agree), which times the deadlines.
-  using clock_type = typename detail::first_clock<typename detail::stage_clock<Gates>::type,
-                                                  typename detail::stage_clock<Rate>::type,
-                                                  typename detail::stage_clock<Global>::type,
-                                                  typename detail::stage_clock<PerKey>::type>::type;
+  using clock_type =
+      typename detail::first_clock<typename detail::stage_clock<typename detail::stage_spec<Stages>::stage>::type...>::type;
   /// A point in time of `clock_type`.
   using time_point = typename clock_type::time_point;
   /// A duration of `clock_type`.
   using duration = typename clock_type::duration;
-  /// The key of the per-key stages (a host, a tenant).
+  /// The key of the per-key stages (a host, a tenant, a model).
   using key_type = std::string;
   /// What acquire() gives: the stages taken, given back when it is destroyed.
   using guard = throttle_guard<throttle>;
 
-  /// The gate handle a guard keeps (pins the key's gate while the call runs, for reject()).
-  using gate_handle = typename detail::handle_of<Gates>::type;
-  /// The per-key handle a guard keeps (pins the key's limiter until its permit is back).
-  using key_handle = typename detail::handle_of<PerKey>::type;
+ private:
+  static constexpr std::array<rank, stage_count> ranks_{detail::rank_of<Stages>()...};
+  static constexpr std::array<bool, stage_count> keyed_{detail::is_keyed<typename detail::stage_spec<Stages>::stage>::value...};
+  static constexpr bool rates_first_ = (std::is_same_v<Stages, detail::rates_first_t> || ...);
 
-  /// Composes the stages (references; they must outlive the throttle). Pass rein::unlimited for a stage not
-  /// used. @throws std::invalid_argument if options.default_pause <= 0.
-  throttle(Gates& gates, Rate& rate, Global& global, PerKey& per_key, throttle_options options = {})
-      : gates_(&gates), rate_(&rate), global_(&global), per_key_(&per_key), options_(validated(options)) {}
+  static_assert(detail::in_admission_order(ranks_),
+                "rein::throttle: list the stages in admission order: quota gates, then per-key concurrency "
+                "limiters, then global concurrency limiters, then rate limiters (rates are taken last, at the "
+                "moment of sending)");
+  static_assert(detail::count_rank<rank::none>(ranks_) < stage_count, "rein::throttle: the stage list is empty");
+
+  template <rank R>
+  static constexpr auto at_rank = detail::positions<R, detail::count_rank<R>(ranks_)>(ranks_);
+  static constexpr std::size_t first_stage_ = [] {
+    std::size_t i = 0;
+    while (ranks_[i] == rank::none) ++i;
+    return i;
+  }();
+
+ public:
+  /// What a guard holds for each stage. Not API.
+  struct holdings {
+    std::tuple<typename detail::handle_of<typename detail::stage_spec<Stages>::stage>::type...> handles{};
+    std::array<permit, stage_count> permits{};
+    std::array<std::size_t, stage_count> units{};
+  };
+
+  /// Composes the stages, listed in admission order (references; they must outlive the throttle).
+  /// @throws std::invalid_argument if options.default_pause <= 0.
+  explicit throttle(typename detail::stage_spec<Stages>::argument... stages, throttle_options options = {})
+      : refs_(detail::make_stage_ref<Stages>(stages)...), options_(validated(std::move(options))) {}
 
   throttle(const throttle&) = delete;
   throttle& operator=(const throttle&) = delete;
 
-  /// Passes every stage for `key` inside a coroutine: `auto guard = co_await throttle.acquire(host);`.
+  /// Passes every stage for `key`, charged `c`, inside a coroutine: `auto guard = co_await
+  /// throttle.acquire(host);`.
   ///
-  /// Stages that can admit at once do so without suspending; each stage that must wait waits through its
-  /// own limiter (FIFO there). Cancelling the awaiting coroutine (any cancellation type) cancels the stage it
-  /// is in and gives back what earlier stages took. Throws rein::system_error: errc::timed_out, errc::closed,
-  /// errc::queue_full (a stage's waiting line is full, or too many keys), errc::exceeds_capacity,
-  /// operation_aborted.
-  net::awaitable<guard> acquire(std::string_view key) { return acquire_until(key, time_point::max()); }
+  /// Stages that can admit at once do so without suspending; a stage that must wait waits through its own
+  /// limiter (FIFO there). Cancelling the awaiting coroutine (any cancellation type) cancels the stage it is
+  /// in and gives back what earlier stages took. Throws rein::throttle_error (see the class's Errors).
+  net::awaitable<guard> acquire(std::string_view key, rein::charge c = {}) {
+    return acquire_until(key, c, time_point::max());
+  }
 
-  /// As acquire(key), failing with errc::timed_out unless every stage admits within `timeout` (one deadline
-  /// covers all stages).
+  /// As acquire(key), failing with errc::timed_out unless every stage admits within `timeout`.
   net::awaitable<guard> acquire_for(std::string_view key, duration timeout) {
-    return acquire_until(key, detail::deadline_after<clock_type>(timeout));
+    return acquire_until(key, rein::charge{}, detail::deadline_after<clock_type>(timeout));
+  }
+  /// As acquire(key, c), failing with errc::timed_out unless every stage admits within `timeout`.
+  net::awaitable<guard> acquire_for(std::string_view key, rein::charge c, duration timeout) {
+    return acquire_until(key, c, detail::deadline_after<clock_type>(timeout));
   }
 
   /// As acquire(key), failing with errc::timed_out unless every stage admits by `deadline`.
   net::awaitable<guard> acquire_until(std::string_view key, time_point deadline) {
-    auto [ec, g] = co_await run<false>(std::string(key), deadline, nullptr);
-    if (ec)
-      throw system_error(ec, options_.name.empty() ? std::string("rein::throttle::acquire")
-                                                   : "rein::throttle \"" + options_.name + "\"::acquire");
+    return acquire_until(key, rein::charge{}, deadline);
+  }
+  /// As acquire(key, c), failing with errc::timed_out unless every stage admits by `deadline`.
+  net::awaitable<guard> acquire_until(std::string_view key, rein::charge c, time_point deadline) {
+    std::string k(key);
+    auto [ec, g] = co_await run<false>(k, c, deadline, nullptr);
+    if (ec) throw failure(ec, g.rejected_stage(), k);
     co_return std::move(g);
   }
 
-  /// The initiating function: every Asio completion token works; signature `void(error_code, guard)`.
+  /// The initiating function: every Asio completion token works; signature `void(error_code, guard)`. On
+  /// failure the guard is empty and says where (rejected_stage(), rejected_at(), error()).
   ///
   /// @par Per-Operation Cancellation
   /// terminal, partial and total: the stage being waited on is cancelled and the operation completes with
@@ -514,37 +794,54 @@ class throttle {
   /// completes admitted if no stage has to wait any more (the grant won).
   template <REIN_COMPLETION_TOKEN_FOR(void(error_code, guard)) Token = default_token_t>
   auto async_acquire(std::string key, Token&& token = Token{}) {
-    return async_acquire_until(std::move(key), time_point::max(), std::forward<Token>(token));
+    return async_acquire_until(std::move(key), rein::charge{}, time_point::max(), std::forward<Token>(token));
+  }
+  /// As async_acquire(key), charged `c`.
+  template <REIN_COMPLETION_TOKEN_FOR(void(error_code, guard)) Token = default_token_t>
+  auto async_acquire(std::string key, rein::charge c, Token&& token = Token{}) {
+    return async_acquire_until(std::move(key), c, time_point::max(), std::forward<Token>(token));
   }
 
   /// As async_acquire, failing with errc::timed_out unless every stage admits within `timeout`.
   template <REIN_COMPLETION_TOKEN_FOR(void(error_code, guard)) Token = default_token_t>
   auto async_acquire_for(std::string key, duration timeout, Token&& token = Token{}) {
-    return async_acquire_until(std::move(key), detail::deadline_after<clock_type>(timeout),
+    return async_acquire_until(std::move(key), rein::charge{}, detail::deadline_after<clock_type>(timeout),
+                               std::forward<Token>(token));
+  }
+  /// As async_acquire_for(key, timeout), charged `c`.
+  template <REIN_COMPLETION_TOKEN_FOR(void(error_code, guard)) Token = default_token_t>
+  auto async_acquire_for(std::string key, rein::charge c, duration timeout, Token&& token = Token{}) {
+    return async_acquire_until(std::move(key), c, detail::deadline_after<clock_type>(timeout),
                                std::forward<Token>(token));
   }
 
   /// As async_acquire, with one deadline for all stages.
   template <REIN_COMPLETION_TOKEN_FOR(void(error_code, guard)) Token = default_token_t>
   auto async_acquire_until(std::string key, time_point deadline, Token&& token = Token{}) {
-    return net::async_initiate<Token, void(error_code, guard)>(initiate_acquire{this}, token, std::move(key), deadline);
+    return async_acquire_until(std::move(key), rein::charge{}, deadline, std::forward<Token>(token));
+  }
+  /// As async_acquire_until(key, deadline), charged `c`.
+  template <REIN_COMPLETION_TOKEN_FOR(void(error_code, guard)) Token = default_token_t>
+  auto async_acquire_until(std::string key, rein::charge c, time_point deadline, Token&& token = Token{}) {
+    return net::async_initiate<Token, void(error_code, guard)>(initiate_acquire{this}, token, std::move(key), c,
+                                                               deadline);
   }
 
-  /// Passes every stage now or not at all: an admitted guard, or an empty one whose rejected_at() names the
-  /// stage that refused. A refused request consumes nothing at any stage (rate tokens are refunded). Never
+  /// Passes every stage now or not at all: an admitted guard, or an empty one whose rejected_at() and
+  /// rejected_stage() name the stage that refused. A refused request consumes nothing at any stage. Never
   /// waits; a gate that is paused refuses.
-  guard try_acquire(std::string_view key) {
-    guard g(this);
-    throttle_stage refused = try_stages(key, g);
-    if (refused == throttle_stage::none) {
-      g.admitted_ = true;
-      g.rate_tokens_ = 0;
-      admitted_.fetch_add(1, std::memory_order_relaxed);
+  guard try_acquire(std::string_view key, rein::charge c = {}) {
+    guard g(this, c);
+    std::size_t refused = try_pin(g.held_, key);
+    if (refused == npos) refused = try_all(g);
+    if (refused == npos) {
+      admit(g);
       return g;
     }
-    count_refusal(refused);
+    count_refusal(kind_of(refused));
     guard empty;
-    empty.rejected_at_ = refused;
+    empty.rejected_at_ = kind_of(refused);
+    empty.rejected_stage_ = refused;
     return empty;  // g's destructor gives back what the earlier stages took
   }
 
@@ -553,6 +850,12 @@ class throttle {
 
   /// The name given in the options (empty if none).
   const std::string& name() const noexcept { return options_.name; }
+
+  /// The stage at position I (a limiter or a keyed registry), as given to the constructor.
+  template <std::size_t I>
+  stage_type<I>& stage() const noexcept {
+    return std::get<I>(refs_).stage();
+  }
 
   /// Counters, read without blocking anyone.
   throttle_snapshot snapshot() const noexcept {
@@ -578,122 +881,466 @@ class throttle {
 
  private:
   friend guard;
+  static constexpr std::size_t npos = guard::npos;
 
-  static throttle_options validated(const throttle_options& o) {
+  // Where a waiting acquire is, so that a failure can say which stage it came from.
+  struct run_ctx {
+    time_point deadline;
+    detail::throttle_cancellation* cancellation;
+    std::size_t at = npos;
+  };
+
+  using timer_type = net::basic_waitable_timer<clock_type, net::wait_traits<clock_type>, net::any_io_executor>;
+
+  static throttle_options validated(throttle_options o) {
     if (o.default_pause <= std::chrono::nanoseconds::zero())
       throw std::invalid_argument("rein::throttle: default_pause must be > 0, got " +
                                   std::to_string(o.default_pause.count()) + " ns");
     return o;
   }
 
-  // Never waits, so the order of taking cannot hold anyone up: the rate goes last, and a refusal by a
-  // concurrency stage then costs the rate limiter nothing (not even a refund, which a sliding window or a
-  // shared bucket may not undo exactly).
-  throttle_stage try_stages(std::string_view key, guard& g) {
-    if constexpr (has_gates) {
-      error_code ec;
-      g.gate_ = gates_->get(std::string(key), ec);
-      if (ec || !detail::try_one(*g.gate_)) return throttle_stage::gate;
-    }
-    if constexpr (has_per_key) {
-      error_code ec;
-      g.key_ = per_key_->get(std::string(key), ec);
-      if (ec) return throttle_stage::per_key;
-      g.key_permit_ = detail::try_one_permit(*g.key_);
-      if (!g.key_permit_) return throttle_stage::per_key;
-    }
-    if constexpr (has_global) {
-      g.global_permit_ = detail::try_one_permit(*global_);
-      if (!g.global_permit_) return throttle_stage::global;
-    }
-    if constexpr (has_rate) {
-      if (!detail::try_one(*rate_)) return throttle_stage::rate;
+  static constexpr throttle_stage kind_of(std::size_t i) noexcept {
+    if (i >= stage_count) return throttle_stage::none;
+    switch (ranks_[i]) {
+      case rank::gate: return throttle_stage::gate;
+      case rank::per_key_concurrency: return throttle_stage::per_key;
+      case rank::global_concurrency: return throttle_stage::global;
+      case rank::rate: return throttle_stage::rate;
+      case rank::none: break;
     }
     return throttle_stage::none;
   }
 
-  // The stages in order; errors come back as an error code so that both doors (acquire and async_acquire)
-  // can report them their own way. Each stage tries synchronously first and waits only when it must.
+  throttle_error failure(const error_code& ec, std::size_t stage, const std::string& key) const {
+    std::string what = options_.name.empty() ? std::string("rein::throttle::acquire")
+                                             : "rein::throttle \"" + options_.name + "\"::acquire";
+    if (stage != npos) what += ": stage " + std::to_string(stage) + " (" + to_string(kind_of(stage)) + ")";
+    what += ", key \"" + key + "\"";
+    return throttle_error(ec, what, stage, kind_of(stage), key);
+  }
+
+  // Runs f(integral_constant<I>) for the stage at runtime position i.
+  template <class F>
+  static void visit(std::size_t i, F&& f) {
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      ((i == I ? void(f(std::integral_constant<std::size_t, I>{})) : void()), ...);
+    }(std::make_index_sequence<stage_count>{});
+  }
+
+  template <std::size_t I>
+  limiter_type<I>& limiter(holdings& h) const noexcept {
+    if constexpr (keyed_[I]) return *std::get<I>(h.handles);
+    else return std::get<I>(refs_).stage();
+  }
+
+  template <std::size_t I>
+  std::size_t units_of(const rein::charge& c) const {
+    if constexpr (ranks_[I] == rank::gate) return 1;
+    else return std::get<I>(refs_).units(c);
+  }
+
+  // --- synchronous steps ---
+
+  // Tries the stage at position I now, recording what it took in `g`.
+  template <std::size_t I>
+  bool try_stage(guard& g) {
+    if constexpr (ranks_[I] == rank::none) {
+      return true;
+    } else {
+      const std::size_t n = units_of<I>(g.charge_);
+      if (n == 0) return true;
+      auto& l = limiter<I>(g.held_);
+      if constexpr (ranks_[I] == rank::gate) {
+        return !l.is_paused();
+      } else if constexpr (ranks_[I] == rank::rate) {
+        if (!static_cast<bool>(l.try_acquire(n))) return false;
+        g.held_.units[I] = n;
+        return true;
+      } else {
+        permit p = l.try_acquire(n);
+        if (!p) return false;
+        g.held_.permits[I] = std::move(p);
+        return true;
+      }
+    }
+  }
+
+  bool try_at(std::size_t i, guard& g) {
+    bool ok = true;
+    visit(i, [&](auto I) { ok = try_stage<I()>(g); });
+    return ok;
+  }
+
+  bool gates_open(guard& g) {
+    for (std::size_t i : at_rank<rank::gate>)
+      if (!try_at(i, g)) return false;
+    return true;
+  }
+
+  // Whether a rate stage could take the caller's units now, without taking them.
+  template <std::size_t I>
+  typename detail::readiness<time_point>::kind readiness_of(guard& g, time_point now, time_point* when = nullptr) {
+    const auto r = detail::rate_readiness(limiter<I>(g.held_), units_of<I>(g.charge_), now);
+    if (when != nullptr) *when = r.when;
+    return r.what;
+  }
+
+  // Takes every rate stage's units (all or nothing) but `held`, whose units the caller already has. Asks
+  // first and takes only if every stage could give, so that a refusal rarely needs a refund (a sliding
+  // window's refund cannot undo a take exactly). Returns the position of a stage that had no room (and then
+  // holds no rate units at all, `held`'s included), or npos.
+  std::size_t take_rates(guard& g, std::size_t held) {
+    constexpr auto rates = at_rank<rank::rate>;
+    if constexpr (rates.size() > 1) {
+      const time_point now = clock_type::now();
+      for (std::size_t i : rates) {
+        if (i == held) continue;
+        bool ready = true;
+        visit(i, [&](auto I) {
+          if constexpr (ranks_[I()] == rank::rate) {
+            using kind = typename detail::readiness<time_point>::kind;
+            if (units_of<I()>(g.charge_) == 0) return;
+            const kind k = readiness_of<I()>(g, now);
+            ready = k == kind::ready || k == kind::unknown;
+          }
+        });
+        if (!ready) {
+          refund_rates(g.held_);
+          return i;
+        }
+      }
+    }
+    for (std::size_t i : rates) {
+      if (i == held) continue;
+      if (!try_at(i, g)) {
+        refund_rates(g.held_);
+        return i;
+      }
+    }
+    return npos;
+  }
+
+  // Everything now, in admission order (try_acquire, and every acquire's first attempt). Returns the
+  // position of the stage that refused, or npos; what was taken stays in g (its owner gives it back).
+  std::size_t try_all(guard& g) {
+    for (std::size_t i : at_rank<rank::gate>)
+      if (!try_at(i, g)) return i;
+    for (std::size_t i : at_rank<rank::per_key_concurrency>)
+      if (!try_at(i, g)) return i;
+    for (std::size_t i : at_rank<rank::global_concurrency>)
+      if (!try_at(i, g)) return i;
+    return take_rates(g, npos);
+  }
+
+  // Pins each keyed stage's limiter for `key` (try mode): the position of a stage that could not make the
+  // key (too many keys), or npos.
+  std::size_t try_pin(holdings& h, std::string_view key) {
+    std::size_t refused = npos;
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      (void)((pin_one<I>(h, key, &refused)) && ...);
+    }(std::make_index_sequence<stage_count>{});
+    return refused;
+  }
+
+  // Pins the stage at I (a keyed one) for `key`. Without `refused`, a failure throws (errc::queue_full).
+  template <std::size_t I>
+  bool pin_one(holdings& h, std::string_view key, std::size_t* refused) {
+    if constexpr (keyed_[I]) {
+      auto& registry = std::get<I>(refs_).stage();
+      if (refused == nullptr) {
+        std::get<I>(h.handles) = registry.get(std::string(key));
+      } else {
+        error_code ec;
+        std::get<I>(h.handles) = registry.get(std::string(key), ec);
+        if (ec) {
+          *refused = I;
+          return false;
+        }
+      }
+    }
+    return true;
+  }
+
+  void refund_rates(holdings& h) noexcept {
+    for (std::size_t i : at_rank<rank::rate>) {
+      visit(i, [&](auto I) {
+        if constexpr (ranks_[I()] == rank::rate) {
+          const std::size_t n = std::exchange(h.units[I()], 0);
+          if (n == 0) return;
+          try {
+            limiter<I()>(h).refund(n);
+          } catch (...) {  // a refund only adds units back; losing one under memory exhaustion is harmless
+          }
+        }
+      });
+    }
+  }
+
+  void release_global(holdings& h) noexcept {
+    for (std::size_t i : at_rank<rank::global_concurrency>) h.permits[i].release();
+  }
+
+  // A guard not admitted: everything back, rate units refunded.
+  void give_back(holdings& h) noexcept {
+    refund_rates(h);
+    for (permit& p : h.permits) p.release();
+  }
+
+  void unpin(holdings& h) noexcept {
+    std::apply([](auto&... handle) { (handle.reset(), ...); }, h.handles);
+  }
+
+  // Every permit's service time counts from now, the moment of sending: a permit held while its caller
+  // waited at a later stage would otherwise teach an adaptive limiter that wait as latency.
+  void admit(guard& g) noexcept {
+    g.admitted_ = true;
+    g.admitted_at_ = clock_type::now();
+    const std::chrono::nanoseconds sent(detail::to_ns_saturated(g.admitted_at_));
+    for (permit& p : g.held_.permits)
+      if (p) detail::permit_access::restamp(p, sent);
+    admitted_.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  // An admitted guard's outcome, to every stage that learns from it; rate units stay spent.
+  void finish(guard& g, outcome result) noexcept {
+    holdings& h = g.held_;
+    [&]<std::size_t... I>(std::index_sequence<I...>) { (finish_one<I>(g, h, result), ...); }(
+        std::make_index_sequence<stage_count>{});
+    finished_.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  template <std::size_t I>
+  void finish_one(guard& g, holdings& h, outcome result) noexcept {
+    if constexpr (ranks_[I] == rank::per_key_concurrency || ranks_[I] == rank::global_concurrency) {
+      h.permits[I].complete(result);
+    } else if constexpr (ranks_[I] == rank::rate) {
+      h.units[I] = 0;
+      auto& l = limiter<I>(h);
+      if constexpr (requires { l.record(result, g.admitted_at_); }) {
+        try {
+          l.record(result, g.admitted_at_);
+        } catch (...) {  // feedback is advice: a limit that cannot take it keeps its rate
+        }
+      }
+    }
+  }
+
+  template <class Pause>
+  void pause(holdings& h, const Pause& how) {
+    [&]<std::size_t... I>(std::index_sequence<I...>) { (pause_one<I>(h, how), ...); }(
+        std::make_index_sequence<stage_count>{});
+  }
+
+  template <std::size_t I, class Pause>
+  void pause_one(holdings& h, const Pause& how) {
+    if constexpr (ranks_[I] == rank::gate) {
+      auto& gate = limiter<I>(h);
+      if constexpr (std::is_convertible_v<Pause, std::string_view>) gate.on_retry_after(how, default_pause());
+      else gate.pause_for(how);
+    }
+  }
+
+  void settle(holdings& h, const rein::charge& actual) {
+    [&]<std::size_t... I>(std::index_sequence<I...>) { (settle_one<I>(h, actual), ...); }(
+        std::make_index_sequence<stage_count>{});
+  }
+
+  template <std::size_t I>
+  void settle_one(holdings& h, const rein::charge& actual) {
+    if constexpr (ranks_[I] == rank::rate) {
+      const std::size_t was = h.units[I];
+      const std::size_t now = units_of<I>(actual);
+      auto& l = limiter<I>(h);
+      if (now < was) {
+        l.refund(was - now);
+      } else if (now > was) {
+        if constexpr (requires { l.charge(now - was); }) l.charge(now - was);
+        else if (!static_cast<bool>(l.try_acquire(now - was))) return;
+      }
+      h.units[I] = now;
+    }
+  }
+
+  // --- waiting steps ---
+
+  template <bool Bound>
+  static auto token(const run_ctx& x) {
+    if constexpr (Bound)
+      return net::bind_cancellation_slot(x.cancellation ? x.cancellation->signal.slot() : net::cancellation_slot(),
+                                         net::use_awaitable);
+    else
+      return net::use_awaitable;
+  }
+
+  // A cancellation of async_acquire that came when no wait was pending (before the coroutine first ran, or
+  // while a stage's grant was on its way) ends the operation now, or before its next wait.
+  template <bool Bound>
+  static void check_cancelled(const run_ctx& x) {
+    if constexpr (Bound) {
+      if (x.cancellation && x.cancellation->requested.load(std::memory_order_relaxed))
+        throw system_error(error_code(net::error::operation_aborted));
+    }
+  }
+
+  // Waits on the stage's own line until it admits (a gate: until it opens; a concurrency or rate stage:
+  // until it grants, taking the units).
+  template <bool Bound, std::size_t I>
+  net::awaitable<void> wait_stage(guard& g, run_ctx& x) {
+    if constexpr (ranks_[I] != rank::none) {
+      auto& l = limiter<I>(g.held_);
+      const std::size_t n = units_of<I>(g.charge_);
+      if constexpr (ranks_[I] == rank::gate) {
+        co_await l.async_acquire_until(n, x.deadline, token<Bound>(x));
+      } else if constexpr (ranks_[I] == rank::rate) {
+        co_await l.async_acquire_until(n, x.deadline, token<Bound>(x));
+        g.held_.units[I] = n;
+      } else {
+        g.held_.permits[I] = co_await l.async_acquire_until(n, x.deadline, token<Bound>(x));
+      }
+    }
+  }
+
+  template <bool Bound>
+  net::awaitable<void> wait_at(std::size_t i, guard& g, run_ctx& x) {
+    net::awaitable<void> a;
+    visit(i, [&](auto I) { a = wait_stage<Bound, I()>(g, x); });
+    return a;
+  }
+
+  // Waits until the key's rate stage at I could take the caller's units, taking nothing: on a timer at the
+  // instant the limit says (re-asked on waking: a set_rate meanwhile counts from then). A stage that cannot
+  // say, or has waiters of its own, is waited on through its own line and given back at once.
+  template <bool Bound, std::size_t I>
+  net::awaitable<void> wait_ready(guard& g, run_ctx& x) {
+    if constexpr (ranks_[I] == rank::rate) {
+      using kind = typename detail::readiness<time_point>::kind;
+      const std::size_t n = units_of<I>(g.charge_);
+      if (n == 0) co_return;
+      auto& l = limiter<I>(g.held_);
+      for (;;) {
+        time_point when{};
+        const kind k = readiness_of<I>(g, clock_type::now(), &when);
+        if (k == kind::ready) co_return;
+        if (k == kind::exceeds) throw system_error(make_error_code(errc::exceeds_capacity));
+        check_cancelled<Bound>(x);
+        if (k == kind::queued || k == kind::unknown) {
+          co_await l.async_acquire_until(n, x.deadline, token<Bound>(x));
+          l.refund(n);
+          co_return;
+        }
+        if (k == kind::never) when = time_point::max();
+        if (when > x.deadline) throw system_error(make_error_code(errc::timed_out));  // judged at once
+        timer_type timer(co_await net::this_coro::executor);
+        timer.expires_at(when);
+        co_await timer.async_wait(token<Bound>(x));
+      }
+    }
+  }
+
+  template <bool Bound>
+  net::awaitable<void> ready_at(std::size_t i, guard& g, run_ctx& x) {
+    net::awaitable<void> a;
+    visit(i, [&](auto I) { a = wait_ready<Bound, I()>(g, x); });
+    return a;
+  }
+
+  // Takes stage i now, or waits on its line.
+  template <bool Bound>
+  net::awaitable<void> take_or_wait(std::size_t i, guard& g, run_ctx& x) {
+    x.at = i;
+    if (try_at(i, g)) co_return;
+    check_cancelled<Bound>(x);
+    co_await wait_at<Bound>(i, g, x);
+  }
+
+  // The waiting path (see the class comment for the steps and why).
+  template <bool Bound>
+  net::awaitable<void> pass(guard& g, run_ctx& x) {
+    for (;;) {
+      for (std::size_t i : at_rank<rank::gate>) co_await take_or_wait<Bound>(i, g, x);
+      if constexpr (rates_first_) {
+        for (std::size_t i : at_rank<rank::rate>)
+          if (g.held_.units[i] == 0) co_await take_or_wait<Bound>(i, g, x);
+      }
+      for (std::size_t i : at_rank<rank::per_key_concurrency>)
+        if (!g.held_.permits[i]) co_await take_or_wait<Bound>(i, g, x);
+      if constexpr (!rates_first_) {
+        for (std::size_t i : at_rank<rank::rate>) {
+          if (!keyed_[i]) continue;
+          x.at = i;
+          co_await ready_at<Bound>(i, g, x);
+        }
+      }
+      for (std::size_t i : at_rank<rank::global_concurrency>)
+        if (!g.held_.permits[i]) co_await take_or_wait<Bound>(i, g, x);
+      if constexpr (!rates_first_) {
+        bool back_to_key = false;
+        std::size_t held = npos;
+        for (;;) {
+          const std::size_t missing = take_rates(g, held);
+          if (missing == npos) break;
+          held = npos;
+          if (keyed_[missing]) {  // its key's rate: wait for it holding nothing global
+            release_global(g.held_);
+            back_to_key = true;
+            break;
+          }
+          x.at = missing;
+          check_cancelled<Bound>(x);
+          co_await wait_at<Bound>(missing, g, x);  // keeps the global slots: everyone needs this rate
+          held = missing;
+        }
+        if (back_to_key) continue;
+      }
+      if (gates_open(g)) co_return;
+      // Paused while this caller waited: back to the gate, holding nothing global meanwhile.
+      if constexpr (rates_first_) {
+        for (permit& p : g.held_.permits) p.release();
+      } else {
+        refund_rates(g.held_);
+        release_global(g.held_);
+      }
+    }
+  }
+
+  // Both doors' body; errors come back as an error code (and the empty guard says where).
   // Bound: async_acquire's coroutine, whose stage waits are bound to `cancellation` (the caller's slot, through
   // a throttle_canceller; null if the caller's slot is not connected). Otherwise the waits see the awaiting
   // coroutine's own cancellation state, as any co_await does.
   template <bool Bound>
-  net::awaitable<std::pair<error_code, guard>> run(std::string key, time_point deadline,
+  net::awaitable<std::pair<error_code, guard>> run(std::string key, rein::charge c, time_point deadline,
                                                    std::shared_ptr<detail::throttle_cancellation> cancellation) {
-    auto wait = [&](auto& limiter) {
-      if constexpr (Bound) {
-        auto slot = cancellation ? cancellation->signal.slot() : net::cancellation_slot();
-        return detail::wait_one(limiter, deadline, net::bind_cancellation_slot(slot, net::use_awaitable));
-      } else {
-        return detail::wait_one(limiter, deadline, net::use_awaitable);
-      }
-    };
-    // A cancellation of async_acquire that came when no wait was pending (before this coroutine first ran, or
-    // while a stage's grant was on its way) ends the operation now, or before its next wait.
-    auto cancelled = [&] { return Bound && cancellation && cancellation->requested.load(std::memory_order_relaxed); };
-    guard g(this);
-    error_code failure;
+    guard g(this, c);
+    run_ctx x{deadline, cancellation.get()};
+    error_code failed;
     try {
-      if (cancelled()) throw system_error(error_code(net::error::operation_aborted));
-      if constexpr (has_gates) g.gate_ = gates_->get(key);  // pinned until the guard is done
-      if constexpr (has_per_key) g.key_ = per_key_->get(key);
-      for (;;) {
-        if constexpr (has_gates) {
-          if (!detail::try_one(*g.gate_)) {
-            if (cancelled()) throw system_error(error_code(net::error::operation_aborted));
-            co_await wait(*g.gate_);
-          }
-        }
-        if constexpr (has_rate) {
-          if (g.rate_tokens_ == 0) {
-            if (!detail::try_one(*rate_)) {
-              if (cancelled()) throw system_error(error_code(net::error::operation_aborted));
-              co_await wait(*rate_);
-            }
-            g.rate_tokens_ = 1;
-          }
-        }
-        if constexpr (has_per_key) {
-          g.key_permit_ = detail::try_one_permit(*g.key_);
-          if (!g.key_permit_) {
-            if (cancelled()) throw system_error(error_code(net::error::operation_aborted));
-            g.key_permit_ = co_await wait(*g.key_);
-          }
-        }
-        if constexpr (has_global) {
-          g.global_permit_ = detail::try_one_permit(*global_);
-          if (!g.global_permit_) {
-            if (cancelled()) throw system_error(error_code(net::error::operation_aborted));
-            g.global_permit_ = co_await wait(*global_);
-          }
-        }
-        if constexpr (!has_gates) break;
-        else if (!detail::gate_closed(*g.gate_)) break;
-        // Paused while this caller waited: back to the gate, holding no slot meanwhile.
-        g.key_permit_.release();
-        g.global_permit_.release();
+      check_cancelled<Bound>(x);
+      [&]<std::size_t... I>(std::index_sequence<I...>) {
+        ((x.at = I, pin_one<I>(g.held_, key, nullptr)), ...);
+      }(std::make_index_sequence<stage_count>{});
+      x.at = npos;
+      if (try_all(g) != npos) {
+        give_back(g.held_);  // a refusal there took no rate units; the slots go back to be waited for
+        co_await pass<Bound>(g, x);
       }
     } catch (const system_error& e) {
-      failure = e.code();
+      failed = e.code();
     }
-    if (failure) {
+    if (failed) {
       failed_.fetch_add(1, std::memory_order_relaxed);
-      count_failure(failure);
-      co_return std::pair<error_code, guard>(failure, guard());  // g gives back what it took
+      count_failure(failed);
+      guard empty;
+      empty.rejected_at_ = kind_of(x.at);
+      empty.rejected_stage_ = x.at;
+      empty.error_ = failed;
+      co_return std::pair<error_code, guard>(failed, std::move(empty));  // g gives back what it took
     }
-    g.admitted_ = true;
-    g.rate_tokens_ = 0;
-    admitted_.fetch_add(1, std::memory_order_relaxed);
+    admit(g);
     co_return std::pair<error_code, guard>(error_code(), std::move(g));
   }
 
   // The executor completions default to: the first stage's.
-  auto executor() const noexcept {
-    if constexpr (has_gates) return gates_->get_executor();
-    else if constexpr (has_rate) return rate_->get_executor();
-    else if constexpr (has_global) return global_->get_executor();
-    else return per_key_->get_executor();
-  }
+  auto executor() const noexcept { return std::get<first_stage_>(refs_).stage().get_executor(); }
 
   // A named initiation (as Asio's own I/O objects use), whose executor is the default for completions.
   struct initiate_acquire {
@@ -708,7 +1355,7 @@ class throttle {
     // executor. The handler runs through its own executor, never inside this call (co_spawn posts if the
     // stages admit at once).
     template <class Handler>
-    void operator()(Handler&& handler, std::string key, time_point deadline) const {
+    void operator()(Handler&& handler, std::string key, rein::charge c, time_point deadline) const {
       auto ex = net::get_associated_executor(handler, self->executor());
       std::shared_ptr<detail::throttle_cancellation> cancellation;
       auto slot = net::get_associated_cancellation_slot(handler);
@@ -717,7 +1364,7 @@ class throttle {
         slot.template emplace<detail::throttle_canceller>(cancellation);
       }
       try {
-        auto stages = self->template run<true>(std::move(key), deadline, cancellation);
+        auto stages = self->template run<true>(std::move(key), c, deadline, cancellation);
         detail::spawn_adapter<std::decay_t<Handler>> adapter{std::forward<Handler>(handler), cancellation};
         if constexpr (std::is_convertible_v<decltype(ex), net::any_io_executor>)
           net::co_spawn(std::move(ex), std::move(stages), std::move(adapter));
@@ -730,16 +1377,8 @@ class throttle {
     }
   };
 
-  void refund_rate(std::size_t n) noexcept {
-    if constexpr (has_rate) {
-      try {
-        rate_->refund(n);
-      } catch (...) {  // a refund only adds tokens back; losing one under memory exhaustion is harmless
-      }
-    }
-  }
-
   void count_refusal(throttle_stage s) noexcept {
+    if (s == throttle_stage::none) return;
     refused_[static_cast<std::size_t>(s) - 1].fetch_add(1, std::memory_order_relaxed);
     if (options_.observer) {
       constexpr reject_reason reasons[] = {reject_reason::gate, reject_reason::rate, reject_reason::per_key,
@@ -748,7 +1387,6 @@ class throttle {
     }
   }
   void count_rejection() noexcept { rejections_.fetch_add(1, std::memory_order_relaxed); }
-  void count_finished() noexcept { finished_.fetch_add(1, std::memory_order_relaxed); }
 
   // A waiting acquire that failed, by its error (others count in failed_total only).
   void count_failure(const error_code& ec) noexcept {
@@ -775,10 +1413,7 @@ class throttle {
     }
   }
 
-  Gates* gates_;
-  Rate* rate_;
-  Global* global_;
-  PerKey* per_key_;
+  std::tuple<detail::stage_ref<Stages>...> refs_;
   throttle_options options_;
   std::atomic<std::uint64_t> admitted_{0};
   std::atomic<std::uint64_t> refused_[4] = {};
@@ -788,10 +1423,33 @@ class throttle {
   std::atomic<std::uint64_t> rejections_{0};
 };
 
-/// `rein::throttle t(gates, rate, global, per_host);` deduces the stage types; pass rein::unlimited for a
-/// stage not used. (A class template, not a basic_X alias: the stage types are the parameters, and clang 14
-/// cannot deduce through alias templates.)
-template <class Gates, class Rate, class Global, class PerKey>
-throttle(Gates&, Rate&, Global&, PerKey&, throttle_options = {}) -> throttle<Gates, Rate, Global, PerKey>;
+/// `rein::throttle t(gates, per_host, global, rate);` deduces the stage types (a class template, not a
+/// basic_X alias: the stage types are the parameters, and clang 14 cannot deduce through alias templates).
+template <class... S>
+throttle(S&&...) -> throttle<std::remove_cvref_t<S>...>;
+/// The same with options last: `rein::throttle t(gates, per_host, global, rate, {.name = "outbound"});`.
+template <class S1>
+throttle(S1&&, throttle_options) -> throttle<std::remove_cvref_t<S1>>;
+/// @copydoc throttle(S1&&, throttle_options)
+template <class S1, class S2>
+throttle(S1&&, S2&&, throttle_options) -> throttle<std::remove_cvref_t<S1>, std::remove_cvref_t<S2>>;
+/// @copydoc throttle(S1&&, throttle_options)
+template <class S1, class S2, class S3>
+throttle(S1&&, S2&&, S3&&, throttle_options)
+    -> throttle<std::remove_cvref_t<S1>, std::remove_cvref_t<S2>, std::remove_cvref_t<S3>>;
+/// @copydoc throttle(S1&&, throttle_options)
+template <class S1, class S2, class S3, class S4>
+throttle(S1&&, S2&&, S3&&, S4&&, throttle_options)
+    -> throttle<std::remove_cvref_t<S1>, std::remove_cvref_t<S2>, std::remove_cvref_t<S3>, std::remove_cvref_t<S4>>;
+/// @copydoc throttle(S1&&, throttle_options)
+template <class S1, class S2, class S3, class S4, class S5>
+throttle(S1&&, S2&&, S3&&, S4&&, S5&&, throttle_options)
+    -> throttle<std::remove_cvref_t<S1>, std::remove_cvref_t<S2>, std::remove_cvref_t<S3>, std::remove_cvref_t<S4>,
+                std::remove_cvref_t<S5>>;
+/// @copydoc throttle(S1&&, throttle_options)
+template <class S1, class S2, class S3, class S4, class S5, class S6>
+throttle(S1&&, S2&&, S3&&, S4&&, S5&&, S6&&, throttle_options)
+    -> throttle<std::remove_cvref_t<S1>, std::remove_cvref_t<S2>, std::remove_cvref_t<S3>, std::remove_cvref_t<S4>,
+                std::remove_cvref_t<S5>, std::remove_cvref_t<S6>>;
 
 }  // namespace rein

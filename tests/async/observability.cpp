@@ -289,8 +289,7 @@ TEST_CASE("throttle: a refusal at the rate stage is a rejection with reason rate
   net::io_context io;
   recorder events;
   timed_bucket rate(io, {.rate = 1, .capacity = 1});
-  rein::throttle t(rein::unlimited, rate, rein::unlimited, rein::unlimited,
-                   {.name = "out", .observer = events.observer()});
+  rein::throttle t(rate, {.name = "out", .observer = events.observer()});
   auto g1 = t.try_acquire("k");
   REQUIRE(g1);
   auto g2 = t.try_acquire("k");

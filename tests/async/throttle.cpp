@@ -48,8 +48,8 @@ struct stages {
   bucket_type rate{io.get_executor(), rein::token_bucket_options{.rate = 100, .capacity = 100}};
   sem_type global{io.get_executor(), 10};
   rein::keyed<sem_type> per_key{io.get_executor(), rein::keyed_options{}, std::size_t{1}};
-  rein::throttle<rein::keyed<gate_type>, bucket_type, sem_type, rein::keyed<sem_type>> throttle{gates, rate, global,
-                                                                                                 per_key};
+  rein::throttle<rein::keyed<gate_type>, rein::keyed<sem_type>, sem_type, bucket_type> throttle{gates, per_key, global,
+                                                                                                 rate};
 };
 
 using guard_type = rein::throttle_guard<decltype(stages::throttle)>;
@@ -139,7 +139,7 @@ TEST_CASE("waiting mode: one key's backlog holds no global slot (issue 5 case 5)
   CHECK(s.global.snapshot().in_flight == 0);
 }
 
-TEST_CASE("a timeout at the per-key stage refunds the rate token and holds nothing", "[throttle]") {
+TEST_CASE("a timeout at the per-key stage holds nothing: the rate is taken last, at the send", "[throttle]") {
   rein_test::manual_clock_at_epoch epoch;
   stages s;
   auto first = s.throttle.try_acquire("K");
@@ -153,12 +153,11 @@ TEST_CASE("a timeout at the per-key stage refunds the rate token and holds nothi
                                  });
   rein_test::poll(s.io);
   CHECK_FALSE(result.has_value());
-  CHECK(s.rate.tokens() == 98.0);  // taken while it waits for K's permit
+  CHECK(s.rate.tokens() == 99.0);  // a caller waiting for K's permit holds no token
   advance_and_poll(s.io, 50ms);
   REQUIRE(result.has_value());
   CHECK(*result == rein::errc::timed_out);
-  // 98 + 5 refilled in 50 ms + 1 refunded
-  CHECK(s.rate.tokens() == 100.0);
+  CHECK(s.rate.tokens() == 100.0);  // 99 + 5 refilled in 50 ms, capped
   CHECK(s.global.snapshot().in_flight == 1);
   CHECK(s.throttle.snapshot().failed_total == 1);
 }
@@ -176,7 +175,7 @@ TEST_CASE("cancelling the waiting coroutine gives back what earlier stages took"
                            }));
   rein_test::poll(s.io);
   CHECK(s.per_key.snapshot("K")->waiting == 1);
-  CHECK(s.rate.tokens() == 98.0);
+  CHECK(s.rate.tokens() == 99.0);
   signal.emit(net::cancellation_type::partial);
   rein_test::poll(s.io);
   REQUIRE(result.has_value());
@@ -236,7 +235,7 @@ TEST_CASE("stages may be unlimited; an adaptive global limiter learns from guard
   net::io_context io;
   rein::basic_adaptive_limiter<rein::algo::basic_aimd<manual_clock>, executor, manual_clock> global(
       io.get_executor(), rein::algo::aimd_options{.initial_limit = 4, .min_limit = 1, .max_limit = 10, .backoff = 0.5});
-  rein::throttle t(rein::unlimited, rein::unlimited, global, rein::unlimited);
+  rein::throttle t(rein::unlimited, global);
   auto g = t.try_acquire("any");
   REQUIRE(g);
   g.complete(rein::outcome::congestion);
@@ -248,7 +247,7 @@ TEST_CASE("throttle rejects a default_pause that is not positive", "[throttle]")
   stages s;
   rein::throttle_options bad;
   bad.default_pause = 0s;
-  CHECK_THROWS_WITH((rein::throttle(s.gates, s.rate, s.global, s.per_key, bad)),
+  CHECK_THROWS_WITH((rein::throttle(s.gates, s.per_key, s.global, s.rate, bad)),
                     "rein::throttle: default_pause must be > 0, got 0 ns");
 }
 
@@ -290,17 +289,20 @@ TEST_CASE("a 429 sends the callers already queued for that key back to the gate"
     });
   rein_test::poll(s.io);
   CHECK(s.per_key.snapshot("K")->waiting == 3);
-  CHECK(s.rate.tokens() == 96.0);
+  CHECK(s.rate.tokens() == 99.0);  // the three waiters hold no token
 
   advance_and_poll(s.io, 500ms);
   first.reject(std::optional<manual_clock::duration>(2s));  // K paused until 2.5 s
   rein_test::poll(s.io);
-  // The caller next in line got K's permit and the global one, saw the pause, and gave both back.
+  // The caller next in line got K's permit, the global one and a token, saw the pause, gave back the global
+  // slot and the token, and waits at K's gate holding K's permit (nobody else needs it); the other two
+  // still wait for K's permit.
   CHECK(admitted_at.empty());
-  CHECK(s.per_key.snapshot("K")->in_flight == 0);
+  CHECK(s.per_key.snapshot("K")->in_flight == 1);
+  CHECK(s.per_key.snapshot("K")->waiting == 2);
   CHECK(s.global.snapshot().in_flight == 0);
-  CHECK(s.gates.get("K")->snapshot().waiting == 3);
-  CHECK(s.rate.tokens() == 100.0);  // refilled; the three waiters keep the tokens they took at 0
+  CHECK(s.gates.get("K")->snapshot().waiting == 1);
+  CHECK(s.rate.tokens() == 100.0);  // refilled, and the token refunded
 
   advance_and_poll(s.io, 1999ms);
   CHECK(admitted_at.empty());
@@ -316,7 +318,7 @@ TEST_CASE("a 429 sends the callers already queued for that key back to the gate"
   CHECK(admitted_at.size() == 3);
   held.clear();
   CHECK(s.global.snapshot().in_flight == 0);
-  CHECK(s.rate.tokens() == 100.0);
+  CHECK(s.rate.tokens() == 97.0);  // the three took theirs at 2.5 s, when they were sent
 }
 
 TEST_CASE("a cancellation that arrives before the operation's coroutine starts", "[throttle][cancel]") {
@@ -381,7 +383,7 @@ TEST_CASE("every completion token gets an admitted guard", "[throttle][tokens]")
   }
 }
 
-TEST_CASE("every completion token gets a timeout as an error code or exception, with the token refunded",
+TEST_CASE("every completion token gets a timeout as an error code or exception, having taken no token",
           "[throttle][tokens]") {
   for (auto kind : rein_test::poll_tokens) {
     DYNAMIC_SECTION(rein_test::name(kind)) {
@@ -395,10 +397,10 @@ TEST_CASE("every completion token gets a timeout as an error code or exception, 
           std::move(handler));
       rein_test::poll(s.io);
       CHECK(s.per_key.snapshot("K")->waiting == 1);
-      CHECK(s.rate.tokens() == 98.0);
+      CHECK(s.rate.tokens() == 99.0);
       advance_and_poll(s.io, 20ms);
       CHECK(failed_with(done, rein::errc::timed_out));
-      CHECK(s.rate.tokens() == 100.0);  // 98 + 2 refilled in 20 ms, capped + 1 refunded
+      CHECK(s.rate.tokens() == 100.0);  // 99 + 2 refilled in 20 ms, capped
       CHECK(s.per_key.snapshot("K")->waiting == 0);
       CHECK(s.global.snapshot().in_flight == 1);
     }
@@ -455,7 +457,7 @@ TEST_CASE("use_future: the future gets the guard, or the error as an exception",
   rein::token_bucket rate(io, {.rate = 1000, .capacity = 10});
   rein::semaphore global(io, 2);
   rein::keyed<rein::semaphore> per_key(io.get_executor(), rein::keyed_options{}, std::size_t{1});
-  rein::throttle t(gates, rate, global, per_key);
+  rein::throttle t(gates, per_key, global, rate);
   auto work = net::make_work_guard(io);
   std::thread runner([&io] { io.run(); });
 
@@ -491,7 +493,7 @@ TEST_CASE("an adaptive global limiter: waiters are admitted as its limit moves",
   aimd_type global(io.get_executor(),
                    rein::algo::aimd_options{.initial_limit = 2, .min_limit = 1, .max_limit = 10, .backoff = 0.5});
   rein::keyed<sem_type> per_key(io.get_executor(), rein::keyed_options{}, std::size_t{1});
-  rein::throttle t(rein::unlimited, rein::unlimited, global, per_key);
+  rein::throttle t(per_key, global);
   std::vector<std::string> order;
   std::vector<rein::throttle_guard<decltype(t)>> held;
   for (std::string key : {"A", "B", "C", "D"})
@@ -528,7 +530,7 @@ TEST_CASE("an adaptive per-key limiter learns per key from guards", "[throttle][
   rein::keyed<aimd_type> per_key(io.get_executor(), rein::keyed_options{},
                                  rein::algo::aimd_options{.initial_limit = 4, .min_limit = 1, .max_limit = 8, .backoff = 0.5});
   sem_type global(io.get_executor(), 100);
-  rein::throttle t(rein::unlimited, rein::unlimited, global, per_key);
+  rein::throttle t(per_key, global);
   {
     auto g = t.try_acquire("slow");
     REQUIRE(g);
@@ -545,7 +547,7 @@ TEST_CASE("an adaptive per-key limiter learns per key from guards", "[throttle][
   CHECK(global.snapshot().in_flight == 2);
 }
 
-TEST_CASE("a sliding window as the rate stage: waits hold no slot, refused requests take no start",
+TEST_CASE("a sliding window as the rate stage: starts are taken at the send, refused requests take none",
           "[throttle][window]") {
   rein_test::manual_clock_at_epoch epoch;
   net::io_context io;
@@ -553,7 +555,7 @@ TEST_CASE("a sliding window as the rate stage: waits hold no slot, refused reque
   window_type window(io.get_executor(), {.limit = 2, .window = 1s});
   sem_type global(io.get_executor(), 10);
   rein::keyed<sem_type> per_key(io.get_executor(), rein::keyed_options{}, std::size_t{1});
-  rein::throttle t(rein::unlimited, window, global, per_key);
+  rein::throttle t(per_key, global, window);
 
   auto a = t.try_acquire("A");
   REQUIRE(a);
@@ -574,18 +576,18 @@ TEST_CASE("a sliding window as the rate stage: waits hold no slot, refused reque
     });
   rein_test::poll(io);
   CHECK(window.snapshot().waiting == 2);
-  CHECK(global.snapshot().in_flight == 2);  // waiting for the window holds no slot
+  CHECK(global.snapshot().in_flight == 4);  // waiting for the shared window, each keeps its global slot
   advance_and_poll(io, 999ms);
   CHECK(admitted_at.empty());
   advance_and_poll(io, 1ms);
   CHECK(admitted_at == std::vector<double>{1.0, 1.0});
 
-  // A waiter that times out at the per-key stage gives its start back.
+  // A waiter that times out at the per-key stage never took a start.
   advance_and_poll(io, 1s);  // C's and D's starts leave the window
   std::optional<rein::error_code> result;
   t.async_acquire_until("A", manual_clock::now() + 100ms, [&](rein::error_code ec, auto) { result = ec; });
   rein_test::poll(io);
-  CHECK(window.snapshot().in_window == 1);  // A's second caller took a start, then queued for A's permit
+  CHECK(window.snapshot().in_window == 0);  // A's second caller queued for A's permit, holding no start
   CHECK(per_key.snapshot("A")->waiting == 1);
   advance_and_poll(io, 100ms);
   REQUIRE(result.has_value());

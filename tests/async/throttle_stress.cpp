@@ -58,7 +58,7 @@ class counting_bucket : public rein::token_bucket {
 
 using gates_type = rein::keyed<rein::quota_gate>;
 using per_key_type = rein::keyed<rein::semaphore>;
-using stress_throttle = rein::throttle<gates_type, counting_bucket, rein::semaphore, per_key_type>;
+using stress_throttle = rein::throttle<gates_type, per_key_type, rein::semaphore, counting_bucket>;
 using stress_guard = stress_throttle::guard;
 using strand_type = net::strand<net::io_context::executor_type>;
 
@@ -172,7 +172,7 @@ struct stress_world {
         rate(io, {.rate = rate_per_second, .capacity = burst}),
         global(io, global_limit),
         per_key(io.get_executor(), rein::keyed_options{.max_keys = max_keys}, key_limit(key_count - 1)),  // 2
-        throttle(gates, rate, global, per_key, rein::throttle_options{.default_pause = 5ms}) {
+        throttle(gates, per_key, global, rate, rein::throttle_options{.default_pause = 5ms}) {
     per_key.set_override(key_name(0), key_limit(0));
     per_key.set_override(key_name(1), key_limit(1));
   }
@@ -527,7 +527,7 @@ TEST_CASE("one key's backlog never holds the global slots that many other keys n
   timed_bucket rate(io.get_executor(), {.rate = 10'000, .capacity = 1000});
   timed_semaphore global(io.get_executor(), global_slots);
   rein::keyed<timed_semaphore> per_key(io.get_executor(), rein::keyed_options{}, std::size_t{1});
-  rein::throttle t(gates, rate, global, per_key);
+  rein::throttle t(gates, per_key, global, rate);
 
   std::size_t live_guards = 0;  // admitted and not yet completed
   std::vector<manual_clock::duration> hot_admitted_at;

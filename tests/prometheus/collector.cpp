@@ -114,7 +114,7 @@ TEST_CASE("collector: a keyed registry exports at most max_keys keys", "[prometh
 TEST_CASE("collector: a throttle's rejections by stage", "[prometheus]") {
   net::io_context io;
   rein::semaphore global(io, 1);
-  rein::throttle t(rein::unlimited, rein::unlimited, global, rein::unlimited, {.name = "out"});
+  rein::throttle t(global, {.name = "out"});
   auto g1 = t.try_acquire("k");
   auto g2 = t.try_acquire("k");
   rein::prometheus::collector c;

@@ -437,7 +437,7 @@ TEST_CASE("inside rein::throttle as its rate stage: the fleet's quota, then the 
   shared_token_bucket rate(io, local(server.port()), quota("throttle", 2, 3));  // burst 3, then 2 per second
   rein::semaphore global(io, 10);
   rein::keyed<rein::semaphore> per_key(io.get_executor(), rein::keyed_options{}, std::size_t{10});
-  rein::throttle t(rein::unlimited, rate, global, per_key);
+  rein::throttle t(per_key, global, rate);
   CHECK_FALSE(rate.try_acquire());  // no synchronous answer: the throttle waits through async_acquire_until
   CHECK(t.try_acquire("host").rejected_at() == rein::throttle_stage::rate);
 
