@@ -91,8 +91,16 @@ inline std::ostream& operator<<(std::ostream& os, const token_bucket_snapshot& s
 /// grants them at 0.00, 0.01, 5.0, 10.0, 15.0. The bucket spreads the refill evenly and so may allow 3 starts
 /// within one 10 s window (0.01, 5.0, 10.0); the window never does.
 ///
-/// The operations (`acquire`, `async_acquire`, `_for`, `_until`, `try_acquire`, `refund`, `close`) are those of
-/// rein::basic_rate_limiter, with tokens as units.
+/// The operations (`acquire`, `async_acquire`, `_for`, `_until`, `try_acquire`, `refund`, `charge`,
+/// `limit_remaining`, `close`) are those of rein::basic_rate_limiter, with tokens as units.
+///
+/// Budgets whose true cost is known only afterwards (an LLM call's tokens) reserve an estimate, then settle:
+/// `refund(estimate - actual)` for an over-estimate, `charge(actual - estimate)` for an under-estimate, which
+/// takes the bucket below zero so that the next callers wait until the rate has repaid it (Go's
+/// `rate.Limiter` reservations also go below zero); never a silent overrun. A provider's own count
+/// (`x-ratelimit-remaining-tokens` with `x-ratelimit-reset-tokens`, read by rein::read_rate_limit_headers)
+/// lowers the bucket with `limit_remaining(remaining, reset_after)`: until the reset it admits at most
+/// `remaining`; it never raises the tokens.
 ///
 /// @tparam Executor the I/O executor; completions default to it.
 /// @tparam Clock    the clock of refill and deadlines; tick of a nanosecond or coarser
