@@ -46,11 +46,12 @@ struct token_bucket_options {
 
 /// A token bucket's state, copied out under its lock.
 struct token_bucket_snapshot : wait_stats {
-  double tokens = 0;          ///< in the bucket now (fractional; decisions are exact, this reading is rounded)
+  double tokens = 0;          ///< in the bucket now (fractional, negative while a charge is in debt;
+                              ///< decisions are exact, this reading is rounded)
   double rate = 0;            ///< tokens per second
   std::int64_t capacity = 0;  ///< the burst
   double limit = 0.0;         ///< the rate, as every limiter's `limit` (tokens per second)
-  double utilisation = 0.0;   ///< share of the burst used: 1 - tokens / capacity
+  double utilisation = 0.0;   ///< share of the burst used: 1 - tokens / capacity (above 1 while in debt)
 };
 
 /// One line: `tokens=2.5 limit=10/s capacity=20 utilisation=0.88 waiting=0 acquired=10 rejected=0 wait[...]`.
@@ -182,7 +183,7 @@ class basic_token_bucket : public basic_rate_limiter<algo::basic_token_bucket<Cl
     return this->inspect([](const limit_type& b, const wait_stats&) { return b.capacity(); });
   }
 
-  /// Tokens in the bucket now (fractional, rounded to a double).
+  /// Tokens in the bucket now (fractional, rounded to a double; negative while a charge is in debt).
   double tokens() const {
     const time_point now = Clock::now();
     return this->inspect([now](const limit_type& b, const wait_stats&) { return b.tokens(now); });
