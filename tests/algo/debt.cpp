@@ -209,7 +209,9 @@ TEST_CASE("token_bucket limit_remaining bounds admissions for any reset, randomi
     bucket b({.rate = rate, .capacity = capacity}, t0);
     const auto remaining = static_cast<std::int64_t>(random() % 30);
     const ns reset(static_cast<std::int64_t>(random() % 2'000'000'000));
+    const opt_time before = b.ready_at(capacity, t0);
     b.limit_remaining(remaining, reset, t0);
+    REQUIRE(b.ready_at(capacity, t0) >= before);  // never admits earlier
     std::int64_t admitted = 0;
     for (time_point t = t0; t <= t0 + reset;) {
       if (b.try_take(1, t) == allow) {
@@ -317,6 +319,40 @@ TEST_CASE("sliding_window limit_remaining stamps starts to leave just after the 
   CHECK(w.try_take(1, t0 + 20s) == allow);
   CHECK(w.try_take(1, t0 + 22s) == deny);
   CHECK(w.ready_at(1, t0 + 22s) == opt_time{t0 + 22s + 1ns});
+}
+
+TEST_CASE("sliding_window limit_remaining bounds admissions and never admits earlier, randomized",
+          "[remaining][sliding_window]") {
+  // Property: after limit_remaining(r, d, t) with d < W, greedy takes of 1 in [t, t + d] number at most r,
+  // and no request size is ready earlier than before the call.
+  std::mt19937_64 random(5);
+  for (int round = 0; round < 300; ++round) {
+    const auto limit = static_cast<std::int64_t>(random() % 8 + 1);
+    const ns length(static_cast<std::int64_t>(random() % 10'000 + 10));
+    window w({.limit = limit, .window = length}, t0);
+    time_point t = t0;
+    for (int step = 0; step < 10; ++step) {  // some history, charges included
+      t += ns(static_cast<std::int64_t>(random() % 3'000));
+      const auto n = static_cast<std::int64_t>(random() % static_cast<std::uint64_t>(limit + 1));
+      if (random() % 3 == 0) w.charge(n, t);
+      else static_cast<void>(w.try_take(n, t));
+    }
+    const auto remaining = static_cast<std::int64_t>(random() % static_cast<std::uint64_t>(limit + 1));
+    const ns reset(static_cast<std::int64_t>(random() % static_cast<std::uint64_t>(length.count())));
+    std::vector<opt_time> before;
+    for (std::int64_t m = 1; m <= limit; ++m) before.push_back(w.ready_at(m, t));
+    w.limit_remaining(remaining, reset, t);
+    for (std::int64_t m = 1; m <= limit; ++m) REQUIRE(w.ready_at(m, t) >= before[static_cast<std::size_t>(m - 1)]);
+    std::int64_t admitted = 0;
+    for (time_point at = t; at <= t + reset;) {
+      if (w.try_take(1, at) == allow) {
+        ++admitted;
+        continue;
+      }
+      at = *w.ready_at(1, at);
+    }
+    REQUIRE(admitted <= remaining);
+  }
 }
 
 TEST_CASE("sliding_window limit_remaining ignores resets of a window or longer", "[remaining][sliding_window]") {
