@@ -177,13 +177,15 @@ inline std::optional<std::chrono::nanoseconds> parse_rate_limit_reset(std::strin
 /// Unreadable values are absent, never zero; nothing here throws unless the lookup does.
 ///
 /// @param status the HTTP status code.
-/// @param header any callable `header(std::string_view name)` returning something convertible to
-///               `std::optional<std::string_view>` (the field's value, or nullopt if absent). Names are
-///               passed in lower case; the lookup should match them case-insensitively, as HTTP field names
-///               are (RFC 9110 section 5.1). The views must stay valid until this function returns.
+/// @param header any callable `header(std::string_view name)` returning `std::optional<std::string_view>`
+///               (the field's value, or nullopt if absent). Names are passed in lower case; the lookup should
+///               match them case-insensitively, as HTTP field names are (RFC 9110 section 5.1). The views
+///               must stay valid until this function returns (so an owning `std::optional<std::string>`,
+///               whose view would dangle, is not accepted).
 /// @param now    the recipient's current time (system_clock, as HTTP dates and timestamps are).
 template <class Lookup>
-  requires std::convertible_to<std::invoke_result_t<Lookup&, std::string_view>, std::optional<std::string_view>>
+  requires std::same_as<std::remove_cvref_t<std::invoke_result_t<Lookup&, std::string_view>>,
+                        std::optional<std::string_view>>
 upstream_response read_response(int status, Lookup&& header,
                                 std::chrono::system_clock::time_point now = std::chrono::system_clock::now()) {
   namespace d = detail::rate_limit_headers;

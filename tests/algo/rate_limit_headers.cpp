@@ -172,6 +172,13 @@ struct map_lookup {
 };
 }  // namespace
 
+// A lookup returning owned strings would hand out views of temporaries: it is refused at compile time.
+template <class Lookup>
+concept accepted_lookup = requires(Lookup l) { rein::read_response(200, l); };
+static_assert(accepted_lookup<map_lookup>);
+static_assert(!accepted_lookup<std::optional<std::string> (*)(std::string_view)>);
+static_assert(!accepted_lookup<int (*)(std::string_view)>);
+
 TEST_CASE("read_response reads OpenAI's headers", "[rate_limit_headers]") {
   const map_lookup headers{{{"x-ratelimit-limit-requests", "60"},
                             {"x-ratelimit-remaining-requests", "59"},
