@@ -25,6 +25,10 @@
 #include <rein/algo/tuned_aimd.hpp>
 #include <rein/algo/vegas.hpp>
 #include <rein/algo/windowed_aimd.hpp>
+// Boost.Beast's response reader: with Boost.Asio only (Beast is part of Boost), when Beast is installed.
+#if !defined(REIN_STANDALONE_ASIO) && __has_include(<boost/beast/http/message.hpp>)
+#include <rein/beast.hpp>
+#endif
 #include <rein/bounded.hpp>
 #include <rein/config.hpp>
 #include <rein/error.hpp>
@@ -34,6 +38,7 @@
 #include <rein/outcome.hpp>
 #include <rein/permit.hpp>
 #include <rein/quota_gate.hpp>
+#include <rein/rate_limit_headers.hpp>
 #include <rein/rate_limiter.hpp>
 #include <rein/retry.hpp>
 #include <rein/retry_after.hpp>

@@ -89,8 +89,9 @@ inline std::ostream& operator<<(std::ostream& os, const adaptive_rate_limiter_sn
 /// `rein::token_bucket`'s, exact to the nanosecond; each `record` re-times the queued waiters at once,
 /// earlier (the rate rose) or later (it was cut).
 ///
-/// The operations (`acquire`, `async_acquire`, `_for`, `_until`, `try_acquire`, `refund`, `close`) are those
-/// of rein::basic_rate_limiter, with tokens as units. A deadline that the current rate cannot meet fails at
+/// The operations (`acquire`, `async_acquire`, `_for`, `_until`, `try_acquire`, `refund`, `charge`,
+/// `limit_remaining`, `close`) are those of rein::basic_rate_limiter, with tokens as units (a charge takes the
+/// bucket into debt at the current rate; see `algo::basic_adaptive_rate::charge`). A deadline that the current rate cannot meet fails at
 /// once, although a later rise of the rate might have met it.
 ///
 /// @tparam Executor the I/O executor; completions default to it.

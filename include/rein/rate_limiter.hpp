@@ -418,6 +418,38 @@ class basic_rate_limiter {
     update([count](Limit& limit, time_point now) { limit.refund(count, now); });
   }
 
+  /// Charges n units now whatever the limit holds, into debt if need be (the limit's `charge`: the cost of a
+  /// call found to be larger than its estimate, charged after the fact). Never waits and never fails; n may
+  /// exceed the capacity. Queued waiters are re-timed at once: the head's timer moves to when the debt is
+  /// repaid, so the next callers wait for it instead of the limit being silently overrun. Present when
+  /// `Limit` is an `algo::chargeable_rate_limit` (token bucket, sliding window and its counter, adaptive
+  /// rate, `all_of` of those).
+  /// @par Thread Safety
+  /// As every member: safe concurrently with std::mutex.
+  void charge(std::size_t n)
+    requires algo::chargeable_rate_limit<Limit>
+  {
+    const auto count = static_cast<std::int64_t>(std::min<std::uint64_t>(n, std::numeric_limits<std::int64_t>::max()));
+    update([count](Limit& limit, time_point now) { limit.charge(count, now); });
+  }
+
+  /// Corrects the limit downwards from an upstream's count: from now until `now + reset_after` it admits at
+  /// most `remaining` units (the limit's `limit_remaining`; e.g. from the `x-ratelimit-remaining-*` and
+  /// `x-ratelimit-reset-*` headers, parsed by rein::read_rate_limit_headers). Never raises what the limit
+  /// admits. Queued waiters are re-timed at once. Present when `Limit` is an
+  /// `algo::remaining_limited_rate_limit` (token bucket, adaptive rate; sliding window for resets shorter
+  /// than its window).
+  /// @param remaining   units the upstream still admits before its reset; negative values are read as 0
+  /// @param reset_after time until the upstream's reset; negative values are read as 0 (already reset)
+  /// @returns true if the limit was lowered.
+  bool limit_remaining(std::int64_t remaining, std::chrono::nanoseconds reset_after)
+    requires algo::remaining_limited_rate_limit<Limit>
+  {
+    const std::int64_t units = std::max<std::int64_t>(remaining, 0);
+    const std::chrono::nanoseconds after = std::max(reset_after, std::chrono::nanoseconds::zero());
+    return update([units, after](Limit& limit, time_point now) { return limit.limit_remaining(units, after, now); });
+  }
+
   /// Runs `f(Limit&, time_point now)` under the lock, then grants whatever became grantable: the way to
   /// reconfigure a part of an `algo::all_of` at run time. `f` must not block or use this limiter. If it
   /// throws, the exception propagates after the waiters have been re-examined.

@@ -69,8 +69,10 @@ std::ostream& operator<<(std::ostream& os, const sliding_window_snapshot<Duratio
 ///
 /// Waiters are served in FIFO order, each at the instant its starts fit, by one timer per window; a waiter
 /// records its starts only when granted, so cancelling it costs nothing. The operations (`acquire`,
-/// `async_acquire`, `_for`, `_until`, `try_acquire`, `refund`, `close`) are those of rein::basic_rate_limiter,
-/// with starts as units. A deadline that cannot be met fails at once with errc::timed_out whenever even
+/// `async_acquire`, `_for`, `_until`, `try_acquire`, `refund`, `charge`, `limit_remaining`, `close`) are those
+/// of rein::basic_rate_limiter, with starts as units: `charge(n)` records n starts now even beyond the limit
+/// (later callers wait until they have left the window; see `algo::basic_sliding_window::charge`), and
+/// `limit_remaining` applies an upstream's count for resets shorter than the window. A deadline that cannot be met fails at once with errc::timed_out whenever even
 /// single-start waiters ahead could not make it in time (exact when every waiter asks for one start).
 ///
 /// @tparam Executor the I/O executor; completions default to it.

@@ -46,11 +46,12 @@ struct token_bucket_options {
 
 /// A token bucket's state, copied out under its lock.
 struct token_bucket_snapshot : wait_stats {
-  double tokens = 0;          ///< in the bucket now (fractional; decisions are exact, this reading is rounded)
+  double tokens = 0;          ///< in the bucket now (fractional, negative while a charge is in debt;
+                              ///< decisions are exact, this reading is rounded)
   double rate = 0;            ///< tokens per second
   std::int64_t capacity = 0;  ///< the burst
   double limit = 0.0;         ///< the rate, as every limiter's `limit` (tokens per second)
-  double utilisation = 0.0;   ///< share of the burst used: 1 - tokens / capacity
+  double utilisation = 0.0;   ///< share of the burst used: 1 - tokens / capacity (above 1 while in debt)
 };
 
 /// One line: `tokens=2.5 limit=10/s capacity=20 utilisation=0.88 waiting=0 acquired=10 rejected=0 wait[...]`.
@@ -91,8 +92,16 @@ inline std::ostream& operator<<(std::ostream& os, const token_bucket_snapshot& s
 /// grants them at 0.00, 0.01, 5.0, 10.0, 15.0. The bucket spreads the refill evenly and so may allow 3 starts
 /// within one 10 s window (0.01, 5.0, 10.0); the window never does.
 ///
-/// The operations (`acquire`, `async_acquire`, `_for`, `_until`, `try_acquire`, `refund`, `close`) are those of
-/// rein::basic_rate_limiter, with tokens as units.
+/// The operations (`acquire`, `async_acquire`, `_for`, `_until`, `try_acquire`, `refund`, `charge`,
+/// `limit_remaining`, `close`) are those of rein::basic_rate_limiter, with tokens as units.
+///
+/// Budgets whose true cost is known only afterwards (an LLM call's tokens) reserve an estimate, then settle:
+/// `refund(estimate - actual)` for an over-estimate, `charge(actual - estimate)` for an under-estimate, which
+/// takes the bucket below zero so that the next callers wait until the rate has repaid it (Go's
+/// `rate.Limiter` reservations also go below zero); never a silent overrun. A provider's own count
+/// (`x-ratelimit-remaining-tokens` with `x-ratelimit-reset-tokens`, read by rein::read_rate_limit_headers)
+/// lowers the bucket with `limit_remaining(remaining, reset_after)`: until the reset it admits at most
+/// `remaining`; it never raises the tokens.
 ///
 /// @tparam Executor the I/O executor; completions default to it.
 /// @tparam Clock    the clock of refill and deadlines; tick of a nanosecond or coarser
@@ -174,7 +183,7 @@ class basic_token_bucket : public basic_rate_limiter<algo::basic_token_bucket<Cl
     return this->inspect([](const limit_type& b, const wait_stats&) { return b.capacity(); });
   }
 
-  /// Tokens in the bucket now (fractional, rounded to a double).
+  /// Tokens in the bucket now (fractional, rounded to a double; negative while a charge is in debt).
   double tokens() const {
     const time_point now = Clock::now();
     return this->inspect([now](const limit_type& b, const wait_stats&) { return b.tokens(now); });

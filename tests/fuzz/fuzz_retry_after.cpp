@@ -1,6 +1,8 @@
-// libFuzzer target: rein::parse_retry_after, rein::parse_http_date and rein::parse_reset_duration on arbitrary
-// bytes. Beyond "no crash, no sanitizer report", it checks invariants that hold for every input, some against
-// an independent oracle (std::from_chars), so a wrong answer is a finding too, not only a crash.
+// libFuzzer target: rein::parse_retry_after, rein::parse_http_date, rein::parse_reset_duration and
+// rein::parse_rate_limit_reset / parse_rate_limit_count (rate_limit_headers.hpp) on arbitrary bytes. Beyond
+// "no crash, no sanitizer report", it checks invariants that hold for every input, some against an
+// independent oracle (std::from_chars), so a wrong answer is a finding too, not only a crash.
+#include <rein/rate_limit_headers.hpp>
 #include <rein/retry_after.hpp>
 
 #include <array>
@@ -92,6 +94,24 @@ void check_reset_duration(std::string_view value) {
   }
 }
 
+void check_rate_limit_reset(std::string_view value, system_clock::time_point now) {
+  const auto result = rein::parse_rate_limit_reset(value, now);
+  check(!result || *result >= nanoseconds::zero(), "a rate-limit reset is never negative");
+  const std::string padded = " \t" + std::string(value) + "\r\n";
+  check(rein::parse_rate_limit_reset(padded, now) == result, "surrounding whitespace changes nothing (reset)");
+  const std::string_view core = trimmed(value);
+  if (const auto seconds = small_integer(core))
+    check(result == std::optional{nanoseconds{std::chrono::seconds{*seconds}}}, "a plain reset is delta-seconds");
+  const bool timestamp = core.size() >= 20 && core[4] == '-';
+  bool decimal = !core.empty();
+  for (const char c : core) decimal = decimal && ((c >= '0' && c <= '9') || c == '.');
+  if (!timestamp && !decimal) check(result == rein::parse_reset_duration(value), "other resets are Go durations");
+
+  const auto count = rein::parse_rate_limit_count(value);
+  check(!count || (*count >= 0 && all_digits(core)), "a count is digits only");
+  if (const auto small = small_integer(core)) check(count == small, "a count is exact");
+}
+
 std::array<system_clock::time_point, 5> nows(std::string_view data) {
   std::uint64_t hash = 14695981039346656037u;  // FNV-1a: a data-dependent but arbitrary `now`
   for (const char c : data) hash = (hash ^ static_cast<unsigned char>(c)) * 1099511628211u;
@@ -106,7 +126,10 @@ std::array<system_clock::time_point, 5> nows(std::string_view data) {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view value(reinterpret_cast<const char*>(data), size);
-  for (const auto now : nows(value)) check_retry_after(value, now);
+  for (const auto now : nows(value)) {
+    check_retry_after(value, now);
+    check_rate_limit_reset(value, now);
+  }
   check_reset_duration(value);
   return 0;
 }

@@ -86,9 +86,9 @@ struct adaptive_rate_options {
 ///   when tokens are taken rather than when responses arrive, window by window (so that the result does not
 ///   depend on when anyone looked), and never below the current window's own rate.
 ///
-/// It models `rein::algo::rate_limit` (`try_take`, `ready_at`, `refund`, `capacity`, `last_time`) with the
-/// exact integer arithmetic of `basic_token_bucket`: between two feedback calls, admission is the bucket's,
-/// to the nanosecond. Feedback changes the rate from its own time on (tokens up to then arrived at the old
+/// It models `rein::algo::rate_limit` (`try_take`, `ready_at`, `refund`, `capacity`, `last_time`; also
+/// `charge` and `limit_remaining`, as the token bucket underneath) with the exact integer arithmetic of
+/// `basic_token_bucket`: between two feedback calls, admission is the bucket's, to the nanosecond. Feedback changes the rate from its own time on (tokens up to then arrived at the old
 /// rate). Rates are doubles; every decision is a pure function of the calls and their time stamps.
 ///
 /// @par Time
@@ -154,6 +154,29 @@ class basic_adaptive_rate {
     const std::int64_t now = observe(t);
     bucket_.refund(n, at(now));
     sent_in_window_ -= std::min(n, sent_in_window_);
+  }
+
+  /// Takes n tokens at t whatever is there, into debt if need be (see `basic_token_bucket::charge`: the cost
+  /// of a call above its estimate, charged after the fact; later takes wait until the rate repays it). The
+  /// charge is not a send, so it does not count towards the measured sending rate; the slower takes that
+  /// follow do.
+  /// @throws std::invalid_argument if n < 0.
+  void charge(std::int64_t n, time_point t) {
+    detail::check_request(type_name, n);
+    const std::int64_t now = observe(t);
+    bucket_.charge(n, at(now));
+  }
+
+  /// Lowers the tokens so that from t until `t + reset_after` at most `remaining` are admitted at the
+  /// current rate (see `basic_token_bucket::limit_remaining`; a later change of rate by feedback re-times
+  /// the debt, as for any balance).
+  /// @returns true if the tokens were lowered.
+  /// @throws std::invalid_argument if remaining < 0 or reset_after < 0.
+  bool limit_remaining(std::int64_t remaining, std::chrono::nanoseconds reset_after, time_point t) {
+    const std::int64_t now = clamp(t);
+    const bool lowered = bucket_.limit_remaining(remaining, reset_after, at(now));
+    if (lowered) observe(t);
+    return lowered;
   }
 
   /// The burst: the largest n a single request may ask for.

@@ -23,7 +23,7 @@ namespace rein::algo {
 /// part; otherwise it takes from none (a part that would admit is not charged for a request another part
 /// denies). The earliest time a request fits is the latest of the parts' earliest times, which is exact
 /// because each part's availability only grows with time. `all_of` is itself a `rate_limit`, so it nests
-/// and the async layer can drive it like a single limit.
+/// and the async layer can drive it like a single limit; when every part takes a `charge`, so does it.
 ///
 /// @code
 /// rein::algo::all_of limits{
@@ -109,6 +109,26 @@ class all_of {
   void refund(const counts& n, time_point t) {
     const time_point now = clamp(t);
     each([&](auto& part, std::size_t i) { part.refund(n[i], now); });
+  }
+
+  /// Charges n to every limit at time t, into debt where a limit has no room (see each limit's `charge`):
+  /// a cost found after the fact. Present when every part is a `chargeable_rate_limit`.
+  /// @throws std::invalid_argument if n < 0, charging nothing.
+  void charge(std::int64_t n, time_point t)
+    requires(chargeable_rate_limit<Limits> && ...)
+  {
+    charge(same(n), t);
+  }
+
+  /// Charges `n[i]` to limit i at time t, for every i: e.g. `{0, actual - estimate}` for the tokens an LLM
+  /// call used above its estimate, with nothing more on the requests limit.
+  /// @throws std::invalid_argument if any count is < 0, charging nothing.
+  void charge(const counts& n, time_point t)
+    requires(chargeable_rate_limit<Limits> && ...)
+  {
+    for (const std::int64_t count : n) detail::check_request("rein::algo::all_of", count);
+    const time_point now = clamp(t);
+    each([&](auto& part, std::size_t i) { part.charge(n[i], now); });
   }
 
   /// The largest n a single request may ask of every limit: the smallest capacity.

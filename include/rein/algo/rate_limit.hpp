@@ -44,6 +44,9 @@ enum class take_result {
 /// - `last_time()` is the latest time at which the state changed. Time is clamped to be monotonic: a stamp
 ///   earlier than `last_time()` is treated as `last_time()`.
 /// - `refund(n, t)` gives back n (e.g. the unused part of an estimate), never beyond capacity.
+/// - Optional: `charge(n, t)`, a forced take into debt (`chargeable_rate_limit`), and
+///   `limit_remaining(remaining, reset_after, t)`, a correction from the upstream's count
+///   (`remaining_limited_rate_limit`).
 ///
 /// How a FIFO of waiters uses it: for the head, `try_take(n, now)`; if `denied`, arm the one timer for
 /// `*ready_at(n, now)` and try again when it fires (after any `set_rate` or refund, ask again: the time moves
@@ -60,6 +63,36 @@ concept rate_limit = requires(L& limit, const L& view, std::int64_t n, typename 
   { view.last_time() } -> std::same_as<typename L::time_point>;
   limit.refund(n, t);
 };
+
+/// A `rate_limit` that also takes a forced charge: `charge(n, t)` records n units at t even beyond what the
+/// limit has room for, so that the limit is in debt and later requests wait until it is repaid (the cost of
+/// a call found to be larger than its estimate, charged after the fact; never a silent overrun).
+///
+/// Rules of the member, for every model (`basic_token_bucket`, `basic_sliding_window`,
+/// `basic_sliding_window_counter`, `basic_adaptive_rate`, and `all_of` when all its parts are):
+/// - it never refuses and never waits; n may exceed `capacity()`; it throws std::invalid_argument only for
+///   n < 0, and then changes nothing;
+/// - afterwards `ready_at` and `try_take` stay exact: they see the debt, and availability still only grows
+///   with time;
+/// - the debt is bounded (each model says how) so that no arithmetic overflows.
+///
+/// It is optional: code generic over limits detects it with this concept (`if constexpr
+/// (chargeable_rate_limit<L>)`), as the async layer and `all_of` do.
+template <class L>
+concept chargeable_rate_limit = rate_limit<L> && requires(L& limit, std::int64_t n, typename L::time_point t) {
+  limit.charge(n, t);
+};
+
+/// A `rate_limit` that an upstream's own count can correct downwards: `limit_remaining(remaining,
+/// reset_after, t)` makes the limit admit at most `remaining` units from t until `t + reset_after`, never
+/// raising what it would admit, and returns whether it changed anything (see
+/// `basic_token_bucket::limit_remaining`; `basic_sliding_window` has it for resets within its window).
+/// Optional, detected like `chargeable_rate_limit`.
+template <class L>
+concept remaining_limited_rate_limit =
+    rate_limit<L> && requires(L& limit, std::int64_t n, std::chrono::nanoseconds d, typename L::time_point t) {
+      { limit.limit_remaining(n, d, t) } -> std::same_as<bool>;
+    };
 
 namespace detail {
 

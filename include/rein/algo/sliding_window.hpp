@@ -109,6 +109,11 @@ class basic_sliding_window {
   void refund(std::int64_t n, time_point t) {
     detail::check_request(type_name, n);
     const std::int64_t now = clamp(t);
+    // Dropped starts are the oldest: they are forgotten first, and give back nothing the log holds.
+    if (!dropped_ns_in_window(now)) dropped_ = 0;
+    const std::int64_t cancelled = std::min(dropped_, n);
+    dropped_ -= cancelled;
+    n -= cancelled;
     const std::size_t first = first_in_window(now);
     const std::size_t forgotten = std::min(starts_.size() - first, static_cast<std::size_t>(n));
     last_ns_ = now;
@@ -120,18 +125,100 @@ class basic_sliding_window {
     head_ = 0;
   }
 
-  /// Changes the limit from time t on, keeping the most recent starts that the new log can hold.
+  /// Records n starts at t even beyond the limit (a cost found after the fact; see
+  /// `chargeable_rate_limit`): the window is then over its limit, and later requests wait until enough of
+  /// the starts have left it, exactly as if each had been admitted. n may exceed the limit.
+  ///
+  /// Memory stays O(limit): the log keeps the newest `limit` starts, which is all that `ready_at` and
+  /// `try_take` need to stay exact (a request for m <= limit waits for the start m places from the newest
+  /// `limit` to leave; older ones left before it). Older starts pushed out while still in the window are
+  /// only counted (`dropped()`): a later `refund` cancels them first, and they give back no room, since the
+  /// log no longer knows when they leave (so a refund after a charge never admits more than the true log
+  /// would); a larger `set_limit` takes them back into the log, stamped as late as the newest of them
+  /// could be. The count saturates at 2^62.
+  /// @throws std::invalid_argument if n < 0.
+  void charge(std::int64_t n, time_point t) {
+    detail::check_request(type_name, n);
+    const std::int64_t now = clamp(t);
+    const std::int64_t logged = std::min(n, limit_);
+    const std::int64_t beyond = n - logged;  // starts older than the newest `limit`, never logged
+    make_room(logged);
+    if (!dropped_ns_in_window(now)) dropped_ = 0;
+    const std::size_t first = first_in_window(now);
+    const std::size_t full = static_cast<std::size_t>(limit_);
+    // The pushes replace the oldest entries once the log is full; those still in the window are dropped.
+    const std::size_t free = full - starts_.size();
+    const std::size_t replaced = static_cast<std::size_t>(logged) > free ? static_cast<std::size_t>(logged) - free : 0;
+    const std::size_t replaced_in_window = replaced > first ? replaced - first : 0;
+    if (replaced_in_window > 0) newest_dropped_ns_ = at(replaced - 1);
+    if (beyond > 0) newest_dropped_ns_ = now;
+    add_dropped(static_cast<std::int64_t>(replaced_in_window));
+    add_dropped(beyond);
+    for (std::int64_t i = 0; i < logged; ++i) push(now);
+    last_ns_ = now;
+  }
+
+  /// Starts that a `charge` or a smaller `set_limit` pushed out of the log while they were in the window
+  /// and that may still be in it at t (0 once the newest of them has left). Reads only.
+  std::int64_t dropped(time_point t) const { return dropped_ns_in_window(clamp(t)) ? dropped_ : 0; }
+
+  /// Lowers what the window admits so that from t until `t + reset_after` at most `remaining` more starts
+  /// fit: an upstream's count (`x-ratelimit-remaining-*` with `x-ratelimit-reset-*`) correcting the local
+  /// log. Every start admitted in [t, t + reset_after] lies in the window ending at `t + reset_after`, as do
+  /// the logged starts after `t + reset_after - window`; so when fewer than `limit - remaining` of those are
+  /// logged, the difference is recorded as starts at the latest instant that keeps the log in order
+  /// (`max(newest start, t + reset_after - window + 1 ns)`, so they leave just after the reset). It never
+  /// admits more than before.
+  ///
+  /// Only for `reset_after < window()`: over a longer interval a window admits `limit` again once its
+  /// starts have left, which no set of starts recorded now can prevent; then it returns false and changes
+  /// nothing (use a token bucket, whose debt lasts, for long resets).
+  /// @returns true if starts were recorded.
+  /// @throws std::invalid_argument if remaining < 0 or reset_after < 0.
+  bool limit_remaining(std::int64_t remaining, std::chrono::nanoseconds reset_after, time_point t) {
+    if (remaining < 0) detail::throw_invalid(type_name, "remaining must be >= 0", detail::show(remaining));
+    if (reset_after.count() < 0) {
+      detail::throw_invalid(type_name, "reset_after must be >= 0", detail::show(reset_after.count()) + " ns");
+    }
+    if (reset_after.count() >= window_ns_ || remaining >= limit_) return false;
+    const std::int64_t now = clamp(t);
+    const std::int64_t end = now + reset_after.count();  // < now + window: no overflow past the window's end
+    const std::size_t kept = starts_.size() - first_in_window(end);
+    const std::int64_t wanted = limit_ - remaining - static_cast<std::int64_t>(kept);
+    if (wanted <= 0) return false;
+    const std::int64_t earliest = end - window_ns_ + 1;
+    const std::int64_t stamp = starts_.empty() ? earliest : std::max(at(starts_.size() - 1), earliest);
+    // The stamp is at most `now` (as reset_after < window) and at least the newest start, so the log stays
+    // sorted: record the starts as a charge at `now` would, then restamp them.
+    charge_at(wanted, stamp, now);
+    return true;
+  }
+
+  /// Changes the limit from time t on, keeping the most recent starts that the new log can hold (the others
+  /// still in the window count as `dropped`; a larger limit takes dropped starts back, stamped at the newest
+  /// dropped start's time, which is no earlier than any of theirs).
   /// @throws std::invalid_argument as the constructor, and leaves the window unchanged.
   void set_limit(std::int64_t limit, time_point t) {
     checked_limit(limit);
-    const std::size_t kept = std::min(starts_.size(), static_cast<std::size_t>(limit));
+    const std::int64_t now = clamp(t);
+    if (!dropped_ns_in_window(now)) dropped_ = 0;
+    const auto size = static_cast<std::int64_t>(starts_.size());
+    const std::int64_t back = size < limit ? std::min(dropped_, limit - size) : 0;
+    const auto kept = static_cast<std::size_t>(std::min(size, limit));
+    const std::size_t lost = starts_.size() - kept;
+    const std::size_t first = first_in_window(now);
+    const std::size_t lost_in_window = lost > first ? lost - first : 0;
     std::vector<std::int64_t> next;
-    next.reserve(kept);
-    for (std::size_t i = 0; i < kept; ++i) next.push_back(at(starts_.size() - kept + i));
+    next.reserve(static_cast<std::size_t>(back) + kept);
+    for (std::int64_t i = 0; i < back; ++i) next.push_back(newest_dropped_ns_);
+    for (std::size_t i = 0; i < kept; ++i) next.push_back(at(lost + i));
+    if (lost_in_window > 0) newest_dropped_ns_ = std::max(newest_dropped_ns_, at(lost - 1));
     starts_ = std::move(next);
+    dropped_ -= back;
+    add_dropped(static_cast<std::int64_t>(lost_in_window));
     limit_ = limit;
     head_ = 0;
-    last_ns_ = clamp(t);
+    last_ns_ = now;
   }
 
   /// Changes the window's length from time t on; the recorded starts are judged by the new length.
@@ -212,11 +299,29 @@ class basic_sliding_window {
     }
   }
 
+  bool dropped_ns_in_window(std::int64_t now) const noexcept {
+    return dropped_ > 0 && detail::int128(newest_dropped_ns_) + window_ns_ > now;
+  }
+
+  void add_dropped(std::int64_t n) noexcept {
+    constexpr std::int64_t most = std::int64_t(1) << 62;
+    dropped_ = n >= most - dropped_ ? most : dropped_ + n;
+  }
+
+  // Records n starts stamped `stamp` (<= now, >= the newest logged start), as charge records them at now.
+  void charge_at(std::int64_t n, std::int64_t stamp, std::int64_t now) {
+    charge(n, time_point(std::chrono::ceil<duration>(std::chrono::nanoseconds(now))));
+    const std::size_t logged = static_cast<std::size_t>(std::min(n, limit_));
+    for (std::size_t i = 0; i < logged; ++i) starts_[(head_ + starts_.size() - 1 - i) % starts_.size()] = stamp;
+  }
+
   std::int64_t limit_;
   std::vector<std::int64_t> starts_;  // ring of the recorded start times in ns, oldest at head_
   std::size_t head_ = 0;
   std::int64_t window_ns_;
   std::int64_t last_ns_;
+  std::int64_t dropped_ = 0;            // starts pushed out of the log while in the window (see charge)
+  std::int64_t newest_dropped_ns_ = 0;  // the latest stamp among them
 };
 
 /// The exact sliding window on `std::chrono::steady_clock`.

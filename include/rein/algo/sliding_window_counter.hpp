@@ -125,6 +125,19 @@ class basic_sliding_window_counter {
     commit(s, now);
   }
 
+  /// Counts n starts in the current fixed window at t even beyond the limit (a cost found after the fact;
+  /// see `chargeable_rate_limit`): the estimate stays above the limit, and later requests are denied,
+  /// until the weight of those starts has slid out. n may exceed the limit; the count saturates at
+  /// 4 * max_limit, so nothing overflows.
+  /// @throws std::invalid_argument if n < 0.
+  void charge(std::int64_t n, time_point t) {
+    detail::check_request(type_name, n);
+    const std::int64_t now = clamp(t);
+    state s = at(now);
+    s.current = n >= max_count - s.current ? max_count : s.current + n;
+    commit(s, now);
+  }
+
   /// Changes the limit from time t on; the counts so far are kept.
   /// @throws std::invalid_argument as the constructor, and leaves the counter unchanged.
   void set_limit(std::int64_t limit, time_point t) {
@@ -144,6 +157,8 @@ class basic_sliding_window_counter {
 
  private:
   static constexpr const char* type_name = "rein::algo::sliding_window_counter";
+  // The most a fixed window's count holds (charges saturate there); products with the window stay < 2^127.
+  static constexpr std::int64_t max_count = 4 * max_limit;
 
   struct state {
     std::int64_t start = 0;     // ns at which the current fixed window began

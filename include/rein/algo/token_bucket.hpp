@@ -3,6 +3,7 @@
 
 #include <rein/algo/rate_limit.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -134,6 +135,63 @@ class basic_token_bucket {
     return ready;
   }
 
+  /// Takes n tokens at t whatever is there, leaving the bucket in debt if it holds fewer: the charge for
+  /// work already done, such as the part of a call's cost above its estimate (an LLM call that used more
+  /// tokens than it reserved). Unlike `try_take` it never refuses, and unlike a silent overrun it makes
+  /// later requests wait until the rate has repaid the debt: `ready_at(m, ·)` and `try_take(m, ·)` see the
+  /// negative balance, so the tokens spent over any interval still match what the rate allowed, only later.
+  ///
+  /// n may exceed the capacity. The debt is bounded so that nothing overflows: the balance never goes below
+  /// `-max_capacity` (1e15) tokens, and a charge that would go further leaves it there (it then costs less
+  /// than n; at a rate of 1e9 tokens per second that debt is already 11.6 days of refill).
+  /// Source: Go's `rate.Limiter.ReserveN`, which may also take the balance below zero, without its
+  /// refusal of n above the burst.
+  /// @throws std::invalid_argument if n < 0 (nothing changes).
+  void charge(std::int64_t n, time_point t) {
+    detail::check_request(type_name, n);
+    const std::int64_t now = clamp(t);
+    const int128 units = units_at(now);
+    const int128 floor = -max_capacity * unit();
+    // Compare before multiplying: n * unit() could pass 2^127 for n near 2^63.
+    commit(n >= detail::ceil_div(units - floor, unit()) ? floor : units - n * unit(), now);
+  }
+
+  /// Lowers the balance so that from t until `t + reset_after` the bucket admits at most `remaining`
+  /// tokens: an upstream's own count (the `x-ratelimit-remaining-*` and `x-ratelimit-reset-*` response
+  /// headers of OpenAI and Anthropic: "remaining units until the window resets") correcting a local bucket
+  /// that believes it has more. Over that interval the bucket can admit at most its balance at t plus what
+  /// the rate adds, `rate * reset_after`, so the balance becomes `min(balance, remaining - rate *
+  /// reset_after)`, computed exactly (no rounding), possibly negative (debt, bounded as in `charge`).
+  ///
+  /// It never raises the balance: a provider that reports more room than the bucket has changes nothing,
+  /// so the local bound still holds. After `t + reset_after` the bucket refills at its own rate from
+  /// wherever the correction left it (it does not jump to the provider's reset; it may lag behind it,
+  /// never run ahead of it).
+  ///
+  /// @param remaining   units the provider will still admit before its reset, >= 0
+  /// @param reset_after time from t until the provider's count resets, >= 0 (a reset already past is 0)
+  /// @returns true if the balance was lowered, false if it already satisfied the bound (nothing changed).
+  /// @throws std::invalid_argument if remaining < 0 or reset_after < 0 (nothing changes).
+  bool limit_remaining(std::int64_t remaining, std::chrono::nanoseconds reset_after, time_point t) {
+    if (remaining < 0) detail::throw_invalid(type_name, "remaining must be >= 0", detail::show(remaining));
+    if (reset_after.count() < 0) {
+      detail::throw_invalid(type_name, "reset_after must be >= 0", detail::show(reset_after.count()) + " ns");
+    }
+    const std::int64_t now = clamp(t);
+    const int128 units = units_at(now);
+    // target = remaining * unit() - reset_after * p, written as whole * unit() - rest with rest in
+    // [0, unit()), so that neither product can overflow before the range checks.
+    const int128 arrived = int128(reset_after.count()) * fraction_.tokens;  // < 2^63 * 2^62
+    const int128 whole = int128(remaining) - arrived / unit();
+    const int128 rest = arrived % unit();
+    if (whole > capacity_) return false;  // target > full() >= units
+    const int128 floor = -max_capacity * unit();
+    const int128 target = whole < -max_capacity ? floor : std::max(floor, whole * unit() - rest);
+    if (target >= units) return false;
+    commit(target, now);
+    return true;
+  }
+
   /// The tokens in the bucket at t (fractional; negative while reservations are in debt). Reads only.
   ///
   /// A double, for display and snapshots: decisions are exact, this reading is rounded to a double.
@@ -184,8 +242,9 @@ class basic_token_bucket {
   double rate() const noexcept { return rate_; }
   /// The capacity (burst) in tokens: the largest n a single request may ask for.
   std::int64_t capacity() const noexcept { return capacity_; }
-  /// The latest time at which the state changed (an allowed take, a reservation, a refund or a setter;
-  /// never a read or a rejected request); earlier stamps are treated as this one.
+  /// The latest time at which the state changed (an allowed take, a reservation, a charge, a refund, a
+  /// lowering by `limit_remaining` or a setter; never a read or a rejected request); earlier stamps are
+  /// treated as this one.
   time_point last_time() const noexcept { return time_point(std::chrono::ceil<duration>(std::chrono::nanoseconds(last_ns_))); }
 
  private:
