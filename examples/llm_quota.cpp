@@ -1,24 +1,30 @@
-// Staying inside an LLM provider's quota: requests per minute (RPM) and tokens per minute (TPM) together
-// with token counts estimated before each call and reconciled after it.
+// Staying inside an LLM provider's quotas: per model, requests per minute (RPM) and tokens per minute (TPM)
+// charged together, with the token count estimated before each call and reconciled after it, a cap on calls
+// in flight, and 429 handling, all through one rein::throttle:
 //
-// Every call is charged before it is sent: 1 request, and its *estimated* tokens (the prompt plus the most the
-// answer may use, `max_tokens`), because the real count is known only from the response's `usage`. When the
-// response comes back, the difference is refunded, so the next calls do not wait for tokens nobody used:
+//     rein::throttle throttle(gates, in_flight, rpm, rein::by_tokens(tpm));
+//     auto guard = co_await throttle.acquire(model, {.requests = 1, .tokens = estimate});
+//     auto answer = co_await call_model(...);
+//     guard.reconcile({.requests = 1, .tokens = answer.usage});  // refund what the estimate over-charged
+//     guard.complete(rein::outcome::success);                     // or guard.reject(retry_after) on a 429
 //
-//     co_await tokens.acquire(estimate);     // TPM first: the scarcer budget for long prompts
-//     co_await requests.acquire();           // RPM (a rate wait holds nothing, so the order cannot deadlock)
-//     auto slot = co_await in_flight.acquire();
-//     auto usage = co_await call_model(...);
-//     tokens.refund(estimate - usage);       // reconcile
+// The estimate (the prompt plus the most the answer may use, `max_tokens`) is charged before the call, since
+// the real count is known only from the response's `usage`; the reconcile gives the difference back at once
+// to the calls still waiting (an under-estimate would be charged as debt instead). Both budgets are taken
+// together at the moment of sending, so neither is ever exceeded, in any window.
 //
-// A fake model answers after 20 ms with a usage below the estimate. The same 30 calls run twice, with and without
-// the refund; with it they finish sooner, and neither run ever exceeds the quota. The account's limits are those
-// of a large tier (RPM 12,000 and TPM 3,000,000), with bursts of a tenth of a second, so that the whole program
-// takes about a second.
+// A fake provider answers after 20 ms and enforces the same quotas itself (it answers 429 with Retry-After
+// when a model's budget is exhausted). Two models with their own quotas (those of a large tier, with bursts
+// of a tenth of a second) get 30 calls each; the same calls run with and without the reconcile, and the
+// program checks that the provider never said 429 and that each model's kept tokens stayed within its quota.
 #include "usage.hpp"
 
+#include <rein/keyed.hpp>
+#include <rein/quota_gate.hpp>
 #include <rein/semaphore.hpp>
+#include <rein/throttle.hpp>
 #include <rein/token_bucket.hpp>
+#include <rein/algo/token_bucket.hpp>
 
 #if defined(REIN_STANDALONE_ASIO)
 #include <asio/co_spawn.hpp>
@@ -50,13 +56,21 @@ using steady = std::chrono::steady_clock;
 
 namespace {
 
-// The provider's published limits, per minute, and how much of a burst we allow ourselves (many providers
-// enforce the limit over short sub-windows).
-constexpr double rpm = 12'000;
-constexpr double tpm = 3'000'000;
+// The provider's published limits per model, per minute, and how much of a burst we allow ourselves (many
+// providers enforce the limit over short sub-windows).
+struct quota {
+  const char* model;
+  double rpm;
+  double tpm;
+};
+constexpr quota quotas[] = {{"small-model", 12'000, 3'000'000}, {"large-model", 6'000, 1'200'000}};
 constexpr double burst_seconds = 0.1;
-constexpr int calls = 30;
+constexpr int calls = 30;  // per model
 constexpr int max_tokens = 600;
+
+rein::token_bucket_options per_second(double per_minute) {
+  return {.rate = per_minute / 60, .capacity = static_cast<std::int64_t>(per_minute / 60 * burst_seconds)};
+}
 
 struct request {
   int prompt_tokens;      // what the prompt really is (the model counts it exactly)
@@ -79,92 +93,150 @@ std::vector<request> make_requests() {
   return out;
 }
 
-// A stand-in for the provider's API: answers after 20 ms and reports the tokens it used.
-net::awaitable<int> call_model(const request& r) {
-  net::steady_timer latency(co_await net::this_coro::executor, 20ms);
-  co_await latency.async_wait(net::use_awaitable);
-  co_return r.prompt_tokens + r.completion_tokens;
-}
+// A stand-in for the provider: per model, the same RPM and TPM buckets, charged with the real usage when a
+// call arrives; a call beyond them gets 429 with a Retry-After. Answers after 20 ms.
+struct provider {
+  struct budget {
+    rein::algo::token_bucket requests;
+    rein::algo::token_bucket tokens;
+  };
+  std::vector<budget> budgets;
+  int too_many = 0;
 
-struct account {
-  rein::token_bucket requests;
-  rein::token_bucket tokens;
+  provider() {
+    const auto now = std::chrono::steady_clock::now();
+    for (const quota& q : quotas)
+      budgets.push_back(budget{rein::algo::token_bucket(pure(per_second(q.rpm)), now),
+                               rein::algo::token_bucket(pure(per_second(q.tpm)), now)});
+  }
+
+  struct answer {
+    int status;
+    int usage;
+    std::chrono::nanoseconds retry_after;
+  };
+
+  net::awaitable<answer> call(std::size_t model, const request& r) {
+    const auto now = std::chrono::steady_clock::now();
+    budget& b = budgets[model];
+    const int usage = r.prompt_tokens + r.completion_tokens;
+    if (b.requests.try_take(1, now) != rein::algo::take_result::allowed) co_return refuse(b.requests, 1, now);
+    if (b.tokens.try_take(usage, now) != rein::algo::take_result::allowed) {
+      b.requests.refund(1, now);
+      co_return refuse(b.tokens, usage, now);
+    }
+    net::steady_timer latency(co_await net::this_coro::executor, 20ms);
+    co_await latency.async_wait(net::use_awaitable);
+    co_return answer{200, usage, {}};
+  }
+
+  static rein::algo::token_bucket_options pure(const rein::token_bucket_options& o) {
+    return {.rate = o.rate, .capacity = o.capacity};
+  }
+
+  answer refuse(const rein::algo::token_bucket& b, int n, std::chrono::steady_clock::time_point now) {
+    ++too_many;
+    const auto ready = b.ready_at(n, now).value_or(now + 1s);
+    return {429, 0, std::chrono::duration_cast<std::chrono::nanoseconds>(ready - now)};
+  }
+};
+
+// Our side of the quota: a gate per model (a 429 pauses that model for every caller), at most 8 calls in
+// flight, and per model an RPM and a TPM bucket, the TPM one charged the call's tokens.
+struct client {
+  rein::keyed<rein::quota_gate> gates;
   rein::semaphore in_flight;
+  rein::keyed<rein::token_bucket> rpm;
+  rein::keyed<rein::token_bucket> tpm;
+  rein::throttle<rein::keyed<rein::quota_gate>, rein::semaphore, rein::keyed<rein::token_bucket>,
+                 rein::weighted_stage<rein::keyed<rein::token_bucket>, rein::by_tokens_t>>
+      throttle;
 
-  explicit account(net::io_context& io)
-      : requests(io, {.rate = rpm / 60, .capacity = static_cast<std::int64_t>(rpm / 60 * burst_seconds)}),
-        tokens(io, {.rate = tpm / 60, .capacity = static_cast<std::int64_t>(tpm / 60 * burst_seconds)}),
-        in_flight(io, 8) {}
+  explicit client(net::io_context& io)
+      : gates(io),
+        in_flight(io, 8),
+        rpm(io, {}, per_second(quotas[0].rpm)),
+        tpm(io, {}, per_second(quotas[0].tpm)),
+        throttle(gates, in_flight, rpm, rein::by_tokens(tpm)) {
+    for (const quota& q : quotas) {
+      rpm.set_override(q.model, per_second(q.rpm));
+      tpm.set_override(q.model, per_second(q.tpm));
+    }
+  }
 };
 
 struct totals {
   std::int64_t charged = 0;
   std::int64_t used = 0;
+  int done = 0;
   steady::time_point last_done{};
 };
 
-net::awaitable<void> chat(account& acct, const request& r, bool reconcile, totals& sum) {
-  const std::int64_t estimate = r.estimated_prompt + max_tokens;
-  // A request larger than the burst could never be granted (errc::exceeds_capacity). Charging the whole burst
-  // lets it through once the bucket is full; better, size burst_seconds so that this never happens.
-  const std::int64_t charge = std::min(estimate, acct.tokens.capacity());
-  co_await acct.tokens.acquire(static_cast<std::size_t>(charge));
-  co_await acct.requests.acquire();
-  rein::permit slot = co_await acct.in_flight.acquire();  // concurrency last: rate waits hold no slot
-  const std::int64_t used = co_await call_model(r);
-  slot.release();
-  if (reconcile && used < charge) {
-    acct.tokens.refund(static_cast<std::size_t>(charge - used));
-  } else if (used > charge) {
-    // The estimate was short (a prompt longer than guessed): pay the rest now, so the quota stays true.
-    co_await acct.tokens.acquire(static_cast<std::size_t>(std::min(used - charge, acct.tokens.capacity())));
+net::awaitable<void> chat(client& c, provider& p, std::size_t model, const request& r, bool reconcile, totals& sum) {
+  const std::size_t estimate = static_cast<std::size_t>(r.estimated_prompt + max_tokens);
+  for (;;) {
+    auto guard = co_await c.throttle.acquire(quotas[model].model, {.requests = 1, .tokens = estimate});
+    const provider::answer a = co_await p.call(model, r);
+    if (a.status == 429) {
+      guard.reject(std::optional<rein::throttle_guard<decltype(c.throttle)>::duration>(
+          std::chrono::duration_cast<steady::duration>(a.retry_after)));
+      continue;  // the gate holds this model's callers until the Retry-After has passed
+    }
+    if (reconcile) guard.reconcile({.requests = 1, .tokens = static_cast<std::size_t>(a.usage)});
+    guard.complete(rein::outcome::success);
+    sum.charged += static_cast<std::int64_t>(reconcile ? static_cast<std::size_t>(a.usage) : estimate);
+    sum.used += a.usage;
+    ++sum.done;
+    sum.last_done = steady::now();
+    co_return;
   }
-  sum.charged += charge;
-  sum.used += used;
-  sum.last_done = steady::now();
 }
 
-void run(const std::vector<request>& reqs, bool reconcile) {
+// Returns false if a figure is not what it must be.
+bool run(const std::vector<request>& reqs, bool reconcile) {
   net::io_context io;
-  account acct(io);
-  totals sum;
+  client c(io);
+  provider p;
+  std::vector<totals> sums(std::size(quotas));
   const steady::time_point start = steady::now();
-  for (const request& r : reqs) {
-    net::co_spawn(io, chat(acct, r, reconcile, sum), [](std::exception_ptr e) {
-      if (e) std::rethrow_exception(e);
-    });
-  }
+  for (std::size_t m = 0; m < std::size(quotas); ++m)
+    for (const request& r : reqs)
+      net::co_spawn(io, chat(c, p, m, r, reconcile, sums[m]), [](std::exception_ptr e) {
+        if (e) std::rethrow_exception(e);
+      });
   io.run();
-  const double seconds = std::chrono::duration<double>(sum.last_done - start).count();
-  const rein::token_bucket_snapshot t = acct.tokens.snapshot();
-  const rein::token_bucket_snapshot q = acct.requests.snapshot();
-  // What the bucket kept (charged minus refunded) can never pass one burst plus the rate times the time.
-  const std::int64_t kept = reconcile ? sum.used : sum.charged;
-  const double allowed = tpm / 60 * seconds + static_cast<double>(t.capacity);
-  std::printf("%-16s %6.0f ms %9lld %9lld %9lld %9.0f %15.1f\n", reconcile ? "with refunds" : "without refunds",
-              seconds * 1000, static_cast<long long>(sum.charged), static_cast<long long>(sum.used),
-              static_cast<long long>(kept), allowed,
-              std::chrono::duration<double, std::milli>(t.wait_total + q.wait_total).count() / calls);
+  bool ok = p.too_many == 0;
+  for (std::size_t m = 0; m < std::size(quotas); ++m) {
+    const totals& sum = sums[m];
+    const double seconds = std::chrono::duration<double>(sum.last_done - start).count();
+    // What the TPM bucket kept (charged minus refunds) never passes one burst plus the rate times the time.
+    const double allowed = quotas[m].tpm / 60 * seconds + quotas[m].tpm / 60 * burst_seconds;
+    ok = ok && sum.done == calls && static_cast<double>(sum.charged) <= allowed;
+    std::printf("%-16s %-12s %6.0f ms %5d %9lld %9lld %9.0f\n", reconcile ? "reconciled" : "not reconciled",
+                quotas[m].model, seconds * 1000, sum.done, static_cast<long long>(sum.charged),
+                static_cast<long long>(sum.used), allowed);
+  }
+  const rein::throttle_snapshot s = c.throttle.snapshot();
+  std::printf("%-16s 429s from the provider: %d; throttle: %llu admitted, %llu failed\n", "", p.too_many,
+              static_cast<unsigned long long>(s.admitted_total), static_cast<unsigned long long>(s.failed_total));
+  return ok;
 }
 
 }  // namespace
 
 constexpr const char* usage =
     "usage: llm_quota [--help]\n"
-    "  30 calls to a simulated LLM within RPM and TPM quotas, with and without refunds (about 1 s)\n";
+    "  30 calls per model to a simulated LLM within RPM and TPM quotas, with and without reconcile (about 1 s)\n";
 
 int main(int argc, char** argv) {
   if (rein_example::asked_for_help(argc, argv, usage)) return 0;
   if (rein_example::unexpected_arguments(argc, argv, usage)) return 2;
   const std::vector<request> reqs = make_requests();
-  std::printf("%d calls; quota RPM %.0f, TPM %.0f; bursts of %.1f s (%lld requests, %lld tokens)\n\n", calls, rpm, tpm,
-              burst_seconds, static_cast<long long>(rpm / 60 * burst_seconds),
-              static_cast<long long>(tpm / 60 * burst_seconds));
-  std::printf("%-16s %9s %9s %9s %9s %9s %15s\n", "", "elapsed", "charged", "used", "kept", "allowed",
-              "mean wait (ms)");
-  run(reqs, true);
-  run(reqs, false);
-  std::printf("\ncharged: estimates taken before the calls; used: what the responses reported; kept: what the\n"
-              "token bucket kept (charged minus refunds); allowed: TPM x elapsed + one burst, never passed by kept.\n"
-              "With refunds, what a call was charged but did not use goes back at once to the calls still waiting.\n");
+  std::printf("%d calls per model; bursts of %.1f s of each quota\n\n", calls, burst_seconds);
+  std::printf("%-16s %-12s %9s %5s %9s %9s %9s\n", "", "model", "elapsed", "calls", "kept", "used", "allowed");
+  const bool ok = run(reqs, true) && run(reqs, false);
+  std::printf("\nkept: the tokens the TPM bucket kept (the estimates, less what the reconcile gave back); used:\n"
+              "what the responses reported; allowed: TPM x elapsed + one burst, never passed by kept.\n%s\n",
+              ok ? "every call succeeded, no 429, every model within its quota" : "FAILED: a figure is wrong");
+  return ok ? 0 : 1;
 }

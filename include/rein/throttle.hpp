@@ -10,6 +10,7 @@
 #include <rein/observer.hpp>
 #include <rein/outcome.hpp>
 #include <rein/permit.hpp>
+#include <rein/rate_limit_headers.hpp>
 #include <rein/try_result.hpp>
 #include <rein/wait_stats.hpp>
 
@@ -573,6 +574,24 @@ class throttle_guard {
     owner_->pause(held_, retry_after_value);
     owner_->count_rejection();
     complete(outcome::congestion);
+  }
+
+  /// Reports the upstream's answer as rein::read_response reads it (rein/rate_limit_headers.hpp from a status
+  /// and headers; rein/beast.hpp from a Boost.Beast response): a 429, or a 503 with Retry-After, pauses and
+  /// counts as reject(retry_after) does; anything else completes with its outcome. Either way the
+  /// provider's `x-ratelimit-remaining-*` / `-reset-*` hints first lower the rate stages that count the same
+  /// unit (`requests` for stages charged by requests, `tokens` for rein::by_tokens ones; never raised, see
+  /// rein::limit_remaining), so the local budget never trusts itself over the provider's count.
+  void complete(const upstream_response& response) {
+    if (!admitted_) return;
+    owner_->apply_hints(held_, response);
+    if (response.too_many_requests) {
+      std::optional<duration> pause;
+      if (response.retry_after) pause = std::chrono::duration_cast<duration>(*response.retry_after);
+      reject(pause);
+    } else {
+      complete(response.result);
+    }
   }
 
   /// Settles the charge once the call's real cost is known (an LLM answer's usage): each rate stage whose
@@ -1158,6 +1177,23 @@ class throttle {
         else if (!static_cast<bool>(l.try_acquire(now - was))) return;
       }
       h.units[I] = now;
+    }
+  }
+
+  void apply_hints(holdings& h, const upstream_response& response) {
+    [&]<std::size_t... I>(std::index_sequence<I...>) { (hint_one<I>(h, response), ...); }(
+        std::make_index_sequence<stage_count>{});
+  }
+
+  template <std::size_t I>
+  void hint_one(holdings& h, const upstream_response& response) {
+    if constexpr (ranks_[I] == rank::rate) {
+      using weight = typename std::tuple_element_t<I, specs>::weight;
+      auto& l = limiter<I>(h);
+      if constexpr (requires { l.limit_remaining(std::int64_t{}, std::chrono::nanoseconds{}); }) {
+        if constexpr (std::is_same_v<weight, by_requests_t>) rein::limit_remaining(l, response.requests);
+        else if constexpr (std::is_same_v<weight, by_tokens_t>) rein::limit_remaining(l, response.tokens);
+      }
     }
   }
 
