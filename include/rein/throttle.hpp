@@ -201,8 +201,7 @@ inline std::ostream& operator<<(std::ostream& os, const throttle_snapshot& s) {
 
 /// What a throttle's acquire throws when it fails: the error (errc::timed_out, errc::closed, errc::queue_full,
 /// errc::exceeds_capacity, operation_aborted), and where: the stage's position in the list, its kind and the
-/// key. `what()` says all of it: `rein::throttle "out"::acquire: stage 2 (rate), key "api.a": operation
-/// timed out`.
+/// key; `what()` says all of it (the throttle's name, the stage's position and kind, the key, the error).
 class throttle_error : public system_error {
  public:
   /// Made by the throttle.
@@ -758,8 +757,11 @@ class throttle {
  public:
   /// What a guard holds for each stage. Not API.
   struct holdings {
+    /// Each keyed stage's limiter for the caller's key, pinned.
     std::tuple<typename detail::handle_of<typename detail::stage_spec<Stages>::stage>::type...> handles{};
+    /// Each concurrency stage's permit.
     std::array<permit, stage_count> permits{};
+    /// The units taken from each rate stage.
     std::array<std::size_t, stage_count> units{};
   };
 
