@@ -6,6 +6,7 @@
 #include <rein/error.hpp>
 #include <rein/null_mutex.hpp>
 #include <rein/observer.hpp>
+#include <rein/wait_stats.hpp>
 
 #if defined(REIN_STANDALONE_ASIO)
 #include <asio/execution_context.hpp>
@@ -86,8 +87,10 @@ using keyed_stats [[deprecated("use rein::keyed_snapshot")]] = keyed_snapshot;
 /// The primary template uses, in this order: a member `bool idle() const`; else a snapshot with `in_flight`
 /// (semaphore, adaptive limiter: nothing held; note that an adaptive limiter's learned limit is then lost,
 /// by design: an idle key starts again from its initial limit); else a snapshot with `tokens` and `capacity`
-/// (token bucket: full); else a snapshot with `in_window` (sliding window: empty). All also need
-/// `waiting == 0`. Specialise it for other limiters.
+/// (token bucket: full); else a snapshot with `in_window` (sliding window: empty); else, for any other rate
+/// limiter (rate_limits, adaptive_rate_limiter), its whole capacity available now (an adaptive rate's learned
+/// rate is then lost, as an adaptive limiter's limit is). All also need `waiting == 0`. Specialise it for
+/// other limiters.
 template <class Limiter>
 struct idle_traits {
   /// Whether `limiter` holds nothing and nobody waits on it, so that evicting it loses nothing.
@@ -102,6 +105,14 @@ struct idle_traits {
         return s.waiting == 0 && s.tokens >= static_cast<decltype(s.tokens)>(s.capacity);
       } else if constexpr (requires { s.in_window; }) {
         return s.waiting == 0 && s.in_window == 0;
+      } else if constexpr (requires { typename Limiter::limit_type; }) {
+        // Any other rate limiter (rate_limits, adaptive_rate_limiter): at rest when its whole capacity could
+        // be taken now.
+        return limiter.inspect([](const typename Limiter::limit_type& limit, const wait_stats& w) {
+          const auto now = Limiter::clock_type::now();
+          const auto at = limit.ready_at(limit.capacity(), now);
+          return w.waiting == 0 && at && *at <= now;
+        });
       } else {
         static_assert(sizeof(Limiter) == 0, "rein::idle_traits: specialise it for this limiter");
         return false;
