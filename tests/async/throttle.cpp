@@ -6,8 +6,11 @@
 #include "support/token_matrix.hpp"
 
 #include <rein/adaptive_limiter.hpp>
+#include <rein/adaptive_rate_limiter.hpp>
 #include <rein/keyed.hpp>
 #include <rein/quota_gate.hpp>
+#include <rein/rate_limit_headers.hpp>
+#include <rein/rate_limiter.hpp>
 #include <rein/semaphore.hpp>
 #include <rein/sliding_window.hpp>
 #include <rein/throttle.hpp>
@@ -16,6 +19,7 @@
 #include <array>
 #include <chrono>
 #include <future>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -593,4 +597,234 @@ TEST_CASE("a sliding window as the rate stage: starts are taken at the send, ref
   REQUIRE(result.has_value());
   CHECK(*result == rein::errc::timed_out);
   CHECK(window.snapshot().in_window == 0);
+}
+
+TEST_CASE("per-key rates: each host gets its own rate, and one host's backlog does not slow the other",
+          "[throttle][budget]") {
+  rein_test::manual_clock_at_epoch epoch;
+  net::io_context io;
+  rein::keyed<bucket_type> rate(io.get_executor(), rein::keyed_options{},
+                                rein::token_bucket_options{.rate = 2, .capacity = 1});
+  rate.set_override("fast", rein::token_bucket_options{.rate = 10, .capacity = 1});
+  sem_type global(io.get_executor(), 100);
+  rein::throttle t(global, rate);
+  std::map<std::string, std::vector<double>> admitted_at;
+  std::vector<rein::throttle_guard<decltype(t)>> held;
+  for (int i = 0; i < 10; ++i)
+    for (std::string key : {"slow", "fast"})
+      t.async_acquire(key, [&, key](rein::error_code ec, auto g) {
+        REQUIRE_FALSE(ec);
+        admitted_at[key].push_back(seconds_since_epoch());
+        held.push_back(std::move(g));
+      });
+  rein_test::poll(io);
+  for (int step = 0; step < 100; ++step) advance_and_poll(io, 50ms);
+  REQUIRE(admitted_at["fast"].size() == 10);
+  REQUIRE(admitted_at["slow"].size() == 10);
+  for (std::size_t i = 0; i < 10; ++i) {
+    CHECK(admitted_at["fast"][i] == Approx(0.1 * static_cast<double>(i)).margin(1e-9));  // 10/s, unhindered
+    CHECK(admitted_at["slow"][i] == Approx(0.5 * static_cast<double>(i)).margin(1e-9));  // 2/s
+  }
+  CHECK(global.snapshot().in_flight == 20);  // admitted calls only: nobody waiting held a slot
+}
+
+TEST_CASE("weighted charges: requests and tokens are taken together or not at all", "[throttle][budget]") {
+  rein_test::manual_clock_at_epoch epoch;
+  net::io_context io;
+  bucket_type rpm(io.get_executor(), rein::token_bucket_options{.rate = 10, .capacity = 10});
+  bucket_type tpm(io.get_executor(), rein::token_bucket_options{.rate = 100, .capacity = 100});
+  rein::throttle t(rpm, rein::by_tokens(tpm));
+
+  auto too_big = t.try_acquire("m", {.requests = 1, .tokens = 150});
+  CHECK(too_big.rejected_at() == rein::throttle_stage::rate);
+  CHECK(too_big.rejected_stage() == 1);
+  CHECK(rpm.tokens() == 10.0);  // the request was not charged alone
+
+  auto first = t.try_acquire("m", {.requests = 1, .tokens = 60});
+  REQUIRE(first);
+  CHECK(rpm.tokens() == 9.0);
+  CHECK(tpm.tokens() == 40.0);
+  CHECK_FALSE(t.try_acquire("m", {.requests = 1, .tokens = 50}));
+  CHECK(rpm.tokens() == 9.0);
+
+  std::optional<double> admitted_at;
+  rein::throttle_guard<decltype(t)> second;
+  t.async_acquire("m", {.requests = 1, .tokens = 50}, [&](rein::error_code ec, auto g) {
+    REQUIRE_FALSE(ec);
+    admitted_at = seconds_since_epoch();
+    second = std::move(g);
+  });
+  rein_test::poll(io);
+  CHECK(rpm.tokens() == 9.0);  // waiting for tokens holds no request
+  advance_and_poll(io, 99ms);
+  CHECK_FALSE(admitted_at.has_value());
+  advance_and_poll(io, 1ms);
+  REQUIRE(admitted_at.has_value());
+  CHECK(*admitted_at == Approx(0.1).margin(1e-9));
+  CHECK(rpm.tokens() == 9.0);  // 9 + 1 refilled - 1
+  CHECK(tpm.tokens() == 0.0);  // 40 + 10 refilled - 50
+  CHECK(second.charged().tokens == 50);
+}
+
+TEST_CASE("reconcile refunds an over-estimate and charges an under-estimate as debt", "[throttle][budget]") {
+  rein_test::manual_clock_at_epoch epoch;
+  net::io_context io;
+  bucket_type tpm(io.get_executor(), rein::token_bucket_options{.rate = 100, .capacity = 100});
+  rein::throttle t(rein::by_tokens(tpm));
+  auto g = t.try_acquire("m", {.requests = 1, .tokens = 80});
+  REQUIRE(g);
+  CHECK(tpm.tokens() == 20.0);
+  g.reconcile({.requests = 1, .tokens = 30});
+  CHECK(tpm.tokens() == 70.0);  // the 50 not used went back at once
+  g.reconcile({.requests = 1, .tokens = 150});
+  CHECK(tpm.tokens() == -50.0);  // 120 more than charged: debt, never a silent overrun
+  CHECK(g.charged().tokens == 150);
+  g.complete(rein::outcome::success);
+  g.reconcile({.requests = 1, .tokens = 0});  // a completed guard settles nothing
+  CHECK(tpm.tokens() == -50.0);
+
+  std::optional<double> admitted_at;
+  t.async_acquire("m", {.requests = 1, .tokens = 10}, [&](rein::error_code ec, auto) {
+    REQUIRE_FALSE(ec);
+    admitted_at = seconds_since_epoch();
+  });
+  rein_test::poll(io);
+  advance_and_poll(io, 599ms);
+  CHECK_FALSE(admitted_at.has_value());  // the debt delays the next caller: 60 tokens at 100/s
+  advance_and_poll(io, 1ms);
+  REQUIRE(admitted_at.has_value());
+  CHECK(*admitted_at == Approx(0.6).margin(1e-9));
+}
+
+TEST_CASE("complete(response): provider headers lower the budget, a 429 pauses the key", "[throttle][budget]") {
+  rein_test::manual_clock_at_epoch epoch;
+  stages s;
+  bucket_type tpm(s.io.get_executor(), rein::token_bucket_options{.rate = 100, .capacity = 1000});
+  rein::throttle t(s.gates, s.rate, rein::by_tokens(tpm));
+  const auto now = std::chrono::system_clock::now();
+  std::map<std::string, std::string> headers{{"x-ratelimit-remaining-tokens", "300"},
+                                             {"x-ratelimit-reset-tokens", "2s"}};
+  auto lookup = [&headers](std::string_view name) -> std::optional<std::string_view> {
+    const auto it = headers.find(std::string(name));
+    if (it == headers.end()) return std::nullopt;
+    return std::string_view(it->second);
+  };
+  {
+    auto g = t.try_acquire("K", {.requests = 1, .tokens = 100});
+    REQUIRE(g);
+    CHECK(tpm.tokens() == 900.0);
+    g.complete(rein::read_response(200, lookup, now));
+  }
+  CHECK(tpm.tokens() == 100.0);  // at most 300 until the reset in 2 s: 300 - 100/s x 2 s
+  CHECK(s.rate.tokens() == 99.0);  // the request stage had no hint: unchanged
+  CHECK(t.snapshot().in_flight == 0);
+
+  headers = {{"retry-after", "3"}};
+  {
+    auto g = t.try_acquire("K", {.requests = 1, .tokens = 10});
+    REQUIRE(g);
+    g.complete(rein::read_response(429, lookup, now));
+  }
+  CHECK(s.gates.get("K")->paused_until() == manual_clock::time_point(3s));
+  CHECK(t.snapshot().rejections_reported == 1);
+  CHECK(t.try_acquire("K").rejected_at() == rein::throttle_stage::gate);
+}
+
+TEST_CASE("the guard feeds an adaptive rate stage: a 429 cuts the rate", "[throttle][budget]") {
+  rein_test::manual_clock_at_epoch epoch;
+  net::io_context io;
+  using adaptive_rate_type = rein::basic_adaptive_rate_limiter<executor, manual_clock>;
+  adaptive_rate_type rate(io.get_executor(), rein::algo::adaptive_rate_options{.initial_rate = 200, .burst = 20});
+  rein::throttle t(rate);
+  for (int i = 0; i < 13; ++i) {
+    manual_clock::advance(10ms);
+    auto g = t.try_acquire("host");
+    REQUIRE(g);
+    g.reject(std::optional<manual_clock::duration>(0s));
+  }
+  CHECK(rate.snapshot().decreases >= 1);
+  CHECK(rate.rate() < 200.0);
+}
+
+TEST_CASE("a failure names its stage and key, in both doors", "[throttle][errors]") {
+  rein_test::manual_clock_at_epoch epoch;
+  stages s;
+  rein::throttle_options named;
+  named.name = "out";
+  rein::throttle t(s.gates, s.per_key, s.global, s.rate, named);
+  auto holder = t.try_acquire("api.a");
+  REQUIRE(holder);
+
+  std::optional<std::string> what;
+  std::optional<std::size_t> stage;
+  net::co_spawn(
+      s.io,
+      [&]() -> net::awaitable<void> {
+        try {
+          co_await t.acquire_for("api.a", 50ms);
+        } catch (const rein::throttle_error& e) {
+          what = e.what();
+          stage = e.stage();
+          CHECK(e.kind() == rein::throttle_stage::per_key);
+          CHECK(e.key() == "api.a");
+          CHECK(e.code() == rein::errc::timed_out);
+        }
+      },
+      net::detached);
+  rein::throttle_guard<decltype(t)> failed;
+  t.async_acquire_for("api.a", 50ms, [&](rein::error_code, auto g) { failed = std::move(g); });
+  rein_test::poll(s.io);
+  advance_and_poll(s.io, 50ms);
+  REQUIRE(what.has_value());
+  CHECK(*stage == 1);
+  CHECK(what->find("rein::throttle \"out\"::acquire: stage 1 (per_key), key \"api.a\"") == 0);
+  CHECK_FALSE(failed);
+  CHECK(failed.rejected_stage() == 1);
+  CHECK(failed.rejected_at() == rein::throttle_stage::per_key);
+  CHECK(failed.error() == rein::errc::timed_out);
+  CHECK(t.snapshot().timed_out_total == 2);
+}
+
+TEST_CASE("an adaptive global stage measures a call from its send, not from its permit", "[throttle][budget]") {
+  rein_test::manual_clock_at_epoch epoch;
+  net::io_context io;
+  rein::basic_adaptive_limiter<rein::algo::basic_aimd<manual_clock>, executor, manual_clock> global(
+      io.get_executor(), rein::algo::aimd_options{.initial_limit = 4, .min_limit = 1, .max_limit = 10, .backoff = 0.5});
+  bucket_type rate(io.get_executor(), rein::token_bucket_options{.rate = 1, .capacity = 1});
+  rein::throttle t(global, rate);
+  auto first = t.try_acquire("k");
+  REQUIRE(first);
+  rein::throttle_guard<decltype(t)> second;
+  t.async_acquire("k", [&](rein::error_code ec, auto g) {
+    REQUIRE_FALSE(ec);
+    second = std::move(g);
+  });
+  rein_test::poll(io);
+  CHECK(global.snapshot().in_flight == 2);  // the second waits at the shared rate, holding its global slot
+  advance_and_poll(io, 1s);
+  REQUIRE(second);
+  advance_and_poll(io, 200ms);
+  second.complete(rein::outcome::success);
+  CHECK(global.snapshot().service.max() == 200ms);  // sent at 1 s, answered at 1.2 s: not 1.2 s
+}
+
+TEST_CASE("keyed rate_limits and keyed adaptive rates are stages", "[throttle][budget]") {
+  rein_test::manual_clock_at_epoch epoch;
+  net::io_context io;
+  using pair_type = rein::basic_rate_limiter<
+      rein::algo::all_of<rein::algo::basic_token_bucket<manual_clock>, rein::algo::basic_token_bucket<manual_clock>>,
+      executor>;
+  const auto t0 = manual_clock::now();
+  rein::keyed<pair_type> limits(io.get_executor(), rein::keyed_options{},
+                                rein::algo::all_of{rein::algo::basic_token_bucket<manual_clock>({.rate = 1, .capacity = 2}, t0),
+                                                   rein::algo::basic_token_bucket<manual_clock>({.rate = 5, .capacity = 5}, t0)});
+  using adaptive_rate_type = rein::basic_adaptive_rate_limiter<executor, manual_clock>;
+  rein::keyed<adaptive_rate_type> adaptive(io.get_executor(), rein::keyed_options{},
+                                           rein::algo::adaptive_rate_options{.initial_rate = 10, .burst = 1});
+  rein::throttle t(limits, adaptive);
+  auto a = t.try_acquire("x");
+  REQUIRE(a);
+  CHECK(t.try_acquire("x").rejected_stage() == 1);  // the adaptive rate's burst of 1 is spent
+  CHECK(static_cast<bool>(t.try_acquire("y")));     // another key, its own limits
+  a.complete(rein::outcome::success);
 }
