@@ -3,11 +3,11 @@
 // Workers (coroutines, one keep-alive HTTP/1.1 connection each, Boost.Beast) send GET requests to one URL
 // for a given time, each request through a rein::throttle keyed by host:
 //
-//   quota gate of the host (Retry-After pauses everyone) -> rate (token bucket or adaptive rate) -> global
-//   concurrency (semaphore or AIMD) -> the gate again (a pause that began meanwhile sends it back) -> send
+//   quota gate of the host (Retry-After pauses everyone) -> global concurrency (semaphore or AIMD) -> rate
+//   (token bucket or adaptive rate, taken at the send) -> the gate again -> send
 //
-// and report the answer back: the guard's outcome feeds AIMD, `reject(Retry-After)` pauses the host's gate,
-// and the outcome with the send time feeds the adaptive rate. Everything runs on one thread.
+// and report the answer back: the guard's outcome feeds AIMD and the adaptive rate, and `reject(Retry-After)`
+// pauses the host's gate. Everything runs on one thread.
 #pragma once
 
 #if defined(REIN_STANDALONE_ASIO)
@@ -338,8 +338,7 @@ net::awaitable<std::optional<typename Throttle::guard>> admit(run_state<Throttle
 template <class Throttle, class Guard>
 void account(run_state<Throttle>& s, Guard& g, clock::time_point sent, const http::response<http::string_body>& res) {
   const int status = static_cast<int>(res.result_int());
-  const rein::outcome result = rein::classify_http_status(status);
-  if (s.limits.adaptive) s.limits.adaptive->record(result, sent);
+  const rein::outcome result = rein::classify_http_status(status);  // the guard feeds every adaptive stage
   second& sec = s.second_of(sent);
   if (status >= 200 && status < 300) {
     ++sec.ok;
@@ -370,7 +369,6 @@ template <class Throttle, class Guard>
 void account_error(run_state<Throttle>& s, Guard& g, clock::time_point sent, const beast::error_code& ec) {
   const bool timeout = ec == beast::error::timeout;
   g.complete(timeout ? rein::outcome::congestion : rein::outcome::ignored);
-  if (s.limits.adaptive && timeout) s.limits.adaptive->record(rein::outcome::congestion, sent);
   ++s.second_of(sent).errors;
 }
 

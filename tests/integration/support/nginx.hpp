@@ -36,6 +36,8 @@ namespace rein_test {
 struct nginx_limits {
   static constexpr double rate = 200;  ///< /rate: limit_req, requests per second
   static constexpr int burst = 20;     ///< /rate: limit_req burst (nodelay)
+  static constexpr double host_a = 100;  ///< /host_a: limit_req, requests per second (burst 10, nodelay)
+  static constexpr double host_b = 40;   ///< /host_b: limit_req, requests per second (burst 10, nodelay)
   static constexpr int connections = 8;  ///< /conn: limit_conn
 };
 
