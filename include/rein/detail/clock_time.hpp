@@ -35,4 +35,15 @@ std::int64_t to_ns_saturated(TimePoint t) noexcept {
   return std::chrono::duration_cast<ns>(d).count();
 }
 
+/// `seconds` as a Duration, rounded up and saturated: at most Duration::max(); NaN and values <= 0 give zero.
+/// For waits computed in floating point (a server's retry-after in microseconds, a refill time).
+template <class Duration>
+Duration ceil_duration(double seconds) noexcept {
+  if (!(seconds > 0)) return Duration::zero();
+  using fractional = std::chrono::duration<double>;
+  // A margin of one part in 1e9 below the limit, so that rounding to the next tick cannot overflow.
+  if (seconds >= std::chrono::duration_cast<fractional>(Duration::max()).count() * (1 - 1e-9)) return Duration::max();
+  return std::chrono::ceil<Duration>(fractional(seconds));
+}
+
 }  // namespace rein::detail

@@ -88,6 +88,7 @@ enum class wait_status : std::uint8_t {
   timed_out,
   queue_full,
   exceeds_capacity,
+  failed,            ///< refused by a remote policy with an error of its own (remote_wait_op::failure)
 };
 
 inline error_code to_error_code(wait_status s) noexcept {
@@ -100,6 +101,7 @@ inline error_code to_error_code(wait_status s) noexcept {
     case wait_status::timed_out: return errc::timed_out;
     case wait_status::queue_full: return errc::queue_full;
     case wait_status::exceeds_capacity: return errc::exceeds_capacity;
+    case wait_status::failed: return net::error::operation_aborted;  // remote_wait_op carries the reason
   }
   return {};
 }
@@ -129,6 +131,22 @@ struct wait_op {
   std::atomic<wait_status> status{wait_status::queued};
   bool drain = false;  // waits in the drain line (async_drain) instead of the acquire line
 };
+
+/// The node of a limiter whose admission is asynchronous (detail/remote_admission.hpp): a wait_op that can
+/// be "in flight" (its admission request sent, the verdict not back yet) and can fail with an error of the
+/// policy's own (a Redis bucket's unavailable or server_error). Local limiters' ops stay plain wait_ops, so
+/// their size is unchanged.
+struct remote_wait_op : wait_op {
+  error_code failure{};      // with status `failed`: what the handler receives
+  std::uint64_t ticket = 0;  // while in_flight: the policy's name for its request
+  bool in_flight = false;    // its admission request is out; the verdict decides it
+};
+
+/// What the handler of an op that finished with `s` receives.
+inline error_code result_of(const wait_op&, wait_status s) noexcept { return to_error_code(s); }
+inline error_code result_of(const remote_wait_op& op, wait_status s) noexcept {
+  return s == wait_status::failed ? op.failure : to_error_code(s);
+}
 
 /// The limiter core as its ops see it.
 class wait_owner {
@@ -177,9 +195,11 @@ class cancel_handler {
 /// The concrete op for one handler type. WithPermit selects the completion signature:
 /// `void(error_code, rein::permit)` for concurrency limiters, `void(error_code)` for rate limiters.
 /// Concurrent is false for single-threaded limiters (rein::null_mutex), whose users promise that acquire,
-/// release, cancellation and completions all happen on one thread or strand.
-template <class Handler, class IoExecutor, bool WithPermit, bool Concurrent = true>
-class wait_op_impl final : public wait_op {
+/// release, cancellation and completions all happen on one thread or strand. Base is wait_op, or
+/// remote_wait_op for a limiter whose admission is asynchronous.
+template <class Handler, class IoExecutor, bool WithPermit, bool Concurrent = true, class Base = wait_op>
+class wait_op_impl final : public Base {
+  static_assert(std::is_base_of_v<wait_op, Base>);
   using handler_allocator = net::associated_allocator_t<Handler>;
   // The handler's own allocator if it has one; otherwise a per-thread spare block (spare_allocator.hpp).
   using allocator_type =
@@ -222,8 +242,8 @@ class wait_op_impl final : public wait_op {
  private:
   template <class H>
   wait_op_impl(H&& handler, std::size_t n) : handler_(std::forward<H>(handler)) {
-    count = n;
-    complete = &do_complete;
+    this->count = n;
+    this->complete = &do_complete;
   }
 
   static void destroy(wait_op_impl* op) noexcept { destroy(op, net::get_associated_allocator(op->handler_)); }
@@ -286,15 +306,16 @@ class wait_op_impl final : public wait_op {
       if (status == wait_status::granted && !claim(op)) status = wait_status::aborted;  // revoked first
       const std::size_t n = op->count;
       const std::chrono::nanoseconds stamp(op->stamp_ns);
+      error_code ec = result_of(static_cast<const Base&>(*op), status);
       destroy(op, alloc_);  // the op's handler was moved from: use the allocator copied before
-      if (status == wait_status::granted && !owner_->deliver(n, stamp)) status = wait_status::aborted;
+      if (status == wait_status::granted && !owner_->deliver(n, stamp)) ec = net::error::operation_aborted;
       if constexpr (WithPermit) {
-        permit p = status == wait_status::granted ? permit(owner_->source(), n, stamp) : permit();
+        permit p = !ec ? permit(owner_->source(), n, stamp) : permit();
         keep_.reset();
-        std::move(handler)(to_error_code(status), std::move(p));
+        std::move(handler)(ec, std::move(p));
       } else {
         keep_.reset();
-        std::move(handler)(to_error_code(status));
+        std::move(handler)(ec);
       }
     }
 
