@@ -228,6 +228,7 @@ TEST_CASE("admission: a grant cancelled before its handler ran gives its tokens 
   result r;
   b.acquire(r, 2, signal);
   b.settle(0, allowed(0));  // granted: the completion is posted, not run
+  manual_clock::advance(5ms);  // later than the grant: unlike a local bucket's, a remote grant is still undone
   signal.emit(net::cancellation_type::terminal);
   poll(b.io);
   CHECK(r.ec == net::error::operation_aborted);
@@ -385,4 +386,22 @@ TEST_CASE("admission: close completes waiting and in-flight ops with closed; a l
   CHECK(after.ec == rein::errc::closed);
   b.settle(0, allowed(0));
   CHECK(b.sent() == messages{{admission, 0, 1}, {refund, 0, 1}});
+}
+
+TEST_CASE("admission: while an op waits, run() does not return; a cancelled far deadline leaves nothing pending",
+          "[redis][admission]") {
+  bucket b(ten_per_second(5, 1));
+  net::cancellation_signal signal;
+  result on_wire, waiting;
+  b.acquire(on_wire, 1);  // in flight: no timer needed, only the verdict can end it
+  poll(b.io);
+  CHECK_FALSE(b.io.stopped());  // the line's work guard: a pending operation keeps the context running
+  b.line->async_acquire(net::bind_cancellation_slot(signal.slot(), [&waiting](error_code ec) { waiting = {true, ec}; }),
+                        1, manual_clock::now() + 1h);
+  signal.emit(net::cancellation_type::terminal);
+  b.settle(0, allowed(400000));
+  poll(b.io);
+  CHECK(on_wire.ec == error_code{});
+  CHECK(waiting.ec == net::error::operation_aborted);
+  CHECK(b.io.stopped());  // no work guard and no timer armed for the cancelled op's deadline an hour away
 }
