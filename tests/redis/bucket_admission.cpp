@@ -405,3 +405,18 @@ TEST_CASE("admission: while an op waits, run() does not return; a cancelled far 
   CHECK(waiting.ec == net::error::operation_aborted);
   CHECK(b.io.stopped());  // no work guard and no timer armed for the cancelled op's deadline an hour away
 }
+
+TEST_CASE("admission: only a denial of the first waiting op holds the line", "[redis][admission]") {
+  bucket b(ten_per_second(3, 2));
+  result a, big;
+  b.acquire(a, 1);
+  b.acquire(big, 2);
+  CHECK(b.sent() == messages{{admission, 0, 1}, {admission, 1, 2}});
+  b.settle(0, denied(100000, 0));  // a, now the first waiting: ask again in 100 ms
+  b.settle(1, denied(900000, 0));  // big waits behind a: its longer retry-after does not hold a
+  advance_and_poll(b.io, 99ms);
+  CHECK(b.sent().size() == 2);
+  advance_and_poll(b.io, 1ms);
+  CHECK(b.sent().back() == message{admission, 2, 1});
+  CHECK(b.snapshot().remote_denied == 2);
+}
