@@ -420,3 +420,16 @@ TEST_CASE("admission: only a denial of the first waiting op holds the line", "[r
   CHECK(b.sent().back() == message{admission, 2, 1});
   CHECK(b.snapshot().remote_denied == 2);
 }
+
+TEST_CASE("admission: a retry-after too long for the clock saturates: the op waits, and its deadline ends it",
+          "[redis][admission]") {
+  bucket b(ten_per_second(1, 1));
+  result r;
+  b.acquire(r, 1, manual_clock::now() + 1s);
+  b.settle(0, denied(1e30, 0));
+  poll(b.io);
+  CHECK(b.sent().size() == 1);  // not asked again: "never" did not wrap round to the past
+  CHECK(b.snapshot().retry_after_last == std::chrono::microseconds::max());
+  advance_and_poll(b.io, 1s);
+  CHECK(r.ec == rein::errc::timed_out);
+}

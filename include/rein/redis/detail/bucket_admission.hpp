@@ -291,7 +291,7 @@ class bucket_admission {
     switch (v.what) {
       case kind::allowed: return {op, remote_step::grant()};
       case kind::denied:
-        pending_hold_ = saturating_add(now, rein::detail::ceil_duration<duration>(v.retry_after_us * 1e-6));
+        pending_hold_ = rein::detail::add_saturated(now, from_us(v.retry_after_us));
         return {op, remote_step::wait()};
       case kind::unavailable: return {op, remote_step::wait()};  // the failure policy applies to it in line order
       case kind::no_script:
@@ -353,9 +353,10 @@ class bucket_admission {
     bool done;
   };
 
-  static time_point saturating_add(time_point t, duration d) noexcept {
-    return t > time_point::max() - d ? time_point::max() : t + d;
-  }
+  using micros = std::chrono::duration<double, std::micro>;
+
+  // A count of microseconds from a verdict as a duration of the clock: rounded up, saturated.
+  static duration from_us(double us) noexcept { return rein::detail::ceil_duration<duration>(micros(us)); }
 
   bool degraded_at(time_point now) const { return degraded_ && !(now >= degraded_until_ && link_up_()); }
 
@@ -404,12 +405,12 @@ class bucket_admission {
           hold_until_ = time_point::min();
         } else {
           ++stats_.remote_denied;
-          stats_.retry_after_last = std::chrono::microseconds(static_cast<std::int64_t>(v.retry_after_us));
+          stats_.retry_after_last = rein::detail::ceil_duration<std::chrono::microseconds>(micros(v.retry_after_us));
         }
         return;
       case kind::unavailable:
         degraded_ = true;
-        degraded_until_ = saturating_add(now, std::chrono::duration_cast<duration>(options_.recheck_interval));
+        degraded_until_ = rein::detail::add_saturated(now, std::chrono::duration_cast<duration>(options_.recheck_interval));
         return;
       case kind::no_script:
       case kind::server_error:
@@ -424,7 +425,7 @@ class bucket_admission {
     if (!have_reply_) return hold_until_;
     const double missing_us = static_cast<double>(n) * interval_us_ - available_us_;
     const time_point refilled =
-        missing_us <= 0 ? last_reply_at_ : saturating_add(last_reply_at_, rein::detail::ceil_duration<duration>(missing_us * 1e-6));
+        missing_us <= 0 ? last_reply_at_ : rein::detail::add_saturated(last_reply_at_, from_us(missing_us));
     return std::max(hold_until_, refilled);
   }
 
@@ -439,7 +440,7 @@ class bucket_admission {
   double tokens_estimate(time_point now) const {
     const auto capacity = static_cast<double>(options_.capacity);
     if (!have_reply_) return capacity;
-    const double elapsed_us = std::chrono::duration<double, std::micro>(std::max(now, last_reply_at_) - last_reply_at_).count();
+    const double elapsed_us = micros(std::max(now, last_reply_at_) - last_reply_at_).count();
     return std::min(capacity, (available_us_ + elapsed_us) / interval_us_);
   }
 
