@@ -4,6 +4,10 @@
 // + this core, the wait line (lock, FIFO of parked ops, a second line of drain waits, deadline heap, one timer,
 // completion batch, statistics, work guard, close and shutdown).
 //
+// A remote policy (detail/remote_admission.hpp: a rule decided by a server) uses the same line: its ops may
+// be in flight (their request out) while they keep their place, deadline and cancellation; verdicts come back
+// through settle(); what it wants sent is taken under the lock and handed to its transport after the unlock.
+//
 // Locking discipline: under the lock the core only moves pointers, asks the policy, and arms its own timer
 // (Asio timers are not thread-safe, so the lock is what serialises them; the timer's handler is ours). User
 // handlers are posted after the lock is released (class completions).
