@@ -132,6 +132,9 @@ class limiter_core final : public permit_source,
   static_assert(admission_policy<Policy, time_point>,
                 "rein: a limiter's Policy must model rein::detail::admission_policy (detail/admission_policy.hpp)");
 
+  /// The completion signature of an acquire: `void(error_code, rein::permit)` or `void(error_code)`.
+  using signature = completion_signature_t<WithPermit>;
+
   /// Whether admission may need a round trip (detail/remote_admission.hpp).
   static constexpr bool remote = remote_policy<Policy, time_point>;
   static_assert(!remote || (!WithPermit && revocable_policy<Policy, time_point>),
@@ -184,13 +187,12 @@ class limiter_core final : public permit_source,
   /// fail, so a caller about to wait anyway can skip it (and its lock). Either answer may be stale.
   bool waiting_hint() const noexcept { return waiting_.load(std::memory_order_relaxed); }
 
-  /// Starts a waiting acquire of n, completing through `handler` (see wait_op_impl for the signature).
+  /// Starts a waiting acquire of n, completing through `handler` (with `signature`).
   /// `deadline` of time_point::max() means none (deadline_after() computes one without overflow).
   /// If this throws (no memory), nothing changed and the handler was destroyed uncalled.
   template <class Handler>
   void async_acquire(Handler&& handler, std::size_t n, time_point deadline) {
-    using op_type =
-        wait_op_impl<std::decay_t<Handler>, Executor, WithPermit, !std::is_same_v<Mutex, null_mutex>, op_base>;
+    using op_type = basic_wait_op<std::decay_t<Handler>, Executor, signature, concurrent, op_base>;
     op_type* op = op_type::create(std::forward<Handler>(handler), n);  // allocate before taking the lock
     completions done(this);
     try {
@@ -217,7 +219,7 @@ class limiter_core final : public permit_source,
   /// how a service stops without cutting calls in flight. If this throws (no memory), nothing changed.
   template <class Handler>
   void async_drain(Handler&& handler, time_point deadline) {
-    using op_type = wait_op_impl<std::decay_t<Handler>, Executor, false, !std::is_same_v<Mutex, null_mutex>>;
+    using op_type = basic_wait_op<std::decay_t<Handler>, Executor, void(error_code), concurrent>;
     op_type* op = op_type::create(std::forward<Handler>(handler), 0);
     op->drain = true;
     completions done(this);
@@ -443,6 +445,7 @@ class limiter_core final : public permit_source,
  private:
   using work_guard = net::executor_work_guard<Executor>;
   using op_base = std::conditional_t<remote, remote_wait_op, wait_op>;
+  static constexpr bool concurrent = !std::is_same_v<Mutex, null_mutex>;  // a cancellation may race a runner
 
   // What to do once the lock is released: post the completions made ready under it, then drop the work
   // guard if the line emptied (in that order, so that the context cannot run out of work in between).
