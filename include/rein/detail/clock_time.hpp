@@ -35,4 +35,21 @@ std::int64_t to_ns_saturated(TimePoint t) noexcept {
   return std::chrono::duration_cast<ns>(d).count();
 }
 
+/// `d` (floating point, e.g. a server's retry-after in microseconds) as a Duration, rounded up and
+/// saturated: at most Duration::max(); NaN and values <= 0 give zero.
+template <class Duration, class Period>
+Duration ceil_duration(std::chrono::duration<double, Period> d) noexcept {
+  if (!(d.count() > 0)) return Duration::zero();
+  using fractional = std::chrono::duration<double, Period>;
+  // A margin of one part in 1e9 below the limit, so that rounding to the next tick cannot overflow.
+  if (d.count() >= std::chrono::duration_cast<fractional>(Duration::max()).count() * (1 - 1e-9)) return Duration::max();
+  return std::chrono::ceil<Duration>(d);
+}
+
+/// t + d, saturated at time_point::max() (d >= 0).
+template <class TimePoint>
+TimePoint add_saturated(TimePoint t, typename TimePoint::duration d) noexcept {
+  return t > TimePoint::max() - d ? TimePoint::max() : t + d;
+}
+
 }  // namespace rein::detail

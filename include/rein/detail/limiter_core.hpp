@@ -4,6 +4,10 @@
 // + this core, the wait line (lock, FIFO of parked ops, a second line of drain waits, deadline heap, one timer,
 // completion batch, statistics, work guard, close and shutdown).
 //
+// A remote policy (detail/remote_admission.hpp: a rule decided by a server) uses the same line: its ops may
+// be in flight (their request out) while they keep their place, deadline and cancellation; verdicts come back
+// through settle(); what it wants sent is taken under the lock and handed to its transport after the unlock.
+//
 // Locking discipline: under the lock the core only moves pointers, asks the policy, and arms its own timer
 // (Asio timers are not thread-safe, so the lock is what serialises them; the timer's handler is ours). User
 // handlers are posted after the lock is released (class completions).
@@ -43,6 +47,7 @@
 #include <rein/detail/deadline_heap.hpp>
 #include <rein/detail/op_queue.hpp>
 #include <rein/detail/permit_source.hpp>
+#include <rein/detail/remote_admission.hpp>
 #include <rein/detail/wait_op.hpp>
 #include <rein/null_mutex.hpp>
 #include <rein/observer.hpp>
@@ -89,6 +94,19 @@ struct line_options {
   limiter_observer observer{};  ///< called with events outside the lock; empty: none
 };
 
+/// The outbox of a policy whose admission is asynchronous (remote_admission.hpp); an empty one otherwise.
+struct no_outbox {
+  static constexpr bool empty() noexcept { return true; }
+};
+template <class Policy, bool Remote>
+struct outbox_of {
+  using type = no_outbox;
+};
+template <class Policy>
+struct outbox_of<Policy, true> {
+  using type = typename Policy::outbox;
+};
+
 /// "rein::semaphore" or, for a named limiter, "rein::semaphore \"api\"": how messages name a limiter.
 inline std::string describe(std::string_view type, std::string_view name) {
   std::string s(type);
@@ -113,6 +131,18 @@ class limiter_core final : public permit_source,
 
   static_assert(admission_policy<Policy, time_point>,
                 "rein: a limiter's Policy must model rein::detail::admission_policy (detail/admission_policy.hpp)");
+
+  /// The completion signature of an acquire: `void(error_code, rein::permit)` or `void(error_code)`.
+  using signature = completion_signature_t<WithPermit>;
+
+  /// Whether admission may need a round trip (detail/remote_admission.hpp).
+  static constexpr bool remote = remote_policy<Policy, time_point>;
+  static_assert(!remote || (!WithPermit && revocable_policy<Policy, time_point>),
+                "rein: a remote policy is a rate rule (no permits) and must be revocable (on_revoke)");
+  /// What a remote policy sends (an empty type for local policies).
+  using outbox_type = typename outbox_of<Policy, remote>::type;
+  /// Where a remote policy's outbox goes (transport of the I/O object that owns the line).
+  using transport_type = remote_transport<outbox_type>;
 
   template <class... PolicyArgs>
   limiter_core(const Executor& ex, line_options options, PolicyArgs&&... policy_args)
@@ -157,12 +187,12 @@ class limiter_core final : public permit_source,
   /// fail, so a caller about to wait anyway can skip it (and its lock). Either answer may be stale.
   bool waiting_hint() const noexcept { return waiting_.load(std::memory_order_relaxed); }
 
-  /// Starts a waiting acquire of n, completing through `handler` (see wait_op_impl for the signature).
+  /// Starts a waiting acquire of n, completing through `handler` (with `signature`).
   /// `deadline` of time_point::max() means none (deadline_after() computes one without overflow).
   /// If this throws (no memory), nothing changed and the handler was destroyed uncalled.
   template <class Handler>
   void async_acquire(Handler&& handler, std::size_t n, time_point deadline) {
-    using op_type = wait_op_impl<std::decay_t<Handler>, Executor, WithPermit, !std::is_same_v<Mutex, null_mutex>>;
+    using op_type = basic_wait_op<std::decay_t<Handler>, Executor, signature, concurrent, op_base>;
     op_type* op = op_type::create(std::forward<Handler>(handler), n);  // allocate before taking the lock
     completions done(this);
     try {
@@ -189,7 +219,7 @@ class limiter_core final : public permit_source,
   /// how a service stops without cutting calls in flight. If this throws (no memory), nothing changed.
   template <class Handler>
   void async_drain(Handler&& handler, time_point deadline) {
-    using op_type = wait_op_impl<std::decay_t<Handler>, Executor, false, !std::is_same_v<Mutex, null_mutex>>;
+    using op_type = basic_wait_op<std::decay_t<Handler>, Executor, void(error_code), concurrent>;
     op_type* op = op_type::create(std::forward<Handler>(handler), 0);
     op->drain = true;
     completions done(this);
@@ -206,6 +236,38 @@ class limiter_core final : public permit_source,
       op->destroy();
       throw;
     }
+  }
+
+  /// For a remote policy: where its outbox goes after each locked step. Set once, before the first acquire.
+  void set_transport(std::shared_ptr<transport_type> transport) noexcept { transport_ = std::move(transport); }
+
+  /// For a remote policy: a verdict came back. Calls policy.settle(args..., now) under the lock, applies the
+  /// fate it returns to the op the verdict was for (if that op is still in line), then moves the line on.
+  template <class... Args>
+    requires remote
+  void settle(Args&&... args) {
+    completions done(this);
+    std::lock_guard<Mutex> lock(mutex_);
+    const time_point now = Clock::now();
+    const remote_settled r = policy_.settle(std::forward<Args>(args)..., now);
+    if (r.op != nullptr) {
+      auto* op = static_cast<remote_wait_op*>(r.op);
+      if (r.step.what != remote_step::kind::keep) {
+        op->in_flight = false;
+        --in_flight_ops_;
+      }
+      if (r.step.what == remote_step::kind::wait) {
+        policy_.on_denied(first_waiting_locked() == op);
+        if (queue_.size() - in_flight_ops_ > max_waiters_) {
+          count_rejection_locked(wait_status::queue_full, done);
+          unlink_locked(op, wait_status::queue_full, done);
+        }
+      } else {
+        apply_step_locked(op, r.step, now, done);
+      }
+    }
+    dispatch_locked(now, done);
+    if (has_observer_) observe_locked(now, done);
   }
 
   /// Runs f(policy, now) under the lock, then grants whatever became grantable. For releases, rate changes,
@@ -359,9 +421,11 @@ class limiter_core final : public permit_source,
     dispatch_locked(Clock::now(), done);
   }
 
-  bool deliver(std::size_t, std::chrono::nanoseconds) noexcept override {
+  bool deliver(std::size_t n, std::chrono::nanoseconds stamp) noexcept override {
     if (!shut_down_.load(std::memory_order_acquire)) return true;
-    // Shut down between the grant and its runner: the grant never becomes a permit.
+    // Shut down between the grant and its runner: the grant never becomes a permit. A remote grant goes
+    // back to the server (nobody will use those tokens).
+    if constexpr (remote) return abandon(n, stamp), false;
     std::shared_ptr<limiter_core> last;
     std::lock_guard<Mutex> lock(mutex_);
     if constexpr (WithPermit) last = holder_gone_locked();
@@ -387,6 +451,8 @@ class limiter_core final : public permit_source,
 
  private:
   using work_guard = net::executor_work_guard<Executor>;
+  using op_base = std::conditional_t<remote, remote_wait_op, wait_op>;
+  static constexpr bool concurrent = !std::is_same_v<Mutex, null_mutex>;  // a cancellation may race a runner
 
   // What to do once the lock is released: post the completions made ready under it, then drop the work
   // guard if the line emptied (in that order, so that the context cannot run out of work in between).
@@ -399,6 +465,9 @@ class limiter_core final : public permit_source,
     ~completions() {
       std::shared_ptr<wait_owner> keep = std::move(keep_alive_);  // released last, after the posting
       ready.complete_all(&core_->executor_, core_, keep);
+      if constexpr (remote) {
+        if (!outbox.empty() && core_->transport_) core_->transport_->transmit(outbox);
+      }
       if (events && !events->empty()) events->deliver(core_->observer_, core_->name_);
       idle_work.reset();
     }
@@ -413,6 +482,7 @@ class limiter_core final : public permit_source,
     }
 
     ready_list ready;
+    [[no_unique_address]] outbox_type outbox;  // a remote policy's messages, sent after the unlock
     std::optional<work_guard> idle_work;
     const bool observing;                // the limiter has an observer
     std::optional<event_buffer> events;  // engaged at the first event
@@ -434,7 +504,8 @@ class limiter_core final : public permit_source,
       // Undone only at the instant of the grant: a time-based limit that moved since (a bucket refilled to its
       // cap, a window that slid past the start) has no exact undo, and refunding anyway would let more
       // through than the limit. Later, the units stay spent.
-      if (!Policy::needs_time || to_ns(now) == stamp) p.on_revoke(n, now);
+      // A remote grant is given back to its server whenever it is revoked.
+      if (remote || !Policy::needs_time || to_ns(now) == stamp) p.on_revoke(n, now);
     }
     else if constexpr (WithPermit) p.on_release(n, stamp, outcome::ignored, now);
     else (void)p, (void)n, (void)stamp, (void)now;
@@ -492,6 +563,7 @@ class limiter_core final : public permit_source,
     time_point now = policy_now();
     // A timeless policy read no clock: its state does not depend on time, so any instant observes it.
     if (has_observer_) observe_locked(now, done);
+    if constexpr (remote) return admit_remote_locked(static_cast<remote_wait_op*>(op), deadline, now, done);
     if (queue_.empty() && policy_.try_take(n, now)) {
       op->stamp_ns = to_ns(now).count();
       ++stats_.acquired_total;
@@ -529,6 +601,70 @@ class limiter_core final : public permit_source,
       throw;
     }
     return true;
+  }
+
+  // A remote policy's new op joins the line, then the line moves: it may be sent, granted or refused at once.
+  // Only the ops that wait their turn count against max_waiters, not those in flight.
+  bool admit_remote_locked(remote_wait_op* op, time_point deadline, time_point now, completions& done) {
+    if (deadline != time_point::max() && deadline <= now) return reject_locked(op, wait_status::timed_out, done), false;
+    if (queue_.empty()) {
+      if (!work_) work_.emplace(executor_);
+      waiting_.store(true, std::memory_order_relaxed);
+    }
+    op->stamp_ns = to_ns(now).count();
+    op->seq = next_seq_++;
+    queue_.push_back(op);
+    queued_units_ += op->count;
+    if (deadline != time_point::max()) op->deadline_ns = to_ns_saturated(deadline);
+    if (op->deadline_ns != no_deadline) deadlines_.push(op);
+    dispatch_locked(now, done);
+    if (op->status.load(std::memory_order_relaxed) != wait_status::queued) return false;
+    if (!op->in_flight && queue_.size() - in_flight_ops_ > max_waiters_) {
+      count_rejection_locked(wait_status::queue_full, done);
+      unlink_locked(op, wait_status::queue_full, done);
+      return false;
+    }
+    return true;
+  }
+
+  // Walks a remote line from the front: every op not in flight is offered to the policy, in order, until
+  // one must wait (ops in flight are passed over: their verdict decides them).
+  void serve_remote_locked(time_point now, completions& done) noexcept {
+    for (wait_op* w = queue_.front(); w != nullptr;) {
+      auto* op = static_cast<remote_wait_op*>(w);
+      wait_op* next = w->next;  // read first: op may be unlinked below
+      if (!op->in_flight && !apply_step_locked(op, policy_.admit(op, op->count, now), now, done)) break;
+      w = next;
+    }
+  }
+
+  // Applies a remote policy's answer for `op`; false if it must wait (and so must everyone behind it).
+  bool apply_step_locked(remote_wait_op* op, const remote_step& step, time_point now, completions& done) noexcept {
+    switch (step.what) {
+      case remote_step::kind::grant: grant_locked(op, now, done); return true;
+      case remote_step::kind::sent:
+        op->in_flight = true;
+        op->ticket = step.ticket;
+        ++in_flight_ops_;
+        return true;
+      case remote_step::kind::keep: return true;
+      case remote_step::kind::fail:
+        op->failure = step.error;
+        unlink_locked(op, wait_status::failed, done);
+        return true;
+      case remote_step::kind::wait: break;
+    }
+    return false;
+  }
+
+  // The op the policy is asked about next: the head, or for a remote line the first op not in flight.
+  const wait_op* first_waiting_locked() const noexcept {
+    const wait_op* w = queue_.front();
+    if constexpr (remote) {
+      if (queue_.size() == in_flight_ops_) return nullptr;
+      while (w != nullptr && static_cast<const remote_wait_op*>(w)->in_flight) w = w->next;
+    }
+    return w;
   }
 
   bool cannot_meet(std::size_t n, time_point deadline, time_point now) const {
@@ -636,6 +772,14 @@ class limiter_core final : public permit_source,
     if (op->drain) {
       drainers_.erase(op);
     } else {
+      if constexpr (remote) {
+        auto* remote_op = static_cast<remote_wait_op*>(op);
+        if (remote_op->in_flight) {  // its verdict will find no op (see remote_admission.hpp)
+          remote_op->in_flight = false;
+          --in_flight_ops_;
+          policy_.forget(remote_op->ticket);
+        }
+      }
       queue_.erase(op);
       queued_units_ -= op->count;
       if (queue_.empty()) waiting_.store(false, std::memory_order_relaxed);
@@ -681,7 +825,8 @@ class limiter_core final : public permit_source,
   // A grant and an expiry at the same instant: the grant wins (the deadline was "by then", inclusive).
   void dispatch_locked(time_point now, completions& done) noexcept {
     for (;;) {
-      while (!queue_.empty() && policy_.try_take(queue_.front()->count, now)) grant_locked(queue_.front(), now, done);
+      if constexpr (remote) serve_remote_locked(now, done);
+      else while (!queue_.empty() && policy_.try_take(queue_.front()->count, now)) grant_locked(queue_.front(), now, done);
       if (deadlines_.empty() || deadlines_.top()->deadline_ns > to_ns(now).count()) break;
       wait_op* expired = deadlines_.top();
       if (!expired->drain) count_rejection_locked(wait_status::timed_out, done);  // a drain is no rejection
@@ -689,6 +834,7 @@ class limiter_core final : public permit_source,
     }
     if (holders_ == 0 && !drainers_.empty()) finish_drains_locked(done);
     arm_timer_locked_noexcept(now);
+    if constexpr (remote) policy_.take_outbox(done.outbox);
   }
 
   // A grant that was counted as a holder will never become a permit. Returns the core's own reference if
@@ -719,8 +865,8 @@ class limiter_core final : public permit_source,
   void arm_timer_locked(time_point now) {
     if (shut_down_.load(std::memory_order_relaxed)) return;
     time_point wake = time_point::max();
-    if (!queue_.empty()) {
-      wake = policy_.ready_at(queue_.front()->count, now);
+    if (const wait_op* head = first_waiting_locked()) {
+      wake = policy_.ready_at(head->count, now);
       // A policy whose ready_at is not after now yet refused: retry one tick later rather than spin.
       if (wake <= now) wake = now + duration(1);
     }
@@ -809,6 +955,8 @@ class limiter_core final : public permit_source,
   bool measure_wait_;
   bool has_observer_;
   std::size_t queued_units_ = 0;
+  std::size_t in_flight_ops_ = 0;  // remote policies: queued ops whose request is out
+  std::shared_ptr<transport_type> transport_;  // remote policies: where the outbox goes
   std::uint64_t revoked_grants_ = 0;  // grants taken back by a late cancellation (their histogram entry stays)
   std::string name_;
   limiter_observer observer_;

@@ -88,6 +88,7 @@ enum class wait_status : std::uint8_t {
   timed_out,
   queue_full,
   exceeds_capacity,
+  failed,            ///< refused by a remote policy with an error of its own (remote_wait_op::failure)
 };
 
 inline error_code to_error_code(wait_status s) noexcept {
@@ -100,6 +101,7 @@ inline error_code to_error_code(wait_status s) noexcept {
     case wait_status::timed_out: return errc::timed_out;
     case wait_status::queue_full: return errc::queue_full;
     case wait_status::exceeds_capacity: return errc::exceeds_capacity;
+    case wait_status::failed: return net::error::operation_aborted;  // remote_wait_op carries the reason
   }
   return {};
 }
@@ -129,6 +131,22 @@ struct wait_op {
   std::atomic<wait_status> status{wait_status::queued};
   bool drain = false;  // waits in the drain line (async_drain) instead of the acquire line
 };
+
+/// The node of a limiter whose admission is asynchronous (detail/remote_admission.hpp): a wait_op that can
+/// be "in flight" (its admission request sent, the verdict not back yet) and can fail with an error of the
+/// policy's own (a Redis bucket's unavailable or server_error). Local limiters' ops stay plain wait_ops, so
+/// their size is unchanged.
+struct remote_wait_op : wait_op {
+  error_code failure{};      // with status `failed`: what the handler receives
+  std::uint64_t ticket = 0;  // while in_flight: the policy's name for its request
+  bool in_flight = false;    // its admission request is out; the verdict decides it
+};
+
+/// What the handler of an op that finished with `s` receives.
+inline error_code result_of(const wait_op&, wait_status s) noexcept { return to_error_code(s); }
+inline error_code result_of(const remote_wait_op& op, wait_status s) noexcept {
+  return s == wait_status::failed ? op.failure : to_error_code(s);
+}
 
 /// The limiter core as its ops see it.
 class wait_owner {
@@ -174,17 +192,26 @@ class cancel_handler {
   wait_op* op_;
 };
 
-/// The concrete op for one handler type. WithPermit selects the completion signature:
-/// `void(error_code, rein::permit)` for concurrency limiters, `void(error_code)` for rate limiters.
+/// The completion signatures an op can have: `void(error_code, rein::permit)` for concurrency limiters,
+/// `void(error_code)` for rate limiters (and drain waits).
+template <bool WithPermit>
+using completion_signature_t = std::conditional_t<WithPermit, void(error_code, permit), void(error_code)>;
+
+/// The concrete op for one handler type and completion `Signature` (see completion_signature_t).
 /// Concurrent is false for single-threaded limiters (rein::null_mutex), whose users promise that acquire,
-/// release, cancellation and completions all happen on one thread or strand.
-template <class Handler, class IoExecutor, bool WithPermit, bool Concurrent = true>
-class wait_op_impl final : public wait_op {
+/// release, cancellation and completions all happen on one thread or strand. Base is wait_op, or
+/// remote_wait_op for a limiter whose admission is asynchronous (its ops fail with errors of their own).
+template <class Handler, class IoExecutor, class Signature, bool Concurrent = true, class Base = wait_op>
+class basic_wait_op final : public Base {
+  static_assert(std::is_base_of_v<wait_op, Base>);
+  static_assert(std::is_same_v<Signature, void(error_code, permit)> || std::is_same_v<Signature, void(error_code)>,
+                "rein: an op completes with void(error_code, rein::permit) or void(error_code)");
+  static constexpr bool with_permit = std::is_same_v<Signature, void(error_code, permit)>;
   using handler_allocator = net::associated_allocator_t<Handler>;
   // The handler's own allocator if it has one; otherwise a per-thread spare block (spare_allocator.hpp).
   using allocator_type =
-      std::conditional_t<std::is_same_v<handler_allocator, std::allocator<void>>, spare_allocator<wait_op_impl>,
-                         typename std::allocator_traits<handler_allocator>::template rebind_alloc<wait_op_impl>>;
+      std::conditional_t<std::is_same_v<handler_allocator, std::allocator<void>>, spare_allocator<basic_wait_op>,
+                         typename std::allocator_traits<handler_allocator>::template rebind_alloc<basic_wait_op>>;
   using alloc_traits = std::allocator_traits<allocator_type>;
 
  public:
@@ -192,11 +219,11 @@ class wait_op_impl final : public wait_op {
   /// without one, from the thread's spare blocks (spare_allocator.hpp).
   /// `handler` may be an lvalue (an initiating function called with a named handler): it is copied.
   template <class H>
-  static wait_op_impl* create(H&& handler, std::size_t n) {
+  static basic_wait_op* create(H&& handler, std::size_t n) {
     allocator_type alloc(net::get_associated_allocator(handler));
-    wait_op_impl* p = alloc_traits::allocate(alloc, 1);
+    basic_wait_op* p = alloc_traits::allocate(alloc, 1);
     try {
-      return ::new (static_cast<void*>(p)) wait_op_impl(std::forward<H>(handler), n);
+      return ::new (static_cast<void*>(p)) basic_wait_op(std::forward<H>(handler), n);
     } catch (...) {
       alloc_traits::deallocate(alloc, p, 1);
       throw;
@@ -221,24 +248,24 @@ class wait_op_impl final : public wait_op {
 
  private:
   template <class H>
-  wait_op_impl(H&& handler, std::size_t n) : handler_(std::forward<H>(handler)) {
-    count = n;
-    complete = &do_complete;
+  basic_wait_op(H&& handler, std::size_t n) : handler_(std::forward<H>(handler)) {
+    this->count = n;
+    this->complete = &do_complete;
   }
 
-  static void destroy(wait_op_impl* op) noexcept { destroy(op, net::get_associated_allocator(op->handler_)); }
+  static void destroy(basic_wait_op* op) noexcept { destroy(op, net::get_associated_allocator(op->handler_)); }
 
   // `handler_alloc` must not live in the op (it is destroyed first); after the handler was moved out, pass a
   // copy taken before.
-  static void destroy(wait_op_impl* op, const handler_allocator& handler_alloc) noexcept {
+  static void destroy(basic_wait_op* op, const handler_allocator& handler_alloc) noexcept {
     allocator_type alloc(handler_alloc);
-    op->~wait_op_impl();
+    op->~basic_wait_op();
     alloc_traits::deallocate(alloc, op, 1);
   }
 
   // Claims a grant for the runner (see the invariants at the top): true if the grant is the runner's. The
   // compare-and-swap, needed only when a cancellation may race, cost 4% of a contended handoff here.
-  static bool claim(wait_op_impl* op) noexcept {
+  static bool claim(basic_wait_op* op) noexcept {
     if constexpr (Concurrent) {
       wait_status expected = wait_status::granted;
       return op->status.compare_exchange_strong(expected, wait_status::delivered, std::memory_order_acq_rel);
@@ -254,7 +281,7 @@ class wait_op_impl final : public wait_op {
    public:
     // `owner` is set for a granted op only; `keep` then holds it alive (null if the core is not owned by a
     // shared_ptr, which rein's limiters always do).
-    runner(wait_op_impl* op, wait_owner* owner, std::shared_ptr<wait_owner> keep) noexcept
+    runner(basic_wait_op* op, wait_owner* owner, std::shared_ptr<wait_owner> keep) noexcept
         : op_(op), owner_(owner), keep_(std::move(keep)), alloc_(net::get_associated_allocator(op->handler_)) {}
     runner(runner&& other) noexcept
         : op_(std::exchange(other.op_, nullptr)),
@@ -278,7 +305,7 @@ class wait_op_impl final : public wait_op {
     const Handler& handler() const noexcept { return op_->handler_; }
 
     void operator()() {
-      wait_op_impl* op = std::exchange(op_, nullptr);
+      basic_wait_op* op = std::exchange(op_, nullptr);
       auto slot = net::get_associated_cancellation_slot(op->handler_);
       if (slot.is_connected()) slot.clear();  // no cancellation reaches the op from here on
       Handler handler(std::move(op->handler_));
@@ -286,20 +313,21 @@ class wait_op_impl final : public wait_op {
       if (status == wait_status::granted && !claim(op)) status = wait_status::aborted;  // revoked first
       const std::size_t n = op->count;
       const std::chrono::nanoseconds stamp(op->stamp_ns);
+      error_code ec = result_of(static_cast<const Base&>(*op), status);
       destroy(op, alloc_);  // the op's handler was moved from: use the allocator copied before
-      if (status == wait_status::granted && !owner_->deliver(n, stamp)) status = wait_status::aborted;
-      if constexpr (WithPermit) {
-        permit p = status == wait_status::granted ? permit(owner_->source(), n, stamp) : permit();
+      if (status == wait_status::granted && !owner_->deliver(n, stamp)) ec = net::error::operation_aborted;
+      if constexpr (with_permit) {
+        permit p = !ec ? permit(owner_->source(), n, stamp) : permit();
         keep_.reset();
-        std::move(handler)(to_error_code(status), std::move(p));
+        std::move(handler)(ec, std::move(p));
       } else {
         keep_.reset();
-        std::move(handler)(to_error_code(status));
+        std::move(handler)(ec);
       }
     }
 
    private:
-    wait_op_impl* op_;
+    basic_wait_op* op_;
     wait_owner* owner_;
     std::shared_ptr<wait_owner> keep_;
     [[no_unique_address]] handler_allocator alloc_;
@@ -309,7 +337,7 @@ class wait_op_impl final : public wait_op {
   // and frees the op; the handler is then destroyed uncalled, as when its execution context goes away.
   static void do_complete(wait_op* base, const void* io_executor, wait_owner* owner, std::shared_ptr<wait_owner>& keep,
                           bool last) noexcept {
-    auto* op = static_cast<wait_op_impl*>(base);
+    auto* op = static_cast<basic_wait_op*>(base);
     // A grant can still turn into `aborted` (revoked) concurrently, never the other way round.
     const bool granted = op->status.load(std::memory_order_acquire) == wait_status::granted;
     std::shared_ptr<wait_owner> ref;
@@ -324,5 +352,9 @@ class wait_op_impl final : public wait_op {
 
   Handler handler_;
 };
+
+/// The op of a limiter with (WithPermit) or without permits: basic_wait_op with that completion signature.
+template <class Handler, class IoExecutor, bool WithPermit, bool Concurrent = true, class Base = wait_op>
+using wait_op_impl = basic_wait_op<Handler, IoExecutor, completion_signature_t<WithPermit>, Concurrent, Base>;
 
 }  // namespace rein::detail

@@ -1,0 +1,435 @@
+// The shared bucket's admission rule on rein's wait line, without Redis: the messages it would send are
+// recorded, and the verdicts are made by hand (what the Lua script and the connection would report). Time is
+// rein::testing::manual_clock, so every wait and deadline is exact.
+#include "support/async.hpp"
+#include "support/catch.hpp"
+
+#include <rein/detail/limiter_core.hpp>
+#include <rein/redis/detail/bucket_admission.hpp>
+#include <rein/redis/error.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace std::chrono_literals;
+namespace net = rein::net;
+using rein::error_code;
+using rein::redis::failure_policy;
+using rein::redis::shared_token_bucket_options;
+using rein::redis::detail::message;
+using rein::redis::detail::message_list;
+using rein::redis::detail::verdict;
+using rein_test::advance_and_poll;
+using rein_test::manual_clock;
+using rein_test::poll;
+
+using policy_type = rein::redis::detail::bucket_admission<manual_clock>;
+using line_type = rein::detail::limiter_core<policy_type, net::any_io_executor, manual_clock, std::mutex, false>;
+using tp = manual_clock::time_point;
+
+constexpr auto admission = message::kind::admission;
+constexpr auto refund = message::kind::refund;
+constexpr auto script_load = message::kind::script_load;
+
+// What would go to the connection, in order.
+struct recording_transport final : rein::detail::remote_transport<message_list> {
+  std::vector<message> sent;
+  void transmit(message_list& sends) noexcept override {
+    for (std::size_t i = 0; i < sends.size(); ++i) sent.push_back(sends[i]);
+    sends.clear();
+  }
+};
+
+// One acquire's outcome.
+struct result {
+  bool done = false;
+  error_code ec;
+};
+
+verdict allowed(double available_us) { return {verdict::kind::allowed, 0, available_us, {}}; }
+verdict denied(double retry_after_us, double available_us) { return {verdict::kind::denied, retry_after_us, available_us, {}}; }
+verdict unavailable() { return {}; }
+verdict no_script() { return {verdict::kind::no_script, 0, 0, "NOSCRIPT No matching script."}; }
+verdict server_error() { return {verdict::kind::server_error, 0, 0, "WRONGTYPE Operation against a key holding the wrong kind of value"}; }
+
+struct bucket {
+  rein_test::manual_clock_at_epoch epoch;
+  net::io_context io;
+  bool link_up = true;
+  std::shared_ptr<recording_transport> transport = std::make_shared<recording_transport>();
+  std::shared_ptr<line_type> line;
+
+  explicit bucket(shared_token_bucket_options o) {
+    if (o.key.empty()) o.key = "quota";
+    line = std::make_shared<line_type>(io.get_executor(), rein::detail::line_options{.max_waiters = o.max_waiters}, o,
+                                       [this] { return link_up; }, manual_clock::now());
+    line->set_transport(transport);
+  }
+  bucket(const bucket&) = delete;
+  bucket& operator=(const bucket&) = delete;
+  ~bucket() {
+    line->shutdown();
+    poll(io);
+  }
+
+  void acquire(result& r, std::size_t n, tp deadline = tp::max()) {
+    line->async_acquire([&r](error_code ec) { r = {true, ec}; }, n, deadline);
+  }
+  void acquire(result& r, std::size_t n, net::cancellation_signal& signal) {
+    line->async_acquire(net::bind_cancellation_slot(signal.slot(), [&r](error_code ec) { r = {true, ec}; }), n,
+                        tp::max());
+  }
+  void settle(std::uint64_t ticket, const verdict& v) { line->settle(ticket, v); }
+  rein::redis::shared_token_bucket_snapshot snapshot() const {
+    return line->inspect([](const policy_type& p, const rein::wait_stats& w) {
+      auto s = p.snapshot(manual_clock::now());
+      static_cast<rein::wait_stats&>(s) = w;
+      return s;
+    });
+  }
+  std::vector<message> sent() const { return transport->sent; }
+};
+
+using messages = std::vector<message>;
+
+shared_token_bucket_options ten_per_second(std::int64_t capacity, std::size_t max_in_flight = 64) {
+  return {.key = "quota", .rate = 10, .capacity = capacity, .max_in_flight = max_in_flight};
+}
+
+}  // namespace
+
+TEST_CASE("admission: the first waiting op is sent; a denial holds the line for its retry-after, in order",
+          "[redis][admission]") {
+  bucket b(ten_per_second(2, 1));  // a token every 100 ms = 100000 us
+  result first, second;
+  b.acquire(first, 2);
+  b.acquire(second, 1);
+  CHECK(b.sent() == messages{{admission, 0, 2}});  // one at a time (max_in_flight 1); second waits behind
+  CHECK(b.snapshot().waiting == 2);
+  CHECK(b.snapshot().in_flight == 1);
+
+  // Redis: no, 1 token there; the head may ask again in 50 ms, but 2 tokens take 100 ms to be there.
+  b.settle(0, denied(50000, 100000));
+  poll(b.io);
+  CHECK_FALSE(first.done);
+  CHECK(b.sent().size() == 1);  // second is not sent past the waiting head
+  CHECK(b.snapshot().remote_denied == 1);
+  CHECK(b.snapshot().retry_after_last == 50000us);
+
+  advance_and_poll(b.io, 99ms);
+  CHECK(b.sent().size() == 1);
+  advance_and_poll(b.io, 1ms);
+  CHECK(b.sent() == messages{{admission, 0, 2}, {admission, 1, 2}});
+
+  b.settle(1, allowed(0));
+  poll(b.io);
+  CHECK(first.done);
+  CHECK(first.ec == error_code{});
+  CHECK_FALSE(second.done);
+  CHECK(b.sent().size() == 2);  // the bucket is empty: second waits for one token's refill, not for a denial
+
+  advance_and_poll(b.io, 99ms);
+  CHECK(b.sent().size() == 2);
+  advance_and_poll(b.io, 1ms);
+  CHECK(b.sent().back() == message{admission, 2, 1});
+  b.settle(2, allowed(0));
+  poll(b.io);
+  CHECK(second.done);
+  CHECK(second.ec == error_code{});
+  const auto s = b.snapshot();
+  CHECK(s.acquired_total == 2);
+  CHECK(s.remote_allowed == 2);
+  CHECK(s.round_trips == 3);
+  CHECK(s.wait_total == 100ms + 200ms);  // both asked at 0: first granted at 100 ms, second at 200 ms
+  CHECK(s.waiting == 0);
+}
+
+TEST_CASE("admission: requests are pipelined up to the tokens believed there; replies may come in any order",
+          "[redis][admission]") {
+  bucket b(ten_per_second(3));
+  result r[4];
+  for (auto& x : r) b.acquire(x, 1);
+  // Before any reply the bucket is believed full: 3 requests fly, the fourth waits for a place.
+  CHECK(b.sent() == messages{{admission, 0, 1}, {admission, 1, 1}, {admission, 2, 1}});
+  b.settle(2, allowed(0));
+  b.settle(0, allowed(100000));
+  poll(b.io);
+  CHECK(r[0].done);
+  CHECK_FALSE(r[1].done);
+  CHECK(r[2].done);
+  CHECK_FALSE(r[3].done);
+  // The last verdict said one token is left, and one request (ticket 1) is out for it: the fourth waits.
+  CHECK(b.sent().size() == 3);
+  b.settle(1, allowed(0));
+  poll(b.io);
+  CHECK(r[1].done);
+  CHECK(b.sent().size() == 3);  // empty now: the fourth waits for the refill
+  advance_and_poll(b.io, 100ms);
+  CHECK(b.sent().back() == message{admission, 3, 1});
+}
+
+TEST_CASE("admission: 0 is granted and a request above the capacity refused at once, with nothing sent",
+          "[redis][admission]") {
+  bucket b(ten_per_second(5));
+  result zero, big;
+  b.acquire(zero, 0);
+  b.acquire(big, 6);
+  poll(b.io);
+  CHECK(zero.done);
+  CHECK(zero.ec == error_code{});
+  CHECK(big.ec == rein::errc::exceeds_capacity);
+  CHECK(b.sent().empty());
+}
+
+TEST_CASE("admission: deadlines end waiting and in-flight ops with timed_out; a late grant is refunded",
+          "[redis][admission]") {
+  bucket b(ten_per_second(2, 1));
+  result past, on_wire, behind;
+  b.acquire(past, 1, manual_clock::now());
+  poll(b.io);
+  CHECK(past.ec == rein::errc::timed_out);  // a deadline already reached fails at once
+  CHECK(b.sent().empty());
+
+  b.acquire(on_wire, 1, manual_clock::now() + 10ms);
+  b.acquire(behind, 1, manual_clock::now() + 20ms);
+  CHECK(b.sent() == messages{{admission, 0, 1}});
+  advance_and_poll(b.io, 10ms);
+  CHECK(on_wire.ec == rein::errc::timed_out);  // Redis has not answered: it times out on the wire
+  CHECK_FALSE(behind.done);
+  CHECK(b.snapshot().in_flight == 1);  // the ticket is still out
+  CHECK(b.sent().size() == 1);         // the window is full until it comes back
+
+  b.settle(0, allowed(100000));  // Redis took a token for nobody
+  poll(b.io);
+  CHECK(b.sent() == messages{{admission, 0, 1}, {refund, 0, 1}, {admission, 1, 1}});
+  CHECK(b.snapshot().refunds == 1);
+  advance_and_poll(b.io, 10ms);
+  CHECK(behind.ec == rein::errc::timed_out);
+  const auto s = b.snapshot();
+  CHECK(s.timed_out_total == 3);
+  CHECK(s.rejected_total == 3);
+  CHECK(s.acquired_total == 0);
+  b.settle(1, denied(100000, 0));  // a late denial for nobody gives nothing back
+  CHECK(b.sent().size() == 3);
+}
+
+TEST_CASE("admission: a grant cancelled before its handler ran gives its tokens back to Redis",
+          "[redis][admission]") {
+  bucket b(ten_per_second(2));
+  net::cancellation_signal signal;
+  result r;
+  b.acquire(r, 2, signal);
+  b.settle(0, allowed(0));  // granted: the completion is posted, not run
+  manual_clock::advance(5ms);  // later than the grant: unlike a local bucket's, a remote grant is still undone
+  signal.emit(net::cancellation_type::terminal);
+  poll(b.io);
+  CHECK(r.ec == net::error::operation_aborted);
+  CHECK(b.sent() == messages{{admission, 0, 2}, {refund, 0, 2}});
+  const auto s = b.snapshot();
+  CHECK(s.acquired_total == 0);
+  CHECK(s.cancelled_total == 1);
+  CHECK(s.refunds == 1);
+}
+
+TEST_CASE("admission: an op cancelled on the wire completes at once; its late grant is refunded",
+          "[redis][admission]") {
+  bucket b(ten_per_second(2));
+  net::cancellation_signal signal;
+  result r;
+  b.acquire(r, 1, signal);
+  signal.emit(net::cancellation_type::partial);
+  poll(b.io);
+  CHECK(r.ec == net::error::operation_aborted);
+  CHECK(b.snapshot().cancelled_total == 1);
+  b.settle(0, allowed(100000));
+  CHECK(b.sent() == messages{{admission, 0, 1}, {refund, 0, 1}});
+}
+
+TEST_CASE("admission: fail_closed fails every waiting op in line order while Redis cannot be asked",
+          "[redis][admission]") {
+  auto o = ten_per_second(5, 1);
+  o.recheck_interval = 100ms;
+  bucket b(o);
+  result a, c;
+  b.acquire(a, 1);
+  b.acquire(c, 1);
+  b.settle(0, unavailable());
+  poll(b.io);
+  CHECK(a.ec == rein::redis::errc::unavailable);
+  CHECK(c.ec == rein::redis::errc::unavailable);
+  CHECK(b.snapshot().degraded);
+  CHECK(b.snapshot().unavailable_total == 2);
+
+  result during;
+  b.acquire(during, 1);
+  poll(b.io);
+  CHECK(during.ec == rein::redis::errc::unavailable);  // at once, nothing sent
+  CHECK(b.sent().size() == 1);
+
+  manual_clock::advance(100ms);
+  b.link_up = false;  // the recheck interval passed, but the connection is still down
+  result still;
+  b.acquire(still, 1);
+  poll(b.io);
+  CHECK(still.ec == rein::redis::errc::unavailable);
+  CHECK(b.sent().size() == 1);
+
+  b.link_up = true;
+  result back;
+  b.acquire(back, 1);
+  CHECK(b.sent().back() == message{admission, 1, 1});
+  b.settle(1, allowed(0));
+  poll(b.io);
+  CHECK(back.ec == error_code{});
+  CHECK_FALSE(b.snapshot().degraded);
+}
+
+TEST_CASE("admission: fail_open admits from a local bucket of its share, then asks Redis again",
+          "[redis][admission]") {
+  auto o = ten_per_second(4, 1);
+  o.on_failure = failure_policy::fail_open;
+  o.fail_open_share = 0.5;  // locally: capacity 2, 5 tokens per second
+  o.recheck_interval = 300ms;
+  bucket b(o);
+  result a, c, d, too_big;
+  b.acquire(a, 1);
+  b.acquire(c, 1);
+  b.acquire(d, 1);
+  b.settle(0, unavailable());
+  poll(b.io);
+  CHECK(a.ec == error_code{});  // the local bucket's two tokens
+  CHECK(c.ec == error_code{});
+  CHECK_FALSE(d.done);  // waits for the local refill: 200 ms
+  b.acquire(too_big, 3);  // above the local capacity: cannot be admitted locally
+  CHECK(b.snapshot().local_admitted == 2);
+
+  advance_and_poll(b.io, 199ms);
+  CHECK_FALSE(d.done);
+  advance_and_poll(b.io, 1ms);
+  CHECK(d.ec == error_code{});
+  CHECK(too_big.ec == rein::redis::errc::unavailable);
+  CHECK(b.snapshot().local_admitted == 3);
+  CHECK(b.sent().size() == 1);
+
+  result later;
+  b.acquire(later, 2);  // the local bucket is empty: it waits, and at 300 ms Redis is asked again
+  advance_and_poll(b.io, 99ms);
+  CHECK(b.sent().size() == 1);
+  advance_and_poll(b.io, 1ms);
+  CHECK(b.sent().back() == message{admission, 1, 2});
+  b.settle(1, allowed(0));
+  poll(b.io);
+  CHECK(later.ec == error_code{});
+  CHECK(b.snapshot().local_admitted == 3);
+  CHECK(b.snapshot().remote_allowed == 1);
+}
+
+TEST_CASE("admission: NOSCRIPT loads the script and asks again, twice at most; other errors fail the op",
+          "[redis][admission]") {
+  bucket b(ten_per_second(5));
+  result r;
+  b.acquire(r, 1);
+  b.settle(0, no_script());
+  CHECK(b.sent() == messages{{admission, 0, 1}, {script_load, 0, 0}, {admission, 0, 1}});
+  b.settle(0, no_script());
+  b.settle(0, no_script());  // the third time: a server error
+  poll(b.io);
+  CHECK(r.ec == rein::redis::errc::server_error);
+  CHECK(b.snapshot().script_loads == 2);
+
+  result wrong;
+  b.acquire(wrong, 1);
+  b.settle(1, server_error());
+  poll(b.io);
+  CHECK(wrong.ec == rein::redis::errc::server_error);
+  const auto s = b.snapshot();
+  CHECK(s.server_errors == 2);
+  CHECK(s.acquired_total == 0);
+}
+
+TEST_CASE("admission: max_waiters counts the ops waiting their turn, not those on the wire",
+          "[redis][admission]") {
+  auto o = ten_per_second(5, 1);
+  o.max_waiters = 1;
+  bucket b(o);
+  result on_wire, waiting, one_more;
+  b.acquire(on_wire, 1);
+  b.acquire(waiting, 1);
+  b.acquire(one_more, 1);
+  poll(b.io);
+  CHECK_FALSE(on_wire.done);
+  CHECK_FALSE(waiting.done);
+  CHECK(one_more.ec == rein::errc::queue_full);
+  CHECK(b.snapshot().queue_full_total == 1);
+  CHECK(b.sent().size() == 1);
+}
+
+TEST_CASE("admission: close completes waiting and in-flight ops with closed; a late grant is refunded",
+          "[redis][admission]") {
+  bucket b(ten_per_second(5, 1));
+  result on_wire, waiting, after;
+  b.acquire(on_wire, 1);
+  b.acquire(waiting, 1);
+  b.line->close();
+  b.acquire(after, 1);
+  poll(b.io);
+  CHECK(on_wire.ec == rein::errc::closed);
+  CHECK(waiting.ec == rein::errc::closed);
+  CHECK(after.ec == rein::errc::closed);
+  b.settle(0, allowed(0));
+  CHECK(b.sent() == messages{{admission, 0, 1}, {refund, 0, 1}});
+}
+
+TEST_CASE("admission: while an op waits, run() does not return; a cancelled far deadline leaves nothing pending",
+          "[redis][admission]") {
+  bucket b(ten_per_second(5, 1));
+  net::cancellation_signal signal;
+  result on_wire, waiting;
+  b.acquire(on_wire, 1);  // in flight: no timer needed, only the verdict can end it
+  poll(b.io);
+  CHECK_FALSE(b.io.stopped());  // the line's work guard: a pending operation keeps the context running
+  b.line->async_acquire(net::bind_cancellation_slot(signal.slot(), [&waiting](error_code ec) { waiting = {true, ec}; }),
+                        1, manual_clock::now() + 1h);
+  signal.emit(net::cancellation_type::terminal);
+  b.settle(0, allowed(400000));
+  poll(b.io);
+  CHECK(on_wire.ec == error_code{});
+  CHECK(waiting.ec == net::error::operation_aborted);
+  CHECK(b.io.stopped());  // no work guard and no timer armed for the cancelled op's deadline an hour away
+}
+
+TEST_CASE("admission: only a denial of the first waiting op holds the line", "[redis][admission]") {
+  bucket b(ten_per_second(3, 2));
+  result a, big;
+  b.acquire(a, 1);
+  b.acquire(big, 2);
+  CHECK(b.sent() == messages{{admission, 0, 1}, {admission, 1, 2}});
+  b.settle(0, denied(100000, 0));  // a, now the first waiting: ask again in 100 ms
+  b.settle(1, denied(900000, 0));  // big waits behind a: its longer retry-after does not hold a
+  advance_and_poll(b.io, 99ms);
+  CHECK(b.sent().size() == 2);
+  advance_and_poll(b.io, 1ms);
+  CHECK(b.sent().back() == message{admission, 2, 1});
+  CHECK(b.snapshot().remote_denied == 2);
+}
+
+TEST_CASE("admission: a retry-after too long for the clock saturates: the op waits, and its deadline ends it",
+          "[redis][admission]") {
+  bucket b(ten_per_second(1, 1));
+  result r;
+  b.acquire(r, 1, manual_clock::now() + 1s);
+  b.settle(0, denied(1e30, 0));
+  poll(b.io);
+  CHECK(b.sent().size() == 1);  // not asked again: "never" did not wrap round to the past
+  CHECK(b.snapshot().retry_after_last == std::chrono::microseconds::max());
+  advance_and_poll(b.io, 1s);
+  CHECK(r.ec == rein::errc::timed_out);
+}
