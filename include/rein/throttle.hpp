@@ -44,6 +44,7 @@
 #include <boost/asio/wait_traits.hpp>
 #endif
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -371,15 +372,20 @@ constexpr stage_rank rank_of() {
     return stage_rank::none;
   } else {
     using limiter = typename stage_limiter<stage>::type;
-    static_assert(throttle_gate<limiter> || throttle_concurrency<limiter> || throttle_rate<limiter>,
-                  "rein::throttle: this stage is none of the three kinds a throttle knows: a quota gate "
-                  "(is_paused(), pause_for(d), on_retry_after(field, d)), a concurrency limiter (try_acquire(n) "
-                  "returning a rein::permit) or a rate limiter (try_acquire(n) returning a rein::try_result, and "
-                  "refund(n)); the compiler's note names the stage's position and type");
-    if constexpr (throttle_gate<limiter>) return stage_rank::gate;
-    else if constexpr (throttle_concurrency<limiter>)
+    if constexpr (throttle_gate<limiter>) {
+      return stage_rank::gate;
+    } else if constexpr (throttle_concurrency<limiter>) {
       return is_keyed<stage>::value ? stage_rank::per_key_concurrency : stage_rank::global_concurrency;
-    else return stage_rank::rate;
+    } else if constexpr (throttle_rate<limiter>) {
+      return stage_rank::rate;
+    } else {
+      static_assert(throttle_gate<limiter> || throttle_concurrency<limiter> || throttle_rate<limiter>,
+                    "rein::throttle: this stage is none of the three kinds a throttle knows: a quota gate "
+                    "(is_paused(), pause_for(d), on_retry_after(field, d)), a concurrency limiter (try_acquire(n) "
+                    "returning a rein::permit) or a rate limiter (try_acquire(n) returning a rein::try_result, and "
+                    "refund(n)); the compiler's note names the stage's position and type");
+      return stage_rank::none;  // after the message, as if the place were empty: no further errors
+    }
   }
 }
 
@@ -744,13 +750,16 @@ class throttle {
                 "rein::throttle: list the stages in admission order: quota gates, then per-key concurrency "
                 "limiters, then global concurrency limiters, then rate limiters (rates are taken last, at the "
                 "moment of sending)");
-  static_assert(detail::count_rank<rank::none>(ranks_) < stage_count, "rein::throttle: the stage list is empty");
+  static constexpr std::array<bool, stage_count> placeholder_{
+      detail::is_placeholder_v<typename detail::stage_spec<Stages>::stage>...};
+  static_assert(std::find(placeholder_.begin(), placeholder_.end(), false) != placeholder_.end(),
+                "rein::throttle: the stage list is empty");
 
   template <rank R>
   static constexpr auto at_rank = detail::positions<R, detail::count_rank<R>(ranks_)>(ranks_);
   static constexpr std::size_t first_stage_ = [] {
     std::size_t i = 0;
-    while (ranks_[i] == rank::none) ++i;
+    while (i + 1 < stage_count && placeholder_[i]) ++i;
     return i;
   }();
 
