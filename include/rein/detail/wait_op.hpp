@@ -88,6 +88,7 @@ enum class wait_status : std::uint8_t {
   timed_out,
   queue_full,
   exceeds_capacity,
+  unavailable,       ///< refused by the policy (an open circuit)
 };
 
 inline error_code to_error_code(wait_status s) noexcept {
@@ -100,6 +101,7 @@ inline error_code to_error_code(wait_status s) noexcept {
     case wait_status::timed_out: return errc::timed_out;
     case wait_status::queue_full: return errc::queue_full;
     case wait_status::exceeds_capacity: return errc::exceeds_capacity;
+    case wait_status::unavailable: return errc::upstream_unavailable;
   }
   return {};
 }
