@@ -391,7 +391,8 @@ class basic_adaptive_limiter {
 
   /// Takes n slots now if `in_flight + n <= floor(limit)` and nobody waits; otherwise returns an empty
   /// permit whose status() says why: try_status::busy, closed (after close()), exceeds_capacity (n above
-  /// floor(max_limit)), unavailable (the circuit is open, or half-open with its probes out). Never waits; allocates only past 4096 outstanding permits (the grant log).
+  /// floor(max_limit)), unavailable (the circuit is open, or half-open with its probes out). Never waits;
+  /// allocates only past 4096 outstanding permits (the grant log).
   try_permit try_acquire(std::size_t n = 1) {
     std::chrono::nanoseconds stamp{};
     const try_status status = core_->try_acquire(n, stamp);
@@ -407,9 +408,9 @@ class basic_adaptive_limiter {
   ///
   /// Errors: errc::exceeds_capacity (n above floor(max_limit), at once), errc::queue_full (max_waiters
   /// reached, at once), errc::upstream_unavailable (the circuit is open: at once, and every waiter when it
-  /// opens; see adaptive_limiter_options::circuit), errc::closed, `net::error::operation_aborted` (cancelled, or the limiter was
-  /// destroyed). The handler is never invoked from inside this function: it goes through its associated
-  /// executor.
+  /// opens; see adaptive_limiter_options::circuit), errc::closed, `net::error::operation_aborted`
+  /// (cancelled, or the limiter was destroyed). The handler is never invoked from inside this function: it
+  /// goes through its associated executor.
   ///
   /// @par Per-Operation Cancellation
   /// terminal, partial and total: a waiting operation is removed and completes with operation_aborted. A

@@ -165,9 +165,9 @@ struct idle_traits {
 /// - Creation: a key's limiter is `Limiter(executor, args...)` with the key's override arguments if it has
 ///   some, else the default arguments given to the constructor.
 /// - Eviction: a limiter that is idle (see rein::idle_traits: indistinguishable from a fresh one), not
-///   pinned by a handle, and unused for `idle_ttl` (default 0) may be dropped, lazily: each new key examines `sweep_batch` live keys in a circular
-///   order, and sweep() examines as many as asked. Eviction is invisible to callers (a new limiter is made on
-///   the next use) except that its counters restart.
+///   pinned by a handle, and unused for `idle_ttl` (default 0) may be dropped, lazily: each new key examines
+///   `sweep_batch` live keys in a circular order, and sweep() examines as many as asked. Eviction is
+///   invisible to callers (a new limiter is made on the next use) except that its counters restart.
 /// - The cap: with `max_keys` alive, a new key examines up to `max_scan` keys and evicts the idle ones; if
 ///   that makes no room it is refused: get() throws, or reports, errc::queue_full (backpressure, like a full
 ///   waiting line). Existing keys are always served. The circular order makes repeated attempts examine
