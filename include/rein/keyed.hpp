@@ -96,8 +96,8 @@ using keyed_stats [[deprecated("use rein::keyed_snapshot")]] = keyed_snapshot;
 /// observe, except counters.
 ///
 /// The primary template uses, in this order: a member `bool idle() const`; else a snapshot with `in_flight`
-/// (semaphore, adaptive limiter: nothing held; note that an adaptive limiter's learned limit is then lost,
-/// by design: an idle key starts again from its initial limit); else a snapshot with `tokens` and `capacity`
+/// (semaphore, adaptive limiter: nothing held; note that an adaptive limiter's learned limit is then lost:
+/// an evicted key starts again from its initial limit, which keyed_options::idle_ttl postpones); else a snapshot with `tokens` and `capacity`
 /// (token bucket: full); else a snapshot with `in_window` (sliding window: empty); else, for any other rate
 /// limiter (rate_limits, adaptive_rate_limiter), its whole capacity available now (an adaptive rate's learned
 /// rate is then lost, as an adaptive limiter's limit is). All also need `waiting == 0`. Specialise it for
