@@ -96,7 +96,8 @@ using keyed_stats [[deprecated("use rein::keyed_snapshot")]] = keyed_snapshot;
 /// observe, except counters.
 ///
 /// The primary template uses, in this order: a member `bool idle() const`; else a snapshot with `in_flight`
-/// (semaphore, adaptive limiter: nothing held; note that an adaptive limiter's learned limit is then lost:
+/// (semaphore, adaptive limiter: nothing held, and for an adaptive limiter its circuit closed; note that an
+/// adaptive limiter's learned limit is then lost:
 /// an evicted key starts again from its initial limit, which keyed_options::idle_ttl postpones); else a snapshot with `tokens` and `capacity`
 /// (token bucket: full); else a snapshot with `in_window` (sliding window: empty); else, for any other rate
 /// limiter (rate_limits, adaptive_rate_limiter), its whole capacity available now (an adaptive rate's learned
@@ -127,6 +128,10 @@ struct idle_traits {
     } else {
       const auto s = limiter.snapshot();
       if constexpr (requires { s.in_flight; }) {
+        // An adaptive limiter whose circuit is not closed remembers that its dependency is down: a fresh one
+        // would send to it again at once.
+        if constexpr (requires { s.circuit != decltype(s.circuit){}; })
+          if (s.circuit != decltype(s.circuit){}) return false;
         return s.waiting == 0 && s.in_flight == 0;
       } else if constexpr (requires { s.tokens >= s.capacity; }) {
         return s.waiting == 0 && s.tokens >= static_cast<decltype(s.tokens)>(s.capacity);

@@ -399,3 +399,21 @@ TEST_CASE("idle_ttl: the default 0 evicts as soon as idle; a negative TTL is ref
   CHECK(per_host.sweep() == 1);
   CHECK_THROWS_WITH(per_key_adaptive(io, ttl(-1ns)), "rein::keyed: idle_ttl must be >= 0, got -1 ns");
 }
+
+TEST_CASE("an adaptive key whose circuit is open is kept until the circuit closes", "[keyed][circuit]") {
+  manual_clock::reset();
+  net::io_context io;
+  rein::algo::aimd_options at_floor;
+  at_floor.initial_limit = 1;
+  rein::adaptive_limiter_options fail_fast;
+  fail_fast.circuit.open_after = 1;
+  fail_fast.circuit.open_for = 1s;
+  per_key_adaptive per_host(io, {}, at_floor, fail_fast);
+  cut_once(per_host, "down.example");  // one congestion at the floor opens it
+  CHECK(per_host.sweep() == 0);        // idle, but a fresh limiter would forget the dependency is down
+  CHECK(per_host.get("down.example")->try_acquire().status() == rein::try_status::unavailable);
+  manual_clock::advance(1s);
+  CHECK(per_host.sweep() == 0);  // half-open: the probe decides
+  per_host.get("down.example")->try_acquire().complete(rein::outcome::success);
+  CHECK(per_host.sweep() == 1);  // closed and idle
+}
