@@ -13,6 +13,7 @@
 #include <rein/algo/aimd.hpp>
 #include <rein/algo/all_of.hpp>
 #include <rein/algo/backoff.hpp>
+#include <rein/algo/circuit.hpp>
 #include <rein/algo/gradient.hpp>
 #include <rein/algo/limit_algorithm.hpp>
 #include <rein/algo/log_histogram.hpp>

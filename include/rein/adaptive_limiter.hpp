@@ -2,6 +2,7 @@
 #pragma once
 
 #include <rein/algo/aimd.hpp>
+#include <rein/algo/circuit.hpp>
 #include <rein/algo/gradient.hpp>
 #include <rein/algo/limit_algorithm.hpp>
 #include <rein/algo/tuned_aimd.hpp>
@@ -49,6 +50,12 @@
 
 namespace rein {
 
+/// An adaptive limiter's circuit: fail fast while the limit sits at its floor under congestion
+/// (see algo::circuit_options for the rule, its sources and why it is off by default).
+using circuit_options = algo::circuit_options;
+/// Where an adaptive limiter's circuit is: closed, open, half_open.
+using circuit_state = algo::circuit_state;
+
 /// Options of an adaptive limiter (the algorithm has its own, e.g. `algo::aimd_options`).
 struct adaptive_limiter_options {
   /// How many operations may wait at once; one more completes at once with errc::queue_full.
@@ -60,9 +67,19 @@ struct adaptive_limiter_options {
   std::function<outcome(int)> classify = classify_http_status;
   /// Names the limiter in events, metrics and error messages. Default: none.
   std::string name{};
-  /// Called outside the lock with rejections, limit changes (when floor(limit) moves or the algorithm cuts)
-  /// and floor and ceiling transitions; see rein::limiter_observer. Default: none (no cost).
+  /// Called outside the lock with rejections, limit changes (when floor(limit) moves or the algorithm cuts),
+  /// floor and ceiling transitions and circuit transitions; see rein::limiter_observer. Default: none (no
+  /// cost).
   limiter_observer observer{};
+  /// Fail fast at the floor (an open circuit): after `circuit.open_after` consecutive congestion outcomes
+  /// that leave the limit at its floor, every waiter and every new acquire completes at once with
+  /// errc::upstream_unavailable (try_acquire: try_status::unavailable) for `circuit.open_for`; then
+  /// `circuit.probes` calls are granted (half-open: acquires wait for room as usual until that many were
+  /// granted, later ones fail at once); the first probe to succeed closes the circuit, the first to report
+  /// congestion opens it again. Each transition is an event (circuit_opened, circuit_half_open,
+  /// circuit_closed); the open-to-half-open one is seen by the first acquire or release after the open
+  /// period. Default: off (open_after 0). See algo::circuit_options.
+  circuit_options circuit{};
 };
 
 /// An adaptive limiter's state, copied out under its lock in O(1).
@@ -81,6 +98,8 @@ struct adaptive_limiter_snapshot : wait_stats {
   std::uint64_t increases = 0;    ///< samples that raised the limit
   bool at_floor = false;          ///< floor(limit) <= min_limit
   bool at_ceiling = false;        ///< floor(limit) >= max_limit
+  circuit_state circuit = circuit_state::closed;  ///< the circuit now (always closed when it is off)
+  std::uint64_t circuit_opens = 0;                ///< how many times the circuit opened
   std::uint64_t success_total = 0;     ///< permits completed with outcome::success
   std::uint64_t congestion_total = 0;  ///< permits completed with outcome::congestion
   /// permits completed with outcome::ignored or released without an outcome, and grants taken back before
@@ -103,6 +122,8 @@ inline std::ostream& operator<<(std::ostream& os, const adaptive_limiter_snapsho
   detail::write_number(os, s.max_limit);
   if (s.at_floor) os << " at_floor";
   if (s.at_ceiling) os << " at_ceiling";
+  if (s.circuit != circuit_state::closed) os << " circuit=" << to_string(s.circuit);
+  if (s.circuit_opens != 0) os << " circuit_opens=" << s.circuit_opens;
   os << " decreases=" << s.decreases << " increases=" << s.increases << " success=" << s.success_total
      << " congestion=" << s.congestion_total << " ignored=" << s.ignored_total << " service[";
   detail::write_histogram(os, s.service);
@@ -171,16 +192,25 @@ struct adaptive_policy {
   std::uint64_t ignored = 0;
   duration_histogram service;
 
-  explicit adaptive_policy(const typename Algorithm::options& o)
-      : algorithm(o), grants(algo::admitted(algorithm.max_limit())) {}
+  algo::basic_circuit<Clock> circuit;
+
+  adaptive_policy(const typename Algorithm::options& o, const algo::circuit_options& c)
+      : algorithm(o), grants(algo::admitted(algorithm.max_limit())), circuit(c) {}
 
   bool exceeds(std::size_t n) const noexcept { return n > algo::admitted(algorithm.max_limit()); }
+
+  bool refuses(std::size_t, time_point now) noexcept { return circuit.refuses(now); }
 
   bool try_take(std::size_t n, time_point now) noexcept {
     if (in_flight + n > algo::admitted(algorithm.limit())) return false;
     in_flight += n;
     grants.record(to_ns(now).count(), in_flight);
+    circuit.on_grant(now);
     return true;
+  }
+
+  bool at_floor() const noexcept {
+    return static_cast<double>(algo::admitted(algorithm.limit())) <= algorithm.min_limit();
   }
 
   time_point ready_at(std::size_t, time_point) const noexcept { return time_point::max(); }  // only a release helps
@@ -199,6 +229,9 @@ struct adaptive_policy {
       service.record(s.latency);
       feed(s);
     }
+    if (circuit.enabled())
+      circuit.on_sample(result, time_point(std::chrono::duration_cast<typename Clock::duration>(stamp)), now,
+                        at_floor());
     in_flight -= n;
   }
 
@@ -212,7 +245,7 @@ struct adaptive_policy {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch());
   }
 
-  observed_state observe(time_point) const noexcept {
+  observed_state observe(time_point now) const noexcept {
     observed_state s;
     s.limit = algorithm.limit();
     const std::size_t admitted = algo::admitted(s.limit);
@@ -220,6 +253,11 @@ struct adaptive_policy {
     s.cuts = algorithm.decreases();
     s.at_floor = static_cast<double>(admitted) <= algorithm.min_limit();
     s.at_ceiling = static_cast<double>(admitted) >= algorithm.max_limit();
+    const algo::circuit_state c = circuit.state(now);
+    s.circuit = static_cast<std::uint8_t>(c);
+    s.opens = circuit.opens();
+    if (c == algo::circuit_state::open)
+      s.open_left = std::chrono::duration_cast<std::chrono::nanoseconds>(circuit.open_until() - now);
     return s;
   }
 
@@ -317,13 +355,13 @@ class basic_adaptive_limiter {
   /// Constructs a limiter completing operations on `ex` by default.
   ///
   /// @throws std::invalid_argument naming the type, field and value if `algorithm` is invalid (from the
-  ///         algorithm's constructor: min_limit >= 1, min <= initial <= max, backoff in (0, 1), ...) or if
-  ///         `options.classify` is empty.
+  ///         algorithm's constructor: min_limit >= 1, min <= initial <= max, backoff in (0, 1), ...), if
+  ///         `options.classify` is empty, or if `options.circuit` is invalid (open_for <= 0, probes 0).
   basic_adaptive_limiter(const executor_type& ex, const algorithm_options& algorithm = {},
                          adaptive_limiter_options options = {})
       : classify_(validated(std::move(options.classify))),
         core_(ex, detail::line_options{options.max_waiters, true, std::move(options.name), std::move(options.observer)},
-              algorithm) {}
+              algorithm, options.circuit) {}
 
   /// Constructs a limiter on an execution context (an io_context).
   template <class ExecutionContext>
@@ -353,7 +391,8 @@ class basic_adaptive_limiter {
 
   /// Takes n slots now if `in_flight + n <= floor(limit)` and nobody waits; otherwise returns an empty
   /// permit whose status() says why: try_status::busy, closed (after close()), exceeds_capacity (n above
-  /// floor(max_limit)). Never waits; allocates only past 4096 outstanding permits (the grant log).
+  /// floor(max_limit)), unavailable (the circuit is open, or half-open with its probes out). Never waits;
+  /// allocates only past 4096 outstanding permits (the grant log).
   try_permit try_acquire(std::size_t n = 1) {
     std::chrono::nanoseconds stamp{};
     const try_status status = core_->try_acquire(n, stamp);
@@ -368,9 +407,10 @@ class basic_adaptive_limiter {
   /// @param token completion token; signature `void(error_code, rein::permit)`. Default: `deferred`.
   ///
   /// Errors: errc::exceeds_capacity (n above floor(max_limit), at once), errc::queue_full (max_waiters
-  /// reached, at once), errc::closed, `net::error::operation_aborted` (cancelled, or the limiter was
-  /// destroyed). The handler is never invoked from inside this function: it goes through its associated
-  /// executor.
+  /// reached, at once), errc::upstream_unavailable (the circuit is open: at once, and every waiter when it
+  /// opens; see adaptive_limiter_options::circuit), errc::closed, `net::error::operation_aborted`
+  /// (cancelled, or the limiter was destroyed). The handler is never invoked from inside this function: it
+  /// goes through its associated executor.
   ///
   /// @par Per-Operation Cancellation
   /// terminal, partial and total: a waiting operation is removed and completes with operation_aborted. A
@@ -516,6 +556,44 @@ class basic_adaptive_limiter {
     return core_->inspect([&f](const policy_type& p, const wait_stats&) { return std::forward<F>(f)(p.algorithm); });
   }
 
+  /// Replaces the algorithm's options at run time (an operator's new floor or ceiling, a retuned backoff),
+  /// validated as the constructor validates them. Applied under the lock; the limit learned so far is kept,
+  /// moved into the new [min_limit, max_limit] (each algorithm's `set_options` says what else carries on).
+  ///
+  /// Effect on waiters: re-examined at once, in FIFO order: a limit that rose (a higher floor) admits them
+  /// before this returns (their handlers run through their executors as usual); one that fell (a lower
+  /// ceiling) admits nobody until enough calls have finished, and takes no slot back. A waiter for more
+  /// than the new floor(max_limit) completes with errc::exceeds_capacity at once (it could only wait
+  /// forever); later acquires of that size fail the same way.
+  ///
+  /// @throws std::invalid_argument naming the type, field and value if `o` is invalid; nothing changed then.
+  /// @par Thread Safety
+  /// As every member: may be called concurrently with acquires and releases.
+  void set_options(const algorithm_options& o) {
+    core_->update_and_refuse([&o](policy_type& p, time_point) { p.algorithm.set_options(o); });
+  }
+
+  /// The algorithm's options in force.
+  algorithm_options get_options() const {
+    return core_->inspect([](const policy_type& p, const wait_stats&) { return p.algorithm.get_options(); });
+  }
+
+  /// Replaces the circuit's options at run time (see adaptive_limiter_options::circuit), validated as the
+  /// constructor validates them. An open circuit stays open until the end it was given; `open_after` 0
+  /// switches the circuit off and closes it at once.
+  ///
+  /// Effect on waiters: re-examined at once: a circuit closed by this admits them by the limit as usual.
+  ///
+  /// @throws std::invalid_argument naming the field and value if `o` is invalid; nothing changed then.
+  void set_circuit(const circuit_options& o) {
+    core_->update([&o](policy_type& p, time_point) { p.circuit.set_options(o); });
+  }
+
+  /// The circuit's state now (circuit_state::closed while it is off).
+  circuit_state circuit() const {
+    return core_->inspect([](const policy_type& p, const wait_stats&) { return p.circuit.state(clock_type::now()); });
+  }
+
   /// Counters and state, copied under the lock in O(1).
   adaptive_limiter_snapshot snapshot() const {
     return core_->inspect([](const policy_type& p, const wait_stats& w) {
@@ -532,6 +610,8 @@ class basic_adaptive_limiter {
       s.increases = a.increases();
       s.at_floor = static_cast<double>(s.admitted) <= s.min_limit;
       s.at_ceiling = static_cast<double>(s.admitted) >= s.max_limit;
+      s.circuit = p.circuit.state(clock_type::now());
+      s.circuit_opens = p.circuit.opens();
       s.success_total = p.successes;
       s.congestion_total = p.congestions;
       s.ignored_total = p.ignored;

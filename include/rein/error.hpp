@@ -17,6 +17,9 @@ enum class errc {
   queue_full = 2,        ///< `max_waiters` operations were already waiting: backpressure, nothing was queued
   closed = 3,            ///< the limiter was closed with `close()`
   exceeds_capacity = 4,  ///< the request can never be granted (n larger than the limiter's total capacity)
+  /// The dependency behind the limiter is treated as down (an adaptive limiter's open circuit, see
+  /// rein::circuit_options): the call was refused at once instead of queueing behind it. Retry later.
+  upstream_unavailable = 5,
 };
 
 namespace detail {
@@ -30,6 +33,7 @@ class rein_category final : public error_category {
       case errc::queue_full: return "waiting line is full";
       case errc::closed: return "limiter is closed";
       case errc::exceeds_capacity: return "request exceeds the limiter's capacity";
+      case errc::upstream_unavailable: return "upstream unavailable: the limiter's circuit is open";
     }
     return "unknown rein error";
   }

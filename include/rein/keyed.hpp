@@ -16,6 +16,7 @@
 
 #include <atomic>
 #include <cassert>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -44,6 +45,16 @@ struct keyed_options {
   /// Live keys examined, at most, to make room when `max_keys` are alive; if none of them is idle the new key
   /// is refused with errc::queue_full. Must be >= 1. Default: 64 (the cost of a refusal under a key spray).
   std::size_t max_scan = 64;
+  /// How long a key must go unused before its idle limiter may be evicted, in nanoseconds of the limiter's
+  /// clock (`Limiter::clock_type`, std::chrono::steady_clock for a limiter without one); >= 0. A key is used
+  /// when get() or find() returns its limiter and when such a handle is released. Lets an adaptive
+  /// limiter's learned limit (or an adaptive rate) survive short idle gaps instead of starting again from
+  /// its initial limit; memcached and Caffeine call it expire-after-access. A permit kept after its handle
+  /// is gone keeps the limiter busy, hence alive, but its release does not count as a use. With max_keys
+  /// alive and no key evictable under the TTL, a new key evicts one idle key whose TTL has not run out
+  /// (the cap bounds memory; the TTL is a preference). Default: 0, evict as soon as idle (a registry
+  /// sprayed with keys frees their memory at once).
+  std::chrono::nanoseconds idle_ttl{0};
   /// Names the registry in events, metrics and error messages. Default: none.
   std::string name{};
   /// Called outside the registry's lock with evictions (key_evicted, with the key) and refused keys
@@ -85,12 +96,29 @@ using keyed_stats [[deprecated("use rein::keyed_snapshot")]] = keyed_snapshot;
 /// observe, except counters.
 ///
 /// The primary template uses, in this order: a member `bool idle() const`; else a snapshot with `in_flight`
-/// (semaphore, adaptive limiter: nothing held; note that an adaptive limiter's learned limit is then lost,
-/// by design: an idle key starts again from its initial limit); else a snapshot with `tokens` and `capacity`
+/// (semaphore, adaptive limiter: nothing held, and for an adaptive limiter its circuit closed; note that an
+/// adaptive limiter's learned limit is then lost:
+/// an evicted key starts again from its initial limit, which keyed_options::idle_ttl postpones); else a snapshot with `tokens` and `capacity`
 /// (token bucket: full); else a snapshot with `in_window` (sliding window: empty); else, for any other rate
 /// limiter (rate_limits, adaptive_rate_limiter), its whole capacity available now (an adaptive rate's learned
 /// rate is then lost, as an adaptive limiter's limit is). All also need `waiting == 0`. Specialise it for
 /// other limiters.
+namespace detail {
+
+/// The clock a keyed registry times idle keys with: the limiter's own (`clock_type`), else the steady clock.
+template <class Limiter>
+struct keyed_clock {
+  using type = std::chrono::steady_clock;
+};
+
+template <class Limiter>
+  requires requires { typename Limiter::clock_type; }
+struct keyed_clock<Limiter> {
+  using type = typename Limiter::clock_type;
+};
+
+}  // namespace detail
+
 template <class Limiter>
 struct idle_traits {
   /// Whether `limiter` holds nothing and nobody waits on it, so that evicting it loses nothing.
@@ -100,6 +128,10 @@ struct idle_traits {
     } else {
       const auto s = limiter.snapshot();
       if constexpr (requires { s.in_flight; }) {
+        // An adaptive limiter whose circuit is not closed remembers that its dependency is down: a fresh one
+        // would send to it again at once.
+        if constexpr (requires { s.circuit != decltype(s.circuit){}; })
+          if (s.circuit != decltype(s.circuit){}) return false;
         return s.waiting == 0 && s.in_flight == 0;
       } else if constexpr (requires { s.tokens >= s.capacity; }) {
         return s.waiting == 0 && s.tokens >= static_cast<decltype(s.tokens)>(s.capacity);
@@ -137,10 +169,10 @@ struct idle_traits {
 ///
 /// - Creation: a key's limiter is `Limiter(executor, args...)` with the key's override arguments if it has
 ///   some, else the default arguments given to the constructor.
-/// - Eviction: a limiter that is idle (see rein::idle_traits: indistinguishable from a fresh one) and not
-///   pinned by a handle may be dropped, lazily: each new key examines `sweep_batch` live keys in a circular
-///   order, and sweep() examines as many as asked. Eviction is invisible to callers (a new limiter is made on
-///   the next use) except that its counters restart.
+/// - Eviction: a limiter that is idle (see rein::idle_traits: indistinguishable from a fresh one), not
+///   pinned by a handle, and unused for `idle_ttl` (default 0) may be dropped, lazily: each new key examines
+///   `sweep_batch` live keys in a circular order, and sweep() examines as many as asked. Eviction is
+///   invisible to callers (a new limiter is made on the next use) except that its counters restart.
 /// - The cap: with `max_keys` alive, a new key examines up to `max_scan` keys and evicts the idle ones; if
 ///   that makes no room it is refused: get() throws, or reports, errc::queue_full (backpressure, like a full
 ///   waiting line). Existing keys are always served. The circular order makes repeated attempts examine
@@ -176,6 +208,8 @@ class keyed {
   using key_type = Key;
   /// The executor that runs completion handlers without an associated executor of their own.
   using executor_type = typename Limiter::executor_type;
+  /// The clock that times `keyed_options::idle_ttl`: the limiter's `clock_type`, else the steady clock.
+  using clock_type = typename detail::keyed_clock<Limiter>::type;
   /// A key's limiter's snapshot type.
   using snapshot_type = decltype(std::declval<const Limiter&>().snapshot());
   /// The registry's own snapshot type.
@@ -187,12 +221,13 @@ class keyed {
    public:
     handle() noexcept = default;
     /// Takes over `other`'s pin; `other` becomes empty.
-    handle(handle&& other) noexcept : entry_(std::exchange(other.entry_, nullptr)) {}
+    handle(handle&& other) noexcept : entry_(std::exchange(other.entry_, nullptr)), use_(other.use_) {}
     /// Releases this pin, then takes over `other`'s; `other` becomes empty.
     handle& operator=(handle&& other) noexcept {
       if (this != &other) {
         reset();
         entry_ = std::exchange(other.entry_, nullptr);
+        use_ = other.use_;
       }
       return *this;
     }
@@ -211,15 +246,19 @@ class keyed {
     /// The key (valid while the handle holds it).
     const Key& key() const noexcept { return *entry_->key; }
 
-    /// Unpins now.
+    /// Unpins now (a use of the key, for keyed_options::idle_ttl).
     void reset() noexcept {
-      if (entry_ != nullptr) std::exchange(entry_, nullptr)->pins.fetch_sub(1, std::memory_order_release);
+      if (entry_ == nullptr) return;
+      entry* e = std::exchange(entry_, nullptr);
+      if (use_ && e->timed) e->used_ns.store(now_ns(), std::memory_order_relaxed);  // ordered by the unpin
+      e->pins.fetch_sub(1, std::memory_order_release);
     }
 
    private:
     friend class keyed;
-    explicit handle(entry* e) noexcept : entry_(e) { entry_->pins.fetch_add(1, std::memory_order_relaxed); }
+    handle(entry* e, bool use) noexcept : entry_(e), use_(use) { entry_->pins.fetch_add(1, std::memory_order_relaxed); }
     entry* entry_ = nullptr;
+    bool use_ = false;  // its release is a use of the key (get and find; not for_each's pins)
   };
 
   /// Makes an empty registry; each key's limiter will be `Limiter(ex, default_args...)` unless overridden.
@@ -290,23 +329,25 @@ class keyed {
     ec = {};
     events pending(this);
     std::lock_guard<Mutex> lock(mutex_);
-    if (auto it = map_.find(key); it != map_.end()) return handle(&it->second);
+    if (auto it = map_.find(key); it != map_.end()) return used(it->second);
     examine_locked(options_.sweep_batch, pending);
     if (map_.size() >= options_.max_keys) examine_locked(options_.max_scan, pending);
+    if (map_.size() >= options_.max_keys && timed())
+      examine_locked(options_.max_scan, pending, false, 1);  // the cap wins over the TTL, for one key
     if (map_.size() >= options_.max_keys) {
       ++stats_.rejected_total;
       ec = errc::queue_full;
       pending.refused(key);
       return {};
     }
-    return handle(create_locked(key));
+    return used(*create_locked(key));
   }
 
   /// The limiter of `key` if it is alive; an empty handle otherwise. Never makes one.
   handle find(const Key& key) {
     std::lock_guard<Mutex> lock(mutex_);
     auto it = map_.find(key);
-    return it == map_.end() ? handle() : handle(&it->second);
+    return it == map_.end() ? handle() : used(it->second);
   }
 
   /// `key`'s limiter's snapshot, or nullopt if it is not alive (an evicted key reads as a fresh one would).
@@ -328,14 +369,14 @@ class keyed {
       pinned.reserve(map_.size());
       for (auto& [key, e] : map_) {
         (void)key;
-        pinned.push_back(handle(&e));
+        pinned.push_back(handle(&e, false));
       }
     }
     for (handle& h : pinned) f(h.key(), *h);
   }
 
   /// Examines up to `budget` live keys (in the circular order new keys also use) and evicts the idle,
-  /// unpinned ones. Returns how many were evicted. `sweep()` examines every key once.
+  /// unpinned ones unused for `idle_ttl`. Returns how many were evicted. `sweep()` examines every key once.
   std::size_t sweep(std::size_t budget = std::numeric_limits<std::size_t>::max()) {
     events pending(this);
     std::lock_guard<Mutex> lock(mutex_);
@@ -427,6 +468,8 @@ class keyed {
   struct entry {
     std::unique_ptr<Limiter> limiter;
     std::atomic<std::size_t> pins{0};
+    bool timed = false;                   // idle_ttl > 0: uses are timed
+    std::atomic<std::int64_t> used_ns{0};  // the latest use, in clock_type's nanoseconds since its epoch
     const Key* key = nullptr;
     entry* prev = nullptr;
     entry* next = nullptr;
@@ -453,6 +496,7 @@ class keyed {
     entry& e = it->second;
     e.limiter = std::move(limiter);
     e.key = &it->first;
+    e.timed = timed();
     link_locked(&e);
     ++stats_.created_total;
     return &e;
@@ -481,15 +525,35 @@ class keyed {
     if (hand_ == e) hand_ = e->next;
   }
 
-  // Walks up to `budget` entries from the hand, evicting the idle and unpinned ones.
-  std::size_t examine_locked(std::size_t budget, events& pending) {
+  static std::int64_t now_ns() noexcept {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(clock_type::now().time_since_epoch()).count();
+  }
+
+  bool timed() const noexcept { return options_.idle_ttl > std::chrono::nanoseconds::zero(); }
+
+  // A handle on `e`, which counts as a use.
+  handle used(entry& e) noexcept {
+    if (e.timed) e.used_ns.store(now_ns(), std::memory_order_relaxed);
+    return handle(&e, true);
+  }
+
+  // Walks up to `budget` entries from the hand, evicting the idle and unpinned ones (and, with
+  // `honour_ttl`, unused for idle_ttl), at most `most` of them.
+  std::size_t examine_locked(std::size_t budget, events& pending, bool honour_ttl = true,
+                             std::size_t most = std::numeric_limits<std::size_t>::max()) {
     std::size_t evicted = 0;
-    for (std::size_t seen = 0, live = map_.size(); seen < budget && seen < live && hand_ != nullptr; ++seen) {
+    const bool ttl = honour_ttl && timed();
+    const std::int64_t now = ttl ? now_ns() : 0;
+    for (std::size_t seen = 0, live = map_.size();
+         seen < budget && seen < live && hand_ != nullptr && evicted < most; ++seen) {
       entry* e = hand_;
       hand_ = e->next;
       // pins is read first: a handle is only made under our lock, so a zero here stays zero, and the acquire
-      // pairs with the release of the last handle's reset (whatever it did to the limiter is visible).
-      if (e->pins.load(std::memory_order_acquire) != 0 || !idle_traits<Limiter>::idle(*e->limiter)) continue;
+      // pairs with the release of the last handle's reset (whatever it did to the limiter is visible, and so
+      // is the use it recorded).
+      if (e->pins.load(std::memory_order_acquire) != 0) continue;
+      if (ttl && now - e->used_ns.load(std::memory_order_relaxed) < options_.idle_ttl.count()) continue;
+      if (!idle_traits<Limiter>::idle(*e->limiter)) continue;
       unlink_locked(e);
       pending.evicted(*e->key);
       map_.erase(map_.find(*e->key));  // by iterator: the key argument would live in the erased node
@@ -502,6 +566,9 @@ class keyed {
   static const keyed_options& validated(const keyed_options& o) {
     if (o.max_keys < 1) throw std::invalid_argument("rein::keyed: max_keys must be >= 1, got 0");
     if (o.max_scan < 1) throw std::invalid_argument("rein::keyed: max_scan must be >= 1, got 0");
+    if (o.idle_ttl < std::chrono::nanoseconds::zero())
+      throw std::invalid_argument("rein::keyed: idle_ttl must be >= 0, got " + std::to_string(o.idle_ttl.count()) +
+                                  " ns");
     return o;
   }
 

@@ -1,5 +1,5 @@
 // Events rein's limiters push to an optional observer: rejections with their reason, limit changes, pauses,
-// evictions, floor and ceiling transitions.
+// evictions, floor and ceiling transitions, circuit transitions.
 #pragma once
 
 #include <chrono>
@@ -26,6 +26,7 @@ enum class reject_reason : std::uint8_t {
   budget_exhausted,  ///< a retry was due but the retry budget had none left
   attempts_exhausted,  ///< the last allowed attempt failed
   permanent,         ///< an attempt failed permanently
+  unavailable,       ///< an adaptive limiter's circuit was open (errc::upstream_unavailable), at once
 };
 
 /// The reason's name, as in metrics labels: "queue_full", "timed_out", ...
@@ -44,6 +45,7 @@ constexpr std::string_view to_string(reject_reason r) noexcept {
     case reject_reason::budget_exhausted: return "budget_exhausted";
     case reject_reason::attempts_exhausted: return "attempts_exhausted";
     case reject_reason::permanent: return "permanent";
+    case reject_reason::unavailable: return "unavailable";
   }
   return "unknown";
 }
@@ -62,6 +64,10 @@ enum class event_kind : std::uint8_t {
   left_floor,     ///< the limit rose above its floor
   at_ceiling,     ///< the limit reached its ceiling
   left_ceiling,   ///< the limit fell below its ceiling
+  circuit_opened,     ///< an adaptive limiter's circuit opened (from closed or half-open): calls fail fast
+                      ///< with errc::upstream_unavailable for `pause` from now
+  circuit_half_open,  ///< the open period was found over (by the first acquire or release after it): probes go
+  circuit_closed,     ///< a probe succeeded: calls are admitted by the limit again
 };
 
 constexpr std::string_view to_string(event_kind k) noexcept {
@@ -75,6 +81,9 @@ constexpr std::string_view to_string(event_kind k) noexcept {
     case event_kind::left_floor: return "left_floor";
     case event_kind::at_ceiling: return "at_ceiling";
     case event_kind::left_ceiling: return "left_ceiling";
+    case event_kind::circuit_opened: return "circuit_opened";
+    case event_kind::circuit_half_open: return "circuit_half_open";
+    case event_kind::circuit_closed: return "circuit_closed";
   }
   return "unknown";
 }
@@ -87,7 +96,8 @@ struct limiter_event {
   std::uint64_t count = 1;                   ///< rejected: how many callers, at once
   double from = 0.0;                         ///< limit_changed: the limit before
   double to = 0.0;                           ///< limit_changed, at_/left_ floor and ceiling: the limit now
-  std::chrono::nanoseconds pause{0};         ///< pause_started: how long the gate stays closed from now
+  std::chrono::nanoseconds pause{0};         ///< pause_started: how long the gate stays closed from now;
+                                             ///< circuit_opened: how long the circuit stays open from now
   std::string_view key;                      ///< key_evicted, and a keyed registry's rejections: the key
 };
 
@@ -97,7 +107,8 @@ inline std::ostream& operator<<(std::ostream& os, const limiter_event& e) {
   switch (e.kind) {
     case event_kind::rejected: os << " reason=" << to_string(e.reason) << " count=" << e.count; break;
     case event_kind::limit_changed: os << " from=" << e.from << " to=" << e.to; break;
-    case event_kind::pause_started: os << " pause=" << e.pause.count() << "ns"; break;
+    case event_kind::pause_started:
+    case event_kind::circuit_opened: os << " pause=" << e.pause.count() << "ns"; break;
     case event_kind::at_floor:
     case event_kind::left_floor:
     case event_kind::at_ceiling:
@@ -168,11 +179,16 @@ struct observed_state {
   bool at_ceiling = false;
   bool paused = false;
   std::chrono::nanoseconds pause_left{0};  ///< while paused: how long from now
+  /// An adaptive limiter's circuit: 0 closed, 1 open, 2 half-open (circuit_state's values). `opens` counts
+  /// the openings, so that a half-open circuit that re-opens before anyone looked still reports it.
+  std::uint8_t circuit = 0;
+  std::uint64_t opens = 0;
+  std::chrono::nanoseconds open_left{0};  ///< while open: how long from now
 
   /// Equal when nothing an event reports changed (pause_left runs down by itself: not compared).
   bool operator==(const observed_state& o) const noexcept {
     return limit == o.limit && level == o.level && cuts == o.cuts && at_floor == o.at_floor &&
-           at_ceiling == o.at_ceiling && paused == o.paused;
+           at_ceiling == o.at_ceiling && paused == o.paused && circuit == o.circuit && opens == o.opens;
   }
 
   /// Pushes the events that lead from `before` to `*this`.
@@ -197,6 +213,20 @@ struct observed_state {
       e.kind = paused ? event_kind::pause_started : event_kind::pause_ended;
       e.pause = paused ? pause_left : std::chrono::nanoseconds{0};
       out.push(e);
+    }
+    if (circuit != before.circuit || opens != before.opens) {
+      // Each opening since `before` is reported; a circuit that opened and moved on in between reports
+      // where it is now as well.
+      e.pause = std::chrono::nanoseconds{0};
+      if (opens != before.opens) {
+        e.kind = event_kind::circuit_opened;
+        e.pause = circuit == 1 ? open_left : std::chrono::nanoseconds{0};
+        out.push(e);
+      }
+      if (circuit != 1) {
+        e.kind = circuit == 2 ? event_kind::circuit_half_open : event_kind::circuit_closed;
+        out.push(e);
+      }
     }
   }
 };

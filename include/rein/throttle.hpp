@@ -173,6 +173,7 @@ struct throttle_snapshot {
   std::uint64_t queue_full_total = 0;        ///< ... with errc::queue_full (a stage's line, or too many keys)
   std::uint64_t closed_total = 0;            ///< ... with errc::closed
   std::uint64_t exceeds_capacity_total = 0;  ///< ... with errc::exceeds_capacity
+  std::uint64_t unavailable_total = 0;       ///< ... with errc::upstream_unavailable (a stage's open circuit)
   std::uint64_t cancelled_total = 0;         ///< ... with operation_aborted (not a rejection)
   std::uint64_t failed_total = 0;            ///< waiting acquires that failed (any error, cancellation included)
   std::uint64_t rejections_reported = 0;     ///< guard.reject() calls (upstream 429s)
@@ -188,6 +189,7 @@ struct throttle_snapshot {
     f(reject_reason::queue_full, queue_full_total);
     f(reject_reason::closed, closed_total);
     f(reject_reason::exceeds_capacity, exceeds_capacity_total);
+    f(reject_reason::unavailable, unavailable_total);
   }
 };
 
@@ -705,7 +707,7 @@ class throttle_guard {
 /// @par Errors
 /// A waiting acquire fails with errc::timed_out (one deadline covers every stage), errc::closed,
 /// errc::queue_full (a stage's waiting line is full, or too many keys), errc::exceeds_capacity (a charge no
-/// stage can ever give) or operation_aborted; the coroutine doors throw rein::throttle_error, which names
+/// stage can ever give), errc::upstream_unavailable (an adaptive stage's open circuit) or operation_aborted; the coroutine doors throw rein::throttle_error, which names
 /// the stage and the key, and the completion-token doors give an empty guard whose rejected_stage(),
 /// rejected_at() and error() say the same. The snapshot counts failures by reason.
 ///
@@ -899,6 +901,7 @@ class throttle {
     s.closed_total = failures_[2].load(std::memory_order_relaxed);
     s.exceeds_capacity_total = failures_[3].load(std::memory_order_relaxed);
     s.cancelled_total = failures_[4].load(std::memory_order_relaxed);
+    s.unavailable_total = failures_[5].load(std::memory_order_relaxed);
     s.rejected_gate = refused_[0].load(std::memory_order_relaxed);
     s.rejected_rate = refused_[1].load(std::memory_order_relaxed);
     s.rejected_per_key = refused_[2].load(std::memory_order_relaxed);
@@ -1437,14 +1440,15 @@ class throttle {
 
   // A waiting acquire that failed, by its error (others count in failed_total only).
   void count_failure(const error_code& ec) noexcept {
-    std::size_t slot = 5;
+    std::size_t slot = 6;
     reject_reason why = reject_reason::cancelled;
     if (ec == errc::timed_out) slot = 0, why = reject_reason::timed_out;
     else if (ec == errc::queue_full) slot = 1, why = reject_reason::queue_full;
     else if (ec == errc::closed) slot = 2, why = reject_reason::closed;
     else if (ec == errc::exceeds_capacity) slot = 3, why = reject_reason::exceeds_capacity;
+    else if (ec == errc::upstream_unavailable) slot = 5, why = reject_reason::unavailable;
     else if (ec == error_code(net::error::operation_aborted)) slot = 4;
-    if (slot == 5) return;
+    if (slot == 6) return;
     failures_[slot].fetch_add(1, std::memory_order_relaxed);
     if (options_.observer) notify(why);
   }
@@ -1465,7 +1469,8 @@ class throttle {
   std::atomic<std::uint64_t> admitted_{0};
   std::atomic<std::uint64_t> refused_[4] = {};
   std::atomic<std::uint64_t> failed_{0};
-  std::atomic<std::uint64_t> failures_[5] = {};  // timed_out, queue_full, closed, exceeds_capacity, cancelled
+  // timed_out, queue_full, closed, exceeds_capacity, cancelled, unavailable
+  std::atomic<std::uint64_t> failures_[6] = {};
   std::atomic<std::uint64_t> finished_{0};
   std::atomic<std::uint64_t> rejections_{0};
 };

@@ -16,15 +16,17 @@ enum class try_status : std::uint8_t {
   busy,              ///< not now: no room, or others wait (a waiter is never overtaken)
   closed,            ///< the limiter was closed
   exceeds_capacity,  ///< more than the limiter can ever grant at once
+  unavailable,       ///< refused: the dependency is treated as down (an adaptive limiter's open circuit)
 };
 
-/// A readable name for a try_status ("acquired", "busy", "closed", "exceeds_capacity").
+/// A readable name for a try_status ("acquired", "busy", "closed", "exceeds_capacity", "unavailable").
 constexpr const char* to_string(try_status s) noexcept {
   switch (s) {
     case try_status::acquired: return "acquired";
     case try_status::busy: return "busy";
     case try_status::closed: return "closed";
     case try_status::exceeds_capacity: return "exceeds_capacity";
+    case try_status::unavailable: return "unavailable";
   }
   return "unknown";
 }

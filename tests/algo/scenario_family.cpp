@@ -6,12 +6,14 @@
 // are tagged [.thorough]: run them by hand with `rein_tests_algo "[thorough]"`.
 // examples/adaptive_family prints the same figures as a table.
 #include <rein/algo/aimd.hpp>
+#include <rein/algo/circuit.hpp>
 #include <rein/algo/gradient.hpp>
 #include <rein/algo/tuned_aimd.hpp>
 #include <rein/testing/scenario_family.hpp>
 
 #include "support/catch.hpp"
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -112,6 +114,45 @@ void check_noise(std::uint64_t seeds) {
   CHECK(aimd.scenarios_with_failures == 0);
 }
 
+// An algorithm with a circuit beside it, fed as adaptive_limiter feeds its own (the sample first, then the
+// circuit with the limit as the sample left it); `*opened` counts its openings. The simulation refuses no
+// call, so this says whether the circuit would fire on these upstreams (none is ever down), not what
+// refusing would cost.
+template <class Algorithm>
+struct circuit_probe {
+  using sample_type = typename Algorithm::sample_type;
+  Algorithm algorithm;
+  rein::algo::basic_circuit<typename Algorithm::clock_type> circuit;
+  std::size_t* opened;
+
+  double limit() const { return algorithm.limit(); }
+  std::uint64_t decreases() const { return algorithm.decreases(); }
+  void on_sample(const sample_type& s) {
+    algorithm.on_sample(s);
+    const bool at_floor = static_cast<double>(rein::algo::admitted(algorithm.limit())) <= algorithm.min_limit();
+    const std::uint64_t before = circuit.opens();
+    circuit.on_sample(s.result, s.now - s.latency, s.now, at_floor);
+    if (circuit.opens() != before) ++*opened;
+  }
+};
+
+// Scenarios of `f` where a circuit with open_after 5 (Envoy's consecutive_5xx) beside an `Algorithm` with
+// default options would open.
+template <class Algorithm>
+std::size_t circuit_openings(const family& f) {
+  rein::algo::circuit_options c;
+  c.open_after = 5;
+  std::size_t scenarios = 0;
+  for (std::size_t i = 0; i < f.scenarios.size(); ++i) {
+    std::size_t opened = 0;
+    (void)score(f.scenarios[i], f.marks[i], [&] {
+      return circuit_probe<Algorithm>{Algorithm{}, rein::algo::basic_circuit<typename Algorithm::clock_type>{c}, &opened};
+    });
+    if (opened != 0) ++scenarios;
+  }
+  return scenarios;
+}
+
 }  // namespace
 
 TEST_CASE("family, seeds 1-100: tuned_aimd and gradient (defaults) and aimd (latency_tolerance) never fail a call") {
@@ -122,6 +163,14 @@ TEST_CASE("family, seeds 1-100: tuned_aimd and gradient (defaults) and aimd (lat
 }
 
 TEST_CASE("family, noise only, seeds 1-50: +-20 % jitter never cuts below 0.8 x the capacity") { check_noise(50); }
+
+// Whether a circuit on by default would cost anything on the family: it opens only on congestion outcomes at
+// the floor, which the recommended defaults never meet there (no call fails), so it never fires.
+TEST_CASE("family, seeds 1-100: a circuit opening after 5 congestions at the floor never opens beside tuned_aimd or gradient") {
+  const family f = family::generate(1, 100);
+  CHECK(circuit_openings<rein::algo::tuned_aimd>(f) == 0);
+  CHECK(circuit_openings<rein::algo::gradient>(f) == 0);
+}
 
 TEST_CASE("family, seeds 1-1000: tuned_aimd and gradient (defaults) and aimd (latency_tolerance) never fail a call", "[.thorough]") {
   const family f = family::generate(1, 1000);

@@ -4,6 +4,8 @@
 #include "support/async.hpp"
 #include "support/catch.hpp"
 
+#include <rein/adaptive_limiter.hpp>
+#include <rein/algo/aimd.hpp>
 #include <rein/error.hpp>
 #include <rein/keyed.hpp>
 #include <rein/quota_gate.hpp>
@@ -19,6 +21,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -309,4 +312,108 @@ TEST_CASE("invalid limiter options fail where they are given, not at a key's fir
   CHECK_THROWS_WITH(tenants.set_override("t1", bad), "rein::token_bucket: rate must be > 0, finite and at most 1e9 tokens per second, got -1");
   CHECK(tenants.get("t1")->capacity() == 2);  // the refused override was not set: the defaults apply
   CHECK(tenants.snapshot().created_total == 1);  // checking made no key
+}
+
+namespace {
+
+using adaptive_on_manual_clock = rein::basic_adaptive_limiter<rein::algo::aimd, net::any_io_executor, manual_clock>;
+using per_key_adaptive = rein::keyed<adaptive_on_manual_clock>;
+
+rein::keyed_options ttl(std::chrono::nanoseconds idle_ttl, std::size_t max_keys = 10'000) {
+  rein::keyed_options o = opts(max_keys);
+  o.idle_ttl = idle_ttl;
+  return o;
+}
+
+// One congestion outcome on `key`'s limiter: its learned limit goes from the initial 4 to 4 x 0.8.
+void cut_once(per_key_adaptive& keyed, const std::string& key) {
+  keyed.get(key)->try_acquire().complete(rein::outcome::congestion);
+}
+
+}  // namespace
+
+TEST_CASE("idle_ttl: an idle key keeps its learned limit until it has gone unused for idle_ttl", "[keyed][ttl]") {
+  manual_clock::reset();
+  net::io_context io;
+  per_key_adaptive per_host(io, ttl(10s));
+  STATIC_REQUIRE(std::is_same_v<per_key_adaptive::clock_type, manual_clock>);
+  cut_once(per_host, "a");
+  CHECK(per_host.get("a")->limit() == 4.0 * 0.8);
+  manual_clock::advance(9999ms);
+  CHECK(per_host.sweep() == 0);
+  CHECK(per_host.get("a")->limit() == 4.0 * 0.8);  // a use: the TTL starts again
+  manual_clock::advance(9999ms);
+  CHECK(per_host.sweep() == 0);
+  manual_clock::advance(1ms);
+  CHECK(per_host.sweep() == 1);
+  CHECK_FALSE(per_host.contains("a"));
+  CHECK(per_host.get("a")->limit() == 4.0);  // made again: the initial limit
+}
+
+TEST_CASE("idle_ttl: releasing a handle is a use; a busy key is kept past its TTL", "[keyed][ttl]") {
+  manual_clock::reset();
+  net::io_context io;
+  per_key_adaptive per_host(io, ttl(10s));
+  rein::permit held;
+  {
+    auto h = per_host.get("a");
+    manual_clock::advance(30s);  // a long call under the handle
+    held = h->try_acquire();
+  }  // released at 30 s
+  manual_clock::advance(20s);
+  CHECK(per_host.sweep() == 0);  // unused for 20 s, but a permit is out
+  held.release();
+  CHECK(per_host.sweep() == 1);  // its release is no use: 20 s since the handle's release
+  per_host.get("b");
+  manual_clock::advance(5s);
+  per_host.for_each([](const std::string&, adaptive_on_manual_clock&) {});  // metrics: no use
+  manual_clock::advance(5s);
+  CHECK(per_host.sweep() == 1);
+}
+
+TEST_CASE("idle_ttl: at the cap a new key evicts one idle key inside its TTL rather than be refused",
+          "[keyed][ttl][cap]") {
+  manual_clock::reset();
+  net::io_context io;
+  per_key_adaptive per_host(io, ttl(1h, 2));
+  cut_once(per_host, "a");
+  cut_once(per_host, "b");
+  auto c = per_host.get("c");  // both idle, both inside the TTL: one of them goes
+  CHECK(c);
+  CHECK(per_host.size() == 2);
+  CHECK(per_host.snapshot().evicted_total == 1);
+  CHECK(per_host.contains("a") != per_host.contains("b"));
+  auto held = c->try_acquire();
+  auto other = per_host.get(per_host.contains("a") ? "a" : "b");
+  error_code ec;
+  CHECK_FALSE(per_host.get("d", ec));  // nothing idle: refused as before
+  CHECK(ec == errc::queue_full);
+}
+
+TEST_CASE("idle_ttl: the default 0 evicts as soon as idle; a negative TTL is refused", "[keyed][ttl][validation]") {
+  manual_clock::reset();
+  net::io_context io;
+  per_key_adaptive per_host(io);
+  CHECK(per_host.options().idle_ttl == 0ns);
+  cut_once(per_host, "a");
+  CHECK(per_host.sweep() == 1);
+  CHECK_THROWS_WITH(per_key_adaptive(io, ttl(-1ns)), "rein::keyed: idle_ttl must be >= 0, got -1 ns");
+}
+
+TEST_CASE("an adaptive key whose circuit is open is kept until the circuit closes", "[keyed][circuit]") {
+  manual_clock::reset();
+  net::io_context io;
+  rein::algo::aimd_options at_floor;
+  at_floor.initial_limit = 1;
+  rein::adaptive_limiter_options fail_fast;
+  fail_fast.circuit.open_after = 1;
+  fail_fast.circuit.open_for = 1s;
+  per_key_adaptive per_host(io, {}, at_floor, fail_fast);
+  cut_once(per_host, "down.example");  // one congestion at the floor opens it
+  CHECK(per_host.sweep() == 0);        // idle, but a fresh limiter would forget the dependency is down
+  CHECK(per_host.get("down.example")->try_acquire().status() == rein::try_status::unavailable);
+  manual_clock::advance(1s);
+  CHECK(per_host.sweep() == 0);  // half-open: the probe decides
+  per_host.get("down.example")->try_acquire().complete(rein::outcome::success);
+  CHECK(per_host.sweep() == 1);  // closed and idle
 }

@@ -89,8 +89,17 @@ class basic_aimd {
   std::uint64_t decreases() const noexcept { return limit_.decreases(); }
   /// How many samples strictly raised the limit so far.
   std::uint64_t increases() const noexcept { return limit_.increases(); }
-  /// The options in force (as validated at construction).
+  /// The options in force (as validated at construction or by set_options).
   const options& get_options() const noexcept { return options_; }
+
+  /// Replaces the options at run time, validated as the constructor validates them (nothing changes on a
+  /// throw). The limit learned so far is kept, moved into the new [min_limit, max_limit] (`initial_limit` is
+  /// checked, not used).
+  /// @throws std::invalid_argument naming the field and value if `o` is invalid.
+  void set_options(const options& o) {
+    options_ = validated(o);
+    limit_.rebound(o.min_limit, o.max_limit);
+  }
 
   /// Applies one completed call.
   void on_sample(const sample_type& s) {

@@ -104,6 +104,7 @@ class exp_average {
 
   double value() const noexcept { return value_; }
   void scale(double f) noexcept { value_ *= f; }
+  void set_window(std::size_t window) noexcept { factor_ = 2.0 / (static_cast<double>(window) + 1.0); }
 
  private:
   double factor_;
@@ -163,10 +164,22 @@ class basic_gradient {
   std::uint64_t decreases() const noexcept { return limit_.decreases(); }
   /// How many samples strictly raised the limit so far.
   std::uint64_t increases() const noexcept { return limit_.increases(); }
-  /// The options in force (as validated at construction).
+  /// The options in force (as validated at construction or by set_options).
   const options& get_options() const noexcept { return options_; }
   /// The gradient of the last update that changed the estimate (1 before any).
   double last_gradient() const noexcept { return last_gradient_; }
+
+  /// Replaces the options at run time, validated as the constructor validates them (nothing changes on a
+  /// throw). The limit learned so far is kept, moved into the new [min_limit, max_limit] (`initial_limit` is
+  /// checked, not used). A new `baseline_window` applies to the baseline learned so far: the minimum keeps the
+  /// values still inside the new window, the average takes the new weight from the next sample.
+  /// @throws std::invalid_argument naming the field and value if `o` is invalid.
+  void set_options(const options& o) {
+    options_ = validated(o);
+    limit_.rebound(o.min_limit, o.max_limit);
+    minimum_.set_capacity(o.baseline_window);
+    average_.set_window(o.baseline_window);
+  }
 
   /// Applies one completed call.
   void on_sample(const sample_type& s) {

@@ -60,6 +60,10 @@ using sample = basic_sample<>;
 /// - `decreases()` / `increases()`: how many samples strictly lowered / raised the limit (for snapshots and
 ///   alerting: alert on the decrease rate and on sitting at the floor).
 /// - `rebind_clock<C>`: the same algorithm on another clock (the limiter's), with the same `options` type.
+///
+/// rein's algorithms also have `set_options(options)` (validated as the constructor validates, nothing
+/// changed on a throw; the limit learned so far is kept, moved into the new [min_limit, max_limit], and
+/// `initial_limit` is checked but unused), which `adaptive_limiter::set_options` calls.
 template <class A>
 concept limit_algorithm =
     std::constructible_from<A, typename A::options> &&
@@ -192,6 +196,12 @@ class sliding_minimum {
  public:
   explicit sliding_minimum(std::size_t capacity) noexcept : capacity_{capacity} {}
 
+  /// Keeps the minimum of the last `capacity` values from now on (the values already pushed keep their age).
+  void set_capacity(std::size_t capacity) noexcept {
+    capacity_ = capacity;
+    while (!candidates_.empty() && candidates_.front().first + capacity_ < count_) candidates_.pop_front();
+  }
+
   void push(std::int64_t v) {
     while (!candidates_.empty() && candidates_.back().second >= v) candidates_.pop_back();
     candidates_.emplace_back(count_, v);
@@ -219,6 +229,15 @@ class bounded_limit {
   double max() const noexcept { return max_; }
   std::uint64_t decreases() const noexcept { return decreases_; }
   std::uint64_t increases() const noexcept { return increases_; }
+
+  /// New floor and ceiling (a setter's); the value is moved into them without counting a decrease or an
+  /// increase (no sample moved it).
+  void rebound(double min_limit, double max_limit) noexcept {
+    min_ = min_limit;
+    max_ = max_limit;
+    if (value_ < min_) value_ = min_;
+    if (value_ > max_) value_ = max_;
+  }
 
   /// Clamps `next` into [min, max] and stores it; returns true if the limit moved.
   bool set(double next) noexcept {

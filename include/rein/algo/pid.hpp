@@ -83,10 +83,22 @@ class basic_pid {
   std::uint64_t decreases() const noexcept { return limit_.decreases(); }
   /// How many samples strictly raised the limit so far.
   std::uint64_t increases() const noexcept { return limit_.increases(); }
-  /// The options in force (as validated at construction).
+  /// The options in force (as validated at construction or by set_options).
   const options& get_options() const noexcept { return options_; }
   /// The accumulated error (unitless: failure-rate points summed over windows).
   double integral() const noexcept { return integral_; }
+
+  /// Replaces the options at run time, validated as the constructor validates them (nothing changes on a
+  /// throw). The limit learned so far is kept, moved into the new [min_limit, max_limit]. The window being filled
+  /// carries on and closes once it holds the new `window` samples (at the next sample if it already holds as
+  /// many); the integral is kept, within the new `integral_limit`; `initial_limit` is the controller's bias
+  /// (its output at zero error), so a new one takes effect at the next window.
+  /// @throws std::invalid_argument naming the field and value if `o` is invalid.
+  void set_options(const options& o) {
+    options_ = validated(o);
+    limit_.rebound(o.min_limit, o.max_limit);
+    integral_ = clamp(integral_, -o.integral_limit, o.integral_limit);
+  }
 
   /// Applies one completed call.
   void on_sample(const sample_type& s) noexcept {

@@ -87,6 +87,24 @@ class rolling_median {
 
   std::size_t size() const noexcept { return sorted_.size(); }
 
+  /// Keeps the newest `capacity` values (all of them if fewer) and holds `capacity` from now on.
+  void resize(std::size_t capacity) {
+    std::vector<std::int64_t> ring(capacity);  // allocated first: on a throw nothing changed
+    std::vector<std::int64_t> sorted;
+    sorted.reserve(capacity);
+    const std::size_t n = sorted_.size();
+    const std::size_t keep = n < capacity ? n : capacity;
+    const std::size_t oldest = n == ring_.size() ? next_ : 0;
+    for (std::size_t i = n - keep; i < n; ++i) {
+      const std::int64_t v = ring_[(oldest + i) % ring_.size()];
+      ring[i - (n - keep)] = v;
+      sorted.insert(std::upper_bound(sorted.begin(), sorted.end(), v), v);
+    }
+    ring_ = std::move(ring);
+    sorted_ = std::move(sorted);
+    next_ = keep == capacity ? 0 : keep;
+  }
+
   void push(std::int64_t v) {
     if (sorted_.size() == ring_.size()) {
       sorted_.erase(std::lower_bound(sorted_.begin(), sorted_.end(), ring_[next_]));
@@ -176,7 +194,7 @@ class basic_tuned_aimd {
   /// True while in slow start (see `tuned_aimd_options::slow_start`).
   bool in_slow_start() const noexcept { return slow_start_; }
 
-  /// The options in force (as validated at construction).
+  /// The options in force (as validated at construction or by set_options).
   const options& get_options() const noexcept { return options_; }
 
   /// The current baseline in nanoseconds (the window's `baseline_quantile`), or nullopt before
@@ -184,6 +202,21 @@ class basic_tuned_aimd {
   std::optional<double> baseline() const noexcept {
     if (baseline_.size() < options_.min_samples) return std::nullopt;
     return baseline_.quantile(options_.baseline_quantile);
+  }
+
+  /// Replaces the options at run time, validated as the constructor validates them (nothing changes on a
+  /// throw). The limit learned so far is kept, moved into the new [min_limit, max_limit] (`initial_limit` is
+  /// checked, not used). A new `window` keeps the newest latencies that fit;
+  /// `slow_start` false ends slow start (true does not restart it); a new `increase` restarts the probe step
+  /// from it.
+  /// @throws std::invalid_argument naming the field and value if `o` is invalid.
+  void set_options(const options& o) {
+    validated(o);
+    if (o.window != options_.window) baseline_.resize(o.window);  // the only step that can throw
+    if (o.increase != options_.increase) probe_ = o.increase;
+    if (!o.slow_start) slow_start_ = false;
+    options_ = o;
+    limit_.rebound(o.min_limit, o.max_limit);
   }
 
   /// Applies one completed call.

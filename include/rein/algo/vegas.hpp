@@ -87,12 +87,24 @@ class basic_vegas {
   std::uint64_t decreases() const noexcept { return limit_.decreases(); }
   /// How many samples strictly raised the limit so far.
   std::uint64_t increases() const noexcept { return limit_.increases(); }
-  /// The options in force (as validated at construction).
+  /// The options in force (as validated at construction or by set_options).
   const options& get_options() const noexcept { return options_; }
   /// The current no-load latency estimate (zero before the first sample).
   std::chrono::nanoseconds no_load_latency() const noexcept { return no_load_; }
   /// Samples since the last probe.
   std::uint64_t probe_count() const noexcept { return probe_count_; }
+
+  /// Replaces the options at run time, validated as the constructor validates them (nothing changes on a
+  /// throw). The limit learned so far is kept, moved into the new [min_limit, max_limit] (`initial_limit` is
+  /// checked, not used). The no-load latency and the probe countdown carry on; a new `probe_seed` reseeds the
+  /// probe jitter from the next probe.
+  /// @throws std::invalid_argument naming the field and value if `o` is invalid.
+  void set_options(const options& o) {
+    validated(o);
+    if (o.probe_seed != options_.probe_seed) random_ = o.probe_seed;
+    options_ = o;
+    limit_.rebound(o.min_limit, o.max_limit);
+  }
 
   /// Applies one completed call.
   void on_sample(const sample_type& s) noexcept {

@@ -71,12 +71,22 @@ class basic_windowed_aimd {
   std::uint64_t decreases() const noexcept { return limit_.decreases(); }
   /// How many samples strictly raised the limit so far.
   std::uint64_t increases() const noexcept { return limit_.increases(); }
-  /// The options in force (as validated at construction).
+  /// The options in force (as validated at construction or by set_options).
   const options& get_options() const noexcept { return options_; }
   /// Samples and failures counted so far in the current window.
   std::size_t window_samples() const noexcept { return samples_; }
   /// Failures (congestion outcomes) among them.
   std::size_t window_failures() const noexcept { return failures_; }
+
+  /// Replaces the options at run time, validated as the constructor validates them (nothing changes on a
+  /// throw). The limit learned so far is kept, moved into the new [min_limit, max_limit] (`initial_limit` is
+  /// checked, not used). The window being filled carries on and closes once it holds the new `window`
+  /// samples (at the next sample if it already holds as many).
+  /// @throws std::invalid_argument naming the field and value if `o` is invalid.
+  void set_options(const options& o) {
+    options_ = validated(o);
+    limit_.rebound(o.min_limit, o.max_limit);
+  }
 
   /// Applies one completed call.
   void on_sample(const sample_type& s) noexcept {

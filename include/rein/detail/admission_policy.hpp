@@ -25,6 +25,10 @@
 //                                       Without it, a concurrency limiter's revoked grant goes back through
 //                                       on_release(n, stamp, outcome::ignored, now), and any other grant is
 //                                       not revocable (the handler gets it: the grant wins).
+//   bool refuses(n, now) noexcept       true: the request fails at once with errc::upstream_unavailable (an
+//                                       adaptive limiter's open circuit). Asked before try_take for every new
+//                                       acquire (try_acquire says try_status::unavailable) and for the head
+//                                       waiter at every dispatch, so waiters fail as soon as it turns true.
 #pragma once
 
 #include <rein/outcome.hpp>
@@ -51,6 +55,12 @@ concept admission_policy = requires(P& p, const P& view, std::size_t n, TimePoin
 template <class P, class TimePoint>
 concept revocable_policy = requires(P& p, std::size_t n, TimePoint now) {
   { p.on_revoke(n, now) } noexcept;
+};
+
+/// Whether the policy can refuse requests outright (see refuses above).
+template <class P, class TimePoint>
+concept refusing_policy = requires(P& p, std::size_t n, TimePoint now) {
+  { p.refuses(n, now) } noexcept -> std::same_as<bool>;
 };
 
 }  // namespace rein::detail

@@ -175,6 +175,7 @@ class limiter_core final : public permit_source,
     if (closed_) return try_status::closed;
     if (policy_.exceeds(n)) return try_status::exceeds_capacity;
     const time_point now = policy_now();
+    if (refused_locked(n, now)) return try_status::unavailable;
     if (!queue_.empty()) return busy_locked(queued_units_, n, now, retry_ns);
     if (!policy_.try_take(n, now)) return busy_locked(0, n, now, retry_ns);
     ++stats_.acquired_total;
@@ -564,6 +565,7 @@ class limiter_core final : public permit_source,
     // A timeless policy read no clock: its state does not depend on time, so any instant observes it.
     if (has_observer_) observe_locked(now, done);
     if constexpr (remote) return admit_remote_locked(static_cast<remote_wait_op*>(op), deadline, now, done);
+    if (refused_locked(n, now)) return reject_locked(op, wait_status::unavailable, done), false;
     if (queue_.empty() && policy_.try_take(n, now)) {
       op->stamp_ns = to_ns(now).count();
       ++stats_.acquired_total;
@@ -667,6 +669,12 @@ class limiter_core final : public permit_source,
     return w;
   }
 
+  // Whether the policy refuses n outright now (detail/admission_policy.hpp: refuses).
+  bool refused_locked(std::size_t n, time_point now) noexcept {
+    if constexpr (refusing_policy<Policy, time_point>) return policy_.refuses(n, now);
+    else return (void)n, (void)now, false;
+  }
+
   bool cannot_meet(std::size_t n, time_point deadline, time_point now) const {
     const std::optional<time_point> predicted = policy_.predict(queued_units_, n, now);
     return predicted && *predicted > deadline;
@@ -685,6 +693,7 @@ class limiter_core final : public permit_source,
       case wait_status::queue_full: ++stats_.queue_full_total; why = reject_reason::queue_full; break;
       case wait_status::timed_out: ++stats_.timed_out_total; why = reject_reason::timed_out; break;
       case wait_status::exceeds_capacity: ++stats_.exceeds_capacity_total; why = reject_reason::exceeds_capacity; break;
+      case wait_status::unavailable: ++stats_.unavailable_total; why = reject_reason::unavailable; break;
       default: ++stats_.closed_total; break;
     }
     if (done.observing) done.buffer().reject(why);
@@ -748,6 +757,7 @@ class limiter_core final : public permit_source,
     observe_locked(now, done);
     if (closed_) return try_status::closed;
     if (policy_.exceeds(n)) return try_status::exceeds_capacity;
+    if (refused_locked(n, now)) return try_status::unavailable;
     if (!queue_.empty()) return busy_locked(queued_units_, n, now, retry_ns);
     if (!policy_.try_take(n, now)) return busy_locked(0, n, now, retry_ns);
     ++stats_.acquired_total;
@@ -825,8 +835,21 @@ class limiter_core final : public permit_source,
   // A grant and an expiry at the same instant: the grant wins (the deadline was "by then", inclusive).
   void dispatch_locked(time_point now, completions& done) noexcept {
     for (;;) {
-      if constexpr (remote) serve_remote_locked(now, done);
-      else while (!queue_.empty() && policy_.try_take(queue_.front()->count, now)) grant_locked(queue_.front(), now, done);
+      if constexpr (remote) {
+        serve_remote_locked(now, done);
+      } else {
+        while (!queue_.empty()) {
+          wait_op* head = queue_.front();
+          if (refused_locked(head->count, now)) {  // an open circuit fails the line at once
+            count_rejection_locked(wait_status::unavailable, done);
+            unlink_locked(head, wait_status::unavailable, done);
+          } else if (policy_.try_take(head->count, now)) {
+            grant_locked(head, now, done);
+          } else {
+            break;
+          }
+        }
+      }
       if (deadlines_.empty() || deadlines_.top()->deadline_ns > to_ns(now).count()) break;
       wait_op* expired = deadlines_.top();
       if (!expired->drain) count_rejection_locked(wait_status::timed_out, done);  // a drain is no rejection

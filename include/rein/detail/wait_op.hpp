@@ -89,6 +89,7 @@ enum class wait_status : std::uint8_t {
   queue_full,
   exceeds_capacity,
   failed,            ///< refused by a remote policy with an error of its own (remote_wait_op::failure)
+  unavailable,       ///< refused by the policy (an open circuit)
 };
 
 inline error_code to_error_code(wait_status s) noexcept {
@@ -102,6 +103,7 @@ inline error_code to_error_code(wait_status s) noexcept {
     case wait_status::queue_full: return errc::queue_full;
     case wait_status::exceeds_capacity: return errc::exceeds_capacity;
     case wait_status::failed: return net::error::operation_aborted;  // remote_wait_op carries the reason
+    case wait_status::unavailable: return errc::upstream_unavailable;
   }
   return {};
 }
