@@ -71,7 +71,7 @@ std::ostream& operator<<(std::ostream& os, const fixed_window_snapshot<Duration>
 ///
 /// The rule is `rein::algo::basic_fixed_window` (one count per window: O(1) memory). On
 /// `std::chrono::system_clock` (`utc_fixed_window`) windows of a minute, an hour or a day are UTC minutes,
-/// hours or days; `offset` shifts them (`-5h` with a day: days starting at 05:00 UTC). On the default
+/// hours or days; `offset` shifts them (`5h` with a day: days starting at 05:00 UTC). On the default
 /// `std::chrono::steady_clock` the epoch is unspecified, so use it for local rules only.
 ///
 /// The boundary burst: up to `2 * limit` units can start within less than one window, `limit` at the end

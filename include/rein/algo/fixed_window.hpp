@@ -16,11 +16,12 @@ namespace rein::algo {
 /// (k + 1) * window), k any integer, and the count starts again from zero at each window's start.
 ///
 /// It is the rule of quotas published per calendar unit ("1,000 requests per clock minute", "10,000 per
-/// UTC day"), as GitHub's, Twitter's and many providers' hourly and daily limits and the counters of Redis
-/// `INCR` + `EXPIRE` recipes are: the upstream resets its count at the window's start, so the local limit
-/// should too. On `std::chrono::system_clock` (Unix time, which C++20 defines as UTC without leap seconds)
-/// a window of one minute and offset 0 gives UTC minutes, one day gives UTC days; an offset of `-5h` with a
-/// day gives days starting at 05:00 UTC. On `std::chrono::steady_clock` the epoch is unspecified (often
+/// UTC day") and of the rate limiter pattern in Redis's `INCR` documentation (one counter per client and
+/// clock second, key `ip:timestamp`): the upstream resets its count at each window's start, so the local
+/// limit should too, or it wastes quota (a sliding window of the same limit admits less just after a
+/// reset). On `std::chrono::system_clock` (Unix time, which C++20 defines as UTC without leap seconds) a
+/// window of one minute and offset 0 gives UTC minutes, one day gives UTC days; an offset of `5h` (or
+/// `-19h`) with a day gives days starting at 05:00 UTC. On `std::chrono::steady_clock` the epoch is unspecified (often
 /// boot), so the windows are aligned to nothing a provider publishes; use it for a local rule only.
 ///
 /// @par The boundary burst
@@ -29,7 +30,9 @@ namespace rein::algo {
 /// and 100 at 12:01:00 are all admitted, 200 within one second. That is what the provider's own counter
 /// allows too, so matching it wastes no quota; a rule that must never exceed `limit` in *any* window of
 /// that length wants `basic_sliding_window` (each unit counts for a whole window after its own start, so
-/// the room freed at 12:01:00 is only what left the window, not all of it), at the cost of O(limit) memory.
+/// the room freed at 12:01:00 is only what left the window, not all of it), at the cost of O(limit) memory;
+/// Cloudflare's post on sliding windows contrasts the two and describes the approximation between them
+/// (`basic_sliding_window_counter`, which weighs the previous fixed window's count).
 ///
 /// Units: time is `Clock::time_point`, computed internally in whole nanoseconds; `window` and `offset` are
 /// durations; counts are units (one request may count as n).
