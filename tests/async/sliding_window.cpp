@@ -406,6 +406,22 @@ TEST_CASE("a coroutine waits on the window with acquire()", "[sliding_window][co
 
 // ---- The fixed (calendar-aligned) window ----------------------------------------------------------------
 
+TEST_CASE("case 9 on a fixed window: 2 per 10 s grants waits from 0.00 .. 0.04 at 0.00, 0.01, 10.00, 10.00, "
+          "20.00: the next window's whole limit at its start",
+          "[fixed_window][acceptance]") {
+  fixture f;
+  completion_log log;
+  fixed_limiter w(f.io, {.limit = 2, .window = 10s});
+  for (int i = 0; i < 5; ++i) {
+    clock_type::set(at(i * 10ms));
+    w.async_acquire(1, log.handler(i));
+    f.poll_at(at(i * 10ms));
+  }
+  f.run_to(at(21s), 10ms);
+  CHECK(log.lines == std::vector<std::string>{"0 0ms ok", "1 10ms ok", "2 10000ms ok", "3 10000ms ok", "4 20000ms ok"});
+  CHECK(most_in_any_window(log.granted, 10s) == 3);  // 0.01, 10.00, 10.00: the edge lets more than 2 in
+}
+
 TEST_CASE("fixed window: waiters of a full window are granted at the next window's start, limit at a time",
           "[fixed_window]") {
   fixture f;
