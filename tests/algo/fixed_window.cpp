@@ -216,6 +216,8 @@ TEST_CASE("fixed_window charge carries debt into the next windows, limit repaid 
   CHECK(w.ready_at(1, t0 + 500ms) == t0 + 2s);
   CHECK(w.ready_at(5, t0 + 500ms) == t0 + 2s);
   CHECK(w.ready_at(6, t0 + 500ms) == t0 + 3s);
+  CHECK(w.ready_at(0, t0 + 500ms) == t0 + 500ms);  // nothing asked: now, even in debt
+  CHECK(w.try_take(0, t0 + 500ms) == allow);
   CHECK(w.try_take(1, t0 + 2s - 1ns) == deny);
   CHECK(w.try_take(5, t0 + 2s) == allow);
   CHECK(w.try_take(1, t0 + 2s) == deny);

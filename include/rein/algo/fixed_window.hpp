@@ -85,6 +85,7 @@ class basic_fixed_window {
   take_result try_take(std::int64_t n, time_point t) {
     detail::check_request(type_name, n);
     if (n > limit_) return take_result::exceeds_capacity;
+    if (n == 0) return take_result::allowed;  // even in debt
     const std::int64_t now = clamp(t);
     const std::int64_t used = count_ns(now);
     if (used > limit_ - n) return take_result::denied;
@@ -281,7 +282,7 @@ class basic_fixed_window {
   // The first instant at or after `now` at which the count leaves room for n <= limit.
   detail::int128 ready_ns(std::int64_t n, std::int64_t now) const noexcept {
     const std::int64_t used = count_ns(now);
-    if (used <= limit_ - n) return now;
+    if (n == 0 || used <= limit_ - n) return now;
     // k window starts from now on leave max(0, used - k * limit) counted: the first k with room for n.
     const detail::int128 k = detail::ceil_div(detail::int128(used) - (limit_ - n), limit_);
     return start_ns(index_of(now) + k);
