@@ -14,6 +14,7 @@
 #include <rein/algo/all_of.hpp>
 #include <rein/algo/backoff.hpp>
 #include <rein/algo/circuit.hpp>
+#include <rein/algo/fixed_window.hpp>
 #include <rein/algo/gradient.hpp>
 #include <rein/algo/limit_algorithm.hpp>
 #include <rein/algo/log_histogram.hpp>
@@ -33,6 +34,7 @@
 #include <rein/bounded.hpp>
 #include <rein/config.hpp>
 #include <rein/error.hpp>
+#include <rein/fixed_window.hpp>
 #include <rein/keyed.hpp>
 #include <rein/null_mutex.hpp>
 #include <rein/observer.hpp>

@@ -1,14 +1,18 @@
-// rein::sliding_window (async layer), and rein::basic_rate_limiter over other pure limits (all_of, the
-// sliding window counter): grant times on the manual clock, deadlines judged at once, re-timing of queued
-// waiters, refunds, snapshots, and the comparison with the token bucket of issue 3's case 9.
+// rein::sliding_window and rein::fixed_window (async layer), and rein::basic_rate_limiter over other pure
+// limits (all_of, the sliding window counter): grant times on the manual clock, deadlines judged at once,
+// re-timing of queued waiters, refunds, snapshots, the comparison with the token bucket of issue 3's case 9,
+// and the fixed window as a keyed and a throttle stage.
 #include "support/catch.hpp"
 
 #include <rein/algo/all_of.hpp>
 #include <rein/algo/sliding_window_counter.hpp>
 #include <rein/error.hpp>
+#include <rein/fixed_window.hpp>
+#include <rein/keyed.hpp>
 #include <rein/rate_limiter.hpp>
 #include <rein/sliding_window.hpp>
 #include <rein/testing/manual_clock.hpp>
+#include <rein/throttle.hpp>
 #include <rein/token_bucket.hpp>
 
 #if defined(REIN_STANDALONE_ASIO)
@@ -30,6 +34,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -40,6 +45,7 @@ namespace net = rein::net;
 using clock_type = rein::testing::manual_clock;
 using time_point = clock_type::time_point;
 using window_limiter = rein::basic_sliding_window<net::any_io_executor, clock_type>;
+using fixed_limiter = rein::basic_fixed_window<net::any_io_executor, clock_type>;
 using bucket = rein::basic_token_bucket<net::any_io_executor, clock_type>;
 using algo_bucket = rein::algo::basic_token_bucket<clock_type>;
 using algo_window = rein::algo::basic_sliding_window<clock_type>;
@@ -396,4 +402,244 @@ TEST_CASE("a coroutine waits on the window with acquire()", "[sliding_window][co
       });
   f.run_to(at(2500ms), 10ms);
   CHECK(seen == std::vector<std::string>{"0ms", "0ms", "1000ms", "1000ms", "2000ms"});
+}
+
+// ---- The fixed (calendar-aligned) window ----------------------------------------------------------------
+
+TEST_CASE("case 9 on a fixed window: 2 per 10 s grants waits from 0.00 .. 0.04 at 0.00, 0.01, 10.00, 10.00, "
+          "20.00: the next window's whole limit at its start",
+          "[fixed_window][acceptance]") {
+  fixture f;
+  completion_log log;
+  fixed_limiter w(f.io, {.limit = 2, .window = 10s});
+  for (int i = 0; i < 5; ++i) {
+    clock_type::set(at(i * 10ms));
+    w.async_acquire(1, log.handler(i));
+    f.poll_at(at(i * 10ms));
+  }
+  f.run_to(at(21s), 10ms);
+  CHECK(log.lines == std::vector<std::string>{"0 0ms ok", "1 10ms ok", "2 10000ms ok", "3 10000ms ok", "4 20000ms ok"});
+  CHECK(most_in_any_window(log.granted, 10s) == 3);  // 0.01, 10.00, 10.00: the edge lets more than 2 in
+}
+
+TEST_CASE("fixed window: waiters of a full window are granted at the next window's start, limit at a time",
+          "[fixed_window]") {
+  fixture f;
+  completion_log log;
+  fixed_limiter w(f.io, {.limit = 2, .window = 1s});
+  CHECK(w.try_acquire(2));
+  CHECK_FALSE(w.try_acquire());
+  f.poll_at(at(300ms));
+  for (int i = 0; i < 5; ++i) w.async_acquire(1, log.handler(i));
+  f.run_to(at(3500ms), 10ms);
+  // Polled one nanosecond before each step too: every grant is at exactly a window's start.
+  CHECK(log.lines == std::vector<std::string>{"0 1000ms ok", "1 1000ms ok", "2 2000ms ok", "3 2000ms ok",
+                                              "4 3000ms ok"});
+}
+
+TEST_CASE("fixed window: windows start at the epoch plus the offset", "[fixed_window]") {
+  fixture f;
+  completion_log log;
+  fixed_limiter w(f.io, {.limit = 1, .window = 1s, .offset = 250ms});
+  f.poll_at(at(100ms));
+  CHECK(w.try_acquire());
+  w.async_acquire(1, log.handler(0));
+  w.async_acquire(1, log.handler(1));
+  CHECK(w.window_end() == at(250ms));
+  f.run_to(at(1500ms), 10ms);
+  CHECK(log.lines == std::vector<std::string>{"0 250ms ok", "1 1250ms ok"});
+}
+
+TEST_CASE("fixed window: a single-unit wait that would be granted after its deadline fails at once",
+          "[fixed_window][deadline]") {
+  fixture f;
+  completion_log log;
+  fixed_limiter w(f.io, {.limit = 2, .window = 1s});
+  CHECK(w.try_acquire(2));
+  w.async_acquire(1, log.handler(0));                    // at 1 s
+  w.async_acquire_until(1, at(999ms), log.handler(1));   // second in line, at 1 s: after its deadline
+  w.async_acquire_until(1, at(1000ms), log.handler(2));  // second in line: at 1 s, meets it exactly
+  w.async_acquire_until(1, at(1999ms), log.handler(3));  // third: at 2 s, the window after
+  w.async_acquire(1, log.handler(4));                    // third: at 2 s
+  f.poll_at(time_point{});
+  CHECK(log.lines == std::vector<std::string>{"1 0ms timed_out", "3 0ms timed_out"});
+  f.run_to(at(2500ms), 10ms);
+  CHECK(log.lines == std::vector<std::string>{"1 0ms timed_out", "3 0ms timed_out", "0 1000ms ok", "2 1000ms ok",
+                                              "4 2000ms ok"});
+  CHECK(w.snapshot().timed_out_total == 2);
+}
+
+TEST_CASE("fixed window: a refund lowers the window's count and lets a waiter in at once",
+          "[fixed_window][refund]") {
+  fixture f;
+  completion_log log;
+  fixed_limiter w(f.io, {.limit = 2, .window = 10s});
+  CHECK(w.try_acquire(2));
+  w.async_acquire(1, log.handler(0));
+  w.async_acquire(1, log.handler(1));
+  f.poll_at(at(1s));
+  w.refund(1);  // e.g. the call was never sent
+  f.poll_at(at(1s));
+  CHECK(log.lines == std::vector<std::string>{"0 1000ms ok"});
+  CHECK(w.snapshot().in_window == 2);
+  f.run_to(at(10s), 10ms);
+  CHECK(log.lines == std::vector<std::string>{"0 1000ms ok", "1 10000ms ok"});
+}
+
+TEST_CASE("fixed window: a charge beyond the limit is repaid by the next windows; an upstream's remaining "
+          "count holds waiters until its reset",
+          "[fixed_window][charge][limit_remaining]") {
+  fixture f;
+  completion_log log;
+  fixed_limiter w(f.io, {.limit = 2, .window = 1s});
+  CHECK(w.try_acquire());
+  w.charge(4);                         // 5 counted: 2 in the windows of 0 s and 1 s, 1 in that of 2 s
+  w.async_acquire(1, log.handler(0));  // at 2 s, beside the last unit of debt
+  w.async_acquire(1, log.handler(1));  // at 3 s
+  CHECK(w.snapshot().in_window == 5);
+  CHECK(w.snapshot().available == 0);
+  f.run_to(at(3500ms), 10ms);
+  CHECK(log.lines == std::vector<std::string>{"0 2000ms ok", "1 3000ms ok"});
+
+  // At 3.5 s the upstream says: none left until its reset in 1.5 s (at 5 s): this window and the next.
+  CHECK(w.limit_remaining(0, 1500ms));
+  w.async_acquire(1, log.handler(2));
+  f.run_to(at(5500ms), 10ms);
+  CHECK(log.lines == std::vector<std::string>{"0 2000ms ok", "1 3000ms ok", "2 5000ms ok"});
+  CHECK_FALSE(w.limit_remaining(5, 500ms));  // above what the window itself allows: no change
+}
+
+TEST_CASE("fixed window: snapshot and its one line", "[fixed_window][snapshot]") {
+  fixture f;
+  completion_log log;
+  fixed_limiter w(f.io, {.limit = 4, .window = 1s, .name = "api"});
+  f.poll_at(at(250ms));
+  CHECK(w.try_acquire(3));
+  w.async_acquire(2, log.handler(0));
+  f.poll_at(at(250ms));
+  const auto s = w.snapshot();
+  CHECK(s.in_window == 3);
+  CHECK(s.available == 1);
+  CHECK(s.limit == 4);
+  CHECK(s.window == 1s);
+  CHECK(s.resets_in == 750ms);
+  CHECK(s.utilisation == 0.75);
+  CHECK(s.waiting == 1);
+  CHECK(s.acquired_total == 1);
+  std::ostringstream line;
+  line << s;
+  CHECK(line.str().rfind("in_window=3 limit=4 window=1.00s resets_in=750ms utilisation=0.75 available=1 waiting=1 ",
+                         0) == 0);
+  f.run_to(at(1s), 10ms);
+  CHECK(log.lines == std::vector<std::string>{"0 1000ms ok"});
+  CHECK(w.snapshot().in_window == 2);
+  CHECK(w.snapshot().resets_in == 1s);
+}
+
+TEST_CASE("fixed window: requests above the limit fail at once; a cancelled waiter counts nothing; invalid "
+          "options name the field and the value",
+          "[fixed_window][validation][cancellation]") {
+  fixture f;
+  completion_log log;
+  fixed_limiter w(f.io, {.limit = 1, .window = 1s});
+  CHECK_FALSE(w.try_acquire(2));
+  w.async_acquire(2, log.handler(0));
+  f.poll_at(time_point{});
+  CHECK(w.try_acquire());
+  net::cancellation_signal cancel;
+  w.async_acquire(1, net::bind_cancellation_slot(cancel.slot(), log.handler(1)));
+  w.async_acquire(1, log.handler(2));
+  f.poll_at(at(500ms));
+  cancel.emit(net::cancellation_type::partial);
+  f.run_to(at(1500ms), 10ms);
+  CHECK(log.lines == std::vector<std::string>{"0 0ms exceeds_capacity", "1 500ms aborted", "2 1000ms ok"});
+  CHECK(w.snapshot().in_window == 1);
+  CHECK_THROWS_WITH(fixed_limiter(f.io, {.limit = 0, .window = 1s}), "rein::fixed_window: limit must be in [1, 2^62], got 0");
+  CHECK_THROWS_WITH(fixed_limiter(f.io, {.limit = 1}), "rein::fixed_window: window must be > 0, got 0 ns");
+  CHECK_THROWS_WITH(fixed_limiter(f.io, {.limit = 1, .window = 1s, .name = "api"}).set_limit(-2),
+                    "rein::fixed_window \"api\": limit must be in [1, 2^62], got -2");
+  CHECK_THROWS_WITH(w.set_window(-1s), "rein::fixed_window: window must be > 0, got -1000000000 ns");
+  w.set_limit(3);
+  w.set_window(2s);
+  CHECK(w.limit() == 3);
+  CHECK(w.window() == 2s);
+}
+
+TEST_CASE("fixed window per key: a key is idle once its window has passed, and only then evicted",
+          "[fixed_window][keyed]") {
+  fixture f;
+  rein::keyed<fixed_limiter> tenants(f.io, rein::keyed_options{}, fixed_limiter::options{.limit = 2, .window = 1s});
+  CHECK(tenants.get("a")->try_acquire(2));
+  CHECK_FALSE(tenants.get("a")->try_acquire());
+  CHECK(tenants.get("b")->try_acquire());
+  CHECK(tenants.sweep() == 0);  // both counted units in the current window
+  clock_type::set(at(1s));
+  CHECK(tenants.get("a")->try_acquire(2));  // a new window: the whole limit again
+  CHECK(tenants.sweep() == 1);              // "b", counted in the last window only
+  CHECK_FALSE(tenants.contains("b"));
+  CHECK(tenants.contains("a"));
+  clock_type::set(at(2s));
+  CHECK(tenants.sweep() == 1);
+  CHECK(tenants.size() == 0);
+}
+
+TEST_CASE("fixed window as the throttle's rate stages: per key and global, a refused call consumes nothing",
+          "[fixed_window][throttle]") {
+  fixture f;
+  rein::keyed<fixed_limiter> per_key(f.io, rein::keyed_options{}, fixed_limiter::options{.limit = 1, .window = 1s});
+  fixed_limiter global(f.io, {.limit = 3, .window = 1s});
+  rein::throttle<rein::keyed<fixed_limiter>, fixed_limiter> throttle{per_key, global};
+  auto a = throttle.try_acquire("a");
+  CHECK(static_cast<bool>(a));
+  auto refused = throttle.try_acquire("a");  // a's window is used up; the global units go back
+  CHECK_FALSE(refused);
+  CHECK(refused.rejected_at() == rein::throttle_stage::rate);
+  CHECK(global.snapshot().in_window == 1);
+  auto b = throttle.try_acquire("b");
+  auto c = throttle.try_acquire("c");
+  CHECK(static_cast<bool>(b));
+  CHECK(static_cast<bool>(c));
+  CHECK_FALSE(throttle.try_acquire("d"));  // the global window is full
+  CHECK(per_key.get("d")->snapshot().in_window == 0);
+  a.complete(rein::outcome::success);
+  b.complete(rein::outcome::success);
+  c.complete(rein::outcome::success);
+
+  // A waiting acquire is admitted at the next window's start.
+  std::vector<std::string> seen;
+  net::co_spawn(
+      f.io,
+      [&]() -> net::awaitable<void> {
+        auto g = co_await throttle.acquire("a");
+        seen.push_back(show(clock_type::now()));
+        g.complete(rein::outcome::success);
+      },
+      [](std::exception_ptr e) {
+        if (e) std::rethrow_exception(e);
+      });
+  f.run_to(at(1500ms), 10ms);
+  CHECK(seen == std::vector<std::string>{"1000ms"});
+  CHECK(global.snapshot().in_window == 1);
+}
+
+TEST_CASE("a coroutine waits on a UTC-minute window with acquire()", "[fixed_window][coroutine]") {
+  net::io_context io;
+  bool done = false;
+  net::co_spawn(
+      io,
+      [&]() -> net::awaitable<void> {
+        rein::utc_fixed_window per_minute(io, {.limit = 1000, .window = std::chrono::minutes(1)});
+        co_await per_minute.acquire();
+        // The window is a UTC minute: it ends on a whole minute of Unix time, within a minute from now.
+        const auto end = per_minute.window_end();
+        CHECK(end.time_since_epoch() % std::chrono::minutes(1) == std::chrono::system_clock::duration::zero());
+        CHECK(end - std::chrono::system_clock::now() <= std::chrono::minutes(1));
+        CHECK(per_minute.snapshot().acquired_total == 1);
+        done = true;
+      },
+      [](std::exception_ptr e) {
+        if (e) std::rethrow_exception(e);
+      });
+  io.run();
+  CHECK(done);
 }
