@@ -91,18 +91,6 @@ inline std::ostream& operator<<(std::ostream& os, const keyed_snapshot& s) {
 /// The former name of keyed_snapshot.
 using keyed_stats [[deprecated("use rein::keyed_snapshot")]] = keyed_snapshot;
 
-/// When a limiter may be dropped by rein::keyed: it must be indistinguishable from a new one (nobody waits,
-/// nothing is held or used up), so that dropping it and making it again later changes nothing a caller can
-/// observe, except counters.
-///
-/// The primary template uses, in this order: a member `bool idle() const`; else a snapshot with `in_flight`
-/// (semaphore, adaptive limiter: nothing held, and for an adaptive limiter its circuit closed; note that an
-/// adaptive limiter's learned limit is then lost:
-/// an evicted key starts again from its initial limit, which keyed_options::idle_ttl postpones); else a snapshot with `tokens` and `capacity`
-/// (token bucket: full); else a snapshot with `in_window` (sliding window: empty); else, for any other rate
-/// limiter (rate_limits, adaptive_rate_limiter), its whole capacity available now (an adaptive rate's learned
-/// rate is then lost, as an adaptive limiter's limit is). All also need `waiting == 0`. Specialise it for
-/// other limiters.
 namespace detail {
 
 /// The clock a keyed registry times idle keys with: the limiter's own (`clock_type`), else the steady clock.
@@ -119,6 +107,17 @@ struct keyed_clock<Limiter> {
 
 }  // namespace detail
 
+/// When a limiter may be dropped by rein::keyed: it must be indistinguishable from a new one (nobody waits,
+/// nothing is held or used up), so that dropping it and making it again later changes nothing a caller can
+/// observe, except counters.
+///
+/// The primary template uses, in this order: a member `bool idle() const`; else a snapshot with `in_flight`
+/// (semaphore, adaptive limiter: nothing held, and for an adaptive limiter its circuit closed; note that an
+/// adaptive limiter's learned limit is then lost: an evicted key starts again from its initial limit, which
+/// keyed_options::idle_ttl postpones); else a snapshot with `tokens` and `capacity` (token bucket: full);
+/// else a snapshot with `in_window` (sliding window: empty); else, for any other rate limiter (rate_limits,
+/// adaptive_rate_limiter), its whole capacity available now (an adaptive rate's learned rate is then lost,
+/// as an adaptive limiter's limit is). All also need `waiting == 0`. Specialise it for other limiters.
 template <class Limiter>
 struct idle_traits {
   /// Whether `limiter` holds nothing and nobody waits on it, so that evicting it loses nothing.
