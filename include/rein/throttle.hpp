@@ -2,6 +2,9 @@
 // around one outbound call, each charged its own share of the call, rates taken at the moment of sending.
 #pragma once
 
+#include <rein/algo/adaptive_rate.hpp>
+#include <rein/algo/all_of.hpp>
+#include <rein/algo/token_bucket.hpp>
 #include <rein/config.hpp>
 #include <rein/detail/clock_time.hpp>
 #include <rein/detail/format.hpp>
@@ -71,12 +74,13 @@ struct unlimited_t {
 };
 inline constexpr unlimited_t unlimited{0};
 
-/// What kind of stage refused or failed a throttle acquire.
+/// What kind of stage refused or failed a throttle acquire. A keyed stage that could not make the caller's key
+/// (keyed_options::max_keys reached: errc::queue_full) is reported as its own kind.
 enum class throttle_stage : std::uint8_t {
   none,     ///< not rejected
   gate,     ///< a quota gate is paused (a 429 said so)
   rate,     ///< a rate limit had no room for the call's charge
-  per_key,  ///< the key's concurrency limit is reached (or the key could not be made: too many keys)
+  per_key,  ///< the key's concurrency limit is reached
   global,   ///< a global concurrency limit is reached
 };
 
@@ -94,7 +98,8 @@ constexpr const char* to_string(throttle_stage s) noexcept {
 
 /// What one call costs, in the units the stages count: `{.requests = 1, .tokens = 1200}` for an LLM call
 /// estimated at 1,200 tokens. Each stage takes one of the numbers (see rein::by_tokens, rein::weighted);
-/// by default every stage charges `requests`. A stage charged 0 is passed without being asked.
+/// by default every stage charges `requests`. A concurrency or rate stage charged 0 is passed without being
+/// asked (a gate is always asked).
 struct charge {
   std::size_t requests = 1;  ///< calls (requests per minute, calls in flight)
   std::size_t tokens = 0;    ///< a second unit: LLM tokens, bytes, cost points (an estimate, see reconcile)
@@ -307,6 +312,25 @@ readiness<TimePoint> rate_readiness(const L& l, std::size_t n, TimePoint now) {
   } else {
     return {kind::unknown, {}};
   }
+}
+
+// Whether a rate limit's refund gives back exactly what a take took, however late (a token bucket: the units
+// rejoin the bucket, never above its capacity). A window's refund is exact only within the window the units
+// were taken in (a later one would free room other calls hold), so the throttle refunds a window only in
+// the instant of the take. A stage without a pure limit (the Redis bucket) is a token bucket.
+template <class Limit>
+struct refund_anytime : std::false_type {};
+template <class Clock>
+struct refund_anytime<algo::basic_token_bucket<Clock>> : std::true_type {};
+template <class Clock>
+struct refund_anytime<algo::basic_adaptive_rate<Clock>> : std::true_type {};
+template <class... Limits>
+struct refund_anytime<algo::all_of<Limits...>> : std::conjunction<refund_anytime<Limits>...> {};
+
+template <class L>
+constexpr bool refunds_anytime() {
+  if constexpr (requires { typename L::limit_type; }) return refund_anytime<typename L::limit_type>::value;
+  else return true;
 }
 
 // Stands in for the keyed handle of a stage that is global.
@@ -605,11 +629,13 @@ class throttle_guard {
   /// share was over-estimated gets the difference back (`refund`), and each one under-estimated is charged
   /// the difference as debt (`charge(n)` where the stage has it: the bucket goes below zero and the next
   /// callers wait until it is repaid, never a silent overrun; a stage without it is asked for the
-  /// difference with try_acquire, and what it cannot give is not charged). Concurrency stages keep their
+  /// difference with try_acquire, and what it cannot give is not charged). A window (sliding or fixed) gets
+  /// an over-estimate back only in the instant of the admission: later, a window's refund would free room
+  /// that other calls hold, so the units stay spent (never an overrun). Concurrency stages keep their
   /// permits. Call it before complete() or reject(); on an empty guard it does nothing.
   void reconcile(const rein::charge& actual) {
     if (!admitted_) return;
-    owner_->settle(held_, actual);
+    owner_->settle(held_, actual, admitted_at_);
     charge_ = actual;
   }
 
@@ -704,6 +730,14 @@ class throttle_guard {
 /// tests/async/throttle_model.cpp checks these properties on every interleaving of a small scope, and on
 /// random schedules at scale.
 ///
+/// What the promises assume: they hold within one throttle. Two throttles sharing concurrency stages must
+/// list them in the same relative order (else two callers can each hold what the other waits for), and a
+/// global rate shared with another throttle is waited for with this throttle's global slots held, so there
+/// a backlog at that rate delays this throttle's other upstreams. A key's rate is watched on a timer set for
+/// the instant its limit gives (re-asked on waking): a refund, set_rate or close meanwhile counts when the
+/// caller wakes. A sliding window's refund forgets its oldest start, not the one just taken, so the
+/// give-backs of steps 5 and 6 leave it a start that slides out with the window (never an overrun).
+///
 /// @par Errors
 /// A waiting acquire fails with errc::timed_out (one deadline covers every stage), errc::closed,
 /// errc::queue_full (a stage's waiting line is full, or too many keys), errc::exceeds_capacity (a charge no
@@ -788,8 +822,10 @@ class throttle {
   /// throttle.acquire(host);`.
   ///
   /// Stages that can admit at once do so without suspending; a stage that must wait waits through its own
-  /// limiter (FIFO there). Cancelling the awaiting coroutine (any cancellation type) cancels the stage it is
-  /// in and gives back what earlier stages took. Throws rein::throttle_error (see the class's Errors).
+  /// limiter (FIFO there). Cancelling the awaiting coroutine cancels the stage it is in and gives back what
+  /// earlier stages took: a terminal cancellation by default, partial and total too once the caller widens
+  /// its filter (`co_await net::this_coro::reset_cancellation_state(net::enable_total_cancellation())`), as
+  /// for any awaitable operation. Throws rein::throttle_error (see the class's Errors).
   net::awaitable<guard> acquire(std::string_view key, rein::charge c = {}) {
     return acquire_until(key, c, time_point::max());
   }
@@ -984,11 +1020,9 @@ class throttle {
       if (n == 0) return true;
       auto& l = limiter<I>(g.held_);
       if constexpr (ranks_[I] == rank::gate) {
-        return !l.is_paused();
+        return static_cast<bool>(l.try_acquire(std::size_t{1}));  // behind the gate's own waiters and jitter
       } else if constexpr (ranks_[I] == rank::rate) {
-        if (!static_cast<bool>(l.try_acquire(n))) return false;
-        g.held_.units[I] = n;
-        return true;
+        return try_rate<I>(g) == try_status::acquired;
       } else {
         permit p = l.try_acquire(n);
         if (!p) return false;
@@ -998,16 +1032,34 @@ class throttle {
     }
   }
 
+  // Takes the rate stage's units now; why not if it cannot (a closed limiter says so, and is no "busy").
+  template <std::size_t I>
+  try_status try_rate(guard& g) {
+    const std::size_t n = units_of<I>(g.charge_);
+    if (n == 0) return try_status::acquired;
+    const auto r = limiter<I>(g.held_).try_acquire(n);
+    if (!static_cast<bool>(r)) {
+      if constexpr (requires { r.status(); }) return r.status() == try_status::acquired ? try_status::busy : r.status();
+      else return try_status::busy;
+    }
+    g.held_.units[I] = n;
+    return try_status::acquired;
+  }
+
   bool try_at(std::size_t i, guard& g) {
     bool ok = true;
     visit(i, [&](auto I) { ok = try_stage<I()>(g); });
     return ok;
   }
 
+  // Step 6: whether a gate paused since the caller passed it (its own line does not matter any more).
   bool gates_open(guard& g) {
+    bool open = true;
     for (std::size_t i : at_rank<rank::gate>)
-      if (!try_at(i, g)) return false;
-    return true;
+      visit(i, [&](auto I) {
+        if constexpr (ranks_[I()] == rank::gate) open = open && !limiter<I()>(g.held_).is_paused();
+      });
+    return open;
   }
 
   // Whether a rate stage could take the caller's units now, without taking them.
@@ -1022,7 +1074,7 @@ class throttle {
   // first and takes only if every stage could give, so that a refusal rarely needs a refund (a sliding
   // window's refund cannot undo a take exactly). Returns the position of a stage that had no room (and then
   // holds no rate units at all, `held`'s included), or npos.
-  std::size_t take_rates(guard& g, std::size_t held) {
+  std::size_t take_rates(guard& g, std::size_t held, try_status* why = nullptr) {
     constexpr auto rates = at_rank<rank::rate>;
     if constexpr (rates.size() > 1) {
       const time_point now = clock_type::now();
@@ -1045,7 +1097,12 @@ class throttle {
     }
     for (std::size_t i : rates) {
       if (i == held) continue;
-      if (!try_at(i, g)) {
+      try_status status = try_status::acquired;
+      visit(i, [&](auto I) {
+        if constexpr (ranks_[I()] == rank::rate) status = try_rate<I()>(g);
+      });
+      if (status != try_status::acquired) {
+        if (why != nullptr) *why = status;
         refund_rates(g.held_);
         return i;
       }
@@ -1101,7 +1158,7 @@ class throttle {
           const std::size_t n = std::exchange(h.units[I()], 0);
           if (n == 0) return;
           try {
-            limiter<I()>(h).refund(n);
+            limiter<I()>(h).refund(n);  // a take of this instant or of a moment ago: see refund_anytime
           } catch (...) {  // a refund only adds units back; losing one under memory exhaustion is harmless
           }
         }
@@ -1173,19 +1230,21 @@ class throttle {
     }
   }
 
-  void settle(holdings& h, const rein::charge& actual) {
-    [&]<std::size_t... I>(std::index_sequence<I...>) { (settle_one<I>(h, actual), ...); }(
+  void settle(holdings& h, const rein::charge& actual, time_point admitted_at) {
+    [&]<std::size_t... I>(std::index_sequence<I...>) { (settle_one<I>(h, actual, admitted_at), ...); }(
         std::make_index_sequence<stage_count>{});
   }
 
   template <std::size_t I>
-  void settle_one(holdings& h, const rein::charge& actual) {
+  void settle_one(holdings& h, const rein::charge& actual, time_point admitted_at) {
     if constexpr (ranks_[I] == rank::rate) {
       const std::size_t was = h.units[I];
       const std::size_t now = units_of<I>(actual);
       auto& l = limiter<I>(h);
       if (now < was) {
-        l.refund(was - now);
+        // A window's late refund would free room that other calls hold: given back only in the instant of
+        // the admission (the units then stay spent, never an overrun).
+        if (detail::refunds_anytime<limiter_type<I>>() || clock_type::now() == admitted_at) l.refund(was - now);
       } else if (now > was) {
         if constexpr (requires { l.charge(now - was); }) l.charge(now - was);
         else if (!static_cast<bool>(l.try_acquire(now - was))) return;
@@ -1327,9 +1386,13 @@ class throttle {
         bool back_to_key = false;
         std::size_t held = npos;
         for (;;) {
-          const std::size_t missing = take_rates(g, held);
+          try_status why = try_status::busy;
+          const std::size_t missing = take_rates(g, held, &why);
           if (missing == npos) break;
           held = npos;
+          x.at = missing;
+          if (why == try_status::closed) throw system_error(make_error_code(errc::closed));
+          if (why == try_status::exceeds_capacity) throw system_error(make_error_code(errc::exceeds_capacity));
           if (keyed_[missing]) {  // its key's rate: wait for it holding nothing global
             release_global(g.held_);
             back_to_key = true;

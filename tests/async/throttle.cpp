@@ -828,3 +828,62 @@ TEST_CASE("keyed rate_limits and keyed adaptive rates are stages", "[throttle][b
   CHECK(static_cast<bool>(t.try_acquire("y")));     // another key, its own limits
   a.complete(rein::outcome::success);
 }
+
+TEST_CASE("a closed key rate ends a waiting acquire with errc::closed, no busy loop", "[throttle][errors]") {
+  rein_test::manual_clock_at_epoch epoch;
+  net::io_context io;
+  sem_type global(io.get_executor(), 4);
+  rein::keyed<bucket_type> rate(io.get_executor(), rein::keyed_options{},
+                                rein::token_bucket_options{.rate = 1, .capacity = 1});
+  rein::throttle t(global, rate);
+  auto pin = rate.get("a");
+  pin->close();
+  std::optional<rein::error_code> result;
+  rein::throttle_guard<decltype(t)> failed;
+  t.async_acquire("a", [&](rein::error_code ec, auto g) {
+    result = ec;
+    failed = std::move(g);
+  });
+  rein_test::poll(io);
+  REQUIRE(result.has_value());
+  CHECK(*result == rein::errc::closed);
+  CHECK(failed.rejected_stage() == 1);
+  CHECK(global.snapshot().in_flight == 0);
+}
+
+TEST_CASE("reconcile gives a window back only in the instant of the admission", "[throttle][budget][window]") {
+  rein_test::manual_clock_at_epoch epoch;
+  net::io_context io;
+  using window_type = rein::basic_sliding_window<executor, manual_clock>;
+  window_type window(io.get_executor(), {.limit = 4, .window = 1s});
+  rein::throttle t(rein::by_tokens(window));
+  auto a = t.try_acquire("k", {.requests = 1, .tokens = 3});
+  REQUIRE(a);
+  a.reconcile({.requests = 1, .tokens = 1});  // same instant: exact, two starts back
+  CHECK(window.snapshot().in_window == 1);
+  manual_clock::advance(500ms);
+  auto b = t.try_acquire("k", {.requests = 1, .tokens = 3});
+  REQUIRE(b);
+  manual_clock::advance(100ms);
+  b.reconcile({.requests = 1, .tokens = 0});  // later: a refund would free room other calls hold
+  CHECK(window.snapshot().in_window == 4);
+  CHECK_FALSE(t.try_acquire("k", {.requests = 1, .tokens = 1}));
+}
+
+TEST_CASE("a gate's own waiters go first when its pause ends", "[throttle]") {
+  rein_test::manual_clock_at_epoch epoch;
+  stages s;
+  s.gates.get("K")->pause_for(1s);
+  std::optional<double> waiter_at;
+  s.throttle.async_acquire("K", [&](rein::error_code ec, auto) {
+    REQUIRE_FALSE(ec);
+    waiter_at = seconds_since_epoch();
+  });
+  rein_test::poll(s.io);
+  CHECK(s.gates.get("K")->snapshot().waiting == 1);
+  manual_clock::advance(1s);  // the pause is over, but the gate has not released its waiter yet
+  CHECK(s.throttle.try_acquire("K").rejected_at() == rein::throttle_stage::gate);  // no overtaking
+  rein_test::poll(s.io);
+  REQUIRE(waiter_at.has_value());
+  CHECK(*waiter_at == 1.0);
+}
