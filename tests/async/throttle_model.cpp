@@ -390,7 +390,7 @@ TEST_CASE("randomized: many keys, random arrivals, completions, 429s, cancellati
       for (int step = 0; step < 800 && !violation; ++step) {
         const auto roll = rng() % 10;
         if (roll < 3 && next < keys.size()) {
-          if (rng() % 3 == 0) r.callers()[next]->deadline_ms = now_ms() + 200 * (1 + rng() % 10);
+          if (rng() % 3 == 0) r.callers()[next]->deadline_ms = now_ms() + 200 * static_cast<std::int64_t>(1 + rng() % 10);
           r.apply({run<false>::kind::start, next++});
         } else if (roll < 6) {
           std::vector<std::size_t> in_flight;
