@@ -360,8 +360,11 @@ class basic_adaptive_limiter {
   basic_adaptive_limiter(const executor_type& ex, const algorithm_options& algorithm = {},
                          adaptive_limiter_options options = {})
       : classify_(validated(std::move(options.classify))),
-        core_(ex, detail::line_options{options.max_waiters, true, std::move(options.name), std::move(options.observer)},
-              algorithm, options.circuit) {}
+        core_(detail::renaming_nested_errors(detail::describe("rein::adaptive_limiter", options.name), [&] {
+          return detail::core_owner<core_type>(
+              ex, detail::line_options{options.max_waiters, true, std::move(options.name), std::move(options.observer)},
+              algorithm, options.circuit);
+        })) {}
 
   /// Constructs a limiter on an execution context (an io_context).
   template <class ExecutionContext>
@@ -570,7 +573,9 @@ class basic_adaptive_limiter {
   /// @par Thread Safety
   /// As every member: may be called concurrently with acquires and releases.
   void set_options(const algorithm_options& o) {
-    core_->update_and_refuse([&o](policy_type& p, time_point) { p.algorithm.set_options(o); });
+    detail::renaming_nested_errors(describe(), [&] {
+      core_->update_and_refuse([&o](policy_type& p, time_point) { p.algorithm.set_options(o); });
+    });
   }
 
   /// The algorithm's options in force.
@@ -586,7 +591,9 @@ class basic_adaptive_limiter {
   ///
   /// @throws std::invalid_argument naming the field and value if `o` is invalid; nothing changed then.
   void set_circuit(const circuit_options& o) {
-    core_->update([&o](policy_type& p, time_point) { p.circuit.set_options(o); });
+    detail::renaming_nested_errors(describe(), [&] {
+      core_->update([&o](policy_type& p, time_point) { p.circuit.set_options(o); });
+    });
   }
 
   /// The circuit's state now (circuit_state::closed while it is off).
@@ -621,6 +628,8 @@ class basic_adaptive_limiter {
   }
 
  private:
+  std::string describe() const { return detail::describe("rein::adaptive_limiter", core_->name()); }
+
   static std::function<outcome(int)> validated(std::function<outcome(int)> classify) {
     if (!classify)
       throw std::invalid_argument("rein::adaptive_limiter: classify must be a callable, got an empty std::function");

@@ -8,6 +8,7 @@
 #include <rein/config.hpp>
 #include <rein/detail/limiter_core.hpp>
 #include <rein/detail/format.hpp>
+#include <rein/detail/invalid_option.hpp>
 #include <rein/error.hpp>
 #include <rein/null_mutex.hpp>
 #include <rein/observer.hpp>
@@ -218,21 +219,6 @@ class rate_limit_policy {
 
   Limit limit_;
 };
-
-// Runs f; an std::invalid_argument it throws is rethrown with the leading type name `from` replaced by `to`,
-// so that the async limiter's errors name the type the user wrote.
-template <class F>
-decltype(auto) renaming_errors(std::string_view from, std::string_view to, F&& f) {
-  try {
-    return std::forward<F>(f)();
-  } catch (const std::invalid_argument& e) {
-    const std::string_view what = e.what();
-    if (what.substr(0, from.size()) != from) throw;
-    std::string message(to);
-    message.append(what.substr(from.size()));
-    throw std::invalid_argument(message);
-  }
-}
 
 }  // namespace detail
 

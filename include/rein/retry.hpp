@@ -6,6 +6,7 @@
 #include <rein/algo/retry_budget.hpp>
 #include <rein/config.hpp>
 #include <rein/detail/format.hpp>
+#include <rein/detail/invalid_option.hpp>
 #include <rein/null_mutex.hpp>
 #include <rein/observer.hpp>
 
@@ -244,11 +245,14 @@ class basic_retry_policy {
 
   /// @throws std::invalid_argument naming the field and value when a backoff or budget option is out of range.
   explicit basic_retry_policy(retry_options options = {})
-      : backoff_(options.backoff),
+      : backoff_(detail::renaming_errors("rein::algo::backoff", detail::describe("rein::retry_policy", options.name),
+                                         [&] { return algo::backoff(options.backoff); }, "backoff.")),
         random_(std::move(options.random)),
         state_(options.seed ? *options.seed : random_seed()),
         name_(std::move(options.name)) {
-    if (options.budget) budget_.emplace(*options.budget);
+    if (!options.budget) return;
+    detail::renaming_errors("rein::algo::retry_budget", detail::describe("rein::retry_policy", name_),
+                            [&] { budget_.emplace(*options.budget); }, "budget.");
   }
 
   basic_retry_policy(const basic_retry_policy&) = delete;
@@ -281,7 +285,9 @@ class basic_retry_policy {
     // The delay first: it throws on a bad jitter draw or a negative Retry-After, and then nothing may have
     // been charged to the budget or counted as a retry. (A retry the budget then refuses has still drawn its
     // jitter: a seeded sequence moves on.)
-    const std::chrono::nanoseconds delay = backoff_.delay(attempt_number, draw_locked(), result.retry_after());
+    const std::chrono::nanoseconds delay = detail::renaming_errors(
+        "rein::algo::backoff", detail::describe("rein::retry_policy", name_),
+        [&] { return backoff_.delay(attempt_number, draw_locked(), result.retry_after()); });
     if (budget_ && !budget_->try_withdraw(Clock::now()))
       return stop_locked(retry_stop::budget_exhausted, stats_.budget_exhausted_total);
     ++stats_.retries_total;

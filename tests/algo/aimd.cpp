@@ -240,7 +240,7 @@ TEST_CASE("aimd: a ceiling beyond 1e9 or beyond any integer is refused, not conv
   };
   // 1e20 is a whole number, but beyond std::int64_t: the check must not convert it (undefined behaviour).
   REQUIRE(message(1e20) == "rein::algo::aimd: max_limit must be a whole number in [min_limit, 1e9] = [1, 1e9], got 1e+20");
-  REQUIRE(message(1e9 + 1) == "rein::algo::aimd: max_limit must be a whole number in [min_limit, 1e9] = [1, 1e9], got 1e+09");
+  REQUIRE(message(1e9 + 1) == "rein::algo::aimd: max_limit must be a whole number in [min_limit, 1e9] = [1, 1e9], got 1000000001");
   REQUIRE(message(std::numeric_limits<double>::infinity()) ==
           "rein::algo::aimd: max_limit must be a whole number in [min_limit, 1e9] = [1, 1e9], got inf");
   REQUIRE(message(-1e300) == "rein::algo::aimd: max_limit must be a whole number in [min_limit, 1e9] = [1, 1e9], got -1e+300");

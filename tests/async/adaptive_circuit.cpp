@@ -232,10 +232,10 @@ TEST_CASE("circuit: set_circuit with open_after 0 closes an open circuit; invali
   rein::circuit_options bad;
   bad.open_after = 1;
   bad.probes = 0;
-  CHECK_THROWS_WITH(limiter.set_circuit(bad), "rein::algo::circuit: probes must be >= 1, got 0");
+  CHECK_THROWS_WITH(limiter.set_circuit(bad), "rein::adaptive_limiter: circuit.probes must be >= 1, got 0");
   rein::adaptive_limiter_options o;
   o.circuit.open_for = 0s;
-  CHECK_THROWS_WITH((aimd_limiter{io, at_floor(), o}), "rein::algo::circuit: open_for must be > 0, got 0 ns");
+  CHECK_THROWS_WITH((aimd_limiter{io, at_floor(), o}), "rein::adaptive_limiter: circuit.open_for must be > 0, got 0 ns");
 }
 
 // ---- set_options: the algorithm's options at run time.
@@ -301,7 +301,7 @@ TEST_CASE("set_options: invalid options throw naming type, field and value, and 
   limiter_on_manual_clock<rein::algo::tuned_aimd> limiter{io};
   rein::algo::tuned_aimd_options o;
   o.backoff = 1.5;
-  CHECK_THROWS_WITH(limiter.set_options(o), "rein::algo::tuned_aimd: backoff must be in (0, 1), got 1.5");
+  CHECK_THROWS_WITH(limiter.set_options(o), "rein::adaptive_limiter: tuned_aimd.backoff must be in (0, 1), got 1.5");
   CHECK(limiter.get_options().backoff == 0.5);
   CHECK(limiter.limit() == 4.0);
 }

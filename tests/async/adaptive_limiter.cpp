@@ -367,15 +367,15 @@ TEST_CASE("adaptive_limiter: invalid options throw std::invalid_argument naming 
   rein::algo::aimd_options bad_backoff;
   bad_backoff.backoff = 1.5;
   CHECK(what_of([&] { rein::aimd_limiter l(io, bad_backoff); }) ==
-        "rein::algo::aimd: backoff must be in (0, 1), got 1.5");
+        "rein::adaptive_limiter: aimd.backoff must be in (0, 1), got 1.5");
   rein::algo::tuned_aimd_options bad_floor;
   bad_floor.min_limit = 0;
   CHECK(what_of([&] { rein::tuned_aimd_limiter l(io, bad_floor); }) ==
-        "rein::algo::tuned_aimd: min_limit must be a whole number >= 1, got 0");
+        "rein::adaptive_limiter: tuned_aimd.min_limit must be a whole number >= 1, got 0");
   rein::algo::gradient_options bad_initial;
   bad_initial.initial_limit = 100;
   CHECK(what_of([&] { rein::gradient_limiter l(io, bad_initial); }) ==
-        "rein::algo::gradient: initial_limit must be in [min_limit, max_limit] = [1, 64], got 100");
+        "rein::adaptive_limiter: gradient.initial_limit must be in [min_limit, max_limit] = [1, 64], got 100");
   rein::adaptive_limiter_options no_classifier;
   no_classifier.classify = nullptr;
   CHECK(what_of([&] { rein::aimd_limiter l(io, {}, no_classifier); }) ==

@@ -312,15 +312,20 @@ TEST_CASE("the seeded jitter is reproducible and stays within the window", "[ret
 TEST_CASE("invalid options are rejected with the field and the value", "[retry][validation]") {
   rein::retry_options o;
   o.backoff.base = 0ms;
-  CHECK_THROWS_WITH(policy_t(o), "rein::algo::backoff: base must be > 0, got 0ns");
+  CHECK_THROWS_WITH(policy_t(o), "rein::retry_policy: backoff.base must be > 0, got 0 ns");
   o = {};
   o.backoff.max_attempts = 0;
-  CHECK_THROWS_WITH(policy_t(o), "rein::algo::backoff: max_attempts must be >= 1, got 0");
+  CHECK_THROWS_WITH(policy_t(o), "rein::retry_policy: backoff.max_attempts must be >= 1, got 0");
   o = {};
   rein::algo::retry_budget_options budget;
   budget.retry_ratio = -1;
   o.budget = budget;
-  CHECK_THROWS_WITH(policy_t(o), "rein::algo::retry_budget: retry_ratio must be in [0, 1000] and finite, got -1");
+  CHECK_THROWS_WITH(policy_t(o), "rein::retry_policy: budget.retry_ratio must be in [0, 1000] and finite, got -1");
+  o = {};
+  o.name = "payments";
+  o.backoff.cap = 1ms;
+  o.backoff.base = 2ms;
+  CHECK_THROWS_WITH(policy_t(o), "rein::retry_policy \"payments\": backoff.cap must be >= base (2000000 ns), got 1000000 ns");
 }
 
 TEST_CASE("a bad jitter draw or a negative Retry-After throws and charges nothing", "[retry][validation]") {
@@ -330,7 +335,7 @@ TEST_CASE("a bad jitter draw or a negative Retry-After throws and charges nothin
   policy_t drawing(nan_draw);
   const std::int64_t available = drawing.retries_available();
   REQUIRE(available == 100);  // the budget's reserve: 10 per second over its 10 s window
-  CHECK_THROWS_WITH(drawing.on_attempt(1, busy()), "rein::algo::backoff: delay: uniform01 must be in [0, 1], got nan");
+  CHECK_THROWS_WITH(drawing.on_attempt(1, busy()), "rein::retry_policy: delay: uniform01 must be in [0, 1], got nan");
   CHECK(drawing.retries_available() == available);
   CHECK(drawing.stats().retries_total == 0);
   CHECK(drawing.stats().attempts_total == 0);
@@ -338,7 +343,7 @@ TEST_CASE("a bad jitter draw or a negative Retry-After throws and charges nothin
   rein::retry_options negative = fixed(0.5);
   negative.budget = rein::algo::retry_budget_options{};
   policy_t told(negative);
-  CHECK_THROWS_WITH(told.on_attempt(1, busy(-1s)), "rein::algo::backoff: delay: retry_after must be >= 0, got -1000000000ns");
+  CHECK_THROWS_WITH(told.on_attempt(1, busy(-1s)), "rein::retry_policy: delay: retry_after must be >= 0, got -1000000000 ns");
   CHECK(told.retries_available() == available);
   CHECK(told.stats().retries_total == 0);
   const auto next = told.on_attempt(1, busy(1s));  // a valid one is charged as before

@@ -3,6 +3,8 @@
 // and testable; rein::retry draws it.
 #pragma once
 
+#include <rein/detail/invalid_option.hpp>
+
 #include <algorithm>
 #include <charconv>
 #include <chrono>
@@ -57,7 +59,7 @@ class backoff {
   /// computed without overflow for any count.
   /// @throws std::invalid_argument if `failed_attempts` is 0 (no failure, nothing to back off from).
   std::chrono::nanoseconds ceiling(std::uint32_t failed_attempts) const {
-    if (failed_attempts == 0) fail("ceiling: failed_attempts must be >= 1, got 0");
+    if (failed_attempts == 0) fail("ceiling: failed_attempts must be >= 1", 0);
     const auto base = options_.base.count();
     const auto cap = options_.cap.count();
     const std::uint32_t doublings = failed_attempts - 1;
@@ -75,9 +77,9 @@ class backoff {
   ///         `retry_after` is negative.
   std::chrono::nanoseconds delay(std::uint32_t failed_attempts, double uniform01,
                                  std::optional<std::chrono::nanoseconds> retry_after = std::nullopt) const {
-    if (!(uniform01 >= 0.0 && uniform01 <= 1.0)) fail("delay: uniform01 must be in [0, 1], got " + show(uniform01));
+    if (!(uniform01 >= 0.0 && uniform01 <= 1.0)) fail("delay: uniform01 must be in [0, 1]", uniform01);
     if (retry_after && *retry_after < retry_after->zero())
-      fail("delay: retry_after must be >= 0, got " + show(*retry_after));
+      fail("delay: retry_after must be >= 0", *retry_after);
     const auto jittered = jitter(ceiling(failed_attempts), uniform01);
     if (!retry_after) return jittered;
     return std::max(jittered, std::min(*retry_after, options_.max_retry_after));
@@ -93,24 +95,19 @@ class backoff {
   }
 
   static backoff_options validated(const backoff_options& o) {
-    if (o.base <= o.base.zero()) fail("base must be > 0, got " + show(o.base));
-    if (o.cap < o.base) fail("cap must be >= base (" + show(o.base) + "), got " + show(o.cap));
-    if (o.max_attempts < 1) fail("max_attempts must be >= 1, got 0");
+    if (o.base <= o.base.zero()) fail("base must be > 0", o.base);
+    if (o.cap < o.base) fail("cap must be >= base (" + rein::detail::show(o.base) + ")", o.cap);
+    if (o.max_attempts < 1) fail("max_attempts must be >= 1", 0);
     if (o.max_retry_after < o.max_retry_after.zero())
-      fail("max_retry_after must be >= 0, got " + show(o.max_retry_after));
+      fail("max_retry_after must be >= 0", o.max_retry_after);
     return o;
   }
 
-  static std::string show(std::chrono::nanoseconds d) { return std::to_string(d.count()) + "ns"; }
 
-  static std::string show(double v) {
-    char buffer[32];
-    const auto result = std::to_chars(buffer, buffer + sizeof buffer, v);  // shortest form, locale-free
-    return std::string(buffer, result.ptr);
-  }
 
-  [[noreturn]] static void fail(const std::string& what) {
-    throw std::invalid_argument("rein::algo::backoff: " + what);
+  template <class Value>
+  [[noreturn]] static void fail(const std::string& rule, Value got) {
+    rein::detail::throw_invalid("rein::algo::backoff", rule, rein::detail::show(got));
   }
 
   backoff_options options_;

@@ -5,6 +5,7 @@
 // algorithm knows arrives through `on_sample`, so a test can replay any history exactly.
 #pragma once
 
+#include <rein/detail/invalid_option.hpp>
 #include <rein/outcome.hpp>
 
 #include <chrono>
@@ -14,7 +15,6 @@
 #include <cstdint>
 #include <deque>
 #include <limits>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -85,26 +85,17 @@ constexpr std::size_t admitted(double limit) noexcept {
 
 namespace detail {
 
-inline std::string format_value(double v) {
-  std::ostringstream out;
-  out << v;
-  return out.str();
-}
-
-inline std::string format_value(std::chrono::nanoseconds v) {
-  return std::to_string(v.count()) + " ns";
-}
-
-inline std::string format_value(std::size_t v) { return std::to_string(v); }
+using rein::detail::show;
 
 /// Throws "rein::algo::<type>: <field> must be <requirement>, got <value>".
 template <class Value>
 [[noreturn]] void invalid_option(std::string_view type, std::string_view field, std::string_view requirement,
                                  Value value) {
-  std::string what{"rein::algo::"};
-  what.append(type).append(": ").append(field).append(" must be ").append(requirement).append(", got ");
-  what.append(format_value(value));
-  throw std::invalid_argument(what);
+  std::string name{"rein::algo::"};
+  name.append(type);
+  std::string rule(field);
+  rule.append(" must be ").append(requirement);
+  rein::detail::throw_invalid(name, rule, show(value));
 }
 
 inline bool finite(double v) noexcept {
@@ -132,10 +123,10 @@ inline void check_limits(std::string_view type, double min_limit, double initial
     invalid_option(type, "min_limit", "a whole number >= 1", min_limit);
   if (!whole(max_limit) || max_limit < min_limit || max_limit > max_limit_ceiling)
     invalid_option(type, "max_limit",
-                   "a whole number in [min_limit, 1e9] = [" + format_value(min_limit) + ", 1e9]", max_limit);
+                   "a whole number in [min_limit, 1e9] = [" + show(min_limit) + ", 1e9]", max_limit);
   if (!finite(initial_limit) || initial_limit < min_limit || initial_limit > max_limit)
     invalid_option(type, "initial_limit",
-                   "in [min_limit, max_limit] = [" + format_value(min_limit) + ", " + format_value(max_limit) + "]",
+                   "in [min_limit, max_limit] = [" + show(min_limit) + ", " + show(max_limit) + "]",
                    initial_limit);
 }
 

@@ -2,6 +2,8 @@
 // `algo::all_of` and the async layer are written against, and the integer time arithmetic they share.
 #pragma once
 
+#include <rein/detail/invalid_option.hpp>
+
 #include <charconv>
 #include <chrono>
 #include <concepts>
@@ -137,19 +139,8 @@ constexpr int128 ceil_div(int128 a, int128 d) noexcept {
   return (a % d != 0 && a > 0) ? q + 1 : q;
 }
 
-template <class T>
-std::string show(T value) {
-  char buffer[64];
-  const auto end = std::to_chars(buffer, buffer + sizeof buffer, value).ptr;
-  return std::string(buffer, end);
-}
-
-/// Throws `std::invalid_argument("<type>: <rule>, got <value>")`.
-[[noreturn]] inline void throw_invalid(std::string_view type, std::string_view rule, const std::string& got) {
-  std::string message(type);
-  message.append(": ").append(rule).append(", got ").append(got);
-  throw std::invalid_argument(message);
-}
+using rein::detail::show;
+using rein::detail::throw_invalid;
 
 inline void check_request(std::string_view type, std::int64_t n) {
   if (n < 0) throw_invalid(type, "n must be >= 0", show(n));

@@ -3,6 +3,8 @@
 // is the same idea with a different bookkeeping). Pure: time is an argument.
 #pragma once
 
+#include <rein/detail/invalid_option.hpp>
+
 #include <array>
 #include <charconv>
 #include <chrono>
@@ -147,32 +149,28 @@ class basic_retry_budget {
     const auto ticks = std::chrono::duration_cast<duration>(ttl);
     if (ttl <= ttl.zero() || std::chrono::duration_cast<std::chrono::nanoseconds>(ticks) != ttl ||
         ticks.count() % slices != 0)
-      fail("ttl must be a positive multiple of 10 clock ticks, got " + std::to_string(ttl.count()) + "ns");
+      fail("ttl must be a positive multiple of 10 clock ticks", std::chrono::nanoseconds(ttl));
     return ticks / slices;
   }
 
   static std::int64_t per_request(double ratio) {
-    if (!(ratio >= 0.0 && ratio <= 1000.0)) fail("retry_ratio must be in [0, 1000] and finite, got " + show(ratio));
+    if (!(ratio >= 0.0 && ratio <= 1000.0)) fail("retry_ratio must be in [0, 1000] and finite", ratio);
     return std::llround(ratio * static_cast<double>(units_per_retry));
   }
 
   static std::int64_t reserve_units(const retry_budget_options& o) {
     const double rate = o.min_retries_per_second;
-    if (!(rate >= 0.0 && rate <= 1e9)) fail("min_retries_per_second must be in [0, 1e9] and finite, got " + show(rate));
+    if (!(rate >= 0.0 && rate <= 1e9)) fail("min_retries_per_second must be in [0, 1e9] and finite", rate);
     // rate x ttl in seconds x units: ttl's nanoseconds over 1000 make it exact for whole microseconds.
     const double reserve = rate * static_cast<double>(o.ttl.count()) / 1000.0;
-    if (reserve > 1e18) fail("min_retries_per_second x ttl must be at most 1e12 retries, got " + show(reserve / 1e6));
+    if (reserve > 1e18) fail("min_retries_per_second x ttl must be at most 1e12 retries", reserve / 1e6);
     return std::llround(reserve);
   }
 
-  static std::string show(double v) {
-    char buffer[32];
-    const auto result = std::to_chars(buffer, buffer + sizeof buffer, v);  // shortest form, locale-free
-    return std::string(buffer, result.ptr);
-  }
 
-  [[noreturn]] static void fail(const std::string& what) {
-    throw std::invalid_argument("rein::algo::retry_budget: " + what);
+  template <class Value>
+  [[noreturn]] static void fail(const std::string& rule, Value got) {
+    rein::detail::throw_invalid("rein::algo::retry_budget", rule, rein::detail::show(got));
   }
 
   retry_budget_options options_;

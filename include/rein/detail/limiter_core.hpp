@@ -45,6 +45,7 @@
 #include <rein/detail/admission_policy.hpp>
 #include <rein/detail/clock_time.hpp>
 #include <rein/detail/deadline_heap.hpp>
+#include <rein/detail/invalid_option.hpp>
 #include <rein/detail/op_queue.hpp>
 #include <rein/detail/permit_source.hpp>
 #include <rein/detail/remote_admission.hpp>
@@ -106,17 +107,6 @@ template <class Policy>
 struct outbox_of<Policy, true> {
   using type = typename Policy::outbox;
 };
-
-/// "rein::semaphore" or, for a named limiter, "rein::semaphore \"api\"": how messages name a limiter.
-inline std::string describe(std::string_view type, std::string_view name) {
-  std::string s(type);
-  if (!name.empty()) {
-    s += " \"";
-    s += name;
-    s += '"';
-  }
-  return s;
-}
 
 template <class Policy, class Executor, class Clock, class Mutex, bool WithPermit>
 class limiter_core final : public permit_source,

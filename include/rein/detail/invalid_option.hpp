@@ -1,0 +1,86 @@
+// The one way rein words an invalid option: "<type>: <rule>, got <value>". Not API.
+//
+// Every options struct, algorithm and I/O object validates through these, so messages read the same
+// everywhere, and an I/O object that validates through a nested pure rule (an algo:: type) renames the
+// message to the type the user wrote (renaming_errors), with the field's path ("backoff.base").
+#pragma once
+
+#include <charconv>
+#include <chrono>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+
+namespace rein::detail {
+
+/// A number as the shortest text that reads back to it, locale-free: 0.5, 1e+20, -3.
+template <class T>
+  requires std::is_arithmetic_v<T> && (!std::is_same_v<T, bool>)
+std::string show(T value) {
+  char buffer[64];
+  const auto end = std::to_chars(buffer, buffer + sizeof buffer, value).ptr;
+  return std::string(buffer, end);
+}
+
+/// A duration in nanoseconds with its unit: "-5000000 ns".
+inline std::string show(std::chrono::nanoseconds d) { return show(d.count()) + " ns"; }
+
+/// "rein::semaphore" or, for a named limiter, "rein::semaphore \"api\"": how messages name a limiter.
+inline std::string describe(std::string_view type, std::string_view name) {
+  std::string s(type);
+  if (!name.empty()) {
+    s += " \"";
+    s += name;
+    s += '"';
+  }
+  return s;
+}
+
+/// Throws `std::invalid_argument("<type>: <rule>, got <got>")`.
+[[noreturn]] inline void throw_invalid(std::string_view type, std::string_view rule, std::string_view got) {
+  std::string message(type);
+  message.append(": ").append(rule).append(", got ").append(got);
+  throw std::invalid_argument(message);
+}
+
+/// Runs f; an std::invalid_argument whose message starts with "<from>: " is rethrown as
+/// "<to>: <field_path><the rest>", so that an I/O object's errors name the type the user wrote and, for a
+/// nested options struct, the field's path ("rein::retry_policy: backoff.base must be > 0, got 0 ns").
+/// Other exceptions pass through unchanged.
+template <class F>
+decltype(auto) renaming_errors(std::string_view from, std::string_view to, F&& f, std::string_view field_path = {}) {
+  try {
+    return std::forward<F>(f)();
+  } catch (const std::invalid_argument& e) {
+    const std::string_view what = e.what();
+    if (what.size() < from.size() + 2 || what.substr(0, from.size()) != from ||
+        what.substr(from.size(), 2) != ": ")
+      throw;
+    std::string message(to);
+    message.append(": ").append(field_path).append(what.substr(from.size() + 2));
+    throw std::invalid_argument(message);
+  }
+}
+
+/// Runs f; an std::invalid_argument from one of rein's pure rules ("rein::algo::<rule>: <rest>") is rethrown
+/// as "<to>: <rule>.<rest>", naming the I/O object the user wrote and the nested options the rule took
+/// ("rein::adaptive_limiter: aimd.backoff must be in (0, 1), got 2"). Other exceptions pass unchanged.
+template <class F>
+decltype(auto) renaming_nested_errors(std::string_view to, F&& f) {
+  try {
+    return std::forward<F>(f)();
+  } catch (const std::invalid_argument& e) {
+    constexpr std::string_view pure = "rein::algo::";
+    const std::string_view what = e.what();
+    const std::size_t colon = what.find(": ");
+    if (what.substr(0, pure.size()) != pure || colon == std::string_view::npos) throw;
+    std::string message(to);
+    message.append(": ").append(what.substr(pure.size(), colon - pure.size())).append(".");
+    message.append(what.substr(colon + 2));
+    throw std::invalid_argument(message);
+  }
+}
+
+}  // namespace rein::detail
