@@ -342,7 +342,7 @@ class basic_adaptive_limiter {
 
  private:
   using policy_type = detail::adaptive_policy<algorithm_type, Clock>;
-  using core_type = detail::limiter_core<policy_type, Executor, Clock, Mutex, true>;
+  using core_type = detail::limiter_core<policy_type, Executor, Clock, Mutex, void(error_code, permit)>;
 
  public:
   /// The limiter type when rebound to another executor.

@@ -281,7 +281,7 @@ struct quota_gate_policy {
 template <class Executor = net::any_io_executor, class Clock = std::chrono::steady_clock, class Mutex = std::mutex>
 class basic_quota_gate {
   using policy_type = detail::quota_gate_policy<Clock>;
-  using core_type = detail::limiter_core<policy_type, Executor, Clock, Mutex, false>;
+  using core_type = detail::limiter_core<policy_type, Executor, Clock, Mutex, void(error_code)>;
 
  public:
   /// The executor that runs completion handlers without an associated executor of their own.

@@ -282,7 +282,7 @@ class basic_rate_limiter {
   /// How the waiter core asks the rule (an implementation type).
   using policy_type = detail::rate_limit_policy<Limit>;
   /// The waiter core (an implementation type).
-  using core_type = detail::limiter_core<policy_type, Executor, typename Limit::clock, Mutex, false>;
+  using core_type = detail::limiter_core<policy_type, Executor, typename Limit::clock, Mutex, void(error_code)>;
 
  public:
   /// The rule that decides admissions, a plain class of rein::algo.

@@ -174,7 +174,7 @@ struct semaphore_policy {
 /// later is safe and changes nothing any more.
 template <class Executor = net::any_io_executor, class Clock = std::chrono::steady_clock, class Mutex = std::mutex>
 class basic_semaphore {
-  using core_type = detail::limiter_core<detail::semaphore_policy, Executor, Clock, Mutex, true>;
+  using core_type = detail::limiter_core<detail::semaphore_policy, Executor, Clock, Mutex, void(error_code, permit)>;
 
  public:
   /// The executor that runs completion handlers without an associated executor of their own.

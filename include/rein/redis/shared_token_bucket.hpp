@@ -114,7 +114,7 @@ inline verdict read_verdict(const error_code& ec, const ::redisReply* r) {
 // The bucket's admission rule on rein's wait line: the line owns waiting (queue, deadlines, one timer,
 // cancellation, completions); bucket_admission decides; the transport below is the only I/O.
 template <class Executor, class Mutex, class Clock>
-using bucket_line = rein::detail::limiter_core<bucket_admission<Clock>, Executor, Clock, Mutex, false>;
+using bucket_line = rein::detail::limiter_core<bucket_admission<Clock>, Executor, Clock, Mutex, void(error_code)>;
 
 // Moves a bucket's messages to Redis and its replies back as verdicts. Owned by the line; each request on
 // the wire holds the line alive (so a reply arriving after the limiter is destroyed still settles, and a
