@@ -135,7 +135,9 @@ class limiter_core final : public permit_source,
   using timer_type = net::basic_waitable_timer<Clock, net::wait_traits<Clock>, Executor>;
 
   static_assert(admission_policy<Policy, time_point>,
-                "rein: a limiter's Policy must model rein::detail::admission_policy (detail/admission_policy.hpp)");
+                "rein: a limiter's Policy must model rein::detail::admission_policy: a static bool needs_time and "
+                "exceeds(n), try_take(n, now), ready_at(n, now), predict(ahead, n, now), on_release(n, stamp, "
+                "outcome, now), as detail/admission_policy.hpp documents them");
 
   /// The completion signature of an acquire: `void(error_code, rein::permit)` or `void(error_code)`.
   using signature = Signature;
