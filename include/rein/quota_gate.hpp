@@ -3,6 +3,7 @@
 #pragma once
 
 #include <rein/config.hpp>
+#include <rein/detail/acquire_doors.hpp>
 #include <rein/detail/format.hpp>
 #include <rein/detail/limiter_core.hpp>
 #include <rein/detail/quota_gate_policy.hpp>
@@ -140,6 +141,7 @@ template <class Executor = net::any_io_executor, class Clock = std::chrono::stea
 class basic_quota_gate {
   using policy_type = detail::quota_gate_policy<Clock>;
   using core_type = detail::limiter_core<policy_type, Executor, Clock, Mutex, void(error_code)>;
+  using tickets_type = detail::quota_tickets<typename Clock::rep>;
 
  public:
   /// The executor that runs completion handlers without an associated executor of their own.
@@ -163,10 +165,11 @@ class basic_quota_gate {
   /// Constructs an open gate, completing operations on `ex` by default.
   /// @throws std::invalid_argument naming the field and value when an option is out of range.
   explicit basic_quota_gate(const executor_type& ex, const quota_gate_options& options = {})
-      : core_(std::make_shared<core_type>(ex, detail::line_options{options.max_waiters, true, options.name, options.observer},
+      : tickets_(std::make_shared<tickets_type>()),
+        core_(std::make_shared<core_type>(ex, detail::line_options{options.max_waiters, true, options.name, options.observer},
                                           validated_max_pause(options),
                                           validated_jitter(options), validated_max_jitter(options),
-                                          options.seed ? *options.seed : random_seed(), &next_sequence_)) {}
+                                          options.seed ? *options.seed : random_seed(), tickets_)) {}
 
   /// Constructs an open gate on an execution context (an io_context).
   template <class ExecutionContext>
@@ -189,13 +192,7 @@ class basic_quota_gate {
   /// True, at once, if the gate is open and nobody waits (a waiter is never overtaken). Never waits, never
   /// allocates. Otherwise status() is try_status::busy (paused, or others wait; retry_after() is the time
   /// until the pause ends, before any jitter) or closed (after close()). `n` is ignored.
-  try_result try_acquire(std::size_t n = 1) {
-    (void)n;
-    std::chrono::nanoseconds stamp{};
-    std::int64_t retry_ns = -1;
-    const try_status status = core_->try_acquire(detail::quota_ticket(0, false), stamp, &retry_ns);
-    return try_result(status, retry_ns);
-  }
+  try_result try_acquire(std::size_t n = 1) { return doors().try_acquire(n); }
 
   /// Waits until the gate is open. The initiating function; every Asio completion token works.
   ///
@@ -213,14 +210,14 @@ class basic_quota_gate {
   /// it was let through.
   template <REIN_COMPLETION_TOKEN_FOR(void(error_code)) Token = default_token_t>
   auto async_acquire(std::size_t n = 1, Token&& token = Token{}) {
-    return async_acquire_until(n, time_point::max(), std::forward<Token>(token));
+    return doors().async_acquire_until(n, time_point::max(), std::forward<Token>(token));
   }
 
   /// As async_acquire, failing with errc::timed_out if the gate does not let the caller through within
-  /// `timeout`.
+  /// `timeout` (a timeout too long to represent, such as duration::max(), means none).
   template <REIN_COMPLETION_TOKEN_FOR(void(error_code)) Token = default_token_t>
   auto async_acquire_for(std::size_t n, duration timeout, Token&& token = Token{}) {
-    return async_acquire_until(n, core_type::deadline_after(timeout), std::forward<Token>(token));
+    return doors().async_acquire_for(n, timeout, std::forward<Token>(token));
   }
 
   /// As async_acquire, failing with errc::timed_out if not through by `deadline` (time_point::max():
@@ -228,26 +225,20 @@ class basic_quota_gate {
   /// may still expire during the jitter. A release due at the deadline's very instant wins.
   template <REIN_COMPLETION_TOKEN_FOR(void(error_code)) Token = default_token_t>
   auto async_acquire_until(std::size_t n, time_point deadline, Token&& token = Token{}) {
-    return net::async_initiate<Token, void(error_code)>(initiate_acquire{this}, token, n, deadline);
+    return doors().async_acquire_until(n, deadline, std::forward<Token>(token));
   }
 
   /// Waits inside a coroutine: `co_await gate.acquire();`. When the gate is open and nobody waits, returns
   /// without suspending through the scheduler. Throws `rein::system_error` with the errors of async_acquire.
-  net::awaitable<void> acquire(std::size_t n = 1) { return acquire_until(n, time_point::max()); }
+  net::awaitable<void> acquire(std::size_t n = 1) { return doors().acquire_until(n, time_point::max()); }
 
-  /// As acquire, throwing errc::timed_out if not through within `timeout`.
-  net::awaitable<void> acquire_for(std::size_t n, duration timeout) {
-    return acquire_until(n, core_type::deadline_after(timeout));
-  }
+  /// As acquire, throwing errc::timed_out if not through within `timeout` (a timeout too long to represent,
+  /// such as duration::max(), means none).
+  net::awaitable<void> acquire_for(std::size_t n, duration timeout) { return doors().acquire_for(n, timeout); }
 
-  /// As acquire, throwing errc::timed_out if not through by `deadline`.
-  net::awaitable<void> acquire_until(std::size_t n, time_point deadline) {
-    if (!core_->waiting_hint() && try_acquire(n)) co_return;  // behind waiters it would fail: skip its lock
-    if (core_->name().empty()) co_return co_await async_acquire_until(n, deadline, net::use_awaitable);
-    error_code ec;
-    co_await async_acquire_until(n, deadline, net::redirect_error(net::use_awaitable, ec));
-    if (ec) throw system_error(ec, detail::describe("rein::quota_gate", core_->name()));
-  }
+  /// As acquire, throwing errc::timed_out if not through by `deadline`. Behind other waiters it does not try
+  /// first (that would fail, and cost a lock).
+  net::awaitable<void> acquire_until(std::size_t n, time_point deadline) { return doors().acquire_until(n, deadline); }
 
   /// Closes the gate for `d` from now, unless it is already closed until later (pauses only extend).
   /// A pause longer than max_pause is cut to it. `d <= 0` changes nothing.
@@ -325,29 +316,13 @@ class basic_quota_gate {
   }
 
  private:
-  // A named initiation (as Asio's own I/O objects use) so that async_initiate can find the I/O executor.
-  struct initiate_acquire {
-    basic_quota_gate* self;
-    using executor_type = Executor;
-    executor_type get_executor() const noexcept { return self->core_->get_executor(); }
-
-    template <class Handler>
-    void operator()(Handler&& handler, std::size_t, time_point deadline) const {
-      self->core_->async_acquire(std::forward<Handler>(handler), self->next_ticket(), deadline);
-    }
-  };
-
-  // The ticket of a new waiter. "Paused" is read from a copy of paused_until kept outside the lock: a caller
-  // racing with a pause that starts at that very moment may be counted as not paused, and then resumes at
-  // the pause's end without jitter, in its FIFO place.
-  std::size_t next_ticket() noexcept {
-    const std::uint64_t sequence = next_sequence_.fetch_add(1, std::memory_order_relaxed);
-    const bool paused = Clock::now().time_since_epoch().count() < paused_until_ticks_.load(std::memory_order_relaxed);
-    return detail::quota_ticket(sequence, paused);
+  // Every door is written once, in detail/acquire_doors.hpp; the gate counts its waiters by ticket.
+  detail::line_doors<core_type, detail::quota_counter<Clock>> doors() const noexcept {
+    return {core_.get(), "rein::quota_gate", detail::quota_counter<Clock>{tickets_.get()}};
   }
 
   time_point publish(const policy_type& p) noexcept {
-    paused_until_ticks_.store(p.paused_until.time_since_epoch().count(), std::memory_order_relaxed);
+    tickets_->paused_until_ticks.store(p.paused_until.time_since_epoch().count(), std::memory_order_relaxed);
     return p.paused_until;
   }
 
@@ -381,10 +356,7 @@ class basic_quota_gate {
     return o.max_jitter;
   }
 
-  // Declared before core_: the policy reads the counter while waiters exist, and the core is shut down (no
-  // waiters left) in the destructor's body, before any member is destroyed.
-  std::atomic<std::uint64_t> next_sequence_{1};
-  std::atomic<typename duration::rep> paused_until_ticks_{time_point::min().time_since_epoch().count()};
+  std::shared_ptr<tickets_type> tickets_;  // shared with the policy, which may outlive this object
   std::shared_ptr<core_type> core_;
 };
 

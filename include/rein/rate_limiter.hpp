@@ -6,6 +6,7 @@
 #include <rein/algo/sliding_window.hpp>
 #include <rein/algo/token_bucket.hpp>
 #include <rein/config.hpp>
+#include <rein/detail/acquire_doors.hpp>
 #include <rein/detail/format.hpp>
 #include <rein/detail/limiter_core.hpp>
 #include <rein/detail/rate_limit_policy.hpp>
@@ -183,12 +184,7 @@ class basic_rate_limiter {
   /// never allocates. The result is true when taken; otherwise its status() says why (try_status::busy,
   /// closed after close(), exceeds_capacity when n exceeds the capacity) and, when busy, retry_after() says
   /// how long until the same request would be taken at the current rate (behind waiters, a lower bound).
-  try_result try_acquire(std::size_t n = 1) {
-    std::chrono::nanoseconds stamp{};
-    std::int64_t retry_ns = -1;
-    const try_status status = core_->try_acquire(n, stamp, &retry_ns);
-    return try_result(status, retry_ns);
-  }
+  try_result try_acquire(std::size_t n = 1) { return doors().try_acquire(n); }
 
   /// Waits until n units can be taken, and takes them. The initiating function; every completion token works.
   ///
@@ -209,13 +205,14 @@ class basic_rate_limiter {
   /// than the limit. Once the handler runs, the units are spent.
   template <REIN_COMPLETION_TOKEN_FOR(void(error_code)) Token = default_token_t>
   auto async_acquire(std::size_t n = 1, Token&& token = Token{}) {
-    return async_acquire_until(n, time_point::max(), std::forward<Token>(token));
+    return doors().async_acquire_until(n, time_point::max(), std::forward<Token>(token));
   }
 
-  /// As async_acquire, failing with errc::timed_out if not granted within `timeout`.
+  /// As async_acquire, failing with errc::timed_out if not granted within `timeout` (a timeout too long to
+  /// represent, such as duration::max(), means none).
   template <REIN_COMPLETION_TOKEN_FOR(void(error_code)) Token = default_token_t>
   auto async_acquire_for(std::size_t n, duration timeout, Token&& token = Token{}) {
-    return async_acquire_until(n, core_type::deadline_after(timeout), std::forward<Token>(token));
+    return doors().async_acquire_for(n, timeout, std::forward<Token>(token));
   }
 
   /// As async_acquire, failing with errc::timed_out if not granted by `deadline` (time_point::max(): never).
@@ -226,7 +223,7 @@ class basic_rate_limiter {
   /// at the deadline's very instant wins over the timeout.
   template <REIN_COMPLETION_TOKEN_FOR(void(error_code)) Token = default_token_t>
   auto async_acquire_until(std::size_t n, time_point deadline, Token&& token = Token{}) {
-    return net::async_initiate<Token, void(error_code)>(initiate_acquire{core_.get()}, token, n, deadline);
+    return doors().async_acquire_until(n, deadline, std::forward<Token>(token));
   }
 
   /// Waits for n units inside a coroutine: `co_await limiter.acquire();`.
@@ -234,23 +231,15 @@ class basic_rate_limiter {
   /// When the limit has room and nobody waits, it returns without suspending through the scheduler (the cost
   /// of a nested `co_await`, a lock and a clock read). Otherwise it waits as async_acquire does. Throws
   /// `rein::system_error` with the errors listed for async_acquire.
-  net::awaitable<void> acquire(std::size_t n = 1) { return acquire_until(n, time_point::max()); }
+  net::awaitable<void> acquire(std::size_t n = 1) { return doors().acquire_until(n, time_point::max()); }
 
-  /// As acquire, throwing errc::timed_out if not granted within `timeout`.
-  net::awaitable<void> acquire_for(std::size_t n, duration timeout) {
-    return acquire_until(n, core_type::deadline_after(timeout));
-  }
+  /// As acquire, throwing errc::timed_out if not granted within `timeout` (a timeout too long to represent,
+  /// such as duration::max(), means none).
+  net::awaitable<void> acquire_for(std::size_t n, duration timeout) { return doors().acquire_for(n, timeout); }
 
-  /// As acquire, throwing errc::timed_out if not granted by `deadline`.
-  net::awaitable<void> acquire_until(std::size_t n, time_point deadline) {
-    // Behind other waiters the synchronous try would fail: skip it and its lock (a stale hint only costs
-    // the fast path: the waiting path grants at once what is free).
-    if (!core_->waiting_hint() && try_acquire(n)) co_return;
-    if (core_->name().empty()) co_return co_await async_acquire_until(n, deadline, net::use_awaitable);
-    error_code ec;
-    co_await async_acquire_until(n, deadline, net::redirect_error(net::use_awaitable, ec));
-    if (ec) throw system_error(ec, detail::describe(type_name_, core_->name()));
-  }
+  /// As acquire, throwing errc::timed_out if not granted by `deadline`. Behind other waiters it does not
+  /// try first (that would fail, and cost a lock).
+  net::awaitable<void> acquire_until(std::size_t n, time_point deadline) { return doors().acquire_until(n, deadline); }
 
  protected:
   /// How messages name this limiter's type ("rein::token_bucket", ...); set by the derived types.
@@ -328,17 +317,8 @@ class basic_rate_limiter {
   }
 
  private:
-  // A named initiation (as Asio's own I/O objects use) so that async_initiate can find the I/O executor.
-  struct initiate_acquire {
-    core_type* core;
-    using executor_type = Executor;
-    executor_type get_executor() const noexcept { return core->get_executor(); }
-
-    template <class Handler>
-    void operator()(Handler&& handler, std::size_t n, time_point deadline) const {
-      core->async_acquire(std::forward<Handler>(handler), n, deadline);
-    }
-  };
+  // Every door is written once, in detail/acquire_doors.hpp.
+  detail::line_doors<core_type> doors() const noexcept { return {core_.get(), type_name_}; }
 
   detail::core_owner<core_type> core_;
 };

@@ -107,17 +107,6 @@ struct outbox_of<Policy, true> {
   using type = typename Policy::outbox;
 };
 
-/// "rein::semaphore" or, for a named limiter, "rein::semaphore \"api\"": how messages name a limiter.
-inline std::string describe(std::string_view type, std::string_view name) {
-  std::string s(type);
-  if (!name.empty()) {
-    s += " \"";
-    s += name;
-    s += '"';
-  }
-  return s;
-}
-
 /// The completion signatures of an acquire on the line: a concurrency limiter hands out a permit, a rate
 /// rule (and a remote one, whose errors are its own) completes with an error code only.
 template <class Signature>
@@ -1003,19 +992,6 @@ class limiter_core final : public permit_source,
   std::atomic<bool> shut_down_{false};
   std::size_t holders_ = 0;               // permit objects out (granted, not yet given back or taken back)
   std::shared_ptr<limiter_core> self_;    // set at shutdown while holders_ != 0
-};
-
-/// The initiation of a concurrency limiter's async_drain (one for every limiter that hands out permits).
-template <class Core>
-struct initiate_drain {
-  Core* core;
-  using executor_type = typename Core::executor_type;
-  executor_type get_executor() const noexcept { return core->get_executor(); }
-
-  template <class Handler>
-  void operator()(Handler&& handler, typename Core::time_point deadline) const {
-    core->async_drain(std::forward<Handler>(handler), deadline);
-  }
 };
 
 /// How a public limiter owns its core: move-only, and the core is shut down when its owner is destroyed or

@@ -12,7 +12,10 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
+#include <memory>
 #include <optional>
+#include <utility>
 
 namespace rein::detail {
 
@@ -32,6 +35,30 @@ inline double quota_unit(std::uint64_t seed, std::uint64_t sequence) noexcept {
   z ^= z >> 31;
   return static_cast<double>(z >> 11) * 0x1.0p-53;
 }
+
+// What a quota gate reads outside the lock to number its waiters: shared by the gate and its policy, so
+// that it stays where it is when the gate is moved and lives as long as either.
+template <class Rep>
+struct quota_tickets {
+  std::atomic<std::uint64_t> next_sequence{1};
+  std::atomic<Rep> paused_until_ticks{std::numeric_limits<Rep>::lowest()};  // the pause's end, in clock ticks
+};
+
+// The count a quota gate hands the line for a request (its n is ignored): a ticket (detail/acquire_doors.hpp).
+// "Paused" is read from the copy of paused_until kept outside the lock: a caller racing with a pause that
+// starts at that very moment may be counted as not paused, and then resumes at the pause's end without
+// jitter, in its FIFO place.
+template <class Clock>
+struct quota_counter {
+  quota_tickets<typename Clock::rep>* tickets;
+  std::size_t try_count(std::size_t) const noexcept { return quota_ticket(0, false); }
+  std::size_t wait_count(std::size_t) const noexcept {
+    const std::uint64_t sequence = tickets->next_sequence.fetch_add(1, std::memory_order_relaxed);
+    const bool paused =
+        Clock::now().time_since_epoch().count() < tickets->paused_until_ticks.load(std::memory_order_relaxed);
+    return quota_ticket(sequence, paused);
+  }
+};
 
 // The admission rule of a quota gate: closed until `paused_until`, then the waiters who arrived while it was
 // closed go in a staggered order.
@@ -54,7 +81,7 @@ struct quota_gate_policy {
   double jitter;
   std::chrono::nanoseconds max_jitter;
   std::uint64_t seed;
-  const std::atomic<std::uint64_t>* next_sequence;  // the gate's counter; read only while waiters exist
+  std::shared_ptr<quota_tickets<typename Clock::rep>> tickets;  // the gate's counter
 
   // The pause.
   time_point paused_until = time_point::min();
@@ -71,8 +98,8 @@ struct quota_gate_policy {
   std::uint64_t batch_last = 0;
 
   quota_gate_policy(duration max_pause_, double jitter_, std::chrono::nanoseconds max_jitter_, std::uint64_t seed_,
-                    const std::atomic<std::uint64_t>* next_sequence_) noexcept
-      : max_pause(max_pause_), jitter(jitter_), max_jitter(max_jitter_), seed(seed_), next_sequence(next_sequence_) {}
+                    std::shared_ptr<quota_tickets<typename Clock::rep>> tickets_) noexcept
+      : max_pause(max_pause_), jitter(jitter_), max_jitter(max_jitter_), seed(seed_), tickets(std::move(tickets_)) {}
 
   bool exceeds(std::size_t) const noexcept { return false; }
 
@@ -133,7 +160,7 @@ struct quota_gate_policy {
     batch_valid = true;
     batch_end = paused_until;
     batch_first = first;
-    const std::uint64_t issued = next_sequence->load(std::memory_order_relaxed) - 1;
+    const std::uint64_t issued = tickets->next_sequence.load(std::memory_order_relaxed) - 1;
     batch_last = issued > first ? issued : first;
     const auto span = std::chrono::duration_cast<std::chrono::nanoseconds>(paused_until - pause_started);
     const double window = std::floor(jitter * static_cast<double>(span.count()));
