@@ -136,7 +136,8 @@ using quota_gate_snapshot = basic_quota_gate_snapshot<std::chrono::steady_clock:
 /// With null_mutex, all use must happen on one thread or strand.
 ///
 /// @par Lifetime
-/// Not copyable or movable. Destroying it completes every waiter with `net::error::operation_aborted`.
+/// Movable, not copyable (as Asio's I/O objects; `as_default_on` needs it). Destroying it completes every
+/// waiter with `net::error::operation_aborted`.
 template <class Executor = net::any_io_executor, class Clock = std::chrono::steady_clock, class Mutex = std::mutex>
 class basic_quota_gate {
   using policy_type = detail::quota_gate_policy<Clock>;
@@ -166,10 +167,9 @@ class basic_quota_gate {
   /// @throws std::invalid_argument naming the field and value when an option is out of range.
   explicit basic_quota_gate(const executor_type& ex, const quota_gate_options& options = {})
       : tickets_(std::make_shared<tickets_type>()),
-        core_(std::make_shared<core_type>(ex, detail::line_options{options.max_waiters, true, options.name, options.observer},
-                                          validated_max_pause(options),
-                                          validated_jitter(options), validated_max_jitter(options),
-                                          options.seed ? *options.seed : random_seed(), tickets_)) {}
+        core_(ex, detail::line_options{options.max_waiters, true, options.name, options.observer},
+              validated_max_pause(options), validated_jitter(options), validated_max_jitter(options),
+              options.seed ? *options.seed : random_seed(), tickets_) {}
 
   /// Constructs an open gate on an execution context (an io_context).
   template <class ExecutionContext>
@@ -180,8 +180,15 @@ class basic_quota_gate {
   basic_quota_gate(const basic_quota_gate&) = delete;
   basic_quota_gate& operator=(const basic_quota_gate&) = delete;
 
+  /// Moves the gate: its waiters, pause and counters stay with it (they live in its shared state, not in
+  /// this object). The moved-from object may only be destroyed or assigned to.
+  basic_quota_gate(basic_quota_gate&&) noexcept = default;
+
+  /// Destroys this gate's state as the destructor does, then takes `other`'s.
+  basic_quota_gate& operator=(basic_quota_gate&&) noexcept = default;
+
   /// Completes every waiter with `net::error::operation_aborted`.
-  ~basic_quota_gate() { core_->shutdown(); }
+  ~basic_quota_gate() = default;
 
   /// The executor given at construction.
   executor_type get_executor() const noexcept { return core_->get_executor(); }
@@ -357,7 +364,7 @@ class basic_quota_gate {
   }
 
   std::shared_ptr<tickets_type> tickets_;  // shared with the policy, which may outlive this object
-  std::shared_ptr<core_type> core_;
+  detail::core_owner<core_type> core_;
 };
 
 /// The thread-safe quota gate on any I/O executor and std::chrono::steady_clock.
