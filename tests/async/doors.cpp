@@ -82,6 +82,7 @@ void spawn_acquire_for(net::io_context& io, Limiter& l, std::size_t n, duration 
             out.granted = static_cast<bool>(p);
             if (held != nullptr) *held = std::move(p);
           } else {
+            (void)held;  // nothing to hold
             co_await l.acquire_for(n, timeout);
             out.granted = true;
           }
