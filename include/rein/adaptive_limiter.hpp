@@ -7,8 +7,11 @@
 #include <rein/algo/limit_algorithm.hpp>
 #include <rein/algo/tuned_aimd.hpp>
 #include <rein/config.hpp>
-#include <rein/detail/limiter_core.hpp>
+#include <rein/detail/acquire_doors.hpp>
+#include <rein/detail/adaptive_policy.hpp>
 #include <rein/detail/format.hpp>
+#include <rein/detail/invalid_option.hpp>
+#include <rein/detail/limiter_core.hpp>
 #include <rein/error.hpp>
 #include <rein/null_mutex.hpp>
 #include <rein/observer.hpp>
@@ -132,156 +135,6 @@ inline std::ostream& operator<<(std::ostream& os, const adaptive_limiter_snapsho
   return os;
 }
 
-namespace detail {
-
-/// The in-flight count right after each outstanding grant, found again when its permit comes back.
-///
-/// A permit carries only its grant time (the stamp), so grants are filed by stamp. Several grants can share a
-/// stamp (one release that raises the limit admits several waiters at the same instant); among them the
-/// earliest grant is matched with the first report, which is exact whenever calls granted at the same instant
-/// report in the order they were granted, and otherwise off by the number of calls granted in between.
-/// Entries never outnumber the permits outstanding, which never exceed floor(max_limit).
-class grant_log {
- public:
-  explicit grant_log(std::size_t expected) { entries_.reserve(std::min<std::size_t>(expected, 4096)); }
-
-  /// Files a grant. If the log cannot grow (out of memory), the grant goes unrecorded and its report falls
-  /// back to the in-flight count at report time.
-  void record(std::int64_t stamp, std::size_t in_flight) noexcept {
-    try {
-      const auto at = std::upper_bound(entries_.begin(), entries_.end(), stamp,
-                                       [](std::int64_t s, const entry& e) { return s < e.stamp; });
-      entries_.insert(at, entry{stamp, in_flight});
-    } catch (...) {
-    }
-  }
-
-  /// Removes and returns the in-flight count of the earliest outstanding grant with this stamp.
-  std::optional<std::size_t> take(std::int64_t stamp) noexcept {
-    const auto at = std::lower_bound(entries_.begin(), entries_.end(), stamp,
-                                     [](const entry& e, std::int64_t s) { return e.stamp < s; });
-    if (at == entries_.end() || at->stamp != stamp) return std::nullopt;
-    const std::size_t in_flight = at->in_flight;
-    entries_.erase(at);
-    return in_flight;
-  }
-
- private:
-  struct entry {
-    std::int64_t stamp;
-    std::size_t in_flight;
-  };
-  std::vector<entry> entries_;  // ascending stamps; grant order among equal stamps
-};
-
-// The admission rule of an adaptive limiter: one more call while in_flight < floor(limit). Each returning
-// permit becomes a sample for the algorithm, which may move the limit; the core re-checks the head waiter after
-// every release, so a limit that rose admits waiters at once and one that fell admits nobody until in_flight
-// is below it again. Calls already granted keep their slots.
-template <class Algorithm, class Clock>
-struct adaptive_policy {
-  using time_point = typename Clock::time_point;
-  using sample_type = typename Algorithm::sample_type;
-  static constexpr bool needs_time = true;  // grants are stamped: latency runs from the grant
-
-  Algorithm algorithm;
-  grant_log grants;
-  std::size_t in_flight = 0;
-  std::uint64_t successes = 0;
-  std::uint64_t congestions = 0;
-  std::uint64_t ignored = 0;
-  duration_histogram service;
-
-  algo::basic_circuit<Clock> circuit;
-
-  adaptive_policy(const typename Algorithm::options& o, const algo::circuit_options& c)
-      : algorithm(o), grants(algo::admitted(algorithm.max_limit())), circuit(c) {}
-
-  bool exceeds(std::size_t n) const noexcept { return n > algo::admitted(algorithm.max_limit()); }
-
-  bool refuses(std::size_t, time_point now) noexcept { return circuit.refuses(now); }
-
-  bool try_take(std::size_t n, time_point now) noexcept {
-    if (in_flight + n > algo::admitted(algorithm.limit())) return false;
-    in_flight += n;
-    grants.record(to_ns(now).count(), in_flight);
-    circuit.on_grant(now);
-    return true;
-  }
-
-  bool at_floor() const noexcept {
-    return static_cast<double>(algo::admitted(algorithm.limit())) <= algorithm.min_limit();
-  }
-
-  time_point ready_at(std::size_t, time_point) const noexcept { return time_point::max(); }  // only a release helps
-  std::optional<time_point> predict(std::size_t, std::size_t, time_point) const noexcept { return std::nullopt; }
-
-  // Report first, then release: the sample is taken with the call still counted in flight.
-  void on_release(std::size_t n, std::chrono::nanoseconds stamp, outcome result, time_point now) noexcept {
-    const std::optional<std::size_t> at_grant = grants.take(stamp.count());
-    count(result);
-    if (result != outcome::ignored) {
-      sample_type s;
-      s.latency = std::max(to_ns(now) - stamp, std::chrono::nanoseconds::zero());
-      s.result = result;
-      s.in_flight = at_grant.value_or(in_flight);
-      s.now = now;
-      service.record(s.latency);
-      feed(s);
-    }
-    if (circuit.enabled())
-      circuit.on_sample(result, time_point(std::chrono::duration_cast<typename Clock::duration>(stamp)), now,
-                        at_floor());
-    in_flight -= n;
-  }
-
-  // A permit whose latency now counts from `to` (see permit_source::restamp_permit) keeps its grant's
-  // in-flight count under its new stamp.
-  void on_restamp(std::chrono::nanoseconds from, std::chrono::nanoseconds to) noexcept {
-    if (const std::optional<std::size_t> at_grant = grants.take(from.count())) grants.record(to.count(), *at_grant);
-  }
-
-  static std::chrono::nanoseconds to_ns(time_point t) noexcept {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch());
-  }
-
-  observed_state observe(time_point now) const noexcept {
-    observed_state s;
-    s.limit = algorithm.limit();
-    const std::size_t admitted = algo::admitted(s.limit);
-    s.level = static_cast<double>(admitted);
-    s.cuts = algorithm.decreases();
-    s.at_floor = static_cast<double>(admitted) <= algorithm.min_limit();
-    s.at_ceiling = static_cast<double>(admitted) >= algorithm.max_limit();
-    const algo::circuit_state c = circuit.state(now);
-    s.circuit = static_cast<std::uint8_t>(c);
-    s.opens = circuit.opens();
-    if (c == algo::circuit_state::open)
-      s.open_left = std::chrono::duration_cast<std::chrono::nanoseconds>(circuit.open_until() - now);
-    return s;
-  }
-
- private:
-  void count(outcome result) noexcept {
-    switch (result) {
-      case outcome::success: ++successes; break;
-      case outcome::congestion: ++congestions; break;
-      case outcome::ignored: ++ignored; break;
-    }
-  }
-
-  // A sample the algorithm cannot take (it threw, e.g. bad_alloc while growing a window) is dropped: a permit
-  // must always come back, and this runs inside a noexcept release.
-  void feed(const sample_type& s) noexcept {
-    try {
-      algorithm.on_sample(s);
-    } catch (...) {
-    }
-  }
-};
-
-}  // namespace detail
-
 /// An awaitable concurrency limiter whose limit is found by feedback from the calls it admits.
 ///
 /// `co_await limiter.acquire()` inside `net::awaitable<>` yields a rein::permit for one call; the caller
@@ -342,7 +195,7 @@ class basic_adaptive_limiter {
 
  private:
   using policy_type = detail::adaptive_policy<algorithm_type, Clock>;
-  using core_type = detail::limiter_core<policy_type, Executor, Clock, Mutex, true>;
+  using core_type = detail::limiter_core<policy_type, Executor, Clock, Mutex, void(error_code, permit)>;
 
  public:
   /// The limiter type when rebound to another executor.
@@ -396,12 +249,7 @@ class basic_adaptive_limiter {
   /// permit whose status() says why: try_status::busy, closed (after close()), exceeds_capacity (n above
   /// floor(max_limit)), unavailable (the circuit is open, or half-open with its probes out). Never waits;
   /// allocates only past 4096 outstanding permits (the grant log).
-  try_permit try_acquire(std::size_t n = 1) {
-    std::chrono::nanoseconds stamp{};
-    const try_status status = core_->try_acquire(n, stamp);
-    if (status != try_status::acquired) return try_permit(status);
-    return try_permit(core_->make_permit(n, stamp));
-  }
+  try_permit try_acquire(std::size_t n = 1) { return doors().try_acquire(n); }
 
   /// Waits for n slots (a weighted call, e.g. a batch that costs n). The initiating function; every Asio
   /// completion token works.
@@ -422,39 +270,39 @@ class basic_adaptive_limiter {
   /// lost or handed out twice.
   template <REIN_COMPLETION_TOKEN_FOR(void(error_code, permit)) Token = default_token_t>
   auto async_acquire(std::size_t n, Token&& token = Token{}) {
-    return async_acquire_until(n, time_point::max(), std::forward<Token>(token));
+    return doors().async_acquire_until(n, time_point::max(), std::forward<Token>(token));
   }
 
   /// As async_acquire(1, token).
   template <REIN_COMPLETION_TOKEN_FOR(void(error_code, permit)) Token = default_token_t>
   auto async_acquire(Token&& token = Token{}) {
-    return async_acquire_until(1, time_point::max(), std::forward<Token>(token));
+    return doors().async_acquire_until(1, time_point::max(), std::forward<Token>(token));
   }
 
   /// As async_acquire, failing with errc::timed_out if not granted within `timeout` (a timeout too long to
   /// represent, such as duration::max(), means none).
   template <REIN_COMPLETION_TOKEN_FOR(void(error_code, permit)) Token = default_token_t>
   auto async_acquire_for(std::size_t n, duration timeout, Token&& token = Token{}) {
-    return async_acquire_until(n, core_type::deadline_after(timeout), std::forward<Token>(token));
+    return doors().async_acquire_for(n, timeout, std::forward<Token>(token));
   }
 
   /// As async_acquire_for(1, timeout, token).
   template <REIN_COMPLETION_TOKEN_FOR(void(error_code, permit)) Token = default_token_t>
   auto async_acquire_for(duration timeout, Token&& token = Token{}) {
-    return async_acquire_for(1, timeout, std::forward<Token>(token));
+    return doors().async_acquire_for(1, timeout, std::forward<Token>(token));
   }
 
   /// As async_acquire, failing with errc::timed_out if not granted by `deadline` (time_point::max(): never).
   /// A deadline already past fails at once unless the slots are free right now.
   template <REIN_COMPLETION_TOKEN_FOR(void(error_code, permit)) Token = default_token_t>
   auto async_acquire_until(std::size_t n, time_point deadline, Token&& token = Token{}) {
-    return net::async_initiate<Token, void(error_code, permit)>(initiate_acquire{core_.get()}, token, n, deadline);
+    return doors().async_acquire_until(n, deadline, std::forward<Token>(token));
   }
 
   /// As async_acquire_until(1, deadline, token).
   template <REIN_COMPLETION_TOKEN_FOR(void(error_code, permit)) Token = default_token_t>
   auto async_acquire_until(time_point deadline, Token&& token = Token{}) {
-    return async_acquire_until(1, deadline, std::forward<Token>(token));
+    return doors().async_acquire_until(1, deadline, std::forward<Token>(token));
   }
 
   /// Waits for n slots inside a coroutine: `auto p = co_await limiter.acquire();`.
@@ -462,32 +310,21 @@ class basic_adaptive_limiter {
   /// When the slots are free and nobody waits, it completes without suspending through the scheduler.
   /// Otherwise it waits as async_acquire does. Throws `rein::system_error` with the errors listed for
   /// async_acquire.
-  net::awaitable<permit> acquire(std::size_t n = 1) { return acquire_until(n, time_point::max()); }
+  net::awaitable<permit> acquire(std::size_t n = 1) { return doors().acquire_until(n, time_point::max()); }
 
-  /// As acquire, throwing errc::timed_out if not granted within `timeout` (duration::max(): no deadline).
-  net::awaitable<permit> acquire_for(std::size_t n, duration timeout) {
-    return acquire_until(n, core_type::deadline_after(timeout));
-  }
+  /// As acquire, throwing errc::timed_out if not granted within `timeout` (a timeout too long to represent,
+  /// such as duration::max(), means none).
+  net::awaitable<permit> acquire_for(std::size_t n, duration timeout) { return doors().acquire_for(n, timeout); }
 
   /// As acquire_for(1, timeout).
-  net::awaitable<permit> acquire_for(duration timeout) { return acquire_for(1, timeout); }
+  net::awaitable<permit> acquire_for(duration timeout) { return doors().acquire_for(1, timeout); }
 
-  /// As acquire, throwing errc::timed_out if not granted by `deadline`.
-  net::awaitable<permit> acquire_until(std::size_t n, time_point deadline) {
-    // Behind other waiters the synchronous try would fail: skip it and its lock (a stale hint only costs
-    // the fast path: the waiting path grants at once what is free).
-    if (!core_->waiting_hint()) {
-      if (permit p = try_acquire(n)) co_return p;
-    }
-    if (core_->name().empty()) co_return co_await async_acquire_until(n, deadline, net::use_awaitable);
-    error_code ec;
-    permit p = co_await async_acquire_until(n, deadline, net::redirect_error(net::use_awaitable, ec));
-    if (ec) throw system_error(ec, detail::describe("rein::adaptive_limiter", core_->name()));
-    co_return p;
-  }
+  /// As acquire, throwing errc::timed_out if not granted by `deadline`. Behind other waiters it does not
+  /// try first (that would fail, and cost a lock).
+  net::awaitable<permit> acquire_until(std::size_t n, time_point deadline) { return doors().acquire_until(n, deadline); }
 
   /// As acquire_until(1, deadline).
-  net::awaitable<permit> acquire_until(time_point deadline) { return acquire_until(1, deadline); }
+  net::awaitable<permit> acquire_until(time_point deadline) { return doors().acquire_until(1, deadline); }
 
   /// Waits until every permit this limiter handed out has come back: completes at once if none is out
   /// (what tokio users write as `close()` then `acquire_many(total)`, and Go's `sync.WaitGroup.Wait`).
@@ -504,21 +341,20 @@ class basic_adaptive_limiter {
   /// terminal, partial and total: the wait is removed and completes with operation_aborted.
   template <REIN_COMPLETION_TOKEN_FOR(void(error_code)) Token = default_token_t>
   auto async_drain(Token&& token = Token{}) {
-    return async_drain_until(time_point::max(), std::forward<Token>(token));
+    return doors().async_drain_until(time_point::max(), std::forward<Token>(token));
   }
 
   /// As async_drain, failing with errc::timed_out if permits are still out after `timeout` (a timeout too
   /// long to represent means none).
   template <REIN_COMPLETION_TOKEN_FOR(void(error_code)) Token = default_token_t>
   auto async_drain_for(duration timeout, Token&& token = Token{}) {
-    return async_drain_until(core_type::deadline_after(timeout), std::forward<Token>(token));
+    return doors().async_drain_for(timeout, std::forward<Token>(token));
   }
 
   /// As async_drain, failing with errc::timed_out if permits are still out at `deadline`.
   template <REIN_COMPLETION_TOKEN_FOR(void(error_code)) Token = default_token_t>
   auto async_drain_until(time_point deadline, Token&& token = Token{}) {
-    return net::async_initiate<Token, void(error_code)>(detail::initiate_drain<core_type>{core_.get()}, token,
-                                                         deadline);
+    return doors().async_drain_until(deadline, std::forward<Token>(token));
   }
 
   /// The outcome this limiter's classifier (options.classify) gives `status`.
@@ -636,17 +472,8 @@ class basic_adaptive_limiter {
     return classify;
   }
 
-  // A named initiation (as Asio's own I/O objects use) so that async_initiate can find the I/O executor.
-  struct initiate_acquire {
-    core_type* core;
-    using executor_type = Executor;
-    executor_type get_executor() const noexcept { return core->get_executor(); }
-
-    template <class Handler>
-    void operator()(Handler&& handler, std::size_t n, time_point deadline) const {
-      core->async_acquire(std::forward<Handler>(handler), n, deadline);
-    }
-  };
+  // Every door is written once, in detail/acquire_doors.hpp.
+  detail::line_doors<core_type> doors() const noexcept { return {core_.get(), "rein::adaptive_limiter"}; }
 
   std::function<outcome(int)> classify_;
   detail::core_owner<core_type> core_;

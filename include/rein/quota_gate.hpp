@@ -3,8 +3,10 @@
 #pragma once
 
 #include <rein/config.hpp>
-#include <rein/detail/limiter_core.hpp>
+#include <rein/detail/acquire_doors.hpp>
 #include <rein/detail/format.hpp>
+#include <rein/detail/limiter_core.hpp>
+#include <rein/detail/quota_gate_policy.hpp>
 #include <rein/error.hpp>
 #include <rein/null_mutex.hpp>
 #include <rein/observer.hpp>
@@ -95,149 +97,6 @@ std::ostream& operator<<(std::ostream& os, const basic_quota_gate_snapshot<TimeP
 /// The snapshot of a gate on std::chrono::steady_clock.
 using quota_gate_snapshot = basic_quota_gate_snapshot<std::chrono::steady_clock::time_point>;
 
-namespace detail {
-
-// Waiter "tickets". The core hands the policy only the head waiter's count, so the gate passes a ticket in
-// its place (a gate has no units to count): (sequence << 1) | arrived_while_paused. Sequence numbers rise
-// with arrival; ticket 0 is the synchronous fast path (try_acquire), which never carries jitter.
-inline constexpr std::size_t quota_ticket(std::uint64_t sequence, bool paused) noexcept {
-  return static_cast<std::size_t>((sequence << 1) | (paused ? 1U : 0U));
-}
-
-// A uniform number in [0, 1) for (seed, sequence): a stateless counter-based draw (SplitMix64's finaliser), so
-// a waiter's jitter does not depend on the order in which the policy happens to look at waiters.
-inline double quota_unit(std::uint64_t seed, std::uint64_t sequence) noexcept {
-  std::uint64_t z = seed + sequence * 0x9E3779B97F4A7C15ULL;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  z ^= z >> 31;
-  return static_cast<double>(z >> 11) * 0x1.0p-53;
-}
-
-template <class TimePoint>
-TimePoint saturating_add(TimePoint t, typename TimePoint::duration d) noexcept {  // d >= 0
-  return t > TimePoint::max() - d ? TimePoint::max() : t + d;
-}
-
-// The admission rule of a quota gate: closed until `paused_until`, then the waiters who arrived while it was
-// closed go in a staggered order.
-//
-// Stagger ("release batch"): at the first grant attempt at or after the pause's end E, the head waiter's
-// sequence number is `first` and the last sequence number issued so far is `last`; N = last - first + 1.
-// Waiter k = sequence - first resumes at E + floor(J * (k + u_k) / N), u_k uniform in [0, 1): one instant in
-// each of N equal slices of the window J. Release instants rise with arrival order, so the core's FIFO
-// head-of-line admission never holds a waiter past its instant by more than its predecessors' (also rising)
-// instants, and the spread stays uniform whatever N is. N counts sequence numbers, not waiters (some may
-// have been granted, cancelled or timed out): gaps only leave some slices empty.
-template <class Clock>
-struct quota_gate_policy {
-  using time_point = typename Clock::time_point;
-  using duration = typename Clock::duration;
-  static constexpr bool needs_time = true;
-
-  // Configuration.
-  duration max_pause;
-  double jitter;
-  std::chrono::nanoseconds max_jitter;
-  std::uint64_t seed;
-  const std::atomic<std::uint64_t>* next_sequence;  // the gate's counter; read only while waiters exist
-
-  // The pause.
-  time_point paused_until = time_point::min();
-  time_point pause_started = time_point::min();  // when the gate last went from open to paused
-  std::uint64_t pause_requests = 0;
-  std::uint64_t pauses = 0;
-  std::uint64_t capped = 0;
-
-  // The release batch of the latest pause end.
-  bool batch_valid = false;
-  time_point batch_end{};
-  std::chrono::nanoseconds batch_window{0};
-  std::uint64_t batch_first = 0;
-  std::uint64_t batch_last = 0;
-
-  quota_gate_policy(duration max_pause_, double jitter_, std::chrono::nanoseconds max_jitter_, std::uint64_t seed_,
-                    const std::atomic<std::uint64_t>* next_sequence_) noexcept
-      : max_pause(max_pause_), jitter(jitter_), max_jitter(max_jitter_), seed(seed_), next_sequence(next_sequence_) {}
-
-  bool exceeds(std::size_t) const noexcept { return false; }
-
-  observed_state observe(time_point now) const noexcept {
-    observed_state s;
-    s.paused = now < paused_until;
-    if (s.paused) s.pause_left = std::chrono::duration_cast<std::chrono::nanoseconds>(paused_until - now);
-    return s;
-  }
-
-  bool try_take(std::size_t ticket, time_point now) noexcept {
-    if (now < paused_until) return false;
-    if (!jittered(ticket)) return true;
-    if (!batch_valid) start_batch(sequence(ticket));
-    return now >= release_at(sequence(ticket));
-  }
-
-  time_point ready_at(std::size_t ticket, time_point now) const noexcept {
-    if (now < paused_until) return paused_until;
-    if (jittered(ticket) && batch_valid) return release_at(sequence(ticket));
-    return now;
-  }
-
-  // A lower bound: nobody passes before the pause ends (pauses never shorten; one of time_point::max() never
-  // ends), and after it the jitter is not known yet.
-  std::optional<time_point> predict(std::size_t, std::size_t, time_point now) const noexcept {
-    if (now < paused_until) return paused_until;
-    return std::nullopt;
-  }
-
-  void on_release(std::size_t, std::chrono::nanoseconds, outcome, time_point) noexcept {}
-
-  // A release took nothing, so a cancellation that arrives after it (before the handler ran) may always take
-  // it back: the caller then sees operation_aborted, as for a cancellation that came first.
-  void on_revoke(std::size_t, time_point) noexcept {}
-
-  // Closes the gate until `t` (cut to now + max_pause), unless it is already closed until then or later.
-  void pause_until(time_point t, time_point now) noexcept {
-    if (t <= now) return;  // nothing to wait for
-    ++pause_requests;
-    const time_point limit = saturating_add(now, max_pause);
-    if (t > limit) {
-      t = limit;
-      ++capped;
-    }
-    if (t <= paused_until) return;  // pauses only extend: the latest deadline wins
-    if (now >= paused_until) pause_started = now;
-    paused_until = t;
-    ++pauses;
-    batch_valid = false;  // whoever still waits is released after the new end, in a new batch
-  }
-
- private:
-  static bool jittered(std::size_t ticket) noexcept { return (ticket & 1U) != 0; }
-  static std::uint64_t sequence(std::size_t ticket) noexcept { return static_cast<std::uint64_t>(ticket) >> 1; }
-
-  void start_batch(std::uint64_t first) noexcept {
-    batch_valid = true;
-    batch_end = paused_until;
-    batch_first = first;
-    const std::uint64_t issued = next_sequence->load(std::memory_order_relaxed) - 1;
-    batch_last = issued > first ? issued : first;
-    const auto span = std::chrono::duration_cast<std::chrono::nanoseconds>(paused_until - pause_started);
-    const double window = std::floor(jitter * static_cast<double>(span.count()));
-    batch_window = std::min(max_jitter, std::chrono::nanoseconds(static_cast<std::int64_t>(window)));
-  }
-
-  time_point release_at(std::uint64_t s) const noexcept {
-    if (s < batch_first || s > batch_last || batch_window.count() == 0) return batch_end;
-    const double slices = static_cast<double>(batch_last - batch_first) + 1.0;
-    const double position = (static_cast<double>(s - batch_first) + quota_unit(seed, s)) / slices;
-    const double offset = std::floor(static_cast<double>(batch_window.count()) * position);
-    const auto delay = std::chrono::duration_cast<duration>(std::chrono::nanoseconds(static_cast<std::int64_t>(offset)));
-    return saturating_add(batch_end, delay);
-  }
-};
-
-}  // namespace detail
-
 /// An awaitable quota gate: when an upstream says "stop" (a 429 or 503 with Retry-After), `pause_for(d)`
 /// closes the gate for everyone, and callers of `acquire()` wait until it reopens.
 ///
@@ -277,11 +136,13 @@ struct quota_gate_policy {
 /// With null_mutex, all use must happen on one thread or strand.
 ///
 /// @par Lifetime
-/// Not copyable or movable. Destroying it completes every waiter with `net::error::operation_aborted`.
+/// Movable, not copyable (as Asio's I/O objects; `as_default_on` needs it). Destroying it completes every
+/// waiter with `net::error::operation_aborted`.
 template <class Executor = net::any_io_executor, class Clock = std::chrono::steady_clock, class Mutex = std::mutex>
 class basic_quota_gate {
   using policy_type = detail::quota_gate_policy<Clock>;
-  using core_type = detail::limiter_core<policy_type, Executor, Clock, Mutex, false>;
+  using core_type = detail::limiter_core<policy_type, Executor, Clock, Mutex, void(error_code)>;
+  using tickets_type = detail::quota_tickets<typename Clock::rep>;
 
  public:
   /// The executor that runs completion handlers without an associated executor of their own.
@@ -305,10 +166,10 @@ class basic_quota_gate {
   /// Constructs an open gate, completing operations on `ex` by default.
   /// @throws std::invalid_argument naming the field and value when an option is out of range.
   explicit basic_quota_gate(const executor_type& ex, const quota_gate_options& options = {})
-      : core_(std::make_shared<core_type>(ex, detail::line_options{options.max_waiters, true, options.name, options.observer},
-                                          validated_max_pause(options),
-                                          validated_jitter(options), validated_max_jitter(options),
-                                          options.seed ? *options.seed : random_seed(), &next_sequence_)) {}
+      : tickets_(std::make_shared<tickets_type>()),
+        core_(ex, detail::line_options{options.max_waiters, true, options.name, options.observer},
+              validated_max_pause(options), validated_jitter(options), validated_max_jitter(options),
+              options.seed ? *options.seed : random_seed(), tickets_) {}
 
   /// Constructs an open gate on an execution context (an io_context).
   template <class ExecutionContext>
@@ -319,8 +180,15 @@ class basic_quota_gate {
   basic_quota_gate(const basic_quota_gate&) = delete;
   basic_quota_gate& operator=(const basic_quota_gate&) = delete;
 
+  /// Moves the gate: its waiters, pause and counters stay with it (they live in its shared state, not in
+  /// this object). The moved-from object may only be destroyed or assigned to.
+  basic_quota_gate(basic_quota_gate&&) noexcept = default;
+
+  /// Destroys this gate's state as the destructor does, then takes `other`'s.
+  basic_quota_gate& operator=(basic_quota_gate&&) noexcept = default;
+
   /// Completes every waiter with `net::error::operation_aborted`.
-  ~basic_quota_gate() { core_->shutdown(); }
+  ~basic_quota_gate() = default;
 
   /// The executor given at construction.
   executor_type get_executor() const noexcept { return core_->get_executor(); }
@@ -331,13 +199,7 @@ class basic_quota_gate {
   /// True, at once, if the gate is open and nobody waits (a waiter is never overtaken). Never waits, never
   /// allocates. Otherwise status() is try_status::busy (paused, or others wait; retry_after() is the time
   /// until the pause ends, before any jitter) or closed (after close()). `n` is ignored.
-  try_result try_acquire(std::size_t n = 1) {
-    (void)n;
-    std::chrono::nanoseconds stamp{};
-    std::int64_t retry_ns = -1;
-    const try_status status = core_->try_acquire(detail::quota_ticket(0, false), stamp, &retry_ns);
-    return try_result(status, retry_ns);
-  }
+  try_result try_acquire(std::size_t n = 1) { return doors().try_acquire(n); }
 
   /// Waits until the gate is open. The initiating function; every Asio completion token works.
   ///
@@ -355,14 +217,14 @@ class basic_quota_gate {
   /// it was let through.
   template <REIN_COMPLETION_TOKEN_FOR(void(error_code)) Token = default_token_t>
   auto async_acquire(std::size_t n = 1, Token&& token = Token{}) {
-    return async_acquire_until(n, time_point::max(), std::forward<Token>(token));
+    return doors().async_acquire_until(n, time_point::max(), std::forward<Token>(token));
   }
 
   /// As async_acquire, failing with errc::timed_out if the gate does not let the caller through within
-  /// `timeout`.
+  /// `timeout` (a timeout too long to represent, such as duration::max(), means none).
   template <REIN_COMPLETION_TOKEN_FOR(void(error_code)) Token = default_token_t>
   auto async_acquire_for(std::size_t n, duration timeout, Token&& token = Token{}) {
-    return async_acquire_until(n, core_type::deadline_after(timeout), std::forward<Token>(token));
+    return doors().async_acquire_for(n, timeout, std::forward<Token>(token));
   }
 
   /// As async_acquire, failing with errc::timed_out if not through by `deadline` (time_point::max():
@@ -370,33 +232,27 @@ class basic_quota_gate {
   /// may still expire during the jitter. A release due at the deadline's very instant wins.
   template <REIN_COMPLETION_TOKEN_FOR(void(error_code)) Token = default_token_t>
   auto async_acquire_until(std::size_t n, time_point deadline, Token&& token = Token{}) {
-    return net::async_initiate<Token, void(error_code)>(initiate_acquire{this}, token, n, deadline);
+    return doors().async_acquire_until(n, deadline, std::forward<Token>(token));
   }
 
   /// Waits inside a coroutine: `co_await gate.acquire();`. When the gate is open and nobody waits, returns
   /// without suspending through the scheduler. Throws `rein::system_error` with the errors of async_acquire.
-  net::awaitable<void> acquire(std::size_t n = 1) { return acquire_until(n, time_point::max()); }
+  net::awaitable<void> acquire(std::size_t n = 1) { return doors().acquire_until(n, time_point::max()); }
 
-  /// As acquire, throwing errc::timed_out if not through within `timeout`.
-  net::awaitable<void> acquire_for(std::size_t n, duration timeout) {
-    return acquire_until(n, core_type::deadline_after(timeout));
-  }
+  /// As acquire, throwing errc::timed_out if not through within `timeout` (a timeout too long to represent,
+  /// such as duration::max(), means none).
+  net::awaitable<void> acquire_for(std::size_t n, duration timeout) { return doors().acquire_for(n, timeout); }
 
-  /// As acquire, throwing errc::timed_out if not through by `deadline`.
-  net::awaitable<void> acquire_until(std::size_t n, time_point deadline) {
-    if (!core_->waiting_hint() && try_acquire(n)) co_return;  // behind waiters it would fail: skip its lock
-    if (core_->name().empty()) co_return co_await async_acquire_until(n, deadline, net::use_awaitable);
-    error_code ec;
-    co_await async_acquire_until(n, deadline, net::redirect_error(net::use_awaitable, ec));
-    if (ec) throw system_error(ec, detail::describe("rein::quota_gate", core_->name()));
-  }
+  /// As acquire, throwing errc::timed_out if not through by `deadline`. Behind other waiters it does not try
+  /// first (that would fail, and cost a lock).
+  net::awaitable<void> acquire_until(std::size_t n, time_point deadline) { return doors().acquire_until(n, deadline); }
 
   /// Closes the gate for `d` from now, unless it is already closed until later (pauses only extend).
   /// A pause longer than max_pause is cut to it. `d <= 0` changes nothing.
   /// @returns when the gate reopens (the latest pause's end; in the past if it is open).
   time_point pause_for(duration d) {
     return core_->update([&](policy_type& p, time_point now) {
-      if (d > duration::zero()) p.pause_until(detail::saturating_add(now, d), now);
+      if (d > duration::zero()) p.pause_until(detail::add_saturated(now, d), now);
       return publish(p);
     });
   }
@@ -467,29 +323,13 @@ class basic_quota_gate {
   }
 
  private:
-  // A named initiation (as Asio's own I/O objects use) so that async_initiate can find the I/O executor.
-  struct initiate_acquire {
-    basic_quota_gate* self;
-    using executor_type = Executor;
-    executor_type get_executor() const noexcept { return self->core_->get_executor(); }
-
-    template <class Handler>
-    void operator()(Handler&& handler, std::size_t, time_point deadline) const {
-      self->core_->async_acquire(std::forward<Handler>(handler), self->next_ticket(), deadline);
-    }
-  };
-
-  // The ticket of a new waiter. "Paused" is read from a copy of paused_until kept outside the lock: a caller
-  // racing with a pause that starts at that very moment may be counted as not paused, and then resumes at
-  // the pause's end without jitter, in its FIFO place.
-  std::size_t next_ticket() noexcept {
-    const std::uint64_t sequence = next_sequence_.fetch_add(1, std::memory_order_relaxed);
-    const bool paused = Clock::now().time_since_epoch().count() < paused_until_ticks_.load(std::memory_order_relaxed);
-    return detail::quota_ticket(sequence, paused);
+  // Every door is written once, in detail/acquire_doors.hpp; the gate counts its waiters by ticket.
+  detail::line_doors<core_type, detail::quota_counter<Clock>> doors() const noexcept {
+    return {core_.get(), "rein::quota_gate", detail::quota_counter<Clock>{tickets_.get()}};
   }
 
   time_point publish(const policy_type& p) noexcept {
-    paused_until_ticks_.store(p.paused_until.time_since_epoch().count(), std::memory_order_relaxed);
+    tickets_->paused_until_ticks.store(p.paused_until.time_since_epoch().count(), std::memory_order_relaxed);
     return p.paused_until;
   }
 
@@ -523,11 +363,8 @@ class basic_quota_gate {
     return o.max_jitter;
   }
 
-  // Declared before core_: the policy reads the counter while waiters exist, and the core is shut down (no
-  // waiters left) in the destructor's body, before any member is destroyed.
-  std::atomic<std::uint64_t> next_sequence_{1};
-  std::atomic<typename duration::rep> paused_until_ticks_{time_point::min().time_since_epoch().count()};
-  std::shared_ptr<core_type> core_;
+  std::shared_ptr<tickets_type> tickets_;  // shared with the policy, which may outlive this object
+  detail::core_owner<core_type> core_;
 };
 
 /// The thread-safe quota gate on any I/O executor and std::chrono::steady_clock.

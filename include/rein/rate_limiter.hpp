@@ -6,9 +6,11 @@
 #include <rein/algo/sliding_window.hpp>
 #include <rein/algo/token_bucket.hpp>
 #include <rein/config.hpp>
-#include <rein/detail/limiter_core.hpp>
+#include <rein/detail/acquire_doors.hpp>
 #include <rein/detail/format.hpp>
 #include <rein/detail/invalid_option.hpp>
+#include <rein/detail/limiter_core.hpp>
+#include <rein/detail/rate_limit_policy.hpp>
 #include <rein/error.hpp>
 #include <rein/null_mutex.hpp>
 #include <rein/observer.hpp>
@@ -64,164 +66,6 @@ struct rate_limiter_options {
   limiter_observer observer{};
 };
 
-namespace detail {
-
-// ---- Grant-time predictions, so that a deadline that cannot be met fails at once ------------------------
-//
-// Each returns a lower bound on the time a waiter for n, queued behind `ahead` units, is granted (nullopt:
-// no bound known). A lower bound never fails a wait that could have succeeded; where it is exact (the token
-// bucket, a window of single starts), a wait that would miss its deadline fails at once.
-
-template <class Limit>
-using grant_time = std::optional<typename Limit::time_point>;
-template <class Limit>
-using time_of = typename Limit::time_point;
-template <class Clock>
-using bucket_of = algo::basic_token_bucket<Clock>;
-template <class Clock>
-using window_of = algo::basic_sliding_window<Clock>;
-
-template <class Limit>
-grant_time<Limit> earliest_grant(const Limit& limit, std::uint64_t ahead, std::uint64_t n, time_of<Limit> now);
-template <class Clock>
-grant_time<bucket_of<Clock>> earliest_grant(const bucket_of<Clock>& bucket, std::uint64_t ahead, std::uint64_t n,
-                                            time_of<bucket_of<Clock>> now);
-template <class Clock>
-grant_time<window_of<Clock>> earliest_grant(const window_of<Clock>& window, std::uint64_t ahead, std::uint64_t n,
-                                            time_of<window_of<Clock>> now);
-template <class... Limits>
-grant_time<algo::all_of<Limits...>> earliest_grant(const algo::all_of<Limits...>& limits, std::uint64_t ahead,
-                                                   std::uint64_t n, time_of<algo::all_of<Limits...>> now);
-
-inline std::uint64_t saturating_add(std::uint64_t a, std::uint64_t b) noexcept {
-  return a > std::numeric_limits<std::uint64_t>::max() - b ? std::numeric_limits<std::uint64_t>::max() : a + b;
-}
-
-// Any rate limit: takes only shrink availability, so nobody is granted before its own request fits alone.
-template <class Limit>
-grant_time<Limit> earliest_grant(const Limit& limit, std::uint64_t, std::uint64_t n, time_of<Limit> now) {
-  return limit.ready_at(static_cast<std::int64_t>(n), now);
-}
-
-// A FIFO of waiters, each taking its tokens the instant they are there, never lets the bucket fill (the head
-// wants at most the capacity and takes it on arrival). So the backlog drains at exactly the rate, as if the
-// bucket had no cap: on a copy whose capacity holds the whole backlog, the backlog's ready time is exact.
-template <class Clock>
-grant_time<bucket_of<Clock>> earliest_grant(const bucket_of<Clock>& bucket, std::uint64_t ahead, std::uint64_t n,
-                                            time_of<bucket_of<Clock>> now) {
-  using bucket_type = bucket_of<Clock>;
-  const std::uint64_t total = saturating_add(ahead, n);
-  if (total > static_cast<std::uint64_t>(bucket_type::max_capacity)) {
-    return bucket.ready_at(static_cast<std::int64_t>(n), now);
-  }
-  bucket_type backlog = bucket;
-  backlog.set_capacity(std::max(static_cast<std::int64_t>(total), bucket.capacity()), now);
-  return backlog.ready_at(static_cast<std::int64_t>(total), now);
-}
-
-// Count the backlog as single starts s_1, s_2, ... (splitting requests can only make them earlier). Start j
-// needs start j - limit to have left the window, so s_j = s_r + q * window with j - 1 = q * limit + (r - 1),
-// and s_r for r <= limit is the window's own ready_at(r).
-template <class Clock>
-grant_time<window_of<Clock>> earliest_grant(const window_of<Clock>& window, std::uint64_t ahead, std::uint64_t n,
-                                            time_of<window_of<Clock>> now) {
-  using time_point = typename Clock::time_point;
-  const std::uint64_t total = saturating_add(ahead, n);
-  if (total == 0) return window.ready_at(0, now);
-  const std::uint64_t last = total - 1;
-  const auto limit = static_cast<std::uint64_t>(window.limit());
-  const std::optional<time_point> first = window.ready_at(static_cast<std::int64_t>(last % limit + 1), now);
-  if (!first) return std::nullopt;
-  const algo::detail::int128 ns = algo::detail::int128(algo::detail::to_ns(*first)) +
-                                  algo::detail::int128(last / limit) * algo::detail::duration_ns(window.window());
-  return algo::detail::from_ns<time_point>(ns);
-}
-
-// Every part's own bound holds for the whole: the latest of them.
-template <class... Limits>
-grant_time<algo::all_of<Limits...>> earliest_grant(const algo::all_of<Limits...>& limits, std::uint64_t ahead,
-                                                   std::uint64_t n, time_of<algo::all_of<Limits...>> now) {
-  using time_point = typename algo::all_of<Limits...>::time_point;
-  std::optional<time_point> latest;
-  [&]<std::size_t... I>(std::index_sequence<I...>) {
-    (([&] {
-       const std::optional<time_point> part = earliest_grant(limits.template get<I>(), ahead, n, now);
-       if (part && (!latest || *part > *latest)) latest = part;
-     }()),
-     ...);
-  }(std::make_index_sequence<sizeof...(Limits)>{});
-  return latest;
-}
-
-// ---- The policy: a pure rate limit seen through limiter_core's eyes -------------------------------------
-//
-// A queued waiter whose n is above a capacity lowered after it queued (the only way n > capacity reaches
-// try_take) is served as a request for the whole capacity: granted when the limit is entirely free. The core
-// cannot fail a single queued op, and leaving it would block the line for good.
-template <algo::rate_limit Limit>
-class rate_limit_policy {
- public:
-  static constexpr bool needs_time = true;
-  using time_point = typename Limit::time_point;
-
-  explicit rate_limit_policy(Limit limit) : limit_(std::move(limit)) {}
-
-  bool exceeds(std::size_t n) const noexcept { return n > static_cast<std::uint64_t>(limit_.capacity()); }
-
-  bool try_take(std::size_t n, time_point now) {
-    return limit_.try_take(clamped(n), now) == algo::take_result::allowed;
-  }
-
-  time_point ready_at(std::size_t n, time_point now) const {
-    return limit_.ready_at(clamped(n), now).value_or(time_point::max());
-  }
-
-  // A rate limit's bound is never "unknown": no bound means the wait is beyond the clock's range at the
-  // current rate, i.e. never.
-  std::optional<time_point> predict(std::size_t ahead, std::size_t n, time_point now) const {
-    return earliest_grant(limit_, ahead, n, now).value_or(time_point::max());
-  }
-
-  void on_release(std::size_t, std::chrono::nanoseconds, outcome, time_point) noexcept {}  // nothing is held
-
-  // A grant taken back before its handler ran (a cancellation after the grant), at the instant of the grant
-  // (the core checks), gives its units back, so that such a race (an `||`, a cancel_after) loses no token.
-  void on_revoke(std::size_t n, time_point now) noexcept {
-    try {
-      limit_.refund(clamped(n), now);
-    } catch (...) {  // refunds do not allocate; a limit that throws anyway keeps the units taken
-    }
-  }
-
-  // The limit's rate (per second) or count, whichever it has; an adaptive rate also reports its cuts and its
-  // floor and ceiling, and a limit change only when the whole part of the rate moves or a cut happens.
-  observed_state observe(time_point) const noexcept {
-    observed_state s;
-    if constexpr (requires { limit_.rate(); }) s.limit = static_cast<double>(limit_.rate());
-    else if constexpr (requires { limit_.limit(); }) s.limit = static_cast<double>(limit_.limit());
-    s.level = s.limit;
-    if constexpr (requires { limit_.decreases(); limit_.get_options().min_rate; }) {
-      s.level = std::floor(s.limit);
-      s.cuts = limit_.decreases();
-      s.at_floor = s.limit <= limit_.get_options().min_rate;
-      s.at_ceiling = s.limit >= limit_.get_options().max_rate;
-    }
-    return s;
-  }
-
-  Limit& limit() noexcept { return limit_; }
-  const Limit& limit() const noexcept { return limit_; }
-
- private:
-  std::int64_t clamped(std::size_t n) const noexcept {
-    return static_cast<std::int64_t>(std::min<std::uint64_t>(n, static_cast<std::uint64_t>(limit_.capacity())));
-  }
-
-  Limit limit_;
-};
-
-}  // namespace detail
-
 /// A rate limiter's waiting statistics, copied out under its lock.
 struct rate_limiter_snapshot : wait_stats {};
 
@@ -268,7 +112,7 @@ class basic_rate_limiter {
   /// How the waiter core asks the rule (an implementation type).
   using policy_type = detail::rate_limit_policy<Limit>;
   /// The waiter core (an implementation type).
-  using core_type = detail::limiter_core<policy_type, Executor, typename Limit::clock, Mutex, false>;
+  using core_type = detail::limiter_core<policy_type, Executor, typename Limit::clock, Mutex, void(error_code)>;
 
  public:
   /// The rule that decides admissions, a plain class of rein::algo.
@@ -322,12 +166,7 @@ class basic_rate_limiter {
   /// never allocates. The result is true when taken; otherwise its status() says why (try_status::busy,
   /// closed after close(), exceeds_capacity when n exceeds the capacity) and, when busy, retry_after() says
   /// how long until the same request would be taken at the current rate (behind waiters, a lower bound).
-  try_result try_acquire(std::size_t n = 1) {
-    std::chrono::nanoseconds stamp{};
-    std::int64_t retry_ns = -1;
-    const try_status status = core_->try_acquire(n, stamp, &retry_ns);
-    return try_result(status, retry_ns);
-  }
+  try_result try_acquire(std::size_t n = 1) { return doors().try_acquire(n); }
 
   /// Waits until n units can be taken, and takes them. The initiating function; every completion token works.
   ///
@@ -348,13 +187,14 @@ class basic_rate_limiter {
   /// than the limit. Once the handler runs, the units are spent.
   template <REIN_COMPLETION_TOKEN_FOR(void(error_code)) Token = default_token_t>
   auto async_acquire(std::size_t n = 1, Token&& token = Token{}) {
-    return async_acquire_until(n, time_point::max(), std::forward<Token>(token));
+    return doors().async_acquire_until(n, time_point::max(), std::forward<Token>(token));
   }
 
-  /// As async_acquire, failing with errc::timed_out if not granted within `timeout`.
+  /// As async_acquire, failing with errc::timed_out if not granted within `timeout` (a timeout too long to
+  /// represent, such as duration::max(), means none).
   template <REIN_COMPLETION_TOKEN_FOR(void(error_code)) Token = default_token_t>
   auto async_acquire_for(std::size_t n, duration timeout, Token&& token = Token{}) {
-    return async_acquire_until(n, core_type::deadline_after(timeout), std::forward<Token>(token));
+    return doors().async_acquire_for(n, timeout, std::forward<Token>(token));
   }
 
   /// As async_acquire, failing with errc::timed_out if not granted by `deadline` (time_point::max(): never).
@@ -365,7 +205,7 @@ class basic_rate_limiter {
   /// at the deadline's very instant wins over the timeout.
   template <REIN_COMPLETION_TOKEN_FOR(void(error_code)) Token = default_token_t>
   auto async_acquire_until(std::size_t n, time_point deadline, Token&& token = Token{}) {
-    return net::async_initiate<Token, void(error_code)>(initiate_acquire{core_.get()}, token, n, deadline);
+    return doors().async_acquire_until(n, deadline, std::forward<Token>(token));
   }
 
   /// Waits for n units inside a coroutine: `co_await limiter.acquire();`.
@@ -373,23 +213,15 @@ class basic_rate_limiter {
   /// When the limit has room and nobody waits, it returns without suspending through the scheduler (the cost
   /// of a nested `co_await`, a lock and a clock read). Otherwise it waits as async_acquire does. Throws
   /// `rein::system_error` with the errors listed for async_acquire.
-  net::awaitable<void> acquire(std::size_t n = 1) { return acquire_until(n, time_point::max()); }
+  net::awaitable<void> acquire(std::size_t n = 1) { return doors().acquire_until(n, time_point::max()); }
 
-  /// As acquire, throwing errc::timed_out if not granted within `timeout`.
-  net::awaitable<void> acquire_for(std::size_t n, duration timeout) {
-    return acquire_until(n, core_type::deadline_after(timeout));
-  }
+  /// As acquire, throwing errc::timed_out if not granted within `timeout` (a timeout too long to represent,
+  /// such as duration::max(), means none).
+  net::awaitable<void> acquire_for(std::size_t n, duration timeout) { return doors().acquire_for(n, timeout); }
 
-  /// As acquire, throwing errc::timed_out if not granted by `deadline`.
-  net::awaitable<void> acquire_until(std::size_t n, time_point deadline) {
-    // Behind other waiters the synchronous try would fail: skip it and its lock (a stale hint only costs
-    // the fast path: the waiting path grants at once what is free).
-    if (!core_->waiting_hint() && try_acquire(n)) co_return;
-    if (core_->name().empty()) co_return co_await async_acquire_until(n, deadline, net::use_awaitable);
-    error_code ec;
-    co_await async_acquire_until(n, deadline, net::redirect_error(net::use_awaitable, ec));
-    if (ec) throw system_error(ec, detail::describe(type_name_, core_->name()));
-  }
+  /// As acquire, throwing errc::timed_out if not granted by `deadline`. Behind other waiters it does not
+  /// try first (that would fail, and cost a lock).
+  net::awaitable<void> acquire_until(std::size_t n, time_point deadline) { return doors().acquire_until(n, deadline); }
 
  protected:
   /// How messages name this limiter's type ("rein::token_bucket", ...); set by the derived types.
@@ -467,17 +299,8 @@ class basic_rate_limiter {
   }
 
  private:
-  // A named initiation (as Asio's own I/O objects use) so that async_initiate can find the I/O executor.
-  struct initiate_acquire {
-    core_type* core;
-    using executor_type = Executor;
-    executor_type get_executor() const noexcept { return core->get_executor(); }
-
-    template <class Handler>
-    void operator()(Handler&& handler, std::size_t n, time_point deadline) const {
-      core->async_acquire(std::forward<Handler>(handler), n, deadline);
-    }
-  };
+  // Every door is written once, in detail/acquire_doors.hpp.
+  detail::line_doors<core_type> doors() const noexcept { return {core_.get(), type_name_}; }
 
   detail::core_owner<core_type> core_;
 };

@@ -2,8 +2,10 @@
 #pragma once
 
 #include <rein/config.hpp>
-#include <rein/detail/limiter_core.hpp>
+#include <rein/detail/acquire_doors.hpp>
 #include <rein/detail/format.hpp>
+#include <rein/detail/limiter_core.hpp>
+#include <rein/detail/semaphore_policy.hpp>
 #include <rein/error.hpp>
 #include <rein/null_mutex.hpp>
 #include <rein/observer.hpp>
@@ -80,74 +82,6 @@ inline std::ostream& operator<<(std::ostream& os, const semaphore_snapshot& s) {
   return os;
 }
 
-namespace detail {
-
-// The admission rule of a counting semaphore: n permits are free or they are not. Time plays no part.
-struct semaphore_policy {
-  static constexpr bool needs_time = false;
-
-  std::size_t permits;    // the total
-  std::size_t available;  // free now
-  std::size_t owed = 0;   // removed from the total while held: the next releases pay this off first
-
-  explicit semaphore_policy(std::size_t n) noexcept : permits(n), available(n) {}
-
-  std::size_t in_flight() const noexcept { return permits + owed - available; }
-
-  // Raises the total by n: what holders owe is forgiven first, the rest is free.
-  void add(std::size_t n) noexcept {
-    permits += n;
-    const std::size_t forgiven = std::min(n, owed);
-    owed -= forgiven;
-    available += n - forgiven;
-  }
-
-  // Lowers the total by n: free permits go first, the rest is owed by the holders' next releases.
-  void forget(std::size_t n) noexcept {
-    permits -= n;
-    const std::size_t from_free = std::min(n, available);
-    available -= from_free;
-    owed += n - from_free;
-  }
-
-  // A semaphore made with no permits is a gate that add_permits opens: its waiters wait for that.
-  // Otherwise a request above the total could only wait forever, so it fails at once.
-  bool exceeds(std::size_t n) const noexcept { return permits != 0 && n > permits; }
-
-  template <class TimePoint>
-  bool try_take(std::size_t n, TimePoint) noexcept {
-    if (n > available) return false;
-    available -= n;
-    return true;
-  }
-
-  template <class TimePoint>
-  TimePoint ready_at(std::size_t, TimePoint) const noexcept {
-    return TimePoint::max();  // only a release frees permits
-  }
-
-  template <class TimePoint>
-  std::optional<TimePoint> predict(std::size_t, std::size_t, TimePoint) const noexcept {
-    return std::nullopt;  // unknowable: depends on when holders release
-  }
-
-  template <class TimePoint>
-  void on_release(std::size_t n, std::chrono::nanoseconds, outcome, TimePoint) noexcept {
-    const std::size_t paid = std::min(n, owed);
-    owed -= paid;
-    available += n - paid;
-  }
-
-  template <class TimePoint>
-  observed_state observe(TimePoint) const noexcept {
-    observed_state s;
-    s.limit = s.level = static_cast<double>(permits);
-    return s;
-  }
-};
-
-}  // namespace detail
-
 /// An awaitable counting semaphore that bounds how many calls are in flight.
 ///
 /// `co_await sem.acquire(n)` inside `net::awaitable<>` yields a rein::permit for n permits, given back when
@@ -174,7 +108,7 @@ struct semaphore_policy {
 /// later is safe and changes nothing any more.
 template <class Executor = net::any_io_executor, class Clock = std::chrono::steady_clock, class Mutex = std::mutex>
 class basic_semaphore {
-  using core_type = detail::limiter_core<detail::semaphore_policy, Executor, Clock, Mutex, true>;
+  using core_type = detail::limiter_core<detail::semaphore_policy, Executor, Clock, Mutex, void(error_code, permit)>;
 
  public:
   /// The executor that runs completion handlers without an associated executor of their own.
@@ -228,12 +162,7 @@ class basic_semaphore {
   /// Takes n permits now if they are free and nobody waits; otherwise returns an empty permit whose
   /// status() says why: try_status::busy (not free, or others wait), closed (after close()),
   /// exceeds_capacity (n above a non-zero total). Never waits, never allocates.
-  try_permit try_acquire(std::size_t n = 1) {
-    std::chrono::nanoseconds stamp{};
-    const try_status status = core_->try_acquire(n, stamp);
-    if (status != try_status::acquired) return try_permit(status);
-    return try_permit(core_->make_permit(n, stamp));
-  }
+  try_permit try_acquire(std::size_t n = 1) { return doors().try_acquire(n); }
 
   /// Waits for n permits. The initiating function; every Asio completion token works.
   ///
@@ -255,21 +184,21 @@ class basic_semaphore {
   /// semaphores do; once the handler runs, it holds the permit. No permit is lost or handed out twice.
   template <REIN_COMPLETION_TOKEN_FOR(void(error_code, permit)) Token = default_token_t>
   auto async_acquire(std::size_t n = 1, Token&& token = Token{}) {
-    return async_acquire_until(n, time_point::max(), std::forward<Token>(token));
+    return doors().async_acquire_until(n, time_point::max(), std::forward<Token>(token));
   }
 
   /// As async_acquire, failing with errc::timed_out if not granted within `timeout` (a timeout too long to
   /// represent, such as duration::max(), means none).
   template <REIN_COMPLETION_TOKEN_FOR(void(error_code, permit)) Token = default_token_t>
   auto async_acquire_for(std::size_t n, duration timeout, Token&& token = Token{}) {
-    return async_acquire_until(n, core_type::deadline_after(timeout), std::forward<Token>(token));
+    return doors().async_acquire_for(n, timeout, std::forward<Token>(token));
   }
 
   /// As async_acquire, failing with errc::timed_out if not granted by `deadline` (time_point::max(): never).
   /// A deadline already past fails at once unless the permits are free right now.
   template <REIN_COMPLETION_TOKEN_FOR(void(error_code, permit)) Token = default_token_t>
   auto async_acquire_until(std::size_t n, time_point deadline, Token&& token = Token{}) {
-    return net::async_initiate<Token, void(error_code, permit)>(initiate_acquire{core_.get()}, token, n, deadline);
+    return doors().async_acquire_until(n, deadline, std::forward<Token>(token));
   }
 
   /// Waits for n permits inside a coroutine: `auto p = co_await sem.acquire();`.
@@ -277,26 +206,15 @@ class basic_semaphore {
   /// When the permits are free and nobody waits, it completes without suspending through the scheduler (the
   /// cost of a nested `co_await` plus a lock). Otherwise it waits as async_acquire does. Throws
   /// `rein::system_error` with the errors listed for async_acquire.
-  net::awaitable<permit> acquire(std::size_t n = 1) { return acquire_until(n, time_point::max()); }
+  net::awaitable<permit> acquire(std::size_t n = 1) { return doors().acquire_until(n, time_point::max()); }
 
-  /// As acquire, throwing errc::timed_out if not granted within `timeout`.
-  net::awaitable<permit> acquire_for(std::size_t n, duration timeout) {
-    return acquire_until(n, core_type::deadline_after(timeout));
-  }
+  /// As acquire, throwing errc::timed_out if not granted within `timeout` (a timeout too long to represent,
+  /// such as duration::max(), means none).
+  net::awaitable<permit> acquire_for(std::size_t n, duration timeout) { return doors().acquire_for(n, timeout); }
 
-  /// As acquire, throwing errc::timed_out if not granted by `deadline`.
-  net::awaitable<permit> acquire_until(std::size_t n, time_point deadline) {
-    // Behind other waiters the synchronous try would fail: skip it and its lock (a stale hint only costs
-    // the fast path, never correctness: the waiting path grants at once what is free).
-    if (!core_->waiting_hint()) {
-      if (permit p = try_acquire(n)) co_return p;
-    }
-    if (core_->name().empty()) co_return co_await async_acquire_until(n, deadline, net::use_awaitable);
-    error_code ec;
-    permit p = co_await async_acquire_until(n, deadline, net::redirect_error(net::use_awaitable, ec));
-    if (ec) throw system_error(ec, detail::describe("rein::semaphore", core_->name()));
-    co_return p;
-  }
+  /// As acquire, throwing errc::timed_out if not granted by `deadline`. Behind other waiters it does not
+  /// try first (that would fail, and cost a lock).
+  net::awaitable<permit> acquire_until(std::size_t n, time_point deadline) { return doors().acquire_until(n, deadline); }
 
   /// Adds n permits (raises the total); waiters that now fit are granted in FIFO order. After forget, the
   /// added permits first cancel what holders still owe. When a semaphore with no permits (a gate) opens,
@@ -364,21 +282,20 @@ class basic_semaphore {
   /// terminal, partial and total: the wait is removed and completes with operation_aborted.
   template <REIN_COMPLETION_TOKEN_FOR(void(error_code)) Token = default_token_t>
   auto async_drain(Token&& token = Token{}) {
-    return async_drain_until(time_point::max(), std::forward<Token>(token));
+    return doors().async_drain_until(time_point::max(), std::forward<Token>(token));
   }
 
   /// As async_drain, failing with errc::timed_out if permits are still out after `timeout` (a timeout too
   /// long to represent means none).
   template <REIN_COMPLETION_TOKEN_FOR(void(error_code)) Token = default_token_t>
   auto async_drain_for(duration timeout, Token&& token = Token{}) {
-    return async_drain_until(core_type::deadline_after(timeout), std::forward<Token>(token));
+    return doors().async_drain_for(timeout, std::forward<Token>(token));
   }
 
   /// As async_drain, failing with errc::timed_out if permits are still out at `deadline`.
   template <REIN_COMPLETION_TOKEN_FOR(void(error_code)) Token = default_token_t>
   auto async_drain_until(time_point deadline, Token&& token = Token{}) {
-    return net::async_initiate<Token, void(error_code)>(detail::initiate_drain<core_type>{core_.get()}, token,
-                                                         deadline);
+    return doors().async_drain_until(deadline, std::forward<Token>(token));
   }
 
   /// Permits free now.
@@ -401,17 +318,8 @@ class basic_semaphore {
   }
 
  private:
-  // A named initiation (as Asio's own I/O objects use) so that async_initiate can find the I/O executor.
-  struct initiate_acquire {
-    core_type* core;
-    using executor_type = Executor;
-    executor_type get_executor() const noexcept { return core->get_executor(); }
-
-    template <class Handler>
-    void operator()(Handler&& handler, std::size_t n, time_point deadline) const {
-      core->async_acquire(std::forward<Handler>(handler), n, deadline);
-    }
-  };
+  // Every door is written once, in detail/acquire_doors.hpp.
+  detail::line_doors<core_type> doors() const noexcept { return {core_.get(), "rein::semaphore"}; }
 
   detail::core_owner<core_type> core_;
 };

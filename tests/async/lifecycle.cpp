@@ -172,6 +172,54 @@ TEST_CASE("token buckets and adaptive limiters move too", "[lifecycle][move]") {
   CHECK(l2.try_acquire());
 }
 
+TEST_CASE("a moved quota gate keeps its pause, its waiters and its counters", "[lifecycle][move]") {
+  rein_test::manual_clock_at_epoch epoch;
+  net::io_context io;
+  gate a(io, {.jitter = 0});
+  a.pause_for(1s);
+  auto first = start_rate(a, 1, duration::max());
+  gate b(std::move(a));
+  auto second = start_rate(b, 1, 2s);  // arrives after the move, behind the first
+  CHECK(b.paused_until() == time_point{} + 1s);
+  CHECK(b.is_paused());
+  CHECK_FALSE(b.try_acquire());
+  rein_test::advance_and_poll(io, 999ms);
+  CHECK_FALSE(first->called());
+  CHECK_FALSE(second->called());
+  rein_test::advance_and_poll(io, 1ms);  // the pause ends at exactly 1 s, for both, in order
+  REQUIRE(first->called());
+  CHECK_FALSE(std::get<0>(*first->args));
+  REQUIRE(second->called());
+  CHECK_FALSE(std::get<0>(*second->args));
+  const auto s = b.snapshot();
+  CHECK(s.pauses == 1);
+  CHECK(s.pause_requests == 1);
+  CHECK(s.acquired_total == 2);
+  CHECK(s.waiting == 0);
+  CHECK(b.try_acquire());
+}
+
+TEST_CASE("move-assigning a quota gate shuts the old state down first", "[lifecycle][move]") {
+  rein_test::manual_clock_at_epoch epoch;
+  net::io_context io;
+  gate a(io, {.jitter = 0});
+  gate b(io, {.jitter = 0});
+  a.pause_for(2s);
+  b.pause_for(1s);
+  auto on_a = start_rate(a, 1, duration::max());
+  auto on_b = start_rate(b, 1, duration::max());
+  b = std::move(a);
+  poll(io);
+  REQUIRE(on_b->called());
+  CHECK(std::get<0>(*on_b->args) == aborted);  // b's old waiters end as at destruction
+  CHECK_FALSE(on_a->called());
+  CHECK(b.paused_until() == time_point{} + 2s);  // a's pause came along
+  rein_test::advance_and_poll(io, 2s);
+  REQUIRE(on_a->called());
+  CHECK_FALSE(std::get<0>(*on_a->args));
+  CHECK(b.snapshot().pauses == 1);
+}
+
 // ---- Timeouts too long to represent mean "no deadline", for every primitive -------------------------------
 
 TEST_CASE("acquire_for(n, duration::max()) waits without a deadline on every primitive", "[lifecycle][deadline]") {

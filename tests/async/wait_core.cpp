@@ -84,7 +84,7 @@ static_assert(!rein::detail::revocable_policy<gate_policy, tp>);
 static_assert(rein::detail::revocable_policy<refunding_gate_policy, tp>);
 
 template <class Policy>
-using rate_core = rein::detail::limiter_core<Policy, net::any_io_executor, manual_clock, std::mutex, false>;
+using rate_core = rein::detail::limiter_core<Policy, net::any_io_executor, manual_clock, std::mutex, void(error_code)>;
 
 // Owns a core as a limiter does: shut down on destruction.
 template <class Core>
@@ -177,8 +177,8 @@ TEST_CASE("a parked op costs 80 bytes plus its handler on a 64-bit target", "[co
   // The benchmark budget is 96 bytes per parked waiter beyond the coroutine frames (issue 2); a coroutine's
   // handler is one pointer.
   if constexpr (sizeof(void*) == 8) CHECK(sizeof(wait_op) == 80);
-  CHECK(sizeof(rein::detail::wait_op_impl<net::detail::awaitable_handler<net::any_io_executor, error_code, rein::permit>,
-                                          net::any_io_executor, true>) == sizeof(wait_op) + sizeof(void*));
+  CHECK(sizeof(rein::detail::basic_wait_op<net::detail::awaitable_handler<net::any_io_executor, error_code, rein::permit>,
+                                           net::any_io_executor, void(error_code, rein::permit)>) == sizeof(wait_op) + sizeof(void*));
 }
 
 // ---- spare_allocator ---------------------------------------------------------------------------------
@@ -233,7 +233,7 @@ TEST_CASE("a parked op whose handler has no allocator lives in the thread's late
   rein::single_thread_semaphore sem(io, 1);
   rein::permit held = sem.try_acquire();
   auto handler = [](error_code, rein::permit) {};
-  using op_type = rein::detail::wait_op_impl<decltype(handler), net::any_io_executor, true, false>;
+  using op_type = rein::detail::basic_wait_op<decltype(handler), net::any_io_executor, void(error_code, rein::permit), false>;
   rein::detail::spare_allocator<op_type> spares;
   op_type* x = spares.allocate(1);
   spares.deallocate(x, 1);          // x is now the latest spare
@@ -499,7 +499,7 @@ TEST_CASE("a far deadline on a clock coarser than nanoseconds saturates instead 
 TEST_CASE("deadline_after saturates at both ends", "[core][time]") {
   rein_test::manual_clock_at_epoch epoch;
   manual_clock::advance(1s);
-  using core = rein::detail::limiter_core<gate_policy, net::any_io_executor, manual_clock, std::mutex, false>;
+  using core = rein::detail::limiter_core<gate_policy, net::any_io_executor, manual_clock, std::mutex, void(error_code)>;
   CHECK(core::deadline_after(manual_clock::duration::max()) == tp::max());
   CHECK(core::deadline_after(manual_clock::duration::min()) == tp::min() + 1s);  // no overflow from +1 s
   CHECK(core::deadline_after(5ms) == tp(1s + 5ms));

@@ -32,7 +32,7 @@ using rein_test::manual_clock;
 using rein_test::poll;
 
 using policy_type = rein::redis::detail::bucket_admission<manual_clock>;
-using line_type = rein::detail::limiter_core<policy_type, net::any_io_executor, manual_clock, std::mutex, false>;
+using line_type = rein::detail::limiter_core<policy_type, net::any_io_executor, manual_clock, std::mutex, void(error_code)>;
 using tp = manual_clock::time_point;
 
 constexpr auto admission = message::kind::admission;

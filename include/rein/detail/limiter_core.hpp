@@ -45,7 +45,6 @@
 #include <rein/detail/admission_policy.hpp>
 #include <rein/detail/clock_time.hpp>
 #include <rein/detail/deadline_heap.hpp>
-#include <rein/detail/invalid_option.hpp>
 #include <rein/detail/op_queue.hpp>
 #include <rein/detail/permit_source.hpp>
 #include <rein/detail/remote_admission.hpp>
@@ -108,10 +107,15 @@ struct outbox_of<Policy, true> {
   using type = typename Policy::outbox;
 };
 
-template <class Policy, class Executor, class Clock, class Mutex, bool WithPermit>
+/// The completion signatures of an acquire on the line: a concurrency limiter hands out a permit, a rate
+/// rule (and a remote one, whose errors are its own) completes with an error code only.
+template <class Signature>
+concept acquire_signature = std::is_same_v<Signature, void(error_code, permit)> || std::is_same_v<Signature, void(error_code)>;
+
+template <class Policy, class Executor, class Clock, class Mutex, acquire_signature Signature>
 class limiter_core final : public permit_source,
                            public wait_owner,
-                           public std::enable_shared_from_this<limiter_core<Policy, Executor, Clock, Mutex, WithPermit>> {
+                           public std::enable_shared_from_this<limiter_core<Policy, Executor, Clock, Mutex, Signature>> {
  public:
   using executor_type = Executor;
   using clock_type = Clock;
@@ -120,14 +124,18 @@ class limiter_core final : public permit_source,
   using timer_type = net::basic_waitable_timer<Clock, net::wait_traits<Clock>, Executor>;
 
   static_assert(admission_policy<Policy, time_point>,
-                "rein: a limiter's Policy must model rein::detail::admission_policy (detail/admission_policy.hpp)");
+                "rein: a limiter's Policy must model rein::detail::admission_policy: a static bool needs_time and "
+                "exceeds(n), try_take(n, now), ready_at(n, now), predict(ahead, n, now), on_release(n, stamp, "
+                "outcome, now), as detail/admission_policy.hpp documents them");
 
   /// The completion signature of an acquire: `void(error_code, rein::permit)` or `void(error_code)`.
-  using signature = completion_signature_t<WithPermit>;
+  using signature = Signature;
+  /// Whether grants are permits (counted as holders, given back by release_permit).
+  static constexpr bool with_permit = std::is_same_v<Signature, void(error_code, permit)>;
 
   /// Whether admission may need a round trip (detail/remote_admission.hpp).
   static constexpr bool remote = remote_policy<Policy, time_point>;
-  static_assert(!remote || (!WithPermit && revocable_policy<Policy, time_point>),
+  static_assert(!remote || (!with_permit && revocable_policy<Policy, time_point>),
                 "rein: a remote policy is a rate rule (no permits) and must be revocable (on_revoke)");
   /// What a remote policy sends (an empty type for local policies).
   using outbox_type = typename outbox_of<Policy, remote>::type;
@@ -169,7 +177,7 @@ class limiter_core final : public permit_source,
     if (!queue_.empty()) return busy_locked(queued_units_, n, now, retry_ns);
     if (!policy_.try_take(n, now)) return busy_locked(0, n, now, retry_ns);
     ++stats_.acquired_total;
-    if constexpr (WithPermit) ++holders_;
+    if constexpr (with_permit) ++holders_;
     stamp = to_ns(now);
     return try_status::acquired;
   }
@@ -419,7 +427,7 @@ class limiter_core final : public permit_source,
     if constexpr (remote) return abandon(n, stamp), false;
     std::shared_ptr<limiter_core> last;
     std::lock_guard<Mutex> lock(mutex_);
-    if constexpr (WithPermit) last = holder_gone_locked();
+    if constexpr (with_permit) last = holder_gone_locked();
     return false;
   }
 
@@ -427,12 +435,12 @@ class limiter_core final : public permit_source,
     std::shared_ptr<limiter_core> last;  // declared first: dropped after update's lock is released
     update([&](Policy& p, time_point now) {
       give_back(p, n, stamp, now);
-      if constexpr (WithPermit) last = holder_gone_locked();
+      if constexpr (with_permit) last = holder_gone_locked();
     });
   }
 
   permit_source* source() noexcept override {
-    if constexpr (WithPermit) return this;
+    if constexpr (with_permit) return this;
     else return nullptr;
   }
 
@@ -488,7 +496,7 @@ class limiter_core final : public permit_source,
     std::shared_ptr<wait_owner> keep_alive_;
   };
 
-  static constexpr bool revocable = WithPermit || revocable_policy<Policy, time_point>;
+  static constexpr bool revocable = with_permit || revocable_policy<Policy, time_point>;
 
   static void give_back(Policy& p, std::size_t n, std::chrono::nanoseconds stamp, time_point now) noexcept {
     if constexpr (revocable_policy<Policy, time_point>) {
@@ -498,7 +506,7 @@ class limiter_core final : public permit_source,
       // A remote grant is given back to its server whenever it is revoked.
       if (remote || !Policy::needs_time || to_ns(now) == stamp) p.on_revoke(n, now);
     }
-    else if constexpr (WithPermit) p.on_release(n, stamp, outcome::ignored, now);
+    else if constexpr (with_permit) p.on_release(n, stamp, outcome::ignored, now);
     else (void)p, (void)n, (void)stamp, (void)now;
   }
 
@@ -525,7 +533,7 @@ class limiter_core final : public permit_source,
       wait_status expected = wait_status::granted;
       if (!op->status.compare_exchange_strong(expected, wait_status::aborted, std::memory_order_acq_rel)) return false;
       give_back(policy_, op->count, std::chrono::nanoseconds(op->stamp_ns), policy_now());
-      if constexpr (WithPermit) last = holder_gone_locked();  // after shutdown, maybe the last holder
+      if constexpr (with_permit) last = holder_gone_locked();  // after shutdown, maybe the last holder
       --stats_.acquired_total;
       ++stats_.cancelled_total;
       ++revoked_grants_;
@@ -559,7 +567,7 @@ class limiter_core final : public permit_source,
     if (queue_.empty() && policy_.try_take(n, now)) {
       op->stamp_ns = to_ns(now).count();
       ++stats_.acquired_total;
-      if constexpr (WithPermit) ++holders_;
+      if constexpr (with_permit) ++holders_;
       return finish_locked(op, wait_status::granted, done), false;
     }
     // A timeless policy read no clock above; the wait statistics and the deadline need one from here on.
@@ -751,7 +759,7 @@ class limiter_core final : public permit_source,
     if (!queue_.empty()) return busy_locked(queued_units_, n, now, retry_ns);
     if (!policy_.try_take(n, now)) return busy_locked(0, n, now, retry_ns);
     ++stats_.acquired_total;
-    if constexpr (WithPermit) ++holders_;
+    if constexpr (with_permit) ++holders_;
     stamp = to_ns(now);
     observe_locked(now, done);
     return try_status::acquired;
@@ -858,7 +866,7 @@ class limiter_core final : public permit_source,
   }
 
   void grant_locked(wait_op* op, time_point now, completions& done) noexcept {
-    if constexpr (WithPermit) ++holders_;
+    if constexpr (with_permit) ++holders_;
     if (measure_wait_) {
       const std::chrono::nanoseconds waited(to_ns(now).count() - op->stamp_ns);
       stats_.wait_total += waited;
@@ -984,19 +992,6 @@ class limiter_core final : public permit_source,
   std::atomic<bool> shut_down_{false};
   std::size_t holders_ = 0;               // permit objects out (granted, not yet given back or taken back)
   std::shared_ptr<limiter_core> self_;    // set at shutdown while holders_ != 0
-};
-
-/// The initiation of a concurrency limiter's async_drain (one for every limiter that hands out permits).
-template <class Core>
-struct initiate_drain {
-  Core* core;
-  using executor_type = typename Core::executor_type;
-  executor_type get_executor() const noexcept { return core->get_executor(); }
-
-  template <class Handler>
-  void operator()(Handler&& handler, typename Core::time_point deadline) const {
-    core->async_drain(std::forward<Handler>(handler), deadline);
-  }
 };
 
 /// How a public limiter owns its core: move-only, and the core is shut down when its owner is destroyed or

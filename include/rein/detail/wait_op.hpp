@@ -194,12 +194,8 @@ class cancel_handler {
   wait_op* op_;
 };
 
-/// The completion signatures an op can have: `void(error_code, rein::permit)` for concurrency limiters,
-/// `void(error_code)` for rate limiters (and drain waits).
-template <bool WithPermit>
-using completion_signature_t = std::conditional_t<WithPermit, void(error_code, permit), void(error_code)>;
-
-/// The concrete op for one handler type and completion `Signature` (see completion_signature_t).
+/// The concrete op for one handler type and completion `Signature`: `void(error_code, rein::permit)` for
+/// concurrency limiters, `void(error_code)` for rate limiters (and drain waits).
 /// Concurrent is false for single-threaded limiters (rein::null_mutex), whose users promise that acquire,
 /// release, cancellation and completions all happen on one thread or strand. Base is wait_op, or
 /// remote_wait_op for a limiter whose admission is asynchronous (its ops fail with errors of their own).
@@ -354,9 +350,5 @@ class basic_wait_op final : public Base {
 
   Handler handler_;
 };
-
-/// The op of a limiter with (WithPermit) or without permits: basic_wait_op with that completion signature.
-template <class Handler, class IoExecutor, bool WithPermit, bool Concurrent = true, class Base = wait_op>
-using wait_op_impl = basic_wait_op<Handler, IoExecutor, completion_signature_t<WithPermit>, Concurrent, Base>;
 
 }  // namespace rein::detail

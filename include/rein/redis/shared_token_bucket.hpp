@@ -2,7 +2,7 @@
 #pragma once
 
 #include <rein/config.hpp>
-#include <rein/detail/clock_time.hpp>
+#include <rein/detail/acquire_doors.hpp>
 #include <rein/detail/limiter_core.hpp>
 #include <rein/detail/remote_admission.hpp>
 #include <rein/error.hpp>
@@ -114,7 +114,7 @@ inline verdict read_verdict(const error_code& ec, const ::redisReply* r) {
 // The bucket's admission rule on rein's wait line: the line owns waiting (queue, deadlines, one timer,
 // cancellation, completions); bucket_admission decides; the transport below is the only I/O.
 template <class Executor, class Mutex, class Clock>
-using bucket_line = rein::detail::limiter_core<bucket_admission<Clock>, Executor, Clock, Mutex, false>;
+using bucket_line = rein::detail::limiter_core<bucket_admission<Clock>, Executor, Clock, Mutex, void(error_code)>;
 
 // Moves a bucket's messages to Redis and its replies back as verdicts. Owned by the line; each request on
 // the wire holds the line alive (so a reply arriving after the limiter is destroyed still settles, and a
@@ -382,35 +382,33 @@ class basic_shared_token_bucket {
   /// if the connection fails first).
   template <REIN_COMPLETION_TOKEN_FOR(void(error_code)) Token = default_token_t>
   auto async_acquire(std::size_t n = 1, Token&& token = Token{}) {
-    return async_acquire_until(n, time_point::max(), std::forward<Token>(token));
+    return doors().async_acquire_until(n, time_point::max(), std::forward<Token>(token));
   }
 
-  /// As async_acquire, failing with rein::errc::timed_out if not granted within `timeout`.
+  /// As async_acquire, failing with rein::errc::timed_out if not granted within `timeout` (a timeout too
+  /// long to represent, such as duration::max(), means none).
   template <REIN_COMPLETION_TOKEN_FOR(void(error_code)) Token = default_token_t>
   auto async_acquire_for(std::size_t n, duration timeout, Token&& token = Token{}) {
-    return async_acquire_until(n, rein::detail::deadline_after<Clock>(timeout), std::forward<Token>(token));
+    return doors().async_acquire_for(n, timeout, std::forward<Token>(token));
   }
 
   /// As async_acquire, failing with rein::errc::timed_out if not granted by `deadline` (time_point::max():
   /// never), also when the request is on the wire at that moment. A deadline already past fails at once.
   template <REIN_COMPLETION_TOKEN_FOR(void(error_code)) Token = default_token_t>
   auto async_acquire_until(std::size_t n, time_point deadline, Token&& token = Token{}) {
-    return net::async_initiate<Token, void(error_code)>(initiate_acquire{line_.get()}, token, n, deadline);
+    return doors().async_acquire_until(n, deadline, std::forward<Token>(token));
   }
 
   /// Waits for n tokens inside a coroutine: `co_await bucket.acquire();`. Always one round trip at least
   /// (there is no synchronous fast path). Throws rein::system_error with async_acquire's errors.
-  net::awaitable<void> acquire(std::size_t n = 1) { return acquire_until(n, time_point::max()); }
+  net::awaitable<void> acquire(std::size_t n = 1) { return doors().acquire_until(n, time_point::max()); }
 
-  /// As acquire, throwing rein::errc::timed_out if not granted within `timeout`.
-  net::awaitable<void> acquire_for(std::size_t n, duration timeout) {
-    return acquire_until(n, rein::detail::deadline_after<Clock>(timeout));
-  }
+  /// As acquire, throwing rein::errc::timed_out if not granted within `timeout` (a timeout too long to
+  /// represent, such as duration::max(), means none).
+  net::awaitable<void> acquire_for(std::size_t n, duration timeout) { return doors().acquire_for(n, timeout); }
 
   /// As acquire, throwing rein::errc::timed_out if not granted by `deadline`.
-  net::awaitable<void> acquire_until(std::size_t n, time_point deadline) {
-    co_await async_acquire_until(n, deadline, net::use_awaitable);
-  }
+  net::awaitable<void> acquire_until(std::size_t n, time_point deadline) { return doors().acquire_until(n, deadline); }
 
   /// Gives n tokens back to the shared bucket (the unused part of an estimate), never above full: one
   /// request, not awaited, best effort (lost if Redis is unavailable).
@@ -454,16 +452,8 @@ class basic_shared_token_bucket {
     return line;
   }
 
-  struct initiate_acquire {
-    line_type* core;
-    using executor_type = Executor;
-    executor_type get_executor() const noexcept { return core->get_executor(); }
-
-    template <class Handler>
-    void operator()(Handler&& handler, std::size_t n, time_point deadline) const {
-      core->async_acquire(std::forward<Handler>(handler), n, deadline);
-    }
-  };
+  // Every door is written once, in rein/detail/acquire_doors.hpp (a remote line has no synchronous try).
+  rein::detail::line_doors<line_type> doors() const noexcept { return {line_.get(), "rein::redis::shared_token_bucket"}; }
 
   shared_token_bucket_options options_;
   std::shared_ptr<typename connection_type::core_type> owned_;

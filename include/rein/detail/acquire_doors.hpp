@@ -1,0 +1,168 @@
+// The doors of every limiter on the wait line, written once: try_acquire, async_acquire / _for / _until,
+// acquire / _for / _until, and the drain doors. Not API.
+//
+// Each public limiter keeps its own documented member functions (the documentation users read: Doxygen
+// does not show detail/) and forwards each to the one implementation here, so that the rules every door
+// shares hold for every primitive alike:
+// - one deadline computation (deadline_after in clock_time.hpp, saturating): a timeout too long to
+//   represent, such as duration::max(), means no deadline;
+// - the coroutine doors skip the synchronous try, and its lock, while others wait (it would fail: a waiter
+//   is never overtaken), and a remote line has no synchronous try at all;
+// - the initiations are named, as Asio's own I/O objects' are, so that async_initiate finds the I/O
+//   executor;
+// - a named limiter's coroutine doors throw rein::system_error whose what() names it
+//   (`rein::semaphore "db": ...`).
+#pragma once
+
+#include <rein/config.hpp>
+#include <rein/detail/clock_time.hpp>
+#include <rein/detail/invalid_option.hpp>
+#include <rein/error.hpp>
+#include <rein/permit.hpp>
+#include <rein/try_result.hpp>
+
+#if defined(REIN_STANDALONE_ASIO)
+#include <asio/async_result.hpp>
+#include <asio/awaitable.hpp>
+#include <asio/redirect_error.hpp>
+#include <asio/use_awaitable.hpp>
+#else
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#endif
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+
+namespace rein::detail {
+
+/// How a request for n is counted on the line: n itself, for every limiter but the quota gate (which
+/// passes a ticket in its place: quota_gate_policy.hpp).
+struct count_as_is {
+  std::size_t try_count(std::size_t n) const noexcept { return n; }
+  std::size_t wait_count(std::size_t n) const noexcept { return n; }
+};
+
+/// The doors of one limiter: a view of its line (`Core`, a limiter_core) made by each call of the public
+/// object's doors(), so it follows the limiter when it is moved.
+template <class Core, class Counter = count_as_is>
+struct line_doors {
+  using executor_type = typename Core::executor_type;
+  using time_point = typename Core::time_point;
+  using duration = typename Core::duration;
+  using signature = typename Core::signature;
+  /// What the coroutine doors return: a permit, or nothing for a rate rule.
+  using result_type = std::conditional_t<Core::with_permit, permit, void>;
+  /// What try_acquire returns: a permit that says why it is empty, or a result with a retry hint.
+  using try_type = std::conditional_t<Core::with_permit, try_permit, try_result>;
+
+  Core* core;
+  std::string_view type;  ///< the public type's name, for messages ("rein::semaphore"); a static string
+  [[no_unique_address]] Counter counter{};
+
+  /// The deadline `timeout` from now (time_point::max() when too far to represent: none).
+  static time_point deadline_after(duration timeout) { return detail::deadline_after<typename Core::clock_type>(timeout); }
+
+  try_type try_acquire(std::size_t n) const {
+    std::chrono::nanoseconds stamp{};
+    if constexpr (Core::with_permit) {
+      const try_status status = core->try_acquire(counter.try_count(n), stamp);
+      if (status != try_status::acquired) return try_permit(status);
+      return try_permit(core->make_permit(n, stamp));
+    } else {
+      std::int64_t retry_ns = -1;
+      const try_status status = core->try_acquire(counter.try_count(n), stamp, &retry_ns);
+      return try_result(status, retry_ns);
+    }
+  }
+
+  template <class Token>
+  auto async_acquire_until(std::size_t n, time_point deadline, Token&& token) const {
+    return net::async_initiate<Token, signature>(initiate_acquire{core, counter}, token, n, deadline);
+  }
+
+  template <class Token>
+  auto async_acquire_for(std::size_t n, duration timeout, Token&& token) const {
+    return async_acquire_until(n, deadline_after(timeout), std::forward<Token>(token));
+  }
+
+  net::awaitable<result_type> acquire_until(std::size_t n, time_point deadline) const {
+    return wait(*this, n, deadline);  // the coroutine keeps a copy: this view is a temporary
+  }
+
+  net::awaitable<result_type> acquire_for(std::size_t n, duration timeout) const {
+    return wait(*this, n, deadline_after(timeout));
+  }
+
+  template <class Token>
+  auto async_drain_until(time_point deadline, Token&& token) const
+    requires Core::with_permit
+  {
+    return net::async_initiate<Token, void(error_code)>(initiate_drain{core}, token, deadline);
+  }
+
+  template <class Token>
+  auto async_drain_for(duration timeout, Token&& token) const
+    requires Core::with_permit
+  {
+    return async_drain_until(deadline_after(timeout), std::forward<Token>(token));
+  }
+
+ private:
+  static net::awaitable<result_type> wait(line_doors self, std::size_t n, time_point deadline) {
+    if constexpr (!Core::remote) {
+      // Behind other waiters the synchronous try would fail: skip it and its lock (a stale hint only costs
+      // the fast path, never correctness: the waiting path grants at once what is free).
+      if (!self.core->waiting_hint()) {
+        std::chrono::nanoseconds stamp{};
+        if (self.core->try_acquire(self.counter.try_count(n), stamp) == try_status::acquired) {
+          if constexpr (Core::with_permit) co_return self.core->make_permit(n, stamp);
+          else co_return;
+        }
+      }
+    }
+    if (self.core->name().empty())
+      co_return co_await self.async_acquire_until(n, deadline, net::use_awaitable);
+    error_code ec;
+    if constexpr (Core::with_permit) {
+      permit p = co_await self.async_acquire_until(n, deadline, net::redirect_error(net::use_awaitable, ec));
+      if (ec) throw system_error(ec, describe(self.type, self.core->name()));
+      co_return p;
+    } else {
+      co_await self.async_acquire_until(n, deadline, net::redirect_error(net::use_awaitable, ec));
+      if (ec) throw system_error(ec, describe(self.type, self.core->name()));
+    }
+  }
+
+  struct initiate_acquire {
+    Core* core;
+    [[no_unique_address]] Counter counter;
+    using executor_type = typename Core::executor_type;
+    executor_type get_executor() const noexcept { return core->get_executor(); }
+
+    template <class Handler>
+    void operator()(Handler&& handler, std::size_t n, time_point deadline) const {
+      core->async_acquire(std::forward<Handler>(handler), counter.wait_count(n), deadline);
+    }
+  };
+
+  struct initiate_drain {
+    Core* core;
+    using executor_type = typename Core::executor_type;
+    executor_type get_executor() const noexcept { return core->get_executor(); }
+
+    template <class Handler>
+    void operator()(Handler&& handler, time_point deadline) const {
+      core->async_drain(std::forward<Handler>(handler), deadline);
+    }
+  };
+};
+
+}  // namespace rein::detail

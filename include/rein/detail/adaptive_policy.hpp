@@ -1,0 +1,166 @@
+// The admission rule of rein::basic_adaptive_limiter (in flight < floor(limit), the limit learned from
+// the permits' samples, an optional circuit), as the wait line asks it. Not API.
+#pragma once
+
+#include <rein/algo/circuit.hpp>
+#include <rein/algo/limit_algorithm.hpp>
+#include <rein/observer.hpp>
+#include <rein/outcome.hpp>
+#include <rein/wait_stats.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+namespace rein::detail {
+
+/// The in-flight count right after each outstanding grant, found again when its permit comes back.
+///
+/// A permit carries only its grant time (the stamp), so grants are filed by stamp. Several grants can share a
+/// stamp (one release that raises the limit admits several waiters at the same instant); among them the
+/// earliest grant is matched with the first report, which is exact whenever calls granted at the same instant
+/// report in the order they were granted, and otherwise off by the number of calls granted in between.
+/// Entries never outnumber the permits outstanding, which never exceed floor(max_limit).
+class grant_log {
+ public:
+  explicit grant_log(std::size_t expected) { entries_.reserve(std::min<std::size_t>(expected, 4096)); }
+
+  /// Files a grant. If the log cannot grow (out of memory), the grant goes unrecorded and its report falls
+  /// back to the in-flight count at report time.
+  void record(std::int64_t stamp, std::size_t in_flight) noexcept {
+    try {
+      const auto at = std::upper_bound(entries_.begin(), entries_.end(), stamp,
+                                       [](std::int64_t s, const entry& e) { return s < e.stamp; });
+      entries_.insert(at, entry{stamp, in_flight});
+    } catch (...) {
+    }
+  }
+
+  /// Removes and returns the in-flight count of the earliest outstanding grant with this stamp.
+  std::optional<std::size_t> take(std::int64_t stamp) noexcept {
+    const auto at = std::lower_bound(entries_.begin(), entries_.end(), stamp,
+                                     [](const entry& e, std::int64_t s) { return e.stamp < s; });
+    if (at == entries_.end() || at->stamp != stamp) return std::nullopt;
+    const std::size_t in_flight = at->in_flight;
+    entries_.erase(at);
+    return in_flight;
+  }
+
+ private:
+  struct entry {
+    std::int64_t stamp;
+    std::size_t in_flight;
+  };
+  std::vector<entry> entries_;  // ascending stamps; grant order among equal stamps
+};
+
+// The admission rule of an adaptive limiter: one more call while in_flight < floor(limit). Each returning
+// permit becomes a sample for the algorithm, which may move the limit; the core re-checks the head waiter after
+// every release, so a limit that rose admits waiters at once and one that fell admits nobody until in_flight
+// is below it again. Calls already granted keep their slots.
+template <class Algorithm, class Clock>
+struct adaptive_policy {
+  using time_point = typename Clock::time_point;
+  using sample_type = typename Algorithm::sample_type;
+  static constexpr bool needs_time = true;  // grants are stamped: latency runs from the grant
+
+  Algorithm algorithm;
+  grant_log grants;
+  std::size_t in_flight = 0;
+  std::uint64_t successes = 0;
+  std::uint64_t congestions = 0;
+  std::uint64_t ignored = 0;
+  duration_histogram service;
+
+  algo::basic_circuit<Clock> circuit;
+
+  adaptive_policy(const typename Algorithm::options& o, const algo::circuit_options& c)
+      : algorithm(o), grants(algo::admitted(algorithm.max_limit())), circuit(c) {}
+
+  bool exceeds(std::size_t n) const noexcept { return n > algo::admitted(algorithm.max_limit()); }
+
+  bool refuses(std::size_t, time_point now) noexcept { return circuit.refuses(now); }
+
+  bool try_take(std::size_t n, time_point now) noexcept {
+    if (in_flight + n > algo::admitted(algorithm.limit())) return false;
+    in_flight += n;
+    grants.record(to_ns(now).count(), in_flight);
+    circuit.on_grant(now);
+    return true;
+  }
+
+  bool at_floor() const noexcept {
+    return static_cast<double>(algo::admitted(algorithm.limit())) <= algorithm.min_limit();
+  }
+
+  time_point ready_at(std::size_t, time_point) const noexcept { return time_point::max(); }  // only a release helps
+  std::optional<time_point> predict(std::size_t, std::size_t, time_point) const noexcept { return std::nullopt; }
+
+  // Report first, then release: the sample is taken with the call still counted in flight.
+  void on_release(std::size_t n, std::chrono::nanoseconds stamp, outcome result, time_point now) noexcept {
+    const std::optional<std::size_t> at_grant = grants.take(stamp.count());
+    count(result);
+    if (result != outcome::ignored) {
+      sample_type s;
+      s.latency = std::max(to_ns(now) - stamp, std::chrono::nanoseconds::zero());
+      s.result = result;
+      s.in_flight = at_grant.value_or(in_flight);
+      s.now = now;
+      service.record(s.latency);
+      feed(s);
+    }
+    if (circuit.enabled())
+      circuit.on_sample(result, time_point(std::chrono::duration_cast<typename Clock::duration>(stamp)), now,
+                        at_floor());
+    in_flight -= n;
+  }
+
+  // A permit whose latency now counts from `to` (see permit_source::restamp_permit) keeps its grant's
+  // in-flight count under its new stamp.
+  void on_restamp(std::chrono::nanoseconds from, std::chrono::nanoseconds to) noexcept {
+    if (const std::optional<std::size_t> at_grant = grants.take(from.count())) grants.record(to.count(), *at_grant);
+  }
+
+  static std::chrono::nanoseconds to_ns(time_point t) noexcept {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch());
+  }
+
+  observed_state observe(time_point now) const noexcept {
+    observed_state s;
+    s.limit = algorithm.limit();
+    const std::size_t admitted = algo::admitted(s.limit);
+    s.level = static_cast<double>(admitted);
+    s.cuts = algorithm.decreases();
+    s.at_floor = static_cast<double>(admitted) <= algorithm.min_limit();
+    s.at_ceiling = static_cast<double>(admitted) >= algorithm.max_limit();
+    const algo::circuit_state c = circuit.state(now);
+    s.circuit = static_cast<std::uint8_t>(c);
+    s.opens = circuit.opens();
+    if (c == algo::circuit_state::open)
+      s.open_left = std::chrono::duration_cast<std::chrono::nanoseconds>(circuit.open_until() - now);
+    return s;
+  }
+
+ private:
+  void count(outcome result) noexcept {
+    switch (result) {
+      case outcome::success: ++successes; break;
+      case outcome::congestion: ++congestions; break;
+      case outcome::ignored: ++ignored; break;
+    }
+  }
+
+  // A sample the algorithm cannot take (it threw, e.g. bad_alloc while growing a window) is dropped: a permit
+  // must always come back, and this runs inside a noexcept release.
+  void feed(const sample_type& s) noexcept {
+    try {
+      algorithm.on_sample(s);
+    } catch (...) {
+    }
+  }
+};
+
+}  // namespace rein::detail
