@@ -7,6 +7,7 @@
 //   *_untimed, *_observed    the same with wait measurement off (no wait histogram), and with wait
 //                            measurement on and an observer set (semaphore_options::observer): the
 //                            observability model's cost next to none
+//   *_lifo                   the same serving its newest waiter first (queue_order::lifo), contended only
 //   channel_*, concurrent_channel_*
 //                            net::experimental::channel<void(error_code)> (concurrent_channel: thread-safe) as a
 //                            semaphore with `permits` buffer slots: acquire = send, release = try_receive.
@@ -38,6 +39,7 @@
 #include <rein/config.hpp>
 #include <rein/observer.hpp>
 #include <rein/permit.hpp>
+#include <rein/queue_order.hpp>
 #include <rein/semaphore.hpp>
 
 #include <benchmark/benchmark.h>
@@ -129,10 +131,21 @@ class observed : public Sem {
 using st_observed = observed<st_semaphore>;
 using ts_observed = observed<ts_semaphore>;
 
+/// A rein semaphore serving its newest waiter first (semaphore_options::order = queue_order::lifo).
+template <class Sem>
+class lifo : public Sem {
+ public:
+  lifo(const net::any_io_executor& ex, std::size_t permits) : Sem(ex, permits, {.order = rein::queue_order::lifo}) {}
+};
+
+using st_lifo = lifo<st_semaphore>;
+using ts_lifo = lifo<ts_semaphore>;
+
 template <class Sem>
 constexpr bool is_rein = std::is_same_v<Sem, st_semaphore> || std::is_same_v<Sem, ts_semaphore> ||
                          std::is_same_v<Sem, st_untimed> || std::is_same_v<Sem, ts_untimed> ||
-                         std::is_same_v<Sem, st_observed> || std::is_same_v<Sem, ts_observed>;
+                         std::is_same_v<Sem, st_observed> || std::is_same_v<Sem, ts_observed> ||
+                         std::is_same_v<Sem, st_lifo> || std::is_same_v<Sem, ts_lifo>;
 using channel_try_first = channel_semaphore<channel, true>;
 using channel_async = channel_semaphore<channel, false>;
 using concurrent_channel_try_first = channel_semaphore<concurrent_channel, true>;
@@ -408,6 +421,8 @@ void register_timing(reactor mode) {
   contended_benchmark<ts_semaphore>(on(contended, mode, "rein_semaphore"), mode);
   contended_benchmark<st_untimed>(on(contended, mode, "rein_single_thread_semaphore_untimed"), mode);
   contended_benchmark<ts_untimed>(on(contended, mode, "rein_semaphore_untimed"), mode);
+  contended_benchmark<st_lifo>(on(contended, mode, "rein_single_thread_semaphore_lifo"), mode);
+  contended_benchmark<ts_lifo>(on(contended, mode, "rein_semaphore_lifo"), mode);
   contended_benchmark<channel_try_first>(on(contended, mode, "channel_try_send_then_async_send"), mode);
   contended_benchmark<channel_async>(on(contended, mode, "channel_async_send"), mode);
   contended_benchmark<concurrent_channel_try_first>(

@@ -17,6 +17,7 @@
 #include <rein/observer.hpp>
 #include <rein/outcome.hpp>
 #include <rein/permit.hpp>
+#include <rein/queue_order.hpp>
 #include <rein/try_result.hpp>
 #include <rein/wait_stats.hpp>
 
@@ -74,6 +75,13 @@ struct adaptive_limiter_options {
   /// floor and ceiling transitions and circuit transitions; see rein::limiter_observer. Default: none (no
   /// cost).
   limiter_observer observer{};
+
+  /// Which waiter is served first: queue_order::fifo (default) or lifo (newest first); see rein::queue_order.
+  queue_order order = queue_order::fifo;
+
+  /// What a full line does with one more waiter: refuse it (default) or evict the longest waiter, both with
+  /// errc::queue_full; see rein::queue_full_policy.
+  queue_full_policy when_full = queue_full_policy::reject_newest;
   /// Fail fast at the floor (an open circuit): after `circuit.open_after` consecutive congestion outcomes
   /// that leave the limit at its floor, every waiter and every new acquire completes at once with
   /// errc::upstream_unavailable (try_acquire: try_status::unavailable) for `circuit.open_for`; then
@@ -146,10 +154,10 @@ inline std::ostream& operator<<(std::ostream& os, const adaptive_limiter_snapsho
 /// - `ignored`: says nothing about capacity (400, 401, 404, caller cancelled); no sample. A permit released or
 ///   destroyed without an outcome counts as ignored.
 ///
-/// Admission is `in_flight < floor(limit)`, re-checked whenever the limit moves either way: a release that
-/// raises the limit admits waiters at once; a cut admits nobody until enough calls have finished, and never
-/// takes a slot back. Waiting is strictly FIFO with per-operation deadlines, cancellation, `max_waiters` and
-/// `close()`, exactly as rein::semaphore (the same waiter core). The limit always lies in the algorithm's
+/// Admission is `in_flight < floor(limit)`, re-checked whenever the limit moves either way: a release that raises the
+/// limit admits waiters at once; a cut admits nobody until enough calls have finished, and never takes a slot back.
+/// Waiting is FIFO (or LIFO: adaptive_limiter_options::order) with per-operation deadlines, cancellation, `max_waiters`
+/// and `close()`, exactly as rein::semaphore (the same waiter core). The limit always lies in the algorithm's
 /// [min_limit, max_limit].
 ///
 /// Each sample also carries `in_flight` as it was right after that call's grant, this call included
@@ -215,7 +223,9 @@ class basic_adaptive_limiter {
       : classify_(validated(std::move(options.classify))),
         core_(detail::renaming_nested_errors(detail::describe("rein::adaptive_limiter", options.name), [&] {
           return detail::core_owner<core_type>(
-              ex, detail::line_options{options.max_waiters, true, std::move(options.name), std::move(options.observer)},
+              ex,
+              detail::line_options{options.max_waiters, true, std::move(options.name), std::move(options.observer),
+                                   options.order, options.when_full},
               algorithm, options.circuit);
         })) {}
 

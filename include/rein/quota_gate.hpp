@@ -10,6 +10,7 @@
 #include <rein/error.hpp>
 #include <rein/null_mutex.hpp>
 #include <rein/observer.hpp>
+#include <rein/queue_order.hpp>
 #include <rein/retry_after.hpp>
 #include <rein/try_result.hpp>
 #include <rein/wait_stats.hpp>
@@ -70,6 +71,13 @@ struct quota_gate_options {
   /// Called outside the lock with rejections and pauses started and ended (an end is seen by the first
   /// acquire, pause or wake-up of waiters after it); see rein::limiter_observer. Default: none (no cost).
   limiter_observer observer{};
+
+  /// Which waiter is served first: queue_order::fifo (default) or lifo (newest first); see rein::queue_order.
+  queue_order order = queue_order::fifo;
+
+  /// What a full line does with one more waiter: refuse it (default) or evict the longest waiter, both with
+  /// errc::queue_full; see rein::queue_full_policy.
+  queue_full_policy when_full = queue_full_policy::reject_newest;
 };
 
 /// A quota gate's state, copied out under its lock.
@@ -167,7 +175,8 @@ class basic_quota_gate {
   /// @throws std::invalid_argument naming the field and value when an option is out of range.
   explicit basic_quota_gate(const executor_type& ex, const quota_gate_options& options = {})
       : tickets_(std::make_shared<tickets_type>()),
-        core_(ex, detail::line_options{options.max_waiters, true, options.name, options.observer},
+        core_(ex, detail::line_options{options.max_waiters, true, options.name, options.observer, options.order,
+                                        options.when_full},
               validated_max_pause(options), validated_jitter(options), validated_max_jitter(options),
               options.seed ? *options.seed : random_seed(), tickets_) {}
 

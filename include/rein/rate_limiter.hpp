@@ -14,6 +14,7 @@
 #include <rein/error.hpp>
 #include <rein/null_mutex.hpp>
 #include <rein/observer.hpp>
+#include <rein/queue_order.hpp>
 #include <rein/outcome.hpp>
 #include <rein/try_result.hpp>
 #include <rein/wait_stats.hpp>
@@ -64,6 +65,13 @@ struct rate_limiter_options {
   /// limit changes (set_rate, set_limit, an adaptive rate's moves) and, for an adaptive rate, floor and
   /// ceiling transitions; see rein::limiter_observer. Default: none (no cost).
   limiter_observer observer{};
+
+  /// Which waiter is served first: queue_order::fifo (default) or lifo (newest first); see rein::queue_order.
+  queue_order order = queue_order::fifo;
+
+  /// What a full line does with one more waiter: refuse it (default) or evict the longest waiter, both with
+  /// errc::queue_full; see rein::queue_full_policy.
+  queue_full_policy when_full = queue_full_policy::reject_newest;
 };
 
 /// A rate limiter's waiting statistics, copied out under its lock.
@@ -77,7 +85,7 @@ inline std::ostream& operator<<(std::ostream& os, const rate_limiter_snapshot& s
 
 namespace detail {
 inline line_options rate_line(rate_limiter_options& o) {
-  return line_options{o.max_waiters, true, std::move(o.name), std::move(o.observer)};
+  return line_options{o.max_waiters, true, std::move(o.name), std::move(o.observer), o.order, o.when_full};
 }
 }  // namespace detail
 
@@ -86,12 +94,12 @@ inline line_options rate_line(rate_limiter_options& o) {
 /// `algo::basic_token_bucket` and `algo::basic_sliding_window`; use it directly for `algo::all_of` ("10 per
 /// second and 1,000 per hour", all or nothing) or `algo::basic_sliding_window_counter`.
 ///
-/// `co_await limiter.acquire(n)` returns once n units (tokens, starts) have been taken; a rate limiter hands
-/// out nothing to hold or give back, so it completes with `void(error_code)`. Waiters are served strictly in
-/// FIFO order with head-of-line blocking (a big request is not starved by small ones), take their units only
-/// when granted (a cancelled or timed-out waiter costs nothing), and are granted at the instant the limit
-/// has room, by ONE timer per limiter armed for the head: 100,000 waiters are not 100,000 timers, and a
-/// refill wakes only whom it can serve.
+/// `co_await limiter.acquire(n)` returns once n units (tokens, starts) have been taken; a rate limiter hands out
+/// nothing to hold or give back, so it completes with `void(error_code)`. Waiters are served in FIFO order (LIFO with
+/// `order = queue_order::lifo`) with head-of-line blocking (a big request is not starved by small ones), take their
+/// units only when granted (a cancelled or timed-out waiter costs nothing), and are granted at the instant the limit
+/// has room, by ONE timer per limiter armed for the head: 100,000 waiters are not 100,000 timers, and a refill wakes
+/// only whom it can serve.
 ///
 /// @tparam Limit    a model of `rein::algo::rate_limit` (its clock is the limiter's clock, e.g.
 ///                  `rein::testing::manual_clock` in tests).

@@ -10,6 +10,7 @@
 #include <rein/null_mutex.hpp>
 #include <rein/observer.hpp>
 #include <rein/permit.hpp>
+#include <rein/queue_order.hpp>
 #include <rein/try_result.hpp>
 #include <rein/wait_stats.hpp>
 
@@ -61,6 +62,13 @@ struct semaphore_options {
   /// Called outside the lock with rejections (queue_full, timed_out, exceeds_capacity, closed, cancelled)
   /// and limit changes (add_permits); see rein::limiter_observer. Default: none (no cost).
   limiter_observer observer{};
+
+  /// Which waiter is served first: queue_order::fifo (default) or lifo (newest first); see rein::queue_order.
+  queue_order order = queue_order::fifo;
+
+  /// What a full line does with one more waiter: refuse it (default) or evict the longest waiter, both with
+  /// errc::queue_full; see rein::queue_full_policy.
+  queue_full_policy when_full = queue_full_policy::reject_newest;
 };
 
 /// A semaphore's state, copied out under its lock.
@@ -84,11 +92,11 @@ inline std::ostream& operator<<(std::ostream& os, const semaphore_snapshot& s) {
 
 /// An awaitable counting semaphore that bounds how many calls are in flight.
 ///
-/// `co_await sem.acquire(n)` inside `net::awaitable<>` yields a rein::permit for n permits, given back when
-/// the permit is destroyed or released. Waiting is strictly FIFO with head-of-line blocking: a request for
-/// many permits is not overtaken by later small ones (as in Go's x/sync/semaphore and tokio's Semaphore), and
-/// a permit released while others wait goes straight to the head waiter, so a `try_acquire` in between
-/// cannot steal it.
+/// `co_await sem.acquire(n)` inside `net::awaitable<>` yields a rein::permit for n permits, given back when the permit
+/// is destroyed or released. Waiting is FIFO with head-of-line blocking (newest first with `order = queue_order::lifo`,
+/// see rein::queue_order): a request for many permits is not overtaken by later small ones (as in Go's x/sync/semaphore
+/// and tokio's Semaphore), and a permit released while others wait goes straight to the head waiter, so a `try_acquire`
+/// in between cannot steal it.
 ///
 /// @tparam Executor the I/O executor; completions default to it.
 /// @tparam Clock    the clock of deadlines (std::chrono::steady_clock; rein::testing::manual_clock in tests).
@@ -131,7 +139,7 @@ class basic_semaphore {
   basic_semaphore(const executor_type& ex, std::size_t permits, semaphore_options options = {})
       : core_(ex,
               detail::line_options{options.max_waiters, options.measure_wait, std::move(options.name),
-                                   std::move(options.observer)},
+                                   std::move(options.observer), options.order, options.when_full},
               permits) {}
 
   /// Constructs a semaphore on an execution context (an io_context) with `permits` free permits.

@@ -6,6 +6,7 @@
 #include <rein/detail/format.hpp>
 #include <rein/null_mutex.hpp>
 #include <rein/observer.hpp>
+#include <rein/queue_order.hpp>
 #include <rein/rate_limiter.hpp>
 #include <rein/wait_stats.hpp>
 
@@ -116,6 +117,13 @@ class basic_sliding_window : public basic_rate_limiter<algo::basic_sliding_windo
     std::string name{};
     /// Called outside the lock with rejections and limit changes (set_limit); see rein::limiter_observer.
     limiter_observer observer{};
+
+    /// Which waiter is served first: queue_order::fifo (default) or lifo (newest first); see rein::queue_order.
+    queue_order order = queue_order::fifo;
+
+    /// What a full line does with one more waiter: refuse it (default) or evict the longest waiter, both with
+    /// errc::queue_full; see rein::queue_full_policy.
+    queue_full_policy when_full = queue_full_policy::reject_newest;
   };
 
   /// The window type when rebound to another executor.
@@ -129,7 +137,7 @@ class basic_sliding_window : public basic_rate_limiter<algo::basic_sliding_windo
   /// @throws std::invalid_argument if the limit is not in [1, 2^27] or the window is not > 0; the message
   /// names the type, the field and the value.
   basic_sliding_window(const executor_type& ex, const options& o)
-      : base(ex, make_window(o), rate_limiter_options{o.max_waiters, o.name, o.observer}) {
+      : base(ex, make_window(o), rate_limiter_options{o.max_waiters, o.name, o.observer, o.order, o.when_full}) {
     this->type_name_ = "rein::sliding_window";
   }
 

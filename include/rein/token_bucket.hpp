@@ -6,6 +6,7 @@
 #include <rein/detail/format.hpp>
 #include <rein/null_mutex.hpp>
 #include <rein/observer.hpp>
+#include <rein/queue_order.hpp>
 #include <rein/rate_limiter.hpp>
 #include <rein/wait_stats.hpp>
 
@@ -42,6 +43,13 @@ struct token_bucket_options {
   std::string name{};
   /// Called outside the lock with rejections and rate changes (set_rate); see rein::limiter_observer.
   limiter_observer observer{};
+
+  /// Which waiter is served first: queue_order::fifo (default) or lifo (newest first); see rein::queue_order.
+  queue_order order = queue_order::fifo;
+
+  /// What a full line does with one more waiter: refuse it (default) or evict the longest waiter, both with
+  /// errc::queue_full; see rein::queue_full_policy.
+  queue_full_policy when_full = queue_full_policy::reject_newest;
 };
 
 /// A token bucket's state, copied out under its lock.
@@ -147,7 +155,7 @@ class basic_token_bucket : public basic_rate_limiter<algo::basic_token_bucket<Cl
   /// capacity not in [1, 1e15], or the initial tokens not in [0, capacity]; the message names the type, the
   /// field and the value ("rein::token_bucket: rate must be > 0, ..., got -1").
   basic_token_bucket(const executor_type& ex, const options& o)
-      : base(ex, make_bucket(o), rate_limiter_options{o.max_waiters, o.name, o.observer}) {
+      : base(ex, make_bucket(o), rate_limiter_options{o.max_waiters, o.name, o.observer, o.order, o.when_full}) {
     this->type_name_ = "rein::token_bucket";
   }
 

@@ -1,4 +1,5 @@
-// The waiter core (include/rein/detail/): the intrusive FIFO, the deadline heap, and limiter_core driven by
+// The waiter core (include/rein/detail/): the intrusive queue and its orders (fifo, lifo, evicting the
+// oldest on a full line, for every primitive), the deadline heap, and limiter_core driven by
 // small test policies, for what the semaphore cannot show: one timer per limiter, policy wake-ups, deadlines
 // that cannot be met, revocable and non-revocable grants without permits, the clock left unread on the
 // fast path, and deadlines on a coarse clock.
@@ -9,7 +10,11 @@
 #include <rein/detail/limiter_core.hpp>
 #include <rein/detail/op_queue.hpp>
 #include <rein/detail/spare_allocator.hpp>
+#include <rein/adaptive_limiter.hpp>
+#include <rein/algo/aimd.hpp>
+#include <rein/queue_order.hpp>
 #include <rein/semaphore.hpp>
+#include <rein/token_bucket.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -507,4 +512,208 @@ TEST_CASE("deadline_after saturates at both ends", "[core][time]") {
   manual_clock::set(tp(-1s));
   CHECK(core::deadline_after(manual_clock::duration::min()) == tp::min());
   CHECK(core::deadline_after(manual_clock::duration::max()) == tp::max() - 1s);
+}
+
+// ---- queue order and the full-line policy ---------------------------------------------------------------
+
+namespace {
+
+using manual_semaphore = rein::basic_semaphore<net::any_io_executor, manual_clock, std::mutex>;
+using manual_bucket = rein::basic_token_bucket<net::any_io_executor, manual_clock, std::mutex>;
+using manual_aimd = rein::basic_adaptive_limiter<rein::algo::aimd, net::any_io_executor, manual_clock, std::mutex>;
+
+// Records the order in which waiters were served (their index), and what each completion said.
+struct service_log {
+  std::vector<int> served;
+  std::vector<std::pair<int, error_code>> failed;
+  std::vector<rein::permit> held;
+
+  auto waiter(int index) {
+    return [this, index](error_code ec, rein::permit p) {
+      if (ec) return failed.emplace_back(index, ec), void();
+      served.push_back(index);
+      held.push_back(std::move(p));
+    };
+  }
+  auto rate_waiter(int index) {
+    return [this, index](error_code ec) {
+      if (ec) return failed.emplace_back(index, ec), void();
+      served.push_back(index);
+    };
+  }
+};
+
+// Releases one held permit at a time, oldest grant first, polling after each.
+void release_one_by_one(net::io_context& io, std::vector<rein::permit>& held, std::size_t count) {
+  for (std::size_t i = 0; i < count; ++i) {
+    held.at(i).release();
+    poll(io);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("lifo: limit 4 held, waiters 0..4 queued in order, one release at a time: served 4, 3, 2, 1, 0",
+          "[core][order]") {
+  net::io_context io;
+  manual_semaphore sem(io, 4, {.order = rein::queue_order::lifo});
+  std::vector<rein::permit> holders;
+  for (int i = 0; i < 4; ++i) holders.push_back(sem.try_acquire());
+  service_log log;
+  for (int i = 0; i < 5; ++i) sem.async_acquire(1, log.waiter(i));
+  poll(io);
+  REQUIRE(log.served.empty());
+  CHECK(sem.snapshot().waiting == 5);
+  for (auto& h : holders) {
+    h.release();
+    poll(io);
+  }
+  CHECK(log.served == std::vector<int>{4, 3, 2, 1});
+  log.held.at(0).release();
+  poll(io);
+  CHECK(log.served == std::vector<int>{4, 3, 2, 1, 0});
+  CHECK(log.failed.empty());
+}
+
+TEST_CASE("fifo (the default) serves the same waiters 0, 1, 2, 3, 4", "[core][order]") {
+  net::io_context io;
+  manual_semaphore sem(io, 4);
+  std::vector<rein::permit> holders;
+  for (int i = 0; i < 4; ++i) holders.push_back(sem.try_acquire());
+  service_log log;
+  for (int i = 0; i < 5; ++i) sem.async_acquire(1, log.waiter(i));
+  poll(io);
+  release_one_by_one(io, holders, 4);
+  log.held.at(0).release();
+  poll(io);
+  CHECK(log.served == std::vector<int>{0, 1, 2, 3, 4});
+}
+
+TEST_CASE("lifo: a newcomer that fits is served at once, ahead of a weighted waiter; fifo keeps it behind",
+          "[core][order]") {
+  for (const auto order : {rein::queue_order::fifo, rein::queue_order::lifo}) {
+    DYNAMIC_SECTION(rein::to_string(order)) {
+      net::io_context io;
+      manual_semaphore sem(io, 2, {.order = order});
+      rein::permit one = sem.try_acquire();
+      service_log log;
+      sem.async_acquire(2, log.waiter(0));  // needs both: waits for `one`
+      sem.async_acquire(1, log.waiter(1));  // fits in the free permit
+      poll(io);
+      if (order == rein::queue_order::lifo) {
+        CHECK(log.served == std::vector<int>{1});
+      } else {
+        CHECK(log.served.empty());  // head-of-line: the weighted head is not passed
+      }
+      one.release();
+      if (order == rein::queue_order::lifo) log.held.at(0).release();
+      poll(io);
+      CHECK(log.served == (order == rein::queue_order::lifo ? std::vector<int>{1, 0} : std::vector<int>{0}));
+    }
+  }
+}
+
+TEST_CASE("evict_oldest: a full line takes the newcomer and fails its longest waiter with queue_full",
+          "[core][order]") {
+  for (const auto order : {rein::queue_order::fifo, rein::queue_order::lifo}) {
+    DYNAMIC_SECTION(rein::to_string(order)) {
+      net::io_context io;
+      manual_semaphore sem(io, 1,
+                           {.max_waiters = 2, .order = order, .when_full = rein::queue_full_policy::evict_oldest});
+      rein::permit held = sem.try_acquire();
+      service_log log;
+      for (int i = 0; i < 4; ++i) sem.async_acquire(1, log.waiter(i));  // 0 and 1 are evicted in turn
+      poll(io);
+      REQUIRE(log.failed.size() == 2);
+      CHECK(log.failed[0] == std::pair<int, error_code>(0, rein::errc::queue_full));
+      CHECK(log.failed[1] == std::pair<int, error_code>(1, rein::errc::queue_full));
+      const auto s = sem.snapshot();
+      CHECK(s.waiting == 2);
+      CHECK(s.queue_full_total == 2);
+      CHECK(s.rejected_total == 2);
+      held.release();
+      poll(io);
+      log.held.at(0).release();
+      poll(io);
+      CHECK(log.served == (order == rein::queue_order::lifo ? std::vector<int>{3, 2} : std::vector<int>{2, 3}));
+    }
+  }
+}
+
+TEST_CASE("reject_newest (the default) refuses the newcomer; evict_oldest with max_waiters 0 refuses too",
+          "[core][order]") {
+  net::io_context io;
+  manual_semaphore refusing(io, 0, {.max_waiters = 1});
+  manual_semaphore evicting(io, 0, {.max_waiters = 0, .when_full = rein::queue_full_policy::evict_oldest});
+  service_log log;
+  refusing.async_acquire(1, log.waiter(0));
+  refusing.async_acquire(1, log.waiter(1));
+  evicting.async_acquire(1, log.waiter(2));
+  poll(io);
+  CHECK(log.failed ==
+        std::vector<std::pair<int, error_code>>{{1, rein::errc::queue_full}, {2, rein::errc::queue_full}});
+  CHECK(refusing.snapshot().waiting == 1);
+}
+
+TEST_CASE("evicting a weighted head lets the waiters behind it in at once", "[core][order]") {
+  net::io_context io;
+  manual_semaphore sem(io, 3, {.max_waiters = 2, .when_full = rein::queue_full_policy::evict_oldest});
+  rein::permit one = sem.try_acquire();
+  service_log log;
+  sem.async_acquire(3, log.waiter(0));  // the head: needs all three
+  sem.async_acquire(1, log.waiter(1));  // fits, but waits behind the head
+  poll(io);
+  REQUIRE(log.served.empty());
+  sem.async_acquire(1, log.waiter(2));  // the line is full: 0 leaves, 1 and 2 fit in the two free permits
+  poll(io);
+  CHECK(log.failed == std::vector<std::pair<int, error_code>>{{0, rein::errc::queue_full}});
+  CHECK(log.served == std::vector<int>{1, 2});
+  CHECK(sem.available() == 0);
+}
+
+TEST_CASE("lifo on a token bucket: the newest waiter takes each new token; deadlines see nobody ahead",
+          "[core][order][time]") {
+  rein_test::manual_clock_at_epoch epoch;
+  net::io_context io;
+  for (const auto order : {rein::queue_order::fifo, rein::queue_order::lifo}) {
+    DYNAMIC_SECTION(rein::to_string(order)) {
+      manual_clock::reset();
+      manual_bucket bucket(io, {.rate = 1, .capacity = 1, .initial_tokens = 0, .order = order});
+      service_log log;
+      for (int i = 0; i < 3; ++i) bucket.async_acquire(1, log.rate_waiter(i));
+      // Three tokens are promised ahead in fifo order: a fourth by 1.5 s cannot be met and fails at once;
+      // in lifo order it is the next to be served, at 1 s.
+      bucket.async_acquire_for(1, 1500ms, log.rate_waiter(3));
+      poll(io);
+      if (order == rein::queue_order::fifo) {
+        CHECK(log.failed == std::vector<std::pair<int, error_code>>{{3, rein::errc::timed_out}});
+      } else {
+        CHECK(log.failed.empty());
+      }
+      for (int s = 0; s < 4; ++s) rein_test::advance_and_poll(io, 1s);
+      CHECK(log.served ==
+            (order == rein::queue_order::lifo ? std::vector<int>{3, 2, 1, 0} : std::vector<int>{0, 1, 2}));
+    }
+  }
+}
+
+TEST_CASE("lifo on an adaptive limiter: limit 2 held, waiters 0..2, releases serve 2, 1, 0", "[core][order]") {
+  rein_test::manual_clock_at_epoch epoch;
+  net::io_context io;
+  rein::algo::aimd_options fixed_two;
+  fixed_two.initial_limit = 2;
+  fixed_two.min_limit = 2;
+  fixed_two.max_limit = 2;
+  rein::adaptive_limiter_options options;
+  options.order = rein::queue_order::lifo;
+  manual_aimd limiter(io, fixed_two, options);
+  std::vector<rein::permit> holders;
+  for (int i = 0; i < 2; ++i) holders.push_back(limiter.try_acquire());
+  service_log log;
+  for (int i = 0; i < 3; ++i) limiter.async_acquire(1, log.waiter(i));
+  poll(io);
+  release_one_by_one(io, holders, 2);
+  log.held.at(0).release();
+  poll(io);
+  CHECK(log.served == std::vector<int>{2, 1, 0});
 }

@@ -53,6 +53,7 @@
 #include <rein/observer.hpp>
 #include <rein/outcome.hpp>
 #include <rein/permit.hpp>
+#include <rein/queue_order.hpp>
 #include <rein/try_result.hpp>
 #include <rein/wait_stats.hpp>
 
@@ -92,6 +93,8 @@ struct line_options {
                               ///< policy reads no clock for waits without a deadline when false)
   std::string name{};         ///< the limiter's name, for events, metrics and error messages
   limiter_observer observer{};  ///< called with events outside the lock; empty: none
+  queue_order order = queue_order::fifo;  ///< which waiter is served first (remote policies: fifo only)
+  queue_full_policy when_full = queue_full_policy::reject_newest;  ///< a full line refuses or evicts
 };
 
 /// The outbox of a policy whose admission is asynchronous (remote_admission.hpp); an empty one otherwise.
@@ -147,6 +150,8 @@ class limiter_core final : public permit_source,
       : executor_(ex),
         policy_(std::forward<PolicyArgs>(policy_args)...),
         max_waiters_(options.max_waiters),
+        lifo_(options.order == queue_order::lifo),
+        evict_oldest_(options.when_full == queue_full_policy::evict_oldest),
         measure_wait_(Policy::needs_time || options.measure_wait),
         has_observer_(static_cast<bool>(options.observer)),
         name_(std::move(options.name)),
@@ -564,7 +569,8 @@ class limiter_core final : public permit_source,
     if (has_observer_) observe_locked(now, done);
     if constexpr (remote) return admit_remote_locked(static_cast<remote_wait_op*>(op), deadline, now, done);
     if (refused_locked(n, now)) return reject_locked(op, wait_status::unavailable, done), false;
-    if (queue_.empty() && policy_.try_take(n, now)) {
+    // In lifo order a newcomer is the head: it is served now if it fits, whoever waits behind it.
+    if ((queue_.empty() || lifo_) && policy_.try_take(n, now)) {
       op->stamp_ns = to_ns(now).count();
       ++stats_.acquired_total;
       if constexpr (with_permit) ++holders_;
@@ -572,7 +578,8 @@ class limiter_core final : public permit_source,
     }
     // A timeless policy read no clock above; the wait statistics and the deadline need one from here on.
     if (!Policy::needs_time && (measure_wait_ || deadline != time_point::max())) now = Clock::now();
-    if (queue_.size() >= max_waiters_) return reject_locked(op, wait_status::queue_full, done), false;
+    const bool full = queue_.size() >= max_waiters_;
+    if (full && (!evict_oldest_ || queue_.empty())) return reject_locked(op, wait_status::queue_full, done), false;
     if (deadline != time_point::max() && (deadline <= now || cannot_meet(n, deadline, now)))
       return reject_locked(op, wait_status::timed_out, done), false;
     const bool first = queue_.empty();
@@ -582,7 +589,8 @@ class limiter_core final : public permit_source,
     }
     op->stamp_ns = to_ns(now).count();
     op->seq = next_seq_++;
-    queue_.push_back(op);
+    if (lifo_) queue_.push_front(op);
+    else queue_.push_back(op);
     queued_units_ += n;
     // A deadline beyond what nanoseconds can count (a coarse clock's far future) is no deadline: the heap
     // holds exactly the ops whose deadline_ns is not no_deadline, which is how dequeue_locked finds them.
@@ -592,15 +600,19 @@ class limiter_core final : public permit_source,
     // changes neither (the common case under contention), so the timer needs no work if it is armed, or if
     // nothing can need it (no time-based policy, no deadline). Otherwise an arm that failed before (see
     // dispatch_locked) is retried here.
-    if (!first && op->deadline_ns == no_deadline && (timer_armed_ || (!Policy::needs_time && deadlines_.empty())))
-      return true;
-    try {
-      arm_timer_locked(now);
-    } catch (...) {
-      dequeue_locked(op, done);
-      throw;
+    if (first || op->deadline_ns != no_deadline || !(timer_armed_ || (!Policy::needs_time && deadlines_.empty()))) {
+      try {
+        arm_timer_locked(now);
+      } catch (...) {
+        dequeue_locked(op, done);
+        throw;
+      }
     }
-    return true;
+    if (!full) return true;
+    // Evicted only now that nothing can throw. A weighted head that left may let the next ones in.
+    evict_oldest_locked(done);
+    dispatch_locked(Policy::needs_time ? now : clock_now_locked(), done);
+    return op->status.load(std::memory_order_relaxed) == wait_status::queued;
   }
 
   // A remote policy's new op joins the line, then the line moves: it may be sent, granted or refused at once.
@@ -673,9 +685,17 @@ class limiter_core final : public permit_source,
     else return (void)n, (void)now, false;
   }
 
+  // In lifo order nobody will be ahead of a newcomer (the prediction is a lower bound either way).
   bool cannot_meet(std::size_t n, time_point deadline, time_point now) const {
-    const std::optional<time_point> predicted = policy_.predict(queued_units_, n, now);
+    const std::optional<time_point> predicted = policy_.predict(lifo_ ? 0 : queued_units_, n, now);
     return predicted && *predicted > deadline;
+  }
+
+  // queue_full_policy::evict_oldest on a full line: the longest waiter (the back in lifo order) leaves.
+  void evict_oldest_locked(completions& done) noexcept {
+    wait_op* oldest = lifo_ ? queue_.back() : queue_.front();
+    count_rejection_locked(wait_status::queue_full, done);
+    unlink_locked(oldest, wait_status::queue_full, done);
   }
 
   static void finish_locked(wait_op* op, wait_status status, completions& done) noexcept {
@@ -973,6 +993,8 @@ class limiter_core final : public permit_source,
   deadline_heap deadlines_;
   std::optional<work_guard> work_;  // engaged while anyone waits
   std::size_t max_waiters_;
+  bool lifo_;          // queue_order::lifo: new waiters join at the front
+  bool evict_oldest_;  // queue_full_policy::evict_oldest
   bool measure_wait_;
   bool has_observer_;
   std::size_t queued_units_ = 0;

@@ -1,4 +1,4 @@
-// Intrusive FIFO of wait_ops with O(1) unlink, and a singly linked list of ops ready to complete. Not API.
+// Intrusive queue of wait_ops with O(1) unlink, and a singly linked list of ops ready to complete. Not API.
 #pragma once
 
 #include <rein/detail/wait_op.hpp>
@@ -8,12 +8,14 @@
 
 namespace rein::detail {
 
-/// Doubly linked FIFO through wait_op::next/prev. Allocates nothing; the ops own their memory.
+/// Doubly linked list through wait_op::next/prev, served from the front (FIFO or LIFO by where ops are
+/// pushed). Allocates nothing; the ops own their memory.
 class op_queue {
  public:
   bool empty() const noexcept { return head_ == nullptr; }
   std::size_t size() const noexcept { return size_; }
   wait_op* front() const noexcept { return head_; }
+  wait_op* back() const noexcept { return tail_; }
 
   void push_back(wait_op* op) noexcept {
     op->next = nullptr;
@@ -21,6 +23,15 @@ class op_queue {
     if (tail_ != nullptr) tail_->next = op;
     else head_ = op;
     tail_ = op;
+    ++size_;
+  }
+
+  void push_front(wait_op* op) noexcept {
+    op->prev = nullptr;
+    op->next = head_;
+    if (head_ != nullptr) head_->prev = op;
+    else tail_ = op;
+    head_ = op;
     ++size_;
   }
 
