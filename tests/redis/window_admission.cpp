@@ -192,3 +192,20 @@ TEST_CASE("window admission: invalid options name the type, the field and the va
   CHECK(message_of({.key = "api", .limit = 1, .window = 1s, .fail_open_share = 0}) ==
         "rein::redis::shared_sliding_window: fail_open_share must be in (0, 1], got 0");
 }
+
+TEST_CASE("window admission: a refund ends a denial's hold; the head asks again right after it", "[redis][window]") {
+  window w(per_second(1, 1));
+  result first, second;
+  w.acquire(first, 1);
+  w.settle(0, allowed(0));
+  w.acquire(second, 1);
+  w.settle(1, denied(900000, 0));
+  poll(w.io);
+  CHECK_FALSE(second.done);
+  w.line->update([](window::policy_type& p, tp) { p.refund(1); });  // what shared_sliding_window::refund does
+  CHECK(w.sent() == messages{{admission, 0, 1}, {admission, 1, 1}, {refund, 0, 1}, {admission, 2, 1}});
+  w.settle(2, allowed(0));
+  poll(w.io);
+  CHECK(second.ec == error_code{});
+  CHECK(w.snapshot().wait_total == 0ms);
+}

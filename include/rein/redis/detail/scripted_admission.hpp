@@ -337,13 +337,15 @@ class scripted_admission {
 
   // ---- The I/O object's other entry points --------------------------------------------------------------
 
-  /// Gives n units back to the server (at most the model's refund_most): one refund message. Nothing for a
-  /// model with nothing to give back.
+  /// Gives n units back to the server (at most the model's refund_most): one refund message, which ends the
+  /// hold of the last denial (the next admission, sent after the refund, asks again). Nothing for a model
+  /// with nothing to give back.
   void refund(std::int64_t n) {
     const std::int64_t most = model_.refund_most();
     if (n <= 0 || most <= 0) return;
     ++stats_.refunds;
     outbox_.push({message::kind::refund, 0, std::min(n, most), 0});
+    hold_until_ = time_point::min();  // what the last denial said no longer holds: ask again (after the refund)
   }
 
   /// Queues a message that is not an admission (fire and forget, e.g. a pause).
