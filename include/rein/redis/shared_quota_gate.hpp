@@ -160,12 +160,11 @@ class basic_shared_quota_gate : public detail::gate_base<Executor, Mutex, Clock>
   /// @returns as pause_for.
   typename Clock::time_point on_retry_after(std::string_view value, typename Clock::duration default_pause,
                                             std::chrono::system_clock::time_point wall_now = std::chrono::system_clock::now()) {
-    using duration = typename Clock::duration;
     const std::optional<std::chrono::nanoseconds> wait = parse_retry_after(value, wall_now);
     if (!wait) return pause_for(default_pause);
-    constexpr auto longest = std::chrono::duration_cast<std::chrono::nanoseconds>(duration::max());
-    if (*wait >= longest) return pause_for(duration::max());
-    return pause_for(std::chrono::ceil<duration>(*wait));
+    constexpr auto longest = std::chrono::duration_cast<std::chrono::nanoseconds>(base::duration::max());
+    if (*wait >= longest) return pause_for(base::duration::max());
+    return pause_for(std::chrono::ceil<typename base::duration>(*wait));
   }
 
   /// Counters and state, including round-trip latency and the latest release seen, copied under the lock.
