@@ -76,12 +76,8 @@ using gate_base = basic_scripted_limiter<gate_admission<Clock>, gate_commands, E
 /// (a 429 or 503 with Retry-After), `on_retry_after` or `pause_for` stores the pause in Redis, and every
 /// process's `acquire` waits until the pause's release.
 ///
-/// ```
-/// rein::redis::shared_quota_gate gate(connection, {.key = "api.example.com"});
-/// co_await gate.acquire();                   // one round trip: is the host paused?
-/// auto response = co_await call();
-/// if (response.status == 429) gate.on_retry_after(response.header("Retry-After"), 1s);
-/// ```
+/// Use: `co_await gate.acquire();` before each call to the host (one round trip: is the host paused?), and on a
+/// 429 or 503, `gate.on_retry_after(retry_after_field, 1s);`, as with rein::quota_gate.
 ///
 /// The pause: its end is the server's clock plus the pause (TIME inside the script), so the writer's clock
 /// and the readers' clocks do not matter; the later of the stored and the new pause wins (pauses only
