@@ -133,11 +133,6 @@ class bucket_model {
   double available_us_ = 0;  // the bucket's content at last_reply_at_, in microseconds of refill
 };
 
-/// The options, checked (see bucket_model::validated).
-inline shared_token_bucket_options validated(shared_token_bucket_options o) {
-  return bucket_model<std::chrono::steady_clock>::validated(std::move(o));
-}
-
 /// The shared bucket's admission rule, as a remote policy (see scripted_admission).
 template <class Clock>
 using bucket_admission = scripted_admission<Clock, bucket_model<Clock>>;
