@@ -11,6 +11,7 @@
 
 #include <array>
 #include <chrono>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -110,6 +111,18 @@ inline void collect(std::vector<child>& workers, std::chrono::steady_clock::time
     CHECK(WIFEXITED(status));
     CHECK(WEXITSTATUS(status) == 0);
   }
+}
+
+/// What a worker reported on its first line ("admitted N errors M"), checked: no errors and a share of the
+/// admissions. Returns N.
+inline long admitted_by(const child& w) {
+  long admitted = -1;
+  long errors = -1;
+  INFO("worker said: " << w.output);
+  REQUIRE(std::sscanf(w.output.c_str(), "admitted %ld errors %ld", &admitted, &errors) == 2);
+  CHECK(errors == 0);
+  CHECK(admitted > 0);  // every process got a share
+  return admitted;
 }
 
 }  // namespace rein_test

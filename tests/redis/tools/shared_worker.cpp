@@ -1,11 +1,15 @@
-// One process of a fleet sharing a sliding window or a quota gate (tests/redis/shared_processes.cpp starts
-// several). From a common wall-clock start, for a given duration, coroutines acquire one at a time:
+// One process of a fleet sharing a token bucket, a sliding window or a quota gate (tests/redis/
+// quota_processes.cpp and shared_processes.cpp start several). From a common wall-clock start, for a given
+// duration, coroutines acquire one at a time:
 //
+//   rein_redis_shared_worker bucket <port> <key> <start: unix us> <duration ms> <coroutines> <rate> <capacity>
 //   rein_redis_shared_worker window <port> <key> <start: unix us> <duration ms> <coroutines> <limit> <window ms>
 //   rein_redis_shared_worker gate <port> <key> <start: unix us> <duration ms> <coroutines> <pause at ms> <pause ms>
 //   -> "admitted 251 errors 0", then for the gate one line per admission: "grant <called us> <granted us>"
 //
-// The window's workers acquire back to back (the last acquire may be granted after the duration); the
+// A bucket's admission counts when its reply came back before start + duration and its request left after
+// start, so every counted admission was decided by Redis inside the duration. The window's workers acquire
+// back to back (the last acquire may be granted after the duration); the
 // gate's pause 5 ms between acquires, and worker with a
 // pause at >= 0 ms calls pause_for(pause ms) that long after the start (as on a 429). Times are unix
 // microseconds by this machine's clock, the one Redis reads.
@@ -14,6 +18,7 @@
 #include <rein/redis/connection.hpp>
 #include <rein/redis/shared_quota_gate.hpp>
 #include <rein/redis/shared_sliding_window.hpp>
+#include <rein/redis/shared_token_bucket.hpp>
 
 #include <sys/prctl.h>
 
@@ -25,6 +30,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 namespace net = rein::net;
@@ -41,7 +47,7 @@ long long unix_us(system_clock::time_point t) {
 
 int main(int argc, char** argv) {
   if (argc != 9) {
-    std::fprintf(stderr, "usage: %s window|gate port key start_unix_us duration_ms coroutines a b\n", argv[0]);
+    std::fprintf(stderr, "usage: %s bucket|window|gate port key start_unix_us duration_ms coroutines a b\n", argv[0]);
     return 2;
   }
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the test
@@ -58,9 +64,13 @@ int main(int argc, char** argv) {
   rein::redis::connection_options options;
   options.port = port;
   rein::redis::connection connection(io, options);
+  std::unique_ptr<rein::redis::shared_token_bucket> bucket;
   std::unique_ptr<rein::redis::shared_sliding_window> window;
   std::unique_ptr<rein::redis::shared_quota_gate> gate;
-  if (mode == "window") {
+  if (mode == "bucket") {
+    bucket = std::make_unique<rein::redis::shared_token_bucket>(
+        connection, rein::redis::shared_token_bucket_options{.key = key, .rate = static_cast<double>(a), .capacity = b});
+  } else if (mode == "window") {
     window = std::make_unique<rein::redis::shared_sliding_window>(
         connection, rein::redis::shared_sliding_window_options{.key = key, .limit = a, .window = std::chrono::milliseconds(b)});
   } else {
@@ -77,13 +87,21 @@ int main(int argc, char** argv) {
     while (system_clock::now() < end) {
       const auto called = system_clock::now();
       // The window's acquires have no deadline, so none is refunded after a late grant: every stamp in the
-      // log is an admission some process counted.
-      auto [ec] = window ? co_await window->async_acquire(1, rein_test::as_tuple(net::use_awaitable))
-                         : co_await gate->async_acquire_until(1, deadline, rein_test::as_tuple(net::use_awaitable));
-      if (!ec) {
+      // log is an admission some process counted. (One co_await per statement: GCC 12 miscompiles co_await
+      // inside a conditional expression.)
+      rein::error_code ec;
+      if (bucket) {
+        std::tie(ec) = co_await bucket->async_acquire_until(1, deadline, rein_test::as_tuple(net::use_awaitable));
+      } else if (window) {
+        std::tie(ec) = co_await window->async_acquire(1, rein_test::as_tuple(net::use_awaitable));
+      } else {
+        std::tie(ec) = co_await gate->async_acquire_until(1, deadline, rein_test::as_tuple(net::use_awaitable));
+      }
+      const bool counted = !ec && !(bucket && system_clock::now() >= end);  // a bucket's: decided before the end
+      if (counted) {
         ++admitted;
         if (gate) grants.emplace_back(unix_us(called), unix_us(system_clock::now()));
-      } else if (ec != rein::errc::timed_out) {
+      } else if (ec && ec != rein::errc::timed_out) {
         ++errors;
       }
       if (gate) {
