@@ -1,18 +1,13 @@
 // The shared bucket's admission rule on rein's wait line, without Redis: the messages it would send are
 // recorded, and the verdicts are made by hand (what the Lua script and the connection would report). Time is
 // rein::testing::manual_clock, so every wait and deadline is exact.
-#include "support/async.hpp"
-#include "support/catch.hpp"
+#include "redis/scripted_fixture.hpp"
 
-#include <rein/detail/limiter_core.hpp>
 #include <rein/redis/detail/bucket_admission.hpp>
-#include <rein/redis/error.hpp>
 
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -20,85 +15,15 @@
 namespace {
 
 using namespace std::chrono_literals;
-namespace net = rein::net;
-using rein::error_code;
+using namespace rein_test::scripted;
 using rein::redis::failure_policy;
 using rein::redis::shared_token_bucket_options;
-using rein::redis::detail::message;
-using rein::redis::detail::message_list;
-using rein::redis::detail::verdict;
 using rein_test::advance_and_poll;
 using rein_test::manual_clock;
 using rein_test::poll;
 
 using policy_type = rein::redis::detail::bucket_admission<manual_clock>;
-using line_type = rein::detail::limiter_core<policy_type, net::any_io_executor, manual_clock, std::mutex, void(error_code)>;
-using tp = manual_clock::time_point;
-
-constexpr auto admission = message::kind::admission;
-constexpr auto refund = message::kind::refund;
-constexpr auto script_load = message::kind::script_load;
-
-// What would go to the connection, in order.
-struct recording_transport final : rein::detail::remote_transport<message_list> {
-  std::vector<message> sent;
-  void transmit(message_list& sends) noexcept override {
-    for (std::size_t i = 0; i < sends.size(); ++i) sent.push_back(sends[i]);
-    sends.clear();
-  }
-};
-
-// One acquire's outcome.
-struct result {
-  bool done = false;
-  error_code ec;
-};
-
-verdict allowed(double available_us) { return {verdict::kind::allowed, 0, available_us, {}}; }
-verdict denied(double retry_after_us, double available_us) { return {verdict::kind::denied, retry_after_us, available_us, {}}; }
-verdict unavailable() { return {}; }
-verdict no_script() { return {verdict::kind::no_script, 0, 0, "NOSCRIPT No matching script."}; }
-verdict server_error() { return {verdict::kind::server_error, 0, 0, "WRONGTYPE Operation against a key holding the wrong kind of value"}; }
-
-struct bucket {
-  rein_test::manual_clock_at_epoch epoch;
-  net::io_context io;
-  bool link_up = true;
-  std::shared_ptr<recording_transport> transport = std::make_shared<recording_transport>();
-  std::shared_ptr<line_type> line;
-
-  explicit bucket(shared_token_bucket_options o) {
-    if (o.key.empty()) o.key = "quota";
-    line = std::make_shared<line_type>(io.get_executor(), rein::detail::line_options{.max_waiters = o.max_waiters}, o,
-                                       [this] { return link_up; }, manual_clock::now());
-    line->set_transport(transport);
-  }
-  bucket(const bucket&) = delete;
-  bucket& operator=(const bucket&) = delete;
-  ~bucket() {
-    line->shutdown();
-    poll(io);
-  }
-
-  void acquire(result& r, std::size_t n, tp deadline = tp::max()) {
-    line->async_acquire([&r](error_code ec) { r = {true, ec}; }, n, deadline);
-  }
-  void acquire(result& r, std::size_t n, net::cancellation_signal& signal) {
-    line->async_acquire(net::bind_cancellation_slot(signal.slot(), [&r](error_code ec) { r = {true, ec}; }), n,
-                        tp::max());
-  }
-  void settle(std::uint64_t ticket, const verdict& v) { line->settle(ticket, v); }
-  rein::redis::shared_token_bucket_snapshot snapshot() const {
-    return line->inspect([](const policy_type& p, const rein::wait_stats& w) {
-      auto s = p.snapshot(manual_clock::now());
-      static_cast<rein::wait_stats&>(s) = w;
-      return s;
-    });
-  }
-  std::vector<message> sent() const { return transport->sent; }
-};
-
-using messages = std::vector<message>;
+using bucket = scripted_fixture<policy_type>;
 
 shared_token_bucket_options ten_per_second(std::int64_t capacity, std::size_t max_in_flight = 64) {
   return {.key = "quota", .rate = 10, .capacity = capacity, .max_in_flight = max_in_flight};
@@ -421,7 +346,7 @@ TEST_CASE("admission: only a denial of the first waiting op holds the line", "[r
   CHECK(b.snapshot().remote_denied == 2);
 }
 
-TEST_CASE("admission: a retry-after too long for the clock saturates: the op waits, and its deadline ends it",
+TEST_CASE("admission: a retry-after too long for the clock saturates: the op's deadline fails at once",
           "[redis][admission]") {
   bucket b(ten_per_second(1, 1));
   result r;
@@ -430,6 +355,25 @@ TEST_CASE("admission: a retry-after too long for the clock saturates: the op wai
   poll(b.io);
   CHECK(b.sent().size() == 1);  // not asked again: "never" did not wrap round to the past
   CHECK(b.snapshot().retry_after_last == std::chrono::microseconds::max());
-  advance_and_poll(b.io, 1s);
-  CHECK(r.ec == rein::errc::timed_out);
+  CHECK(r.ec == rein::errc::timed_out);  // Redis said "not before never": the 1 s deadline cannot be met
+}
+
+TEST_CASE("admission: a denial fails at once a first waiting op whose deadline comes before its hold",
+          "[redis][admission]") {
+  bucket b(ten_per_second(1, 1));
+  result soon, late;
+  b.acquire(soon, 1, manual_clock::now() + 200ms);
+  b.settle(0, denied(300000, 0));  // ask again in 300 ms: after the deadline
+  poll(b.io);
+  CHECK(soon.ec == rein::errc::timed_out);  // at once, not at 200 ms
+  b.acquire(late, 1, manual_clock::now() + 1s);
+  poll(b.io);
+  CHECK_FALSE(late.done);  // the hold ends before its deadline: it waits
+  advance_and_poll(b.io, 299ms);
+  CHECK(b.sent().size() == 1);
+  advance_and_poll(b.io, 1ms);
+  CHECK(b.sent() == messages{{admission, 0, 1}, {admission, 1, 1}});
+  b.settle(1, allowed(0));
+  poll(b.io);
+  CHECK(late.ec == error_code{});
 }

@@ -46,9 +46,9 @@ TEST_CASE("clients whose clocks disagree by hours share the bucket exactly: only
   redis_server server;
   net::io_context io;
   const auto options = quota("skew", 5, 2);  // burst 2, then a token every 200 ms
-  rein::redis::basic_shared_token_bucket<net::any_io_executor, std::mutex, skewed_clock<10>> ahead(
+  rein::redis::basic_shared_token_bucket<net::any_io_executor, skewed_clock<10>, std::mutex> ahead(
       io.get_executor(), local(server.port()), options);
-  rein::redis::basic_shared_token_bucket<net::any_io_executor, std::mutex, skewed_clock<1>> behind(
+  rein::redis::basic_shared_token_bucket<net::any_io_executor, skewed_clock<1>, std::mutex> behind(
       io.get_executor(), local(server.port()), options);
   recorder r(6);
   const auto start = steady::now();

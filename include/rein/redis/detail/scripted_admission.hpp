@@ -1,0 +1,464 @@
+// What every rein::redis limiter decided by a Lua script shares, apart from any I/O: the tickets of the
+// requests on the wire, the outbox, NOSCRIPT recovery, the hold of a denial, the failure policy and the
+// refunds of late grants. A remote policy on rein's wait line (rein/detail/remote_admission.hpp); each
+// limiter adds its own model of the server's state (the token bucket's, the sliding window's, the quota
+// gate's), which says what a verdict teaches and when to ask next.
+#pragma once
+
+#include <rein/algo/rate_limit.hpp>
+#include <rein/config.hpp>
+#include <rein/detail/clock_time.hpp>
+#include <rein/detail/remote_admission.hpp>
+#include <rein/detail/wait_op.hpp>
+#include <rein/error.hpp>
+#include <rein/redis/error.hpp>
+#include <rein/wait_stats.hpp>
+
+#if defined(REIN_STANDALONE_ASIO)
+#include <asio/error.hpp>
+#else
+#include <boost/asio/error.hpp>
+#endif
+
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace rein::redis {
+
+/// What a shared limiter (shared_token_bucket, shared_sliding_window, shared_quota_gate) does while Redis
+/// cannot be asked.
+enum class failure_policy : std::uint8_t {
+  /// Nothing is admitted: waiting and new acquires complete with errc::unavailable. For quotas that must
+  /// never be exceeded (a provider suspends the account).
+  fail_closed,
+  /// Each process admits by a local, in-process rule holding `fail_open_share` of the shared limit (e.g. 1/N
+  /// for N replicas), so the fleet stays near the quota without Redis. For quotas where availability
+  /// matters more than exactness.
+  fail_open,
+};
+
+/// The counters and state every shared limiter reports, copied under its lock.
+///
+/// From rein::wait_stats: `waiting` counts every operation not yet completed (on the wire or waiting its
+/// turn); wait times run from the acquire call to the grant, round trips included.
+struct shared_limiter_snapshot : wait_stats {
+  std::size_t in_flight = 0;          ///< admission requests awaiting Redis's reply
+  bool degraded = false;              ///< Redis was unreachable at the last attempt: on_failure applies
+  bool connected = false;             ///< the connection is up
+  std::uint64_t remote_allowed = 0;   ///< admissions Redis granted
+  std::uint64_t remote_denied = 0;    ///< admissions Redis refused for now (the caller waited and asked again)
+  std::uint64_t local_admitted = 0;   ///< admitted by the local rule (fail_open, while degraded)
+  std::uint64_t unavailable_total = 0;   ///< completed with errc::unavailable
+  std::uint64_t server_errors = 0;    ///< error replies other than NOSCRIPT and the "unavailable" ones
+  std::uint64_t script_loads = 0;     ///< NOSCRIPT replies, each answered by SCRIPT LOAD and a retry
+  std::uint64_t refunds = 0;          ///< refund requests sent (refund(), or what a cancelled caller got)
+  std::uint64_t round_trips = 0;      ///< admission replies received
+  std::chrono::nanoseconds round_trip_last{0};   ///< request sent to reply settled, last admission
+  std::chrono::nanoseconds round_trip_total{0};  ///< mean = round_trip_total / round_trips
+  /// The longest admission round trip so far.
+  std::chrono::nanoseconds round_trip_max{0};
+  std::chrono::microseconds retry_after_last{0};  ///< the retry-after of the last denial, as Redis computed it
+};
+
+namespace detail {
+
+/// What a reply to a limiter's script says (see read_verdict in scripted_transport.hpp). Every script
+/// answers {allowed (1/0), retry_after (microseconds until the request would be allowed), available (what
+/// the model reads: the bucket's content in microseconds of refill, the window's free places, ...)}.
+struct verdict {
+  enum class kind : std::uint8_t { allowed, denied, no_script, unavailable, server_error };
+  kind what = kind::unavailable;
+  double retry_after_us = 0;  ///< denied: microseconds until the request would be allowed
+  double available_us = 0;    ///< allowed or denied: the third number of the reply (see the model)
+  std::string message;        ///< the server's error text (empty for a request that was never answered)
+};
+
+/// One request for the connection.
+struct message {
+  enum class kind : std::uint8_t { admission, refund, script_load, pause };
+  kind what = kind::admission;
+  std::uint64_t ticket = 0;  ///< admission: its verdict goes back to settle(ticket, ...)
+  std::int64_t n = 0;        ///< admission: units wanted; refund: units given back; pause: microseconds
+  std::int64_t extra = 0;    ///< pause: the jitter added to the release, microseconds
+  friend bool operator==(const message&, const message&) = default;
+};
+
+/// Messages gathered under the line's lock and sent after it. Inline room for the usual few.
+class message_list {
+ public:
+  void push(message m) {
+    if (size_ < inline_.size()) inline_[size_] = m;
+    else overflow_.push_back(m);
+    ++size_;
+  }
+  bool empty() const noexcept { return size_ == 0; }
+  std::size_t size() const noexcept { return size_; }
+  const message& operator[](std::size_t i) const noexcept {
+    return i < inline_.size() ? inline_[i] : overflow_[i - inline_.size()];
+  }
+  void clear() noexcept {
+    size_ = 0;
+    overflow_.clear();
+  }
+
+ private:
+  std::array<message, 4> inline_{};
+  std::vector<message> overflow_;
+  std::size_t size_ = 0;
+};
+
+/// The shortest text that reads back as `v`.
+inline std::string format_number(double v) {
+  std::array<char, 32> buffer{};
+  const auto result = std::to_chars(buffer.data(), buffer.data() + buffer.size(), v);
+  return std::string(buffer.data(), result.ptr);
+}
+
+/// Checks the options every shared limiter has (failure policy, window of requests, recheck, key parts):
+/// std::invalid_argument naming `type`, the field and the value.
+template <class Options>
+void validate_common(const Options& o, std::string_view type) {
+  const auto fail = [&](const std::string& what) { throw std::invalid_argument(std::string(type) + ": " + what); };
+  if (o.key.empty()) fail("key must not be empty");
+  if constexpr (requires { o.prefix; }) {
+    const auto braced = [](const std::string& s) { return s.find_first_of("{}") != std::string::npos; };
+    if (braced(o.key)) fail("key must not contain '{' or '}' (it becomes the hash tag), got \"" + o.key + "\"");
+    if (braced(o.prefix)) fail("prefix must not contain '{' or '}', got \"" + o.prefix + "\"");
+  }
+  if (!(o.fail_open_share > 0 && o.fail_open_share <= 1))
+    fail("fail_open_share must be in (0, 1], got " + format_number(o.fail_open_share));
+  if (o.max_in_flight < 1) fail("max_in_flight must be >= 1, got 0");
+  if (o.recheck_interval.count() < 0)
+    fail("recheck_interval must be >= 0, got " + std::to_string(o.recheck_interval.count()) + "ms");
+}
+
+/// A limiter's Redis key for `suffix`: prefix + "{" + key + "}" + suffix. The braces make `key` the hash
+/// tag, so every key of one limiter lives in one Redis Cluster slot (its script touches one slot).
+template <class Options>
+std::string tagged_key(const Options& o, std::string_view suffix) {
+  return o.prefix + "{" + o.key + "}" + std::string(suffix);
+}
+
+/// A limiter decided by a script, as a remote policy (rein/detail/remote_admission.hpp).
+///
+/// Asking: the first waiting op is sent (one admission message, a ticket) once the model says the server
+/// would admit it (`ready_at`) and the last denial's retry-after has passed; no more requests are in flight
+/// than the model's window (at least one, at most max_in_flight). A denial holds the line for the
+/// retry-after Redis computed when the denied op is the first waiting one; while such a hold (or the model's
+/// firm_until) lasts, a first waiting op whose deadline comes before its end fails at once with rein::errc::timed_out (Redis said it
+/// cannot be admitted by then). The model's own estimate (e.g. the bucket's refill) only delays asking: it
+/// is blind to other processes' refunds, so it fails nobody.
+///
+/// Failing: a verdict `unavailable` (no reply, or LOADING, BUSY ...) degrades the limiter for
+/// recheck_interval, and then until `link_up()` says the connection is back: meanwhile fail_closed fails each
+/// waiting op with errc::unavailable in line order, and fail_open admits by the model's local rule (after
+/// the model's firm_until).
+/// NOSCRIPT is answered by SCRIPT LOAD and the same admission (twice at most); any other error reply fails
+/// the op with errc::server_error.
+///
+/// Giving back: a verdict "allowed" for a ticket whose op left the line (cancelled, timed out, closed), and a
+/// revoked grant, send a refund of their units (best effort), if the model has something to give back.
+///
+/// The Model (one per limiter) holds what the replies taught about the server's state:
+///   using options_type; using snapshot_type (derived from shared_limiter_snapshot); using local_type
+///   Model(const options_type&, time_point now)   options already validated
+///   bool exceeds(n)                               n can never be admitted
+///   time_point ready_at(n, now)                   when the server would admit n, as last seen (min: now)
+///   time_point firm_until()                       before then nothing is admitted, for certain (min: none)
+///   std::size_t window(now)                       most requests worth having on the wire (>= 1)
+///   void learn(const verdict&, now)               an allowed or denied verdict
+///   std::int64_t refund_most()                    the largest refund worth sending (0: nothing to refund)
+///   std::optional<local_type> make_local(now)     fail_open's local rule (try_take, ready_at, refund)
+///   void fill(snapshot_type&, now)                its part of the snapshot
+template <class Clock, class Model>
+class scripted_admission {
+  using remote_step = rein::detail::remote_step;
+  using remote_settled = rein::detail::remote_settled;
+
+ public:
+  /// The public type, as messages name it.
+  static constexpr std::string_view type_name = Model::type_name;
+  static constexpr bool needs_time = true;
+  using time_point = typename Clock::time_point;
+  using duration = typename Clock::duration;
+  using outbox = message_list;
+  using model_type = Model;
+  using options_type = typename Model::options_type;
+  using snapshot_type = typename Model::snapshot_type;
+
+  /// `link_up` says whether the connection is up (read under the lock: it must be cheap and lock-free).
+  scripted_admission(options_type o, std::function<bool()> link_up, time_point now)
+      : options_(Model::validated(std::move(o))), model_(options_, now), link_up_(std::move(link_up)) {
+    if (options_.on_failure == failure_policy::fail_open) local_ = model_.make_local(now);
+  }
+
+  const options_type& options() const noexcept { return options_; }
+  Model& model() noexcept { return model_; }
+  const Model& model() const noexcept { return model_; }
+
+  // ---- admission_policy ----------------------------------------------------------------------------------
+
+  bool exceeds(std::size_t n) const noexcept { return model_.exceeds(n); }
+
+  /// Only a request for nothing is decided without Redis.
+  bool try_take(std::size_t n, time_point) const noexcept { return n == 0; }
+
+  /// For the first waiting op: when to offer it again. time_point::max() while only a verdict (a free place
+  /// in the window) can move it.
+  time_point ready_at(std::size_t n, time_point now) const {
+    if (!degraded_at(now)) {
+      const time_point at = remote_ready_at(n, now);
+      return at > now ? at : time_point::max();
+    }
+    if (!local_) return time_point::max();  // fail_closed: every waiting op fails at once
+    time_point wake = local_->ready_at(static_cast<std::int64_t>(n), now).value_or(time_point::max());
+    wake = std::max(wake, model_.firm_until());
+    if (degraded_until_ > now) wake = std::min(wake, degraded_until_);  // then Redis is asked again
+    return wake;
+  }
+
+  /// Redis decides, so no bound is known in advance; a denial's retry-after fails the deadlines before it.
+  std::optional<time_point> predict(std::size_t, std::size_t, time_point) const noexcept { return std::nullopt; }
+
+  void on_release(std::size_t, std::chrono::nanoseconds, outcome, time_point) noexcept {}  // nothing is held
+
+  /// A grant taken back before its handler ran: its units go back to Redis (a local one's to the local rule).
+  void on_revoke(std::size_t n, time_point now) noexcept { give_back(static_cast<std::int64_t>(n), now); }
+
+  // ---- remote_policy -------------------------------------------------------------------------------------
+
+  remote_step admit(rein::detail::wait_op* op, std::size_t count, time_point now) noexcept {
+    const auto n = static_cast<std::int64_t>(count);
+    if (n == 0) return remote_step::grant();
+    if (!degraded_at(now)) {
+      degraded_ = false;
+      const time_point firm = std::max(hold_until_, model_.firm_until());
+      if (firm > now && op->deadline_ns != rein::detail::no_deadline && rein::detail::to_ns_saturated(firm) > op->deadline_ns) {
+        return remote_step::fail(make_error_code(rein::errc::timed_out));  // Redis said: not by then
+      }
+      const time_point at = remote_ready_at(count, now);
+      if (in_flight_ >= model_.window(now) || at > now) return remote_step::wait();
+      const std::uint64_t ticket = first_ticket_ + tickets_.size();
+      try {
+        tickets_.push_back(pending{op, n, now, 0, false});
+        outbox_.push({message::kind::admission, ticket, n, 0});
+      } catch (...) {
+        if (tickets_.size() > ticket - first_ticket_) tickets_.pop_back();
+        return remote_step::fail(net::error::no_memory);
+      }
+      ++in_flight_;
+      return remote_step::sent(ticket);
+    }
+    if (!local_) {
+      ++stats_.unavailable_total;
+      return remote_step::fail(make_error_code(errc::unavailable));
+    }
+    if (model_.firm_until() > now) return remote_step::wait();  // e.g. a pause this process wrote
+    switch (local_->try_take(n, now)) {
+      case algo::take_result::denied: return remote_step::wait();
+      case algo::take_result::exceeds_capacity:
+        ++stats_.unavailable_total;
+        return remote_step::fail(make_error_code(errc::unavailable));
+      case algo::take_result::allowed: break;
+    }
+    ++stats_.local_admitted;
+    local_grants_ += n;
+    return remote_step::grant();
+  }
+
+  /// The verdict for `ticket` (every ticket gets exactly one, once: a reply, or `verdict{}` when the request
+  /// could not be sent or answered).
+  remote_settled settle(std::uint64_t ticket, const verdict& v, time_point now) {
+    using kind = verdict::kind;
+    pending& t = tickets_[static_cast<std::size_t>(ticket - first_ticket_)];
+    if (v.what != kind::unavailable || !v.message.empty()) record_round_trip(t, now);
+    if (v.what == kind::no_script && t.attempts < 2 && t.op != nullptr) {
+      // The server lost its scripts (SCRIPT FLUSH, a failover): load, then ask again, back to back.
+      ++t.attempts;
+      t.sent = now;
+      ++stats_.script_loads;
+      outbox_.push({message::kind::script_load, 0, 0, 0});
+      outbox_.push({message::kind::admission, ticket, t.n, 0});
+      return {t.op, remote_step::keep()};
+    }
+    rein::detail::wait_op* op = t.op;
+    const std::int64_t n = t.n;
+    retire(t);
+    learn(v, now);
+    pending_hold_.reset();
+    if (op == nullptr) {
+      if (v.what == kind::allowed) refund(n);
+      return {};
+    }
+    switch (v.what) {
+      case kind::allowed: return {op, remote_step::grant()};
+      case kind::denied:
+        pending_hold_ = rein::detail::add_saturated(now, from_us(v.retry_after_us));
+        return {op, remote_step::wait()};
+      case kind::unavailable: return {op, remote_step::wait()};  // the failure policy applies to it in line order
+      case kind::no_script:
+      case kind::server_error: break;
+    }
+    return {op, remote_step::fail(make_error_code(errc::server_error))};
+  }
+
+  /// After a denial: it holds the line only if its op is the first waiting one.
+  void on_denied(bool first_waiting) noexcept {
+    if (first_waiting && pending_hold_) hold_until_ = std::max(hold_until_, *pending_hold_);
+    pending_hold_.reset();
+  }
+
+  /// The op of `ticket` left the line: its verdict, when it comes, finds nobody (and refunds a grant).
+  void forget(std::uint64_t ticket) noexcept { tickets_[static_cast<std::size_t>(ticket - first_ticket_)].op = nullptr; }
+
+  /// Appends the messages gathered since the last call to `out`.
+  void take_outbox(message_list& out) noexcept {
+    if (outbox_.empty()) return;
+    if (out.empty()) {
+      std::swap(out, outbox_);
+    } else {
+      try {
+        for (std::size_t i = 0; i < outbox_.size(); ++i) out.push(outbox_[i]);
+      } catch (...) {  // not reached: the line takes the outbox once per locked step, into an empty batch
+      }
+    }
+    outbox_.clear();
+  }
+
+  // ---- The I/O object's other entry points --------------------------------------------------------------
+
+  /// Gives n units back to the server (at most the model's refund_most): one refund message, which ends the
+  /// hold of the last denial (the next admission, sent after the refund, asks again). Nothing for a model
+  /// with nothing to give back.
+  void refund(std::int64_t n) {
+    const std::int64_t most = model_.refund_most();
+    if (n <= 0 || most <= 0) return;
+    ++stats_.refunds;
+    outbox_.push({message::kind::refund, 0, std::min(n, most), 0});
+    hold_until_ = time_point::min();  // what the last denial said no longer holds: ask again (after the refund)
+  }
+
+  /// Queues a message that is not an admission (fire and forget, e.g. a pause).
+  void send(const message& m) { outbox_.push(m); }
+
+  /// A side request (refund, script load, pause) came back with an error.
+  void on_side_error() noexcept { ++stats_.server_errors; }
+
+  /// The policy's counters and state (the line adds its own statistics).
+  snapshot_type snapshot(time_point now) const {
+    snapshot_type s{};
+    static_cast<shared_limiter_snapshot&>(s) = stats_;
+    s.in_flight = in_flight_;
+    s.degraded = degraded_;
+    model_.fill(s, now);
+    return s;
+  }
+
+ private:
+  struct pending {
+    rein::detail::wait_op* op;  // null once its op left the line
+    std::int64_t n;
+    time_point sent;
+    std::uint8_t attempts;
+    bool done;
+  };
+
+  using micros = std::chrono::duration<double, std::micro>;
+
+  // A count of microseconds from a verdict as a duration of the clock: rounded up, saturated.
+  static duration from_us(double us) noexcept { return rein::detail::ceil_duration<duration>(micros(us)); }
+
+  bool degraded_at(time_point now) const { return degraded_ && !(now >= degraded_until_ && link_up_()); }
+
+  time_point remote_ready_at(std::size_t n, time_point now) const { return std::max(hold_until_, model_.ready_at(n, now)); }
+
+  void give_back(std::int64_t n, time_point now) noexcept {
+    try {
+      if (degraded_ && local_ && local_grants_ >= n) {  // most likely a local grant: the local rule's
+        local_grants_ -= n;
+        local_->refund(n, now);
+        return;
+      }
+      refund(n);
+    } catch (...) {  // best effort, as every refund: without memory for the message the units stay taken
+    }
+  }
+
+  void record_round_trip(const pending& t, time_point now) {
+    const auto rtt = std::chrono::duration_cast<std::chrono::nanoseconds>(std::max(now, t.sent) - t.sent);
+    ++stats_.round_trips;
+    stats_.round_trip_last = rtt;
+    stats_.round_trip_total += rtt;
+    stats_.round_trip_max = std::max(stats_.round_trip_max, rtt);
+  }
+
+  void retire(pending& t) noexcept {
+    t.done = true;
+    t.op = nullptr;
+    --in_flight_;
+    while (!tickets_.empty() && tickets_.front().done) {
+      tickets_.pop_front();
+      ++first_ticket_;
+    }
+  }
+
+  void learn(const verdict& v, time_point now) {
+    using kind = verdict::kind;
+    switch (v.what) {
+      case kind::allowed:
+      case kind::denied:
+        degraded_ = false;
+        local_grants_ = 0;
+        model_.learn(v, now);
+        if (v.what == kind::allowed) {
+          ++stats_.remote_allowed;
+          hold_until_ = time_point::min();
+        } else {
+          ++stats_.remote_denied;
+          stats_.retry_after_last = rein::detail::ceil_duration<std::chrono::microseconds>(micros(v.retry_after_us));
+        }
+        return;
+      case kind::unavailable:
+        degraded_ = true;
+        degraded_until_ = rein::detail::add_saturated(now, std::chrono::duration_cast<duration>(options_.recheck_interval));
+        return;
+      case kind::no_script:
+      case kind::server_error:
+        ++stats_.server_errors;
+        return;
+    }
+  }
+
+  options_type options_;
+  Model model_;
+  std::function<bool()> link_up_;
+  std::optional<typename Model::local_type> local_;
+  std::int64_t local_grants_ = 0;  // units the local rule granted since Redis last answered
+
+  std::deque<pending> tickets_;
+  std::uint64_t first_ticket_ = 0;  // the ticket of tickets_.front()
+  std::size_t in_flight_ = 0;       // tickets not yet settled, forgotten ones included
+  message_list outbox_;
+
+  time_point hold_until_ = time_point::min();
+  std::optional<time_point> pending_hold_;
+  bool degraded_ = false;
+  time_point degraded_until_{};
+
+  shared_limiter_snapshot stats_{};
+};
+
+}  // namespace detail
+}  // namespace rein::redis

@@ -1,0 +1,116 @@
+// The admission rule of rein::redis::shared_sliding_window, apart from any I/O: the scripted admission
+// (scripted_admission.hpp) with the sliding window's model of the server's state.
+#pragma once
+
+#include <rein/algo/sliding_window.hpp>
+#include <rein/config.hpp>
+#include <rein/redis/detail/scripted_admission.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+namespace rein::redis {
+
+/// Options of a shared_sliding_window. Every process sharing a window must use the same prefix, key, limit
+/// and window: Redis stores the admissions' stamps, and each call applies the caller's limit and window.
+struct shared_sliding_window_options {
+  /// The name of the window, the Redis hash tag: the keys are `prefix + "{" + key + "}:window"` (a sorted
+  /// set of admission stamps) and `... + ":window:seq"` (a counter naming them), both in one Cluster slot.
+  /// Not empty, no braces.
+  std::string key;
+  std::string prefix = "rein:";  ///< what the keys start with (no braces)
+  std::int64_t limit = 0;        ///< most admissions in any window, fleet-wide, in [1, 2^27]
+  /// The window's length, in (0, 1e9 s]. Redis keeps microseconds: a window of w admits at most `limit`
+  /// with stamps in any half-open interval (t - w, t].
+  std::chrono::milliseconds window{0};
+  /// What to do while Redis cannot be asked (see failure_policy).
+  failure_policy on_failure = failure_policy::fail_closed;
+  /// With fail_open: the local window's share of the limit, in (0, 1] (its limit is at least 1).
+  double fail_open_share = 1.0;
+  /// How many operations may wait their turn at once; one more completes with rein::errc::queue_full.
+  /// Operations whose request is on the wire do not count. Default: unbounded.
+  std::size_t max_waiters = std::numeric_limits<std::size_t>::max();
+  /// Most admission requests this limiter has on the wire at once (pipelined on its connection), >= 1.
+  std::size_t max_in_flight = 64;
+  /// After Redis was found unreachable, how long the failure policy applies before Redis is asked again
+  /// (once the connection is back). >= 0.
+  std::chrono::milliseconds recheck_interval{100};
+};
+
+/// A shared_sliding_window's counters and state, copied under its lock (see shared_limiter_snapshot).
+struct shared_sliding_window_snapshot : shared_limiter_snapshot {
+  /// Free places in the window as of the last reply (blind to other processes since); `limit` before the
+  /// first reply.
+  std::int64_t free = 0;
+};
+
+namespace detail {
+
+/// What the sliding window's replies teach: its free places after the decision (the script's third
+/// number), so no more requests go on the wire than there are places (at least one). A denial says when
+/// the oldest admission that must leave leaves; that is the scripted admission's hold.
+template <class Clock>
+class window_model {
+ public:
+  /// The public type, as messages name it.
+  static constexpr std::string_view type_name = "rein::redis::shared_sliding_window";
+  using options_type = shared_sliding_window_options;
+  using snapshot_type = shared_sliding_window_snapshot;
+  using local_type = algo::basic_sliding_window<Clock>;
+  using time_point = typename Clock::time_point;
+
+  /// The options, checked: std::invalid_argument naming the type, the field and the value.
+  static options_type validated(options_type o) {
+    constexpr std::string_view type = type_name;
+    const auto fail = [&](const std::string& what) { throw std::invalid_argument(std::string(type) + ": " + what); };
+    validate_common(o, type);
+    if (o.limit < 1 || o.limit > local_type::max_limit)
+      fail("limit must be in [1, 2^27] admissions, got " + std::to_string(o.limit));
+    if (o.window.count() < 1 || o.window > std::chrono::seconds(1'000'000'000))
+      fail("window must be in [1 ms, 1e9 s], got " + std::to_string(o.window.count()) + "ms");
+    return o;
+  }
+
+  window_model(const options_type& o, time_point) : options_(o), free_(o.limit) {}
+
+  bool exceeds(std::size_t n) const noexcept { return n > static_cast<std::uint64_t>(options_.limit); }
+
+  // Places free up as admissions leave, which only a denial's retry-after tells: no estimate of our own.
+  time_point ready_at(std::size_t, time_point) const noexcept { return time_point::min(); }
+  time_point firm_until() const noexcept { return time_point::min(); }
+
+  std::size_t window(time_point) const noexcept {
+    if (free_ >= static_cast<std::int64_t>(options_.max_in_flight)) return options_.max_in_flight;
+    return free_ < 1 ? 1 : static_cast<std::size_t>(free_);
+  }
+
+  void learn(const verdict& v, time_point) noexcept { free_ = static_cast<std::int64_t>(v.available_us); }
+
+  std::int64_t refund_most() const noexcept { return options_.limit; }
+
+  std::optional<local_type> make_local(time_point now) const {
+    const auto share = std::floor(static_cast<double>(options_.limit) * options_.fail_open_share);
+    const auto limit = std::max<std::int64_t>(1, static_cast<std::int64_t>(share));
+    return local_type(typename local_type::options{.limit = limit, .window = std::chrono::duration_cast<typename Clock::duration>(options_.window)}, now);
+  }
+
+  void fill(snapshot_type& s, time_point) const noexcept { s.free = free_; }
+
+ private:
+  options_type options_;
+  std::int64_t free_;  // free places as of the last reply
+};
+
+/// The shared sliding window's admission rule, as a remote policy (see scripted_admission).
+template <class Clock>
+using window_admission = scripted_admission<Clock, window_model<Clock>>;
+
+}  // namespace detail
+}  // namespace rein::redis
