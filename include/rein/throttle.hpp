@@ -647,8 +647,8 @@ class throttle_guard {
 
   void take(throttle_guard& other) noexcept {
     owner_ = std::exchange(other.owner_, nullptr);
-    held_ = std::move(other.held_);
-    other.held_ = holdings{};
+    held_ = std::move(other.held_);  // leaves other's handles and permits empty
+    other.held_.units = {};
     charge_ = other.charge_;
     admitted_at_ = other.admitted_at_;
     admitted_ = std::exchange(other.admitted_, false);
@@ -1139,13 +1139,21 @@ class throttle {
   // Everything now, in admission order (try_acquire, and every acquire's first attempt). Returns the
   // position of the stage that refused, or npos; what was taken stays in g (its owner gives it back).
   std::size_t try_all(guard& g) {
-    for (std::size_t i : at_rank<rank::gate>)
-      if (!try_at(i, g)) return i;
-    for (std::size_t i : at_rank<rank::per_key_concurrency>)
-      if (!try_at(i, g)) return i;
-    for (std::size_t i : at_rank<rank::global_concurrency>)
-      if (!try_at(i, g)) return i;
+    if (const std::size_t i = try_rank<rank::gate>(g); i != npos) return i;
+    if (const std::size_t i = try_rank<rank::per_key_concurrency>(g); i != npos) return i;
+    if (const std::size_t i = try_rank<rank::global_concurrency>(g); i != npos) return i;
     return take_rates(g, npos);
+  }
+
+  // Tries the stages of rank R in list order, unrolled at compile time (the fast path dispatches on no
+  // runtime position); the position of the first that refused, or npos.
+  template <rank R>
+  std::size_t try_rank(guard& g) {
+    std::size_t refused = npos;
+    [&]<std::size_t... K>(std::index_sequence<K...>) {
+      (void)((try_stage<at_rank<R>[K]>(g) || (refused = at_rank<R>[K], false)) && ...);
+    }(std::make_index_sequence<at_rank<R>.size()>{});
+    return refused;
   }
 
   // Pins each keyed stage's limiter for `key` (try mode): the position of a stage that could not make the
