@@ -18,6 +18,8 @@
 //       idiom_mutex_map_shared_ptr        a map of std::shared_ptr<semaphore> under a std::mutex (the pin is the
 //                                         shared_ptr copy), as a user writes a registry without eviction
 //       rein_keyed                        rein::keyed<rein::semaphore>::get, handle dropped
+//       rein_keyed_by_view                the same get given a std::string_view of the key (heterogeneous
+//                                         lookup: no std::string made; reports its operator new calls)
 //   keyed/get_new_key/...                 get() of a key not there, in steady state: the limiter is made, and
 //                                         the registry stays small because each new key evicts idle ones
 //       floor_make_semaphore              making and destroying one rein::semaphore (std::make_shared)
@@ -49,6 +51,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -344,6 +347,25 @@ void get_hit_rein(benchmark::State& state, const std::string& name, std::size_t 
   if (f.registry.snapshot().created_total != n) throw std::logic_error("keyed/get_hit: a lookup missed");
 }
 
+void get_hit_rein_view(benchmark::State& state, const std::string& name, std::size_t n) {
+  hit_registry& f = built<hit_registry>(n);
+  std::vector<std::string_view> views(f.keys.begin(), f.keys.end());
+  const std::size_t stride = stride_for(n);
+  std::size_t i = 0;
+  run_clock clock(state, name);
+  allocation_count allocs(name);
+  clock.start();
+  allocs.start();
+  for (auto _ : state) {
+    auto handle = f.registry.get(views[i]);
+    benchmark::DoNotOptimize(handle.get());
+    i = (i + stride) % n;
+  }
+  allocs.stop(state);
+  clock.stop();
+  if (f.registry.snapshot().created_total != n) throw std::logic_error("keyed/get_hit: a lookup missed");
+}
+
 // New keys come from a ring far larger than what stays alive, so each one is a miss.
 constexpr std::size_t new_key_ring = 1 << 16;
 
@@ -449,6 +471,7 @@ void keyed_benchmark(const std::string& name, std::size_t keys) {
     keyed_benchmark<get_hit_floor>(p + "floor_unordered_map_find", n);
     keyed_benchmark<get_hit_idiom>(p + "idiom_mutex_map_shared_ptr", n);
     keyed_benchmark<get_hit_rein>(p + "rein_keyed", n);
+    keyed_benchmark<get_hit_rein_view>(p + "rein_keyed_by_view", n);
     r.add_group({"keyed get() of an existing key, " + std::to_string(n) + " keys", p, p + "floor_unordered_map_find"});
   }
   const std::string p = "keyed/get_new_key/";

@@ -107,6 +107,27 @@ struct keyed_clock<Limiter> {
 
 }  // namespace detail
 
+/// rein::keyed's default hash: std::hash<Key>, except for std::string keys, which are hashed as
+/// std::string_view (transparent: `is_transparent`), so that a lookup by a view or a literal needs no
+/// std::string (C++20 heterogeneous lookup, P0919/P1690). Equal strings hash equal either way: the standard
+/// defines std::hash<std::string> as std::hash<std::string_view> of the same characters.
+template <class Key>
+struct key_hash : std::hash<Key> {};
+
+template <>
+struct key_hash<std::string> {
+  using is_transparent = void;
+  std::size_t operator()(std::string_view key) const noexcept { return std::hash<std::string_view>{}(key); }
+};
+
+/// rein::keyed's default key equality: std::equal_to<Key>, except for std::string keys, compared through
+/// std::equal_to<> (transparent, so a std::string_view is compared without being made a std::string).
+template <class Key>
+struct key_equal : std::equal_to<Key> {};
+
+template <>
+struct key_equal<std::string> : std::equal_to<> {};
+
 /// When a limiter may be dropped by rein::keyed: it must be indistinguishable from a new one (nobody waits,
 /// nothing is held or used up), so that dropping it and making it again later changes nothing a caller can
 /// observe, except counters.
@@ -187,6 +208,10 @@ struct idle_traits {
 ///                 rein::idle_traits understands; need not be movable.
 /// @tparam Key     the key (std::string by default), hashable with Hash.
 /// @tparam Mutex   std::mutex (default): safe from many threads; rein::null_mutex: one thread or strand only.
+/// @tparam Hash, KeyEqual  rein::key_hash and rein::key_equal by default. When both are transparent
+///                 (`is_transparent`, as the defaults are for std::string), the member functions take the
+///                 key as a `std::string_view` (key_view): a lookup of a live key makes no copy of it and
+///                 allocates nothing; only a new key is copied into the registry.
 ///
 /// @par Thread Safety
 /// With std::mutex, every member function may be called concurrently, except destruction; handles may be
@@ -195,16 +220,22 @@ struct idle_traits {
 /// @par Lifetime
 /// Not copyable or movable. Every handle must be gone before the keyed object is destroyed (asserted in debug
 /// builds); destroying it destroys every limiter (their waiters complete with operation_aborted).
-template <class Limiter, class Key = std::string, class Mutex = std::mutex, class Hash = std::hash<Key>,
-          class KeyEqual = std::equal_to<Key>>
+template <class Limiter, class Key = std::string, class Mutex = std::mutex, class Hash = key_hash<Key>,
+          class KeyEqual = key_equal<Key>>
 class keyed {
   struct entry;
+  static constexpr bool heterogeneous_ = std::is_same_v<Key, std::string> &&
+                                         requires { typename Hash::is_transparent; } &&
+                                         requires { typename KeyEqual::is_transparent; };
 
  public:
   /// The limiter made for each key.
   using limiter_type = Limiter;
   /// The key type.
   using key_type = Key;
+  /// How member functions take a key: `std::string_view` when the registry looks string keys up without
+  /// copying them (see Hash, KeyEqual), else `const Key&`.
+  using key_view = std::conditional_t<heterogeneous_, std::string_view, const Key&>;
   /// The executor that runs completion handlers without an associated executor of their own.
   using executor_type = typename Limiter::executor_type;
   /// The clock that times `keyed_options::idle_ttl`: the limiter's `clock_type`, else the steady clock.
@@ -297,22 +328,27 @@ class keyed {
   /// @throws whatever `Limiter(ex, args...)` throws (std::invalid_argument for bad options), checked here by
   ///         making one limiter and discarding it; the override is then not set.
   template <class... Args>
-  void set_override(const Key& key, Args&&... args) {
+  void set_override(key_view key, Args&&... args) {
     auto make = checked(factory_for(std::forward<Args>(args)...), executor_);
     std::lock_guard<Mutex> lock(mutex_);
-    overrides_.insert_or_assign(key, std::move(make));
+    if (auto it = overrides_.find(key); it != overrides_.end()) it->second = std::move(make);
+    else overrides_.emplace(Key(key), std::move(make));
   }
 
   /// Forgets `key`'s override (future limiters get the defaults). Returns whether there was one.
-  bool erase_override(const Key& key) {
+  bool erase_override(key_view key) {
     std::lock_guard<Mutex> lock(mutex_);
-    return overrides_.erase(key) != 0;
+    auto it = overrides_.find(key);
+    if (it == overrides_.end()) return false;
+    overrides_.erase(it);
+    return true;
   }
 
-  /// The limiter of `key`, made now if it is not alive.
+  /// The limiter of `key`, made now if it is not alive. A live key is found without copying it and without
+  /// allocating (for string keys under the default Hash and KeyEqual); a new key is copied once.
   /// @throws rein::system_error with errc::queue_full if `key` is new and max_keys are alive and busy; any
   ///         exception of the limiter's constructor.
-  handle get(const Key& key) {
+  handle get(key_view key) {
     error_code ec;
     handle h = get(key, ec);
     if (ec) throw system_error(ec, options_.name.empty() ? std::string("rein::keyed::get")
@@ -324,7 +360,7 @@ class keyed {
   const std::string& name() const noexcept { return options_.name; }
 
   /// As get(key), reporting a refusal through `ec` (errc::queue_full) and an empty handle.
-  handle get(const Key& key, error_code& ec) {
+  handle get(key_view key, error_code& ec) {
     ec = {};
     events pending(this);
     std::lock_guard<Mutex> lock(mutex_);
@@ -343,14 +379,14 @@ class keyed {
   }
 
   /// The limiter of `key` if it is alive; an empty handle otherwise. Never makes one.
-  handle find(const Key& key) {
+  handle find(key_view key) {
     std::lock_guard<Mutex> lock(mutex_);
     auto it = map_.find(key);
     return it == map_.end() ? handle() : used(it->second);
   }
 
   /// `key`'s limiter's snapshot, or nullopt if it is not alive (an evicted key reads as a fresh one would).
-  std::optional<snapshot_type> snapshot(const Key& key) const {
+  std::optional<snapshot_type> snapshot(key_view key) const {
     std::lock_guard<Mutex> lock(mutex_);
     auto it = map_.find(key);
     if (it == map_.end()) return std::nullopt;
@@ -389,7 +425,7 @@ class keyed {
   }
 
   /// Whether `key` has a live limiter.
-  bool contains(const Key& key) const {
+  bool contains(key_view key) const {
     std::lock_guard<Mutex> lock(mutex_);
     return map_.find(key) != map_.end();
   }
@@ -448,13 +484,13 @@ class keyed {
       }
     }
     void evicted(const Key& key) { add(event_kind::key_evicted, key); }
-    void refused(const Key& key) { add(event_kind::rejected, key); }
+    void refused(key_view key) { add(event_kind::rejected, key); }
 
    private:
-    void add(event_kind kind, const Key& key) {
+    void add(event_kind kind, key_view key) {
       if (!owner_->options_.observer) return;
       try {
-        items_.emplace_back(kind, key);
+        items_.emplace_back(kind, Key(key));
       } catch (...) {  // no memory for the event: the counters still have it
       }
     }
@@ -487,10 +523,10 @@ class keyed {
     return make;
   }
 
-  entry* create_locked(const Key& key) {
+  entry* create_locked(key_view key) {
     auto factory_it = overrides_.find(key);
     std::unique_ptr<Limiter> limiter = factory_it != overrides_.end() ? factory_it->second(executor_) : default_factory_(executor_);
-    auto [it, inserted] = map_.try_emplace(key);
+    auto [it, inserted] = map_.try_emplace(Key(key));  // the one copy of a new key
     (void)inserted;
     entry& e = it->second;
     e.limiter = std::move(limiter);

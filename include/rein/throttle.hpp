@@ -647,8 +647,8 @@ class throttle_guard {
 
   void take(throttle_guard& other) noexcept {
     owner_ = std::exchange(other.owner_, nullptr);
-    held_ = std::move(other.held_);
-    other.held_ = holdings{};
+    held_ = std::move(other.held_);  // leaves other's handles and permits empty
+    other.held_.units = {};
     charge_ = other.charge_;
     admitted_at_ = other.admitted_at_;
     admitted_ = std::exchange(other.admitted_, false);
@@ -844,10 +844,32 @@ class throttle {
     return acquire_until(key, rein::charge{}, deadline);
   }
   /// As acquire(key, c), failing with errc::timed_out unless every stage admits by `deadline`.
+  ///
+  /// The fast path (every stage admits at once) runs inside this one coroutine: no other coroutine, no
+  /// allocation beyond Asio's recycled frame of this one, and no copy of `key` (keyed stages look it up as a
+  /// view). Only a caller that must wait copies the key, once, so that the waits never depend on the
+  /// caller's string.
   net::awaitable<guard> acquire_until(std::string_view key, rein::charge c, time_point deadline) {
-    std::string k(key);
-    auto [ec, g] = co_await run<false>(k, c, deadline, nullptr);
-    if (ec) throw failure(ec, g.rejected_stage(), k);
+    guard g(this, c);
+    run_ctx x{deadline, nullptr};
+    std::string copy;
+    error_code failed;
+    try {
+      pin_all(g.held_, key, x);
+      if (try_all(g) != npos) {
+        give_back(g.held_);  // a refusal there took no rate units; the slots go back to be waited for
+        copy.assign(key);
+        key = copy;
+        co_await pass<false>(g, x);
+      }
+    } catch (const system_error& e) {
+      failed = e.code();
+    }
+    if (failed) {
+      count_failed(failed);
+      throw failure(failed, x.at, std::string(key));  // g gives back what it took
+    }
+    admit(g);
     co_return std::move(g);
   }
 
@@ -907,10 +929,14 @@ class throttle {
       return g;
     }
     count_refusal(kind_of(refused));
-    guard empty;
-    empty.rejected_at_ = kind_of(refused);
-    empty.rejected_stage_ = refused;
-    return empty;  // g's destructor gives back what the earlier stages took
+    // g itself becomes the empty guard (one object in every path, so that it is returned in place).
+    give_back(g.held_);
+    unpin(g.held_);
+    g.owner_ = nullptr;
+    g.charge_ = {};
+    g.rejected_at_ = kind_of(refused);
+    g.rejected_stage_ = refused;
+    return g;
   }
 
   /// The pause reject() applies when the upstream gave no usable Retry-After.
@@ -1113,13 +1139,21 @@ class throttle {
   // Everything now, in admission order (try_acquire, and every acquire's first attempt). Returns the
   // position of the stage that refused, or npos; what was taken stays in g (its owner gives it back).
   std::size_t try_all(guard& g) {
-    for (std::size_t i : at_rank<rank::gate>)
-      if (!try_at(i, g)) return i;
-    for (std::size_t i : at_rank<rank::per_key_concurrency>)
-      if (!try_at(i, g)) return i;
-    for (std::size_t i : at_rank<rank::global_concurrency>)
-      if (!try_at(i, g)) return i;
+    if (const std::size_t i = try_rank<rank::gate>(g); i != npos) return i;
+    if (const std::size_t i = try_rank<rank::per_key_concurrency>(g); i != npos) return i;
+    if (const std::size_t i = try_rank<rank::global_concurrency>(g); i != npos) return i;
     return take_rates(g, npos);
+  }
+
+  // Tries the stages of rank R in list order, unrolled at compile time (the fast path dispatches on no
+  // runtime position); the position of the first that refused, or npos.
+  template <rank R>
+  std::size_t try_rank(guard& g) {
+    std::size_t refused = npos;
+    [&]<std::size_t... K>(std::index_sequence<K...>) {
+      (void)((try_stage<at_rank<R>[K]>(g) || (refused = at_rank<R>[K], false)) && ...);
+    }(std::make_index_sequence<at_rank<R>.size()>{});
+    return refused;
   }
 
   // Pins each keyed stage's limiter for `key` (try mode): the position of a stage that could not make the
@@ -1132,16 +1166,34 @@ class throttle {
     return refused;
   }
 
+  // Pins every keyed stage's limiter for `key` (waiting mode): a failure throws (errc::queue_full), with
+  // x.at naming its stage.
+  void pin_all(holdings& h, std::string_view key, run_ctx& x) {
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      ((x.at = I, pin_one<I>(h, key, nullptr)), ...);
+    }(std::make_index_sequence<stage_count>{});
+    x.at = npos;
+  }
+
+  // The key as the registry of stage I takes it: the view itself when it looks string keys up without
+  // copying them (rein::keyed's default), else a copy.
+  template <std::size_t I>
+  static decltype(auto) key_for(std::string_view key) {
+    using registry = stage_type<I>;
+    if constexpr (std::is_same_v<typename registry::key_view, std::string_view>) return key;
+    else return typename registry::key_type(key);
+  }
+
   // Pins the stage at I (a keyed one) for `key`. Without `refused`, a failure throws (errc::queue_full).
   template <std::size_t I>
   bool pin_one(holdings& h, std::string_view key, std::size_t* refused) {
     if constexpr (keyed_[I]) {
       auto& registry = std::get<I>(refs_).stage();
       if (refused == nullptr) {
-        std::get<I>(h.handles) = registry.get(std::string(key));
+        std::get<I>(h.handles) = registry.get(key_for<I>(key));
       } else {
         error_code ec;
-        std::get<I>(h.handles) = registry.get(std::string(key), ec);
+        std::get<I>(h.handles) = registry.get(key_for<I>(key), ec);
         if (ec) {
           *refused = I;
           return false;
@@ -1428,10 +1480,7 @@ class throttle {
     error_code failed;
     try {
       check_cancelled<Bound>(x);
-      [&]<std::size_t... I>(std::index_sequence<I...>) {
-        ((x.at = I, pin_one<I>(g.held_, key, nullptr)), ...);
-      }(std::make_index_sequence<stage_count>{});
-      x.at = npos;
+      pin_all(g.held_, key, x);
       if (try_all(g) != npos) {
         give_back(g.held_);  // a refusal there took no rate units; the slots go back to be waited for
         co_await pass<Bound>(g, x);
@@ -1440,8 +1489,7 @@ class throttle {
       failed = e.code();
     }
     if (failed) {
-      failed_.fetch_add(1, std::memory_order_relaxed);
-      count_failure(failed);
+      count_failed(failed);
       guard empty;
       empty.rejected_at_ = kind_of(x.at);
       empty.rejected_stage_ = x.at;
@@ -1500,6 +1548,12 @@ class throttle {
     }
   }
   void count_rejection() noexcept { rejections_.fetch_add(1, std::memory_order_relaxed); }
+
+  // A waiting acquire that failed: in failed_total, and by its error.
+  void count_failed(const error_code& ec) noexcept {
+    failed_.fetch_add(1, std::memory_order_relaxed);
+    count_failure(ec);
+  }
 
   // A waiting acquire that failed, by its error (others count in failed_total only).
   void count_failure(const error_code& ec) noexcept {

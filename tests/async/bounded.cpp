@@ -3,6 +3,7 @@
 // ranges by reference and by value, validation, and a multi-threaded io_context.
 #include "support/async.hpp"
 #include "support/catch.hpp"
+#include "support/counting_new.hpp"
 
 #include <rein/bounded.hpp>
 #include <rein/testing/manual_clock.hpp>
@@ -21,42 +22,7 @@
 #include <thread>
 #include <vector>
 
-// Live heap blocks of the whole process, to show that memory does not grow with the input.
-namespace {
-std::atomic<long> live_blocks{0};
-}  // namespace
-
-// Every non-aligned form is replaced, so that no block allocated by one allocator is freed by the other
-// (sanitizers check the pairs).
-namespace {
-void* counted_malloc(std::size_t n) noexcept {
-  void* p = std::malloc(n == 0 ? 1 : n);
-  if (p != nullptr) live_blocks.fetch_add(1, std::memory_order_relaxed);
-  return p;
-}
-void counted_free(void* p) noexcept {
-  if (p == nullptr) return;
-  live_blocks.fetch_sub(1, std::memory_order_relaxed);
-  std::free(p);
-}
-}  // namespace
-
-void* operator new(std::size_t n) {
-  if (void* p = counted_malloc(n)) return p;
-  throw std::bad_alloc();
-}
-void* operator new[](std::size_t n) {
-  if (void* p = counted_malloc(n)) return p;
-  throw std::bad_alloc();
-}
-void* operator new(std::size_t n, const std::nothrow_t&) noexcept { return counted_malloc(n); }
-void* operator new[](std::size_t n, const std::nothrow_t&) noexcept { return counted_malloc(n); }
-void operator delete(void* p) noexcept { counted_free(p); }
-void operator delete[](void* p) noexcept { counted_free(p); }
-void operator delete(void* p, std::size_t) noexcept { counted_free(p); }
-void operator delete[](void* p, std::size_t) noexcept { counted_free(p); }
-void operator delete(void* p, const std::nothrow_t&) noexcept { counted_free(p); }
-void operator delete[](void* p, const std::nothrow_t&) noexcept { counted_free(p); }
+using rein_test::heap::live_blocks;  // of the whole process, to show that memory does not grow with the input
 
 namespace {
 

@@ -3,7 +3,10 @@
 #include "support/async.hpp"
 #include "support/catch.hpp"
 
+#include <rein/adaptive_limiter.hpp>
+#include <rein/algo/aimd.hpp>
 #include <rein/keyed.hpp>
+#include <rein/outcome.hpp>
 #include <rein/prometheus/collector.hpp>
 #include <rein/semaphore.hpp>
 #include <rein/throttle.hpp>
@@ -123,4 +126,49 @@ TEST_CASE("collector: a throttle's rejections by stage", "[prometheus]") {
   CHECK(metric(families, "rein_rejected_total", {{"limiter", "out"}, {"reason", "global"}})->counter.value == 1.0);
   CHECK(metric(families, "rein_acquired_total", {{"limiter", "out"}})->counter.value == 1.0);
   CHECK(metric(families, "rein_in_flight", {{"limiter", "out"}})->gauge.value == 1.0);
+}
+
+TEST_CASE("collector: an adaptive limiter's circuit state as a gauge, 0 closed, 1 half-open, 2 open",
+          "[prometheus]") {
+  rein_test::manual_clock_at_epoch epoch;
+  net::io_context io;
+  rein::algo::aimd_options at_floor;
+  at_floor.initial_limit = 1;
+  rein::adaptive_limiter_options o;
+  o.name = "upstream";
+  o.circuit.open_after = 3;  // three congestion outcomes at the floor in a row open it for 1 s
+  o.circuit.open_for = 1s;
+  rein::basic_adaptive_limiter<rein::algo::aimd, net::any_io_executor, manual_clock> limiter(io, at_floor, o);
+  rein::prometheus::collector c;
+  c.add(limiter);
+  auto state = [&] {
+    const auto families = c.Collect();
+    CHECK(find(families, "rein_circuit_state")->type == prometheus::MetricType::Gauge);
+    return metric(families, "rein_circuit_state", {{"limiter", "upstream"}})->gauge.value;
+  };
+
+  CHECK(state() == 0.0);
+  for (int i = 0; i < 3; ++i) {
+    rein::permit p = limiter.try_acquire();
+    REQUIRE(p);
+    p.complete(rein::outcome::congestion);
+  }
+  REQUIRE(limiter.circuit() == rein::circuit_state::open);
+  CHECK(state() == 2.0);
+  rein_test::advance_and_poll(io, 1s);
+  rein::permit probe = limiter.try_acquire();  // the first acquire after open_for sees it half-open
+  REQUIRE(probe);
+  REQUIRE(limiter.circuit() == rein::circuit_state::half_open);
+  CHECK(state() == 1.0);
+  probe.complete(rein::outcome::success);
+  REQUIRE(limiter.circuit() == rein::circuit_state::closed);
+  CHECK(state() == 0.0);
+}
+
+TEST_CASE("collector: limiters without a circuit export no circuit state", "[prometheus]") {
+  net::io_context io;
+  rein::semaphore sem(io, 1, {.name = "db"});
+  rein::prometheus::collector c;
+  c.add(sem);
+  CHECK(find(c.Collect(), "rein_circuit_state") == nullptr);
 }

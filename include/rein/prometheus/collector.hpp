@@ -41,6 +41,8 @@ namespace rein::prometheus {
 // | rein_utilisation_ratio          | gauge     | utilisation                                            |
 // | rein_tokens                     | gauge     | tokens                                                 |
 // | rein_paused                     | gauge     | paused (0 or 1)                                        |
+// | rein_circuit_state              | gauge     | an adaptive limiter's circuit: 0 closed, 1 half-open,  |
+// |                                 |           | 2 open (ordered by how much is refused)                |
 // | rein_wait_seconds               | histogram | wait (le = 1.024 us x 4^j, up to 73 min)              |
 // | rein_service_seconds            | histogram | service (adaptive limiters: grant to outcome)          |
 // | rein_keys                       | gauge     | a keyed registry's live keys                           |
@@ -240,6 +242,17 @@ class collector : public ::prometheus::Collectable {
   }
 
   // Whatever of the shared vocabulary the snapshot has.
+  // The value of rein_circuit_state: the states ordered by how much they refuse (closed admits by the limit,
+  // half-open admits only probes, open refuses all), so that max() over limiters or keys is the worst one
+  // and `> 0` means "not closed". A single gauge, as Prometheus' own client libraries export an enum whose
+  // values are ordered (a state set, one 0/1 series per state, would triple the series of every key).
+  template <class State>
+  static double circuit_value(State state) noexcept {
+    if (state == State::half_open) return 1.0;
+    if (state == State::open) return 2.0;
+    return 0.0;
+  }
+
   template <class Snapshot>
   static void export_snapshot(sink& out, const labels& l, const Snapshot& s) {
     if constexpr (requires { s.acquired_total; })
@@ -260,6 +273,9 @@ class collector : public ::prometheus::Collectable {
     if constexpr (requires { s.tokens; }) out.gauge("rein_tokens", "Tokens in the bucket now.", l, s.tokens);
     if constexpr (requires { s.paused; })
       out.gauge("rein_paused", "Whether a quota gate's pause is in effect (1) or not (0).", l, s.paused ? 1.0 : 0.0);
+    if constexpr (requires { s.circuit; })
+      out.gauge("rein_circuit_state", "An adaptive limiter's circuit: 0 closed, 1 half-open, 2 open.", l,
+                circuit_value(s.circuit));
     if constexpr (requires { s.wait.count(); })
       out.histogram("rein_wait_seconds", "Time from the acquire call to the grant.", l, s.wait);
     if constexpr (requires { s.service.count(); })
