@@ -9,7 +9,9 @@ namespace rein {
 ///
 /// Weighted requests keep head-of-line semantics in either order: the waiter at the head (the oldest in
 /// fifo, the newest in lifo) is served first, and waiters behind it wait even when their smaller request
-/// would fit, so a large request is never starved by small ones.
+/// would fit. In fifo order a large request is therefore never starved by small ones; in lifo order a
+/// newcomer that fits is served at once, ahead of a large waiter, which can then wait as long as small
+/// requests keep coming. The quota gate accepts fifo only (its jittered release follows arrival order).
 enum class queue_order : std::uint8_t {
   /// Oldest first (the default): every waiter is served in its turn.
   fifo,

@@ -130,14 +130,17 @@ struct line_doors {
     }
     if (self.core->name().empty())
       co_return co_await self.async_acquire_until(n, deadline, net::use_awaitable);
+    // Named before the wait: a limiter destroyed meanwhile completes it with operation_aborted, and its
+    // core (where the name lives) may be gone when this coroutine resumes.
+    const std::string who = describe(self.type, self.core->name());
     error_code ec;
     if constexpr (Core::with_permit) {
       permit p = co_await self.async_acquire_until(n, deadline, net::redirect_error(net::use_awaitable, ec));
-      if (ec) throw system_error(ec, describe(self.type, self.core->name()));
+      if (ec) throw system_error(ec, who);
       co_return p;
     } else {
       co_await self.async_acquire_until(n, deadline, net::redirect_error(net::use_awaitable, ec));
-      if (ec) throw system_error(ec, describe(self.type, self.core->name()));
+      if (ec) throw system_error(ec, who);
     }
   }
 

@@ -156,6 +156,8 @@ class limiter_core final : public permit_source,
         has_observer_(static_cast<bool>(options.observer)),
         name_(std::move(options.name)),
         observer_(std::move(options.observer)) {
+    // A remote line serves in fifo order and refuses the newest (its requests are pipelined in order).
+    assert(!remote || (!lifo_ && !evict_oldest_));
     if (has_observer_) last_observed_ = observe_now(Clock::now());
   }
 
@@ -580,7 +582,7 @@ class limiter_core final : public permit_source,
     if (!Policy::needs_time && (measure_wait_ || deadline != time_point::max())) now = Clock::now();
     const bool full = queue_.size() >= max_waiters_;
     if (full && (!evict_oldest_ || queue_.empty())) return reject_locked(op, wait_status::queue_full, done), false;
-    if (deadline != time_point::max() && (deadline <= now || cannot_meet(n, deadline, now)))
+    if (deadline != time_point::max() && (deadline <= now || cannot_meet(n, deadline, now, full)))
       return reject_locked(op, wait_status::timed_out, done), false;
     const bool first = queue_.empty();
     if (first) {
@@ -600,7 +602,9 @@ class limiter_core final : public permit_source,
     // changes neither (the common case under contention), so the timer needs no work if it is armed, or if
     // nothing can need it (no time-based policy, no deadline). Otherwise an arm that failed before (see
     // dispatch_locked) is retried here.
-    if (first || op->deadline_ns != no_deadline || !(timer_armed_ || (!Policy::needs_time && deadlines_.empty()))) {
+    // In lifo order a newcomer is the head, whose grant time the timer must serve.
+    if (first || lifo_ || op->deadline_ns != no_deadline ||
+        !(timer_armed_ || (!Policy::needs_time && deadlines_.empty()))) {
       try {
         arm_timer_locked(now);
       } catch (...) {
@@ -685,9 +689,12 @@ class limiter_core final : public permit_source,
     else return (void)n, (void)now, false;
   }
 
-  // In lifo order nobody will be ahead of a newcomer (the prediction is a lower bound either way).
-  bool cannot_meet(std::size_t n, time_point deadline, time_point now) const {
-    const std::optional<time_point> predicted = policy_.predict(lifo_ ? 0 : queued_units_, n, now);
+  // In lifo order nobody will be ahead of a newcomer, and a newcomer that evicts the oldest waiter will
+  // not wait behind it (the prediction is a lower bound either way).
+  bool cannot_meet(std::size_t n, time_point deadline, time_point now, bool evicting = false) const {
+    std::size_t ahead = lifo_ ? 0 : queued_units_;
+    if (evicting && !lifo_) ahead -= queue_.front()->count;
+    const std::optional<time_point> predicted = policy_.predict(ahead, n, now);
     return predicted && *predicted > deadline;
   }
 
