@@ -5,6 +5,7 @@
 #include <rein/config.hpp>
 #include <rein/detail/acquire_doors.hpp>
 #include <rein/detail/format.hpp>
+#include <rein/detail/invalid_option.hpp>
 #include <rein/detail/limiter_core.hpp>
 #include <rein/detail/quota_gate_policy.hpp>
 #include <rein/error.hpp>
@@ -72,7 +73,8 @@ struct quota_gate_options {
   /// acquire, pause or wake-up of waiters after it); see rein::limiter_observer. Default: none (no cost).
   limiter_observer observer{};
 
-  /// Which waiter is served first: queue_order::fifo (default) or lifo (newest first); see rein::queue_order.
+  /// Which waiter is served first: fifo only (the jittered release is spread in arrival order); lifo is
+  /// refused with std::invalid_argument.
   queue_order order = queue_order::fifo;
 
   /// What a full line does with one more waiter: refuse it (default) or evict the longest waiter, both with
@@ -175,7 +177,7 @@ class basic_quota_gate {
   /// @throws std::invalid_argument naming the field and value when an option is out of range.
   explicit basic_quota_gate(const executor_type& ex, const quota_gate_options& options = {})
       : tickets_(std::make_shared<tickets_type>()),
-        core_(ex, detail::line_options{options.max_waiters, true, options.name, options.observer, options.order,
+        core_(ex, detail::line_options{options.max_waiters, true, options.name, options.observer, validated_order(options),
                                         options.when_full},
               validated_max_pause(options), validated_jitter(options), validated_max_jitter(options),
               options.seed ? *options.seed : random_seed(), tickets_) {}
@@ -347,28 +349,33 @@ class basic_quota_gate {
     return (static_cast<std::uint64_t>(device()) << 32) ^ device();
   }
 
-  [[noreturn]] static void fail(const std::string& what) { throw std::invalid_argument("rein::quota_gate: " + what); }
+  template <class Value>
+  [[noreturn]] static void fail(std::string_view rule, Value got) {
+    detail::throw_invalid("rein::quota_gate", rule, detail::show(got));
+  }
 
-  static std::string show(double v) {
-    char buffer[32];
-    const auto result = std::to_chars(buffer, buffer + sizeof buffer, v);  // shortest form, locale-free
-    return std::string(buffer, result.ptr);
+  // The jittered release numbers a pause's waiters in arrival order, from the head: in lifo order the head
+  // is the newest, and every older waiter would be released at the batch's end at once.
+  static queue_order validated_order(const quota_gate_options& o) {
+    if (o.order != queue_order::fifo)
+      detail::throw_invalid("rein::quota_gate", "order must be fifo (its release is spread in arrival order)",
+                            to_string(o.order));
+    return o.order;
   }
 
   static duration validated_max_pause(const quota_gate_options& o) {
-    if (o.max_pause <= o.max_pause.zero()) fail("max_pause must be > 0, got " + std::to_string(o.max_pause.count()) + "ns");
+    if (o.max_pause <= o.max_pause.zero()) fail("max_pause must be > 0", o.max_pause);
     // A clock coarser than nanoseconds rounds the cap up to a whole tick.
     return std::chrono::ceil<duration>(o.max_pause);
   }
 
   static double validated_jitter(const quota_gate_options& o) {
-    if (!(o.jitter >= 0.0 && o.jitter <= 1.0)) fail("jitter must be in [0, 1], got " + show(o.jitter));
+    if (!(o.jitter >= 0.0 && o.jitter <= 1.0)) fail("jitter must be in [0, 1]", o.jitter);
     return o.jitter;
   }
 
   static std::chrono::nanoseconds validated_max_jitter(const quota_gate_options& o) {
-    if (o.max_jitter < o.max_jitter.zero())
-      fail("max_jitter must be >= 0, got " + std::to_string(o.max_jitter.count()) + "ns");
+    if (o.max_jitter < o.max_jitter.zero()) fail("max_jitter must be >= 0", o.max_jitter);
     return o.max_jitter;
   }
 

@@ -566,10 +566,10 @@ TEST_CASE("invalid options are rejected with the field and the value", "[quota_g
   };
   rein::quota_gate_options o;
   o.max_pause = 0s;
-  CHECK(message(o) == "rein::quota_gate: max_pause must be > 0, got 0ns");
+  CHECK(message(o) == "rein::quota_gate: max_pause must be > 0, got 0 ns");
   o = {};
   o.max_pause = -1s;
-  CHECK(message(o) == "rein::quota_gate: max_pause must be > 0, got -1000000000ns");
+  CHECK(message(o) == "rein::quota_gate: max_pause must be > 0, got -1000000000 ns");
   o = {};
   o.jitter = -0.5;
   CHECK(message(o) == "rein::quota_gate: jitter must be in [0, 1], got -0.5");
@@ -579,7 +579,10 @@ TEST_CASE("invalid options are rejected with the field and the value", "[quota_g
   CHECK(message(o) == "rein::quota_gate: jitter must be in [0, 1], got nan");
   o = {};
   o.max_jitter = -1ns;
-  CHECK(message(o) == "rein::quota_gate: max_jitter must be >= 0, got -1ns");
+  CHECK(message(o) == "rein::quota_gate: max_jitter must be >= 0, got -1 ns");
+  o = {};
+  o.order = rein::queue_order::lifo;
+  CHECK(message(o) == "rein::quota_gate: order must be fifo (its release is spread in arrival order), got lifo");
 }
 
 TEST_CASE("many threads pause, wait and poll the gate at once", "[quota_gate][threads]") {
