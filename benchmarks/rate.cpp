@@ -1,5 +1,5 @@
-// rein's rate limiters against their floors and against what a user writes today (issue 3, "Acceptance:
-// benchmarks"), side by side in one binary:
+// rein's rate limiters against their floors and against what a user writes today, side by side in
+// one binary:
 //
 //   rate/try_acquire/...        one synchronous check: rein::token_bucket (std::mutex), the single-threaded
 //                               variant (null_mutex), rein::sliding_window; the pure algo::token_bucket with a
@@ -13,7 +13,7 @@
 //                               the share of the clock read (an exact bucket must read the time on every take)
 //   rate/parked_100k/...        100,000 coroutines park on a bucket refilling at 1,000,000 tokens/s (and, to
 //                               show the herd, 100,000/s), real time, and are granted one token each: rein (one
-//                               timer for the whole line) against the seed 003 pattern (every waiter sleeps on
+//                               timer for the whole line) against the sleep-and-recheck pattern (every waiter sleeps on
 //                               its own timer until its token should be there, then re-checks). Counters: CPU ns
 //                               per grant, handlers run per grant, grants per second achieved. The burst is
 //                               1,000, more than arrives during a timer's wake-up latency (with a burst of 1 at
@@ -127,7 +127,7 @@ class naive_bucket {
     return false;
   }
 
-  /// Seed 003's acquire: sleep (outside the lock) until the token should be there, then check again.
+  /// The sleep-and-recheck acquire: sleep (outside the lock) until the token should be there, then check again.
   net::awaitable<void> acquire() {
     steady::duration wait{};
     if (try_take(wait)) co_return;

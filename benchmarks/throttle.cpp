@@ -462,7 +462,7 @@ void keyed_benchmark(const std::string& name, std::size_t keys) {
                     p + "idiom_by_hand", bound::at_most, 1.0, {}});
     }
   }
-  r.add_target({"throttle/acquire/4 stages: rein_throttle / the stages' own fast paths (issue target)",
+  r.add_target({"throttle/acquire/4 stages: rein_throttle / the stages' own fast paths (target)",
                 "throttle/acquire/4_stages/rein_throttle", "throttle/acquire/4_stages/floor_stage_try_acquire_sum",
                 bound::at_most, 1.5, {}});
 

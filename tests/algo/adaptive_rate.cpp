@@ -1,4 +1,4 @@
-// rein::algo::adaptive_rate: CUBIC rate adaptation on explicit times (issue 6), exact bucket admission, and a
+// rein::algo::adaptive_rate: CUBIC rate adaptation on explicit times, exact bucket admission, and a
 // deterministic run against a model of nginx's limit_req.
 #include "support/catch.hpp"
 

@@ -1,4 +1,4 @@
-// rein::algo::aimd: seed 000 step 2, acceptance cases 1-5 of issue 4.
+// rein::algo::aimd: the textbook rule's acceptance cases (growth, cuts, floor, ceiling, latency target).
 #include <rein/algo/aimd.hpp>
 #include <rein/algo/gradient.hpp>
 #include <rein/algo/limit_algorithm.hpp>
@@ -64,7 +64,7 @@ aimd make(double min, double initial, double max, double backoff = 0.75) {
 }  // namespace
 
 TEST_CASE("aimd: from 4, one round of fast successes takes the limit past 5 and one failure takes 20% off") {
-  aimd a{};  // initial 4, floor 1, ceiling 64 (the guide's), backoff 0.8
+  aimd a{};  // initial 4, floor 1, ceiling 64, backoff 0.8
   REQUIRE(a.limit() == 4.0);
   for (int i = 0; i < 4; ++i) a.on_sample(fast());
   REQUIRE(a.limit() < 5.0);  // four calls are one round at a limit of 4: +1/4, +1/4.25, ...

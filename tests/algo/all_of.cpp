@@ -51,7 +51,7 @@ TEST_CASE("all_of: 10 per second and 15 per hour, a request takes from both or f
   CHECK(limits.try_take(1, t0 + 1h) == allow);
 }
 
-TEST_CASE("all_of charges each limit its own count: requests and tokens per minute (seed 004)", "[all_of]") {
+TEST_CASE("all_of charges each limit its own count: requests and tokens per minute", "[all_of]") {
   // 3 requests per minute, exactly, and 1,000 tokens per minute with a full minute's burst.
   rein::algo::all_of limits{sliding_window({.limit = 3, .window = 1min}, t0),
                             token_bucket({.rate = 1000.0 / 60, .capacity = 1000}, t0)};

@@ -1,4 +1,4 @@
-// rein::algo::windowed_aimd and pid (seed 001), gradient (Gradient2 / Envoy) and vegas (Netflix VegasLimit).
+// rein::algo::windowed_aimd and pid, gradient (Gradient2 / Envoy) and vegas (Netflix VegasLimit).
 #include <rein/algo/gradient.hpp>
 #include <rein/algo/pid.hpp>
 #include <rein/algo/vegas.hpp>

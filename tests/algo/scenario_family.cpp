@@ -1,8 +1,8 @@
 // The generated family of upstreams (rein/testing/scenario_family.hpp): the generator is a pure function of
 // its seed, and rein's default adaptive limits are held to bounds over the family's worst case.
 //
-// Two tiers: seeds 1-100 (and 50 noisy ones) run in CI, about 5 s in a Debug build; seeds 1-1000, the
-// issue's count (and 200 noisy ones), take about 50 s in Debug (several minutes under the sanitizers) and
+// Two tiers: seeds 1-100 (and 50 noisy ones) run in CI, about 5 s in a Debug build; seeds 1-1000 (and
+// 200 noisy ones), take about 50 s in Debug (several minutes under the sanitizers) and
 // are tagged [.thorough]: run them by hand with `rein_tests_algo "[thorough]"`.
 // examples/adaptive_family prints the same figures as a table.
 #include <rein/algo/aimd.hpp>
@@ -76,7 +76,7 @@ void check_family(const char* name, const family& f, const bounds& b, Make make)
   CHECK(s.worst_recovery <= b.worst_recovery);
 }
 
-// The bounds are 5 % slow calls in every scenario, makespan <= 1.15x the oracle's (median) and
+// The bounds aimed at are 5 % slow calls in every scenario, makespan <= 1.15x the oracle's (median) and
 // <= 1.3x (worst), and <= 1.1x a fixed limit at the recovered capacity after a recovery. Measured over seeds
 // 1-1000 with the defaults (examples/adaptive_family): tuned_aimd 7.4 % / 1.207 / 1.802 / 1.063 / 1.505; the
 // start from 4 calls (the largest start that cannot burst past a hard limit of 4) and one round trip of

@@ -1,4 +1,4 @@
-// rein::algo::token_bucket: the acceptance cases of issue 3 (pure layer), exactness, extremes, accuracy.
+// rein::algo::token_bucket: its acceptance cases (pure layer), exactness, extremes, accuracy.
 #include "support/catch.hpp"
 
 #include <rein/algo/token_bucket.hpp>

@@ -1,4 +1,4 @@
-// rein::algo::tuned_aimd: seed 000 step 4, acceptance case 6 of issue 4 and the trace replay of its verify line.
+// rein::algo::tuned_aimd: its acceptance cases (baseline, one cut per round trip, growth guard) and a trace replay.
 #include <rein/algo/aimd.hpp>
 #include <rein/algo/tuned_aimd.hpp>
 
@@ -73,7 +73,7 @@ TEST_CASE("tuned_aimd: a slow call cuts by the calls queued ahead of it, at leas
   REQUIRE(t.decreases() == 2);
 }
 
-TEST_CASE("tuned_aimd: the guide's fixed hold ignores congestion for 40 ms after a cut") {
+TEST_CASE("tuned_aimd: a fixed hold ignores congestion for 40 ms after a cut") {
   tuned_aimd_options o;
   o.initial_limit = 16;
   o.backoff = 0.75;
@@ -197,7 +197,7 @@ TEST_CASE("tuned_aimd: slow calls stay out of the baseline, except those granted
   REQUIRE(*t.baseline() == 5e6);  // still 5 ms: 40 ms calls with 8 out are queueing, not normal
   REQUIRE(t.limit() == 1.0);      // one cut per round trip (40 ms), down to the floor
   for (int i = 0; i < 200; ++i) t.on_sample(ok(40ms, now += 40ms, 1));  // at the floor, one at a time
-  REQUIRE(*t.baseline() == 40e6);  // 40 ms with one call out is the new normal (seed 000, step 4)
+  REQUIRE(*t.baseline() == 40e6);  // 40 ms with one call out is the new normal
   REQUIRE(t.limit() > 1.0);        // and the limit grows again
 }
 
@@ -219,7 +219,7 @@ void replay(rein::algo::aimd& a, tuned_aimd& t, int from, int to, Latency latenc
 TEST_CASE("tuned_aimd vs aimd: occasional stalls cost one cut each instead of four") {
   rein::algo::aimd_options ao;
   ao.initial_limit = 8;
-  ao.latency_target = 20ms;  // the guide's basic rule: every slow call cuts
+  ao.latency_target = 20ms;  // the textbook rule: every slow call cuts
   ao.once_per_round_trip = false;
   rein::algo::aimd a{ao};
   tuned_aimd t = make(8);

@@ -1,5 +1,5 @@
-// rein::testing's degrading-upstream simulation (issue 4): the harness against the Python reference model
-// (../shared/reference/upstream_sim.py), then rein's default algorithms against the issue's targets.
+// rein::testing's degrading-upstream simulation: the harness against the figures of an independent model of the
+// same experiment (reproduced exactly), then rein's default algorithms against the experiment's targets.
 #include <rein/testing/upstream_sim.hpp>
 
 #include "support/catch.hpp"
@@ -105,7 +105,7 @@ TEST_CASE("simulation: past the hard cap calls fail; the oracle never lets a cal
   CHECK(r.peak_inside == 10);  // 2 calls a millisecond for 5 ms each: the demand never reaches 16
 }
 
-TEST_CASE("experiment A: fixed, aimd and the oracle reproduce the reference model exactly") {
+TEST_CASE("experiment A: fixed, aimd and the oracle reproduce the independent model exactly") {
   const auto rs = run_experiment(scenario::a());
   check(find(rs, "fixed(16)"), {1000, 0, 5ms, 65ms, 65ms, 500, 2298ms, "16.00", 0});
   check(find(rs, "aimd"), {991, 9, 5ms, 25ms, 60ms, 265, 1592ms, "3.83", 93});
@@ -113,7 +113,7 @@ TEST_CASE("experiment A: fixed, aimd and the oracle reproduce the reference mode
   CHECK(find(rs, "fixed(16)").peak_inside == 16);
 }
 
-TEST_CASE("experiment B: fixed, aimd and the oracle reproduce the reference model exactly") {
+TEST_CASE("experiment B: fixed, aimd and the oracle reproduce the independent model exactly") {
   const auto rs = run_experiment(scenario::b());
   check(find(rs, "fixed(16)"), {1000, 0, 5ms, 65ms, 65ms, 96, 747ms, "16.00", 0});
   check(find(rs, "aimd"), {991, 9, 5ms, 25ms, 60ms, 133, 882ms, "16.68", 40});
@@ -132,7 +132,7 @@ TEST_CASE("experiment B: rein's default tuned_aimd and gradient find the capacit
   check(find(rs, "gradient"), {1000, 0, 5ms, 10ms, 50ms, 50, 775ms, "16.58", 19});
 }
 
-TEST_CASE("experiment: rein's defaults meet issue 4's targets; the guide's AIMD stays within its figures") {
+TEST_CASE("experiment: rein's defaults meet the experiment's targets; the textbook AIMD stays within its figures") {
   const auto a = run_experiment(scenario::a());
   const auto b = run_experiment(scenario::b());
   const auto oracle_a = find(a, "oracle").makespan;
@@ -221,7 +221,7 @@ TEST_CASE("simulation: report::slow counts calls slower than twice their unloade
   const report r = simulate("fixed(16)", sixteen, scenario::a());
   CHECK(r.slow == 500);  // the same 500 calls that are slower than 10 ms at a 5 ms base
   CHECK(r.lowest_cut == std::numeric_limits<double>::infinity());
-  // The guide's AIMD cuts on every slow call: from 16, with 4 left, down to its floor of 1 (a quarter of 4).
+  // The textbook AIMD cuts on every slow call: from 16, with 4 left, down to its floor of 1 (a quarter of 4).
   rein::algo::aimd guide{experiment_aimd_options()};
   CHECK(simulate("aimd", guide, scenario::a()).lowest_cut == 0.25);
   // rein's tuned_aimd cuts by the calls queued ahead of the slow one: never below the capacity here.

@@ -1,8 +1,8 @@
-// Issue 4's degrading-upstream experiment run on the real async limiters (rein::semaphore for the fixed limit,
+// The degrading-upstream experiment run on the real async limiters (rein::semaphore for the fixed limit,
 // rein::basic_adaptive_limiter for the rest): every call is a coroutine that co_awaits acquire(), enters the
 // upstream model, waits for its service time and reports its outcome. Time is rein::testing::manual_clock,
 // moved event by event, so the run is exact and must equal the pure simulation (rein/testing/upstream_sim.hpp)
-// figure for figure, which itself reproduces ../shared/reference/upstream_sim.py.
+// figure for figure, which itself reproduces an independent model of the same experiment.
 //
 // Event order. The pure simulation orders events at one instant as: capacity change, then completions in the
 // order they were scheduled, then arrivals. Asio does not order timers that expire at the same instant, so the
@@ -338,9 +338,9 @@ TEST_CASE("degrading upstream, async, scenario B: every strategy equals the pure
   for (std::size_t i = 0; i < pure.size(); ++i) check_same(async[i], pure[i]);
 }
 
-TEST_CASE("degrading upstream, async, scenario A: the reference model's figures and rein's defaults") {
+TEST_CASE("degrading upstream, async, scenario A: the independent model's figures and rein's defaults") {
   const auto rs = run_async_experiment(scenario::a());
-  // ../shared/reference/upstream_sim.py: fixed p95 65 ms, makespan 2,298 ms; aimd p95 25 ms, 9 failures;
+  // The independent model: fixed p95 65 ms, makespan 2,298 ms; aimd p95 25 ms, 9 failures;
   // oracle p95 5 ms, makespan 879 ms.
   check_figures(find(rs, "fixed(16)"), {1000, 0, 5ms, 65ms, 65ms, 500, 2298ms, "16.00", 0});
   check_figures(find(rs, "aimd"), {991, 9, 5ms, 25ms, 60ms, 265, 1592ms, "3.83", 93});
@@ -358,7 +358,7 @@ TEST_CASE("degrading upstream, async, scenario B: the adaptive limiters find the
   check_figures(find(rs, "gradient"), {1000, 0, 5ms, 10ms, 50ms, 50, 775ms, "16.58", 19});
 }
 
-TEST_CASE("degrading upstream, async: tuned_aimd and gradient meet issue 4's targets with default options") {
+TEST_CASE("degrading upstream, async: tuned_aimd and gradient meet the experiment's targets with default options") {
   const auto a = run_async_experiment(scenario::a());
   const auto b = run_async_experiment(scenario::b());
   const auto oracle_a = find(a, "oracle").makespan;
@@ -381,8 +381,8 @@ TEST_CASE("degrading upstream, async: tuned_aimd and gradient meet issue 4's tar
   CHECK(aimd.failed < 20);
 }
 
-TEST_CASE("degrading upstream, async: the guide's tuned AIMD and Gradient2's settings equal the simulation too") {
-  // These keep the limit far above the in-flight count (the guide's tuned AIMD fails calls past the hard
+TEST_CASE("degrading upstream, async: a tuned textbook AIMD and Gradient2's settings equal the simulation too") {
+  // These keep the limit far above the in-flight count (that tuned AIMD fails calls past the hard
   // cap), so they exercise the in-flight-at-grant bookkeeping and congestion reports far more than rein's
   // defaults do.
   rein::algo::tuned_aimd_options t;

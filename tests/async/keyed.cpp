@@ -68,7 +68,7 @@ TEST_CASE("a key's limiter is made on first use from the defaults or the key's o
   CHECK(stats.created_total == 2);
 }
 
-TEST_CASE("seed 004: per-host caps hold under a mix of hosts", "[keyed]") {
+TEST_CASE("per-host caps hold under a mix of hosts", "[keyed]") {
   net::io_context io;
   per_key_semaphore limits(io, {}, 4);
   limits.set_override("slow-site.example", 1);

@@ -1,4 +1,4 @@
-// rein::quota_gate: issue 5's acceptance cases 1-3 on the manual clock, pauses that only extend, max_pause,
+// rein::quota_gate: its acceptance cases 1-3 on the manual clock, pauses that only extend, max_pause,
 // the stratified jitter of the release, deadlines, cancellation, max_waiters, close, destruction, completion
 // tokens, validation, and concurrent use from several threads.
 #include "support/async.hpp"

@@ -1,4 +1,4 @@
-// rein::semaphore: issue 2's acceptance cases 1-7, every completion token, every cancellation type at every
+// rein::semaphore: its acceptance cases 1-7, every completion token, every cancellation type at every
 // place in the line, deadlines on the manual clock, destruction, close, backpressure, statistics, and the
 // properties of the fast path (no scheduler trip, no stack growth). Case 8 is in semaphore_stress.cpp.
 #include "support/async.hpp"
@@ -95,7 +95,7 @@ const char* type_name(net::cancellation_type t) {
 
 }  // namespace
 
-// ---- acceptance cases 1-7 (issue 2), for the thread-safe and the single-threaded semaphore -------------
+// ---- acceptance cases 1-7, for the thread-safe and the single-threaded semaphore -------------
 
 TEMPLATE_TEST_CASE("case 1: a big request at the head is not overtaken by a smaller one behind it", "[semaphore]",
                    rein::semaphore, rein::single_thread_semaphore) {

@@ -1,4 +1,4 @@
-// rein::semaphore, issue 2 case 8: a randomized stress test. Thousands of coroutines on several threads
+// rein::semaphore, acceptance case 8: a randomized stress test. Thousands of coroutines on several threads
 // acquire random weights through every door (the coroutine fast path, deadlines, cancellation of every type
 // racing with grants, try_acquire, fire-and-forget callbacks), hold for a random while and give back.
 // Checked: at every step the holders never exceed the permits; at the end every permit is back, nobody

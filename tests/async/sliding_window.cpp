@@ -1,6 +1,6 @@
 // rein::sliding_window and rein::fixed_window (async layer), and rein::basic_rate_limiter over other pure
 // limits (all_of, the sliding window counter): grant times on the manual clock, deadlines judged at once,
-// re-timing of queued waiters, refunds, snapshots, the comparison with the token bucket of issue 3's case 9,
+// re-timing of queued waiters, refunds, snapshots, the comparison with the token bucket (a burst at a window edge),
 // and the fixed window as a keyed and a throttle stage.
 #include "support/catch.hpp"
 
@@ -118,7 +118,7 @@ std::size_t most_in_any_window(const std::vector<time_point>& starts, std::chron
 
 }  // namespace
 
-// ---- Issue 3, case 9 ------------------------------------------------------------------------------------
+// ---- The sliding window against the token bucket at a window edge ----------------------------------------
 
 TEST_CASE("case 9: 2 per 10 s grants waits from 0.00 .. 0.04 at 0.00, 0.01, 10.00, 10.01, 20.00; the bucket "
           "of the same average rate at 0, 0.01, 5, 10, 15",

@@ -1,4 +1,5 @@
-// The throttle guard: stage order, give-back on failure, try mode, 429 pauses, and issue 5's cases 4 and 5.
+// The throttle guard: stage order, give-back on failure, try mode, 429 pauses, and two composition cases
+// (try mode, and a key's backlog that holds no global slot).
 #include "support/asio.hpp"
 #include "support/catch.hpp"
 #include "support/checked_handler.hpp"
@@ -45,7 +46,7 @@ rein::quota_gate_options no_jitter() {
   return o;
 }
 
-// The stages of issue 5's cases: rate 100/s burst 100, global 10, per-key 1, gates without jitter.
+// The stages of those cases: rate 100/s burst 100, global 10, per-key 1, gates without jitter.
 struct stages {
   net::io_context io;
   rein::keyed<gate_type> gates{io.get_executor(), rein::keyed_options{}, no_jitter()};
@@ -85,7 +86,7 @@ double seconds_since_epoch() { return std::chrono::duration<double>(since_epoch(
 
 }  // namespace
 
-TEST_CASE("try mode: requests refused at the key stage consume nothing (issue 5 case 4)", "[throttle]") {
+TEST_CASE("try mode: requests refused at the key stage consume nothing", "[throttle]") {
   rein_test::manual_clock_at_epoch epoch;
   stages s;
   std::vector<rein::throttle_guard<decltype(s.throttle)>> admitted;
@@ -109,7 +110,7 @@ TEST_CASE("try mode: requests refused at the key stage consume nothing (issue 5 
   CHECK(snap.rejected_per_key == 19);
 }
 
-TEST_CASE("waiting mode: one key's backlog holds no global slot (issue 5 case 5)", "[throttle]") {
+TEST_CASE("waiting mode: one key's backlog holds no global slot", "[throttle]") {
   rein_test::manual_clock_at_epoch epoch;
   stages s;
   std::vector<double> k_admitted_at;

@@ -1,6 +1,6 @@
 // rein::throttle under stress: a randomized multi-threaded run on real time (no order of calls deadlocks, no
 // limit is ever exceeded, everything comes back, every handler runs once), and, on a manual clock, the
-// property that one key's backlog never holds the global slots other keys need (issue 5).
+// property that one key's backlog never holds the global slots other keys need.
 #include "support/asio.hpp"
 #include "support/catch.hpp"
 #include "support/manual_time.hpp"

@@ -1,4 +1,4 @@
-// rein::token_bucket (async layer): issue 3's acceptance cases on the manual clock, re-timing of queued
+// rein::token_bucket (async layer): its acceptance cases on the manual clock, re-timing of queued
 // waiters, refunds, snapshots, deadlines, cancellation, close, destruction, completion tokens, the single
 // timer (no thundering herd), long-run accuracy, and concurrent use from several threads.
 #include "support/catch.hpp"
@@ -132,7 +132,7 @@ void spawn(net::io_context& io, Awaitable coroutine) {
 
 }  // namespace
 
-// ---- Acceptance cases of issue 3 ----------------------------------------------------------------------------
+// ---- Acceptance cases --------------------------------------------------------------------------------------
 
 TEST_CASE("case 3: waits of 2, 2, 2 started at t0, t0, t3 complete at t0, t2, t4", "[token_bucket][acceptance]") {
   fixture f;

@@ -179,7 +179,7 @@ TEST_CASE("op_queue: FIFO with O(1) unlink at the front, middle and back", "[cor
 }
 
 TEST_CASE("a parked op costs 80 bytes plus its handler on a 64-bit target", "[core]") {
-  // The benchmark budget is 96 bytes per parked waiter beyond the coroutine frames (issue 2); a coroutine's
+  // The benchmark budget is 96 bytes per parked waiter beyond the coroutine frames; a coroutine's
   // handler is one pointer.
   if constexpr (sizeof(void*) == 8) CHECK(sizeof(wait_op) == 80);
   CHECK(sizeof(rein::detail::basic_wait_op<net::detail::awaitable_handler<net::any_io_executor, error_code, rein::permit>,

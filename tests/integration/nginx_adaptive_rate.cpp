@@ -1,4 +1,4 @@
-// Issue 6, point 3: a client that does not know the quota. rein's adaptive rate starts at 5 R; after the
+// A client that does not know the quota. rein's adaptive rate starts at 5 R; after the
 // first 2 seconds fewer than 5% of its requests get 429, and over the whole run it gets at least 0.8 R.
 #include "support/catch.hpp"
 #include "support/load.hpp"

@@ -1,4 +1,4 @@
-// Issue 6, point 4: nginx's limit_conn of C = 8 with 16 workers. rein's semaphore at C gets no 503; an AIMD
+// nginx's limit_conn of C = 8 with 16 workers. rein's semaphore at C gets no 503; an AIMD
 // limit starting at 16 converges to about C with few 503s after the first second. Without a limiter, most
 // requests get 503 (the contrast).
 #include "support/catch.hpp"

@@ -1,4 +1,4 @@
-// Issue 6, point 1 (the contrast): no limiter, 16 workers for 3 s against nginx's limit_req of R = 200/s.
+// The contrast: no limiter, 16 workers for 3 s against nginx's limit_req of R = 200/s.
 // Most requests above R are rejected with 429; nginx lets through about R per second.
 #include "support/catch.hpp"
 #include "support/load.hpp"

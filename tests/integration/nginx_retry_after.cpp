@@ -1,4 +1,4 @@
-// Issue 6, point 5: a 429 carrying Retry-After pauses every caller of that host through rein's quota gate:
+// A 429 carrying Retry-After pauses every caller of that host through rein's quota gate:
 // no request is sent to the host before the pause ends.
 #include "support/catch.hpp"
 #include "support/load.hpp"

@@ -1,4 +1,4 @@
-// Issue 6, point 2: rein's token bucket at 0.95 R with a burst no larger than nginx's keeps every request
+// rein's token bucket at 0.95 R with a burst no larger than nginx's keeps every request
 // under nginx's limit_req (zero 429s) while using the quota (at least 0.93 R achieved).
 #include "support/catch.hpp"
 #include "support/load.hpp"

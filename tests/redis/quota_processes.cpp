@@ -1,4 +1,4 @@
-// Several processes, one quota: the acceptance case. Four worker processes (fork/exec of
+// Several processes, one quota. Four worker processes (fork/exec of
 // tools/shared_worker.cpp) share a bucket of 200 per second with a burst of 20 for 5 seconds.
 #include "support.hpp"
 
