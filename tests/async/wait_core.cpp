@@ -778,3 +778,39 @@ TEST_CASE("a named limiter destroyed under a waiting coroutine fails it with its
   CHECK(code == net::error::operation_aborted);
   CHECK(what.rfind("rein::semaphore \"db\"", 0) == 0);
 }
+
+// A coroutine's executor is an any_io_executor; when it holds a strand, the grant must be posted through the
+// strand, not to the io_context underneath (before Asio 1.24, any_io_executor::target<T>() casts without
+// checking the type, so a strand looked like a plain io_context executor and its coroutines resumed off it).
+TEST_CASE("a coroutine on a strand resumes on its strand after a waited grant, a timeout and a cancellation",
+          "[core][executor]") {
+  rein_test::manual_clock_at_epoch epoch;
+  net::io_context io;
+  auto strand = net::make_strand(io);
+  manual_semaphore sem(io, 1);
+  rein::permit held = sem.try_acquire();
+  REQUIRE(held);
+  std::vector<bool> on_strand;
+  net::cancellation_signal cancel;
+  net::co_spawn(
+      strand,
+      [&]() -> net::awaitable<void> {
+        rein::permit p = co_await sem.async_acquire(1, net::use_awaitable);  // granted by the release below
+        on_strand.push_back(strand.running_in_this_thread());
+        auto [ec1, q] = co_await sem.async_acquire_for(1, 1ms, rein_test::as_tuple(net::use_awaitable));
+        on_strand.push_back(strand.running_in_this_thread() && ec1 == rein::errc::timed_out);
+        auto [ec2, r] = co_await sem.async_acquire(1,
+            net::bind_cancellation_slot(cancel.slot(), rein_test::as_tuple(net::use_awaitable)));
+        on_strand.push_back(strand.running_in_this_thread() && ec2 == net::error::operation_aborted);
+      },
+      net::detached);
+  poll(io);
+  held.release();
+  poll(io);
+  REQUIRE(on_strand.size() == 1);
+  rein_test::advance_and_poll(io, 1ms);
+  REQUIRE(on_strand.size() == 2);
+  net::post(strand, [&] { cancel.emit(net::cancellation_type::terminal); });
+  poll(io);
+  CHECK(on_strand == std::vector<bool>{true, true, true});
+}

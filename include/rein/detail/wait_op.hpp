@@ -53,6 +53,7 @@
 #include <limits>
 #include <memory>
 #include <type_traits>
+#include <typeinfo>
 #include <utility>
 
 namespace rein::detail {
@@ -60,11 +61,14 @@ namespace rein::detail {
 /// net::post(ex, f), unwrapping an any_io_executor that holds an io_context's executor first: posting to
 /// the wrapped executor means the same, and skips the polymorphic wrapper's property conversions and its
 /// type-erased function (a third of a handoff's cost). The common case: a coroutine's executor.
+/// The type is compared before target() is asked: before Asio 1.24, target<T>() casts whatever the wrapper
+/// holds, so a strand would be taken for its inner executor and its handlers run off the strand.
 template <class Executor, class Function>
 void post_unwrapped(const Executor& ex, Function&& f) {
 #if !defined(BOOST_ASIO_NO_TYPEID) && !defined(ASIO_NO_TYPEID)
   if constexpr (std::is_same_v<Executor, net::any_io_executor>) {
-    if (const auto* io = ex.template target<net::io_context::executor_type>()) {
+    if (ex && ex.target_type() == typeid(net::io_context::executor_type)) {
+      const auto* io = ex.template target<net::io_context::executor_type>();
       const auto target = net::prefer(net::require(*io, net::execution::blocking.never),
                                       net::execution::allocator(net::get_associated_allocator(f)));
 #if REIN_ASIO_VERSION < 102400
