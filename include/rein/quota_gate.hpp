@@ -33,7 +33,6 @@
 #endif
 
 #include <atomic>
-#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstddef>

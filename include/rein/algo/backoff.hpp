@@ -6,7 +6,6 @@
 #include <rein/detail/invalid_option.hpp>
 
 #include <algorithm>
-#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdint>

@@ -4,7 +4,6 @@
 
 #include <rein/detail/invalid_option.hpp>
 
-#include <charconv>
 #include <chrono>
 #include <concepts>
 #include <cstdint>

@@ -6,7 +6,6 @@
 #include <rein/detail/invalid_option.hpp>
 
 #include <array>
-#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstddef>
