@@ -221,7 +221,8 @@ class basic_adaptive_limiter {
   basic_adaptive_limiter(const executor_type& ex, const algorithm_options& algorithm = {},
                          adaptive_limiter_options options = {})
       : classify_(validated(std::move(options.classify))),
-        core_(detail::renaming_nested_errors(detail::describe("rein::adaptive_limiter", options.name), [&] {
+        // Worded at once: the name is moved from inside.
+        core_(detail::renaming_nested_errors({detail::describe("rein::adaptive_limiter", options.name)}, [&] {
           return detail::core_owner<core_type>(
               ex,
               detail::line_options{options.max_waiters, true, std::move(options.name), std::move(options.observer),
@@ -419,7 +420,7 @@ class basic_adaptive_limiter {
   /// @par Thread Safety
   /// As every member: may be called concurrently with acquires and releases.
   void set_options(const algorithm_options& o) {
-    detail::renaming_nested_errors(describe(), [&] {
+    detail::renaming_nested_errors(who(), [&] {
       core_->update_and_refuse([&o](policy_type& p, time_point) { p.algorithm.set_options(o); });
     });
   }
@@ -437,7 +438,7 @@ class basic_adaptive_limiter {
   ///
   /// @throws std::invalid_argument naming the field and value if `o` is invalid; nothing changed then.
   void set_circuit(const circuit_options& o) {
-    detail::renaming_nested_errors(describe(), [&] {
+    detail::renaming_nested_errors(who(), [&] {
       core_->update([&o](policy_type& p, time_point) { p.circuit.set_options(o); });
     });
   }
@@ -474,7 +475,7 @@ class basic_adaptive_limiter {
   }
 
  private:
-  std::string describe() const { return detail::describe("rein::adaptive_limiter", core_->name()); }
+  detail::named who() const noexcept { return {"rein::adaptive_limiter", core_->name()}; }
 
   static std::function<outcome(int)> validated(std::function<outcome(int)> classify) {
     if (!classify)

@@ -206,7 +206,7 @@ class basic_adaptive_rate_limiter : public basic_rate_limiter<algo::basic_adapti
   duration_histogram service_{};  // guarded by the limiter's lock (written in update, read in inspect)
 
   static limit_type make_limit(const options& o) {
-    return detail::renaming_errors("rein::algo::adaptive_rate", "rein::adaptive_rate_limiter",
+    return detail::renaming_errors("rein::algo::adaptive_rate", {"rein::adaptive_rate_limiter"},
                                    [&] { return limit_type(o, Clock::now()); });
   }
 };

@@ -219,7 +219,7 @@ class basic_fixed_window : public basic_rate_limiter<algo::basic_fixed_window<Cl
   template <class F>
   static decltype(auto) renamed(F&& f, std::string_view name = {}) {
     // A named limiter's errors name it too: rein::fixed_window "api": limit must be ...
-    return detail::renaming_errors("rein::algo::fixed_window", detail::describe("rein::fixed_window", name),
+    return detail::renaming_errors("rein::algo::fixed_window", {"rein::fixed_window", name},
                                    std::forward<F>(f));
   }
 

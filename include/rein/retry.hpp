@@ -245,13 +245,13 @@ class basic_retry_policy {
 
   /// @throws std::invalid_argument naming the field and value when a backoff or budget option is out of range.
   explicit basic_retry_policy(retry_options options = {})
-      : backoff_(detail::renaming_errors("rein::algo::backoff", detail::describe("rein::retry_policy", options.name),
+      : backoff_(detail::renaming_errors("rein::algo::backoff", {"rein::retry_policy", options.name},
                                          [&] { return algo::backoff(options.backoff); }, "backoff.")),
         random_(std::move(options.random)),
         state_(options.seed ? *options.seed : random_seed()),
         name_(std::move(options.name)) {
     if (!options.budget) return;
-    detail::renaming_errors("rein::algo::retry_budget", detail::describe("rein::retry_policy", name_),
+    detail::renaming_errors("rein::algo::retry_budget", {"rein::retry_policy", name_},
                             [&] { budget_.emplace(*options.budget); }, "budget.");
   }
 
@@ -286,7 +286,7 @@ class basic_retry_policy {
     // been charged to the budget or counted as a retry. (A retry the budget then refuses has still drawn its
     // jitter: a seeded sequence moves on.)
     const std::chrono::nanoseconds delay = detail::renaming_errors(
-        "rein::algo::backoff", detail::describe("rein::retry_policy", name_),
+        "rein::algo::backoff", {"rein::retry_policy", name_},
         [&] { return backoff_.delay(attempt_number, draw_locked(), result.retry_after()); });
     if (budget_ && !budget_->try_withdraw(Clock::now()))
       return stop_locked(retry_stop::budget_exhausted, stats_.budget_exhausted_total);

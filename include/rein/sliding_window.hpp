@@ -193,7 +193,7 @@ class basic_sliding_window : public basic_rate_limiter<algo::basic_sliding_windo
   template <class F>
   static decltype(auto) renamed(F&& f, std::string_view name = {}) {
     // A named limiter's errors name it too: rein::token_bucket "api": rate must be ...
-    return detail::renaming_errors("rein::algo::sliding_window", detail::describe("rein::sliding_window", name), std::forward<F>(f));
+    return detail::renaming_errors("rein::algo::sliding_window", {"rein::sliding_window", name}, std::forward<F>(f));
   }
 
   static limit_type make_window(const options& o) {

@@ -216,7 +216,7 @@ class basic_token_bucket : public basic_rate_limiter<algo::basic_token_bucket<Cl
   template <class F>
   static decltype(auto) renamed(F&& f, std::string_view name = {}) {
     // A named limiter's errors name it too: rein::token_bucket "api": rate must be ...
-    return detail::renaming_errors("rein::algo::token_bucket", detail::describe("rein::token_bucket", name), std::forward<F>(f));
+    return detail::renaming_errors("rein::algo::token_bucket", {"rein::token_bucket", name}, std::forward<F>(f));
   }
 
   static limit_type make_bucket(const options& o) {

@@ -36,6 +36,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -128,19 +129,20 @@ struct line_doors {
         }
       }
     }
-    if (self.core->name().empty())
+    if (!self.core->shared_name())
       co_return co_await self.async_acquire_until(n, deadline, net::use_awaitable);
-    // Named before the wait: a limiter destroyed meanwhile completes it with operation_aborted, and its
-    // core (where the name lives) may be gone when this coroutine resumes.
-    const std::string who = describe(self.type, self.core->name());
+    // The name is held before the wait: a limiter destroyed meanwhile completes it with operation_aborted,
+    // and its core may be gone when this coroutine resumes. It is worded only if the wait fails.
+    const std::shared_ptr<const std::string> name = self.core->shared_name();
+    const std::string_view type = self.type;
     error_code ec;
     if constexpr (Core::with_permit) {
       permit p = co_await self.async_acquire_until(n, deadline, net::redirect_error(net::use_awaitable, ec));
-      if (ec) throw system_error(ec, who);
+      if (ec) throw system_error(ec, describe(type, *name));
       co_return p;
     } else {
       co_await self.async_acquire_until(n, deadline, net::redirect_error(net::use_awaitable, ec));
-      if (ec) throw system_error(ec, who);
+      if (ec) throw system_error(ec, describe(type, *name));
     }
   }
 

@@ -45,12 +45,26 @@ inline std::string describe(std::string_view type, std::string_view name) {
   throw std::invalid_argument(message);
 }
 
+/// Who an error names: a type and, for a named object, its name. Worded (describe) only when an error is
+/// rethrown, so that a hot path that may rename an error builds no string until one comes.
+struct named {
+  std::string_view type;
+  std::string_view name = {};
+};
+
+/// Throws `std::invalid_argument("<who>: <field_path><rest>")`.
+[[noreturn]] inline void throw_renamed(named who, std::string_view field_path, std::string_view rest) {
+  std::string message = describe(who.type, who.name);
+  message.append(": ").append(field_path).append(rest);
+  throw std::invalid_argument(message);
+}
+
 /// Runs f; an std::invalid_argument whose message starts with "<from>: " is rethrown as
-/// "<to>: <field_path><the rest>", so that an I/O object's errors name the type the user wrote and, for a
+/// "<who>: <field_path><the rest>", so that an I/O object's errors name the type the user wrote and, for a
 /// nested options struct, the field's path ("rein::retry_policy: backoff.base must be > 0, got 0 ns").
 /// Other exceptions pass through unchanged.
 template <class F>
-decltype(auto) renaming_errors(std::string_view from, std::string_view to, F&& f, std::string_view field_path = {}) {
+decltype(auto) renaming_errors(std::string_view from, named who, F&& f, std::string_view field_path = {}) {
   try {
     return std::forward<F>(f)();
   } catch (const std::invalid_argument& e) {
@@ -58,17 +72,15 @@ decltype(auto) renaming_errors(std::string_view from, std::string_view to, F&& f
     if (what.size() < from.size() + 2 || what.substr(0, from.size()) != from ||
         what.substr(from.size(), 2) != ": ")
       throw;
-    std::string message(to);
-    message.append(": ").append(field_path).append(what.substr(from.size() + 2));
-    throw std::invalid_argument(message);
+    throw_renamed(who, field_path, what.substr(from.size() + 2));
   }
 }
 
 /// Runs f; an std::invalid_argument from one of rein's pure rules ("rein::algo::<rule>: <rest>") is rethrown
-/// as "<to>: <rule>.<rest>", naming the I/O object the user wrote and the nested options the rule took
+/// as "<who>: <rule>.<rest>", naming the I/O object the user wrote and the nested options the rule took
 /// ("rein::adaptive_limiter: aimd.backoff must be in (0, 1), got 2"). Other exceptions pass unchanged.
 template <class F>
-decltype(auto) renaming_nested_errors(std::string_view to, F&& f) {
+decltype(auto) renaming_nested_errors(named who, F&& f) {
   try {
     return std::forward<F>(f)();
   } catch (const std::invalid_argument& e) {
@@ -76,10 +88,8 @@ decltype(auto) renaming_nested_errors(std::string_view to, F&& f) {
     const std::string_view what = e.what();
     const std::size_t colon = what.find(": ");
     if (what.substr(0, pure.size()) != pure || colon == std::string_view::npos) throw;
-    std::string message(to);
-    message.append(": ").append(what.substr(pure.size(), colon - pure.size())).append(".");
-    message.append(what.substr(colon + 2));
-    throw std::invalid_argument(message);
+    const std::string field = std::string(what.substr(pure.size(), colon - pure.size())) + ".";
+    throw_renamed(who, field, what.substr(colon + 2));
   }
 }
 

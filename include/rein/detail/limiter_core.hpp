@@ -154,7 +154,7 @@ class limiter_core final : public permit_source,
         evict_oldest_(options.when_full == queue_full_policy::evict_oldest),
         measure_wait_(Policy::needs_time || options.measure_wait),
         has_observer_(static_cast<bool>(options.observer)),
-        name_(std::move(options.name)),
+        name_(options.name.empty() ? nullptr : std::make_shared<const std::string>(std::move(options.name))),
         observer_(std::move(options.observer)) {
     // A remote line serves in fifo order and refuses the newest (its requests are pipelined in order).
     assert(!remote || (!lifo_ && !evict_oldest_));
@@ -168,7 +168,14 @@ class limiter_core final : public permit_source,
   const Executor& get_executor() const noexcept { return executor_; }
 
   /// The name given in the options (empty if none).
-  const std::string& name() const noexcept { return name_; }
+  const std::string& name() const noexcept {
+    static const std::string none;
+    return name_ ? *name_ : none;
+  }
+
+  /// The same name, shared (null if none): it outlives the core for whoever keeps it, such as a coroutine
+  /// that names its error after a wait the core's destruction ended.
+  const std::shared_ptr<const std::string>& shared_name() const noexcept { return name_; }
 
   /// Takes n at once if nobody waits and the policy allows it. The fast path: no allocation, no scheduler.
   /// On success, `stamp` receives the grant time (nanoseconds since the clock's epoch; zero when the policy
@@ -474,7 +481,7 @@ class limiter_core final : public permit_source,
       if constexpr (remote) {
         if (!outbox.empty() && core_->transport_) core_->transport_->transmit(outbox);
       }
-      if (events && !events->empty()) events->deliver(core_->observer_, core_->name_);
+      if (events && !events->empty()) events->deliver(core_->observer_, core_->name());
       idle_work.reset();
     }
 
@@ -748,7 +755,7 @@ class limiter_core final : public permit_source,
     event_sink(const event_sink&) = delete;
     event_sink& operator=(const event_sink&) = delete;
     ~event_sink() {
-      if (events && !events->empty()) events->deliver(core_->observer_, core_->name_);
+      if (events && !events->empty()) events->deliver(core_->observer_, core_->name());
     }
     static constexpr bool observing = true;
     event_buffer& buffer() noexcept {
@@ -1008,7 +1015,7 @@ class limiter_core final : public permit_source,
   std::size_t in_flight_ops_ = 0;  // remote policies: queued ops whose request is out
   std::shared_ptr<transport_type> transport_;  // remote policies: where the outbox goes
   std::uint64_t revoked_grants_ = 0;  // grants taken back by a late cancellation (their histogram entry stays)
-  std::string name_;
+  std::shared_ptr<const std::string> name_;  // immutable; null when unnamed
   limiter_observer observer_;
   observed_state last_observed_{};
   mutable wait_stats stats_{};  // inspect brings `waiting` and the histogram's zeros up to date
