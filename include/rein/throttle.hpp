@@ -738,6 +738,13 @@ class throttle_guard {
 /// caller wakes. A sliding window's refund forgets its oldest start, not the one just taken, so the
 /// give-backs of steps 5 and 6 leave it a start that slides out with the window (never an overrun).
 ///
+/// Order: each stage serves its own line in its own order (FIFO by default), but the throttle as a whole is
+/// not first come, first served: a caller that gives its global slots back at step 5 or 6 rejoins the line
+/// behind those who came later, and callers of different keys pass the per-key stages independently, so
+/// calls can be admitted in another order than they arrived. Likewise a stage's own snapshot counts every
+/// pass through it: its acquired_total includes the permits a caller took, gave back at step 5 or 6 and
+/// took again, so it can exceed the throttle's acquired_total (one per guard handed out).
+///
 /// @par Errors
 /// A waiting acquire fails with errc::timed_out (one deadline covers every stage), errc::closed,
 /// errc::queue_full (a stage's waiting line is full, or too many keys), errc::exceeds_capacity (a charge no
