@@ -165,10 +165,53 @@ TEST_CASE("collector: an adaptive limiter's circuit state as a gauge, 0 closed, 
   CHECK(state() == 0.0);
 }
 
+TEST_CASE("collector: an adaptive limiter's circuit openings as a counter", "[prometheus]") {
+  rein_test::manual_clock_at_epoch epoch;
+  net::io_context io;
+  rein::algo::aimd_options at_floor;
+  at_floor.initial_limit = 1;
+  rein::adaptive_limiter_options o;
+  o.name = "upstream";
+  o.circuit.open_after = 3;
+  o.circuit.open_for = 1s;
+  rein::basic_adaptive_limiter<rein::algo::aimd, net::any_io_executor, manual_clock> limiter(io, at_floor, o);
+  rein::prometheus::collector c;
+  c.add(limiter);
+  auto opens = [&] {
+    const auto families = c.Collect();
+    CHECK(find(families, "rein_circuit_opens_total")->type == prometheus::MetricType::Counter);
+    return metric(families, "rein_circuit_opens_total", {{"limiter", "upstream"}})->counter.value;
+  };
+  auto congest = [&](int n) {
+    for (int i = 0; i < n; ++i) {
+      rein::permit p = limiter.try_acquire();
+      REQUIRE(p);
+      p.complete(rein::outcome::congestion);
+    }
+  };
+
+  CHECK(opens() == 0.0);
+  congest(3);
+  REQUIRE(limiter.circuit() == rein::circuit_state::open);
+  CHECK(opens() == 1.0);
+  rein_test::advance_and_poll(io, 1s);
+  congest(1);  // the half-open probe fails: the circuit opens again
+  REQUIRE(limiter.circuit() == rein::circuit_state::open);
+  CHECK(opens() == 2.0);
+  rein_test::advance_and_poll(io, 1s);
+  rein::permit probe = limiter.try_acquire();
+  REQUIRE(probe);
+  probe.complete(rein::outcome::success);
+  REQUIRE(limiter.circuit() == rein::circuit_state::closed);
+  CHECK(opens() == 2.0);  // closing does not count
+}
+
 TEST_CASE("collector: limiters without a circuit export no circuit state", "[prometheus]") {
   net::io_context io;
   rein::semaphore sem(io, 1, {.name = "db"});
   rein::prometheus::collector c;
   c.add(sem);
-  CHECK(find(c.Collect(), "rein_circuit_state") == nullptr);
+  const auto families = c.Collect();
+  CHECK(find(families, "rein_circuit_state") == nullptr);
+  CHECK(find(families, "rein_circuit_opens_total") == nullptr);
 }
