@@ -33,7 +33,7 @@
 // Wait histogram: a grant from the queue records its wait; grants made at once are added as zeros at the
 // next inspect (every grant ever made, revoked ones included, has exactly one entry: the histogram's count
 // catches up with acquired_total plus the revocations), so the fast path does no extra work. inspect hands
-// out the statistics themselves, not a copy (8.7 KB with the histogram).
+// out the statistics themselves, not a copy (a copy of the histogram allocates its blocks).
 //
 // Failure: an allocation failure while starting an acquire (the op, the cancellation slot, the timer wait,
 // the work guard) leaves everything as it was and propagates. Completion never throws: a completion that
