@@ -67,7 +67,7 @@ TEST_CASE("memory: an idle semaphore holds no heap memory for its histogram", "[
 
   CHECK(sizeof(rein::semaphore) <= 2 * sizeof(void*));  // a handle to the shared state
   CHECK(idle_histogram == 0);
-  CHECK(idle < 1024);   // the state with its histogram's 64 bytes; 9,544 bytes with the 8,712-byte one
+  CHECK(idle < 1536);   // the state with its histogram's 104 bytes; 9,544 bytes with the 8,712-byte one
   CHECK(holding == idle);  // the fast path allocates nothing
   CHECK(one_grant_histogram == 256);  // the zero wait, added at the snapshot: block 0
   CHECK(one_grant == idle + 256);
@@ -116,7 +116,7 @@ TEST_CASE("memory: a keyed registry of 10k semaphores", "[memory]") {
   const long destroyed = live_bytes.load() - before;
 
   CHECK(keys == 10'000);
-  CHECK(held / 10'000 < 1024);  // 87 MB in all with the 8,712-byte histogram inline
+  CHECK(held / 10'000 < 1536);  // 96 MB in all (9,648 bytes a key) with the 8,712-byte histogram inline
   CHECK(destroyed == 0);
   std::printf("memory: keyed<semaphore> with 10k keys: %ld heap bytes (%ld per key)\n", held, held / 10'000);
 }

@@ -28,7 +28,7 @@ namespace rein::algo {
 ///
 /// Memory: a block of 32 counters (256 bytes) exists only once a value fell in it; the blocks in use live in
 /// one heap array (ordered, found through a 64-bit mask of the blocks present), and the object itself is
-/// 64 bytes. An empty histogram holds no heap memory; one whose values span k blocks holds k * 256 bytes
+/// 104 bytes. An empty histogram holds no heap memory; one whose values span k blocks holds k * 256 bytes
 /// (allocated_bytes()); at most 34 blocks, 8,704 bytes, whatever is recorded. (The fixed layout this replaced
 /// held all 1,089 counters inline, 8,712 bytes in every limiter; rein's limiters record their waits, so a
 /// keyed registry of idle or fast keys paid that per key.) Values in an octave recorded for the first time
@@ -48,7 +48,7 @@ namespace rein::algo {
 /// Percentile rule: percentile(p) is the value at rank ceil(p / 100 * count()) (at least 1) in ascending
 /// order, the "nearest rank" definition HdrHistogram uses; percentile(100) is max().
 ///
-/// Recording is one count-leading-zeros, a shift, a population count and three additions (plus a block's
+/// Recording is one count-leading-zeros, a shift, a table look-up and three additions (plus a block's
 /// allocation the first time its octave is seen); merging adds bucket by bucket (histograms of several
 /// limiters or processes combine exactly, as HdrHistogram's add does).
 ///
@@ -94,11 +94,13 @@ class log_histogram {
     }
     std::copy(other.blocks_.get(), other.blocks_.get() + n, blocks_.get());
     mask_ = other.mask_;
+    at_ = other.at_;
   }
 
   /// Takes `other`'s blocks; `other` is left empty.
   log_histogram(log_histogram&& other) noexcept
-      : blocks_(std::move(other.blocks_)), mask_(std::exchange(other.mask_, 0)), count_(std::exchange(other.count_, 0)),
+      : blocks_(std::move(other.blocks_)), mask_(std::exchange(other.mask_, 0)), at_(std::exchange(other.at_, {})),
+        count_(std::exchange(other.count_, 0)),
         sum_(std::exchange(other.sum_, 0)), max_(std::exchange(other.max_, 0)),
         min_(std::exchange(other.min_, std::numeric_limits<std::uint64_t>::max())),
         overflow_(std::exchange(other.overflow_, 0)), lost_(std::exchange(other.lost_, 0)) {}
@@ -112,6 +114,7 @@ class log_histogram {
     if (this == &other) return *this;
     blocks_ = std::move(other.blocks_);
     mask_ = std::exchange(other.mask_, 0);
+    at_ = std::exchange(other.at_, {});
     count_ = std::exchange(other.count_, 0);
     sum_ = std::exchange(other.sum_, 0);
     max_ = std::exchange(other.max_, 0);
@@ -140,13 +143,12 @@ class log_histogram {
       return;
     }
     const std::size_t b = i / sub_buckets;
-    const std::uint64_t bit = std::uint64_t{1} << b;
-    const std::size_t at = blocks_in_use(mask_ & (bit - 1));
-    if ((mask_ & bit) == 0 && !insert_block(b, at)) {
+    std::size_t at = at_[b];
+    if (at == 0 && (at = insert_block(b)) == 0) {
       lost_ += n;
       return;
     }
-    blocks_[at][i % sub_buckets] += n;
+    blocks_[at - 1][i % sub_buckets] += n;
   }
 
   /// Durations recorded (bucketed or lost).
@@ -224,9 +226,8 @@ class log_histogram {
   /// The count in bucket `i` (< bucket_count).
   std::uint64_t bucket(std::size_t i) const noexcept {
     if (i == bucket_count - 1) return overflow_;
-    const std::uint64_t bit = std::uint64_t{1} << (i / sub_buckets);
-    if ((mask_ & bit) == 0) return 0;
-    return blocks_[blocks_in_use(mask_ & (bit - 1))][i % sub_buckets];
+    const std::size_t at = at_[i / sub_buckets];
+    return at == 0 ? 0 : blocks_[at - 1][i % sub_buckets];
   }
 
   /// Heap bytes held for counters: block_bytes for each block in use (the array's own malloc overhead
@@ -274,6 +275,7 @@ class log_histogram {
         }
         blocks_ = std::move(merged);
         mask_ = both;
+        number_blocks();
       }
     }
     if (both == mask_) {
@@ -322,25 +324,36 @@ class log_histogram {
     return std::chrono::nanoseconds(static_cast<std::int64_t>(std::min(v, most)));
   }
 
-  // Grows the array by a zeroed block `b` at position `at` (the blocks present below b); false when out of
-  // memory (nothing changed).
-  bool insert_block(std::size_t b, std::size_t at) noexcept {
+  // Grows the array by a zeroed block `b`; returns at_[b], or 0 when out of memory (nothing changed).
+  std::size_t insert_block(std::size_t b) noexcept {
     const std::size_t n = blocks_in_use(mask_);
+    const std::uint64_t bit = std::uint64_t{1} << b;
+    const std::size_t at = blocks_in_use(mask_ & (bit - 1));
     std::unique_ptr<block[]> grown(new (std::nothrow) block[n + 1]);
-    if (!grown) return false;
+    if (!grown) return 0;
     std::copy(blocks_.get(), blocks_.get() + at, grown.get());
     grown[at] = block{};
     std::copy(blocks_.get() + at, blocks_.get() + n, grown.get() + at + 1);
     blocks_ = std::move(grown);
-    mask_ |= std::uint64_t{1} << b;
-    return true;
+    mask_ |= bit;
+    number_blocks();
+    return at_[b];
+  }
+
+  // at_ from mask_.
+  void number_blocks() noexcept {
+    at_.fill(0);
+    std::uint8_t k = 0;
+    for (std::uint64_t m = mask_; m != 0; m &= m - 1) at_[static_cast<std::size_t>(std::countr_zero(m))] = ++k;
   }
 
   // Invariant: blocks_ holds popcount(mask_) blocks, block b (buckets [32b, 32b + 32)) at position
-  // popcount(mask_ & ((1 << b) - 1)); a block not in mask_ is all zeros; count_ = sum of every bucket +
-  // overflow_ + lost_.
+  // popcount(mask_ & ((1 << b) - 1)), which at_[b] holds plus one (0: absent; a table, so that recording
+  // needs no population count, a library call without -mpopcnt); a block not in mask_ is all zeros;
+  // count_ = sum of every bucket + overflow_ + lost_.
   std::unique_ptr<block[]> blocks_;
   std::uint64_t mask_ = 0;
+  std::array<std::uint8_t, block_count> at_{};
   std::uint64_t count_ = 0;
   std::uint64_t sum_ = 0;
   std::uint64_t max_ = 0;
