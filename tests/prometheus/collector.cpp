@@ -24,6 +24,23 @@ namespace net = rein::net;
 using rein_test::manual_clock;
 using timed_semaphore = rein::basic_semaphore<net::any_io_executor, manual_clock>;
 
+using circuit_aimd = rein::basic_adaptive_limiter<rein::algo::aimd, net::any_io_executor, manual_clock>;
+
+rein::algo::aimd_options floor_of_one() {
+  rein::algo::aimd_options at_floor;
+  at_floor.initial_limit = 1;
+  return at_floor;
+}
+
+// Named "upstream"; three congestion outcomes at the floor in a row open its circuit for 1 s.
+rein::adaptive_limiter_options circuit_options() {
+  rein::adaptive_limiter_options o;
+  o.name = "upstream";
+  o.circuit.open_after = 3;
+  o.circuit.open_for = 1s;
+  return o;
+}
+
 const prometheus::MetricFamily* find(const std::vector<prometheus::MetricFamily>& families, const std::string& name) {
   for (const auto& f : families)
     if (f.name == name) return &f;
@@ -132,13 +149,7 @@ TEST_CASE("collector: an adaptive limiter's circuit state as a gauge, 0 closed, 
           "[prometheus]") {
   rein_test::manual_clock_at_epoch epoch;
   net::io_context io;
-  rein::algo::aimd_options at_floor;
-  at_floor.initial_limit = 1;
-  rein::adaptive_limiter_options o;
-  o.name = "upstream";
-  o.circuit.open_after = 3;  // three congestion outcomes at the floor in a row open it for 1 s
-  o.circuit.open_for = 1s;
-  rein::basic_adaptive_limiter<rein::algo::aimd, net::any_io_executor, manual_clock> limiter(io, at_floor, o);
+  circuit_aimd limiter(io, floor_of_one(), circuit_options());
   rein::prometheus::collector c;
   c.add(limiter);
   auto state = [&] {
@@ -168,13 +179,7 @@ TEST_CASE("collector: an adaptive limiter's circuit state as a gauge, 0 closed, 
 TEST_CASE("collector: an adaptive limiter's circuit openings as a counter", "[prometheus]") {
   rein_test::manual_clock_at_epoch epoch;
   net::io_context io;
-  rein::algo::aimd_options at_floor;
-  at_floor.initial_limit = 1;
-  rein::adaptive_limiter_options o;
-  o.name = "upstream";
-  o.circuit.open_after = 3;
-  o.circuit.open_for = 1s;
-  rein::basic_adaptive_limiter<rein::algo::aimd, net::any_io_executor, manual_clock> limiter(io, at_floor, o);
+  circuit_aimd limiter(io, floor_of_one(), circuit_options());
   rein::prometheus::collector c;
   c.add(limiter);
   auto opens = [&] {
