@@ -421,6 +421,8 @@ void register_timing(reactor mode) {
   contended_benchmark<ts_semaphore>(on(contended, mode, "rein_semaphore"), mode);
   contended_benchmark<st_untimed>(on(contended, mode, "rein_single_thread_semaphore_untimed"), mode);
   contended_benchmark<ts_untimed>(on(contended, mode, "rein_semaphore_untimed"), mode);
+  contended_benchmark<st_observed>(on(contended, mode, "rein_single_thread_semaphore_observed"), mode);
+  contended_benchmark<ts_observed>(on(contended, mode, "rein_semaphore_observed"), mode);
   contended_benchmark<st_lifo>(on(contended, mode, "rein_single_thread_semaphore_lifo"), mode);
   contended_benchmark<ts_lifo>(on(contended, mode, "rein_semaphore_lifo"), mode);
   contended_benchmark<channel_try_first>(on(contended, mode, "channel_try_send_then_async_send"), mode);
@@ -497,6 +499,24 @@ void register_summary() {
                  c_on + ch, c_on + "rein_single_thread_semaphore_untimed", bound::at_least, 1);
     ratio_target(std::string("contended, reactor on: concurrent_") + ch + " / semaphore, measure_wait off",
                  c_on + "concurrent_" + ch, c_on + "rein_semaphore_untimed", bound::at_least, 1);
+  }
+
+  // An observer set against none, side by side: what the observability model costs when it is used (a
+  // handoff with an observer compares the policy's observed state under the lock; a semaphore's reports no
+  // event here) and, by the same rows' ratio to the instruction count of a build without it, when not.
+  for (reactor mode : {reactor::on, reactor::off}) {
+    const std::string c = contended + to_string(mode) + "/";
+    for (const char* sem : {"rein_single_thread_semaphore", "rein_semaphore"}) {
+      ratio_target(std::string("contended, ") + to_string(mode) + ": " + sem + ", observer set / none",
+                   c + sem + "_observed", c + sem, bound::at_most, 1.10);
+    }
+  }
+  for (const std::string& u_mode : {uncontended + "reactor_on/", uncontended + "reactor_off/"}) {
+    for (const char* sem : {"rein_single_thread_semaphore", "rein_semaphore"}) {
+      ratio_target("uncontended, " + u_mode.substr(uncontended.size(), u_mode.size() - uncontended.size() - 1) +
+                       ": " + sem + ", observer set / none",
+                   u_mode + sem + "_observed", u_mode + sem, bound::at_most, 1.10);
+    }
   }
 
   for (const char* sem : {"rein_single_thread_semaphore", "rein_semaphore", "rein_semaphore_cancellable"}) {
