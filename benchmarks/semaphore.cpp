@@ -421,6 +421,8 @@ void register_timing(reactor mode) {
   contended_benchmark<ts_semaphore>(on(contended, mode, "rein_semaphore"), mode);
   contended_benchmark<st_untimed>(on(contended, mode, "rein_single_thread_semaphore_untimed"), mode);
   contended_benchmark<ts_untimed>(on(contended, mode, "rein_semaphore_untimed"), mode);
+  contended_benchmark<st_observed>(on(contended, mode, "rein_single_thread_semaphore_observed"), mode);
+  contended_benchmark<ts_observed>(on(contended, mode, "rein_semaphore_observed"), mode);
   contended_benchmark<st_lifo>(on(contended, mode, "rein_single_thread_semaphore_lifo"), mode);
   contended_benchmark<ts_lifo>(on(contended, mode, "rein_semaphore_lifo"), mode);
   contended_benchmark<channel_try_first>(on(contended, mode, "channel_try_send_then_async_send"), mode);
@@ -497,6 +499,19 @@ void register_summary() {
                  c_on + ch, c_on + "rein_single_thread_semaphore_untimed", bound::at_least, 1);
     ratio_target(std::string("contended, reactor on: concurrent_") + ch + " / semaphore, measure_wait off",
                  c_on + "concurrent_" + ch, c_on + "rein_semaphore_untimed", bound::at_least, 1);
+  }
+
+  // An observer set against none, side by side: each variant of a semaphore (observed, untimed, lifo) as a
+  // multiple of the plain one. With an observer, each locked section compares the policy's observed state
+  // with the last one seen (a semaphore's handoff changes none, so no event is delivered); with none, the
+  // cost is a test of a bool per path (benchmarks/handoff/instructions.sh counts it without timing noise).
+  for (const std::string& group : {uncontended, contended}) {
+    for (reactor mode : {reactor::on, reactor::off}) {
+      const std::string g = group + to_string(mode) + "/";
+      for (const char* sem : {"rein_single_thread_semaphore", "rein_semaphore"}) {
+        r.add_group({std::string(sem) + " variants against " + sem + ", " + g, g + sem, g + sem});
+      }
+    }
   }
 
   for (const char* sem : {"rein_single_thread_semaphore", "rein_semaphore", "rein_semaphore_cancellable"}) {

@@ -5,12 +5,14 @@
 //
 //   rein_handoff_count <idiom> <iterations> [reactor: 0|1, default 1]
 //   idioms: floor, single_thread_semaphore, semaphore, single_thread_semaphore_untimed, semaphore_untimed,
+//           single_thread_semaphore_observed, semaphore_observed (an observer set that counts events),
 //           channel_async_send, channel_try_send_then_async_send, concurrent_channel_async_send,
 //           concurrent_channel_try_send_then_async_send
 #include "../support/channel_semaphore.hpp"
 #include "../support/floors.hpp"
 
 #include <rein/config.hpp>
+#include <rein/observer.hpp>
 #include <rein/permit.hpp>
 #include <rein/semaphore.hpp>
 
@@ -32,6 +34,7 @@
 #include <cstdlib>
 #include <optional>
 #include <string>
+#include <utility>
 
 namespace {
 
@@ -78,9 +81,13 @@ void run_channel(net::io_context& io) {
   run(io, sem, [](auto& s) { return channel_loop(s); });
 }
 
+long observed_events = 0;
+
 template <class Sem>
-void run_rein(net::io_context& io, bool measure_wait) {
-  Sem sem(io.get_executor(), permits, {.measure_wait = measure_wait});
+void run_rein(net::io_context& io, bool measure_wait, bool observed = false) {
+  rein::limiter_observer observer;
+  if (observed) observer = [](const rein::limiter_event&) { ++observed_events; };
+  Sem sem(io.get_executor(), permits, {.measure_wait = measure_wait, .observer = std::move(observer)});
   run(io, sem, [](auto& s) { return rein_loop(s); });
 }
 
@@ -109,6 +116,10 @@ int main(int argc, char** argv) {
     run_rein<rein::single_thread_semaphore>(io, false);
   } else if (idiom == "semaphore_untimed") {
     run_rein<rein::semaphore>(io, false);
+  } else if (idiom == "single_thread_semaphore_observed") {
+    run_rein<rein::single_thread_semaphore>(io, true, true);
+  } else if (idiom == "semaphore_observed") {
+    run_rein<rein::semaphore>(io, true, true);
   } else if (idiom == "channel_async_send") {
     run_channel<channel, false>(io);
   } else if (idiom == "channel_try_send_then_async_send") {

@@ -6,6 +6,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <limits>
+#include <utility>
 #include <vector>
 
 using namespace std::chrono_literals;
@@ -144,4 +146,117 @@ TEST_CASE("log_histogram: merging equals recording everything in one", "[log_his
   CHECK(a.max() == 148ms);
   a.reset();
   CHECK(a == log_histogram{});
+}
+
+TEST_CASE("log_histogram: an empty histogram holds no heap memory and reads zero", "[log_histogram]") {
+  const log_histogram h;
+  CHECK(sizeof(log_histogram) == 104);
+  CHECK(h.allocated_bytes() == 0);
+  CHECK(h.count() == 0);
+  CHECK(h.lost() == 0);
+  CHECK(h.p99() == 0ns);
+  CHECK(h.count_below(1h) == 0);
+  for (std::size_t i = 0; i < log_histogram::bucket_count; ++i) REQUIRE(h.bucket(i) == 0);
+  const log_histogram copy = h;
+  CHECK(copy.allocated_bytes() == 0);
+  CHECK(copy == h);
+}
+
+TEST_CASE("log_histogram: a block of 32 counters is allocated per octave on first use", "[log_histogram]") {
+  log_histogram h;
+  h.record(0ns);  // block 0: [0, 512 ns)
+  CHECK(h.allocated_bytes() == 256);
+  h.record(511ns);
+  CHECK(h.allocated_bytes() == 256);
+  h.record(1s);  // 2^29 <= 1e9 < 2^30 ns: one more block
+  CHECK(h.allocated_bytes() == 512);
+  h.record(600ns);  // block 1, [512, 1024): inserted between the two
+  CHECK(h.allocated_bytes() == 768);
+  h.record(2h);  // the overflow bucket is inline
+  CHECK(h.allocated_bytes() == 768);
+  CHECK(h.bucket(0) == 1);
+  CHECK(h.bucket(log_histogram::index_of(511)) == 1);
+  CHECK(h.bucket(log_histogram::index_of(600)) == 1);
+  CHECK(h.bucket(log_histogram::index_of(1'000'000'000)) == 1);
+  CHECK(h.bucket(log_histogram::bucket_count - 1) == 1);
+  CHECK(h.count() == 5);
+  CHECK(h.lost() == 0);
+  CHECK(h.p50() == 600ns);  // rank 3: [592, 608) reads 600
+  CHECK(h.percentile(20) == 0ns);
+  CHECK(h.percentile(80) == 998'244'352ns);  // rank 4, 1 s: [989,855,744, 1,006,632,960) reads its midpoint
+}
+
+TEST_CASE("log_histogram: values across every block, one each, are exact", "[log_histogram]") {
+  log_histogram h;
+  std::vector<std::uint64_t> values;
+  for (std::size_t b = 0; b < log_histogram::block_count; ++b)
+    values.push_back(log_histogram::lower_bound_ns(b * log_histogram::sub_buckets));
+  for (auto it = values.rbegin(); it != values.rend(); ++it) h.record(std::chrono::nanoseconds(*it));  // descending
+  CHECK(h.allocated_bytes() == log_histogram::block_count * 256);
+  CHECK(h.allocated_bytes() == 8704);
+  for (std::size_t b = 0; b < log_histogram::block_count; ++b) {
+    CHECK(h.bucket(b * log_histogram::sub_buckets) == 1);
+    CHECK(h.bucket(b * log_histogram::sub_buckets + 1) == 0);
+  }
+  CHECK(h.count_below(std::chrono::nanoseconds(std::int64_t{1} << 20)) == 12);  // 0, 512, then 2^10 .. 2^19
+  CHECK(h.min() == 0ns);
+  CHECK(h.max() == std::chrono::nanoseconds(std::int64_t{1} << 41));
+  h.record(std::chrono::nanoseconds(std::numeric_limits<std::int64_t>::max()));
+  CHECK(h.bucket(log_histogram::bucket_count - 1) == 1);
+  CHECK(h.max() == std::chrono::nanoseconds(std::numeric_limits<std::int64_t>::max()));
+  CHECK(h.p99() == h.max());
+  h.record(-5ns);
+  CHECK(h.bucket(0) == 2);
+  CHECK(h.allocated_bytes() == 8704);
+}
+
+TEST_CASE("log_histogram: copies and moves carry every bucket", "[log_histogram]") {
+  log_histogram h;
+  h.record(3us, 4);
+  h.record(40ms, 2);
+  log_histogram copy = h;
+  CHECK(copy == h);
+  CHECK(copy.allocated_bytes() == 512);
+  copy.record(3us);
+  CHECK_FALSE(copy == h);
+  CHECK(h.bucket(log_histogram::index_of(3000)) == 4);  // the original kept its own blocks
+  CHECK(copy.bucket(log_histogram::index_of(3000)) == 5);
+  log_histogram moved = std::move(copy);
+  CHECK(moved.count() == 7);
+  CHECK(moved.allocated_bytes() == 512);
+  CHECK(copy.count() == 0);  // NOLINT: a moved-from histogram is empty
+  CHECK(copy.allocated_bytes() == 0);
+  copy = moved;
+  CHECK(copy == moved);
+  moved = log_histogram{};
+  CHECK(moved.allocated_bytes() == 0);
+  h.reset();
+  CHECK(h.allocated_bytes() == 0);
+  CHECK(h == log_histogram{});
+}
+
+TEST_CASE("log_histogram: merging adds blocks the other has, and equal buckets compare equal", "[log_histogram]") {
+  log_histogram a, b;
+  a.record(100ns);
+  b.record(1ms, 3);
+  b.record(100ns);
+  const log_histogram empty;
+  a += empty;
+  CHECK(a.allocated_bytes() == 256);
+  a += b;
+  CHECK(a.allocated_bytes() == 512);
+  CHECK(a.count() == 5);
+  CHECK(a.bucket(log_histogram::index_of(100)) == 2);
+  CHECK(a.bucket(log_histogram::index_of(1'000'000)) == 3);
+  CHECK(a.p50() == 1'000'000ns);  // [999,424, 1,015,808): midpoint 1,007,616, clamped to max 1 ms
+  a += a;
+  CHECK(a.count() == 10);
+  CHECK(a.bucket(log_histogram::index_of(100)) == 4);
+  log_histogram zero_block;  // a block of zeros equals no block
+  zero_block.record(1ms);
+  log_histogram same;
+  same.record(1ms);
+  same.record(5ns);
+  zero_block.record(5ns);
+  CHECK(same == zero_block);
 }

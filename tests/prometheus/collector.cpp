@@ -24,6 +24,23 @@ namespace net = rein::net;
 using rein_test::manual_clock;
 using timed_semaphore = rein::basic_semaphore<net::any_io_executor, manual_clock>;
 
+using circuit_aimd = rein::basic_adaptive_limiter<rein::algo::aimd, net::any_io_executor, manual_clock>;
+
+rein::algo::aimd_options floor_of_one() {
+  rein::algo::aimd_options at_floor;
+  at_floor.initial_limit = 1;
+  return at_floor;
+}
+
+// Named "upstream"; three congestion outcomes at the floor in a row open its circuit for 1 s.
+rein::adaptive_limiter_options circuit_options() {
+  rein::adaptive_limiter_options o;
+  o.name = "upstream";
+  o.circuit.open_after = 3;
+  o.circuit.open_for = 1s;
+  return o;
+}
+
 const prometheus::MetricFamily* find(const std::vector<prometheus::MetricFamily>& families, const std::string& name) {
   for (const auto& f : families)
     if (f.name == name) return &f;
@@ -132,13 +149,7 @@ TEST_CASE("collector: an adaptive limiter's circuit state as a gauge, 0 closed, 
           "[prometheus]") {
   rein_test::manual_clock_at_epoch epoch;
   net::io_context io;
-  rein::algo::aimd_options at_floor;
-  at_floor.initial_limit = 1;
-  rein::adaptive_limiter_options o;
-  o.name = "upstream";
-  o.circuit.open_after = 3;  // three congestion outcomes at the floor in a row open it for 1 s
-  o.circuit.open_for = 1s;
-  rein::basic_adaptive_limiter<rein::algo::aimd, net::any_io_executor, manual_clock> limiter(io, at_floor, o);
+  circuit_aimd limiter(io, floor_of_one(), circuit_options());
   rein::prometheus::collector c;
   c.add(limiter);
   auto state = [&] {
@@ -165,10 +176,47 @@ TEST_CASE("collector: an adaptive limiter's circuit state as a gauge, 0 closed, 
   CHECK(state() == 0.0);
 }
 
+TEST_CASE("collector: an adaptive limiter's circuit openings as a counter", "[prometheus]") {
+  rein_test::manual_clock_at_epoch epoch;
+  net::io_context io;
+  circuit_aimd limiter(io, floor_of_one(), circuit_options());
+  rein::prometheus::collector c;
+  c.add(limiter);
+  auto opens = [&] {
+    const auto families = c.Collect();
+    CHECK(find(families, "rein_circuit_opens_total")->type == prometheus::MetricType::Counter);
+    return metric(families, "rein_circuit_opens_total", {{"limiter", "upstream"}})->counter.value;
+  };
+  auto congest = [&](int n) {
+    for (int i = 0; i < n; ++i) {
+      rein::permit p = limiter.try_acquire();
+      REQUIRE(p);
+      p.complete(rein::outcome::congestion);
+    }
+  };
+
+  CHECK(opens() == 0.0);
+  congest(3);
+  REQUIRE(limiter.circuit() == rein::circuit_state::open);
+  CHECK(opens() == 1.0);
+  rein_test::advance_and_poll(io, 1s);
+  congest(1);  // the half-open probe fails: the circuit opens again
+  REQUIRE(limiter.circuit() == rein::circuit_state::open);
+  CHECK(opens() == 2.0);
+  rein_test::advance_and_poll(io, 1s);
+  rein::permit probe = limiter.try_acquire();
+  REQUIRE(probe);
+  probe.complete(rein::outcome::success);
+  REQUIRE(limiter.circuit() == rein::circuit_state::closed);
+  CHECK(opens() == 2.0);  // closing does not count
+}
+
 TEST_CASE("collector: limiters without a circuit export no circuit state", "[prometheus]") {
   net::io_context io;
   rein::semaphore sem(io, 1, {.name = "db"});
   rein::prometheus::collector c;
   c.add(sem);
-  CHECK(find(c.Collect(), "rein_circuit_state") == nullptr);
+  const auto families = c.Collect();
+  CHECK(find(families, "rein_circuit_state") == nullptr);
+  CHECK(find(families, "rein_circuit_opens_total") == nullptr);
 }

@@ -14,6 +14,8 @@
 namespace rein_test::heap {
 
 inline std::atomic<long> live_blocks{0};  ///< blocks from operator new not yet deleted
+inline std::atomic<long> live_bytes{0};   ///< bytes asked for in those blocks
+inline std::atomic<bool> failing{false};  ///< while true, every operator new fails (bad_alloc, or nullptr)
 inline std::atomic<long> allocations{0};  ///< operator new calls while `counting` is true
 inline std::atomic<bool> counting{false};
 
@@ -27,19 +29,27 @@ long allocations_of(F&& f) {
   return allocations.load();
 }
 
+// Each block starts with a header holding its size (16 bytes, so the caller's pointer keeps malloc's
+// alignment).
+inline constexpr std::size_t header_bytes = 16;
+
 inline void* counted_malloc(std::size_t n) noexcept {
-  void* p = std::malloc(n == 0 ? 1 : n);
-  if (p != nullptr) {
-    live_blocks.fetch_add(1, std::memory_order_relaxed);
-    if (counting.load(std::memory_order_relaxed)) allocations.fetch_add(1, std::memory_order_relaxed);
-  }
-  return p;
+  if (failing.load(std::memory_order_relaxed)) return nullptr;
+  void* raw = std::malloc(n + header_bytes);
+  if (raw == nullptr) return nullptr;
+  *static_cast<std::size_t*>(raw) = n;
+  live_blocks.fetch_add(1, std::memory_order_relaxed);
+  live_bytes.fetch_add(static_cast<long>(n), std::memory_order_relaxed);
+  if (counting.load(std::memory_order_relaxed)) allocations.fetch_add(1, std::memory_order_relaxed);
+  return static_cast<char*>(raw) + header_bytes;
 }
 
 inline void counted_free(void* p) noexcept {
   if (p == nullptr) return;
+  void* raw = static_cast<char*>(p) - header_bytes;
   live_blocks.fetch_sub(1, std::memory_order_relaxed);
-  std::free(p);
+  live_bytes.fetch_sub(static_cast<long>(*static_cast<std::size_t*>(raw)), std::memory_order_relaxed);
+  std::free(raw);
 }
 
 }  // namespace rein_test::heap

@@ -33,7 +33,7 @@
 // Wait histogram: a grant from the queue records its wait; grants made at once are added as zeros at the
 // next inspect (every grant ever made, revoked ones included, has exactly one entry: the histogram's count
 // catches up with acquired_total plus the revocations), so the fast path does no extra work. inspect hands
-// out the statistics themselves, not a copy (8.7 KB with the histogram).
+// out the statistics themselves, not a copy (a copy of the histogram allocates its blocks).
 //
 // Failure: an allocation failure while starting an acquire (the op, the cancellation slot, the timer wait,
 // the work guard) leaves everything as it was and propagates. Completion never throws: a completion that
@@ -421,7 +421,7 @@ class limiter_core final : public permit_source,
       case wait_status::queued:
         if (!op->drain) {  // a drain is not an acquire
           ++stats_.cancelled_total;
-          if (done.observing) done.buffer().reject(reject_reason::cancelled);
+          if (done.observing()) done.buffer().reject(reject_reason::cancelled);
         }
         unlink_locked(op, wait_status::aborted, done);
         break;
@@ -472,7 +472,7 @@ class limiter_core final : public permit_source,
   // Declared before the lock_guard in every path, so that its destructor runs after the unlock.
   class completions {
    public:
-    explicit completions(limiter_core* core) noexcept : observing(core->has_observer_), core_(core) {}
+    explicit completions(limiter_core* core) noexcept : core_(core) {}
     completions(const completions&) = delete;
     completions& operator=(const completions&) = delete;
     ~completions() {
@@ -481,7 +481,7 @@ class limiter_core final : public permit_source,
       if constexpr (remote) {
         if (!outbox.empty() && core_->transport_) core_->transport_->transmit(outbox);
       }
-      if (events && !events->empty()) events->deliver(core_->observer_, core_->name());
+      if (events) [[unlikely]] deliver_events();
       idle_work.reset();
     }
 
@@ -497,8 +497,11 @@ class limiter_core final : public permit_source,
     ready_list ready;
     [[no_unique_address]] outbox_type outbox;  // a remote policy's messages, sent after the unlock
     std::optional<work_guard> idle_work;
-    const bool observing;                // the limiter has an observer
-    std::optional<event_buffer> events;  // engaged at the first event
+    std::optional<event_buffer> events;  // engaged at the first event (only with an observer)
+
+    // Whether the limiter has an observer: read where an event would be recorded (under the lock), never
+    // stored, so that a batch without an observer costs nothing more than its posting.
+    bool observing() const noexcept { return core_->has_observer_; }
 
     event_buffer& buffer() noexcept {
       if (!events) events.emplace();
@@ -506,6 +509,11 @@ class limiter_core final : public permit_source,
     }
 
    private:
+    // Out of line: the destructor of a batch without events inlines only the test of `events`.
+    REIN_NOINLINE void deliver_events() noexcept {
+      if (!events->empty()) events->deliver(core_->observer_, core_->name());
+    }
+
     limiter_core* core_;
     std::shared_ptr<wait_owner> keep_alive_;
   };
@@ -728,7 +736,7 @@ class limiter_core final : public permit_source,
       case wait_status::unavailable: ++stats_.unavailable_total; why = reject_reason::unavailable; break;
       default: ++stats_.closed_total; break;
     }
-    if (done.observing) done.buffer().reject(why);
+    if (done.observing()) done.buffer().reject(why);
   }
 
   // A new op turned away at once.
@@ -757,7 +765,7 @@ class limiter_core final : public permit_source,
     ~event_sink() {
       if (events && !events->empty()) events->deliver(core_->observer_, core_->name());
     }
-    static constexpr bool observing = true;
+    static constexpr bool observing() noexcept { return true; }
     event_buffer& buffer() noexcept {
       if (!events) events.emplace();
       return *events;
@@ -773,7 +781,7 @@ class limiter_core final : public permit_source,
   void observe_locked(time_point now, Sink& done) noexcept {
     if constexpr (observable<Policy>) {
       const observed_state current = policy_.observe(now);
-      if (done.observing && !(current == last_observed_)) current.diff(last_observed_, done.buffer());
+      if (done.observing() && !(current == last_observed_)) current.diff(last_observed_, done.buffer());
       last_observed_ = current;
     } else {
       (void)now, (void)done;

@@ -43,6 +43,7 @@ namespace rein::prometheus {
 // | rein_paused                     | gauge     | paused (0 or 1)                                        |
 // | rein_circuit_state              | gauge     | an adaptive limiter's circuit: 0 closed, 1 half-open,  |
 // |                                 |           | 2 open (ordered by how much is refused)                |
+// | rein_circuit_opens_total        | counter   | circuit_opens (times the circuit opened)               |
 // | rein_wait_seconds               | histogram | wait (le = 1.024 us x 4^j, up to 73 min)              |
 // | rein_service_seconds            | histogram | service (adaptive limiters: grant to outcome)          |
 // | rein_keys                       | gauge     | a keyed registry's live keys                           |
@@ -276,6 +277,9 @@ class collector : public ::prometheus::Collectable {
     if constexpr (requires { s.circuit; })
       out.gauge("rein_circuit_state", "An adaptive limiter's circuit: 0 closed, 1 half-open, 2 open.", l,
                 circuit_value(s.circuit));
+    if constexpr (requires { s.circuit; s.circuit_opens; })
+      out.counter("rein_circuit_opens_total", "Times an adaptive limiter's circuit opened.", l,
+                  static_cast<double>(s.circuit_opens));
     if constexpr (requires { s.wait.count(); })
       out.histogram("rein_wait_seconds", "Time from the acquire call to the grant.", l, s.wait);
     if constexpr (requires { s.service.count(); })
