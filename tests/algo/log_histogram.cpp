@@ -150,7 +150,7 @@ TEST_CASE("log_histogram: merging equals recording everything in one", "[log_his
 
 TEST_CASE("log_histogram: an empty histogram holds no heap memory and reads zero", "[log_histogram]") {
   const log_histogram h;
-  CHECK(sizeof(log_histogram) == 104);
+  if constexpr (sizeof(void*) == 8) CHECK(sizeof(log_histogram) == 104);  // on a 64-bit target
   CHECK(h.allocated_bytes() == 0);
   CHECK(h.count() == 0);
   CHECK(h.lost() == 0);

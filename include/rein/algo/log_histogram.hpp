@@ -29,10 +29,12 @@ namespace rein::algo {
 /// Memory: a block of 32 counters (256 bytes) exists only once a value fell in it; the blocks in use live in
 /// one heap array (ordered, found through a 64-bit mask of the blocks present), and the object itself is
 /// 104 bytes. An empty histogram holds no heap memory; one whose values span k blocks holds k * 256 bytes
-/// (allocated_bytes()); at most 34 blocks, 8,704 bytes, whatever is recorded. (The fixed layout this replaced
+/// (allocated_bytes()); at most 34 blocks, 8,704 bytes, whatever is recorded (while the array grows, the old
+/// one and the new one are held together for a moment). (The fixed layout this replaced
 /// held all 1,089 counters inline, 8,712 bytes in every limiter; rein's limiters record their waits, so a
 /// keyed registry of idle or fast keys paid that per key.) Values in an octave recorded for the first time
-/// grow the array by one block (operator new, at most 34 times over the histogram's life).
+/// grow the array by one block (operator new, at most 34 times between resets while memory lasts; a record
+/// into a block that could not be made asks again).
 ///
 /// Out of memory: record() and operator+= never throw. A value whose block cannot be allocated is counted in
 /// count(), sum(), min(), max() and mean() (those stay exact) but in no bucket; lost() tells how many were.
@@ -299,7 +301,10 @@ class log_histogram {
   }
 
   /// The merge of two histograms (as `a += b`).
-  friend log_histogram operator+(log_histogram a, const log_histogram& b) noexcept { return a += b; }
+  friend log_histogram operator+(log_histogram a, const log_histogram& b) noexcept {
+    a += b;
+    return a;  // moved out, not copied (`return a += b` would copy the lvalue it returns)
+  }
 
   /// Forgets everything recorded, and frees the blocks.
   void reset() noexcept { *this = log_histogram{}; }
