@@ -8,9 +8,11 @@
 // be in flight (their request out) while they keep their place, deadline and cancellation; verdicts come back
 // through settle(); what it wants sent is taken under the lock and handed to its transport after the unlock.
 //
-// Locking discipline: under the lock the core only moves pointers, asks the policy, and arms its own timer
-// (Asio timers are not thread-safe, so the lock is what serialises them; the timer's handler is ours). User
-// handlers are posted after the lock is released (class completions).
+// Locking discipline: under the lock the core only moves pointers, asks the policy, records statistics and
+// arms its own timer (Asio timers are not thread-safe, so the lock is what serialises them; the timer's
+// handler is ours). User handlers are posted after the lock is released (class completions). The one
+// allocation under the lock is the wait histogram's (global operator new, never a user's allocator): a
+// block when a wait falls in an octave for the first time, and its copy when a snapshot is taken.
 //
 // Outstanding work: while anyone waits, the core holds a work guard on its executor, so `run()` does not
 // return under a parked operation (as with any pending Asio operation); it is dropped after the last
@@ -28,7 +30,7 @@
 // Observation: with an observer set, every locked path that can change what the policy reports (its
 // optional `observed_state observe(time_point now) const`) compares it with the state last seen, and the
 // events found, with rejections, are delivered after the lock is released (class completions). Without one,
-// the only cost is a test of a bool on try_acquire and on an uncontended release.
+// the cost is a test of a bool on each locked path, and of an empty event buffer in each completion batch.
 //
 // Wait histogram: a grant from the queue records its wait; grants made at once are added as zeros at the
 // next inspect (every grant ever made, revoked ones included, has exactly one entry: the histogram's count
@@ -169,8 +171,9 @@ class limiter_core final : public permit_source,
 
   /// The name given in the options (empty if none).
   const std::string& name() const noexcept {
-    static const std::string none;
-    return name_ ? *name_ : none;
+    // Never destroyed: a limiter with static storage may still be named in its destructor's events.
+    static const std::string* const none = new std::string();
+    return name_ ? *name_ : *none;
   }
 
   /// The same name, shared (null if none): it outlives the core for whoever keeps it, such as a coroutine
