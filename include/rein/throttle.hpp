@@ -738,12 +738,14 @@ class throttle_guard {
 /// caller wakes. A sliding window's refund forgets its oldest start, not the one just taken, so the
 /// give-backs of steps 5 and 6 leave it a start that slides out with the window (never an overrun).
 ///
-/// Order: each stage serves its own line in its own order (FIFO by default), but the throttle as a whole is
-/// not first come, first served: a caller that gives its global slots back at step 5 or 6 rejoins the line
-/// behind those who came later, and callers of different keys pass the per-key stages independently, so
-/// calls can be admitted in another order than they arrived. Likewise a stage's own snapshot counts every
-/// pass through it: its acquired_total includes the permits a caller took, gave back at step 5 or 6 and
-/// took again, so it can exceed the throttle's acquired_total (one per guard handed out).
+/// Order: the throttle as a whole is not first come, first served. Each stage's own line is (FIFO by
+/// default), but a caller that gives its global slots back at step 5 or 6 rejoins a line behind those who
+/// came later; a caller waiting at step 3 sleeps on its own timer until its key's rate could take it, so a
+/// newcomer of that key that finds room first (a refund, a reconfiguration) passes ahead of it; and callers
+/// of different keys pass the per-key stages independently. Likewise a stage's own snapshot counts every
+/// pass through it: its acquired_total includes the permits a caller took, gave back at step 5 or 6 and took
+/// again, and the units step 3 takes and refunds at once while waiting on a rate's line, so it can exceed the
+/// throttle's acquired_total (one per guard handed out).
 ///
 /// @par Errors
 /// A waiting acquire fails with errc::timed_out (one deadline covers every stage), errc::closed,
