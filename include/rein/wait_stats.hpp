@@ -17,7 +17,7 @@ using duration_histogram = algo::log_histogram;
 /// The part of every limiter's `snapshot()` that describes waiting; each limiter's snapshot adds its own
 /// fields (in_flight, limit, utilisation, tokens, ...) to these, under the same names for the same facts.
 /// Plain data, copied out under the limiter's lock (the histogram's copy is one allocation of 256 bytes per
-/// octave of waits seen, at most 8.7 KB; an idle limiter's histogram allocates nothing).
+/// block of buckets in use, at most 8.7 KB; an idle limiter's histogram allocates nothing).
 ///
 /// Rejections: `rejected_total` is the sum of the per-reason counters that for_each_rejected() lists
 /// (queue_full, timed_out, exceeds_capacity, closed, unavailable: the limiter turned the caller away). Cancellations are
