@@ -16,6 +16,8 @@ namespace rein_test::heap {
 inline std::atomic<long> live_blocks{0};  ///< blocks from operator new not yet deleted
 inline std::atomic<long> live_bytes{0};   ///< bytes asked for in those blocks
 inline std::atomic<bool> failing{false};  ///< while true, every operator new fails (bad_alloc, or nullptr)
+/// While `failing`, only requests of at least this many bytes fail (0: every request).
+inline std::atomic<std::size_t> failing_from{0};
 inline std::atomic<long> allocations{0};  ///< operator new calls while `counting` is true
 inline std::atomic<bool> counting{false};
 
@@ -34,7 +36,7 @@ long allocations_of(F&& f) {
 inline constexpr std::size_t header_bytes = 16;
 
 inline void* counted_malloc(std::size_t n) noexcept {
-  if (failing.load(std::memory_order_relaxed)) return nullptr;
+  if (failing.load(std::memory_order_relaxed) && n >= failing_from.load(std::memory_order_relaxed)) return nullptr;
   void* raw = std::malloc(n + header_bytes);
   if (raw == nullptr) return nullptr;
   *static_cast<std::size_t*>(raw) = n;
