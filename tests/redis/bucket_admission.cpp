@@ -257,6 +257,50 @@ TEST_CASE("admission: fail_open admits from a local bucket of its share, then as
   CHECK(b.snapshot().remote_allowed == 1);
 }
 
+TEST_CASE("admission: a local grant revoked after Redis answered again goes back to the local bucket, not Redis",
+          "[redis][admission]") {
+  auto o = ten_per_second(4, 1);
+  o.on_failure = failure_policy::fail_open;
+  o.fail_open_share = 0.5;  // locally: capacity 2, 5 tokens per second
+  o.recheck_interval = 300ms;
+  bucket b(o);
+  // The local grant's handler runs on another context, left unpolled: its grant stays revocable.
+  net::io_context elsewhere;
+  net::cancellation_signal signal;
+  result local;
+  b.line->async_acquire(net::bind_cancellation_slot(signal.slot(), net::bind_executor(elsewhere, [&local](error_code ec) {
+                          local = {true, ec};
+                        })),
+                        2, tp::max());
+  b.settle(0, unavailable());  // degraded: the local bucket grants both its tokens
+  poll(b.io);
+  CHECK(b.snapshot().local_admitted == 1);
+
+  result remote;
+  b.acquire(remote, 2);  // the local bucket refills 2 in 400 ms: at 300 ms Redis is asked again first
+  advance_and_poll(b.io, 300ms);
+  CHECK(b.sent().back() == message{admission, 1, 2});
+  b.settle(1, allowed(0));  // Redis answers: the degraded spell is over
+  poll(b.io);
+  CHECK(remote.ec == error_code{});
+
+  signal.emit(net::cancellation_type::terminal);  // the local grant, revoked now
+  poll(elsewhere);
+  CHECK(local.ec == net::error::operation_aborted);
+  CHECK(b.sent() == messages{{admission, 0, 2}, {admission, 1, 2}});  // no refund of units Redis never gave
+  const auto s = b.snapshot();
+  CHECK(s.refunds == 0);
+  CHECK(s.cancelled_total == 1);
+
+  // The local bucket has its 2 tokens back (1.5 refilled in 300 ms, capped at 2): a later spell admits 2.
+  result again;
+  b.acquire(again, 2);
+  b.settle(2, unavailable());
+  poll(b.io);
+  CHECK(again.ec == error_code{});
+  CHECK(b.snapshot().local_admitted == 2);
+}
+
 TEST_CASE("admission: NOSCRIPT loads the script and asks again, twice at most; other errors fail the op",
           "[redis][admission]") {
   bucket b(ten_per_second(5));

@@ -57,6 +57,13 @@ concept revocable_policy = requires(P& p, std::size_t n, TimePoint now) {
   { p.on_revoke(n, now) } noexcept;
 };
 
+/// Whether a remote policy can undo a grant: `on_revoke(n, granted_at, now)`, told when the grant was made
+/// (remote_admission.hpp).
+template <class P, class TimePoint>
+concept revocable_remote_policy = requires(P& p, std::size_t n, TimePoint now) {
+  { p.on_revoke(n, now, now) } noexcept;
+};
+
 /// Whether the policy can refuse requests outright (see refuses above).
 template <class P, class TimePoint>
 concept refusing_policy = requires(P& p, std::size_t n, TimePoint now) {

@@ -140,8 +140,9 @@ class limiter_core final : public permit_source,
 
   /// Whether admission may need a round trip (detail/remote_admission.hpp).
   static constexpr bool remote = remote_policy<Policy, time_point>;
-  static_assert(!remote || (!with_permit && revocable_policy<Policy, time_point>),
-                "rein: a remote policy is a rate rule (no permits) and must be revocable (on_revoke)");
+  static_assert(!remote || (!with_permit && revocable_remote_policy<Policy, time_point>),
+                "rein: a remote policy is a rate rule (no permits) and must be revocable "
+                "(on_revoke(n, granted_at, now))");
   /// What a remote policy sends (an empty type for local policies).
   using outbox_type = typename outbox_of<Policy, remote>::type;
   /// Where a remote policy's outbox goes (transport of the I/O object that owns the line).
@@ -521,15 +522,18 @@ class limiter_core final : public permit_source,
     std::shared_ptr<wait_owner> keep_alive_;
   };
 
-  static constexpr bool revocable = with_permit || revocable_policy<Policy, time_point>;
+  static constexpr bool revocable = with_permit || revocable_policy<Policy, time_point> || remote;
 
   static void give_back(Policy& p, std::size_t n, std::chrono::nanoseconds stamp, time_point now) noexcept {
-    if constexpr (revocable_policy<Policy, time_point>) {
+    if constexpr (remote) {
+      // A remote grant is given back whenever it is revoked, and its policy is told when it was made: one that
+      // also grants locally while its server is unreachable tells its own grants by their time.
+      p.on_revoke(n, time_point(std::chrono::duration_cast<typename Clock::duration>(stamp)), now);
+    } else if constexpr (revocable_policy<Policy, time_point>) {
       // Undone only at the instant of the grant: a time-based limit that moved since (a bucket refilled to its
       // cap, a window that slid past the start) has no exact undo, and refunding anyway would let more
       // through than the limit. Later, the units stay spent.
-      // A remote grant is given back to its server whenever it is revoked.
-      if (remote || !Policy::needs_time || to_ns(now) == stamp) p.on_revoke(n, now);
+      if (!Policy::needs_time || to_ns(now) == stamp) p.on_revoke(n, now);
     }
     else if constexpr (with_permit) p.on_release(n, stamp, outcome::ignored, now);
     else (void)p, (void)n, (void)stamp, (void)now;

@@ -16,7 +16,8 @@
 // - An op that leaves the line while in flight (cancelled, timed out, closed) is `forget`-ten: the policy
 //   keeps the ticket and decides what its late verdict does (a Redis bucket refunds a late "allowed").
 // - Grants are revocable at any time (the tokens are given back to the server), not only at the instant of
-//   the grant as for a local time-based policy.
+//   the grant as for a local time-based policy: `on_revoke(n, granted_at, now)`, told when the grant was
+//   made, so that a policy that also grants locally (fail-open) gives a local grant back locally.
 // - The outbox is taken under the lock after every step and handed to the line's transport after the
 //   unlock, never under the lock.
 // - `max_waiters` counts the ops that wait their turn, not those in flight.

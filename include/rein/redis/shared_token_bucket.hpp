@@ -108,7 +108,9 @@ using bucket_base = basic_scripted_limiter<bucket_admission<Clock>, bucket_comma
 /// Failures (see failure_policy): while Redis cannot be asked, `fail_closed` completes waiting and new
 /// acquires with errc::unavailable and admits nothing; `fail_open` admits from a local bucket with
 /// `fail_open_share` of the quota. The connection reconnects by itself (with backoff); admissions go back to
-/// Redis once it is connected and `recheck_interval` has passed. No operation waits on Redis longer than
+/// Redis once it is connected and `recheck_interval` has passed. A grant cancelled before its handler ran
+/// goes back where it came from: to Redis, or to the local bucket for one the local bucket made, even when
+/// Redis answers again meanwhile (Redis is never refunded tokens it did not give). No operation waits on Redis longer than
 /// the connection's `request_timeout`, and none past its own deadline.
 ///
 /// Differences from rein::token_bucket: `try_acquire` always refuses, since an answer needs a round trip

@@ -234,8 +234,11 @@ class scripted_admission {
 
   void on_release(std::size_t, std::chrono::nanoseconds, outcome, time_point) noexcept {}  // nothing is held
 
-  /// A grant taken back before its handler ran: its units go back to Redis (a local one's to the local rule).
-  void on_revoke(std::size_t n, time_point now) noexcept { give_back(static_cast<std::int64_t>(n), now); }
+  /// A grant taken back before its handler ran: its units go back to Redis, or, for a grant the local rule
+  /// made (told by its grant time, `granted_at`), to the local rule, even after Redis answers again.
+  void on_revoke(std::size_t n, time_point granted_at, time_point now) noexcept {
+    give_back(static_cast<std::int64_t>(n), granted_at, now);
+  }
 
   // ---- remote_policy -------------------------------------------------------------------------------------
 
@@ -243,7 +246,7 @@ class scripted_admission {
     const auto n = static_cast<std::int64_t>(count);
     if (n == 0) return remote_step::grant();
     if (!degraded_at(now)) {
-      degraded_ = false;
+      leave_degraded(now);
       const time_point firm = std::max(hold_until_, model_.firm_until());
       if (firm > now && op->deadline_ns != rein::detail::no_deadline && rein::detail::to_ns_saturated(firm) > op->deadline_ns) {
         return remote_step::fail(make_error_code(rein::errc::timed_out));  // Redis said: not by then
@@ -384,16 +387,46 @@ class scripted_admission {
 
   time_point remote_ready_at(std::size_t n, time_point now) const { return std::max(hold_until_, model_.ready_at(n, now)); }
 
-  void give_back(std::int64_t n, time_point now) noexcept {
+  void give_back(std::int64_t n, time_point granted_at, time_point now) noexcept {
     try {
-      if (degraded_ && local_ && local_grants_ >= n) {  // most likely a local grant: the local rule's
-        local_grants_ -= n;
+      if (local_ && take_local_grant(n, granted_at)) {
         local_->refund(n, now);
         return;
       }
       refund(n);
     } catch (...) {  // best effort, as every refund: without memory for the message the units stay taken
     }
+  }
+
+  // Whether a revoked grant of n made at `granted_at` was the local rule's: only the local rule grants
+  // while degraded, and Redis's grants end a degraded spell, so a grant made within the current or the
+  // last spell was local. A grant at the very instant a spell ended counts as local while the spell's
+  // local units last: refunding Redis units it never gave would let the fleet overshoot; keeping them
+  // only under-uses the limit.
+  bool take_local_grant(std::int64_t n, time_point granted_at) noexcept {
+    if (degraded_ && granted_at >= degraded_since_ && local_grants_ >= n) {
+      local_grants_ -= n;
+      return true;
+    }
+    if (granted_at >= last_spell_.since && granted_at <= last_spell_.until && last_spell_.local_units >= n) {
+      last_spell_.local_units -= n;
+      return true;
+    }
+    return false;
+  }
+
+  void enter_degraded(time_point now) noexcept {
+    if (degraded_) return;
+    degraded_ = true;
+    degraded_since_ = now;
+  }
+
+  // Redis answers again: what the local rule granted in this spell is remembered for late revocations.
+  void leave_degraded(time_point now) noexcept {
+    if (!degraded_) return;
+    degraded_ = false;
+    last_spell_ = {degraded_since_, now, local_grants_};
+    local_grants_ = 0;
   }
 
   void record_round_trip(const pending& t, time_point now) {
@@ -419,8 +452,7 @@ class scripted_admission {
     switch (v.what) {
       case kind::allowed:
       case kind::denied:
-        degraded_ = false;
-        local_grants_ = 0;
+        leave_degraded(now);
         model_.learn(v, now);
         if (v.what == kind::allowed) {
           ++stats_.remote_allowed;
@@ -431,7 +463,7 @@ class scripted_admission {
         }
         return;
       case kind::unavailable:
-        degraded_ = true;
+        enter_degraded(now);
         degraded_until_ = rein::detail::add_saturated(now, std::chrono::duration_cast<duration>(options_.recheck_interval));
         return;
       case kind::no_script:
@@ -445,7 +477,14 @@ class scripted_admission {
   Model model_;
   std::function<bool()> link_up_;
   std::optional<typename Model::local_type> local_;
-  std::int64_t local_grants_ = 0;  // units the local rule granted since Redis last answered
+  std::int64_t local_grants_ = 0;  // units the local rule granted in the current degraded spell
+  struct spell {
+    time_point since = time_point::max();  // empty: no grant time falls inside
+    time_point until = time_point::min();
+    std::int64_t local_units = 0;  // its local grants not revoked yet
+  };
+  spell last_spell_{};  // the last degraded spell that ended
+  time_point degraded_since_{};
 
   std::deque<pending> tickets_;
   std::uint64_t first_ticket_ = 0;  // the ticket of tickets_.front()
