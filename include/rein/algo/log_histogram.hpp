@@ -107,11 +107,13 @@ class log_histogram {
         min_(std::exchange(other.min_, std::numeric_limits<std::uint64_t>::max())),
         overflow_(std::exchange(other.overflow_, 0)), lost_(std::exchange(other.lost_, 0)) {}
 
+  /// Becomes a copy of `other` (as the copy constructor: out of memory, its bucketed values count as lost).
   log_histogram& operator=(const log_histogram& other) noexcept {
     if (this != &other) *this = log_histogram(other);
     return *this;
   }
 
+  /// Takes `other`'s blocks, freeing its own; `other` is left empty.
   log_histogram& operator=(log_histogram&& other) noexcept {
     if (this == &other) return *this;
     blocks_ = std::move(other.blocks_);
