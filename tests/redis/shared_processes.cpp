@@ -140,7 +140,7 @@ TEST_CASE("four processes sharing a quota gate: a pause one of them writes stops
     std::istringstream lines(workers[i].output);
     std::string first_line;
     std::getline(lines, first_line);
-    long waited_out = 0;  // acquires called during the pause: each granted at or after the release
+    long held = 0;  // acquires still waiting when the pause ended: this process did meet the pause
     long granted_lines = 0;
     for (std::string line; std::getline(lines, line);) {
       long long called = 0;
@@ -148,13 +148,14 @@ TEST_CASE("four processes sharing a quota gate: a pause one of them writes stops
       REQUIRE(std::sscanf(line.c_str(), "grant %lld %lld", &called, &granted) == 2);
       ++granted_lines;
       if (called >= paused_at && granted < release) ++inside;
-      if (called >= paused_at && called < release) {
-        ++waited_out;
-        CHECK(granted >= release);
-      }
+      if (called >= paused_at && called < release) CHECK(granted >= release);  // called during the pause
+      // Held across the release, wherever it was called: a call made just before the pause was stored, whose
+      // request reached Redis after it, waits it out too (on a loaded machine a process's every coroutine
+      // may have called then, so "called during the pause" alone can be empty for a process that did wait).
+      if (called < release && granted >= release) ++held;
     }
     CHECK(granted_lines == admitted);
-    CHECK(waited_out > 0);  // this process did try during the pause, and waited it out
+    CHECK(held > 0);  // this process had acquires waiting on the pause, and none passed it
   }
   CHECK(inside == 0);
 }
