@@ -29,6 +29,16 @@ shared_token_bucket_options ten_per_second(std::int64_t capacity, std::size_t ma
   return {.key = "quota", .rate = 10, .capacity = capacity, .max_in_flight = max_in_flight};
 }
 
+// Capacity 4, one request in flight, fail_open with half the quota locally (capacity 2, 5 tokens per second),
+// Redis asked again 300 ms after it could not be.
+shared_token_bucket_options fail_open_half() {
+  auto o = ten_per_second(4, 1);
+  o.on_failure = failure_policy::fail_open;
+  o.fail_open_share = 0.5;
+  o.recheck_interval = 300ms;
+  return o;
+}
+
 }  // namespace
 
 TEST_CASE("admission: the first waiting op is sent; a denial holds the line for its retry-after, in order",
@@ -219,11 +229,7 @@ TEST_CASE("admission: fail_closed fails every waiting op in line order while Red
 
 TEST_CASE("admission: fail_open admits from a local bucket of its share, then asks Redis again",
           "[redis][admission]") {
-  auto o = ten_per_second(4, 1);
-  o.on_failure = failure_policy::fail_open;
-  o.fail_open_share = 0.5;  // locally: capacity 2, 5 tokens per second
-  o.recheck_interval = 300ms;
-  bucket b(o);
+  bucket b(fail_open_half());
   result a, c, d, too_big;
   b.acquire(a, 1);
   b.acquire(c, 1);
@@ -259,11 +265,7 @@ TEST_CASE("admission: fail_open admits from a local bucket of its share, then as
 
 TEST_CASE("admission: a local grant revoked after Redis answered again is not refunded to Redis",
           "[redis][admission]") {
-  auto o = ten_per_second(4, 1);
-  o.on_failure = failure_policy::fail_open;
-  o.fail_open_share = 0.5;  // locally: capacity 2, 5 tokens per second
-  o.recheck_interval = 300ms;
-  bucket b(o);
+  bucket b(fail_open_half());
   // The local grant's handler runs on another context, left unpolled: its grant stays revocable.
   net::io_context elsewhere;
   net::cancellation_signal signal;
