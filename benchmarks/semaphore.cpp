@@ -8,6 +8,8 @@
 //                            measurement on and an observer set (semaphore_options::observer): the
 //                            observability model's cost next to none
 //   *_lifo                   the same serving its newest waiter first (queue_order::lifo), contended only
+//   *_priority               the same in priority order, every other acquire at class 1 (so that a
+//                            newcomer's place is found by a walk from the back), contended only
 //   channel_*, concurrent_channel_*
 //                            net::experimental::channel<void(error_code)> (concurrent_channel: thread-safe) as a
 //                            semaphore with `permits` buffer slots: acquire = send, release = try_receive.
@@ -141,11 +143,27 @@ class lifo : public Sem {
 using st_lifo = lifo<st_semaphore>;
 using ts_lifo = lifo<ts_semaphore>;
 
+/// A rein semaphore in priority order whose acquires alternate between class 0 and class 1.
+template <class Sem>
+class prioritized : public Sem {
+ public:
+  prioritized(const net::any_io_executor& ex, std::size_t permits)
+      : Sem(ex, permits, {.order = rein::queue_order::priority}) {}
+  net::awaitable<permit> acquire() { return this->at_priority(static_cast<std::uint8_t>(next_++ & 1U)).acquire(); }
+
+ private:
+  std::size_t next_ = 0;
+};
+
+using st_priority = prioritized<st_semaphore>;
+using ts_priority = prioritized<ts_semaphore>;
+
 template <class Sem>
 constexpr bool is_rein = std::is_same_v<Sem, st_semaphore> || std::is_same_v<Sem, ts_semaphore> ||
                          std::is_same_v<Sem, st_untimed> || std::is_same_v<Sem, ts_untimed> ||
                          std::is_same_v<Sem, st_observed> || std::is_same_v<Sem, ts_observed> ||
-                         std::is_same_v<Sem, st_lifo> || std::is_same_v<Sem, ts_lifo>;
+                         std::is_same_v<Sem, st_lifo> || std::is_same_v<Sem, ts_lifo> ||
+                         std::is_same_v<Sem, st_priority> || std::is_same_v<Sem, ts_priority>;
 using channel_try_first = channel_semaphore<channel, true>;
 using channel_async = channel_semaphore<channel, false>;
 using concurrent_channel_try_first = channel_semaphore<concurrent_channel, true>;
@@ -425,6 +443,8 @@ void register_timing(reactor mode) {
   contended_benchmark<ts_observed>(on(contended, mode, "rein_semaphore_observed"), mode);
   contended_benchmark<st_lifo>(on(contended, mode, "rein_single_thread_semaphore_lifo"), mode);
   contended_benchmark<ts_lifo>(on(contended, mode, "rein_semaphore_lifo"), mode);
+  contended_benchmark<st_priority>(on(contended, mode, "rein_single_thread_semaphore_priority"), mode);
+  contended_benchmark<ts_priority>(on(contended, mode, "rein_semaphore_priority"), mode);
   contended_benchmark<channel_try_first>(on(contended, mode, "channel_try_send_then_async_send"), mode);
   contended_benchmark<channel_async>(on(contended, mode, "channel_async_send"), mode);
   contended_benchmark<concurrent_channel_try_first>(
@@ -501,10 +521,11 @@ void register_summary() {
                  c_on + "concurrent_" + ch, c_on + "rein_semaphore_untimed", bound::at_least, 1);
   }
 
-  // An observer set against none, side by side: each variant of a semaphore (observed, untimed, lifo) as a
-  // multiple of the plain one. With an observer, each locked section compares the policy's observed state
-  // with the last one seen (a semaphore's handoff changes none, so no event is delivered); with none, the
-  // cost is a test of a bool per path (benchmarks/handoff/instructions.sh counts it without timing noise).
+  // An observer set against none, side by side: each variant of a semaphore (observed, untimed, lifo,
+  // priority) as a multiple of the plain one. With an observer, each locked section compares the policy's
+  // observed state with the last one seen (a semaphore's handoff changes none, so no event is delivered);
+  // with none, the cost is a test of a bool per path (benchmarks/handoff/instructions.sh counts it without
+  // timing noise).
   for (const std::string& group : {uncontended, contended}) {
     for (reactor mode : {reactor::on, reactor::off}) {
       const std::string g = group + to_string(mode) + "/";

@@ -17,6 +17,7 @@
 #include <rein/observer.hpp>
 #include <rein/outcome.hpp>
 #include <rein/permit.hpp>
+#include <rein/priority_view.hpp>
 #include <rein/queue_order.hpp>
 #include <rein/try_result.hpp>
 #include <rein/wait_stats.hpp>
@@ -76,12 +77,18 @@ struct adaptive_limiter_options {
   /// cost).
   limiter_observer observer{};
 
-  /// Which waiter is served first: queue_order::fifo (default) or lifo (newest first); see rein::queue_order.
+  /// Which waiter is served first: queue_order::fifo (default), lifo (newest first) or priority
+  /// (classes with aging, see at_priority); see rein::queue_order.
   queue_order order = queue_order::fifo;
 
   /// What a full line does with one more waiter: refuse it (default) or evict the longest waiter, both with
   /// errc::queue_full; see rein::queue_full_policy.
   queue_full_policy when_full = queue_full_policy::reject_newest;
+
+  /// Priority order only: how much later a waiter of class c may be served than a class-0 waiter that
+  /// arrives at the same time (c x priority_aging), >= 0; see queue_order::priority. Default: 1 s;
+  /// duration::max(): strict priority.
+  std::chrono::nanoseconds priority_aging = default_priority_aging;
   /// Fail fast at the floor (an open circuit): after `circuit.open_after` consecutive congestion outcomes
   /// that leave the limit at its floor, every waiter and every new acquire completes at once with
   /// errc::upstream_unavailable (try_acquire: try_status::unavailable) for `circuit.open_for`; then
@@ -223,10 +230,12 @@ class basic_adaptive_limiter {
       : classify_(validated(std::move(options.classify))),
         // Worded at once: the name is moved from inside.
         core_(detail::renaming_nested_errors({detail::describe("rein::adaptive_limiter", options.name)}, [&] {
+          const auto aging = detail::checked_priority_aging({"rein::adaptive_limiter", options.name},
+                                                            options.priority_aging);
           return detail::core_owner<core_type>(
               ex,
               detail::line_options{options.max_waiters, true, std::move(options.name), std::move(options.observer),
-                                   options.order, options.when_full},
+                                   options.order, options.when_full, aging},
               algorithm, options.circuit);
         })) {}
 
@@ -336,6 +345,12 @@ class basic_adaptive_limiter {
 
   /// As acquire_until(1, deadline).
   net::awaitable<permit> acquire_until(time_point deadline) { return doors().acquire_until(1, deadline); }
+
+  /// This limiter's acquire doors at priority class `c` (0 the most urgent; a plain acquire is class 0), for
+  /// a limiter whose options chose `order = queue_order::priority`: `co_await lim.at_priority(2).acquire()`.
+  /// See rein::priority_view and queue_order::priority. Throws std::invalid_argument naming the limiter if
+  /// its options chose another order (the class would be ignored).
+  auto at_priority(std::uint8_t c) const { return detail::at_priority(doors(), c); }
 
   /// Waits until every permit this limiter handed out has come back: completes at once if none is out
   /// (what tokio users write as `close()` then `acquire_many(total)`, and Go's `sync.WaitGroup.Wait`).

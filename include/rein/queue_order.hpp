@@ -1,6 +1,7 @@
 // The order in which a limiter serves its waiters, and what a full line does with one more.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 
 namespace rein {
@@ -21,7 +22,21 @@ enum class queue_order : std::uint8_t {
   /// deadline. A new acquire is granted at once when it fits, even if others wait (it is the newest);
   /// try_acquire still grants only when nobody waits.
   lifo,
+  /// Priority classes with aging: each acquire names a class (`limiter.at_priority(c)`, 0 the most urgent,
+  /// plain acquires class 0) and waiters are served by the key `arrival + c * priority_aging` (the options'
+  /// field), smallest first, the earlier arrival first on equal keys. A lower class therefore yields to the
+  /// classes above it, but only for a bounded time: a class-c waiter that arrives at t is served before
+  /// every waiter of class 0 that arrives after t + c * priority_aging (of class k: after
+  /// t + (c - k) * priority_aging), however many keep coming. This is strict priority with aging, as in
+  /// the schedulers of operating systems; priority_aging = duration::max() gives strict priority (a lower
+  /// class may then starve), 0 gives fifo. A newcomer placed at the head is granted at once when it fits,
+  /// as in lifo order; waiters behind the head wait (head-of-line semantics hold by key).
+  priority,
 };
+
+/// The default `priority_aging` of every limiter's options: a waiter of class c is served no later than
+/// the class-0 waiters arriving c seconds after it.
+inline constexpr std::chrono::nanoseconds default_priority_aging = std::chrono::seconds(1);
 
 /// What a full line (`max_waiters` waiting) does with one more waiter (every limiter's options:
 /// `when_full`).
@@ -30,12 +45,21 @@ enum class queue_full_policy : std::uint8_t {
   reject_newest,
   /// The waiter that has waited longest completes with errc::queue_full and the new one joins the line
   /// (.NET's QueueProcessingOrder.NewestFirst): the line keeps the callers most likely still to care. With
-  /// `max_waiters` 0 there is nobody to evict and the new waiter is refused.
+  /// `max_waiters` 0 there is nobody to evict and the new waiter is refused. In priority order the waiter
+  /// that would be served last leaves instead (the lowest class's newest, by key), so that an urgent
+  /// newcomer displaces the least urgent waiter; a newcomer that would itself be served last is refused.
   evict_oldest,
 };
 
-/// "fifo", "lifo".
-constexpr const char* to_string(queue_order o) noexcept { return o == queue_order::lifo ? "lifo" : "fifo"; }
+/// "fifo", "lifo", "priority".
+constexpr const char* to_string(queue_order o) noexcept {
+  switch (o) {
+    case queue_order::lifo: return "lifo";
+    case queue_order::priority: return "priority";
+    case queue_order::fifo: break;
+  }
+  return "fifo";
+}
 
 /// "reject_newest", "evict_oldest".
 constexpr const char* to_string(queue_full_policy p) noexcept {

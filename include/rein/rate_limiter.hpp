@@ -14,8 +14,9 @@
 #include <rein/error.hpp>
 #include <rein/null_mutex.hpp>
 #include <rein/observer.hpp>
-#include <rein/queue_order.hpp>
 #include <rein/outcome.hpp>
+#include <rein/priority_view.hpp>
+#include <rein/queue_order.hpp>
 #include <rein/try_result.hpp>
 #include <rein/wait_stats.hpp>
 
@@ -66,12 +67,18 @@ struct rate_limiter_options {
   /// ceiling transitions; see rein::limiter_observer. Default: none (no cost).
   limiter_observer observer{};
 
-  /// Which waiter is served first: queue_order::fifo (default) or lifo (newest first); see rein::queue_order.
+  /// Which waiter is served first: queue_order::fifo (default), lifo (newest first) or priority
+  /// (classes with aging, see at_priority); see rein::queue_order.
   queue_order order = queue_order::fifo;
 
   /// What a full line does with one more waiter: refuse it (default) or evict the longest waiter, both with
   /// errc::queue_full; see rein::queue_full_policy.
   queue_full_policy when_full = queue_full_policy::reject_newest;
+
+  /// Priority order only: how much later a waiter of class c may be served than a class-0 waiter that
+  /// arrives at the same time (c x priority_aging), >= 0; see queue_order::priority. Default: 1 s;
+  /// duration::max(): strict priority.
+  std::chrono::nanoseconds priority_aging = default_priority_aging;
 };
 
 /// A rate limiter's waiting statistics, copied out under its lock.
@@ -85,7 +92,15 @@ inline std::ostream& operator<<(std::ostream& os, const rate_limiter_snapshot& s
 
 namespace detail {
 inline line_options rate_line(rate_limiter_options& o) {
-  return line_options{o.max_waiters, true, std::move(o.name), std::move(o.observer), o.order, o.when_full};
+  const auto aging = checked_priority_aging({"rein::rate_limiter", o.name}, o.priority_aging);
+  return line_options{o.max_waiters, true, std::move(o.name), std::move(o.observer), o.order, o.when_full, aging};
+}
+
+/// The line's options of a rate limiter built on basic_rate_limiter (`type`: its name in messages).
+template <class Options>
+rate_limiter_options rate_options(std::string_view type, const Options& o) {
+  return rate_limiter_options{o.max_waiters, o.name,      o.observer,
+                              o.order,       o.when_full, checked_priority_aging({type, o.name}, o.priority_aging)};
 }
 }  // namespace detail
 
@@ -230,6 +245,12 @@ class basic_rate_limiter {
   /// As acquire, throwing errc::timed_out if not granted by `deadline`. Behind other waiters it does not
   /// try first (that would fail, and cost a lock).
   net::awaitable<void> acquire_until(std::size_t n, time_point deadline) { return doors().acquire_until(n, deadline); }
+
+  /// This limiter's acquire doors at priority class `c` (0 the most urgent; a plain acquire is class 0), for
+  /// a limiter whose options chose `order = queue_order::priority`: `co_await lim.at_priority(2).acquire()`.
+  /// See rein::priority_view and queue_order::priority. Throws std::invalid_argument naming the limiter if
+  /// its options chose another order (the class would be ignored).
+  auto at_priority(std::uint8_t c) const { return detail::at_priority(doors(), c); }
 
  protected:
   /// How messages name this limiter's type ("rein::token_bucket", ...); set by the derived types.

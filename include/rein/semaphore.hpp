@@ -10,6 +10,7 @@
 #include <rein/null_mutex.hpp>
 #include <rein/observer.hpp>
 #include <rein/permit.hpp>
+#include <rein/priority_view.hpp>
 #include <rein/queue_order.hpp>
 #include <rein/try_result.hpp>
 #include <rein/wait_stats.hpp>
@@ -63,12 +64,18 @@ struct semaphore_options {
   /// and limit changes (add_permits); see rein::limiter_observer. Default: none (no cost).
   limiter_observer observer{};
 
-  /// Which waiter is served first: queue_order::fifo (default) or lifo (newest first); see rein::queue_order.
+  /// Which waiter is served first: queue_order::fifo (default), lifo (newest first) or priority
+  /// (classes with aging, see at_priority); see rein::queue_order.
   queue_order order = queue_order::fifo;
 
   /// What a full line does with one more waiter: refuse it (default) or evict the longest waiter, both with
   /// errc::queue_full; see rein::queue_full_policy.
   queue_full_policy when_full = queue_full_policy::reject_newest;
+
+  /// Priority order only: how much later a waiter of class c may be served than a class-0 waiter that
+  /// arrives at the same time (c x priority_aging), >= 0; see queue_order::priority. Default: 1 s;
+  /// duration::max(): strict priority.
+  std::chrono::nanoseconds priority_aging = default_priority_aging;
 };
 
 /// A semaphore's state, copied out under its lock.
@@ -138,8 +145,7 @@ class basic_semaphore {
   /// Constructs a semaphore with `permits` free permits, completing operations on `ex` by default.
   basic_semaphore(const executor_type& ex, std::size_t permits, semaphore_options options = {})
       : core_(ex,
-              detail::line_options{options.max_waiters, options.measure_wait, std::move(options.name),
-                                   std::move(options.observer), options.order, options.when_full},
+              line_of(options),
               permits) {}
 
   /// Constructs a semaphore on an execution context (an io_context) with `permits` free permits.
@@ -223,6 +229,12 @@ class basic_semaphore {
   /// As acquire, throwing errc::timed_out if not granted by `deadline`. Behind other waiters it does not
   /// try first (that would fail, and cost a lock).
   net::awaitable<permit> acquire_until(std::size_t n, time_point deadline) { return doors().acquire_until(n, deadline); }
+
+  /// This limiter's acquire doors at priority class `c` (0 the most urgent; a plain acquire is class 0), for
+  /// a limiter whose options chose `order = queue_order::priority`: `co_await lim.at_priority(2).acquire()`.
+  /// See rein::priority_view and queue_order::priority. Throws std::invalid_argument naming the limiter if
+  /// its options chose another order (the class would be ignored).
+  auto at_priority(std::uint8_t c) const { return detail::at_priority(doors(), c); }
 
   /// Adds n permits (raises the total); waiters that now fit are granted in FIFO order. After forget, the
   /// added permits first cancel what holders still owe. When a semaphore with no permits (a gate) opens,
@@ -326,6 +338,12 @@ class basic_semaphore {
   }
 
  private:
+  static detail::line_options line_of(semaphore_options& o) {
+    const auto aging = detail::checked_priority_aging({"rein::semaphore", o.name}, o.priority_aging);
+    return detail::line_options{o.max_waiters, o.measure_wait, std::move(o.name), std::move(o.observer),
+                                o.order,       o.when_full,    aging};
+  }
+
   // Every door is written once, in detail/acquire_doors.hpp.
   detail::line_doors<core_type> doors() const noexcept { return {core_.get(), "rein::semaphore"}; }
 

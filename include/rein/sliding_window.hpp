@@ -118,12 +118,18 @@ class basic_sliding_window : public basic_rate_limiter<algo::basic_sliding_windo
     /// Called outside the lock with rejections and limit changes (set_limit); see rein::limiter_observer.
     limiter_observer observer{};
 
-    /// Which waiter is served first: queue_order::fifo (default) or lifo (newest first); see rein::queue_order.
+    /// Which waiter is served first: queue_order::fifo (default), lifo (newest first) or priority
+    /// (classes with aging, see at_priority); see rein::queue_order.
     queue_order order = queue_order::fifo;
 
     /// What a full line does with one more waiter: refuse it (default) or evict the longest waiter, both with
     /// errc::queue_full; see rein::queue_full_policy.
     queue_full_policy when_full = queue_full_policy::reject_newest;
+
+    /// Priority order only: how much later a waiter of class c may be served than a class-0 waiter that
+    /// arrives at the same time (c x priority_aging), >= 0; see queue_order::priority. Default: 1 s;
+    /// duration::max(): strict priority.
+    std::chrono::nanoseconds priority_aging = default_priority_aging;
   };
 
   /// The window type when rebound to another executor.
@@ -137,7 +143,7 @@ class basic_sliding_window : public basic_rate_limiter<algo::basic_sliding_windo
   /// @throws std::invalid_argument if the limit is not in [1, 2^27] or the window is not > 0; the message
   /// names the type, the field and the value.
   basic_sliding_window(const executor_type& ex, const options& o)
-      : base(ex, make_window(o), rate_limiter_options{o.max_waiters, o.name, o.observer, o.order, o.when_full}) {
+      : base(ex, make_window(o), detail::rate_options("rein::sliding_window", o)) {
     this->type_name_ = "rein::sliding_window";
   }
 

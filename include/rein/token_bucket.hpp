@@ -44,12 +44,18 @@ struct token_bucket_options {
   /// Called outside the lock with rejections and rate changes (set_rate); see rein::limiter_observer.
   limiter_observer observer{};
 
-  /// Which waiter is served first: queue_order::fifo (default) or lifo (newest first); see rein::queue_order.
+  /// Which waiter is served first: queue_order::fifo (default), lifo (newest first) or priority
+  /// (classes with aging, see at_priority); see rein::queue_order.
   queue_order order = queue_order::fifo;
 
   /// What a full line does with one more waiter: refuse it (default) or evict the longest waiter, both with
   /// errc::queue_full; see rein::queue_full_policy.
   queue_full_policy when_full = queue_full_policy::reject_newest;
+
+  /// Priority order only: how much later a waiter of class c may be served than a class-0 waiter that
+  /// arrives at the same time (c x priority_aging), >= 0; see queue_order::priority. Default: 1 s;
+  /// duration::max(): strict priority.
+  std::chrono::nanoseconds priority_aging = default_priority_aging;
 };
 
 /// A token bucket's state, copied out under its lock.
@@ -155,7 +161,7 @@ class basic_token_bucket : public basic_rate_limiter<algo::basic_token_bucket<Cl
   /// capacity not in [1, 1e15], or the initial tokens not in [0, capacity]; the message names the type, the
   /// field and the value ("rein::token_bucket: rate must be > 0, ..., got -1").
   basic_token_bucket(const executor_type& ex, const options& o)
-      : base(ex, make_bucket(o), rate_limiter_options{o.max_waiters, o.name, o.observer, o.order, o.when_full}) {
+      : base(ex, make_bucket(o), detail::rate_options("rein::token_bucket", o)) {
     this->type_name_ = "rein::token_bucket";
   }
 

@@ -67,6 +67,7 @@ struct line_doors {
   Core* core;
   std::string_view type;  ///< the public type's name, for messages ("rein::semaphore"); a static string
   [[no_unique_address]] Counter counter{};
+  std::uint8_t priority = 0;  ///< the class of its waits in queue_order::priority (at_priority)
 
   /// The deadline `timeout` from now (time_point::max() when too far to represent: none).
   static time_point deadline_after(duration timeout) { return detail::deadline_after<typename Core::clock_type>(timeout); }
@@ -86,7 +87,7 @@ struct line_doors {
 
   template <class Token>
   auto async_acquire_until(std::size_t n, time_point deadline, Token&& token) const {
-    return net::async_initiate<Token, signature>(initiate_acquire{core, counter}, token, n, deadline);
+    return net::async_initiate<Token, signature>(initiate_acquire{core, counter, priority}, token, n, deadline);
   }
 
   template <class Token>
@@ -149,12 +150,13 @@ struct line_doors {
   struct initiate_acquire {
     Core* core;
     [[no_unique_address]] Counter counter;
+    std::uint8_t priority;
     using executor_type = typename Core::executor_type;
     executor_type get_executor() const noexcept { return core->get_executor(); }
 
     template <class Handler>
     void operator()(Handler&& handler, std::size_t n, time_point deadline) const {
-      core->async_acquire(std::forward<Handler>(handler), counter.wait_count(n), deadline);
+      core->async_acquire(std::forward<Handler>(handler), counter.wait_count(n), deadline, priority);
     }
   };
 

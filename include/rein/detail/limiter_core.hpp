@@ -47,6 +47,7 @@
 #include <rein/detail/admission_policy.hpp>
 #include <rein/detail/clock_time.hpp>
 #include <rein/detail/deadline_heap.hpp>
+#include <rein/detail/invalid_option.hpp>
 #include <rein/detail/op_queue.hpp>
 #include <rein/detail/permit_source.hpp>
 #include <rein/detail/remote_admission.hpp>
@@ -97,7 +98,14 @@ struct line_options {
   limiter_observer observer{};  ///< called with events outside the lock; empty: none
   queue_order order = queue_order::fifo;  ///< which waiter is served first (remote policies: fifo only)
   queue_full_policy when_full = queue_full_policy::reject_newest;  ///< a full line refuses or evicts
+  std::chrono::nanoseconds priority_aging = default_priority_aging;  ///< priority order: a class's delay, >= 0
 };
+
+/// options.priority_aging of the public type `who`, checked: a negative delay would invert the classes.
+inline std::chrono::nanoseconds checked_priority_aging(named who, std::chrono::nanoseconds aging) {
+  if (aging.count() < 0) throw_invalid(describe(who.type, who.name), "priority_aging must be >= 0", show(aging));
+  return aging;
+}
 
 /// The outbox of a policy whose admission is asynchronous (remote_admission.hpp); an empty one otherwise.
 struct no_outbox {
@@ -153,14 +161,16 @@ class limiter_core final : public permit_source,
       : executor_(ex),
         policy_(std::forward<PolicyArgs>(policy_args)...),
         max_waiters_(options.max_waiters),
-        lifo_(options.order == queue_order::lifo),
+        order_(options.order),
         evict_oldest_(options.when_full == queue_full_policy::evict_oldest),
+        priority_aging_ns_(options.priority_aging.count()),
         measure_wait_(Policy::needs_time || options.measure_wait),
         has_observer_(static_cast<bool>(options.observer)),
         name_(options.name.empty() ? nullptr : std::make_shared<const std::string>(std::move(options.name))),
         observer_(std::move(options.observer)) {
     // A remote line serves in fifo order and refuses the newest (its requests are pipelined in order).
-    assert(!remote || (!lifo_ && !evict_oldest_));
+    assert(!remote || (order_ == queue_order::fifo && !evict_oldest_));
+    assert(priority_aging_ns_ >= 0);  // the public types check it (check_priority_aging)
     if (has_observer_) last_observed_ = observe_now(Clock::now());
   }
 
@@ -169,6 +179,9 @@ class limiter_core final : public permit_source,
   ~limiter_core() = default;
 
   const Executor& get_executor() const noexcept { return executor_; }
+
+  /// The order of the line (options.order).
+  queue_order order() const noexcept { return order_; }
 
   /// The name given in the options (empty if none).
   const std::string& name() const noexcept {
@@ -206,11 +219,13 @@ class limiter_core final : public permit_source,
 
   /// Starts a waiting acquire of n, completing through `handler` (with `signature`).
   /// `deadline` of time_point::max() means none (deadline_after() computes one without overflow).
+  /// `priority` is the class in priority order (0 the most urgent; ignored in the other orders).
   /// If this throws (no memory), nothing changed and the handler was destroyed uncalled.
   template <class Handler>
-  void async_acquire(Handler&& handler, std::size_t n, time_point deadline) {
+  void async_acquire(Handler&& handler, std::size_t n, time_point deadline, std::uint8_t priority = 0) {
     using op_type = basic_wait_op<std::decay_t<Handler>, Executor, signature, concurrent, op_base>;
     op_type* op = op_type::create(std::forward<Handler>(handler), n);  // allocate before taking the lock
+    op->priority = priority;
     completions done(this);
     try {
       std::lock_guard<Mutex> lock(mutex_);
@@ -593,28 +608,28 @@ class limiter_core final : public permit_source,
     if (has_observer_) observe_locked(now, done);
     if constexpr (remote) return admit_remote_locked(static_cast<remote_wait_op*>(op), deadline, now, done);
     if (refused_locked(n, now)) return reject_locked(op, wait_status::unavailable, done), false;
-    // In lifo order a newcomer is the head: it is served now if it fits, whoever waits behind it.
-    if ((queue_.empty() || lifo_) && policy_.try_take(n, now)) {
-      op->stamp_ns = to_ns(now).count();
-      ++stats_.acquired_total;
-      if constexpr (with_permit) ++holders_;
-      return finish_locked(op, wait_status::granted, done), false;
-    }
-    // A timeless policy read no clock above; the wait statistics and the deadline need one from here on.
-    if (!Policy::needs_time && (measure_wait_ || deadline != time_point::max())) now = Clock::now();
-    const bool full = queue_.size() >= max_waiters_;
-    if (full && (!evict_oldest_ || queue_.empty())) return reject_locked(op, wait_status::queue_full, done), false;
-    if (deadline != time_point::max() && (deadline <= now || cannot_meet(n, deadline, now, full)))
-      return reject_locked(op, wait_status::timed_out, done), false;
     const bool first = queue_.empty();
+    if (first && policy_.try_take(n, now)) return grant_at_once_locked(op, now, done), false;
+    // A timeless policy read no clock above; the wait statistics, the deadline and a priority key need one.
+    if (!Policy::needs_time && (measure_wait_ || deadline != time_point::max() || order_ == queue_order::priority))
+      now = Clock::now();
+    op->stamp_ns = to_ns(now).count();
+    const place at = first ? place{nullptr, 0} : place_locked(op);
+    // A newcomer placed at the head (lifo order, an urgent priority class) is served now if it fits,
+    // whoever waits behind it.
+    if (!first && at.after == nullptr && policy_.try_take(n, now)) return grant_at_once_locked(op, now, done), false;
+    const bool full = queue_.size() >= max_waiters_;
+    // In priority order the evicted waiter is the last one: a newcomer that would be last is refused.
+    if (full && (!evict_oldest_ || first || (order_ == queue_order::priority && at.after == queue_.back())))
+      return reject_locked(op, wait_status::queue_full, done), false;
+    if (deadline != time_point::max() && (deadline <= now || cannot_meet(n, deadline, now, at.ahead, full)))
+      return reject_locked(op, wait_status::timed_out, done), false;
     if (first) {
       if (!work_) work_.emplace(executor_);
       waiting_.store(true, std::memory_order_relaxed);
     }
-    op->stamp_ns = to_ns(now).count();
     op->seq = next_seq_++;
-    if (lifo_) queue_.push_front(op);
-    else queue_.push_back(op);
+    queue_.insert_after(at.after, op);
     queued_units_ += n;
     // A deadline beyond what nanoseconds can count (a coarse clock's far future) is no deadline: the heap
     // holds exactly the ops whose deadline_ns is not no_deadline, which is how dequeue_locked finds them.
@@ -624,8 +639,8 @@ class limiter_core final : public permit_source,
     // changes neither (the common case under contention), so the timer needs no work if it is armed, or if
     // nothing can need it (no time-based policy, no deadline). Otherwise an arm that failed before (see
     // dispatch_locked) is retried here.
-    // In lifo order a newcomer is the head, whose grant time the timer must serve.
-    if (first || lifo_ || op->deadline_ns != no_deadline ||
+    // A newcomer placed at the head changes the grant time the timer must serve.
+    if (at.after == nullptr || op->deadline_ns != no_deadline ||
         !(timer_armed_ || (!Policy::needs_time && deadlines_.empty()))) {
       try {
         arm_timer_locked(now);
@@ -711,18 +726,62 @@ class limiter_core final : public permit_source,
     else return (void)n, (void)now, false;
   }
 
-  // In lifo order nobody will be ahead of a newcomer, and a newcomer that evicts the oldest waiter will
-  // not wait behind it (the prediction is a lower bound either way).
-  bool cannot_meet(std::size_t n, time_point deadline, time_point now, bool evicting = false) const {
-    std::size_t ahead = lifo_ ? 0 : queued_units_;
-    if (evicting && !lifo_) ahead -= queue_.front()->count;
+  // An op granted on arrival, without waiting.
+  void grant_at_once_locked(wait_op* op, time_point now, completions& done) noexcept {
+    op->stamp_ns = to_ns(now).count();
+    ++stats_.acquired_total;
+    if constexpr (with_permit) ++holders_;
+    finish_locked(op, wait_status::granted, done);
+  }
+
+  // Where a newcomer joins a line that is not empty: after `after` (null: at the front, as the new head),
+  // with `ahead` units queued before it.
+  struct place {
+    wait_op* after;
+    std::size_t ahead;
+  };
+
+  place place_locked(const wait_op* op) const noexcept {
+    switch (order_) {
+      case queue_order::lifo: return {nullptr, 0};
+      case queue_order::priority: {
+        // Keys grow from the front: walk back past every waiter keyed after the newcomer (an equal key
+        // stays ahead: it arrived first). The walk passes only more recent or less urgent waiters.
+        const std::int64_t key = priority_key(*op);
+        place at{queue_.back(), queued_units_};
+        while (at.after != nullptr && priority_key(*at.after) > key) {
+          at.ahead -= at.after->count;
+          at.after = at.after->prev;
+        }
+        return at;
+      }
+      case queue_order::fifo: break;
+    }
+    return {queue_.back(), queued_units_};
+  }
+
+  // arrival + class x aging, saturating (with aging duration::max(), every lower class comes last).
+  std::int64_t priority_key(const wait_op& op) const noexcept {
+    constexpr std::int64_t never = std::numeric_limits<std::int64_t>::max();
+    if (op.priority == 0) return op.stamp_ns;
+    if (priority_aging_ns_ > never / op.priority) return never;
+    const std::int64_t offset = op.priority * priority_aging_ns_;
+    return op.stamp_ns > never - offset ? never : op.stamp_ns + offset;
+  }
+
+  // The prediction counts the units placed ahead of the newcomer; a newcomer that evicts the oldest waiter
+  // in fifo order will not wait behind it (the prediction is a lower bound either way: in lifo and
+  // priority order later arrivals may still pass it).
+  bool cannot_meet(std::size_t n, time_point deadline, time_point now, std::size_t ahead, bool evicting) const {
+    if (evicting && order_ == queue_order::fifo) ahead -= queue_.front()->count;
     const std::optional<time_point> predicted = policy_.predict(ahead, n, now);
     return predicted && *predicted > deadline;
   }
 
-  // queue_full_policy::evict_oldest on a full line: the longest waiter (the back in lifo order) leaves.
+  // queue_full_policy::evict_oldest on a full line: the longest waiter leaves (the front in fifo order, the
+  // back in lifo order), or in priority order the one that would be served last (the back).
   void evict_oldest_locked(completions& done) noexcept {
-    wait_op* oldest = lifo_ ? queue_.back() : queue_.front();
+    wait_op* oldest = order_ == queue_order::fifo ? queue_.front() : queue_.back();
     count_rejection_locked(wait_status::queue_full, done);
     unlink_locked(oldest, wait_status::queue_full, done);
   }
@@ -1022,8 +1081,9 @@ class limiter_core final : public permit_source,
   deadline_heap deadlines_;
   std::optional<work_guard> work_;  // engaged while anyone waits
   std::size_t max_waiters_;
-  bool lifo_;          // queue_order::lifo: new waiters join at the front
+  queue_order order_;  // where a newcomer joins: the back (fifo), the front (lifo), by key (priority)
   bool evict_oldest_;  // queue_full_policy::evict_oldest
+  std::int64_t priority_aging_ns_;  // priority order: the key offset of one class
   bool measure_wait_;
   bool has_observer_;
   std::size_t queued_units_ = 0;

@@ -8,8 +8,8 @@
 
 namespace rein::detail {
 
-/// Doubly linked list through wait_op::next/prev, served from the front (FIFO or LIFO by where ops are
-/// pushed). Allocates nothing; the ops own their memory.
+/// Doubly linked list through wait_op::next/prev, served from the front (the order is where ops are
+/// linked: the back, the front, or by key). Allocates nothing; the ops own their memory.
 class op_queue {
  public:
   bool empty() const noexcept { return head_ == nullptr; }
@@ -32,6 +32,17 @@ class op_queue {
     if (head_ != nullptr) head_->prev = op;
     else tail_ = op;
     head_ = op;
+    ++size_;
+  }
+
+  /// Links `op` right after `pos`, or at the front when `pos` is null.
+  void insert_after(wait_op* pos, wait_op* op) noexcept {
+    if (pos == nullptr) return push_front(op);
+    op->prev = pos;
+    op->next = pos->next;
+    if (pos->next != nullptr) pos->next->prev = op;
+    else tail_ = op;
+    pos->next = op;
     ++size_;
   }
 

@@ -135,7 +135,8 @@ struct wait_op {
   complete_fn complete = nullptr;
   std::uint32_t seq = 0;  // arrival order (wrapping), so that equal deadlines expire first come, first out
   std::atomic<wait_status> status{wait_status::queued};
-  bool drain = false;  // waits in the drain line (async_drain) instead of the acquire line
+  bool drain = false;         // waits in the drain line (async_drain) instead of the acquire line
+  std::uint8_t priority = 0;  // the class in queue_order::priority (in the padding: the op stays 80 bytes)
 };
 
 /// The node of a limiter whose admission is asynchronous (detail/remote_admission.hpp): a wait_op that can

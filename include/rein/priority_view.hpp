@@ -1,0 +1,95 @@
+// The doors of a limiter at one priority class: what `limiter.at_priority(c)` returns.
+#pragma once
+
+#include <rein/config.hpp>
+#include <rein/detail/acquire_doors.hpp>
+#include <rein/detail/invalid_option.hpp>
+#include <rein/queue_order.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+
+namespace rein {
+
+/// A limiter's acquire doors at one priority class: made by `at_priority(c)` of a limiter whose options
+/// chose `order = queue_order::priority`, and used as the limiter's own doors are:
+///
+///     auto batch = limiter.at_priority(2);               // class 2: yields to classes 0 and 1
+///     auto permit = co_await batch.acquire();            // a plain limiter.acquire() is class 0
+///
+/// Each acquire waits in the limiter's one line, placed by the key `arrival + c * priority_aging` (see
+/// queue_order::priority for the bound this gives). Everything else is the limiter's own: its completion
+/// signature, errors, deadlines, per-operation cancellation and thread safety, as documented for its
+/// async_acquire and acquire. A view is a few words: make one per call or keep it; it stays
+/// valid while the limiter it came from (or the limiter that was moved from it) lives.
+///
+/// @tparam Doors the limiter's doors (an implementation type: name the view with `auto`).
+template <class Doors>
+class priority_view {
+ public:
+  /// The executor that runs completion handlers without an associated executor of their own.
+  using executor_type = typename Doors::executor_type;
+  /// A point in time of the limiter's clock.
+  using time_point = typename Doors::time_point;
+  /// A duration of the limiter's clock.
+  using duration = typename Doors::duration;
+  /// What acquire returns: rein::permit for a concurrency limiter, nothing for a rate limiter.
+  using result_type = typename Doors::result_type;
+
+  /// The view of `doors`, whose priority field names the class (made by the limiters' at_priority).
+  explicit priority_view(Doors doors) noexcept : doors_(doors) {}
+
+  /// The class: 0 is served first.
+  std::uint8_t priority() const noexcept { return doors_.priority; }
+
+  /// As the limiter's async_acquire, at this class. Every Asio completion token works.
+  template <REIN_COMPLETION_TOKEN_FOR(typename Doors::signature) Token = default_token_t>
+  auto async_acquire(std::size_t n = 1, Token&& token = Token{}) const {
+    return doors_.async_acquire_until(n, time_point::max(), std::forward<Token>(token));
+  }
+
+  /// As the limiter's async_acquire_for (errc::timed_out after `timeout`), at this class.
+  template <REIN_COMPLETION_TOKEN_FOR(typename Doors::signature) Token = default_token_t>
+  auto async_acquire_for(std::size_t n, duration timeout, Token&& token = Token{}) const {
+    return doors_.async_acquire_for(n, timeout, std::forward<Token>(token));
+  }
+
+  /// As the limiter's async_acquire_until (errc::timed_out at `deadline`), at this class.
+  template <REIN_COMPLETION_TOKEN_FOR(typename Doors::signature) Token = default_token_t>
+  auto async_acquire_until(std::size_t n, time_point deadline, Token&& token = Token{}) const {
+    return doors_.async_acquire_until(n, deadline, std::forward<Token>(token));
+  }
+
+  /// As the limiter's acquire, at this class: `auto p = co_await view.acquire();`.
+  net::awaitable<result_type> acquire(std::size_t n = 1) const { return doors_.acquire_until(n, time_point::max()); }
+
+  /// As the limiter's acquire_for, at this class.
+  net::awaitable<result_type> acquire_for(std::size_t n, duration timeout) const { return doors_.acquire_for(n, timeout); }
+
+  /// As the limiter's acquire_until, at this class.
+  net::awaitable<result_type> acquire_until(std::size_t n, time_point deadline) const {
+    return doors_.acquire_until(n, deadline);
+  }
+
+ private:
+  Doors doors_;
+};
+
+namespace detail {
+
+/// `doors` at class `priority`; throws std::invalid_argument unless the line is in priority order (a class
+/// would be ignored in the other orders).
+template <class Doors>
+priority_view<Doors> at_priority(Doors doors, std::uint8_t priority) {
+  const queue_order order = doors.core->order();
+  if (order != queue_order::priority)
+    throw_invalid(describe(doors.type, doors.core->name()), "at_priority needs options.order = queue_order::priority",
+                  to_string(order));
+  doors.priority = priority;
+  return priority_view<Doors>(doors);
+}
+
+}  // namespace detail
+
+}  // namespace rein
