@@ -85,9 +85,10 @@ struct adaptive_limiter_options {
   /// errc::queue_full; see rein::queue_full_policy.
   queue_full_policy when_full = queue_full_policy::reject_newest;
 
-  /// Priority order only: how much later a waiter of class c may be served than a class-0 waiter that
-  /// arrives at the same time (c x priority_aging), >= 0; see queue_order::priority. Default: 1 s;
-  /// duration::max(): strict priority.
+  /// Priority order only: the arrival-time handicap of one class, >= 0. A class-c waiter is placed as if
+  /// it had arrived c x priority_aging later, so it is served before every class-0 waiter arriving more
+  /// than c x priority_aging after it; see queue_order::priority. Default: 1 s; 0: fifo;
+  /// nanoseconds::max(): strict priority.
   std::chrono::nanoseconds priority_aging = default_priority_aging;
   /// Fail fast at the floor (an open circuit): after `circuit.open_after` consecutive congestion outcomes
   /// that leave the limit at its floor, every waiter and every new acquire completes at once with
@@ -425,7 +426,7 @@ class basic_adaptive_limiter {
   /// validated as the constructor validates them. Applied under the lock; the limit learned so far is kept,
   /// moved into the new [min_limit, max_limit] (each algorithm's `set_options` says what else carries on).
   ///
-  /// Effect on waiters: re-examined at once, in FIFO order: a limit that rose (a higher floor) admits them
+  /// Effect on waiters: re-examined at once, in the line's order: a limit that rose (a higher floor) admits them
   /// before this returns (their handlers run through their executors as usual); one that fell (a lower
   /// ceiling) admits nobody until enough calls have finished, and takes no slot back. A waiter for more
   /// than the new floor(max_limit) completes with errc::exceeds_capacity at once (it could only wait

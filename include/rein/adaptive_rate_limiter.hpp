@@ -139,9 +139,7 @@ class basic_adaptive_rate_limiter : public basic_rate_limiter<algo::basic_adapti
   /// message names the type, the field and the value ("rein::adaptive_rate_limiter: initial_rate must be
   /// in [min_rate, max_rate], got 0").
   basic_adaptive_rate_limiter(const executor_type& ex, const options& o, rate_limiter_options limiter_options = {})
-      : base(ex, make_limit(o), std::move(limiter_options)) {
-    this->type_name_ = "rein::adaptive_rate_limiter";
-  }
+      : base("rein::adaptive_rate_limiter", ex, make_limit(o), std::move(limiter_options)) {}
 
   /// The same, on an execution context (an io_context).
   template <class ExecutionContext>

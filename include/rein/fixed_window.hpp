@@ -81,15 +81,15 @@ std::ostream& operator<<(std::ostream& os, const fixed_window_snapshot<Duration>
 /// more than `limit` (an upstream measuring a sliding window), use rein::basic_sliding_window, where a unit
 /// frees its room only one window after its own start.
 ///
-/// Waiters are served in FIFO order, each at the instant its units fit (the next window's start when this
-/// one is full), by one timer; a waiter counts its units only when granted, so cancelling it costs nothing.
-/// The operations (`acquire`, `async_acquire`, `_for`, `_until`, `try_acquire`, `refund`, `charge`,
-/// `limit_remaining`, `close`) are those of rein::basic_rate_limiter: `refund(n)` lowers the current
-/// window's count (refund in the window the units were taken in), `charge(n)` counts n units now even
-/// beyond the limit (the excess is a debt the next window starts repay, `limit` each), and
-/// `limit_remaining` applies an upstream's remaining count until its reset. A deadline that cannot be met
-/// fails at once with errc::timed_out whenever even single-unit waiters ahead could not make it in time
-/// (exact when every waiter asks for one unit).
+/// Waiters are served in FIFO order (or the order the options choose: rein::queue_order), each at the instant
+/// its units fit (the next window's start when this one is full), by one timer; a waiter counts its units only
+/// when granted, so cancelling it costs nothing. The operations (`acquire`, `async_acquire`, `_for`, `_until`,
+/// `try_acquire`, `refund`, `charge`, `limit_remaining`, `close`) are those of rein::basic_rate_limiter:
+/// `refund(n)` lowers the current window's count (refund in the window the units were taken in), `charge(n)`
+/// counts n units now even beyond the limit (the excess is a debt the next window starts repay, `limit` each),
+/// and `limit_remaining` applies an upstream's remaining count until its reset. A deadline that cannot be met
+/// fails at once with errc::timed_out whenever even single-unit waiters ahead could not make it in time (exact
+/// when every waiter asks for one unit).
 ///
 /// @tparam Executor the I/O executor; completions default to it.
 /// @tparam Clock    the clock of the windows and of deadlines; tick of a nanosecond or coarser.
@@ -144,9 +144,10 @@ class basic_fixed_window : public basic_rate_limiter<algo::basic_fixed_window<Cl
     /// errc::queue_full; see rein::queue_full_policy.
     queue_full_policy when_full = queue_full_policy::reject_newest;
 
-    /// Priority order only: how much later a waiter of class c may be served than a class-0 waiter that
-    /// arrives at the same time (c x priority_aging), >= 0; see queue_order::priority. Default: 1 s;
-    /// duration::max(): strict priority.
+    /// Priority order only: the arrival-time handicap of one class, >= 0. A class-c waiter is placed as if
+    /// it had arrived c x priority_aging later, so it is served before every class-0 waiter arriving more
+    /// than c x priority_aging after it; see queue_order::priority. Default: 1 s; 0: fifo;
+    /// nanoseconds::max(): strict priority.
     std::chrono::nanoseconds priority_aging = default_priority_aging;
   };
 
@@ -161,9 +162,7 @@ class basic_fixed_window : public basic_rate_limiter<algo::basic_fixed_window<Cl
   /// @throws std::invalid_argument if the limit is not in [1, 2^62] or the window is not > 0; the message
   /// names the type, the field and the value.
   basic_fixed_window(const executor_type& ex, const options& o)
-      : base(ex, make_window(o), detail::rate_options("rein::fixed_window", o)) {
-    this->type_name_ = "rein::fixed_window";
-  }
+      : base("rein::fixed_window", ex, make_window(o), detail::rate_options(o)) {}
 
   /// Makes a window on an execution context (an io_context).
   template <class ExecutionContext>

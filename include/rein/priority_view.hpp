@@ -21,8 +21,9 @@ namespace rein {
 /// Each acquire waits in the limiter's one line, placed by the key `arrival + c * priority_aging` (see
 /// queue_order::priority for the bound this gives). Everything else is the limiter's own: its completion
 /// signature, errors, deadlines, per-operation cancellation and thread safety, as documented for its
-/// async_acquire and acquire. A view is a few words: make one per call or keep it; it stays
-/// valid while the limiter it came from (or the limiter that was moved from it) lives.
+/// async_acquire and acquire. A view is a few words and refers to the limiter's state, as a permit does:
+/// make one per call, or keep it while that state lives (until the limiter is destroyed or assigned to;
+/// moving a limiter moves its state, and the view follows).
 ///
 /// @tparam Doors the limiter's doors (an implementation type: name the view with `auto`).
 template <class Doors>
@@ -65,7 +66,9 @@ class priority_view {
   net::awaitable<result_type> acquire(std::size_t n = 1) const { return doors_.acquire_until(n, time_point::max()); }
 
   /// As the limiter's acquire_for, at this class.
-  net::awaitable<result_type> acquire_for(std::size_t n, duration timeout) const { return doors_.acquire_for(n, timeout); }
+  net::awaitable<result_type> acquire_for(std::size_t n, duration timeout) const {
+    return doors_.acquire_for(n, timeout);
+  }
 
   /// As the limiter's acquire_until, at this class.
   net::awaitable<result_type> acquire_until(std::size_t n, time_point deadline) const {

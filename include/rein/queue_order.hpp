@@ -28,9 +28,12 @@ enum class queue_order : std::uint8_t {
   /// classes above it, but only for a bounded time: a class-c waiter that arrives at t is served before
   /// every waiter of class 0 that arrives after t + c * priority_aging (of class k: after
   /// t + (c - k) * priority_aging), however many keep coming. This is strict priority with aging, as in
-  /// the schedulers of operating systems; priority_aging = duration::max() gives strict priority (a lower
-  /// class may then starve), 0 gives fifo. A newcomer placed at the head is granted at once when it fits,
-  /// as in lifo order; waiters behind the head wait (head-of-line semantics hold by key).
+  /// the schedulers of operating systems; priority_aging = nanoseconds::max() gives strict priority (a
+  /// lower class may then starve), 0 gives fifo. A newcomer placed at the head is granted at once when it
+  /// fits, as in lifo order; waiters behind the head wait (head-of-line semantics hold by key). Cost: a
+  /// newcomer is placed by a walk from the back, under the lock, past the waiters keyed after it: none
+  /// while callers arrive in key order (one class, or aging 0), one per passed waiter otherwise (an urgent
+  /// call behind thousands of batch waiters passes thousands): bound the line with `max_waiters`.
   priority,
 };
 
@@ -46,8 +49,8 @@ enum class queue_full_policy : std::uint8_t {
   /// The waiter that has waited longest completes with errc::queue_full and the new one joins the line
   /// (.NET's QueueProcessingOrder.NewestFirst): the line keeps the callers most likely still to care. With
   /// `max_waiters` 0 there is nobody to evict and the new waiter is refused. In priority order the waiter
-  /// that would be served last leaves instead (the lowest class's newest, by key), so that an urgent
-  /// newcomer displaces the least urgent waiter; a newcomer that would itself be served last is refused.
+  /// with the largest key (the one that would be served last) leaves instead, so that an urgent newcomer
+  /// displaces the least urgent waiter; a newcomer that would itself be served last is refused.
   evict_oldest,
 };
 

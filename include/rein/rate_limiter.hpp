@@ -75,9 +75,10 @@ struct rate_limiter_options {
   /// errc::queue_full; see rein::queue_full_policy.
   queue_full_policy when_full = queue_full_policy::reject_newest;
 
-  /// Priority order only: how much later a waiter of class c may be served than a class-0 waiter that
-  /// arrives at the same time (c x priority_aging), >= 0; see queue_order::priority. Default: 1 s;
-  /// duration::max(): strict priority.
+  /// Priority order only: the arrival-time handicap of one class, >= 0. A class-c waiter is placed as if
+  /// it had arrived c x priority_aging later, so it is served before every class-0 waiter arriving more
+  /// than c x priority_aging after it; see queue_order::priority. Default: 1 s; 0: fifo;
+  /// nanoseconds::max(): strict priority.
   std::chrono::nanoseconds priority_aging = default_priority_aging;
 };
 
@@ -91,16 +92,16 @@ inline std::ostream& operator<<(std::ostream& os, const rate_limiter_snapshot& s
 }
 
 namespace detail {
-inline line_options rate_line(rate_limiter_options& o) {
-  const auto aging = checked_priority_aging({"rein::rate_limiter", o.name}, o.priority_aging);
+/// The line's options, checked (`type`: the limiter's name in messages).
+inline line_options rate_line(std::string_view type, rate_limiter_options& o) {
+  const auto aging = checked_priority_aging({type, o.name}, o.priority_aging);
   return line_options{o.max_waiters, true, std::move(o.name), std::move(o.observer), o.order, o.when_full, aging};
 }
 
-/// The line's options of a rate limiter built on basic_rate_limiter (`type`: its name in messages).
+/// The line's part of the options of a rate limiter built on basic_rate_limiter.
 template <class Options>
-rate_limiter_options rate_options(std::string_view type, const Options& o) {
-  return rate_limiter_options{o.max_waiters, o.name,      o.observer,
-                              o.order,       o.when_full, checked_priority_aging({type, o.name}, o.priority_aging)};
+rate_limiter_options rate_options(const Options& o) {
+  return rate_limiter_options{o.max_waiters, o.name, o.observer, o.order, o.when_full, o.priority_aging};
 }
 }  // namespace detail
 
@@ -111,10 +112,10 @@ rate_limiter_options rate_options(std::string_view type, const Options& o) {
 ///
 /// `co_await limiter.acquire(n)` returns once n units (tokens, starts) have been taken; a rate limiter hands out
 /// nothing to hold or give back, so it completes with `void(error_code)`. Waiters are served in FIFO order (LIFO with
-/// `order = queue_order::lifo`) with head-of-line blocking (a big request is not starved by small ones), take their
-/// units only when granted (a cancelled or timed-out waiter costs nothing), and are granted at the instant the limit
-/// has room, by ONE timer per limiter armed for the head: 100,000 waiters are not 100,000 timers, and a refill wakes
-/// only whom it can serve.
+/// `order = queue_order::lifo`, by class with `queue_order::priority`) with head-of-line blocking (a big request is not
+/// starved by small ones), take their units only when granted (a cancelled or timed-out waiter costs nothing), and are
+/// granted at the instant the limit has room, by ONE timer per limiter armed for the head: 100,000 waiters are not
+/// 100,000 timers, and a refill wakes only whom it can serve.
 ///
 /// @tparam Limit    a model of `rein::algo::rate_limit` (its clock is the limiter's clock, e.g.
 ///                  `rein::testing::manual_clock` in tests).
@@ -158,7 +159,7 @@ class basic_rate_limiter {
 
   /// Wraps `limit` (made at the clock's current time), completing operations on `ex` by default.
   basic_rate_limiter(const executor_type& ex, Limit limit, rate_limiter_options options = {})
-      : core_(ex, detail::rate_line(options), std::move(limit)) {}
+      : basic_rate_limiter("rein::rate_limiter", ex, std::move(limit), std::move(options)) {}
 
   /// Wraps `limit`, on an execution context (an io_context).
   template <class ExecutionContext>
@@ -253,8 +254,12 @@ class basic_rate_limiter {
   auto at_priority(std::uint8_t c) const { return detail::at_priority(doors(), c); }
 
  protected:
-  /// How messages name this limiter's type ("rein::token_bucket", ...); set by the derived types.
-  std::string_view type_name_ = "rein::rate_limiter";
+  /// For the derived types: `type` names them in messages ("rein::token_bucket"; a static string).
+  basic_rate_limiter(std::string_view type, const executor_type& ex, Limit limit, rate_limiter_options options)
+      : type_name_(type), core_(ex, detail::rate_line(type, options), std::move(limit)) {}
+
+  /// How messages name this limiter's type ("rein::token_bucket", ...).
+  std::string_view type_name_;
 
  public:
 

@@ -72,9 +72,10 @@ struct semaphore_options {
   /// errc::queue_full; see rein::queue_full_policy.
   queue_full_policy when_full = queue_full_policy::reject_newest;
 
-  /// Priority order only: how much later a waiter of class c may be served than a class-0 waiter that
-  /// arrives at the same time (c x priority_aging), >= 0; see queue_order::priority. Default: 1 s;
-  /// duration::max(): strict priority.
+  /// Priority order only: the arrival-time handicap of one class, >= 0. A class-c waiter is placed as if
+  /// it had arrived c x priority_aging later, so it is served before every class-0 waiter arriving more
+  /// than c x priority_aging after it; see queue_order::priority. Default: 1 s; 0: fifo;
+  /// nanoseconds::max(): strict priority.
   std::chrono::nanoseconds priority_aging = default_priority_aging;
 };
 
@@ -236,7 +237,7 @@ class basic_semaphore {
   /// its options chose another order (the class would be ignored).
   auto at_priority(std::uint8_t c) const { return detail::at_priority(doors(), c); }
 
-  /// Adds n permits (raises the total); waiters that now fit are granted in FIFO order. After forget, the
+  /// Adds n permits (raises the total); waiters that now fit are granted in the line's order. After forget, the
   /// added permits first cancel what holders still owe. When a semaphore with no permits (a gate) opens,
   /// a waiter that asks for more than the new total completes with errc::exceeds_capacity at once, as an
   /// acquire made now would (and as after set_permits); it would otherwise block the line behind it.

@@ -68,12 +68,13 @@ std::ostream& operator<<(std::ostream& os, const sliding_window_snapshot<Duratio
 /// second and burst 2 grants them at 0.00, 0.01, 5.0, 10.0, 15.0). For limits in the millions use
 /// `rein::basic_rate_limiter<algo::basic_sliding_window_counter<Clock>>` (O(1) memory, bounded overshoot).
 ///
-/// Waiters are served in FIFO order, each at the instant its starts fit, by one timer per window; a waiter
-/// records its starts only when granted, so cancelling it costs nothing. The operations (`acquire`,
-/// `async_acquire`, `_for`, `_until`, `try_acquire`, `refund`, `charge`, `limit_remaining`, `close`) are those
-/// of rein::basic_rate_limiter, with starts as units: `charge(n)` records n starts now even beyond the limit
-/// (later callers wait until they have left the window; see `algo::basic_sliding_window::charge`), and
-/// `limit_remaining` applies an upstream's count for resets shorter than the window. A deadline that cannot be met fails at once with errc::timed_out whenever even
+/// Waiters are served in FIFO order (or the order the options choose: rein::queue_order), each at the instant
+/// its starts fit, by one timer per window; a waiter records its starts only when granted, so cancelling it
+/// costs nothing. The operations (`acquire`, `async_acquire`, `_for`, `_until`, `try_acquire`, `refund`,
+/// `charge`, `limit_remaining`, `close`) are those of rein::basic_rate_limiter, with starts as units:
+/// `charge(n)` records n starts now even beyond the limit (later callers wait until they have left the window;
+/// see `algo::basic_sliding_window::charge`), and `limit_remaining` applies an upstream's count for resets
+/// shorter than the window. A deadline that cannot be met fails at once with errc::timed_out whenever even
 /// single-start waiters ahead could not make it in time (exact when every waiter asks for one start).
 ///
 /// @tparam Executor the I/O executor; completions default to it.
@@ -126,9 +127,10 @@ class basic_sliding_window : public basic_rate_limiter<algo::basic_sliding_windo
     /// errc::queue_full; see rein::queue_full_policy.
     queue_full_policy when_full = queue_full_policy::reject_newest;
 
-    /// Priority order only: how much later a waiter of class c may be served than a class-0 waiter that
-    /// arrives at the same time (c x priority_aging), >= 0; see queue_order::priority. Default: 1 s;
-    /// duration::max(): strict priority.
+    /// Priority order only: the arrival-time handicap of one class, >= 0. A class-c waiter is placed as if
+    /// it had arrived c x priority_aging later, so it is served before every class-0 waiter arriving more
+    /// than c x priority_aging after it; see queue_order::priority. Default: 1 s; 0: fifo;
+    /// nanoseconds::max(): strict priority.
     std::chrono::nanoseconds priority_aging = default_priority_aging;
   };
 
@@ -143,9 +145,7 @@ class basic_sliding_window : public basic_rate_limiter<algo::basic_sliding_windo
   /// @throws std::invalid_argument if the limit is not in [1, 2^27] or the window is not > 0; the message
   /// names the type, the field and the value.
   basic_sliding_window(const executor_type& ex, const options& o)
-      : base(ex, make_window(o), detail::rate_options("rein::sliding_window", o)) {
-    this->type_name_ = "rein::sliding_window";
-  }
+      : base("rein::sliding_window", ex, make_window(o), detail::rate_options(o)) {}
 
   /// Makes an empty window on an execution context (an io_context).
   template <class ExecutionContext>

@@ -52,9 +52,10 @@ struct token_bucket_options {
   /// errc::queue_full; see rein::queue_full_policy.
   queue_full_policy when_full = queue_full_policy::reject_newest;
 
-  /// Priority order only: how much later a waiter of class c may be served than a class-0 waiter that
-  /// arrives at the same time (c x priority_aging), >= 0; see queue_order::priority. Default: 1 s;
-  /// duration::max(): strict priority.
+  /// Priority order only: the arrival-time handicap of one class, >= 0. A class-c waiter is placed as if
+  /// it had arrived c x priority_aging later, so it is served before every class-0 waiter arriving more
+  /// than c x priority_aging after it; see queue_order::priority. Default: 1 s; 0: fifo;
+  /// nanoseconds::max(): strict priority.
   std::chrono::nanoseconds priority_aging = default_priority_aging;
 };
 
@@ -95,11 +96,11 @@ inline std::ostream& operator<<(std::ostream& os, const token_bucket_snapshot& s
 ///
 /// The rule is `rein::algo::basic_token_bucket` (exact integer refill, lazily on each call, never a
 /// background tick), the peer of Go's `golang.org/x/time/rate.Limiter`. Unlike Go's `WaitN`, which reserves
-/// tokens up front (so a cancelled wait must hand them back), a waiter here takes its tokens only when
-/// granted: waiting costs nothing, and a cancellation that arrives after the grant but before the handler
-/// ran gives the tokens back. Waiters are served in FIFO order, each at the exact instant its tokens are
-/// there, by one timer per bucket; `set_rate` and `set_capacity` move the grant times of waiters already
-/// queued, earlier or later, at once.
+/// tokens up front (so a cancelled wait must hand them back), a waiter here takes its tokens only when granted:
+/// waiting costs nothing, and a cancellation that arrives after the grant but before the handler ran gives the
+/// tokens back. Waiters are served in FIFO order (or the order the options choose: rein::queue_order), each at
+/// the exact instant its tokens are there, by one timer per bucket; `set_rate` and `set_capacity` move the
+/// grant times of waiters already queued, earlier or later, at once.
 ///
 /// Compared with `rein::sliding_window` of the same average rate: 2 per 10 s (window) grants five waiters
 /// started at 0.00 .. 0.04 s at 0.00, 0.01, 10.00, 10.01, 20.00; a bucket of 0.2 per second with burst 2
@@ -161,9 +162,7 @@ class basic_token_bucket : public basic_rate_limiter<algo::basic_token_bucket<Cl
   /// capacity not in [1, 1e15], or the initial tokens not in [0, capacity]; the message names the type, the
   /// field and the value ("rein::token_bucket: rate must be > 0, ..., got -1").
   basic_token_bucket(const executor_type& ex, const options& o)
-      : base(ex, make_bucket(o), detail::rate_options("rein::token_bucket", o)) {
-    this->type_name_ = "rein::token_bucket";
-  }
+      : base("rein::token_bucket", ex, make_bucket(o), detail::rate_options(o)) {}
 
   /// Makes a bucket on an execution context (an io_context).
   template <class ExecutionContext>

@@ -11,6 +11,7 @@
 #include <rein/detail/op_queue.hpp>
 #include <rein/detail/spare_allocator.hpp>
 #include <rein/adaptive_limiter.hpp>
+#include <rein/adaptive_rate_limiter.hpp>
 #include <rein/algo/aimd.hpp>
 #include <rein/queue_order.hpp>
 #include <rein/semaphore.hpp>
@@ -801,6 +802,42 @@ TEST_CASE("priority with aging: a class-1 waiter at t is served right after the 
   CHECK(strict == std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11});
 }
 
+TEST_CASE("priority keys are exact at any aging and before the clock's epoch: classes never collapse",
+          "[core][order][priority][time]") {
+  rein_test::manual_clock_at_epoch epoch;
+  using arrival = std::pair<std::uint8_t, manual_semaphore::duration>;  // (class, arrival time)
+  const auto serve = [](manual_semaphore::duration aging, const std::vector<arrival>& arrivals) {
+    net::io_context io;
+    // Untimed: a wait from -2^62 to +2^62 ns is beyond what the wait statistics can count.
+    manual_semaphore sem(io, 1, {.measure_wait = false, .order = priority, .priority_aging = aging});
+    rein::permit held = sem.try_acquire();
+    service_log log;
+    for (std::size_t i = 0; i < arrivals.size(); ++i) {
+      manual_clock::set(tp(arrivals[i].second));
+      sem.at_priority(arrivals[i].first).async_acquire(1, log.waiter(static_cast<int>(i)));
+    }
+    poll(io);
+    held.release();
+    poll(io);
+    for (std::size_t i = 0; i + 1 < arrivals.size(); ++i) {
+      log.held.at(i).release();
+      poll(io);
+    }
+    return log.served;
+  };
+  constexpr auto max = manual_semaphore::duration::max();
+  // Strict priority: class 2 at 0, class 1 at 1 ms, class 0 at 2 ms: served 2, 1, 0 (by class, not arrival).
+  CHECK(serve(max, {{2, 0ms}, {1, 1ms}, {0, 2ms}}) == std::vector<int>{2, 1, 0});
+  CHECK(serve(max, {{255, 0ms}, {254, 1ms}, {3, 2ms}}) == std::vector<int>{2, 1, 0});
+  // aging 2^62 ns: class 3 at 0 and class 2 at 1 ms, whose keys differ by 2^62 - 1 ms.
+  const manual_semaphore::duration huge(std::int64_t{1} << 62);
+  CHECK(serve(huge, {{3, 0ms}, {2, 1ms}}) == std::vector<int>{1, 0});
+  // Before the epoch: class 2 at -2^62 ns is keyed at +2^62 ns; a class-0 waiter 1 us later than that
+  // comes after it, one 1 us earlier before it.
+  CHECK(serve(huge, {{2, -huge}, {0, huge + 1us}}) == std::vector<int>{0, 1});
+  CHECK(serve(huge, {{2, -huge}, {0, huge - 1us}}) == std::vector<int>{1, 0});
+}
+
 TEST_CASE("priority: an urgent newcomer placed at the head is served if it fits; a later class waits its turn",
           "[core][order][priority]") {
   net::io_context io;
@@ -900,6 +937,9 @@ TEST_CASE("at_priority needs priority order; a negative priority_aging is refuse
   manual_bucket lifo(io, {.rate = 1, .capacity = 1, .order = rein::queue_order::lifo});
   CHECK_THROWS_WITH(lifo.at_priority(0),
                     "rein::token_bucket: at_priority needs options.order = queue_order::priority, got lifo");
+  using manual_adaptive_rate = rein::basic_adaptive_rate_limiter<net::any_io_executor, manual_clock, std::mutex>;
+  CHECK_THROWS_WITH(manual_adaptive_rate(io, {.initial_rate = 10}, {.name = "llm", .priority_aging = -1ns}),
+                    "rein::adaptive_rate_limiter \"llm\": priority_aging must be >= 0, got -1 ns");
   manual_semaphore prioritized(io, 1, {.order = priority});
   CHECK(prioritized.at_priority(3).priority() == 3);
 }

@@ -74,6 +74,7 @@
 #include <atomic>
 #include <cassert>
 #include <chrono>
+#include <compare>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -747,7 +748,7 @@ class limiter_core final : public permit_source,
       case queue_order::priority: {
         // Keys grow from the front: walk back past every waiter keyed after the newcomer (an equal key
         // stays ahead: it arrived first). The walk passes only more recent or less urgent waiters.
-        const std::int64_t key = priority_key(*op);
+        const priority_key_type key = priority_key(*op);
         place at{queue_.back(), queued_units_};
         while (at.after != nullptr && priority_key(*at.after) > key) {
           at.ahead -= at.after->count;
@@ -760,13 +761,27 @@ class limiter_core final : public permit_source,
     return {queue_.back(), queued_units_};
   }
 
-  // arrival + class x aging, saturating (with aging duration::max(), every lower class comes last).
-  std::int64_t priority_key(const wait_op& op) const noexcept {
-    constexpr std::int64_t never = std::numeric_limits<std::int64_t>::max();
-    if (op.priority == 0) return op.stamp_ns;
-    if (priority_aging_ns_ > never / op.priority) return never;
-    const std::int64_t offset = op.priority * priority_aging_ns_;
-    return op.stamp_ns > never - offset ? never : op.stamp_ns + offset;
+  // arrival + class x aging, exact: 128 bits (two's complement, compared high word first) hold any 64-bit
+  // arrival plus 255 times any 64-bit aging, so the classes stay ordered at every aging up to
+  // nanoseconds::max() and on clocks before their epoch.
+  struct priority_key_type {
+    std::int64_t high;
+    std::uint64_t low;
+    auto operator<=>(const priority_key_type&) const = default;
+  };
+
+  priority_key_type priority_key(const wait_op& op) const noexcept {
+    // class x aging < 2^8 x 2^63, from two 32-bit halves of the aging (each product below 2^40).
+    const auto aging = static_cast<std::uint64_t>(priority_aging_ns_);
+    const std::uint64_t low_part = op.priority * (aging & 0xffffffffU);
+    const std::uint64_t high_part = op.priority * (aging >> 32);
+    std::uint64_t low = (high_part << 32) + low_part;
+    std::uint64_t high = (high_part >> 32) + (low < low_part ? 1U : 0U);
+    // + arrival, sign-extended.
+    const auto stamp = static_cast<std::uint64_t>(op.stamp_ns);
+    low += stamp;
+    high += (low < stamp ? 1U : 0U) + (op.stamp_ns < 0 ? ~std::uint64_t{0} : 0U);
+    return {static_cast<std::int64_t>(high), low};
   }
 
   // The prediction counts the units placed ahead of the newcomer; a newcomer that evicts the oldest waiter
