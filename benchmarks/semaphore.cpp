@@ -10,6 +10,10 @@
 //   *_lifo                   the same serving its newest waiter first (queue_order::lifo), contended only
 //   *_priority               the same in priority order, every other acquire at class 1 (so that a
 //                            newcomer's place is found by a walk from the back), contended only
+//   *_hint1                  the same on an io_context(1) (concurrency hint 1: run by one thread), contended
+//                            only
+//   *_try_first              the same called the hot-loop way: try_acquire() first, co_await acquire() only if
+//                            that fails, uncontended only
 //   channel_*, concurrent_channel_*
 //                            net::experimental::channel<void(error_code)> (concurrent_channel: thread-safe) as a
 //                            semaphore with `permits` buffer slots: acquire = send, release = try_receive.
@@ -158,12 +162,25 @@ class prioritized : public Sem {
 using st_priority = prioritized<st_semaphore>;
 using ts_priority = prioritized<ts_semaphore>;
 
+/// A rein semaphore used the hot-loop way: `try_acquire()` first, `co_await acquire()` only if that fails
+/// (no coroutine frame when a permit is free).
+template <class Sem>
+class try_first : public Sem {
+ public:
+  try_first(const net::any_io_executor& ex, std::size_t permits) : Sem(ex, permits) {}
+  static constexpr bool tries_first = true;
+};
+
+using st_try_first = try_first<st_semaphore>;
+using ts_try_first = try_first<ts_semaphore>;
+
 template <class Sem>
 constexpr bool is_rein = std::is_same_v<Sem, st_semaphore> || std::is_same_v<Sem, ts_semaphore> ||
                          std::is_same_v<Sem, st_untimed> || std::is_same_v<Sem, ts_untimed> ||
                          std::is_same_v<Sem, st_observed> || std::is_same_v<Sem, ts_observed> ||
                          std::is_same_v<Sem, st_lifo> || std::is_same_v<Sem, ts_lifo> ||
-                         std::is_same_v<Sem, st_priority> || std::is_same_v<Sem, ts_priority>;
+                         std::is_same_v<Sem, st_priority> || std::is_same_v<Sem, ts_priority> ||
+                         std::is_same_v<Sem, st_try_first> || std::is_same_v<Sem, ts_try_first>;
 using channel_try_first = channel_semaphore<channel, true>;
 using channel_async = channel_semaphore<channel, false>;
 using concurrent_channel_try_first = channel_semaphore<concurrent_channel, true>;
@@ -190,8 +207,14 @@ template <class Sem>
 net::awaitable<void> uncontended_rein(benchmark::State& state, run_clock& clock, Sem& sem) {
   clock.start();
   for (auto _ : state) {
-    permit p = co_await sem.acquire();
-    benchmark::DoNotOptimize(p);
+    if constexpr (requires { Sem::tries_first; }) {
+      permit p = sem.try_acquire();
+      if (!p) p = co_await sem.acquire();
+      benchmark::DoNotOptimize(p);
+    } else {
+      permit p = co_await sem.acquire();
+      benchmark::DoNotOptimize(p);
+    }
   }
   clock.stop();
 }
@@ -273,11 +296,11 @@ void uncontended_benchmark(const std::string& name, reactor mode) {
 }
 
 template <class Sem>
-void contended_benchmark(const std::string& name, reactor mode) {
+void contended_benchmark(const std::string& name, reactor mode, int concurrency_hint = default_concurrency_hint) {
   results::get().declare(name);
   benchmark::RegisterBenchmark(name.c_str(),
-                               [name, mode](benchmark::State& state) {
-                                 bench_io io(mode);
+                               [name, mode, concurrency_hint](benchmark::State& state) {
+                                 bench_io io(mode, concurrency_hint);
                                  run_clock clock(state, name);
                                  iteration_gate gate(state, clock);
                                  if constexpr (std::is_same_v<Sem, floor_post>) {
@@ -422,6 +445,8 @@ void register_timing(reactor mode) {
   uncontended_benchmark<floor_post>(on(uncontended, mode, "floor_post"), mode);
   uncontended_benchmark<st_semaphore>(on(uncontended, mode, "rein_single_thread_semaphore"), mode);
   uncontended_benchmark<ts_semaphore>(on(uncontended, mode, "rein_semaphore"), mode);
+  uncontended_benchmark<st_try_first>(on(uncontended, mode, "rein_single_thread_semaphore_try_first"), mode);
+  uncontended_benchmark<ts_try_first>(on(uncontended, mode, "rein_semaphore_try_first"), mode);
   uncontended_benchmark<st_untimed>(on(uncontended, mode, "rein_single_thread_semaphore_untimed"), mode);
   uncontended_benchmark<ts_untimed>(on(uncontended, mode, "rein_semaphore_untimed"), mode);
   uncontended_benchmark<st_observed>(on(uncontended, mode, "rein_single_thread_semaphore_observed"), mode);
@@ -445,6 +470,9 @@ void register_timing(reactor mode) {
   contended_benchmark<ts_lifo>(on(contended, mode, "rein_semaphore_lifo"), mode);
   contended_benchmark<st_priority>(on(contended, mode, "rein_single_thread_semaphore_priority"), mode);
   contended_benchmark<ts_priority>(on(contended, mode, "rein_semaphore_priority"), mode);
+  // io_context(1): the application says one thread runs the context (see the note at the end).
+  contended_benchmark<floor_post>(on(contended, mode, "floor_post_hint1"), mode, 1);
+  contended_benchmark<st_semaphore>(on(contended, mode, "rein_single_thread_semaphore_hint1"), mode, 1);
   contended_benchmark<channel_try_first>(on(contended, mode, "channel_try_send_then_async_send"), mode);
   contended_benchmark<channel_async>(on(contended, mode, "channel_async_send"), mode);
   contended_benchmark<concurrent_channel_try_first>(
@@ -542,6 +570,9 @@ void register_summary() {
                   memory + sem, "", bound::at_most, 96, "heap bytes per waiter beyond the frame-only baseline"});
   }
 
+  r.add_note("hint1 rows: the same work on io_context(1), the concurrency hint that says one thread runs the "
+             "context; Asio's scheduler then keeps handlers posted from that thread in a thread-private queue. "
+             "An application that runs each io_context on one thread can pass it.");
   r.add_note("reactor_off rows: nothing on the io_context owns a timer. A rein limiter makes its timer only when "
              "a deadline (or, for rate limiters, a wait) first needs it, so a semaphore used without timeouts "
              "leaves the reactor off.");

@@ -46,11 +46,16 @@ enum class reactor { off, on };
 
 inline const char* to_string(reactor r) noexcept { return r == reactor::on ? "reactor_on" : "reactor_off"; }
 
+/// The io_context's default concurrency hint (what `io_context()` uses).
+inline constexpr int default_concurrency_hint = -1;
+
 /// An io_context run by the benchmark's own thread, with a reactor task (a steady_timer exists on it) or
-/// without one.
+/// without one, made with `concurrency_hint` (1: "one thread runs it", which lets Asio's scheduler keep
+/// handlers posted from that thread in a thread-private queue).
 class bench_io {
  public:
-  explicit bench_io(reactor mode) : mode_(mode) {
+  explicit bench_io(reactor mode, int concurrency_hint = default_concurrency_hint)
+      : mode_(mode), io_(concurrency_hint) {
     if (mode == reactor::on) reactor_timer_.emplace(io_);
   }
 
