@@ -22,6 +22,7 @@
 #include <mutex>
 #include <optional>
 #include <type_traits>
+#include <string_view>
 #include <utility>
 
 namespace rein {
@@ -136,10 +137,10 @@ class basic_adaptive_rate_limiter : public basic_rate_limiter<algo::basic_adapti
   /// `ex` by default.
   ///
   /// @throws std::invalid_argument if an option is outside its range (see algo::adaptive_rate_options); the
-  /// message names the type, the field and the value ("rein::adaptive_rate_limiter: initial_rate must be
-  /// in [min_rate, max_rate], got 0").
+  /// message names the type (and `limiter_options.name`), the field and the value
+  /// ("rein::adaptive_rate_limiter \"llm\": initial_rate must be in [min_rate, max_rate], got 0").
   basic_adaptive_rate_limiter(const executor_type& ex, const options& o, rate_limiter_options limiter_options = {})
-      : base("rein::adaptive_rate_limiter", ex, make_limit(o), std::move(limiter_options)) {}
+      : base("rein::adaptive_rate_limiter", ex, make_limit(o, limiter_options.name), limiter_options) {}
 
   /// The same, on an execution context (an io_context).
   template <class ExecutionContext>
@@ -203,8 +204,8 @@ class basic_adaptive_rate_limiter : public basic_rate_limiter<algo::basic_adapti
  private:
   duration_histogram service_{};  // guarded by the limiter's lock (written in update, read in inspect)
 
-  static limit_type make_limit(const options& o) {
-    return detail::renaming_errors("rein::algo::adaptive_rate", {"rein::adaptive_rate_limiter"},
+  static limit_type make_limit(const options& o, std::string_view name) {
+    return detail::renaming_errors("rein::algo::adaptive_rate", {"rein::adaptive_rate_limiter", name},
                                    [&] { return limit_type(o, Clock::now()); });
   }
 };

@@ -192,6 +192,8 @@ TEST_CASE("adaptive_rate_limiter: invalid options throw, naming rein::adaptive_r
   }
   o = options(10, 0);
   CHECK_THROWS_WITH(limiter(f.io, o), "rein::adaptive_rate_limiter: burst must be in [1, 1e15] tokens, got 0");
+  CHECK_THROWS_WITH(limiter(f.io, o, {.name = "llm"}),
+                    "rein::adaptive_rate_limiter \"llm\": burst must be in [1, 1e15] tokens, got 0");
 }
 
 TEST_CASE("adaptive_rate_limiter: coroutines wait in FIFO order; deadlines and close complete as documented") {
