@@ -87,7 +87,7 @@ struct adaptive_limiter_options {
 
   /// Priority order only: the arrival-time handicap of one class, >= 0. A class-c waiter is placed as if
   /// it had arrived c x priority_aging later, so it is served before every class-0 waiter arriving more
-  /// than c x priority_aging after it; see queue_order::priority. Default: 1 s; 0: fifo;
+  /// than c x priority_aging after it; see queue_order::priority. Default: 1 s; 0: arrival order;
   /// nanoseconds::max(): strict priority.
   std::chrono::nanoseconds priority_aging = default_priority_aging;
   /// Fail fast at the floor (an open circuit): after `circuit.open_after` consecutive congestion outcomes
@@ -164,7 +164,7 @@ inline std::ostream& operator<<(std::ostream& os, const adaptive_limiter_snapsho
 ///
 /// Admission is `in_flight < floor(limit)`, re-checked whenever the limit moves either way: a release that raises the
 /// limit admits waiters at once; a cut admits nobody until enough calls have finished, and never takes a slot back.
-/// Waiting is FIFO (or LIFO: adaptive_limiter_options::order) with per-operation deadlines, cancellation, `max_waiters`
+/// Waiting is FIFO (or LIFO, or by priority class: adaptive_limiter_options::order) with per-operation deadlines, cancellation, `max_waiters`
 /// and `close()`, exactly as rein::semaphore (the same waiter core). The limit always lies in the algorithm's
 /// [min_limit, max_limit].
 ///

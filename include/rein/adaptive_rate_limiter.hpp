@@ -21,8 +21,8 @@
 #include <cstdint>
 #include <mutex>
 #include <optional>
-#include <type_traits>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 
 namespace rein {

@@ -146,7 +146,7 @@ class basic_fixed_window : public basic_rate_limiter<algo::basic_fixed_window<Cl
 
     /// Priority order only: the arrival-time handicap of one class, >= 0. A class-c waiter is placed as if
     /// it had arrived c x priority_aging later, so it is served before every class-0 waiter arriving more
-    /// than c x priority_aging after it; see queue_order::priority. Default: 1 s; 0: fifo;
+    /// than c x priority_aging after it; see queue_order::priority. Default: 1 s; 0: arrival order;
     /// nanoseconds::max(): strict priority.
     std::chrono::nanoseconds priority_aging = default_priority_aging;
   };

@@ -13,7 +13,8 @@
 namespace rein {
 
 /// A limiter's acquire doors at one priority class: made by `at_priority(c)` of a limiter whose options
-/// chose `order = queue_order::priority`, and used as the limiter's own doors are:
+/// chose `order = queue_order::priority`, and used as the limiter's own doors are (the forms that take a
+/// count n; the class c is 0..255):
 ///
 ///     auto batch = limiter.at_priority(2);               // class 2: yields to classes 0 and 1
 ///     auto permit = co_await batch.acquire();            // a plain limiter.acquire() is class 0

@@ -29,7 +29,8 @@ enum class queue_order : std::uint8_t {
   /// every waiter of class 0 that arrives after t + c * priority_aging (of class k: after
   /// t + (c - k) * priority_aging), however many keep coming. This is strict priority with aging, as in
   /// the schedulers of operating systems; priority_aging = nanoseconds::max() gives strict priority (a
-  /// lower class may then starve), 0 gives fifo. A newcomer placed at the head is granted at once when it
+  /// lower class may then starve), 0 gives arrival order (as fifo, but a full line with evict_oldest refuses
+  /// the newcomer: it is the one served last). A newcomer placed at the head is granted at once when it
   /// fits, as in lifo order; waiters behind the head wait (head-of-line semantics hold by key). Cost: a
   /// newcomer is placed by a walk from the back, under the lock, past the waiters keyed after it: none
   /// while callers arrive in key order (one class, or aging 0), one per passed waiter otherwise (an urgent

@@ -74,7 +74,7 @@ struct semaphore_options {
 
   /// Priority order only: the arrival-time handicap of one class, >= 0. A class-c waiter is placed as if
   /// it had arrived c x priority_aging later, so it is served before every class-0 waiter arriving more
-  /// than c x priority_aging after it; see queue_order::priority. Default: 1 s; 0: fifo;
+  /// than c x priority_aging after it; see queue_order::priority. Default: 1 s; 0: arrival order;
   /// nanoseconds::max(): strict priority.
   std::chrono::nanoseconds priority_aging = default_priority_aging;
 };
@@ -102,7 +102,7 @@ inline std::ostream& operator<<(std::ostream& os, const semaphore_snapshot& s) {
 ///
 /// `co_await sem.acquire(n)` inside `net::awaitable<>` yields a rein::permit for n permits, given back when the permit
 /// is destroyed or released. Waiting is FIFO with head-of-line blocking (newest first with `order = queue_order::lifo`,
-/// see rein::queue_order): a request for many permits is not overtaken by later small ones (as in Go's x/sync/semaphore
+/// by class with `queue_order::priority`, see rein::queue_order): a request for many permits is not overtaken by later small ones (as in Go's x/sync/semaphore
 /// and tokio's Semaphore), and a permit released while others wait goes straight to the head waiter, so a `try_acquire`
 /// in between cannot steal it.
 ///
@@ -182,7 +182,7 @@ class basic_semaphore {
   /// Waits for n permits. The initiating function; every Asio completion token works.
   ///
   /// @param n     permits wanted; must not exceed the total. n == 0 is a request like any other that takes
-  ///              nothing: granted in its FIFO turn (at once when nobody waits), with a permit of count 0.
+  ///              nothing: granted in its turn (at once when nobody waits), with a permit of count 0.
   /// @param token completion token; signature `void(error_code, rein::permit)`. Default: `deferred`.
   ///
   /// Errors: errc::exceeds_capacity (n above a non-zero total, at once; a semaphore made with 0 permits is a

@@ -962,6 +962,9 @@ TEST_CASE("priority order against a model: every grant goes to the smallest (arr
     std::vector<std::unique_ptr<net::cancellation_signal>> signals;
     std::size_t free = permits;
     int arrivals = 0;
+    const auto pick = [&rng](std::size_t size) {  // a position in [0, size)
+      return std::uniform_int_distribution<std::ptrdiff_t>(0, static_cast<std::ptrdiff_t>(size) - 1)(rng);
+    };
     for (int step = 0; step < 300; ++step) {
       std::optional<int> expect;  // the grant this step must make
       const std::size_t holders = held.size();
@@ -978,8 +981,7 @@ TEST_CASE("priority order against a model: every grant goes to the smallest (arr
         if (free > 0) --free, expect = index;  // a free permit means nobody waits: granted at once
         else model.emplace(key, index);
       } else if (what < 8 && !held.empty()) {
-        const auto at = std::uniform_int_distribution<std::ptrdiff_t>(0, static_cast<std::ptrdiff_t>(held.size()) - 1)(rng);
-        held.erase(held.begin() + at);  // the permit's destructor releases it
+        held.erase(held.begin() + pick(held.size()));  // the permit's destructor releases it
         if (model.empty()) {
           ++free;
         } else {
@@ -988,7 +990,7 @@ TEST_CASE("priority order against a model: every grant goes to the smallest (arr
         }
       } else if (what == 8 && !model.empty()) {
         auto it = model.begin();
-        std::advance(it, std::uniform_int_distribution<std::ptrdiff_t>(0, static_cast<std::ptrdiff_t>(model.size()) - 1)(rng));
+        std::advance(it, pick(model.size()));
         signals[static_cast<std::size_t>(std::get<1>(*it))]->emit(net::cancellation_type::terminal);
         model.erase(it);
       } else {

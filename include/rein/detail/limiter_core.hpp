@@ -74,7 +74,6 @@
 #include <atomic>
 #include <cassert>
 #include <chrono>
-#include <compare>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -101,6 +100,10 @@ struct line_options {
   queue_full_policy when_full = queue_full_policy::reject_newest;  ///< a full line refuses or evicts
   std::chrono::nanoseconds priority_aging = default_priority_aging;  ///< priority order: a class's delay, >= 0
 };
+
+/// A waiter's key in queue_order::priority (limiter_core::priority_key): 128 bits, as algo/rate_limit.hpp
+/// computes token counts.
+__extension__ using priority_key_type = __int128;
 
 /// options.priority_aging of the public type `who`, checked: a negative delay would invert the classes.
 inline std::chrono::nanoseconds checked_priority_aging(named who, std::chrono::nanoseconds aging) {
@@ -171,7 +174,7 @@ class limiter_core final : public permit_source,
         observer_(std::move(options.observer)) {
     // A remote line serves in fifo order and refuses the newest (its requests are pipelined in order).
     assert(!remote || (order_ == queue_order::fifo && !evict_oldest_));
-    assert(priority_aging_ns_ >= 0);  // the public types check it (check_priority_aging)
+    assert(priority_aging_ns_ >= 0);  // the public types check it (checked_priority_aging)
     if (has_observer_) last_observed_ = observe_now(Clock::now());
   }
 
@@ -761,27 +764,10 @@ class limiter_core final : public permit_source,
     return {queue_.back(), queued_units_};
   }
 
-  // arrival + class x aging, exact: 128 bits (two's complement, compared high word first) hold any 64-bit
-  // arrival plus 255 times any 64-bit aging, so the classes stay ordered at every aging up to
+  // arrival + class x aging, exact in 128 bits, so the classes stay ordered at every aging up to
   // nanoseconds::max() and on clocks before their epoch.
-  struct priority_key_type {
-    std::int64_t high;
-    std::uint64_t low;
-    auto operator<=>(const priority_key_type&) const = default;
-  };
-
   priority_key_type priority_key(const wait_op& op) const noexcept {
-    // class x aging < 2^8 x 2^63, from two 32-bit halves of the aging (each product below 2^40).
-    const auto aging = static_cast<std::uint64_t>(priority_aging_ns_);
-    const std::uint64_t low_part = op.priority * (aging & 0xffffffffU);
-    const std::uint64_t high_part = op.priority * (aging >> 32);
-    std::uint64_t low = (high_part << 32) + low_part;
-    std::uint64_t high = (high_part >> 32) + (low < low_part ? 1U : 0U);
-    // + arrival, sign-extended.
-    const auto stamp = static_cast<std::uint64_t>(op.stamp_ns);
-    low += stamp;
-    high += (low < stamp ? 1U : 0U) + (op.stamp_ns < 0 ? ~std::uint64_t{0} : 0U);
-    return {static_cast<std::int64_t>(high), low};
+    return priority_key_type{op.stamp_ns} + priority_key_type{op.priority} * priority_key_type{priority_aging_ns_};
   }
 
   // The prediction counts the units placed ahead of the newcomer; a newcomer that evicts the oldest waiter
