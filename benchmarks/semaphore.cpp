@@ -565,9 +565,9 @@ void register_summary() {
 
   for (const char* sem : {"rein_single_thread_semaphore", "rein_semaphore", "rein_semaphore_cancellable"}) {
     r.add_target({std::string("memory: ") + sem + ", bytes per waiter through operator new (beyond frames)",
-                  memory + sem, "", bound::at_most, 96, "bytes through operator new per waiter"});
+                  memory + sem, "", bound::at_most, 64, "bytes through operator new per waiter"});
     r.add_target({std::string("memory: ") + sem + ", heap bytes per waiter beyond the frame-only baseline",
-                  memory + sem, "", bound::at_most, 96, "heap bytes per waiter beyond the frame-only baseline"});
+                  memory + sem, "", bound::at_most, 64, "heap bytes per waiter beyond the frame-only baseline"});
   }
 
   r.add_note("hint1 rows: the same work on io_context(1), the concurrency hint that says one thread runs the "

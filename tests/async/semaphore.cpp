@@ -1130,6 +1130,38 @@ TEST_CASE("the operation is allocated with the handler's associated allocator", 
   CHECK(counts.allocations.load() == counts.deallocations.load());
 }
 
+TEST_CASE("a waiter with a deadline is one allocation too: its deadline node shares the op's block",
+          "[semaphore][allocator]") {
+  net::io_context io;
+  rein::semaphore sem(io, 1);
+  permit held = sem.try_acquire();
+  rein_test::allocation_counts untimed, timed, expired;
+  auto [h1, first] = checked_acquire();
+  sem.async_acquire(1, net::bind_allocator(rein_test::counting_allocator<int>(untimed), std::move(h1)));
+  auto [h2, second] = checked_acquire();
+  sem.async_acquire_for(1, 1h, net::bind_allocator(rein_test::counting_allocator<int>(timed), std::move(h2)));
+  auto [h3, third] = checked_acquire();  // refused at once: its deadline is now
+  sem.async_acquire_for(1, 0s, net::bind_allocator(rein_test::counting_allocator<int>(expired), std::move(h3)));
+  CHECK(untimed.allocations.load() == 1);  // parked: the op, and nothing else
+  CHECK(timed.allocations.load() == 1);
+  CHECK(timed.bytes_in_use.load() - untimed.bytes_in_use.load() ==
+        static_cast<long>(sizeof(rein::detail::deadline_node)));
+  poll(io);  // the refused one's completion was posted (through its allocator too)
+  CHECK(third->ec() == rein::errc::timed_out);
+  CHECK(expired.live() == 0);
+  CHECK(expired.bytes_in_use.load() == 0);
+  held.release();
+  poll(io);
+  REQUIRE(granted(first, 1));
+  first->get<1>().release();
+  poll(io);
+  REQUIRE(granted(second, 1));
+  CHECK(untimed.live() == 0);
+  CHECK(timed.live() == 0);
+  CHECK(untimed.bytes_in_use.load() == 0);
+  CHECK(timed.bytes_in_use.load() == 0);
+}
+
 TEST_CASE("an allocation failure leaves the semaphore as it was", "[semaphore][allocator]") {
   net::io_context io;
   rein::semaphore sem(io, 1);

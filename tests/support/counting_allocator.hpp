@@ -12,6 +12,7 @@ namespace rein_test {
 struct allocation_counts {
   std::atomic<long> allocations{0};
   std::atomic<long> deallocations{0};
+  std::atomic<long> bytes_in_use{0};   ///< allocated and not yet deallocated
   std::atomic<long> fail_after{-1};  ///< >= 0: allocations beyond this many throw std::bad_alloc
 
   long live() const noexcept { return allocations.load() - deallocations.load(); }
@@ -32,11 +33,13 @@ class counting_allocator {
     if (limit >= 0 && counts_->allocations.load() >= limit) throw std::bad_alloc();
     T* p = std::allocator<T>().allocate(n);
     counts_->allocations.fetch_add(1);
+    counts_->bytes_in_use.fetch_add(static_cast<long>(n * sizeof(T)));
     return p;
   }
 
   void deallocate(T* p, std::size_t n) noexcept {
     counts_->deallocations.fetch_add(1);
+    counts_->bytes_in_use.fetch_sub(static_cast<long>(n * sizeof(T)));
     std::allocator<T>().deallocate(p, n);
   }
 

@@ -228,7 +228,8 @@ class limiter_core final : public permit_source,
   template <class Handler>
   void async_acquire(Handler&& handler, std::size_t n, time_point deadline, std::uint8_t priority = 0) {
     using op_type = basic_wait_op<std::decay_t<Handler>, Executor, signature, concurrent, op_base>;
-    op_type* op = op_type::create(std::forward<Handler>(handler), n);  // allocate before taking the lock
+    // Allocated before taking the lock, with a deadline node if it has a deadline.
+    op_type* op = op_type::create(std::forward<Handler>(handler), n, deadline != time_point::max());
     op->priority = priority;
     completions done(this);
     try {
@@ -256,7 +257,7 @@ class limiter_core final : public permit_source,
   template <class Handler>
   void async_drain(Handler&& handler, time_point deadline) {
     using op_type = basic_wait_op<std::decay_t<Handler>, Executor, void(error_code), concurrent>;
-    op_type* op = op_type::create(std::forward<Handler>(handler), 0);
+    op_type* op = op_type::create(std::forward<Handler>(handler), 0, deadline != time_point::max());
     op->drain = true;
     completions done(this);
     try {
@@ -632,19 +633,15 @@ class limiter_core final : public permit_source,
       if (!work_) work_.emplace(executor_);
       waiting_.store(true, std::memory_order_relaxed);
     }
-    op->seq = next_seq_++;
     queue_.insert_after(at.after, op);
     queued_units_ += n;
-    // A deadline beyond what nanoseconds can count (a coarse clock's far future) is no deadline: the heap
-    // holds exactly the ops whose deadline_ns is not no_deadline, which is how dequeue_locked finds them.
-    if (deadline != time_point::max()) op->deadline_ns = to_ns_saturated(deadline);
-    if (op->deadline_ns != no_deadline) deadlines_.push(op);
+    const bool timed = push_deadline_locked(op, deadline);
     // The timer serves the head and the nearest deadline: an op queued behind others without a deadline
     // changes neither (the common case under contention), so the timer needs no work if it is armed, or if
     // nothing can need it (no time-based policy, no deadline). Otherwise an arm that failed before (see
     // dispatch_locked) is retried here.
     // A newcomer placed at the head changes the grant time the timer must serve.
-    if (at.after == nullptr || op->deadline_ns != no_deadline ||
+    if (at.after == nullptr || timed ||
         !(timer_armed_ || (!Policy::needs_time && deadlines_.empty()))) {
       try {
         arm_timer_locked(now);
@@ -669,11 +666,9 @@ class limiter_core final : public permit_source,
       waiting_.store(true, std::memory_order_relaxed);
     }
     op->stamp_ns = to_ns(now).count();
-    op->seq = next_seq_++;
     queue_.push_back(op);
     queued_units_ += op->count;
-    if (deadline != time_point::max()) op->deadline_ns = to_ns_saturated(deadline);
-    if (op->deadline_ns != no_deadline) deadlines_.push(op);
+    push_deadline_locked(op, deadline);
     dispatch_locked(now, done);
     if (op->status.load(std::memory_order_relaxed) != wait_status::queued) return false;
     if (!op->in_flight && queue_.size() - in_flight_ops_ > max_waiters_) {
@@ -901,11 +896,23 @@ class limiter_core final : public permit_source,
       queued_units_ -= op->count;
       if (queue_.empty()) waiting_.store(false, std::memory_order_relaxed);
     }
-    if (op->deadline_ns != no_deadline) deadlines_.erase(op);
+    if (op->deadline_ns() != no_deadline) deadlines_.erase(op->timer);
     if (queue_.empty() && drainers_.empty() && work_) {
       done.idle_work.emplace(std::move(*work_));
       work_.reset();
     }
+  }
+
+  // Enters a timed op's deadline in the heap; false if it has none. A deadline beyond what nanoseconds can
+  // count (a coarse clock's far future) is none: the heap holds exactly the ops whose deadline_ns() is not
+  // no_deadline, which is how dequeue_locked finds them.
+  bool push_deadline_locked(wait_op* op, time_point deadline) noexcept {
+    if (op->timer == nullptr) return false;
+    op->timer->deadline_ns = to_ns_saturated(deadline);
+    if (op->timer->deadline_ns == no_deadline) return false;
+    op->timer->seq = next_seq_++;
+    deadlines_.push(op->timer);
+    return true;
   }
 
   bool admit_drain_locked(wait_op* op, time_point deadline, completions& done) {
@@ -914,11 +921,7 @@ class limiter_core final : public permit_source,
       return finish_locked(op, wait_status::timed_out, done), false;
     if (!work_) work_.emplace(executor_);
     drainers_.push_back(op);
-    if (deadline == time_point::max()) return true;
-    op->deadline_ns = to_ns_saturated(deadline);
-    if (op->deadline_ns == no_deadline) return true;
-    op->seq = next_seq_++;
-    deadlines_.push(op);
+    if (!push_deadline_locked(op, deadline)) return true;
     try {
       arm_timer_locked(Clock::now());
     } catch (...) {
@@ -958,7 +961,7 @@ class limiter_core final : public permit_source,
         }
       }
       if (deadlines_.empty() || deadlines_.top()->deadline_ns > to_ns(now).count()) break;
-      wait_op* expired = deadlines_.top();
+      wait_op* expired = deadlines_.top()->op;
       if (!expired->drain) count_rejection_locked(wait_status::timed_out, done);  // a drain is no rejection
       unlink_locked(expired, wait_status::timed_out, done);
     }

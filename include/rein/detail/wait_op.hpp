@@ -115,6 +115,19 @@ inline error_code to_error_code(wait_status s) noexcept {
 inline constexpr std::int64_t no_deadline = std::numeric_limits<std::int64_t>::max();
 
 class wait_owner;
+struct wait_op;
+
+/// The deadline of a waiting op, a node of the limiter's deadline heap (deadline_heap.hpp). Only an op
+/// with a deadline has one, allocated in the same block just before it (basic_wait_op::create), so that an
+/// op waiting without a deadline (most of them under contention) carries none of its 48 bytes.
+struct deadline_node {
+  deadline_node* child = nullptr;
+  deadline_node* sibling = nullptr;
+  deadline_node* back = nullptr;  // parent if first child, else left sibling
+  wait_op* op = nullptr;
+  std::int64_t deadline_ns = no_deadline;
+  std::uint32_t seq = 0;  // arrival order (wrapping), so that equal deadlines expire first come, first out
+};
 
 struct wait_op {
   // `keep` is a reference to the core, owned by the batch being completed: a granted op's runner copies it,
@@ -125,18 +138,16 @@ struct wait_op {
   // FIFO links (op_queue).
   wait_op* next = nullptr;
   wait_op* prev = nullptr;
-  // Pairing-heap links (deadline_heap); used only when the op has a deadline.
-  wait_op* heap_child = nullptr;
-  wait_op* heap_sibling = nullptr;
-  wait_op* heap_back = nullptr;  // parent if first child, else left sibling
-  std::int64_t deadline_ns = no_deadline;
-  std::int64_t stamp_ns = 0;  // enqueue time while queued, grant time once granted
+  deadline_node* timer = nullptr;  // an op created with a deadline has one, for its whole life
+  std::int64_t stamp_ns = 0;       // enqueue time while queued, grant time once granted
   std::size_t count = 0;
   complete_fn complete = nullptr;
-  std::uint32_t seq = 0;  // arrival order (wrapping), so that equal deadlines expire first come, first out
   std::atomic<wait_status> status{wait_status::queued};
   bool drain = false;         // waits in the drain line (async_drain) instead of the acquire line
-  std::uint8_t priority = 0;  // the class in queue_order::priority (in the padding: the op stays 80 bytes)
+  std::uint8_t priority = 0;  // the class in queue_order::priority
+
+  /// The deadline in the clock's nanoseconds, no_deadline when none (also one too far to count).
+  std::int64_t deadline_ns() const noexcept { return timer == nullptr ? no_deadline : timer->deadline_ns; }
 };
 
 /// The node of a limiter whose admission is asynchronous (detail/remote_admission.hpp): a wait_op that can
@@ -199,6 +210,13 @@ class cancel_handler {
   wait_op* op_;
 };
 
+/// The block of an op created with a deadline: its heap node first, then the op, in one allocation.
+template <class Op>
+struct timed_block {
+  deadline_node node;
+  alignas(Op) unsigned char op[sizeof(Op)];
+};
+
 /// The concrete op for one handler type and completion `Signature`: `void(error_code, rein::permit)` for
 /// concurrency limiters, `void(error_code)` for rate limiters (and drain waits).
 /// Concurrent is false for single-threaded limiters (rein::null_mutex), whose users promise that acquire,
@@ -212,17 +230,24 @@ class basic_wait_op final : public Base {
   static constexpr bool with_permit = std::is_same_v<Signature, void(error_code, permit)>;
   using handler_allocator = net::associated_allocator_t<Handler>;
   // The handler's own allocator if it has one; otherwise a per-thread spare block (spare_allocator.hpp).
-  using allocator_type =
-      std::conditional_t<std::is_same_v<handler_allocator, std::allocator<void>>, spare_allocator<basic_wait_op>,
-                         typename std::allocator_traits<handler_allocator>::template rebind_alloc<basic_wait_op>>;
+  template <class T>
+  using allocator_for =
+      std::conditional_t<std::is_same_v<handler_allocator, std::allocator<void>>, spare_allocator<T>,
+                         typename std::allocator_traits<handler_allocator>::template rebind_alloc<T>>;
+  using allocator_type = allocator_for<basic_wait_op>;
   using alloc_traits = std::allocator_traits<allocator_type>;
+  using timed_block_type = timed_block<basic_wait_op>;  // named only where the op is complete
+  using block_allocator = allocator_for<timed_block_type>;
+  using block_traits = std::allocator_traits<block_allocator>;
 
  public:
   /// Allocates with the handler's associated allocator (as Asio's own operations do), or, for a handler
-  /// without one, from the thread's spare blocks (spare_allocator.hpp).
+  /// without one, from the thread's spare blocks (spare_allocator.hpp). `timed`: the op will wait with a
+  /// deadline, so it gets a deadline_node (op->timer) in the same block.
   /// `handler` may be an lvalue (an initiating function called with a named handler): it is copied.
   template <class H>
-  static basic_wait_op* create(H&& handler, std::size_t n) {
+  static basic_wait_op* create(H&& handler, std::size_t n, bool timed) {
+    if (timed) return create_timed(std::forward<H>(handler), n);
     allocator_type alloc(net::get_associated_allocator(handler));
     basic_wait_op* p = alloc_traits::allocate(alloc, 1);
     try {
@@ -256,14 +281,38 @@ class basic_wait_op final : public Base {
     this->complete = &do_complete;
   }
 
+  template <class H>
+  static basic_wait_op* create_timed(H&& handler, std::size_t n) {
+    static_assert(std::is_standard_layout_v<timed_block_type>);
+    block_allocator alloc(net::get_associated_allocator(handler));
+    timed_block_type* b = ::new (static_cast<void*>(block_traits::allocate(alloc, 1))) timed_block_type;
+    basic_wait_op* p;
+    try {
+      p = ::new (static_cast<void*>(b->op)) basic_wait_op(std::forward<H>(handler), n);
+    } catch (...) {
+      block_traits::deallocate(alloc, b, 1);
+      throw;
+    }
+    p->timer = &b->node;
+    b->node.op = p;
+    return p;
+  }
+
   static void destroy(basic_wait_op* op) noexcept { destroy(op, net::get_associated_allocator(op->handler_)); }
 
   // `handler_alloc` must not live in the op (it is destroyed first); after the handler was moved out, pass a
   // copy taken before.
   static void destroy(basic_wait_op* op, const handler_allocator& handler_alloc) noexcept {
-    allocator_type alloc(handler_alloc);
+    deadline_node* node = op->timer;
     op->~basic_wait_op();
-    alloc_traits::deallocate(alloc, op, 1);
+    if (node == nullptr) {
+      allocator_type alloc(handler_alloc);
+      alloc_traits::deallocate(alloc, op, 1);
+    } else {
+      block_allocator alloc(handler_alloc);
+      // The node is the first member of a standard-layout block: its address is the block's.
+      block_traits::deallocate(alloc, reinterpret_cast<timed_block_type*>(node), 1);
+    }
   }
 
   // Claims a grant for the runner (see the invariants at the top): true if the grant is the runner's. The

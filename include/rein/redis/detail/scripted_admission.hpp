@@ -248,7 +248,8 @@ class scripted_admission {
     if (!degraded_at(now)) {
       leave_degraded(now);
       const time_point firm = std::max(hold_until_, model_.firm_until());
-      if (firm > now && op->deadline_ns != rein::detail::no_deadline && rein::detail::to_ns_saturated(firm) > op->deadline_ns) {
+      const std::int64_t deadline_ns = op->deadline_ns();
+      if (firm > now && deadline_ns != rein::detail::no_deadline && rein::detail::to_ns_saturated(firm) > deadline_ns) {
         return remote_step::fail(make_error_code(rein::errc::timed_out));  // Redis said: not by then
       }
       const time_point at = remote_ready_at(count, now);
