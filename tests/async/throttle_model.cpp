@@ -21,6 +21,7 @@
 #include "support/asio.hpp"
 #include "support/catch.hpp"
 #include "support/manual_time.hpp"
+#include "support/model_tier.hpp"
 
 #include <rein/algo/token_bucket.hpp>
 #include <rein/keyed.hpp>
@@ -327,18 +328,7 @@ void explore(const std::vector<std::string>& keys, std::vector<typename run<Rate
 }
 
 // The quick tier (CI): two time steps, one under a sanitizer (several times slower); the thorough one: four.
-int model_ticks() {
-  const char* thorough = std::getenv("REIN_MODEL_THOROUGH");
-  if (thorough != nullptr && std::string(thorough) == "1") return 4;
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  return 1;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-  return 1;
-#endif
-#endif
-  return 2;
-}
+int model_ticks() { return rein_test::model_scope(2, 1, 4); }
 
 void report(const char* what, const exploration& out) {
   if (std::getenv("REIN_MODEL_VERBOSE") != nullptr)
