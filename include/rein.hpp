@@ -36,11 +36,12 @@
 #include <rein/error.hpp>
 #include <rein/fixed_window.hpp>
 #include <rein/keyed.hpp>
+#include <rein/line_view.hpp>
 #include <rein/null_mutex.hpp>
 #include <rein/observer.hpp>
 #include <rein/outcome.hpp>
+#include <rein/partition.hpp>
 #include <rein/permit.hpp>
-#include <rein/priority_view.hpp>
 #include <rein/queue_order.hpp>
 #include <rein/quota_gate.hpp>
 #include <rein/rate_limit_headers.hpp>

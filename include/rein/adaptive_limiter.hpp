@@ -13,11 +13,12 @@
 #include <rein/detail/invalid_option.hpp>
 #include <rein/detail/limiter_core.hpp>
 #include <rein/error.hpp>
+#include <rein/line_view.hpp>
 #include <rein/null_mutex.hpp>
 #include <rein/observer.hpp>
 #include <rein/outcome.hpp>
+#include <rein/partition.hpp>
 #include <rein/permit.hpp>
-#include <rein/priority_view.hpp>
 #include <rein/queue_order.hpp>
 #include <rein/try_result.hpp>
 #include <rein/wait_stats.hpp>
@@ -49,6 +50,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -90,6 +92,12 @@ struct adaptive_limiter_options {
   /// than c x priority_aging after it; see queue_order::priority. Default: 1 s; 0: arrival order;
   /// nanoseconds::max(): strict priority.
   std::chrono::nanoseconds priority_aging = default_priority_aging;
+
+  /// Splits the current limit (its floor, the calls admitted) into partitions with guaranteed shares
+  /// (`{{"live", 0.7}, {"batch", 0.3}}`), which acquires name through partition(name); the guarantees
+  /// follow the limit as it moves. See rein::partition for the rule. Default: none.
+  std::vector<partition> partitions{};
+
   /// Fail fast at the floor (an open circuit): after `circuit.open_after` consecutive congestion outcomes
   /// that leave the limit at its floor, every waiter and every new acquire completes at once with
   /// errc::upstream_unavailable (try_acquire: try_status::unavailable) for `circuit.open_for`; then
@@ -127,6 +135,8 @@ struct adaptive_limiter_snapshot : wait_stats {
   /// Service time of every permit completed with success or congestion: from the grant to the report (the
   /// latency the algorithm is fed, queue time excluded). Recorded always: the clock is read anyway.
   duration_histogram service{};
+  /// With options.partitions: the rest, then each partition, their guarantees of the current limit.
+  std::vector<partition_snapshot> partitions{};
 };
 
 /// One line: `limit=12.5 admitted=12 in_flight=10 utilisation=0.8 floor=1 ceiling=100 decreases=2 ...`.
@@ -233,10 +243,11 @@ class basic_adaptive_limiter {
         core_(detail::renaming_nested_errors({detail::describe("rein::adaptive_limiter", options.name)}, [&] {
           const auto aging = detail::checked_priority_aging({"rein::adaptive_limiter", options.name},
                                                             options.priority_aging);
+          auto parts = detail::partition_table::make({"rein::adaptive_limiter", options.name}, options.partitions);
           return detail::core_owner<core_type>(
               ex,
               detail::line_options{options.max_waiters, true, std::move(options.name), std::move(options.observer),
-                                   options.order, options.when_full, aging},
+                                   options.order, options.when_full, aging, std::move(parts)},
               algorithm, options.circuit);
         })) {}
 
@@ -349,9 +360,16 @@ class basic_adaptive_limiter {
 
   /// This limiter's acquire doors at priority class `c` (0 the most urgent; a plain acquire is class 0), for
   /// a limiter whose options chose `order = queue_order::priority`: `co_await lim.at_priority(2).acquire()`.
-  /// See rein::priority_view and queue_order::priority. Throws std::invalid_argument naming the limiter if
+  /// See rein::line_view and queue_order::priority. Throws std::invalid_argument naming the limiter if
   /// its options chose another order (the class would be ignored).
   auto at_priority(std::uint8_t c) const { return detail::at_priority(doors(), c); }
+
+  /// This limiter's acquire doors in the partition called `name` (options.partitions), with try_acquire:
+  /// `co_await lim.partition("live").acquire()`. Its grants count against that partition's guaranteed share
+  /// of the current limit (see rein::partition); a plain acquire belongs to the unnamed rest. See
+  /// rein::line_view. Throws std::invalid_argument naming the limiter and the name if no partition is
+  /// called so.
+  auto partition(std::string_view name) const { return detail::in_partition(doors(), name); }
 
   /// Waits until every permit this limiter handed out has come back: completes at once if none is out
   /// (what tokio users write as `close()` then `acquire_many(total)`, and Go's `sync.WaitGroup.Wait`).
@@ -466,7 +484,7 @@ class basic_adaptive_limiter {
 
   /// Counters and state, copied under the lock in O(1).
   adaptive_limiter_snapshot snapshot() const {
-    return core_->inspect([](const policy_type& p, const wait_stats& w) {
+    return core_->inspect([](const policy_type& p, const wait_stats& w, const detail::partition_table& parts) {
       adaptive_limiter_snapshot s;
       static_cast<wait_stats&>(s) = w;
       const algorithm_type& a = p.algorithm;
@@ -486,6 +504,7 @@ class basic_adaptive_limiter {
       s.congestion_total = p.congestions;
       s.ignored_total = p.ignored;
       s.service = p.service;
+      if (!parts.empty()) s.partitions = parts.snapshot(p.partition_limit());
       return s;
     });
   }

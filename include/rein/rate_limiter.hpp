@@ -12,10 +12,10 @@
 #include <rein/detail/limiter_core.hpp>
 #include <rein/detail/rate_limit_policy.hpp>
 #include <rein/error.hpp>
+#include <rein/line_view.hpp>
 #include <rein/null_mutex.hpp>
 #include <rein/observer.hpp>
 #include <rein/outcome.hpp>
-#include <rein/priority_view.hpp>
 #include <rein/queue_order.hpp>
 #include <rein/try_result.hpp>
 #include <rein/wait_stats.hpp>
@@ -249,7 +249,7 @@ class basic_rate_limiter {
 
   /// This limiter's acquire doors at priority class `c` (0 the most urgent; a plain acquire is class 0), for
   /// a limiter whose options chose `order = queue_order::priority`: `co_await lim.at_priority(2).acquire()`.
-  /// See rein::priority_view and queue_order::priority. Throws std::invalid_argument naming the limiter if
+  /// See rein::line_view and queue_order::priority. Throws std::invalid_argument naming the limiter if
   /// its options chose another order (the class would be ignored).
   auto at_priority(std::uint8_t c) const { return detail::at_priority(doors(), c); }
 

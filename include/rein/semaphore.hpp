@@ -7,10 +7,11 @@
 #include <rein/detail/limiter_core.hpp>
 #include <rein/detail/semaphore_policy.hpp>
 #include <rein/error.hpp>
+#include <rein/line_view.hpp>
 #include <rein/null_mutex.hpp>
 #include <rein/observer.hpp>
+#include <rein/partition.hpp>
 #include <rein/permit.hpp>
-#include <rein/priority_view.hpp>
 #include <rein/queue_order.hpp>
 #include <rein/try_result.hpp>
 #include <rein/wait_stats.hpp>
@@ -40,8 +41,10 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 namespace rein {
 
@@ -77,6 +80,10 @@ struct semaphore_options {
   /// than c x priority_aging after it; see queue_order::priority. Default: 1 s; 0: arrival order;
   /// nanoseconds::max(): strict priority.
   std::chrono::nanoseconds priority_aging = default_priority_aging;
+
+  /// Splits the permits into partitions with guaranteed shares (`{{"live", 0.7}, {"batch", 0.3}}`), which
+  /// acquires name through partition(name); see rein::partition for the rule. Default: none.
+  std::vector<partition> partitions{};
 };
 
 /// A semaphore's state, copied out under its lock.
@@ -87,6 +94,7 @@ struct semaphore_snapshot : wait_stats {
                               ///< while after forget: holders keep what they have)
   double limit = 0.0;         ///< permits, as every limiter's `limit`
   double utilisation = 0.0;   ///< in_flight / max(1, permits)
+  std::vector<partition_snapshot> partitions{};  ///< with options.partitions: the rest, then each partition
 };
 
 /// One line: `in_flight=3 limit=4 utilisation=0.75 available=1 waiting=0 acquired=10 rejected=0 wait[...]`.
@@ -233,9 +241,15 @@ class basic_semaphore {
 
   /// This limiter's acquire doors at priority class `c` (0 the most urgent; a plain acquire is class 0), for
   /// a limiter whose options chose `order = queue_order::priority`: `co_await lim.at_priority(2).acquire()`.
-  /// See rein::priority_view and queue_order::priority. Throws std::invalid_argument naming the limiter if
+  /// See rein::line_view and queue_order::priority. Throws std::invalid_argument naming the limiter if
   /// its options chose another order (the class would be ignored).
   auto at_priority(std::uint8_t c) const { return detail::at_priority(doors(), c); }
+
+  /// This limiter's acquire doors in the partition called `name` (options.partitions), with try_acquire:
+  /// `co_await sem.partition("live").acquire()`. Its grants count against that partition's guaranteed share
+  /// (see rein::partition); a plain acquire belongs to the unnamed rest. See rein::line_view. Throws
+  /// std::invalid_argument naming the limiter and the name if no partition is called so.
+  auto partition(std::string_view name) const { return detail::in_partition(doors(), name); }
 
   /// Adds n permits (raises the total); waiters that now fit are granted in the line's order. After forget, the
   /// added permits first cancel what holders still owe. When a semaphore with no permits (a gate) opens,
@@ -324,25 +338,28 @@ class basic_semaphore {
     return core_->inspect([](const detail::semaphore_policy& p, const wait_stats&) { return p.available; });
   }
 
-  /// Counters and state, copied under the lock in O(1).
+  /// Counters and state, copied under the lock in O(1) (O(partitions) with partitions).
   semaphore_snapshot snapshot() const {
-    return core_->inspect([](const detail::semaphore_policy& p, const wait_stats& w) {
-      semaphore_snapshot s;
-      static_cast<wait_stats&>(s) = w;
-      s.permits = p.permits;
-      s.available = p.available;
-      s.in_flight = p.in_flight();
-      s.limit = static_cast<double>(p.permits);
-      s.utilisation = static_cast<double>(s.in_flight) / std::max(1.0, s.limit);
-      return s;
-    });
+    return core_->inspect(
+        [](const detail::semaphore_policy& p, const wait_stats& w, const detail::partition_table& parts) {
+          semaphore_snapshot s;
+          static_cast<wait_stats&>(s) = w;
+          s.permits = p.permits;
+          s.available = p.available;
+          s.in_flight = p.in_flight();
+          s.limit = static_cast<double>(p.permits);
+          s.utilisation = static_cast<double>(s.in_flight) / std::max(1.0, s.limit);
+          if (!parts.empty()) s.partitions = parts.snapshot(p.partition_limit());
+          return s;
+        });
   }
 
  private:
   static detail::line_options line_of(semaphore_options& o) {
     const auto aging = detail::checked_priority_aging({"rein::semaphore", o.name}, o.priority_aging);
+    auto parts = detail::partition_table::make({"rein::semaphore", o.name}, o.partitions);
     return detail::line_options{o.max_waiters, o.measure_wait, std::move(o.name), std::move(o.observer),
-                                o.order,       o.when_full,    aging};
+                                o.order,       o.when_full,    aging,           std::move(parts)};
   }
 
   // Every door is written once, in detail/acquire_doors.hpp.

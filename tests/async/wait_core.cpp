@@ -5,6 +5,7 @@
 // fast path, and deadlines on a coarse clock.
 #include "support/async.hpp"
 #include "support/catch.hpp"
+#include "support/model_tier.hpp"
 
 #include <rein/detail/deadline_heap.hpp>
 #include <rein/detail/limiter_core.hpp>
@@ -19,6 +20,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -1068,4 +1070,383 @@ TEST_CASE("a coroutine on a strand resumes on its strand after a waited grant, a
   net::post(strand, [&] { cancel.emit(net::cancellation_type::terminal); });
   poll(io);
   CHECK(on_strand == std::vector<bool>{true, true, true});
+}
+
+// ---- partitions with guaranteed shares (rein/partition.hpp) --------------------------------------------
+
+namespace {
+
+// What one partition of a snapshot says: {guaranteed, in_flight, waiting}.
+std::tuple<std::size_t, std::size_t, std::size_t> part_state(const rein::semaphore_snapshot& s, std::size_t i) {
+  const rein::partition_snapshot& p = s.partitions.at(i);
+  return {p.guaranteed, p.in_flight, p.waiting};
+}
+
+// The rule of rein::partition, written again as plainly as it reads: the model every line must match.
+struct partition_model {
+  struct waiter {
+    int index;
+    std::size_t partition;
+    std::size_t n;
+  };
+  std::vector<double> shares;         // [0] is the rest
+  std::size_t limit = 0;
+  std::vector<std::size_t> held;      // per partition
+  std::deque<waiter> line;
+  std::vector<int> granted;           // indices, in grant order
+
+  std::size_t in_flight() const {
+    std::size_t total = 0;
+    for (std::size_t h : held) total += h;
+    return total;
+  }
+  std::size_t guaranteed(std::size_t p) const {
+    return std::min(limit, static_cast<std::size_t>(std::floor(shares[p] * static_cast<double>(limit) + 1e-9)));
+  }
+  bool starved(std::size_t p) const {
+    const bool waits = std::any_of(line.begin(), line.end(), [p](const waiter& w) { return w.partition == p; });
+    return waits && held[p] < guaranteed(p);
+  }
+  void dispatch() {
+    while (!line.empty()) {
+      auto chosen = line.begin();
+      for (auto it = line.begin(); it != line.end(); ++it)
+        if (starved(it->partition)) {
+          chosen = it;
+          break;
+        }
+      if (in_flight() + chosen->n > limit) return;  // head-of-line: the chosen waiter holds the line
+      held[chosen->partition] += chosen->n;
+      granted.push_back(chosen->index);
+      line.erase(chosen);
+    }
+  }
+  void acquire(int index, std::size_t p, std::size_t n) {
+    if (line.empty() && in_flight() + n <= limit) {
+      held[p] += n;
+      granted.push_back(index);
+    } else {
+      line.push_back({index, p, n});
+    }
+  }
+  void release(std::size_t p, std::size_t n) {
+    held[p] -= n;
+    dispatch();
+  }
+  void cancel(int index) {
+    std::erase_if(line, [index](const waiter& w) { return w.index == index; });
+    dispatch();
+  }
+};
+
+// A semaphore with partitions "p1".."pk" beside its model, driven by the same events.
+struct partitioned_line {
+  struct holder {
+    int index;
+    std::size_t partition;
+    rein::permit permit;
+  };
+
+  net::io_context io;
+  manual_semaphore sem;
+  partition_model model;
+  std::vector<holder> held;
+  std::vector<int> granted;
+  std::vector<std::unique_ptr<net::cancellation_signal>> signals;
+  std::vector<int> waiting;  // indices not granted, not cancelled
+  int arrivals = 0;
+  std::size_t checked_grants = 0;
+
+  partitioned_line(std::size_t limit, const std::vector<double>& shares)
+      : sem(io, limit, {.partitions = named(shares)}) {
+    model.shares.push_back(1.0);
+    for (double s : shares) model.shares.push_back(s), model.shares[0] -= s;
+    if (model.shares[0] < 0) model.shares[0] = 0;
+    model.limit = limit;
+    model.held.assign(shares.size() + 1, 0);
+  }
+
+  static std::vector<rein::partition> named(const std::vector<double>& shares) {
+    std::vector<rein::partition> out;
+    for (std::size_t i = 0; i < shares.size(); ++i) out.push_back({"p" + std::to_string(i + 1), shares[i]});
+    return out;
+  }
+
+  void acquire(std::size_t p, std::size_t n = 1) {
+    const int index = arrivals++;
+    signals.push_back(std::make_unique<net::cancellation_signal>());
+    auto handler = net::bind_cancellation_slot(signals.back()->slot(), [this, index, p](error_code ec, rein::permit q) {
+      if (ec) return;
+      granted.push_back(index);
+      held.push_back({index, p, std::move(q)});
+      std::erase(waiting, index);
+    });
+    if (p == 0) sem.async_acquire(n, std::move(handler));
+    else sem.partition("p" + std::to_string(p)).async_acquire(n, std::move(handler));
+    waiting.push_back(index);
+    model.acquire(index, p, n);
+  }
+
+  // Releases the oldest permit of partition p; false if it holds none.
+  bool release(std::size_t p) {
+    const auto it = std::find_if(held.begin(), held.end(), [p](const holder& h) { return h.partition == p; });
+    if (it == held.end()) return false;
+    const std::size_t n = it->permit.count();
+    held.erase(it);  // the permit's destructor gives it back
+    model.release(p, n);
+    return true;
+  }
+
+  // Cancels the oldest waiter; false if none waits.
+  bool cancel_first() {
+    if (waiting.empty()) return false;
+    const int index = waiting.front();
+    waiting.erase(waiting.begin());
+    signals[static_cast<std::size_t>(index)]->emit(net::cancellation_type::terminal);
+    model.cancel(index);
+    return true;
+  }
+
+  // After each event: the same grants in the same order, the same bookkeeping, and after a grant never
+  // above the limit (a lowered limit leaves holders above it until they give back).
+  void check() {
+    const std::size_t grants_before = checked_grants;
+    poll(io);
+    REQUIRE(granted == model.granted);
+    checked_grants = granted.size();
+    const rein::semaphore_snapshot s = sem.snapshot();
+    REQUIRE(s.in_flight == model.in_flight());
+    if (checked_grants != grants_before) REQUIRE(s.in_flight <= model.limit);
+    REQUIRE(s.partitions.size() == model.held.size());
+    for (std::size_t p = 0; p < model.held.size(); ++p) {
+      const std::size_t waits = static_cast<std::size_t>(std::count_if(
+          model.line.begin(), model.line.end(), [p](const partition_model::waiter& w) { return w.partition == p; }));
+      REQUIRE(part_state(s, p) == std::tuple{model.guaranteed(p), model.held[p], waits});
+    }
+  }
+};
+
+}  // namespace
+
+TEST_CASE("partitions: Netflix's scenario, limit 10, batch 30% and live 70%", "[core][partition]") {
+  net::io_context io;
+  manual_semaphore sem(io, 10, {.partitions = {{"batch", 0.3}, {"live", 0.7}}});
+  auto s = sem.snapshot();
+  REQUIRE(s.partitions.size() == 3);
+  CHECK(s.partitions[1].name == "batch");
+  CHECK(part_state(s, 1) == std::tuple{3u, 0u, 0u});
+  CHECK(part_state(s, 2) == std::tuple{7u, 0u, 0u});
+  CHECK(part_state(s, 0) == std::tuple{0u, 0u, 0u});  // the rest: nothing left to guarantee
+  // Batch alone may take all 10 (idle capacity is lent); the 11th is refused.
+  std::vector<rein::permit> batch;
+  for (int i = 0; i < 10; ++i) batch.push_back(sem.partition("batch").try_acquire());
+  CHECK(std::all_of(batch.begin(), batch.end(), [](const rein::permit& p) { return static_cast<bool>(p); }));
+  CHECK(sem.partition("batch").try_acquire().status() == rein::try_status::busy);
+  // Two more batch calls queue first, then eight live calls.
+  std::vector<std::string> served;
+  std::vector<rein::permit> held;
+  auto start = [&](const char* who) {
+    sem.partition(who).async_acquire(1, [&, who](error_code ec, rein::permit p) {
+      REQUIRE(!ec);
+      served.push_back(who);
+      held.push_back(std::move(p));
+    });
+  };
+  start("batch");
+  start("batch");
+  for (int i = 0; i < 8; ++i) start("live");
+  poll(io);
+  CHECK(part_state(sem.snapshot(), 1) == std::tuple{3u, 10u, 2u});
+  // The next 7 releases go to live, past batch's older waiters; then the line's head (batch) is next.
+  for (int i = 0; i < 8; ++i) {
+    batch.pop_back();
+    poll(io);
+    CHECK(sem.snapshot().in_flight == 10);
+  }
+  CHECK(served == std::vector<std::string>{"live", "live", "live", "live", "live", "live", "live", "batch"});
+  s = sem.snapshot();
+  CHECK(part_state(s, 1) == std::tuple{3u, 3u, 1u});  // 2 of the first 10 left, and one queued call
+  CHECK(part_state(s, 2) == std::tuple{7u, 7u, 1u});
+  CHECK(s.partitions[2].acquired_total == 7);
+}
+
+TEST_CASE("partitions: the rest holds plain acquires; guarantees follow set_permits", "[core][partition]") {
+  net::io_context io;
+  manual_semaphore sem(io, 10, {.partitions = {{"a", 0.25}, {"b", 0.25}}});
+  auto s = sem.snapshot();
+  CHECK(s.partitions[0].share == 0.5);
+  CHECK(part_state(s, 0) == std::tuple{5u, 0u, 0u});
+  CHECK(part_state(s, 1) == std::tuple{2u, 0u, 0u});  // floor(2.5)
+  rein::permit plain = sem.try_acquire(6);            // the rest borrows beyond its 5
+  CHECK(part_state(sem.snapshot(), 0) == std::tuple{5u, 6u, 0u});
+  sem.set_permits(20);
+  s = sem.snapshot();
+  CHECK(part_state(s, 0) == std::tuple{10u, 6u, 0u});
+  CHECK(part_state(s, 1) == std::tuple{5u, 0u, 0u});
+  // A split part goes back to its partition.
+  rein::permit part = plain.split(2);
+  part.release();
+  CHECK(part_state(sem.snapshot(), 0) == std::tuple{10u, 4u, 0u});
+}
+
+TEST_CASE("partitions: a grant taken back by a late cancellation leaves its partition as it was",
+          "[core][partition]") {
+  net::io_context io;
+  manual_semaphore sem(io, 2, {.partitions = {{"a", 0.5}}});
+  rein::permit first = sem.partition("a").try_acquire();
+  rein::permit second = sem.try_acquire();
+  net::cancellation_signal cancel;
+  bool aborted = false;
+  sem.partition("a").async_acquire(1, net::bind_cancellation_slot(cancel.slot(), [&](error_code ec, rein::permit p) {
+    aborted = ec == net::error::operation_aborted && !p;
+  }));
+  first.release();                                 // granted to the waiter of "a"; its handler has not run
+  CHECK(part_state(sem.snapshot(), 1) == std::tuple{1u, 1u, 0u});
+  cancel.emit(net::cancellation_type::terminal);   // taken back before it runs
+  poll(io);
+  CHECK(aborted);
+  auto s = sem.snapshot();
+  CHECK(part_state(s, 1) == std::tuple{1u, 0u, 0u});
+  CHECK(s.partitions[1].acquired_total == 1);  // the try_acquire; the revoked grant is not counted
+  CHECK(s.available == 1);
+}
+
+TEST_CASE("partitions on an adaptive limiter: guarantees are shares of the current limit", "[core][partition]") {
+  rein_test::manual_clock_at_epoch epoch;
+  net::io_context io;
+  rein::algo::aimd_options options;
+  options.initial_limit = 10;
+  options.min_limit = 1;
+  options.max_limit = 10;
+  options.backoff = 0.5;
+  manual_aimd limiter(io, options, {.partitions = {{"live", 0.7}}});
+  std::vector<rein::permit> rest;
+  for (int i = 0; i < 10; ++i) rest.push_back(limiter.try_acquire());
+  std::vector<int> served;
+  auto waiter = [&](int index, bool live) -> net::awaitable<void> {
+    rein::permit p;
+    if (live) p = co_await limiter.partition("live").acquire();
+    else p = co_await limiter.acquire();
+    served.push_back(index);
+    rest.push_back(std::move(p));
+  };
+  net::co_spawn(io, waiter(0, false), net::detached);
+  net::co_spawn(io, waiter(1, true), net::detached);
+  poll(io);
+  auto s = limiter.snapshot();
+  REQUIRE(s.partitions.size() == 2);
+  CHECK(s.partitions[1].guaranteed == 7);
+  rest.back().complete(rein::outcome::congestion);  // the limit halves to 5: live's guarantee is 3
+  rest.pop_back();
+  s = limiter.snapshot();
+  CHECK(s.partitions[1].guaranteed == 3);
+  CHECK(s.partitions[0].guaranteed == 1);  // floor(0.3 x 5)
+  while (rest.size() > 4) rest.pop_back();   // 4 in flight, under the limit of 5: one grant, to live first
+  poll(io);
+  CHECK(served == std::vector<int>{1});
+  CHECK(limiter.snapshot().in_flight == 5);
+}
+
+TEST_CASE("partitions: invalid options and names are refused, naming the limiter, field and value",
+          "[core][partition]") {
+  net::io_context io;
+  CHECK_THROWS_WITH(manual_semaphore(io, 4, {.name = "db", .partitions = {{"", 0.5}}}),
+                    "rein::semaphore \"db\": partitions[0].name must not be empty, got \"\"");
+  CHECK_THROWS_WITH(manual_semaphore(io, 4, {.partitions = {{"a", 0.5}, {"a", 0.25}}}),
+                    "rein::semaphore: partitions[1].name must differ from partitions[0].name, got \"a\"");
+  CHECK_THROWS_WITH(manual_semaphore(io, 4, {.partitions = {{"a", 0.0}}}),
+                    "rein::semaphore: partitions[0].share must be in (0, 1], got 0");
+  CHECK_THROWS_WITH(manual_semaphore(io, 4, {.partitions = {{"a", 1.5}}}),
+                    "rein::semaphore: partitions[0].share must be in (0, 1], got 1.5");
+  CHECK_THROWS_WITH(manual_semaphore(io, 4, {.partitions = {{"a", std::nan("")}}}),
+                    "rein::semaphore: partitions[0].share must be in (0, 1], got nan");
+  CHECK_THROWS_WITH(manual_semaphore(io, 4, {.partitions = {{"a", 0.75}, {"b", 0.5}}}),
+                    "rein::semaphore: the shares of partitions must sum to <= 1, got 1.25");
+  CHECK_THROWS_WITH(manual_aimd(io, {}, {.name = "api", .partitions = {{"a", -1}}}),
+                    "rein::adaptive_limiter \"api\": partitions[0].share must be in (0, 1], got -1");
+  manual_semaphore plain(io, 4, {.name = "db"});
+  CHECK_THROWS_WITH(plain.partition("live"),
+                    "rein::semaphore \"db\": partition(name) needs options.partitions, which is empty, got \"live\"");
+  manual_semaphore parted(io, 4, {.partitions = {{"live", 0.5}}});
+  CHECK_THROWS_WITH(parted.partition("batch"),
+                    "rein::semaphore: partition(name) needs a name given in options.partitions, got \"batch\"");
+  // Shares within 1e-9 of summing to 1 are accepted (0.1 + 0.2 + 0.7 is 1.0000000000000002 in doubles).
+  CHECK_NOTHROW(manual_semaphore(io, 10, {.partitions = {{"a", 0.1}, {"b", 0.2}, {"c", 0.7}}}));
+}
+
+// The quick tier (CI): 6 events, 5 under a sanitizer (several times slower); REIN_MODEL_THOROUGH=1: 7.
+int partition_model_depth() { return rein_test::model_scope(6, 5, 7); }
+
+TEST_CASE("partitions against the model, exhaustively: every sequence of 6 events over a small line",
+          "[core][partition][model]") {
+  // Every sequence of 6 events (the quick tier; see partition_model_depth) from {acquire in the rest, in
+  // p1, in p2; release the oldest permit of the rest, of p1, of p2; cancel the oldest waiter} on a limit of
+  // 2 and of 3 with shares {0.5, 0.5} and {0.34, 0.33} (guarantees 1/1 and, at limit 3, 1/0 with a rest of
+  // 1): 2 x 2 x 7^6 = 470,596 runs, each checked against the model after every event (grants in the same
+  // order, each partition's guarantee, holdings and waiters, never above the limit after a grant). What it
+  // covers: every interleaving of up to 6 arrivals, releases and cancellations by up to 6 callers in three
+  // partitions at these limits, unit requests.
+  const int depth = partition_model_depth();
+  constexpr int events = 7;
+  std::size_t runs = 0;
+  for (std::size_t limit : {2u, 3u}) {
+    for (const std::vector<double>& shares : {std::vector<double>{0.5, 0.5}, std::vector<double>{0.34, 0.33}}) {
+      int total = 1;
+      for (int i = 0; i < depth; ++i) total *= events;
+      for (int code = 0; code < total; ++code) {
+        partitioned_line line(limit, shares);
+        int rest = code;
+        for (int i = 0; i < depth; ++i, rest /= events) {
+          const int e = rest % events;
+          bool acted = true;
+          if (e < 3) line.acquire(static_cast<std::size_t>(e));
+          else if (e < 6) acted = line.release(static_cast<std::size_t>(e - 3));
+          else acted = line.cancel_first();
+          if (acted) line.check();
+        }
+        ++runs;
+      }
+    }
+  }
+  std::size_t per_setting = 1;
+  for (int i = 0; i < depth; ++i) per_setting *= events;
+  CHECK(runs == 4 * per_setting);
+}
+
+TEST_CASE("partitions against the model at scale: weighted requests, 1 to 4 partitions, changing limits",
+          "[core][partition][model]") {
+  // Randomized: 300 runs of 400 events, limits 1..12 (changed by set_permits now and then), 1..4
+  // partitions with shares in steps of 0.05, requests of 1 or 2 permits. A property test at scale.
+  std::mt19937 rng(20261202);
+  for (int run = 0; run < 300; ++run) {
+    const std::size_t limit = std::uniform_int_distribution<std::size_t>(2, 12)(rng);
+    const std::size_t parts = std::uniform_int_distribution<std::size_t>(1, 4)(rng);
+    std::vector<double> shares;
+    int left = 20;
+    for (std::size_t i = 0; i < parts && left > 0; ++i) {
+      const int twentieths = std::uniform_int_distribution<int>(1, left)(rng);
+      shares.push_back(twentieths * 0.05);
+      left -= twentieths;
+    }
+    partitioned_line line(limit, shares);
+    for (int step = 0; step < 400; ++step) {
+      const int e = std::uniform_int_distribution<int>(0, 19)(rng);
+      const std::size_t p = std::uniform_int_distribution<std::size_t>(0, shares.size())(rng);
+      bool acted = true;
+      if (e < 9) {
+        line.acquire(p, std::uniform_int_distribution<std::size_t>(1, 2)(rng));
+      } else if (e < 17) {
+        acted = line.release(p);
+      } else if (e < 19) {
+        acted = line.cancel_first();
+      } else {
+        // A new total at least 2 (a request of 2 never exceeds it): the guarantees follow.
+        const std::size_t total = std::uniform_int_distribution<std::size_t>(2, 12)(rng);
+        line.sem.set_permits(total);
+        line.model.limit = total;
+        line.model.dispatch();
+      }
+      if (acted) line.check();
+    }
+  }
 }

@@ -68,6 +68,7 @@ struct line_doors {
   std::string_view type;  ///< the public type's name, for messages ("rein::semaphore"); a static string
   [[no_unique_address]] Counter counter{};
   std::uint8_t priority = 0;  ///< the class of its waits in queue_order::priority (at_priority)
+  std::uint8_t partition = 0;  ///< the partition of its acquires (partition(name)); 0: the rest, or none
 
   /// The deadline `timeout` from now (time_point::max() when too far to represent: none).
   static time_point deadline_after(duration timeout) { return detail::deadline_after<typename Core::clock_type>(timeout); }
@@ -75,9 +76,9 @@ struct line_doors {
   try_type try_acquire(std::size_t n) const {
     std::chrono::nanoseconds stamp{};
     if constexpr (Core::with_permit) {
-      const try_status status = core->try_acquire(counter.try_count(n), stamp);
+      const try_status status = core->try_acquire(counter.try_count(n), stamp, nullptr, partition);
       if (status != try_status::acquired) return try_permit(status);
-      return try_permit(core->make_permit(n, stamp));
+      return try_permit(core->make_permit(n, stamp, partition));
     } else {
       std::int64_t retry_ns = -1;
       const try_status status = core->try_acquire(counter.try_count(n), stamp, &retry_ns);
@@ -87,7 +88,8 @@ struct line_doors {
 
   template <class Token>
   auto async_acquire_until(std::size_t n, time_point deadline, Token&& token) const {
-    return net::async_initiate<Token, signature>(initiate_acquire{core, counter, priority}, token, n, deadline);
+    return net::async_initiate<Token, signature>(initiate_acquire{core, counter, priority, partition}, token, n,
+                                                 deadline);
   }
 
   template <class Token>
@@ -124,8 +126,8 @@ struct line_doors {
       // the fast path, never correctness: the waiting path grants at once what is free).
       if (!self.core->waiting_hint()) {
         std::chrono::nanoseconds stamp{};
-        if (self.core->try_acquire(self.counter.try_count(n), stamp) == try_status::acquired) {
-          if constexpr (Core::with_permit) co_return self.core->make_permit(n, stamp);
+        if (self.core->try_acquire(self.counter.try_count(n), stamp, nullptr, self.partition) == try_status::acquired) {
+          if constexpr (Core::with_permit) co_return self.core->make_permit(n, stamp, self.partition);
           else co_return;
         }
       }
@@ -151,12 +153,13 @@ struct line_doors {
     Core* core;
     [[no_unique_address]] Counter counter;
     std::uint8_t priority;
+    std::uint8_t partition;
     using executor_type = typename Core::executor_type;
     executor_type get_executor() const noexcept { return core->get_executor(); }
 
     template <class Handler>
     void operator()(Handler&& handler, std::size_t n, time_point deadline) const {
-      core->async_acquire(std::forward<Handler>(handler), counter.wait_count(n), deadline, priority);
+      core->async_acquire(std::forward<Handler>(handler), counter.wait_count(n), deadline, priority, partition);
     }
   };
 

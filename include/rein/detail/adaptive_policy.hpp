@@ -82,6 +82,9 @@ struct adaptive_policy {
 
   bool exceeds(std::size_t n) const noexcept { return n > algo::admitted(algorithm.max_limit()); }
 
+  // What partitions divide (rein/partition.hpp): the calls admitted under the current limit.
+  std::size_t partition_limit() const noexcept { return algo::admitted(algorithm.limit()); }
+
   bool refuses(std::size_t, time_point now) noexcept { return circuit.refuses(now); }
 
   bool try_take(std::size_t n, time_point now) noexcept {

@@ -49,6 +49,7 @@
 #include <rein/detail/deadline_heap.hpp>
 #include <rein/detail/invalid_option.hpp>
 #include <rein/detail/op_queue.hpp>
+#include <rein/detail/partition_table.hpp>
 #include <rein/detail/permit_source.hpp>
 #include <rein/detail/remote_admission.hpp>
 #include <rein/detail/wait_op.hpp>
@@ -98,7 +99,14 @@ struct line_options {
   limiter_observer observer{};  ///< called with events outside the lock; empty: none
   queue_order order = queue_order::fifo;  ///< which waiter is served first (remote policies: fifo only)
   queue_full_policy when_full = queue_full_policy::reject_newest;  ///< a full line refuses or evicts
-  std::chrono::nanoseconds priority_aging = default_priority_aging;  ///< priority order: a class's delay, >= 0
+  std::chrono::nanoseconds priority_aging = default_priority_aging;  ///< priority order: a class's handicap, >= 0
+  partition_table partitions{};  ///< guaranteed shares (rein/partition.hpp); empty: none
+};
+
+/// A policy whose limit can be split into partitions: `partition_limit()` is the limit in permits now.
+template <class P>
+concept partitionable_policy = requires(const P& p) {
+  { p.partition_limit() } -> std::same_as<std::size_t>;
 };
 
 /// A waiter's key in queue_order::priority (limiter_core::priority_key): 128 bits, as algo/rate_limit.hpp
@@ -171,10 +179,18 @@ class limiter_core final : public permit_source,
         measure_wait_(Policy::needs_time || options.measure_wait),
         has_observer_(static_cast<bool>(options.observer)),
         name_(options.name.empty() ? nullptr : std::make_shared<const std::string>(std::move(options.name))),
-        observer_(std::move(options.observer)) {
+        observer_(std::move(options.observer)),
+        partitions_(std::move(options.partitions)) {
     // A remote line serves in fifo order and refuses the newest (its requests are pipelined in order).
     assert(!remote || (order_ == queue_order::fifo && !evict_oldest_));
     assert(priority_aging_ns_ >= 0);  // the public types check it (checked_priority_aging)
+    assert(partitions_.empty() || partitionable);  // only the types whose policy allows it offer the option
+    if constexpr (partitionable) {
+      if (!partitions_.empty()) {
+        sources_ = std::make_unique<partition_source[]>(partitions_.size());
+        for (std::size_t i = 0; i < partitions_.size(); ++i) sources_[i].bind(this, static_cast<std::uint8_t>(i));
+      }
+    }
     if (has_observer_) last_observed_ = observe_now(Clock::now());
   }
 
@@ -202,8 +218,10 @@ class limiter_core final : public permit_source,
   /// On success, `stamp` receives the grant time (nanoseconds since the clock's epoch; zero when the policy
   /// does not need time). When busy and `retry_ns` is given, it receives how long until the same request
   /// would be taken if nothing else changed (-1: unknown; INT64_MAX: never).
-  try_status try_acquire(std::size_t n, std::chrono::nanoseconds& stamp, std::int64_t* retry_ns = nullptr) {
-    if (has_observer_) return try_acquire_observed(n, stamp, retry_ns);
+  /// `partition` is the acquire's partition (0, the rest, without partitions).
+  try_status try_acquire(std::size_t n, std::chrono::nanoseconds& stamp, std::int64_t* retry_ns = nullptr,
+                         std::uint8_t partition = 0) {
+    if (has_observer_) return try_acquire_observed(n, stamp, retry_ns, partition);
     std::lock_guard<Mutex> lock(mutex_);
     if (closed_) return try_status::closed;
     if (policy_.exceeds(n)) return try_status::exceeds_capacity;
@@ -213,6 +231,7 @@ class limiter_core final : public permit_source,
     if (!policy_.try_take(n, now)) return busy_locked(0, n, now, retry_ns);
     ++stats_.acquired_total;
     if constexpr (with_permit) ++holders_;
+    partition_granted_locked(partition, n);
     stamp = to_ns(now);
     return try_status::acquired;
   }
@@ -223,14 +242,17 @@ class limiter_core final : public permit_source,
 
   /// Starts a waiting acquire of n, completing through `handler` (with `signature`).
   /// `deadline` of time_point::max() means none (deadline_after() computes one without overflow).
-  /// `priority` is the class in priority order (0 the most urgent; ignored in the other orders).
+  /// `priority` is the class in priority order (0 the most urgent; ignored in the other orders), `partition`
+  /// the acquire's partition (0, the rest, without partitions).
   /// If this throws (no memory), nothing changed and the handler was destroyed uncalled.
   template <class Handler>
-  void async_acquire(Handler&& handler, std::size_t n, time_point deadline, std::uint8_t priority = 0) {
+  void async_acquire(Handler&& handler, std::size_t n, time_point deadline, std::uint8_t priority = 0,
+                     std::uint8_t partition = 0) {
     using op_type = basic_wait_op<std::decay_t<Handler>, Executor, signature, concurrent, op_base>;
     // Allocated before taking the lock, with a deadline node if it has a deadline.
     op_type* op = op_type::create(std::forward<Handler>(handler), n, deadline != time_point::max());
     op->priority = priority;
+    op->partition = partition;
     completions done(this);
     try {
       std::lock_guard<Mutex> lock(mutex_);
@@ -362,8 +384,15 @@ class limiter_core final : public permit_source,
       const std::uint64_t granted = stats_.acquired_total + revoked_grants_;
       if (granted > recorded) stats_.wait.record(std::chrono::nanoseconds{0}, granted - recorded);
     }
-    return std::forward<F>(f)(policy_, static_cast<const wait_stats&>(stats_));
+    if constexpr (std::is_invocable_v<F&&, const Policy&, const wait_stats&, const partition_table&>)
+      return std::forward<F>(f)(policy_, static_cast<const wait_stats&>(stats_), partitions_);
+    else
+      return std::forward<F>(f)(policy_, static_cast<const wait_stats&>(stats_));
   }
+
+  /// Whether the line has partitions (options.partitions), and the index of the one called `name`.
+  bool has_partitions() const noexcept { return !partitions_.empty(); }
+  std::optional<std::uint8_t> find_partition(std::string_view name) const noexcept { return partitions_.find(name); }
 
   /// Completes every waiter with errc::closed; later acquires fail the same way. Idempotent.
   void close() {
@@ -396,9 +425,18 @@ class limiter_core final : public permit_source,
 
   // permit_source
   void release_permit(std::size_t n, std::chrono::nanoseconds stamp, outcome result) noexcept override {
+    release(n, stamp, result, std::nullopt);
+  }
+
+  // A permit of n comes back, from `partition` if the line has partitions.
+  void release(std::size_t n, std::chrono::nanoseconds stamp, outcome result,
+               std::optional<std::uint8_t> partition) noexcept {
     std::shared_ptr<limiter_core> last;  // the core's own reference after shutdown: dropped after the unlock
     std::unique_lock<Mutex> lock(mutex_);
     --holders_;
+    if constexpr (partitionable) {
+      if (partition) partitions_.released(*partition, n);
+    }
     if (queue_.empty() && !timer_armed_ && (holders_ != 0 || drainers_.empty())) {
       // Nobody to grant and no timer to re-aim (the uncontended case, and every release after shutdown): no
       // dispatch, nothing to post.
@@ -427,8 +465,10 @@ class limiter_core final : public permit_source,
     }
   }
 
-  /// A permit for n just taken on the fast path (try_acquire counted its holder).
-  permit make_permit(std::size_t n, std::chrono::nanoseconds stamp) noexcept { return permit(this, n, stamp); }
+  /// A permit for n just taken on the fast path (try_acquire counted its holder) in `partition`.
+  permit make_permit(std::size_t n, std::chrono::nanoseconds stamp, std::uint8_t partition = 0) noexcept {
+    return permit(source(partition), n, stamp);
+  }
 
   /// Permit objects handed out and not yet given back (for tests and snapshots).
   std::size_t holders() const {
@@ -458,28 +498,36 @@ class limiter_core final : public permit_source,
     dispatch_locked(Clock::now(), done);
   }
 
-  bool deliver(std::size_t n, std::chrono::nanoseconds stamp) noexcept override {
+  bool deliver(std::size_t n, std::chrono::nanoseconds stamp, std::uint8_t partition) noexcept override {
     if (!shut_down_.load(std::memory_order_acquire)) return true;
     // Shut down between the grant and its runner: the grant never becomes a permit. A remote grant goes
     // back to the server (nobody will use those tokens).
-    if constexpr (remote) return abandon(n, stamp), false;
+    if constexpr (remote) return abandon(n, stamp, partition), false;
     std::shared_ptr<limiter_core> last;
     std::lock_guard<Mutex> lock(mutex_);
+    partition_released_locked(partition, n);
     if constexpr (with_permit) last = holder_gone_locked();
     return false;
   }
 
-  void abandon(std::size_t n, std::chrono::nanoseconds stamp) noexcept override {
+  void abandon(std::size_t n, std::chrono::nanoseconds stamp, std::uint8_t partition) noexcept override {
     std::shared_ptr<limiter_core> last;  // declared first: dropped after update's lock is released
     update([&](Policy& p, time_point now) {
+      partition_released_locked(partition, n);
       give_back(p, n, stamp, now);
       if constexpr (with_permit) last = holder_gone_locked();
     });
   }
 
-  permit_source* source() noexcept override {
-    if constexpr (with_permit) return this;
-    else return nullptr;
+  permit_source* source(std::uint8_t partition) noexcept override {
+    if constexpr (!with_permit) {
+      return (void)partition, nullptr;
+    } else {
+      if constexpr (partitionable) {
+        if (sources_) return &sources_[partition];
+      }
+      return (void)partition, this;
+    }
   }
 
   static std::chrono::nanoseconds to_ns(time_point t) noexcept {
@@ -490,6 +538,62 @@ class limiter_core final : public permit_source,
   using work_guard = net::executor_work_guard<Executor>;
   using op_base = std::conditional_t<remote, remote_wait_op, wait_op>;
   static constexpr bool concurrent = !std::is_same_v<Mutex, null_mutex>;  // a cancellation may race a runner
+  static constexpr bool partitionable = with_permit && !remote && partitionable_policy<Policy>;
+
+  // Where a permit of one partition reports back: the line, told which partition it was.
+  class partition_source final : public permit_source {
+   public:
+    void bind(limiter_core* core, std::uint8_t index) noexcept {
+      core_ = core;
+      index_ = index;
+    }
+    void release_permit(std::size_t n, std::chrono::nanoseconds stamp, outcome result) noexcept override {
+      core_->release(n, stamp, result, index_);
+    }
+    void permit_split() noexcept override { core_->permit_split(); }
+    void restamp_permit(std::chrono::nanoseconds from, std::chrono::nanoseconds to) noexcept override {
+      core_->restamp_permit(from, to);
+    }
+
+   private:
+    limiter_core* core_ = nullptr;
+    std::uint8_t index_ = 0;
+  };
+
+  // The partition bookkeeping (rein/partition.hpp), under the lock; nothing without partitions.
+  void partition_granted_locked(std::uint8_t p, std::size_t n) noexcept {
+    if constexpr (partitionable) {
+      if (sources_) partitions_.granted(p, n);
+    }
+    (void)p, (void)n;
+  }
+  void partition_released_locked(std::uint8_t p, std::size_t n) noexcept {
+    if constexpr (partitionable) {
+      if (sources_) partitions_.released(p, n);
+    }
+    (void)p, (void)n;
+  }
+
+  // Whether a partition below its guarantee has waiters: then the next permit is its first waiter's.
+  bool partition_starved_locked() const noexcept {
+    if constexpr (partitionable) {
+      if (sources_) return partitions_.any_starved(policy_.partition_limit());
+    }
+    return false;
+  }
+
+  // The waiter the next grant goes to: the head, or the first waiter (in the line's order) of a partition
+  // below its guarantee. The walk happens only while such a partition waits, and stops at its first waiter.
+  wait_op* next_to_serve_locked() const noexcept {
+    wait_op* head = queue_.front();
+    if constexpr (partitionable) {
+      if (!partition_starved_locked()) return head;
+      const std::size_t limit = policy_.partition_limit();
+      for (wait_op* w = head; w != nullptr; w = w->next)
+        if (partitions_.starved(w->partition, limit)) return w;
+    }
+    return head;
+  }
 
   // What to do once the lock is released: post the completions made ready under it, then drop the work
   // guard if the line emptied (in that order, so that the context cannot run out of work in between).
@@ -583,6 +687,9 @@ class limiter_core final : public permit_source,
       if (!op->status.compare_exchange_strong(expected, wait_status::aborted, std::memory_order_acq_rel)) return false;
       give_back(policy_, op->count, std::chrono::nanoseconds(op->stamp_ns), policy_now());
       if constexpr (with_permit) last = holder_gone_locked();  // after shutdown, maybe the last holder
+      if constexpr (partitionable) {
+        if (sources_) partitions_.revoked(op->partition, op->count);
+      }
       --stats_.acquired_total;
       ++stats_.cancelled_total;
       ++revoked_grants_;
@@ -622,7 +729,8 @@ class limiter_core final : public permit_source,
     const place at = first ? place{nullptr, 0} : place_locked(op);
     // A newcomer placed at the head (lifo order, an urgent priority class) is served now if it fits,
     // whoever waits behind it.
-    if (!first && at.after == nullptr && policy_.try_take(n, now)) return grant_at_once_locked(op, now, done), false;
+    if (!first && at.after == nullptr && !partition_starved_locked() && policy_.try_take(n, now))
+      return grant_at_once_locked(op, now, done), false;
     const bool full = queue_.size() >= max_waiters_;
     // In priority order the evicted waiter is the last one: a newcomer that would be last is refused.
     if (full && (!evict_oldest_ || first || (order_ == queue_order::priority && at.after == queue_.back())))
@@ -635,6 +743,9 @@ class limiter_core final : public permit_source,
     }
     queue_.insert_after(at.after, op);
     queued_units_ += n;
+    if constexpr (partitionable) {
+      if (sources_) partitions_.queued(op->partition);
+    }
     const bool timed = push_deadline_locked(op, deadline);
     // The timer serves the head and the nearest deadline: an op queued behind others without a deadline
     // changes neither (the common case under contention), so the timer needs no work if it is armed, or if
@@ -730,6 +841,7 @@ class limiter_core final : public permit_source,
     op->stamp_ns = to_ns(now).count();
     ++stats_.acquired_total;
     if constexpr (with_permit) ++holders_;
+    partition_granted_locked(op->partition, op->count);
     finish_locked(op, wait_status::granted, done);
   }
 
@@ -852,7 +964,7 @@ class limiter_core final : public permit_source,
 
   // try_acquire with an observer: the same, and what it found is delivered after the lock.
   REIN_NOINLINE try_status try_acquire_observed(std::size_t n, std::chrono::nanoseconds& stamp,
-                                                std::int64_t* retry_ns) {
+                                                std::int64_t* retry_ns, std::uint8_t partition) {
     event_sink done(this);
     std::lock_guard<Mutex> lock(mutex_);
     const time_point now = policy_now();
@@ -864,6 +976,7 @@ class limiter_core final : public permit_source,
     if (!policy_.try_take(n, now)) return busy_locked(0, n, now, retry_ns);
     ++stats_.acquired_total;
     if constexpr (with_permit) ++holders_;
+    partition_granted_locked(partition, n);
     stamp = to_ns(now);
     observe_locked(now, done);
     return try_status::acquired;
@@ -894,6 +1007,9 @@ class limiter_core final : public permit_source,
       }
       queue_.erase(op);
       queued_units_ -= op->count;
+      if constexpr (partitionable) {
+        if (sources_) partitions_.dequeued(op->partition);
+      }
       if (queue_.empty()) waiting_.store(false, std::memory_order_relaxed);
     }
     if (op->deadline_ns() != no_deadline) deadlines_.erase(op->timer);
@@ -949,7 +1065,7 @@ class limiter_core final : public permit_source,
         serve_remote_locked(now, done);
       } else {
         while (!queue_.empty()) {
-          wait_op* head = queue_.front();
+          wait_op* head = next_to_serve_locked();
           if (refused_locked(head->count, now)) {  // an open circuit fails the line at once
             count_rejection_locked(wait_status::unavailable, done);
             unlink_locked(head, wait_status::unavailable, done);
@@ -986,6 +1102,7 @@ class limiter_core final : public permit_source,
       stats_.wait.record(waited);
     }
     ++stats_.acquired_total;
+    partition_granted_locked(op->partition, op->count);
     op->stamp_ns = to_ns(now).count();
     unlink_locked(op, wait_status::granted, done);
   }
@@ -1105,6 +1222,8 @@ class limiter_core final : public permit_source,
   bool closed_ = false;
   std::atomic<bool> waiting_{false};  // !queue_.empty(), written under the lock (waiting_hint)
   std::atomic<bool> shut_down_{false};
+  partition_table partitions_;  // options.partitions; empty: none
+  std::unique_ptr<partition_source[]> sources_;  // one per partition, made only with partitions
   std::size_t holders_ = 0;               // permit objects out (granted, not yet given back or taken back)
   std::shared_ptr<limiter_core> self_;    // set at shutdown while holders_ != 0
 };

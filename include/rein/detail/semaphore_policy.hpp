@@ -23,6 +23,9 @@ struct semaphore_policy {
 
   std::size_t in_flight() const noexcept { return permits + owed - available; }
 
+  // What partitions divide (rein/partition.hpp): the total.
+  std::size_t partition_limit() const noexcept { return permits; }
+
   // Raises the total by n: what holders owe is forgiven first, the rest is free.
   void add(std::size_t n) noexcept {
     permits += n;

@@ -145,6 +145,7 @@ struct wait_op {
   std::atomic<wait_status> status{wait_status::queued};
   bool drain = false;         // waits in the drain line (async_drain) instead of the acquire line
   std::uint8_t priority = 0;  // the class in queue_order::priority
+  std::uint8_t partition = 0;  // its partition's index (partition_table), 0 without partitions
 
   /// The deadline in the clock's nanoseconds, no_deadline when none (also one too far to count).
   std::int64_t deadline_ns() const noexcept { return timer == nullptr ? no_deadline : timer->deadline_ns; }
@@ -173,15 +174,15 @@ class wait_owner {
   /// nothing otherwise. Called from the op's cancellation slot.
   virtual void cancel_wait(wait_op* op) noexcept = 0;
 
-  /// The runner claimed a grant of n: true if the handler may have it; false if the limiter was shut down
-  /// meanwhile (the handler then gets operation_aborted).
-  virtual bool deliver(std::size_t n, std::chrono::nanoseconds stamp) noexcept = 0;
+  /// The runner claimed a grant of n to a waiter of `partition`: true if the handler may have it; false if
+  /// the limiter was shut down meanwhile (the handler then gets operation_aborted).
+  virtual bool deliver(std::size_t n, std::chrono::nanoseconds stamp, std::uint8_t partition) noexcept = 0;
 
   /// A claimed grant of n will never reach its handler (the runner was destroyed unrun): take it back.
-  virtual void abandon(std::size_t n, std::chrono::nanoseconds stamp) noexcept = 0;
+  virtual void abandon(std::size_t n, std::chrono::nanoseconds stamp, std::uint8_t partition) noexcept = 0;
 
-  /// Where permits of this limiter report back; null for limiters without permits (rate limiters).
-  virtual permit_source* source() noexcept = 0;
+  /// Where permits of `partition` report back; null for limiters without permits (rate limiters).
+  virtual permit_source* source(std::uint8_t partition) noexcept = 0;
 
  protected:
   ~wait_owner() = default;
@@ -347,7 +348,8 @@ class basic_wait_op final : public Base {
     // Destroyed unrun: an execution context destroyed with the completion queued, or a failed post.
     ~runner() {
       if (op_ == nullptr) return;
-      if (owner_ != nullptr && claim(op_)) owner_->abandon(op_->count, std::chrono::nanoseconds(op_->stamp_ns));
+      if (owner_ != nullptr && claim(op_))
+        owner_->abandon(op_->count, std::chrono::nanoseconds(op_->stamp_ns), op_->partition);
       destroy(op_);
     }
 
@@ -365,11 +367,12 @@ class basic_wait_op final : public Base {
       if (status == wait_status::granted && !claim(op)) status = wait_status::aborted;  // revoked first
       const std::size_t n = op->count;
       const std::chrono::nanoseconds stamp(op->stamp_ns);
+      const std::uint8_t partition = op->partition;
       error_code ec = result_of(static_cast<const Base&>(*op), status);
       destroy(op, alloc_);  // the op's handler was moved from: use the allocator copied before
-      if (status == wait_status::granted && !owner_->deliver(n, stamp)) ec = net::error::operation_aborted;
+      if (status == wait_status::granted && !owner_->deliver(n, stamp, partition)) ec = net::error::operation_aborted;
       if constexpr (with_permit) {
-        permit p = !ec ? permit(owner_->source(), n, stamp) : permit();
+        permit p = !ec ? permit(owner_->source(partition), n, stamp) : permit();
         keep_.reset();
         std::move(handler)(ec, std::move(p));
       } else {

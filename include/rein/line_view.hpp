@@ -1,4 +1,5 @@
-// The doors of a limiter at one priority class: what `limiter.at_priority(c)` returns.
+// The doors of a limiter at one priority class and partition: what `limiter.at_priority(c)` and
+// `limiter.partition(name)` return.
 #pragma once
 
 #include <rein/config.hpp>
@@ -8,27 +9,31 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <string_view>
 #include <utility>
 
 namespace rein {
 
-/// A limiter's acquire doors at one priority class: made by `at_priority(c)` of a limiter whose options
-/// chose `order = queue_order::priority`, and used as the limiter's own doors are (the forms that take a
-/// count n; the class c is 0..255):
+/// A limiter's acquire doors at one priority class and one partition: made by `at_priority(c)` of a limiter
+/// whose options chose `order = queue_order::priority`, or by `partition(name)` of a limiter whose options
+/// gave `partitions`, and used as the limiter's own doors are (the forms that take a count n):
 ///
 ///     auto batch = limiter.at_priority(2);               // class 2: yields to classes 0 and 1
 ///     auto permit = co_await batch.acquire();            // a plain limiter.acquire() is class 0
+///     auto live = co_await limiter.partition("live").acquire();   // counts against live's share
 ///
-/// Each acquire waits in the limiter's one line, placed by the key `arrival + c * priority_aging` (see
-/// queue_order::priority for the bound this gives). Everything else is the limiter's own: its completion
-/// signature, errors, deadlines, per-operation cancellation and thread safety, as documented for its
+/// Each acquire waits in the limiter's one line: placed by the key `arrival + c * priority_aging` (see
+/// queue_order::priority for the bound this gives), and served ahead of the line while its partition is below
+/// its guarantee (see rein::partition). Everything else is the limiter's own: its completion signature,
+/// errors, deadlines, per-operation cancellation and thread safety, as documented for its try_acquire,
 /// async_acquire and acquire. A view is a few words and refers to the limiter's state, as a permit does:
 /// make one per call, or keep it while that state lives (until the limiter is destroyed or assigned to;
 /// moving a limiter moves its state, and the view follows).
 ///
 /// @tparam Doors the limiter's doors (an implementation type: name the view with `auto`).
 template <class Doors>
-class priority_view {
+class line_view {
  public:
   /// The executor that runs completion handlers without an associated executor of their own.
   using executor_type = typename Doors::executor_type;
@@ -39,39 +44,46 @@ class priority_view {
   /// What acquire returns: rein::permit for a concurrency limiter, nothing for a rate limiter.
   using result_type = typename Doors::result_type;
 
-  /// The view of `doors`, whose priority field names the class (made by the limiters' at_priority).
-  explicit priority_view(Doors doors) noexcept : doors_(doors) {}
+  /// The view of `doors`, whose fields name the class and partition (made by the limiters' at_priority
+  /// and partition).
+  explicit line_view(Doors doors) noexcept : doors_(doors) {}
 
   /// The class: 0 is served first.
   std::uint8_t priority() const noexcept { return doors_.priority; }
 
-  /// As the limiter's async_acquire, at this class. Every Asio completion token works.
+  /// The same doors at class `c` (see the limiter's at_priority; throws the same way).
+  line_view at_priority(std::uint8_t c) const;
+
+  /// As the limiter's try_acquire, in this view's partition: what it returns says why it failed.
+  auto try_acquire(std::size_t n = 1) const { return doors_.try_acquire(n); }
+
+  /// As the limiter's async_acquire, at this class and partition. Every Asio completion token works.
   template <REIN_COMPLETION_TOKEN_FOR(typename Doors::signature) Token = default_token_t>
   auto async_acquire(std::size_t n = 1, Token&& token = Token{}) const {
     return doors_.async_acquire_until(n, time_point::max(), std::forward<Token>(token));
   }
 
-  /// As the limiter's async_acquire_for (errc::timed_out after `timeout`), at this class.
+  /// As the limiter's async_acquire_for (errc::timed_out after `timeout`), at this class and partition.
   template <REIN_COMPLETION_TOKEN_FOR(typename Doors::signature) Token = default_token_t>
   auto async_acquire_for(std::size_t n, duration timeout, Token&& token = Token{}) const {
     return doors_.async_acquire_for(n, timeout, std::forward<Token>(token));
   }
 
-  /// As the limiter's async_acquire_until (errc::timed_out at `deadline`), at this class.
+  /// As the limiter's async_acquire_until (errc::timed_out at `deadline`), at this class and partition.
   template <REIN_COMPLETION_TOKEN_FOR(typename Doors::signature) Token = default_token_t>
   auto async_acquire_until(std::size_t n, time_point deadline, Token&& token = Token{}) const {
     return doors_.async_acquire_until(n, deadline, std::forward<Token>(token));
   }
 
-  /// As the limiter's acquire, at this class: `auto p = co_await view.acquire();`.
+  /// As the limiter's acquire, at this class and partition: `auto p = co_await view.acquire();`.
   net::awaitable<result_type> acquire(std::size_t n = 1) const { return doors_.acquire_until(n, time_point::max()); }
 
-  /// As the limiter's acquire_for, at this class.
+  /// As the limiter's acquire_for, at this class and partition.
   net::awaitable<result_type> acquire_for(std::size_t n, duration timeout) const {
     return doors_.acquire_for(n, timeout);
   }
 
-  /// As the limiter's acquire_until, at this class.
+  /// As the limiter's acquire_until, at this class and partition.
   net::awaitable<result_type> acquire_until(std::size_t n, time_point deadline) const {
     return doors_.acquire_until(n, deadline);
   }
@@ -85,15 +97,33 @@ namespace detail {
 /// `doors` at class `priority`; throws std::invalid_argument unless the line is in priority order (a class
 /// would be ignored in the other orders).
 template <class Doors>
-priority_view<Doors> at_priority(Doors doors, std::uint8_t priority) {
+line_view<Doors> at_priority(Doors doors, std::uint8_t priority) {
   const queue_order order = doors.core->order();
   if (order != queue_order::priority)
     throw_invalid(describe(doors.type, doors.core->name()), "at_priority needs options.order = queue_order::priority",
                   to_string(order));
   doors.priority = priority;
-  return priority_view<Doors>(doors);
+  return line_view<Doors>(doors);
+}
+
+/// `doors` in the partition called `name`; throws std::invalid_argument if the line has no such partition.
+template <class Doors>
+line_view<Doors> in_partition(Doors doors, std::string_view name) {
+  const auto index = doors.core->find_partition(name);
+  if (!index) {
+    const std::string rule = doors.core->has_partitions() ? "partition(name) needs a name given in options.partitions"
+                                                          : "partition(name) needs options.partitions, which is empty";
+    throw_invalid(describe(doors.type, doors.core->name()), rule, '"' + std::string(name) + '"');
+  }
+  doors.partition = *index;
+  return line_view<Doors>(doors);
 }
 
 }  // namespace detail
+
+template <class Doors>
+line_view<Doors> line_view<Doors>::at_priority(std::uint8_t c) const {
+  return detail::at_priority(doors_, c);
+}
 
 }  // namespace rein
