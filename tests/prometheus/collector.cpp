@@ -106,6 +106,28 @@ TEST_CASE("collector: a semaphore's counters, gauges and exact wait buckets", "[
   CHECK(c.Collect().empty());
 }
 
+TEST_CASE("collector: a partitioned semaphore exports each partition, the rest without a partition label",
+          "[prometheus]") {
+  net::io_context io;
+  timed_semaphore sem(io, 10, {.name = "db", .partitions = {{"batch", 0.3}, {"live", 0.6}}});
+  rein::permit batch = sem.partition("batch").try_acquire(4);
+  rein::permit live = sem.partition("live").try_acquire(6);
+  sem.partition("live").async_acquire(1, [](rein::error_code, rein::permit) {});
+  rein::prometheus::collector c;
+  c.add(sem);
+  const auto families = c.Collect();
+  CHECK(find(families, "rein_partition_acquired_total")->type == prometheus::MetricType::Counter);
+  CHECK(metric(families, "rein_partition_guaranteed", {{"partition", "batch"}})->gauge.value == 3.0);
+  CHECK(metric(families, "rein_partition_in_flight", {{"partition", "batch"}})->gauge.value == 4.0);
+  CHECK(metric(families, "rein_partition_waiting", {{"partition", "live"}})->gauge.value == 1.0);
+  CHECK(metric(families, "rein_partition_acquired_total", {{"partition", "live"}})->counter.value == 1.0);
+  const auto* rest = metric(families, "rein_partition_guaranteed", {{"limiter", "db"}});  // the first: the rest
+  REQUIRE(rest != nullptr);
+  CHECK(rest->label.size() == 1);
+  CHECK(rest->gauge.value == 1.0);  // floor(0.1 x 10), 0.1 within 1e-9
+  CHECK(find(families, "rein_partition_guaranteed")->metric.size() == 3);
+}
+
 TEST_CASE("collector: names must be given and unique", "[prometheus]") {
   net::io_context io;
   rein::semaphore unnamed(io, 1);

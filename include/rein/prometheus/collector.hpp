@@ -3,6 +3,7 @@
 
 #include <rein/algo/log_histogram.hpp>
 #include <rein/observer.hpp>
+#include <rein/partition.hpp>
 
 #include <prometheus/client_metric.h>
 #include <prometheus/collectable.h>
@@ -46,6 +47,11 @@ namespace rein::prometheus {
 // | rein_circuit_opens_total        | counter   | circuit_opens (times the circuit opened)               |
 // | rein_wait_seconds               | histogram | wait (le = 1.024 us x 4^j, up to 73 min)              |
 // | rein_service_seconds            | histogram | service (adaptive limiters: grant to outcome)          |
+// | rein_partition_guaranteed{partition} | gauge | each partition's guarantee (partitions; the unnamed     |
+// |                                 |           | rest has an empty partition label, i.e. none)          |
+// | rein_partition_in_flight{partition}  | gauge | ... its holdings                                       |
+// | rein_partition_waiting{partition}    | gauge | ... its waiters                                        |
+// | rein_partition_acquired_total{partition} | counter | ... its grants                                   |
 // | rein_keys                       | gauge     | a keyed registry's live keys                           |
 // | rein_keys_created_total         | counter   | ... limiters made                                      |
 // | rein_keys_evicted_total         | counter   | ... idle limiters dropped                              |
@@ -254,6 +260,23 @@ class collector : public ::prometheus::Collectable {
     return 0.0;
   }
 
+  // One series per partition (a semaphore's or adaptive limiter's options.partitions), labelled by its name;
+  // the rest's empty name is no label, as Prometheus reads an empty label value.
+  static void export_partitions(sink& out, const labels& l, const std::vector<partition_snapshot>& parts) {
+    for (const partition_snapshot& p : parts) {
+      labels with_partition = l;
+      if (!p.name.empty()) with_partition.push_back({"partition", p.name});
+      out.gauge("rein_partition_guaranteed", "Permits guaranteed to a partition: floor(share x limit).", with_partition,
+                static_cast<double>(p.guaranteed));
+      out.gauge("rein_partition_in_flight", "Permits a partition's calls hold now.", with_partition,
+                static_cast<double>(p.in_flight));
+      out.gauge("rein_partition_waiting", "A partition's operations waiting now.", with_partition,
+                static_cast<double>(p.waiting));
+      out.counter("rein_partition_acquired_total", "Grants to a partition.", with_partition,
+                  static_cast<double>(p.acquired_total));
+    }
+  }
+
   template <class Snapshot>
   static void export_snapshot(sink& out, const labels& l, const Snapshot& s) {
     if constexpr (requires { s.acquired_total; })
@@ -280,6 +303,7 @@ class collector : public ::prometheus::Collectable {
     if constexpr (requires { s.circuit; s.circuit_opens; })
       out.counter("rein_circuit_opens_total", "Times an adaptive limiter's circuit opened.", l,
                   static_cast<double>(s.circuit_opens));
+    if constexpr (requires { s.partitions; }) export_partitions(out, l, s.partitions);
     if constexpr (requires { s.wait.count(); })
       out.histogram("rein_wait_seconds", "Time from the acquire call to the grant.", l, s.wait);
     if constexpr (requires { s.service.count(); })
