@@ -42,6 +42,7 @@
 #include <rein/outcome.hpp>
 #include <rein/partition.hpp>
 #include <rein/permit.hpp>
+#include <rein/priority_view.hpp>
 #include <rein/queue_order.hpp>
 #include <rein/quota_gate.hpp>
 #include <rein/rate_limit_headers.hpp>

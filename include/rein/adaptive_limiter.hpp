@@ -109,7 +109,7 @@ struct adaptive_limiter_options {
   circuit_options circuit{};
 };
 
-/// An adaptive limiter's state, copied out under its lock in O(1).
+/// An adaptive limiter's state, copied out under its lock in O(1) (O(partitions) with partitions).
 ///
 /// Read the numbers together: sustained `at_ceiling` means the ceiling, not the dependency,
 /// is the constraint; sustained `at_floor` with congestion means the dependency is in trouble; `utilisation`
@@ -482,7 +482,7 @@ class basic_adaptive_limiter {
     return core_->inspect([](const policy_type& p, const wait_stats&) { return p.circuit.state(clock_type::now()); });
   }
 
-  /// Counters and state, copied under the lock in O(1).
+  /// Counters and state, copied under the lock in O(1) (O(partitions) with partitions, whose names it copies).
   adaptive_limiter_snapshot snapshot() const {
     return core_->inspect([](const policy_type& p, const wait_stats& w, const detail::partition_table& parts) {
       adaptive_limiter_snapshot s;

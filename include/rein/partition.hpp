@@ -18,13 +18,17 @@ namespace rein {
 ///   keeps every guarantee satisfiable at once, since the shares sum to at most 1.
 /// - Any acquire may take permits that are free, beyond its partition's guarantee (idle capacity is lent),
 ///   in the line's order. The total in flight never exceeds the limit.
-/// - While some partition below its guarantee has waiters, each permit that comes free goes to the first
-///   such waiter in the line's order, ahead of the head: a partition that lent its share gets it back as
-///   fast as permits are released, and never waits behind another partition's backlog for it.
+/// - While some partition below its guarantee has waiters, each permit that comes free goes to such a
+///   partition's first waiter in the line's order, ahead of the head: a partition that lent its share gets
+///   it back as fast as permits are released, and never waits behind another partition's backlog for it.
+///   A waiter that arrives in a partition below its guarantee is served at once if its request fits.
 /// - Acquires made without a partition (the limiter's own doors) belong to the unnamed rest, guaranteed
 ///   floor((1 - sum of shares) x limit).
-/// Head-of-line semantics hold for the waiter chosen: a weighted request that does not fit waits, and those
-/// behind it wait too.
+/// Within a partition, head-of-line semantics hold: its first waiter, if its weighted request does not fit
+/// yet, keeps the permits that come free until it fits (they are not lent to the head meanwhile), while the
+/// first waiter of another partition below its guarantee that fits is still served. A request larger than
+/// the whole current limit (an adaptive limiter's limit that fell) claims nothing until the limit allows it.
+/// try_acquire takes nothing while anyone waits, in any partition.
 struct partition {
   /// What `limiter.partition(name)` finds it by: not empty, unique among the limiter's partitions.
   std::string name;

@@ -110,9 +110,11 @@ inline std::ostream& operator<<(std::ostream& os, const semaphore_snapshot& s) {
 ///
 /// `co_await sem.acquire(n)` inside `net::awaitable<>` yields a rein::permit for n permits, given back when the permit
 /// is destroyed or released. Waiting is FIFO with head-of-line blocking (newest first with `order = queue_order::lifo`,
-/// by class with `queue_order::priority`, see rein::queue_order): a request for many permits is not overtaken by later small ones (as in Go's x/sync/semaphore
-/// and tokio's Semaphore), and a permit released while others wait goes straight to the head waiter, so a `try_acquire`
-/// in between cannot steal it.
+/// by class with `queue_order::priority`, see rein::queue_order): a request for many permits is not overtaken by
+/// later small ones (as in Go's x/sync/semaphore and tokio's Semaphore), and a permit released while others wait
+/// goes straight to the head waiter, so a `try_acquire` in between cannot steal it. With `options.partitions`,
+/// a partition below its guaranteed share is served ahead of the head, and these rules hold within each
+/// partition (see rein::partition).
 ///
 /// @tparam Executor the I/O executor; completions default to it.
 /// @tparam Clock    the clock of deadlines (std::chrono::steady_clock; rein::testing::manual_clock in tests).

@@ -1107,27 +1107,42 @@ struct partition_model {
     const bool waits = std::any_of(line.begin(), line.end(), [p](const waiter& w) { return w.partition == p; });
     return waits && held[p] < guaranteed(p);
   }
+  bool fits(const waiter& w) const { return in_flight() + w.n <= limit; }
+  void grant(std::deque<waiter>::iterator it) {
+    held[it->partition] += it->n;
+    granted.push_back(it->index);
+    line.erase(it);
+  }
+  // Each starved partition's first waiter in line order is a candidate: the first that fits is served; one
+  // that does not fit yet (but could at this limit) keeps the freed permits; otherwise the head, if it fits.
   void dispatch() {
     while (!line.empty()) {
-      auto chosen = line.begin();
-      for (auto it = line.begin(); it != line.end(); ++it)
-        if (starved(it->partition)) {
-          chosen = it;
-          break;
-        }
-      if (in_flight() + chosen->n > limit) return;  // head-of-line: the chosen waiter holds the line
-      held[chosen->partition] += chosen->n;
-      granted.push_back(chosen->index);
-      line.erase(chosen);
+      std::vector<std::size_t> seen;
+      bool hold = false;
+      auto chosen = line.end();
+      for (auto it = line.begin(); it != line.end() && chosen == line.end(); ++it) {
+        if (std::find(seen.begin(), seen.end(), it->partition) != seen.end() || !starved(it->partition)) continue;
+        seen.push_back(it->partition);
+        if (it->n > limit) continue;
+        if (fits(*it)) chosen = it;
+        else hold = true;
+      }
+      if (chosen != line.end()) {
+        grant(chosen);
+        continue;
+      }
+      if (hold || !fits(line.front())) return;
+      grant(line.begin());
     }
   }
   void acquire(int index, std::size_t p, std::size_t n) {
     if (line.empty() && in_flight() + n <= limit) {
       held[p] += n;
       granted.push_back(index);
-    } else {
-      line.push_back({index, p, n});
+      return;
     }
+    line.push_back({index, p, n});
+    if (starved(p)) dispatch();  // served at once if its partition is below its guarantee and it fits
   }
   void release(std::size_t p, std::size_t n) {
     held[p] -= n;
@@ -1345,6 +1360,60 @@ TEST_CASE("partitions on an adaptive limiter: guarantees are shares of the curre
   poll(io);
   CHECK(served == std::vector<int>{1});
   CHECK(limiter.snapshot().in_flight == 5);
+}
+
+TEST_CASE("partitions: a waiter arriving below its guarantee is served at once past a head that does not fit",
+          "[core][partition]") {
+  net::io_context io;
+  manual_semaphore sem(io, 4, {.partitions = {{"live", 0.5}}});
+  rein::permit rest = sem.try_acquire(2);
+  bool big = false;
+  rein::permit live;
+  sem.async_acquire(3, [&](error_code ec, rein::permit) { big = !ec; });  // the head: 3 of the 2 free
+  sem.partition("live").async_acquire(1, [&](error_code, rein::permit p) { live = std::move(p); });
+  poll(io);
+  CHECK(live.count() == 1);  // live held nothing of its 2: the free permit is its
+  CHECK_FALSE(big);
+  CHECK(part_state(sem.snapshot(), 1) == std::tuple{2u, 1u, 0u});
+  CHECK(sem.partition("live").try_acquire().status() == rein::try_status::busy);  // try never passes a waiter
+}
+
+TEST_CASE("partitions: a first waiter that does not fit holds back neither another partition nor, beyond the "
+          "limit, anyone", "[core][partition]") {
+  net::io_context io;
+  manual_semaphore sem(io, 4, {.partitions = {{"a", 0.5}, {"b", 0.5}}});
+  rein::permit rest = sem.try_acquire(4);
+  std::vector<std::string> served;
+  auto start = [&](const char* who, std::size_t n) {
+    auto handler = [&served, who](error_code ec, rein::permit) {
+      if (!ec) served.push_back(who);
+    };
+    if (std::string(who) == "rest") sem.async_acquire(n, handler);
+    else sem.partition(who).async_acquire(n, handler);
+  };
+  start("a", 3);
+  start("b", 1);
+  rest = rest.split(2);  // 2 come back: a's 3 does not fit, b's 1 does
+  poll(io);
+  CHECK(served == std::vector<std::string>{"b"});
+  rest.release();  // a's first waiter kept the freed permit and now fits
+  poll(io);
+  CHECK(served == std::vector<std::string>{"b", "a"});
+
+  // On an adaptive limiter whose limit is 4, a starved request for 5 cannot fit: it claims nothing.
+  rein_test::manual_clock_at_epoch epoch;
+  rein::algo::aimd_options options;
+  options.initial_limit = 4;
+  options.max_limit = 10;
+  manual_aimd limiter(io, options, {.partitions = {{"a", 0.5}, {"b", 0.5}}});
+  rein::permit b = limiter.partition("b").try_acquire(4);
+  int rest_served = 0;
+  for (int i = 0; i < 2; ++i) limiter.async_acquire(1, [&](error_code ec, rein::permit) { rest_served += !ec; });
+  limiter.partition("a").async_acquire(5, [](error_code, rein::permit) {});
+  b.release();  // without an outcome: the limit stays 4
+  poll(io);
+  CHECK(rest_served == 2);
+  CHECK(limiter.snapshot().partitions[1].waiting == 1);
 }
 
 TEST_CASE("partitions: invalid options and names are refused, naming the limiter, field and value",

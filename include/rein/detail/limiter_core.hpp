@@ -10,9 +10,10 @@
 //
 // Locking discipline: under the lock the core only moves pointers, asks the policy, records statistics and
 // arms its own timer (Asio timers are not thread-safe, so the lock is what serialises them; the timer's
-// handler is ours). User handlers are posted after the lock is released (class completions). The one
-// allocation under the lock is the wait histogram's (global operator new, never a user's allocator): a
-// block when a wait falls in an octave for the first time, and its copy when a snapshot is taken.
+// handler is ours). User handlers are posted after the lock is released (class completions). The
+// allocations under the lock are the wait histogram's (global operator new, never a user's allocator): a
+// block when a wait falls in an octave for the first time, and its copy when a snapshot is taken; and, with
+// partitions, the snapshot's copy of them.
 //
 // Outstanding work: while anyone waits, the core holds a work guard on its executor, so `run()` does not
 // return under a parked operation (as with any pending Asio operation); it is dropped after the last
@@ -73,6 +74,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bitset>
 #include <cassert>
 #include <chrono>
 #include <concepts>
@@ -577,23 +579,20 @@ class limiter_core final : public permit_source,
   // Whether a partition below its guarantee has waiters: then the next permit is its first waiter's.
   bool partition_starved_locked() const noexcept {
     if constexpr (partitionable) {
-      if (sources_) return partitions_.any_starved(policy_.partition_limit());
+      if (sources_) return partitions_.starved_count(policy_.partition_limit()) != 0;
     }
     return false;
   }
 
-  // The waiter the next grant goes to: the head, or the first waiter (in the line's order) of a partition
-  // below its guarantee. The walk happens only while such a partition waits, and stops at its first waiter.
-  wait_op* next_to_serve_locked() const noexcept {
-    wait_op* head = queue_.front();
+  // Whether partition p is below its guarantee with waiters.
+  bool partition_starved_locked(std::uint8_t p) const noexcept {
     if constexpr (partitionable) {
-      if (!partition_starved_locked()) return head;
-      const std::size_t limit = policy_.partition_limit();
-      for (wait_op* w = head; w != nullptr; w = w->next)
-        if (partitions_.starved(w->partition, limit)) return w;
+      if (sources_) return partitions_.starved(p, policy_.partition_limit());
     }
-    return head;
+    return (void)p, false;
   }
+
+
 
   // What to do once the lock is released: post the completions made ready under it, then drop the work
   // guard if the line emptied (in that order, so that the context cannot run out of work in between).
@@ -761,9 +760,11 @@ class limiter_core final : public permit_source,
         throw;
       }
     }
-    if (!full) return true;
+    // A newcomer whose partition is below its guarantee may be served now, ahead of a head that does not fit.
+    const bool starved = partition_starved_locked(op->partition);
+    if (!full && !starved) return true;
     // Evicted only now that nothing can throw. A weighted head that left may let the next ones in.
-    evict_oldest_locked(done);
+    if (full) evict_oldest_locked(done);
     dispatch_locked(Policy::needs_time ? now : clock_now_locked(), done);
     return op->status.load(std::memory_order_relaxed) == wait_status::queued;
   }
@@ -1057,6 +1058,36 @@ class limiter_core final : public permit_source,
     finish_locked(op, status, done);
   }
 
+  // What serve_starved_locked did: granted a waiter; held the line for one that cannot fit yet but will
+  // (the permits that come free are kept for it); or found nobody to serve first (the head is next).
+  enum class starved_step : std::uint8_t { granted, hold, none };
+
+  // Partitions (rein/partition.hpp): grants the first waiter, in the line's order, of a partition below its
+  // guarantee whose request fits. The first waiter of each such partition is a candidate, so one that does
+  // not fit holds back neither the others nor, being unable to fit at the current limit, anyone.
+  // O(waiters walked), only while some partition below its guarantee waits; the walk stops once every such
+  // partition's first waiter was seen.
+  starved_step serve_starved_locked(time_point now, completions& done) noexcept {
+    if constexpr (partitionable) {
+      const std::size_t limit = policy_.partition_limit();
+      std::size_t pending = partitions_.starved_count(limit);
+      if (pending == 0) return starved_step::none;
+      std::bitset<partition_table::max_partitions + 1> seen;
+      bool hold = false;
+      for (wait_op* w = queue_.front(); w != nullptr && pending != 0; w = w->next) {
+        if (seen[w->partition] || !partitions_.starved(w->partition, limit)) continue;
+        seen.set(w->partition);
+        --pending;
+        if (w->count > limit) continue;  // cannot fit until the limit grows: not a reason to wait
+        if (policy_.try_take(w->count, now)) return grant_locked(w, now, done), starved_step::granted;
+        hold = true;
+      }
+      return hold ? starved_step::hold : starved_step::none;
+    } else {
+      return (void)now, (void)done, starved_step::none;
+    }
+  }
+
   // Grants from the head while the policy allows, expires deadlines, then arms the timer for what is next.
   // A grant and an expiry at the same instant: the grant wins (the deadline was "by then", inclusive).
   void dispatch_locked(time_point now, completions& done) noexcept {
@@ -1065,11 +1096,18 @@ class limiter_core final : public permit_source,
         serve_remote_locked(now, done);
       } else {
         while (!queue_.empty()) {
-          wait_op* head = next_to_serve_locked();
+          wait_op* head = queue_.front();
           if (refused_locked(head->count, now)) {  // an open circuit fails the line at once
             count_rejection_locked(wait_status::unavailable, done);
             unlink_locked(head, wait_status::unavailable, done);
-          } else if (policy_.try_take(head->count, now)) {
+            continue;
+          }
+          if (sources_) {
+            const starved_step step = serve_starved_locked(now, done);
+            if (step == starved_step::granted) continue;
+            if (step == starved_step::hold) break;
+          }
+          if (policy_.try_take(head->count, now)) {
             grant_locked(head, now, done);
           } else {
             break;

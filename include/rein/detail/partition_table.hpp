@@ -71,10 +71,11 @@ class partition_table {
     return parts_[p].waiting != 0 && parts_[p].in_flight < guaranteed(p, limit);
   }
 
-  bool any_starved(std::size_t limit) const noexcept {
-    for (std::size_t i = 0; i < parts_.size(); ++i)
-      if (starved(static_cast<std::uint8_t>(i), limit)) return true;
-    return false;
+  /// How many partitions are starved.
+  std::size_t starved_count(std::size_t limit) const noexcept {
+    std::size_t count = 0;
+    for (std::size_t i = 0; i < parts_.size(); ++i) count += starved(static_cast<std::uint8_t>(i), limit) ? 1 : 0;
+    return count;
   }
 
   void granted(std::uint8_t p, std::size_t n) noexcept {
