@@ -184,8 +184,8 @@ TEST_CASE("op_queue: FIFO with O(1) unlink at the front, middle and back", "[cor
 }
 
 TEST_CASE("a parked op costs 56 bytes plus its handler on a 64-bit target, 48 more with a deadline", "[core]") {
-  // The budget is 64 bytes per parked waiter beyond the coroutine frames; a coroutine's handler is one
-  // pointer. Only an op with a deadline carries a node of the deadline heap.
+  // The budget is 64 bytes per parked waiter beyond the coroutine frames; use_awaitable's handler is one
+  // pointer (the coroutine doors' deferred one is two). Only an op with a deadline carries a heap node.
   using op_type = rein::detail::basic_wait_op<net::detail::awaitable_handler<net::any_io_executor, error_code, rein::permit>,
                                               net::any_io_executor, void(error_code, rein::permit)>;
   if constexpr (sizeof(void*) == 8) {
