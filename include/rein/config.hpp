@@ -44,6 +44,14 @@
 #define REIN_HAS_CANCEL_AFTER 0
 #endif
 
+// co_await of an async operation (a deferred one) inside net::awaitable<>: Asio 1.26 (Boost 1.81) has it;
+// older versions await only awaitables (use_awaitable).
+#if REIN_ASIO_VERSION >= 102600
+#define REIN_HAS_AWAIT_DEFERRED 1
+#else
+#define REIN_HAS_AWAIT_DEFERRED 0
+#endif
+
 // Keeps a rarely taken path out of a hot caller, so that the caller stays small enough to inline.
 #if defined(__GNUC__) || defined(__clang__)
 #define REIN_NOINLINE __attribute__((noinline))
