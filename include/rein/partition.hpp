@@ -15,7 +15,8 @@ namespace rein {
 /// The rule, on the limiter's one waiting line:
 /// - Partition p is guaranteed floor(share x limit) permits (the semaphore's permits, the adaptive
 ///   limiter's current limit; a product within 1e-9 of an integer counts as that integer). Rounding down
-///   keeps every guarantee satisfiable at once, since the shares sum to at most 1.
+///   keeps every guarantee satisfiable at once, since the shares sum to at most 1 (give or take the 1e-9
+///   that the sum may exceed 1 by, for shares such as 0.1 + 0.2 + 0.7).
 /// - Any acquire may take permits that are free, beyond its partition's guarantee (idle capacity is lent),
 ///   in the line's order. The total in flight never exceeds the limit.
 /// - While some partition below its guarantee has waiters, each permit that comes free goes to such a

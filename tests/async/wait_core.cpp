@@ -1416,6 +1416,24 @@ TEST_CASE("partitions: a first waiter that does not fit holds back neither anoth
   CHECK(limiter.snapshot().partitions[1].waiting == 1);
 }
 
+TEST_CASE("partitions in lifo order: a newcomer at the head that fits is served past a request above the limit",
+          "[core][partition][order]") {
+  rein_test::manual_clock_at_epoch epoch;
+  net::io_context io;
+  rein::algo::aimd_options options;
+  options.initial_limit = 6;
+  options.max_limit = 10;
+  manual_aimd limiter(io, options, {.order = rein::queue_order::lifo, .partitions = {{"b", 0.5}, {"c", 0.5}}});
+  bool big = false;
+  rein::permit plain;
+  limiter.partition("b").async_acquire(8, [&](error_code ec, rein::permit) { big = !ec; });  // above the limit
+  limiter.async_acquire(1, [&](error_code, rein::permit p) { plain = std::move(p); });     // the rest, at the head
+  poll(io);
+  CHECK(plain.count() == 1);
+  CHECK_FALSE(big);
+  CHECK(limiter.snapshot().partitions[1].waiting == 1);
+}
+
 TEST_CASE("partitions: invalid options and names are refused, naming the limiter, field and value",
           "[core][partition]") {
   net::io_context io;

@@ -576,12 +576,10 @@ class limiter_core final : public permit_source,
     (void)p, (void)n;
   }
 
-  // Whether a partition below its guarantee has waiters: then the next permit is its first waiter's.
-  bool partition_starved_locked() const noexcept {
-    if constexpr (partitionable) {
-      if (sources_) return partitions_.starved_count(policy_.partition_limit()) != 0;
-    }
-    return false;
+  // Whether the line has partitions (a constant false for the policies that cannot have them).
+  bool partitioned() const noexcept {
+    if constexpr (partitionable) return sources_ != nullptr;
+    else return false;
   }
 
   // Whether partition p is below its guarantee with waiters.
@@ -727,8 +725,9 @@ class limiter_core final : public permit_source,
     op->stamp_ns = to_ns(now).count();
     const place at = first ? place{nullptr, 0} : place_locked(op);
     // A newcomer placed at the head (lifo order, an urgent priority class) is served now if it fits,
-    // whoever waits behind it.
-    if (!first && at.after == nullptr && !partition_starved_locked() && policy_.try_take(n, now))
+    // whoever waits behind it (with partitions, once queued: dispatch puts a partition below its
+    // guarantee first).
+    if (!first && at.after == nullptr && !partitioned() && policy_.try_take(n, now))
       return grant_at_once_locked(op, now, done), false;
     const bool full = queue_.size() >= max_waiters_;
     // In priority order the evicted waiter is the last one: a newcomer that would be last is refused.
@@ -760,9 +759,10 @@ class limiter_core final : public permit_source,
         throw;
       }
     }
-    // A newcomer whose partition is below its guarantee may be served now, ahead of a head that does not fit.
-    const bool starved = partition_starved_locked(op->partition);
-    if (!full && !starved) return true;
+    // With partitions, a newcomer at the head, or one whose partition is below its guarantee, may be served
+    // now (ahead of a head that does not fit): the line moves by the partition rule.
+    const bool serve_now = partitioned() && (at.after == nullptr || partition_starved_locked(op->partition));
+    if (!full && !serve_now) return true;
     // Evicted only now that nothing can throw. A weighted head that left may let the next ones in.
     if (full) evict_oldest_locked(done);
     dispatch_locked(Policy::needs_time ? now : clock_now_locked(), done);
@@ -1076,7 +1076,7 @@ class limiter_core final : public permit_source,
       bool hold = false;
       for (wait_op* w = queue_.front(); w != nullptr && pending != 0; w = w->next) {
         if (seen[w->partition] || !partitions_.starved(w->partition, limit)) continue;
-        seen.set(w->partition);
+        seen[w->partition] = true;
         --pending;
         if (w->count > limit) continue;  // cannot fit until the limit grows: not a reason to wait
         if (policy_.try_take(w->count, now)) return grant_locked(w, now, done), starved_step::granted;
@@ -1102,7 +1102,7 @@ class limiter_core final : public permit_source,
             unlink_locked(head, wait_status::unavailable, done);
             continue;
           }
-          if (sources_) {
+          if (partitioned()) {
             const starved_step step = serve_starved_locked(now, done);
             if (step == starved_step::granted) continue;
             if (step == starved_step::hold) break;
