@@ -1,5 +1,5 @@
-// The doors of a limiter at one priority class and partition: what `limiter.at_priority(c)` and
-// `limiter.partition(name)` return.
+// The doors of a limiter at one priority class, partition or fair key: what `limiter.at_priority(c)`,
+// `limiter.partition(name)` and `limiter.for_key(key, weight)` return.
 #pragma once
 
 #include <rein/config.hpp>
@@ -9,23 +9,26 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <utility>
 
 namespace rein {
 
-/// A limiter's acquire doors at one priority class and one partition: made by `at_priority(c)` of a limiter
-/// whose options chose `order = queue_order::priority`, or by `partition(name)` of a limiter whose options
-/// gave `partitions`, and used as the limiter's own doors are (the forms that take a count n):
+/// A limiter's acquire doors at one priority class, partition or fair key: made by `at_priority(c)` of a
+/// limiter whose options chose `order = queue_order::priority`, by `partition(name)` of a limiter whose
+/// options gave `partitions`, or by `for_key(key, weight)` of a limiter whose options chose
+/// `order = queue_order::fair`, and used as the limiter's own doors are (the forms that take a count n):
 ///
 ///     auto batch = limiter.at_priority(2);               // class 2: yields to classes 0 and 1
 ///     auto permit = co_await batch.acquire();            // a plain limiter.acquire() is class 0
 ///     auto live = co_await limiter.partition("live").acquire();   // counts against live's share
+///     auto mine = co_await limiter.for_key(tenant, 2).acquire();  // twice the share of a weight-1 key
 ///
 /// Each acquire waits in the limiter's one line: placed by the key `arrival + c * priority_aging` (see
-/// queue_order::priority for the bound this gives), and served ahead of the line while its partition is below
-/// its guarantee (see rein::partition). Everything else is the limiter's own: its completion signature,
+/// queue_order::priority for the bound this gives) or by its key's start tag (see queue_order::fair), and
+/// served ahead of the line while its partition is below its guarantee (see rein::partition). Everything else is the limiter's own: its completion signature,
 /// errors, deadlines, per-operation cancellation and thread safety, as documented for its try_acquire,
 /// async_acquire and acquire. A view is a few words and refers to the limiter's state, as a permit does:
 /// make one per call, or keep it while that state lives (until the limiter is destroyed or assigned to;
@@ -53,6 +56,9 @@ class line_view {
 
   /// The same doors at class `c` (see the limiter's at_priority; throws the same way).
   line_view at_priority(std::uint8_t c) const;
+
+  /// The same doors for fair key `key` at `weight` (see the limiter's for_key; throws the same way).
+  line_view for_key(std::string_view key, std::uint32_t weight = 1) const;
 
   /// As the limiter's try_acquire, in this view's partition: what it returns says why it failed.
   auto try_acquire(std::size_t n = 1) const { return doors_.try_acquire(n); }
@@ -119,11 +125,29 @@ line_view<Doors> in_partition(Doors doors, std::string_view name) {
   return line_view<Doors>(doors);
 }
 
+/// `doors` for the fair key `key` at `weight`; throws std::invalid_argument unless the line is in fair order
+/// and the weight is at least 1.
+template <class Doors>
+line_view<Doors> for_key(Doors doors, std::string_view key, std::uint32_t weight) {
+  const queue_order order = doors.core->order();
+  if (order != queue_order::fair)
+    throw_invalid(describe(doors.type, doors.core->name()), "for_key needs options.order = queue_order::fair",
+                  to_string(order));
+  if (weight == 0) throw_invalid(describe(doors.type, doors.core->name()), "for_key's weight must be >= 1", "0");
+  doors.flow = fair_flow{std::hash<std::string_view>{}(key), weight};
+  return line_view<Doors>(doors);
+}
+
 }  // namespace detail
 
 template <class Doors>
 line_view<Doors> line_view<Doors>::at_priority(std::uint8_t c) const {
   return detail::at_priority(doors_, c);
+}
+
+template <class Doors>
+line_view<Doors> line_view<Doors>::for_key(std::string_view key, std::uint32_t weight) const {
+  return detail::for_key(doors_, key, weight);
 }
 
 }  // namespace rein

@@ -36,6 +36,26 @@ enum class queue_order : std::uint8_t {
   /// while callers arrive in key order (one class, or aging 0), one per passed waiter otherwise (an urgent
   /// call behind thousands of batch waiters passes thousands): bound the line with `max_waiters`.
   priority,
+  /// Fair sharing between keys: each acquire names a key and a weight (`limiter.for_key(key, w)`; plain
+  /// acquires are the key "" at weight 1), and while keys wait, each is served its weight's share of what the
+  /// line grants, whatever its arrival rate: a tenant flooding the line waits behind its own backlog, not
+  /// in front of the others. The rule is start-time fair queueing (Goyal, Vin and Cheng, 1996), a weighted
+  /// round robin whose rounds are as fine as one request: a waiter of key k asking n gets the start tag
+  /// max(V, F_k) and moves the key's finish tag F_k past it by n / w; waiters are served by start tag,
+  /// smallest first, the earlier arrival first on equal tags; V is the start tag of the last waiter served.
+  /// The bound: between two keys that wait throughout an interval, the units / weight granted to each in it
+  /// differ by at most n_i / w_i + n_j / w_j (one request of each); a key with no waiter gives its share
+  /// to the others, and comes back with no credit saved up. Only waiters are scheduled: while nobody
+  /// waits, an acquire that fits is granted at once, as in every order, and when the line empties all keys
+  /// start again level. A waiter that leaves without a grant (cancelled, timed out, evicted) still counts
+  /// against its key until the line empties: giving up costs its own key's turn, never another's.
+  /// Head-of-line semantics hold by tag; a newcomer placed at the head is granted at once when it fits.
+  /// Cost: each waiter carries a 56-byte node (its tag, and room for a deadline); a newcomer is placed by a
+  /// walk from the back past the waiters tagged after it (about one round of the other keys' waiters),
+  /// under the lock; the line keeps a table of the keys that waited since it was last empty (24 bytes
+  /// each, four slots per key, grown under the lock). Keys are told apart by a 64-bit hash: two keys
+  /// that collide share one turn. The quota gate and the Redis limiters' lines stay fifo.
+  fair,
 };
 
 /// The default `priority_aging` of every limiter's options: a waiter of class c is served no later than
@@ -51,15 +71,17 @@ enum class queue_full_policy : std::uint8_t {
   /// (.NET's QueueProcessingOrder.NewestFirst): the line keeps the callers most likely still to care. With
   /// `max_waiters` 0 there is nobody to evict and the new waiter is refused. In priority order the waiter
   /// with the largest key (the one that would be served last) leaves instead, so that an urgent newcomer
-  /// displaces the least urgent waiter; a newcomer that would itself be served last is refused.
+  /// displaces the least urgent waiter (in fair order: the waiter with the latest start tag, most likely
+  /// of the key with the longest backlog); a newcomer that would itself be served last is refused.
   evict_oldest,
 };
 
-/// "fifo", "lifo", "priority".
+/// "fifo", "lifo", "priority", "fair".
 constexpr const char* to_string(queue_order o) noexcept {
   switch (o) {
     case queue_order::lifo: return "lifo";
     case queue_order::priority: return "priority";
+    case queue_order::fair: return "fair";
     case queue_order::fifo: break;
   }
   return "fifo";

@@ -16,6 +16,7 @@
 
 #include <rein/config.hpp>
 #include <rein/detail/clock_time.hpp>
+#include <rein/detail/fair_schedule.hpp>
 #include <rein/detail/invalid_option.hpp>
 #include <rein/error.hpp>
 #include <rein/permit.hpp>
@@ -71,6 +72,7 @@ struct line_doors {
   [[no_unique_address]] Counter counter{};
   std::uint8_t priority = 0;  ///< the class of its waits in queue_order::priority (at_priority)
   std::uint8_t partition = 0;  ///< the partition of its acquires (partition(name)); 0: the rest, or none
+  fair_flow flow{};            ///< the key and weight of its waits in queue_order::fair (for_key)
 
   /// The deadline `timeout` from now (time_point::max() when too far to represent: none).
   static time_point deadline_after(duration timeout) { return detail::deadline_after<typename Core::clock_type>(timeout); }
@@ -90,7 +92,7 @@ struct line_doors {
 
   template <class Token>
   auto async_acquire_until(std::size_t n, time_point deadline, Token&& token) const {
-    return net::async_initiate<Token, signature>(initiate_acquire{core, counter, priority, partition}, token, n,
+    return net::async_initiate<Token, signature>(initiate_acquire{core, counter, priority, partition, flow}, token, n,
                                                  deadline);
   }
 
@@ -160,12 +162,13 @@ struct line_doors {
     [[no_unique_address]] Counter counter;
     std::uint8_t priority;
     std::uint8_t partition;
+    fair_flow flow;
     using executor_type = typename Core::executor_type;
     executor_type get_executor() const noexcept { return core->get_executor(); }
 
     template <class Handler>
     void operator()(Handler&& handler, std::size_t n, time_point deadline) const {
-      core->async_acquire(std::forward<Handler>(handler), counter.wait_count(n), deadline, priority, partition);
+      core->async_acquire(std::forward<Handler>(handler), counter.wait_count(n), deadline, priority, partition, flow);
     }
   };
 

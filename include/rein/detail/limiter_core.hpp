@@ -50,6 +50,7 @@
 #include <rein/detail/deadline_heap.hpp>
 #include <rein/detail/invalid_option.hpp>
 #include <rein/detail/op_queue.hpp>
+#include <rein/detail/fair_schedule.hpp>
 #include <rein/detail/partition_table.hpp>
 #include <rein/detail/permit_source.hpp>
 #include <rein/detail/remote_admission.hpp>
@@ -245,14 +246,18 @@ class limiter_core final : public permit_source,
   /// Starts a waiting acquire of n, completing through `handler` (with `signature`).
   /// `deadline` of time_point::max() means none (deadline_after() computes one without overflow).
   /// `priority` is the class in priority order (0 the most urgent; ignored in the other orders), `partition`
-  /// the acquire's partition (0, the rest, without partitions).
+  /// the acquire's partition (0, the rest, without partitions), `flow` its key and weight in fair order
+  /// (ignored in the others).
   /// If this throws (no memory), nothing changed and the handler was destroyed uncalled.
   template <class Handler>
   void async_acquire(Handler&& handler, std::size_t n, time_point deadline, std::uint8_t priority = 0,
-                     std::uint8_t partition = 0) {
+                     std::uint8_t partition = 0, fair_flow flow = {}) {
     using op_type = basic_wait_op<std::decay_t<Handler>, Executor, signature, concurrent, op_base>;
-    // Allocated before taking the lock, with a deadline node if it has a deadline.
-    op_type* op = op_type::create(std::forward<Handler>(handler), n, deadline != time_point::max());
+    // Allocated before taking the lock, with a node if it has a deadline or its line is fair.
+    const op_node node = order_ == queue_order::fair           ? op_node::fair
+                         : deadline != time_point::max() ? op_node::deadline
+                                                         : op_node::none;
+    op_type* op = op_type::create(std::forward<Handler>(handler), n, node);
     op->priority = priority;
     op->partition = partition;
     completions done(this);
@@ -263,7 +268,7 @@ class limiter_core final : public permit_source,
       // locks before it acts on a queued op).
       op->connect_cancellation(this);
       try {
-        admit_locked(op, deadline, done);
+        admit_locked(op, deadline, done, flow);
       } catch (...) {
         op->disconnect_cancellation();
         throw;
@@ -281,7 +286,8 @@ class limiter_core final : public permit_source,
   template <class Handler>
   void async_drain(Handler&& handler, time_point deadline) {
     using op_type = basic_wait_op<std::decay_t<Handler>, Executor, void(error_code), concurrent>;
-    op_type* op = op_type::create(std::forward<Handler>(handler), 0, deadline != time_point::max());
+    op_type* op =
+        op_type::create(std::forward<Handler>(handler), 0, deadline != time_point::max() ? op_node::deadline : op_node::none);
     op->drain = true;
     completions done(this);
     try {
@@ -707,8 +713,8 @@ class limiter_core final : public permit_source,
   }
 
   // Decides a new op's fate under the lock. Returns true if it was queued. If it throws (no memory for the
-  // work guard or the timer wait), it changed nothing.
-  bool admit_locked(wait_op* op, time_point deadline, completions& done) {
+  // work guard, the timer wait or a fair line's key table), it changed nothing.
+  bool admit_locked(wait_op* op, time_point deadline, completions& done, fair_flow flow = {}) {
     const std::size_t n = op->count;
     if (closed_) return reject_locked(op, wait_status::closed, done), false;
     if (policy_.exceeds(n)) return reject_locked(op, wait_status::exceeds_capacity, done), false;
@@ -723,15 +729,21 @@ class limiter_core final : public permit_source,
     if (!Policy::needs_time && (measure_wait_ || deadline != time_point::max() || order_ == queue_order::priority))
       now = Clock::now();
     op->stamp_ns = to_ns(now).count();
+    if (op->fair) op->fair_tag() = fair_.start_tag(flow);  // may throw (a new key): before anything changed
     const place at = first ? place{nullptr, 0} : place_locked(op);
-    // A newcomer placed at the head (lifo order, an urgent priority class) is served now if it fits,
-    // whoever waits behind it (with partitions, once queued: dispatch puts a partition below its
-    // guarantee first).
-    if (!first && at.after == nullptr && !partitioned() && policy_.try_take(n, now))
+    // A newcomer placed at the head (lifo order, an urgent priority class, a fair key behind the others) is
+    // served now if it fits, whoever waits behind it (with partitions, once queued: dispatch puts a
+    // partition below its guarantee first).
+    if (!first && at.after == nullptr && !partitioned() && policy_.try_take(n, now)) {
+      if (op->fair) {
+        fair_.admitted(flow, op->fair_tag(), n);
+        fair_.served(op->fair_tag());
+      }
       return grant_at_once_locked(op, now, done), false;
+    }
     const bool full = queue_.size() >= max_waiters_;
-    // In priority order the evicted waiter is the last one: a newcomer that would be last is refused.
-    if (full && (!evict_oldest_ || first || (order_ == queue_order::priority && at.after == queue_.back())))
+    // In a sorted order the evicted waiter is the last one: a newcomer that would be last is refused.
+    if (full && (!evict_oldest_ || first || (sorted() && at.after == queue_.back())))
       return reject_locked(op, wait_status::queue_full, done), false;
     if (deadline != time_point::max() && (deadline <= now || cannot_meet(n, deadline, now, at.ahead, full)))
       return reject_locked(op, wait_status::timed_out, done), false;
@@ -739,6 +751,7 @@ class limiter_core final : public permit_source,
       if (!work_) work_.emplace(executor_);
       waiting_.store(true, std::memory_order_relaxed);
     }
+    if (op->fair) fair_.admitted(flow, op->fair_tag(), n);
     queue_.insert_after(at.after, op);
     queued_units_ += n;
     if constexpr (partitionable) {
@@ -867,10 +880,23 @@ class limiter_core final : public permit_source,
         }
         return at;
       }
+      case queue_order::fair: {
+        // Start tags grow from the front, as priority keys do (an equal tag stays ahead: it arrived first).
+        const double tag = op->fair_tag();
+        place at{queue_.back(), queued_units_};
+        while (at.after != nullptr && at.after->fair_tag() > tag) {
+          at.ahead -= at.after->count;
+          at.after = at.after->prev;
+        }
+        return at;
+      }
       case queue_order::fifo: break;
     }
     return {queue_.back(), queued_units_};
   }
+
+  // Whether newcomers are placed by a key (priority and fair order), so that the back is served last.
+  bool sorted() const noexcept { return order_ == queue_order::priority || order_ == queue_order::fair; }
 
   // arrival + class x aging, exact in 128 bits, so the classes stay ordered at every aging up to
   // nanoseconds::max() and on clocks before their epoch.
@@ -888,7 +914,7 @@ class limiter_core final : public permit_source,
   }
 
   // queue_full_policy::evict_oldest on a full line: the longest waiter leaves (the front in fifo order, the
-  // back in lifo order), or in priority order the one that would be served last (the back).
+  // back in lifo order), or in priority and fair order the one that would be served last (the back).
   void evict_oldest_locked(completions& done) noexcept {
     wait_op* oldest = order_ == queue_order::fifo ? queue_.front() : queue_.back();
     count_rejection_locked(wait_status::queue_full, done);
@@ -1011,7 +1037,10 @@ class limiter_core final : public permit_source,
       if constexpr (partitionable) {
         if (sources_) partitions_.dequeued(op->partition);
       }
-      if (queue_.empty()) waiting_.store(false, std::memory_order_relaxed);
+      if (queue_.empty()) {
+        waiting_.store(false, std::memory_order_relaxed);
+        if (order_ == queue_order::fair) fair_.idle();
+      }
     }
     if (op->deadline_ns() != no_deadline) deadlines_.erase(op->timer);
     if (queue_.empty() && drainers_.empty() && work_) {
@@ -1141,6 +1170,7 @@ class limiter_core final : public permit_source,
     }
     ++stats_.acquired_total;
     partition_granted_locked(op->partition, op->count);
+    if (op->fair) fair_.served(op->fair_tag());
     op->stamp_ns = to_ns(now).count();
     unlink_locked(op, wait_status::granted, done);
   }
@@ -1261,6 +1291,7 @@ class limiter_core final : public permit_source,
   std::atomic<bool> waiting_{false};  // !queue_.empty(), written under the lock (waiting_hint)
   std::atomic<bool> shut_down_{false};
   partition_table partitions_;  // options.partitions; empty: none
+  fair_schedule fair_;          // queue_order::fair: the keys' finish tags and the virtual time
   std::unique_ptr<partition_source[]> sources_;  // one per partition, made only with partitions
   std::size_t holders_ = 0;               // permit objects out (granted, not yet given back or taken back)
   std::shared_ptr<limiter_core> self_;    // set at shutdown while holders_ != 0

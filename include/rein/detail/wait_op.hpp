@@ -129,6 +129,14 @@ struct deadline_node {
   std::uint32_t seq = 0;  // arrival order (wrapping), so that equal deadlines expire first come, first out
 };
 
+/// The node of an op in a fair line (queue_order::fair, fair_schedule.hpp): a deadline node (used only if
+/// the op has a deadline) and the op's start tag. Every op of a fair line has one, in the same block just
+/// before the op, so that the ops of the other orders carry no tag.
+struct fair_node {
+  deadline_node node;  // first: a pointer to it is a pointer to the fair_node (both are standard-layout)
+  double tag = 0.0;
+};
+
 struct wait_op {
   // `keep` is a reference to the core, owned by the batch being completed: a granted op's runner copies it,
   // or takes it when `last` (the batch's final op), so that a handoff costs one reference, not three.
@@ -138,7 +146,7 @@ struct wait_op {
   // FIFO links (op_queue).
   wait_op* next = nullptr;
   wait_op* prev = nullptr;
-  deadline_node* timer = nullptr;  // an op created with a deadline has one, for its whole life
+  deadline_node* timer = nullptr;  // an op created with a deadline, or for a fair line, has one for its whole life
   std::int64_t stamp_ns = 0;       // enqueue time while queued, grant time once granted
   std::size_t count = 0;
   complete_fn complete = nullptr;
@@ -146,9 +154,14 @@ struct wait_op {
   bool drain = false;         // waits in the drain line (async_drain) instead of the acquire line
   std::uint8_t priority = 0;  // the class in queue_order::priority
   std::uint8_t partition = 0;  // its partition's index (partition_table), 0 without partitions
+  bool fair = false;           // its timer is a fair_node's (created for a fair line)
 
   /// The deadline in the clock's nanoseconds, no_deadline when none (also one too far to count).
   std::int64_t deadline_ns() const noexcept { return timer == nullptr ? no_deadline : timer->deadline_ns; }
+
+  /// The start tag of an op created for a fair line (fair_schedule.hpp).
+  double& fair_tag() noexcept { return reinterpret_cast<fair_node*>(timer)->tag; }
+  double fair_tag() const noexcept { return reinterpret_cast<const fair_node*>(timer)->tag; }
 };
 
 /// The node of a limiter whose admission is asynchronous (detail/remote_admission.hpp): a wait_op that can
@@ -211,11 +224,19 @@ class cancel_handler {
   wait_op* op_;
 };
 
-/// The block of an op created with a deadline: its heap node first, then the op, in one allocation.
-template <class Op>
-struct timed_block {
-  deadline_node node;
+/// The block of an op created with a node (a deadline_node, or a fair line's fair_node): the node first,
+/// then the op, in one allocation.
+template <class Op, class Node>
+struct node_block {
+  Node node;
   alignas(Op) unsigned char op[sizeof(Op)];
+};
+
+/// Which node an op is created with (basic_wait_op::create).
+enum class op_node : std::uint8_t {
+  none,      ///< no deadline, not in a fair line: the op alone
+  deadline,  ///< a deadline_node
+  fair,      ///< a fair_node (a fair line's op, with a deadline or not)
 };
 
 /// The concrete op for one handler type and completion `Signature`: `void(error_code, rein::permit)` for
@@ -237,18 +258,20 @@ class basic_wait_op final : public Base {
                          typename std::allocator_traits<handler_allocator>::template rebind_alloc<T>>;
   using allocator_type = allocator_for<basic_wait_op>;
   using alloc_traits = std::allocator_traits<allocator_type>;
-  using timed_block_type = timed_block<basic_wait_op>;  // named only where the op is complete
-  using block_allocator = allocator_for<timed_block_type>;
-  using block_traits = std::allocator_traits<block_allocator>;
+  // Named only where the op is complete.
+  template <class Node>
+  using block_type = node_block<basic_wait_op, Node>;
 
  public:
   /// Allocates with the handler's associated allocator (as Asio's own operations do), or, for a handler
-  /// without one, from the thread's spare blocks (spare_allocator.hpp). `timed`: the op will wait with a
-  /// deadline, so it gets a deadline_node (op->timer) in the same block.
+  /// without one, from the thread's spare blocks (spare_allocator.hpp). `node`: whether the op gets a node
+  /// (op->timer) in the same block: a deadline_node when it will wait with a deadline, a fair_node when its
+  /// line is fair.
   /// `handler` may be an lvalue (an initiating function called with a named handler): it is copied.
   template <class H>
-  static basic_wait_op* create(H&& handler, std::size_t n, bool timed) {
-    if (timed) return create_timed(std::forward<H>(handler), n);
+  static basic_wait_op* create(H&& handler, std::size_t n, op_node node) {
+    if (node == op_node::deadline) return create_with<deadline_node>(std::forward<H>(handler), n);
+    if (node == op_node::fair) return create_with<fair_node>(std::forward<H>(handler), n);
     allocator_type alloc(net::get_associated_allocator(handler));
     basic_wait_op* p = alloc_traits::allocate(alloc, 1);
     try {
@@ -282,21 +305,39 @@ class basic_wait_op final : public Base {
     this->complete = &do_complete;
   }
 
-  template <class H>
-  static basic_wait_op* create_timed(H&& handler, std::size_t n) {
-    static_assert(std::is_standard_layout_v<timed_block_type>);
-    block_allocator alloc(net::get_associated_allocator(handler));
-    timed_block_type* b = ::new (static_cast<void*>(block_traits::allocate(alloc, 1))) timed_block_type;
+  template <class Node, class H>
+  static basic_wait_op* create_with(H&& handler, std::size_t n) {
+    using block = block_type<Node>;
+    using traits = std::allocator_traits<allocator_for<block>>;
+    static_assert(std::is_standard_layout_v<block> && std::is_standard_layout_v<Node>);
+    allocator_for<block> alloc(net::get_associated_allocator(handler));
+    block* b = ::new (static_cast<void*>(traits::allocate(alloc, 1))) block;
     basic_wait_op* p;
     try {
       p = ::new (static_cast<void*>(b->op)) basic_wait_op(std::forward<H>(handler), n);
     } catch (...) {
-      block_traits::deallocate(alloc, b, 1);
+      traits::deallocate(alloc, b, 1);
       throw;
     }
-    p->timer = &b->node;
-    b->node.op = p;
+    deadline_node* d;
+    if constexpr (std::is_same_v<Node, fair_node>) {
+      d = &b->node.node;
+      p->fair = true;
+    } else {
+      d = &b->node;
+    }
+    p->timer = d;
+    d->op = p;
     return p;
+  }
+
+  // The node is the first member of a standard-layout block (and a deadline_node the first of a fair_node):
+  // its address is the block's.
+  template <class Node>
+  static void deallocate_block(deadline_node* node, const handler_allocator& handler_alloc) noexcept {
+    using block = block_type<Node>;
+    allocator_for<block> alloc(handler_alloc);
+    std::allocator_traits<allocator_for<block>>::deallocate(alloc, reinterpret_cast<block*>(node), 1);
   }
 
   static void destroy(basic_wait_op* op) noexcept { destroy(op, net::get_associated_allocator(op->handler_)); }
@@ -305,14 +346,15 @@ class basic_wait_op final : public Base {
   // copy taken before.
   static void destroy(basic_wait_op* op, const handler_allocator& handler_alloc) noexcept {
     deadline_node* node = op->timer;
+    const bool fair = op->fair;
     op->~basic_wait_op();
     if (node == nullptr) {
       allocator_type alloc(handler_alloc);
       alloc_traits::deallocate(alloc, op, 1);
+    } else if (fair) {
+      deallocate_block<fair_node>(node, handler_alloc);
     } else {
-      block_allocator alloc(handler_alloc);
-      // The node is the first member of a standard-layout block: its address is the block's.
-      block_traits::deallocate(alloc, reinterpret_cast<timed_block_type*>(node), 1);
+      deallocate_block<deadline_node>(node, handler_alloc);
     }
   }
 

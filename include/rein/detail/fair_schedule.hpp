@@ -1,0 +1,122 @@
+// The virtual clock of a line in queue_order::fair: start-time fair queueing over its waiters. Not API; the
+// line (limiter_core.hpp) keeps one and asks it under its lock.
+//
+// The rule (start-time fair queueing, Goyal, Vin and Cheng, SIGCOMM 1996; a deficit round robin whose
+// rounds are as fine as one request): a waiter of key k asking n units at weight w gets the start tag
+// S = max(V, F_k) and advances the key's finish tag F_k = S + n / w; the line serves waiters by start tag,
+// smallest first, the earlier arrival first on equal tags; V is the start tag of the last waiter served.
+// A key with waiters therefore gets its weight's share of what is granted from the line, whatever its
+// arrival rate: between two backlogged keys i and j the service (units / weight) granted in any interval
+// differs by at most n_i / w_i + n_j / w_j, one request of each. A key that was idle comes back at V with
+// no credit saved up (a key cannot hoard its share while it waits for nothing).
+//
+// Only waiters are scheduled: a grant made at once to an empty line takes no tag. When the line empties,
+// every key is idle and the clock starts again from zero (the tags only order waiters, so nothing is
+// lost), which also bounds the table by the keys seen within one busy period.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace rein::detail {
+
+/// Who a fair line's waiter is: its key (a hash of the caller's key; 0 for the limiter's own doors) and its
+/// weight (>= 1).
+struct fair_flow {
+  std::uint64_t key = 0;
+  std::uint32_t weight = 1;
+};
+
+class fair_schedule {
+ public:
+  /// The start tag a new waiter of `flow` gets: max(V, F_k). Makes room for the key first, so that
+  /// admitted() cannot fail: throws std::bad_alloc only for a key new to a full table, changing nothing
+  /// the line can see (an entry with no finish tag yet reads as none).
+  double start_tag(fair_flow flow) { return std::max(now_, find_or_insert(flow.key).finish); }
+
+  /// The waiter of `flow` given `tag` by start_tag, asking n, joined the line (or was granted at once ahead
+  /// of it): the key's finish tag moves past it.
+  void admitted(fair_flow flow, double tag, std::size_t n) noexcept {
+    slot* s = probe(slots_, flow.key);  // start_tag made it, and nothing was inserted since
+    s->finish = tag + static_cast<double>(n) / static_cast<double>(flow.weight);
+  }
+
+  /// A waiter with start tag `tag` was granted (in tag order, or out of it: a partition below its
+  /// guarantee, a newcomer at the head).
+  void served(double tag) noexcept { now_ = std::max(now_, tag); }
+
+  /// The line emptied: every key is idle. O(1): the slots of an older epoch read as empty.
+  void idle() noexcept {
+    now_ = 0.0;
+    if (size_ == 0) return;
+    size_ = 0;
+    if (++epoch_ == 0) {  // wrapped: clear for real, once in 2^32 busy periods
+      for (slot& s : slots_) s.epoch = 0;
+      epoch_ = 1;
+    }
+  }
+
+  /// Keys in the table (seen in this busy period, not yet dropped by a rebuild).
+  std::size_t keys() const noexcept { return size_; }
+
+ private:
+  struct slot {
+    std::uint64_t key = 0;
+    double finish = 0.0;
+    std::uint32_t epoch = 0;  // live in epoch_ only
+  };
+
+  static std::size_t mix(std::uint64_t k) noexcept {  // splitmix64's finaliser: keys may be plain integers
+    k ^= k >> 30;
+    k *= 0xbf58476d1ce4e5b9ULL;
+    k ^= k >> 27;
+    k *= 0x94d049bb133111ebULL;
+    k ^= k >> 31;
+    return static_cast<std::size_t>(k);
+  }
+
+  slot* probe(std::vector<slot>& slots, std::uint64_t key) noexcept {
+    const std::size_t mask = slots.size() - 1;
+    for (std::size_t i = mix(key) & mask;; i = (i + 1) & mask) {
+      slot& s = slots[i];
+      if (s.epoch != epoch_ || s.key == key) return &s;
+    }
+  }
+
+  slot& find_or_insert(std::uint64_t key) {
+    if (!slots_.empty()) {
+      slot* s = probe(slots_, key);
+      if (s->epoch == epoch_) return *s;
+    }
+    if (2 * (size_ + 1) > slots_.size()) rebuild();
+    slot* s = probe(slots_, key);
+    *s = slot{key, 0.0, epoch_};
+    ++size_;
+    return *s;
+  }
+
+  // Drops the keys whose finish tag V has passed (a new waiter of theirs starts at V anyway), then sizes the
+  // table for four times the keys left, so that a rebuild comes at most once per that many new keys.
+  // Allocates only when the size changes.
+  void rebuild() {
+    std::size_t live = 0;
+    for (const slot& s : slots_) live += s.epoch == epoch_ && s.finish > now_;
+    std::size_t capacity = 16;
+    while (capacity < 4 * (live + 1)) capacity *= 2;
+    spare_.assign(capacity, slot{});
+    for (const slot& s : slots_)
+      if (s.epoch == epoch_ && s.finish > now_) *probe(spare_, s.key) = s;
+    slots_.swap(spare_);
+    size_ = live;
+  }
+
+  std::vector<slot> slots_;
+  std::vector<slot> spare_;  // the next rebuild's table: kept, so that a rebuild at the same size allocates nothing
+  std::size_t size_ = 0;
+  std::uint32_t epoch_ = 1;
+  double now_ = 0.0;
+};
+
+}  // namespace rein::detail
