@@ -13,6 +13,7 @@
 #include <rein/observer.hpp>
 #include <rein/outcome.hpp>
 #include <rein/permit.hpp>
+#include <rein/queue_order.hpp>
 #include <rein/rate_limit_headers.hpp>
 #include <rein/try_result.hpp>
 #include <rein/wait_stats.hpp>
@@ -55,6 +56,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -157,6 +159,12 @@ struct throttle_options {
   std::chrono::nanoseconds default_pause{std::chrono::seconds(1)};
   /// Names the throttle in events, metrics and error messages. Default: none.
   std::string name{};
+  /// The weight of a key on a global stage whose options chose `order = queue_order::fair` (see
+  /// rein::queue_order::fair): while keys wait there, each is served its weight's share of the stage. Called
+  /// with the caller's key, on the caller's thread, when it starts to wait at such a stage; must not throw,
+  /// block or use the throttle; 0 counts as 1. Default: none (every key weight 1). Keyed stages ignore it
+  /// (each key waits on its own limiter).
+  std::function<std::uint32_t(std::string_view key)> key_weight{};
   /// Called with every rejection (reason gate, rate, per_key or global for a try_acquire refused at that
   /// stage; timed_out, queue_full, closed, exceeds_capacity or cancelled for a waiting acquire that failed),
   /// on the caller's thread, never under a lock; see rein::limiter_observer. Each stage's limiter has its own
@@ -860,7 +868,7 @@ class throttle {
   /// caller's string.
   net::awaitable<guard> acquire_until(std::string_view key, rein::charge c, time_point deadline) {
     guard g(this, c);
-    run_ctx x{deadline, nullptr};
+    run_ctx x{deadline, nullptr, {}};
     std::string copy;
     error_code failed;
     try {
@@ -869,6 +877,7 @@ class throttle {
         give_back(g.held_);  // a refusal there took no rate units; the slots go back to be waited for
         copy.assign(key);
         key = copy;
+        x.key = copy;
         co_await pass<false>(g, x);
       }
     } catch (const system_error& e) {
@@ -991,6 +1000,7 @@ class throttle {
   struct run_ctx {
     time_point deadline;
     detail::throttle_cancellation* cancellation;
+    std::string_view key;  // the caller's key, in the frame of the coroutine that waits (a copy)
     std::size_t at = npos;
   };
 
@@ -1353,7 +1363,7 @@ class throttle {
   }
 
   // Waits on the stage's own line until it admits (a gate: until it opens; a concurrency or rate stage:
-  // until it grants, taking the units).
+  // until it grants, taking the units). A global stage in fair order is waited on as the caller's key.
   template <bool Bound, std::size_t I>
   net::awaitable<void> wait_stage(guard& g, run_ctx& x) {
     if constexpr (ranks_[I] != rank::none) {
@@ -1362,12 +1372,29 @@ class throttle {
       if constexpr (ranks_[I] == rank::gate) {
         co_await l.async_acquire_until(n, x.deadline, token<Bound>(x));
       } else if constexpr (ranks_[I] == rank::rate) {
-        co_await l.async_acquire_until(n, x.deadline, token<Bound>(x));
+        if (fair_at<I>(l)) co_await l.for_key(x.key, weight_of(x.key)).async_acquire_until(n, x.deadline, token<Bound>(x));
+        else co_await l.async_acquire_until(n, x.deadline, token<Bound>(x));
         g.held_.units[I] = n;
+      } else if (fair_at<I>(l)) {
+        g.held_.permits[I] = co_await l.for_key(x.key, weight_of(x.key)).async_acquire_until(n, x.deadline, token<Bound>(x));
       } else {
         g.held_.permits[I] = co_await l.async_acquire_until(n, x.deadline, token<Bound>(x));
       }
     }
+  }
+
+  // Whether the stage at I is global and serves its line in fair order (queue_order::fair).
+  template <std::size_t I, class L>
+  static bool fair_at(const L& l) noexcept {
+    if constexpr (!keyed_[I] && requires { l.for_key(std::string_view{}, 1u); l.order(); })
+      return l.order() == queue_order::fair;
+    else
+      return (void)l, false;
+  }
+
+  std::uint32_t weight_of(std::string_view key) const {
+    const std::uint32_t w = options_.key_weight ? options_.key_weight(key) : 1;
+    return w == 0 ? 1 : w;
   }
 
   template <bool Bound>
@@ -1485,7 +1512,7 @@ class throttle {
   net::awaitable<std::pair<error_code, guard>> run(std::string key, rein::charge c, time_point deadline,
                                                    std::shared_ptr<detail::throttle_cancellation> cancellation) {
     guard g(this, c);
-    run_ctx x{deadline, cancellation.get()};
+    run_ctx x{deadline, cancellation.get(), key};
     error_code failed;
     try {
       check_cancelled<Bound>(x);
