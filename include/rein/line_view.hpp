@@ -52,7 +52,7 @@ class line_view {
   explicit line_view(Doors doors) noexcept : doors_(doors) {}
 
   /// The class: 0 is served first.
-  std::uint8_t priority() const noexcept { return doors_.priority; }
+  std::uint8_t priority() const noexcept { return doors_.place.priority; }
 
   /// The same doors at class `c` (see the limiter's at_priority; throws the same way).
   line_view at_priority(std::uint8_t c) const;
@@ -108,7 +108,7 @@ line_view<Doors> at_priority(Doors doors, std::uint8_t priority) {
   if (order != queue_order::priority)
     throw_invalid(describe(doors.type, doors.core->name()), "at_priority needs options.order = queue_order::priority",
                   to_string(order));
-  doors.priority = priority;
+  doors.place.priority = priority;
   return line_view<Doors>(doors);
 }
 
@@ -121,7 +121,7 @@ line_view<Doors> in_partition(Doors doors, std::string_view name) {
                                                           : "partition(name) needs options.partitions, which is empty";
     throw_invalid(describe(doors.type, doors.core->name()), rule, '"' + std::string(name) + '"');
   }
-  doors.partition = *index;
+  doors.place.partition = *index;
   return line_view<Doors>(doors);
 }
 
@@ -134,7 +134,8 @@ line_view<Doors> for_key(Doors doors, std::string_view key, std::uint32_t weight
     throw_invalid(describe(doors.type, doors.core->name()), "for_key needs options.order = queue_order::fair",
                   to_string(order));
   if (weight == 0) throw_invalid(describe(doors.type, doors.core->name()), "for_key's weight must be >= 1", "0");
-  doors.flow = fair_flow{std::hash<std::string_view>{}(key), weight};
+  doors.place.key = std::hash<std::string_view>{}(key);
+  doors.place.weight = weight;
   return line_view<Doors>(doors);
 }
 

@@ -50,11 +50,11 @@ enum class queue_order : std::uint8_t {
   /// start again level. A waiter that leaves without a grant (cancelled, timed out, evicted) still counts
   /// against its key until the line empties: giving up costs its own key's turn, never another's.
   /// Head-of-line semantics hold by tag; a newcomer placed at the head is granted at once when it fits.
-  /// Cost: each waiter carries a 56-byte node (its tag, and room for a deadline); a newcomer is placed by a
-  /// walk from the back past the waiters tagged after it (about one round of the other keys' waiters),
-  /// under the lock; the line keeps a table of the keys that waited since it was last empty (24 bytes
-  /// each, four slots per key, grown under the lock). Keys are told apart by a 64-bit hash: two keys
-  /// that collide share one turn. The quota gate and the Redis limiters' lines stay fifo.
+  /// Cost: each waiter carries a 72-byte node (its tag, key and weight, and room for a deadline); a
+  /// newcomer is placed by a walk from the back past the waiters tagged after it (about one round of the
+  /// other keys' waiters), under the lock; the line keeps a table of the keys that waited since it was last
+  /// empty (24-byte slots, two to four per key, grown under the lock). Keys are told apart by a 64-bit hash:
+  /// two keys that collide share one turn. The quota gate and the Redis limiters' lines stay fifo.
   fair,
 };
 

@@ -194,7 +194,7 @@ TEST_CASE("a parked op costs 56 bytes plus its handler on a 64-bit target, 48 mo
   if constexpr (sizeof(void*) == 8) {
     CHECK(sizeof(wait_op) == 56);
     CHECK(sizeof(rein::detail::deadline_node) == 48);
-    CHECK(sizeof(rein::detail::fair_node) == 56);  // a fair line's op: its tag beside room for a deadline
+    CHECK(sizeof(rein::detail::fair_node) == 72);  // a fair line's op: room for a deadline, its tag, key, weight
   }
   CHECK(sizeof(op_type) == sizeof(wait_op) + sizeof(void*));
   CHECK(sizeof(rein::detail::node_block<op_type, rein::detail::deadline_node>) ==

@@ -16,7 +16,7 @@
 
 #include <rein/config.hpp>
 #include <rein/detail/clock_time.hpp>
-#include <rein/detail/fair_schedule.hpp>
+#include <rein/detail/line_place.hpp>
 #include <rein/detail/invalid_option.hpp>
 #include <rein/error.hpp>
 #include <rein/permit.hpp>
@@ -70,9 +70,7 @@ struct line_doors {
   Core* core;
   std::string_view type;  ///< the public type's name, for messages ("rein::semaphore"); a static string
   [[no_unique_address]] Counter counter{};
-  std::uint8_t priority = 0;  ///< the class of its waits in queue_order::priority (at_priority)
-  std::uint8_t partition = 0;  ///< the partition of its acquires (partition(name)); 0: the rest, or none
-  fair_flow flow{};            ///< the key and weight of its waits in queue_order::fair (for_key)
+  line_place place{};  ///< its class, partition, and fair key and weight (at_priority, partition, for_key)
 
   /// The deadline `timeout` from now (time_point::max() when too far to represent: none).
   static time_point deadline_after(duration timeout) { return detail::deadline_after<typename Core::clock_type>(timeout); }
@@ -80,9 +78,9 @@ struct line_doors {
   try_type try_acquire(std::size_t n) const {
     std::chrono::nanoseconds stamp{};
     if constexpr (Core::with_permit) {
-      const try_status status = core->try_acquire(counter.try_count(n), stamp, nullptr, partition);
+      const try_status status = core->try_acquire(counter.try_count(n), stamp, nullptr, place.partition);
       if (status != try_status::acquired) return try_permit(status);
-      return try_permit(core->make_permit(n, stamp, partition));
+      return try_permit(core->make_permit(n, stamp, place.partition));
     } else {
       std::int64_t retry_ns = -1;
       const try_status status = core->try_acquire(counter.try_count(n), stamp, &retry_ns);
@@ -92,7 +90,7 @@ struct line_doors {
 
   template <class Token>
   auto async_acquire_until(std::size_t n, time_point deadline, Token&& token) const {
-    return net::async_initiate<Token, signature>(initiate_acquire{core, counter, priority, partition, flow}, token, n,
+    return net::async_initiate<Token, signature>(initiate_acquire{core, counter, place}, token, n,
                                                  deadline);
   }
 
@@ -139,8 +137,8 @@ struct line_doors {
       // the fast path, never correctness: the waiting path grants at once what is free).
       if (!self.core->waiting_hint()) {
         std::chrono::nanoseconds stamp{};
-        if (self.core->try_acquire(self.counter.try_count(n), stamp, nullptr, self.partition) == try_status::acquired) {
-          if constexpr (Core::with_permit) co_return self.core->make_permit(n, stamp, self.partition);
+        if (self.core->try_acquire(self.counter.try_count(n), stamp, nullptr, self.place.partition) == try_status::acquired) {
+          if constexpr (Core::with_permit) co_return self.core->make_permit(n, stamp, self.place.partition);
           else co_return;
         }
       }
@@ -160,15 +158,13 @@ struct line_doors {
   struct initiate_acquire {
     Core* core;
     [[no_unique_address]] Counter counter;
-    std::uint8_t priority;
-    std::uint8_t partition;
-    fair_flow flow;
+    line_place place;
     using executor_type = typename Core::executor_type;
     executor_type get_executor() const noexcept { return core->get_executor(); }
 
     template <class Handler>
     void operator()(Handler&& handler, std::size_t n, time_point deadline) const {
-      core->async_acquire(std::forward<Handler>(handler), counter.wait_count(n), deadline, priority, partition, flow);
+      core->async_acquire(std::forward<Handler>(handler), counter.wait_count(n), deadline, place);
     }
   };
 

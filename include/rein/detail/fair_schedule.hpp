@@ -22,25 +22,18 @@
 
 namespace rein::detail {
 
-/// Who a fair line's waiter is: its key (a hash of the caller's key; 0 for the limiter's own doors) and its
-/// weight (>= 1).
-struct fair_flow {
-  std::uint64_t key = 0;
-  std::uint32_t weight = 1;
-};
-
 class fair_schedule {
  public:
-  /// The start tag a new waiter of `flow` gets: max(V, F_k). Makes room for the key first, so that
+  /// The start tag a new waiter of `key` gets: max(V, F_k). Makes room for the key first, so that
   /// admitted() cannot fail: throws std::bad_alloc only for a key new to a full table, changing nothing
   /// the line can see (an entry with no finish tag yet reads as none).
-  double start_tag(fair_flow flow) { return std::max(now_, find_or_insert(flow.key).finish); }
+  double start_tag(std::uint64_t key) { return std::max(now_, find_or_insert(key).finish); }
 
-  /// The waiter of `flow` given `tag` by start_tag, asking n, joined the line (or was granted at once ahead
-  /// of it): the key's finish tag moves past it.
-  void admitted(fair_flow flow, double tag, std::size_t n) noexcept {
-    slot* s = probe(slots_, flow.key);  // start_tag made it, and nothing was inserted since
-    s->finish = tag + static_cast<double>(n) / static_cast<double>(flow.weight);
+  /// The waiter of `key` at `weight`, given `tag` by start_tag and asking n, joined the line (or was granted
+  /// at once ahead of it): the key's finish tag moves past it.
+  void admitted(std::uint64_t key, std::uint32_t weight, double tag, std::size_t n) noexcept {
+    slot* s = probe(slots_, key);  // start_tag made it, and nothing was inserted since
+    s->finish = tag + static_cast<double>(n) / static_cast<double>(weight);
   }
 
   /// A waiter with start tag `tag` was granted (in tag order, or out of it: a partition below its

@@ -49,6 +49,7 @@
 #include <rein/detail/clock_time.hpp>
 #include <rein/detail/deadline_heap.hpp>
 #include <rein/detail/invalid_option.hpp>
+#include <rein/detail/line_place.hpp>
 #include <rein/detail/op_queue.hpp>
 #include <rein/detail/fair_schedule.hpp>
 #include <rein/detail/partition_table.hpp>
@@ -245,21 +246,23 @@ class limiter_core final : public permit_source,
 
   /// Starts a waiting acquire of n, completing through `handler` (with `signature`).
   /// `deadline` of time_point::max() means none (deadline_after() computes one without overflow).
-  /// `priority` is the class in priority order (0 the most urgent; ignored in the other orders), `partition`
-  /// the acquire's partition (0, the rest, without partitions), `flow` its key and weight in fair order
-  /// (ignored in the others).
+  /// `where` says where it waits: its class in priority order (0 the most urgent; ignored in the other
+  /// orders), its partition (0, the rest, without partitions), its key and weight in fair order (ignored in
+  /// the others).
   /// If this throws (no memory), nothing changed and the handler was destroyed uncalled.
   template <class Handler>
-  void async_acquire(Handler&& handler, std::size_t n, time_point deadline, std::uint8_t priority = 0,
-                     std::uint8_t partition = 0, fair_flow flow = {}) {
+  void async_acquire(Handler&& handler, std::size_t n, time_point deadline, line_place where = {}) {
     using op_type = basic_wait_op<std::decay_t<Handler>, Executor, signature, concurrent, op_base>;
     // Allocated before taking the lock, with a node if it has a deadline or its line is fair.
-    const op_node node = order_ == queue_order::fair           ? op_node::fair
-                         : deadline != time_point::max() ? op_node::deadline
-                                                         : op_node::none;
+    op_node node = deadline != time_point::max() ? op_node::deadline : op_node::none;
+    if (order_ == queue_order::fair) node = op_node::fair;
     op_type* op = op_type::create(std::forward<Handler>(handler), n, node);
-    op->priority = priority;
-    op->partition = partition;
+    op->priority = where.priority;
+    op->partition = where.partition;
+    if (op->fair) {
+      op->fair_state().key = where.key;
+      op->fair_state().weight = where.weight;
+    }
     completions done(this);
     try {
       std::lock_guard<Mutex> lock(mutex_);
@@ -268,7 +271,7 @@ class limiter_core final : public permit_source,
       // locks before it acts on a queued op).
       op->connect_cancellation(this);
       try {
-        admit_locked(op, deadline, done, flow);
+        admit_locked(op, deadline, done);
       } catch (...) {
         op->disconnect_cancellation();
         throw;
@@ -714,7 +717,7 @@ class limiter_core final : public permit_source,
 
   // Decides a new op's fate under the lock. Returns true if it was queued. If it throws (no memory for the
   // work guard, the timer wait or a fair line's key table), it changed nothing.
-  bool admit_locked(wait_op* op, time_point deadline, completions& done, fair_flow flow = {}) {
+  bool admit_locked(wait_op* op, time_point deadline, completions& done) {
     const std::size_t n = op->count;
     if (closed_) return reject_locked(op, wait_status::closed, done), false;
     if (policy_.exceeds(n)) return reject_locked(op, wait_status::exceeds_capacity, done), false;
@@ -729,14 +732,14 @@ class limiter_core final : public permit_source,
     if (!Policy::needs_time && (measure_wait_ || deadline != time_point::max() || order_ == queue_order::priority))
       now = Clock::now();
     op->stamp_ns = to_ns(now).count();
-    if (op->fair) op->fair_tag() = fair_.start_tag(flow);  // may throw (a new key): before anything changed
+    if (op->fair) op->fair_state().tag = fair_.start_tag(op->fair_state().key);  // may throw: changes nothing
     const place at = first ? place{nullptr, 0} : place_locked(op);
     // A newcomer placed at the head (lifo order, an urgent priority class, a fair key behind the others) is
     // served now if it fits, whoever waits behind it (with partitions, once queued: dispatch puts a
     // partition below its guarantee first).
     if (!first && at.after == nullptr && !partitioned() && policy_.try_take(n, now)) {
       if (op->fair) {
-        fair_.admitted(flow, op->fair_tag(), n);
+        fair_admitted_locked(*op);
         fair_.served(op->fair_tag());
       }
       return grant_at_once_locked(op, now, done), false;
@@ -751,7 +754,7 @@ class limiter_core final : public permit_source,
       if (!work_) work_.emplace(executor_);
       waiting_.store(true, std::memory_order_relaxed);
     }
-    if (op->fair) fair_.admitted(flow, op->fair_tag(), n);
+    if (op->fair) fair_admitted_locked(*op);
     queue_.insert_after(at.after, op);
     queued_units_ += n;
     if constexpr (partitionable) {
@@ -893,6 +896,12 @@ class limiter_core final : public permit_source,
       case queue_order::fifo: break;
     }
     return {queue_.back(), queued_units_};
+  }
+
+  // A fair line's newcomer joined (or was granted at once at the head): its key's finish tag moves past it.
+  void fair_admitted_locked(wait_op& op) noexcept {
+    const fair_node& f = op.fair_state();
+    fair_.admitted(f.key, f.weight, f.tag, op.count);
   }
 
   // Whether newcomers are placed by a key (priority and fair order), so that the back is served last.

@@ -135,6 +135,8 @@ struct deadline_node {
 struct fair_node {
   deadline_node node;  // first: a pointer to it is a pointer to the fair_node (both are standard-layout)
   double tag = 0.0;
+  std::uint64_t key = 0;     // the hash of its key (line_place)
+  std::uint32_t weight = 1;  // the key's weight
 };
 
 struct wait_op {
@@ -159,8 +161,8 @@ struct wait_op {
   /// The deadline in the clock's nanoseconds, no_deadline when none (also one too far to count).
   std::int64_t deadline_ns() const noexcept { return timer == nullptr ? no_deadline : timer->deadline_ns; }
 
-  /// The start tag of an op created for a fair line (fair_schedule.hpp).
-  double& fair_tag() noexcept { return reinterpret_cast<fair_node*>(timer)->tag; }
+  /// The node of an op created for a fair line: its start tag, key and weight (fair_schedule.hpp).
+  fair_node& fair_state() noexcept { return *reinterpret_cast<fair_node*>(timer); }
   double fair_tag() const noexcept { return reinterpret_cast<const fair_node*>(timer)->tag; }
 };
 

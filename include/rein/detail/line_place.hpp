@@ -1,0 +1,17 @@
+// Where an acquire waits on its line, as the doors that made it say. Not API.
+#pragma once
+
+#include <cstdint>
+
+namespace rein::detail {
+
+/// An acquire's class in priority order, its partition, and its key and weight in fair order: what
+/// at_priority, partition(name) and for_key set on a limiter's doors. 16 bytes, passed in two registers.
+struct line_place {
+  std::uint64_t key = 0;       ///< fair order: the hash of the caller's key (0: the limiter's own doors)
+  std::uint32_t weight = 1;    ///< fair order: the key's weight, >= 1
+  std::uint8_t priority = 0;   ///< priority order: the class, 0 the most urgent
+  std::uint8_t partition = 0;  ///< the partition's index; 0: the rest, or none
+};
+
+}  // namespace rein::detail
