@@ -241,13 +241,13 @@ class basic_semaphore {
   /// try first (that would fail, and cost a lock).
   net::awaitable<permit> acquire_until(std::size_t n, time_point deadline) { return doors().acquire_until(n, deadline); }
 
+  /// The order in which its line serves waiters (options.order).
+  queue_order order() const noexcept { return core_->order(); }
+
   /// This limiter's acquire doors at priority class `c` (0 the most urgent; a plain acquire is class 0), for
   /// a limiter whose options chose `order = queue_order::priority`: `co_await lim.at_priority(2).acquire()`.
   /// See rein::line_view and queue_order::priority. Throws std::invalid_argument naming the limiter if
   /// its options chose another order (the class would be ignored).
-  /// The order in which its line serves waiters (options.order).
-  queue_order order() const noexcept { return core_->order(); }
-
   auto at_priority(std::uint8_t c) const { return detail::at_priority(doors(), c); }
 
   /// This limiter's acquire doors for the key `key` (a tenant, a host) at `weight` (>= 1), for a limiter

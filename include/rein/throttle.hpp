@@ -1372,25 +1372,34 @@ class throttle {
       if constexpr (ranks_[I] == rank::gate) {
         co_await l.async_acquire_until(n, x.deadline, token<Bound>(x));
       } else if constexpr (ranks_[I] == rank::rate) {
-        if (fair_at<I>(l)) co_await l.for_key(x.key, weight_of(x.key)).async_acquire_until(n, x.deadline, token<Bound>(x));
-        else co_await l.async_acquire_until(n, x.deadline, token<Bound>(x));
+        if constexpr (fair_capable<I>) {
+          if (l.order() == queue_order::fair) {
+            co_await l.for_key(x.key, weight_of(x.key)).async_acquire_until(n, x.deadline, token<Bound>(x));
+            g.held_.units[I] = n;
+            co_return;
+          }
+        }
+        co_await l.async_acquire_until(n, x.deadline, token<Bound>(x));
         g.held_.units[I] = n;
-      } else if (fair_at<I>(l)) {
-        g.held_.permits[I] = co_await l.for_key(x.key, weight_of(x.key)).async_acquire_until(n, x.deadline, token<Bound>(x));
       } else {
+        if constexpr (fair_capable<I>) {
+          if (l.order() == queue_order::fair) {
+            g.held_.permits[I] =
+                co_await l.for_key(x.key, weight_of(x.key)).async_acquire_until(n, x.deadline, token<Bound>(x));
+            co_return;
+          }
+        }
         g.held_.permits[I] = co_await l.async_acquire_until(n, x.deadline, token<Bound>(x));
       }
     }
   }
 
-  // Whether the stage at I is global and serves its line in fair order (queue_order::fair).
-  template <std::size_t I, class L>
-  static bool fair_at(const L& l) noexcept {
-    if constexpr (!keyed_[I] && requires { l.for_key(std::string_view{}, 1u); l.order(); })
-      return l.order() == queue_order::fair;
-    else
-      return (void)l, false;
-  }
+  // Whether the stage at I is global and can serve its line in fair order (queue_order::fair).
+  template <std::size_t I>
+  static constexpr bool fair_capable = !keyed_[I] && requires(const stage_type<I>& l) {
+    l.for_key(std::string_view{}, 1u);
+    { l.order() } -> std::same_as<queue_order>;
+  };
 
   std::uint32_t weight_of(std::string_view key) const {
     const std::uint32_t w = options_.key_weight ? options_.key_weight(key) : 1;
