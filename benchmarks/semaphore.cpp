@@ -10,6 +10,11 @@
 //   *_lifo                   the same serving its newest waiter first (queue_order::lifo), contended only
 //   *_priority               the same in priority order, every other acquire at class 1 (so that a
 //                            newcomer's place is found by a walk from the back), contended only
+//   *_fair                   the same in fair order (queue_order::fair), acquires cycling through four keys of
+//                            weights 1, 1, 2 and 4 (each newcomer is tagged and placed by a walk from the
+//                            back), contended only
+//   *_partitioned            the same with partitions live 70% and batch 30% (semaphore_options::partitions),
+//                            acquires alternating between them, contended only
 //   *_hint1                  the same on an io_context(1) (concurrency hint 1: run by one thread), contended
 //                            only
 //   *_try_first              the same called the hot-loop way: try_acquire() first, co_await acquire() only if
@@ -162,6 +167,40 @@ class prioritized : public Sem {
 using st_priority = prioritized<st_semaphore>;
 using ts_priority = prioritized<ts_semaphore>;
 
+/// A rein semaphore in fair order whose acquires cycle through four keys of weights 1, 1, 2 and 4.
+template <class Sem>
+class fair : public Sem {
+ public:
+  fair(const net::any_io_executor& ex, std::size_t permits) : Sem(ex, permits, {.order = rein::queue_order::fair}) {}
+  net::awaitable<permit> acquire() {
+    static constexpr const char* keys[] = {"a", "b", "c", "d"};
+    static constexpr std::uint32_t weights[] = {1, 1, 2, 4};
+    const std::size_t k = next_++ & 3U;
+    return this->for_key(keys[k], weights[k]).acquire();
+  }
+
+ private:
+  std::size_t next_ = 0;
+};
+
+using st_fair = fair<st_semaphore>;
+using ts_fair = fair<ts_semaphore>;
+
+/// A rein semaphore with partitions live (70%) and batch (30%) whose acquires alternate between them.
+template <class Sem>
+class partitioned : public Sem {
+ public:
+  partitioned(const net::any_io_executor& ex, std::size_t permits)
+      : Sem(ex, permits, {.partitions = {{"live", 0.7}, {"batch", 0.3}}}) {}
+  net::awaitable<permit> acquire() { return this->partition((next_++ & 1U) != 0 ? "live" : "batch").acquire(); }
+
+ private:
+  std::size_t next_ = 0;
+};
+
+using st_partitioned = partitioned<st_semaphore>;
+using ts_partitioned = partitioned<ts_semaphore>;
+
 /// A rein semaphore used the hot-loop way: `try_acquire()` first, `co_await acquire()` only if that fails
 /// (no coroutine frame when a permit is free).
 template <class Sem>
@@ -180,6 +219,8 @@ constexpr bool is_rein = std::is_same_v<Sem, st_semaphore> || std::is_same_v<Sem
                          std::is_same_v<Sem, st_observed> || std::is_same_v<Sem, ts_observed> ||
                          std::is_same_v<Sem, st_lifo> || std::is_same_v<Sem, ts_lifo> ||
                          std::is_same_v<Sem, st_priority> || std::is_same_v<Sem, ts_priority> ||
+                         std::is_same_v<Sem, st_fair> || std::is_same_v<Sem, ts_fair> ||
+                         std::is_same_v<Sem, st_partitioned> || std::is_same_v<Sem, ts_partitioned> ||
                          std::is_same_v<Sem, st_try_first> || std::is_same_v<Sem, ts_try_first>;
 using channel_try_first = channel_semaphore<channel, true>;
 using channel_async = channel_semaphore<channel, false>;
@@ -470,6 +511,10 @@ void register_timing(reactor mode) {
   contended_benchmark<ts_lifo>(on(contended, mode, "rein_semaphore_lifo"), mode);
   contended_benchmark<st_priority>(on(contended, mode, "rein_single_thread_semaphore_priority"), mode);
   contended_benchmark<ts_priority>(on(contended, mode, "rein_semaphore_priority"), mode);
+  contended_benchmark<st_fair>(on(contended, mode, "rein_single_thread_semaphore_fair"), mode);
+  contended_benchmark<ts_fair>(on(contended, mode, "rein_semaphore_fair"), mode);
+  contended_benchmark<st_partitioned>(on(contended, mode, "rein_single_thread_semaphore_partitioned"), mode);
+  contended_benchmark<ts_partitioned>(on(contended, mode, "rein_semaphore_partitioned"), mode);
   // io_context(1): the application says one thread runs the context (see the note at the end).
   contended_benchmark<floor_post>(on(contended, mode, "floor_post_hint1"), mode, 1);
   contended_benchmark<st_semaphore>(on(contended, mode, "rein_single_thread_semaphore_hint1"), mode, 1);
