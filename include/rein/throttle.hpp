@@ -152,6 +152,22 @@ weighted_stage<Stage, by_tokens_t> by_tokens(Stage& stage) noexcept {
   return weighted_stage<Stage, by_tokens_t>(stage, by_tokens_t{});
 }
 
+/// Which stages learn from a rejection (`guard.reject()`: a 429, or a 503 with Retry-After). A rejection
+/// is a rate signal about one key: the key's gates pause, and its own adaptive stages learn congestion. The
+/// question is whether the global stages learn it too: if they do, one host's 429 cuts the global limit,
+/// and so the share, of every host.
+enum class rejection_feedback : std::uint8_t {
+  /// A global stage learns a rejection only if the throttle has no keyed stage of its kind (a global
+  /// concurrency limit, when no per-key concurrency stage exists; a global rate, when no per-key rate
+  /// exists): a throttle in front of one upstream keeps learning 429s at its global stages, a throttle in
+  /// front of many hosts learns them per host.
+  automatic,
+  /// Only keyed stages learn a rejection; global stages record nothing (outcome::ignored).
+  per_key,
+  /// Every stage learns a rejection as congestion.
+  everywhere,
+};
+
 /// Options of a throttle.
 struct throttle_options {
   /// The pause applied by `guard.reject()` when the upstream gave no usable Retry-After (1 to 5 s is
@@ -165,6 +181,8 @@ struct throttle_options {
   /// block or use the throttle; 0 counts as 1. Default: none (every key weight 1). Keyed stages ignore it
   /// (each key waits on its own limiter).
   std::function<std::uint32_t(std::string_view key)> key_weight{};
+  /// Which stages learn from guard.reject() (see rein::rejection_feedback). Default: automatic.
+  rejection_feedback rejections = rejection_feedback::automatic;
   /// Called with every rejection (reason gate, rate, per_key or global for a try_acquire refused at that
   /// stage; timed_out, queue_full, closed, exceeds_capacity or cancelled for a waiting acquire that failed),
   /// on the caller's thread, never under a lock; see rein::limiter_observer. Each stage's limiter has its own
@@ -581,19 +599,15 @@ class throttle_guard {
   /// Reports how the call went and releases everything: the outcome reaches every concurrency stage (an
   /// adaptive limiter learns from it) and every rate stage that learns (rein::adaptive_rate_limiter's
   /// record, with the admission instant as the send time). Does nothing on an empty guard.
-  void complete(outcome result) noexcept {
-    if (!admitted_) return;
-    owner_->finish(*this, result);
-    admitted_ = false;
-    owner_->unpin(held_);
-  }
+  void complete(outcome result) noexcept { complete_as(result, false); }
 
   /// Reports an HTTP status through rein::classify_http_status and releases everything.
   void complete_http(int status) noexcept { complete(classify_http_status(status)); }
 
   /// The upstream said "too many requests" (429, or 503 with Retry-After): pauses the key's gates (and any
   /// global gate) for everyone for `retry_after` (the throttle's default_pause when absent), counts as
-  /// congestion, releases. The pause starts before the permits go back, so the caller next in line for this
+  /// congestion at the key's stages (and at the global ones as throttle_options::rejections says: by
+  /// default only where no keyed stage of their kind exists), releases. The pause starts before the permits go back, so the caller next in line for this
   /// key sees it and waits at the gate instead of sending into the pause. Does nothing on an empty guard.
   /// A `retry_after` of zero pauses not at all (the upstream said "go ahead"); a negative one says nothing
   /// usable and pauses for default_pause, as an unparseable Retry-After field does (quota_gate's
@@ -602,8 +616,7 @@ class throttle_guard {
     if (!admitted_) return;
     if (retry_after && *retry_after < duration::zero()) retry_after.reset();
     owner_->pause(held_, retry_after.value_or(owner_->default_pause()));
-    owner_->count_rejection();
-    complete(outcome::congestion);
+    complete_rejected();
   }
 
   /// As reject(), from the raw Retry-After field value (delta-seconds or an HTTP-date, RFC 9110 section
@@ -611,8 +624,7 @@ class throttle_guard {
   void reject(std::string_view retry_after_value) {
     if (!admitted_) return;
     owner_->pause(held_, retry_after_value);
-    owner_->count_rejection();
-    complete(outcome::congestion);
+    complete_rejected();
   }
 
   /// Reports the upstream's answer as rein::read_response reads it (rein/rate_limit_headers.hpp from a status
@@ -652,6 +664,19 @@ class throttle_guard {
   using holdings = typename Throttle::holdings;
 
   throttle_guard(Throttle* owner, const rein::charge& c) noexcept : owner_(owner), charge_(c) {}
+
+  void complete_as(outcome result, bool rejection) noexcept {
+    if (!admitted_) return;
+    owner_->finish(*this, result, rejection);
+    admitted_ = false;
+    owner_->unpin(held_);
+  }
+
+  // Counted as a rejection; congestion to the stages that throttle_options::rejections names.
+  void complete_rejected() noexcept {
+    owner_->count_rejection();
+    complete_as(outcome::congestion, true);
+  }
 
   void take(throttle_guard& other) noexcept {
     owner_ = std::exchange(other.owner_, nullptr);
@@ -1262,12 +1287,35 @@ class throttle {
     admitted_.fetch_add(1, std::memory_order_relaxed);
   }
 
-  // An admitted guard's outcome, to every stage that learns from it; rate units stay spent.
-  void finish(guard& g, outcome result) noexcept {
+  // An admitted guard's outcome, to every stage that learns from it; rate units stay spent. A rejection's
+  // congestion reaches the global stages as throttle_options::rejections says.
+  void finish(guard& g, outcome result, bool rejection = false) noexcept {
     holdings& h = g.held_;
-    [&]<std::size_t... I>(std::index_sequence<I...>) { (finish_one<I>(g, h, result), ...); }(
-        std::make_index_sequence<stage_count>{});
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      (finish_one<I>(g, h, rejection && !learns_rejections<I>() ? outcome::ignored : result), ...);
+    }(std::make_index_sequence<stage_count>{});
     finished_.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  // Whether the stage at I learns from a rejection (rein::rejection_feedback).
+  template <std::size_t I>
+  bool learns_rejections() const noexcept {
+    if constexpr (keyed_[I]) {
+      return true;
+    } else {
+      constexpr rank keyed_kind = ranks_[I] == rank::rate ? rank::rate : rank::per_key_concurrency;
+      constexpr bool has_keyed_kind = [] {
+        for (std::size_t i = 0; i < stage_count; ++i)
+          if (keyed_[i] && ranks_[i] == keyed_kind) return true;
+        return false;
+      }();
+      switch (options_.rejections) {
+        case rejection_feedback::per_key: return false;
+        case rejection_feedback::everywhere: return true;
+        case rejection_feedback::automatic: break;
+      }
+      return !has_keyed_kind;
+    }
   }
 
   template <std::size_t I>

@@ -952,3 +952,49 @@ TEST_CASE("the coroutine door waits at a fair global stage as its key too", "[th
   rein_test::poll(io);
   CHECK(served == "flood quiet flood flood ");
 }
+
+TEST_CASE("one host's 429 teaches its own stages, not a global limit that has per-host peers; the option "
+          "restores the old rule",
+          "[throttle][adaptive]") {
+  rein_test::manual_clock_at_epoch epoch;
+  net::io_context io;
+  using aimd_type = rein::basic_adaptive_limiter<rein::algo::basic_aimd<manual_clock>, executor, manual_clock>;
+  const rein::algo::aimd_options learn{.initial_limit = 8, .min_limit = 1, .max_limit = 10, .backoff = 0.5};
+  rein::keyed<gate_type> gates(io.get_executor());
+  rein::keyed<aimd_type> per_host(io.get_executor(), rein::keyed_options{}, learn);
+  aimd_type global(io.get_executor(), learn);
+  const auto reject_once = [&](auto& t) {
+    auto g = t.try_acquire("a.example");
+    REQUIRE(g);
+    advance_and_poll(io, 10ms);
+    g.reject(std::optional<manual_clock::duration>(1s));
+  };
+  {
+    rein::throttle t(gates, per_host, global);  // automatic: a per-host concurrency stage exists
+    reject_once(t);
+    CHECK(per_host.snapshot("a.example")->limit == 4.0);  // the host's own limit is cut
+    CHECK(global.snapshot().limit == 8.0);                // everyone's is not
+    CHECK(global.snapshot().decreases == 0);
+    CHECK(gates.find("a.example")->is_paused());
+    CHECK(t.snapshot().rejections_reported == 1);
+  }
+  {
+    rein::throttle_options old_rule;
+    old_rule.rejections = rein::rejection_feedback::everywhere;
+    rein::throttle t(gates, per_host, global, old_rule);
+    advance_and_poll(io, 2s);  // past the pause
+    reject_once(t);
+    CHECK(global.snapshot().limit == 4.0);
+  }
+  {
+    rein::throttle_options never;
+    never.rejections = rein::rejection_feedback::per_key;
+    aimd_type alone(io.get_executor(), learn);
+    rein::throttle single(alone, never);  // no keyed stage: automatic would teach it (see below)
+    reject_once(single);
+    CHECK(alone.snapshot().limit == 8.0);
+    rein::throttle automatic(alone);
+    reject_once(automatic);
+    CHECK(alone.snapshot().limit == 4.0);
+  }
+}
