@@ -184,7 +184,8 @@ class limiter_core final : public permit_source,
         has_observer_(static_cast<bool>(options.observer)),
         name_(options.name.empty() ? nullptr : std::make_shared<const std::string>(std::move(options.name))),
         observer_(std::move(options.observer)),
-        partitions_(std::move(options.partitions)) {
+        partitions_(std::move(options.partitions)),
+        fair_(options.order == queue_order::fair ? std::make_unique<fair_schedule>() : nullptr) {
     // A remote line serves in fifo order and refuses the newest (its requests are pipelined in order).
     assert(!remote || (order_ == queue_order::fifo && !evict_oldest_));
     assert(priority_aging_ns_ >= 0);  // the public types check it (checked_priority_aging)
@@ -732,7 +733,7 @@ class limiter_core final : public permit_source,
     if (!Policy::needs_time && (measure_wait_ || deadline != time_point::max() || order_ == queue_order::priority))
       now = Clock::now();
     op->stamp_ns = to_ns(now).count();
-    if (op->fair) op->fair_state().tag = fair_.start_tag(op->fair_state().key);  // may throw: changes nothing
+    if (op->fair) op->fair_state().tag = fair_->start_tag(op->fair_state().key);  // may throw: changes nothing
     const place at = first ? place{nullptr, 0} : place_locked(op);
     // A newcomer placed at the head (lifo order, an urgent priority class, a fair key behind the others) is
     // served now if it fits, whoever waits behind it (with partitions, once queued: dispatch puts a
@@ -740,7 +741,7 @@ class limiter_core final : public permit_source,
     if (!first && at.after == nullptr && !partitioned() && policy_.try_take(n, now)) {
       if (op->fair) {
         fair_admitted_locked(*op);
-        fair_.served(op->fair_tag());
+        fair_->served(op->fair_tag());
       }
       return grant_at_once_locked(op, now, done), false;
     }
@@ -901,7 +902,7 @@ class limiter_core final : public permit_source,
   // A fair line's newcomer joined (or was granted at once at the head): its key's finish tag moves past it.
   void fair_admitted_locked(wait_op& op) noexcept {
     const fair_node& f = op.fair_state();
-    fair_.admitted(f.key, f.weight, f.tag, op.count);
+    fair_->admitted(f.key, f.weight, f.tag, op.count);
   }
 
   // Whether newcomers are placed by a key (priority and fair order), so that the back is served last.
@@ -1048,7 +1049,7 @@ class limiter_core final : public permit_source,
       }
       if (queue_.empty()) {
         waiting_.store(false, std::memory_order_relaxed);
-        if (order_ == queue_order::fair) fair_.idle();
+        if (fair_) fair_->idle();
       }
     }
     if (op->deadline_ns() != no_deadline) deadlines_.erase(op->timer);
@@ -1179,7 +1180,7 @@ class limiter_core final : public permit_source,
     }
     ++stats_.acquired_total;
     partition_granted_locked(op->partition, op->count);
-    if (op->fair) fair_.served(op->fair_tag());
+    if (op->fair) fair_->served(op->fair_tag());
     op->stamp_ns = to_ns(now).count();
     unlink_locked(op, wait_status::granted, done);
   }
@@ -1300,7 +1301,9 @@ class limiter_core final : public permit_source,
   std::atomic<bool> waiting_{false};  // !queue_.empty(), written under the lock (waiting_hint)
   std::atomic<bool> shut_down_{false};
   partition_table partitions_;  // options.partitions; empty: none
-  fair_schedule fair_;          // queue_order::fair: the keys' finish tags and the virtual time
+  // queue_order::fair: the keys' finish tags and the virtual time; made only for a fair line, so that the
+  // other lines (every key of a keyed registry among them) carry one pointer for it.
+  std::unique_ptr<fair_schedule> fair_;
   std::unique_ptr<partition_source[]> sources_;  // one per partition, made only with partitions
   std::size_t holders_ = 0;               // permit objects out (granted, not yet given back or taken back)
   std::shared_ptr<limiter_core> self_;    // set at shutdown while holders_ != 0
