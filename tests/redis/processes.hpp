@@ -125,4 +125,15 @@ inline long admitted_by(const child& w) {
   return admitted;
 }
 
+/// Jain's fairness index of the processes' admissions: 1 when equal, 1/n when one process took everything.
+inline double jain_index(const std::vector<child>& workers) {
+  double sum = 0, squares = 0;
+  for (const child& w : workers) {
+    const auto x = static_cast<double>(admitted_by(w));
+    sum += x;
+    squares += x * x;
+  }
+  return squares == 0 ? 0 : sum * sum / (static_cast<double>(workers.size()) * squares);
+}
+
 }  // namespace rein_test

@@ -10,7 +10,8 @@
 
 using namespace rein_test;
 
-TEST_CASE("four processes sharing 200 per second for 5 s admit at most 200 x 5 + burst, and at least 95% of it") {
+TEST_CASE("four processes sharing 200 per second for 5 s admit at most 200 x 5 + burst, at least 95% of it, "
+          "each about a quarter") {
   redis_server server;
   constexpr double rate = 200;
   constexpr long burst = 20;
@@ -30,7 +31,12 @@ TEST_CASE("four processes sharing 200 per second for 5 s admit at most 200 x 5 +
 
   long total = 0;
   for (const auto& w : workers) total += admitted_by(w);
-  INFO("admitted in total: " << total << " of at most " << bound);
+  std::string each;
+  for (const auto& w : workers) each += std::to_string(admitted_by(w)) + " ";
+  INFO("admitted in total: " << total << " of at most " << bound << "; by process: " << each);
   CHECK(total <= bound);
   CHECK(static_cast<double>(total) >= 0.95 * static_cast<double>(bound));
+  // Equal demand, so no process starves another: Jain's index over the processes' admissions.
+  CHECK(jain_index(workers) >= 0.95);
+  std::printf("bucket, 4 processes: admitted %s(Jain's index %.4f)\n", each.c_str(), jain_index(workers));
 }
