@@ -367,11 +367,12 @@ class basic_adaptive_limiter {
   /// its options chose another order (the class would be ignored).
   auto at_priority(std::uint8_t c) const { return detail::at_priority(doors(), c); }
 
-  /// This limiter's acquire doors for the key `key` (a tenant, a host) at `weight` (>= 1), for a limiter
+  /// This limiter's acquire doors for the key `key` (a tenant, a host) at `weight` (1 to 1,000,000), for a limiter
   /// whose options chose `order = queue_order::fair`: `co_await lim.for_key(tenant, 2).acquire()`. While
   /// keys wait, each is served its weight's share of the grants, whatever its arrival rate; a plain acquire
   /// is the key "" at weight 1. See rein::line_view and queue_order::fair for the rule and its bound.
-  /// Throws std::invalid_argument naming the limiter if its options chose another order, or if weight is 0.
+  /// Throws std::invalid_argument naming the limiter if its options chose another order, or if the weight
+  /// is out of range.
   auto for_key(std::string_view key, std::uint32_t weight = 1) const { return detail::for_key(doors(), key, weight); }
 
   /// This limiter's acquire doors in the partition called `name` (options.partitions), with try_acquire:

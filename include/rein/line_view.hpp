@@ -125,16 +125,22 @@ line_view<Doors> in_partition(Doors doors, std::string_view name) {
   return line_view<Doors>(doors);
 }
 
+/// The largest weight for_key takes: tags are doubles, so that a share as small as 1 / 1,000,000 of a request
+/// keeps its order within a busy period of up to 2^32 requests of weight 1.
+inline constexpr std::uint32_t max_fair_weight = 1'000'000;
+
 /// `doors` for the fair key `key` at `weight`; throws std::invalid_argument unless the line is in fair order
-/// and the weight is at least 1.
+/// and the weight is in [1, max_fair_weight].
 template <class Doors>
 line_view<Doors> for_key(Doors doors, std::string_view key, std::uint32_t weight) {
   const queue_order order = doors.core->order();
   if (order != queue_order::fair)
     throw_invalid(describe(doors.type, doors.core->name()), "for_key needs options.order = queue_order::fair",
                   to_string(order));
-  if (weight == 0) throw_invalid(describe(doors.type, doors.core->name()), "for_key's weight must be >= 1", "0");
-  doors.place.key = std::hash<std::string_view>{}(key);
+  if (weight == 0 || weight > max_fair_weight)
+    throw_invalid(describe(doors.type, doors.core->name()), "for_key's weight must be in [1, 1000000]", show(weight));
+  // The limiter's own doors are the key "": its hash is 0 (a key hashed to 0 shares their turn).
+  doors.place.key = key.empty() ? 0 : std::hash<std::string_view>{}(key);
   doors.place.weight = weight;
   return line_view<Doors>(doors);
 }

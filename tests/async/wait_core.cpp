@@ -8,6 +8,7 @@
 #include "support/model_tier.hpp"
 
 #include <rein/detail/deadline_heap.hpp>
+#include <rein/detail/fair_schedule.hpp>
 #include <rein/detail/limiter_core.hpp>
 #include <rein/detail/op_queue.hpp>
 #include <rein/detail/spare_allocator.hpp>
@@ -1656,18 +1657,21 @@ TEST_CASE("fair: with one key idle, the others split its share; back, it gets it
   CHECK(idle[0] == std::pair{500, 500});
   CHECK(idle[1] == std::pair{500, 500});
   CHECK(idle[2] == std::pair{0, 0});
-  // C comes back with 6 callers: it saved up no credit while idle (its share from the first grant it waits
-  // for, no burst above it).
+  // C comes back with 6 callers: it saved up no credit while idle (its share from the round it joins, at
+  // most one request above it).
   b.active[2] = true;
   for (int i = 0; i < 6; ++i) b.ask(2);
   poll(b.io);
   const std::size_t back_from = b.grants.size();
   for (int i = 0; i < 4'000; ++i) b.step();
   const auto back = b.window_counts(back_from, 1000);
+  // Within one permit of the shares in every window (C's callers, back at once, joined the round being
+  // served: one round has B and C in the other order), and never more than the bound allows, one request
+  // over its share, in any 8 grants.
   CHECK(back[0] == std::pair{250, 250});
-  CHECK(back[1] == std::pair{250, 250});
-  CHECK(back[2] == std::pair{500, 500});
-  CHECK(b.window_counts(back_from, 8)[2].second == 4);  // its first 8 grants hold half, as later ones
+  CHECK(back[1] == std::pair{250, 251});
+  CHECK(back[2] == std::pair{499, 500});
+  CHECK(b.window_counts(back_from, 8)[2].second == 5);
 }
 
 TEST_CASE("fair: a key asking 3 permits per call gets the same permits as one asking 1, not 3 times more",
@@ -1721,6 +1725,72 @@ TEST_CASE("fair: a newcomer of a key behind the others is placed ahead of their 
   }
   CHECK(log.served == std::vector<int>{0, 10, 20, 1, 11, 2, 3});
   CHECK(sem.snapshot().waiting == 0);
+}
+
+TEST_CASE("fair: plain acquires are the key \"\" at weight 1, one turn with for_key(\"\")", "[core][order][fair]") {
+  net::io_context io;
+  manual_semaphore sem(io, 1, {.order = rein::queue_order::fair});
+  auto holder = sem.try_acquire();
+  service_log log;
+  for (int i = 0; i < 3; ++i) sem.for_key("").async_acquire(1, log.waiter(i));          // tags 0, 1, 2
+  for (int i = 0; i < 3; ++i) sem.for_key("other").async_acquire(1, log.waiter(100 + i));  // tags 0, 1, 2
+  sem.async_acquire(1, log.waiter(10));  // the key "" again: tag 3
+  poll(io);
+  holder.release();
+  poll(io);
+  for (int i = 0; i < 6; ++i) {
+    log.held.front().release();
+    log.held.erase(log.held.begin());
+    poll(io);
+  }
+  CHECK(log.served == std::vector<int>{0, 100, 1, 101, 2, 102, 10});
+}
+
+TEST_CASE("fair: keys arriving one after another do not pass a weighted first waiter that waits to fit",
+          "[core][order][fair]") {
+  // A's request for all 4 permits is first in line (tag 1, V 0): new keys join the round being served
+  // (tag 1, behind it), so it is served as soon as the 4 permits are back, not after every newcomer.
+  net::io_context io;
+  manual_semaphore sem(io, 4, {.order = rein::queue_order::fair});
+  std::vector<rein::permit> holders;
+  for (int i = 0; i < 4; ++i) holders.push_back(sem.try_acquire());
+  service_log log;
+  sem.for_key("A").async_acquire(1, log.waiter(0));  // tag 0
+  sem.for_key("A").async_acquire(4, log.waiter(1));  // tag 1
+  poll(io);
+  holders[0].release();  // A's first waiter: V = 0; the weighted one is first now
+  poll(io);
+  for (int k = 0; k < 8; ++k) sem.for_key("k" + std::to_string(k)).async_acquire(1, log.waiter(10 + k));
+  poll(io);
+  CHECK(sem.snapshot().waiting == 9);
+  for (std::size_t i = 1; i < 4; ++i) {
+    holders[i].release();
+    poll(io);
+  }
+  CHECK(log.served == std::vector<int>{0});  // 3 free: the head needs 4, and nobody passes it
+  log.held.at(0).release();
+  poll(io);
+  CHECK(log.served == std::vector<int>{0, 1});
+  log.held.at(1).release();  // its 4 permits back: the newcomers, in arrival order
+  poll(io);
+  CHECK(log.served == std::vector<int>{0, 1, 10, 11, 12, 13});
+}
+
+TEST_CASE("fair: the key table gives back what a flood of keys made it grow to, once the line empties",
+          "[core][order][fair]") {
+  rein::detail::fair_schedule f;
+  for (std::uint64_t k = 1; k <= 10'000; ++k) f.admitted(k, 1, f.start_tag(k), 1);
+  CHECK(f.keys() == 10'000);
+  // Rebuilt whenever half full, to 4 x (keys + 1) rounded up to a power of two: last at 8,192 keys.
+  CHECK(f.capacity() == 65'536);
+  f.idle();
+  CHECK(f.keys() == 0);
+  CHECK(f.capacity() == 65'536);  // kept: the next busy period may need it again
+  f.admitted(7, 1, f.start_tag(7), 1);
+  CHECK(f.start_tag(7) == 1.0);
+  f.idle();  // one key needed 65,536 slots: given back
+  CHECK(f.capacity() == 0);
+  CHECK(f.start_tag(7) == 0.0);  // level again, and working
 }
 
 TEST_CASE("fair with evict_oldest: the waiter with the latest tag leaves; a newcomer that would be last is "
@@ -1782,7 +1852,9 @@ TEST_CASE("fair order on every line that has one: token bucket, adaptive limiter
   CHECK_THROWS_MATCHES(manual_semaphore(io, 1).for_key("a"), std::invalid_argument,
                        Catch::Message("rein::semaphore: for_key needs options.order = queue_order::fair, got fifo"));
   CHECK_THROWS_MATCHES(bucket.for_key("a", 0), std::invalid_argument,
-                       Catch::Message("rein::token_bucket \"api\": for_key's weight must be >= 1, got 0"));
+                       Catch::Message("rein::token_bucket \"api\": for_key's weight must be in [1, 1000000], got 0"));
+  CHECK_THROWS_MATCHES(bucket.for_key("a", 1'000'001), std::invalid_argument,
+                       Catch::Message("rein::token_bucket \"api\": for_key's weight must be in [1, 1000000], got 1000001"));
   CHECK_THROWS_WITH(rein::quota_gate(io, {.order = rein::queue_order::fair}), Catch::Contains("got fair"));
 }
 
@@ -1815,6 +1887,7 @@ struct fair_model {
       granted.push_back(index);
       return;
     }
+    if (!line.empty()) v = std::max(v, line.begin()->tag);  // an idle key joins the round being served
     const double tag = std::max(v, finish[key]);
     finish[key] = tag + static_cast<double>(n) / w;
     const waiter me{tag, index, n};

@@ -733,7 +733,7 @@ class limiter_core final : public permit_source,
     if (!Policy::needs_time && (measure_wait_ || deadline != time_point::max() || order_ == queue_order::priority))
       now = Clock::now();
     op->stamp_ns = to_ns(now).count();
-    if (op->fair) op->fair_state().tag = fair_->start_tag(op->fair_state().key);  // may throw: changes nothing
+    if (op->fair) tag_fair_locked(*op, first);  // may throw (a new key, no memory): changes nothing
     const place at = first ? place{nullptr, 0} : place_locked(op);
     // A newcomer placed at the head (lifo order, an urgent priority class, a fair key behind the others) is
     // served now if it fits, whoever waits behind it (with partitions, once queued: dispatch puts a
@@ -741,7 +741,7 @@ class limiter_core final : public permit_source,
     if (!first && at.after == nullptr && !partitioned() && policy_.try_take(n, now)) {
       if (op->fair) {
         fair_admitted_locked(*op);
-        fair_->served(op->fair_tag());
+        fair_->advance(op->fair_tag());
       }
       return grant_at_once_locked(op, now, done), false;
     }
@@ -884,19 +884,36 @@ class limiter_core final : public permit_source,
         }
         return at;
       }
-      case queue_order::fair: {
-        // Start tags grow from the front, as priority keys do (an equal tag stays ahead: it arrived first).
-        const double tag = op->fair_tag();
-        place at{queue_.back(), queued_units_};
-        while (at.after != nullptr && at.after->fair_tag() > tag) {
-          at.ahead -= at.after->count;
-          at.after = at.after->prev;
-        }
-        return at;
-      }
+      case queue_order::fair: return place_fair_locked(op->fair_tag());
       case queue_order::fifo: break;
     }
     return {queue_.back(), queued_units_};
+  }
+
+  // A fair line's newcomer gets its start tag: V first moves up to the first waiter's tag (a key that was
+  // idle joins the round being served, behind its first waiter).
+  void tag_fair_locked(wait_op& op, bool first) {
+    if (!first) fair_->advance(queue_.front()->fair_tag());
+    op.fair_state().tag = fair_->start_tag(op.fair_state().key);
+  }
+
+  // Start tags grow from the front, as priority keys do; the newcomer goes after the last waiter tagged at or
+  // before it (an equal tag stays ahead: it arrived first). Found by walking from both ends at once, so
+  // that it costs the fewer of the waiters before and after that place: a key that was idle belongs near
+  // the front, a flooding key's next waiter at the back, and neither walks past the other's backlog.
+  place place_fair_locked(double tag) const noexcept {
+    wait_op* back = queue_.back();
+    std::size_t back_ahead = queued_units_;  // units up to and including `back`
+    wait_op* front = queue_.front();
+    std::size_t front_ahead = 0;  // units before `front`
+    for (;;) {
+      if (back == nullptr || back->fair_tag() <= tag) return {back, back_ahead};
+      back_ahead -= back->count;
+      back = back->prev;
+      if (front->fair_tag() > tag) return {front->prev, front_ahead};
+      front_ahead += front->count;
+      front = front->next;
+    }
   }
 
   // A fair line's newcomer joined (or was granted at once at the head): its key's finish tag moves past it.
@@ -1180,7 +1197,7 @@ class limiter_core final : public permit_source,
     }
     ++stats_.acquired_total;
     partition_granted_locked(op->partition, op->count);
-    if (op->fair) fair_->served(op->fair_tag());
+    if (op->fair) fair_->advance(op->fair_tag());
     op->stamp_ns = to_ns(now).count();
     unlink_locked(op, wait_status::granted, done);
   }
