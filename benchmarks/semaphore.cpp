@@ -11,8 +11,8 @@
 //   *_priority               the same in priority order, every other acquire at class 1 (so that a
 //                            newcomer's place is found by a walk from the back), contended only
 //   *_fair                   the same in fair order (queue_order::fair), acquires cycling through four keys of
-//                            weights 1, 1, 2 and 4 (each newcomer is tagged and placed by a walk from the
-//                            back), contended only
+//                            weights 1, 1, 2 and 4 (each newcomer is tagged and placed by a walk from both
+//                            ends), contended only
 //   *_partitioned            the same with partitions live 70% and batch 30% (semaphore_options::partitions),
 //                            acquires alternating between them, contended only
 //   *_hint1                  the same on an io_context(1) (concurrency hint 1: run by one thread), contended

@@ -5,6 +5,7 @@
 #include <rein/config.hpp>
 #include <rein/detail/acquire_doors.hpp>
 #include <rein/detail/invalid_option.hpp>
+#include <rein/detail/line_place.hpp>
 #include <rein/queue_order.hpp>
 
 #include <cstddef>
@@ -28,9 +29,9 @@ namespace rein {
 ///
 /// Each acquire waits in the limiter's one line: placed by the key `arrival + c * priority_aging` (see
 /// queue_order::priority for the bound this gives) or by its key's start tag (see queue_order::fair), and
-/// served ahead of the line while its partition is below its guarantee (see rein::partition). Everything else is the limiter's own: its completion signature,
-/// errors, deadlines, per-operation cancellation and thread safety, as documented for its try_acquire,
-/// async_acquire and acquire. A view is a few words and refers to the limiter's state, as a permit does:
+/// served ahead of the line while its partition is below its guarantee (see rein::partition). Everything
+/// else is the limiter's own: its completion signature, errors, deadlines, per-operation cancellation and
+/// thread safety, as documented for its try_acquire, async_acquire and acquire. A view is a few words and refers to the limiter's state, as a permit does:
 /// make one per call, or keep it while that state lives (until the limiter is destroyed or assigned to;
 /// moving a limiter moves its state, and the view follows).
 ///
@@ -124,10 +125,6 @@ line_view<Doors> in_partition(Doors doors, std::string_view name) {
   doors.place.partition = *index;
   return line_view<Doors>(doors);
 }
-
-/// The largest weight for_key takes: tags are doubles, so that a share as small as 1 / 1,000,000 of a request
-/// keeps its order within a busy period of up to 2^32 requests of weight 1.
-inline constexpr std::uint32_t max_fair_weight = 1'000'000;
 
 /// `doors` for the fair key `key` at `weight`; throws std::invalid_argument unless the line is in fair order
 /// and the weight is in [1, max_fair_weight].

@@ -38,30 +38,34 @@ enum class queue_order : std::uint8_t {
   priority,
   /// Fair sharing between keys: each acquire names a key and a weight (`limiter.for_key(key, w)`, w from 1
   /// to 1,000,000; plain acquires are the key "" at weight 1), and while keys wait, each is served its
-  /// weight's share of what the line grants, whatever its arrival rate: a tenant flooding the line waits
-  /// behind its own backlog, not in front of the others. The rule is start-time fair queueing (Goyal, Vin and
-  /// Cheng, 1996), a weighted round robin whose rounds are as fine as one request: a waiter of key k asking n
-  /// gets the start tag max(V, F_k) and moves the key's finish tag F_k past it by n / w; waiters are served by
-  /// start tag, smallest first, the earlier arrival first on equal tags; V is the start tag of the last
-  /// waiter served, or of the first waiter if that is larger. The bound: between two keys that wait
-  /// throughout an interval, the units / weight granted to each in it differ by at most n_i / w_i + n_j / w_j
-  /// (one request of each); a key with no waiter gives its share to the others, and comes back with no
-  /// credit saved up, joining the round being served behind its first waiter (so new keys arriving one
-  /// after another cannot keep passing a weighted first waiter that waits to fit). Only waiters are
-  /// scheduled: while nobody waits, an acquire that fits is granted at once, as in every order, and when the
-  /// line empties all keys start again level. A waiter that leaves without a grant (cancelled, timed out,
-  /// evicted) still counts against its key until the line empties: giving up costs its own key's turn,
-  /// never another's. Head-of-line semantics hold by tag; a newcomer placed at the head is granted at once
-  /// when it fits. Tags are doubles: within one busy period of more than about 2^32 requests of weight 1,
-  /// the smallest shares (n / w near 1e-6) may tie and be served in arrival order.
+  /// weight's share of the units the line grants, whatever its arrival rate: a tenant flooding the line
+  /// waits behind its own backlog, not in front of the others. The rule is start-time fair queueing (Goyal,
+  /// Vin and Cheng, 1996), a weighted round robin whose rounds are as fine as one request: a waiter of key k
+  /// asking n gets the start tag max(V, F_k) and moves the key's finish tag F_k past it by n / w; waiters
+  /// are served by start tag, smallest first, the earlier arrival first on equal tags; V is the start tag of
+  /// the last waiter served, or of the first waiter if that is larger. The bound: between two keys that
+  /// wait throughout an interval, the units / weight granted to each in it differ by at most
+  /// n_i / w_i + n_j / w_j (one request of each); with partitions, a partition below its guarantee is served
+  /// out of tag order, and the bound holds between keys of one partition only. A key with no waiter gives
+  /// its share to the others and comes back with no credit saved up, joining the round being served: a
+  /// newcomer is never placed ahead of the first waiter, so keys arriving one after another cannot keep
+  /// passing a weighted first waiter that waits to fit. Only waiters are scheduled: while nobody waits, an
+  /// acquire that fits is granted at once, as in every order, and when the line empties all keys start again
+  /// level. A waiter that leaves without a grant (cancelled, timed out, evicted) still counts against its
+  /// key until the line empties: giving up costs its own key's turn, never another's. Tags are doubles:
+  /// within one busy period of more than about 2^32 units granted at weight 1, the smallest shares (n / w
+  /// near 1e-6) may tie and be served in arrival order.
+  /// Keys are told apart by std::hash of the key (64 bits on a 64-bit target; two keys that collide share one
+  /// turn). The hash is not keyed: where tenants choose their own keys, one could pick a key that collides
+  /// with another's on purpose; map such keys to names you choose before for_key.
   /// Cost: each waiter carries a 72-byte node (its tag, key and weight, and room for a deadline); a
   /// newcomer is placed by a walk from both ends of the line at once, under the lock, which passes the fewer
   /// of the waiters tagged before and after it (few for a key that was idle and for a flooding key's own
   /// next waiter; up to half the line for a key in between): bound the line with `max_waiters`. The line
-  /// keeps a table of the keys that waited since it was last empty (24-byte slots, 2 to 8 per key, grown
-  /// under the lock; given back when the line empties if a later busy period needs a sixteenth of it). Keys
-  /// are told apart by a 64-bit hash: two keys that collide share one turn. The quota gate and the Redis
-  /// limiters' lines stay fifo.
+  /// keeps a table of the keys that waited since it was last empty (24-byte slots, 2 to 8 per key; grown
+  /// under the lock; freed when the line empties after a busy period that used under a sixteenth of it, so
+  /// up to 16 slots per key of the busiest recent period). The quota gate and the Redis limiters' lines stay
+  /// fifo.
   fair,
 };
 

@@ -72,8 +72,8 @@ struct quota_gate_options {
   /// acquire, pause or wake-up of waiters after it); see rein::limiter_observer. Default: none (no cost).
   limiter_observer observer{};
 
-  /// Which waiter is served first: fifo only (the jittered release is spread in arrival order); lifo and
-  /// priority are refused with std::invalid_argument.
+  /// Which waiter is served first: fifo only (the jittered release is spread in arrival order); lifo,
+  /// priority and fair are refused with std::invalid_argument.
   queue_order order = queue_order::fifo;
 
   /// What a full line does with one more waiter: refuse it (default) or evict the longest waiter, both with

@@ -67,8 +67,8 @@ struct semaphore_options {
   /// and limit changes (add_permits); see rein::limiter_observer. Default: none (no cost).
   limiter_observer observer{};
 
-  /// Which waiter is served first: queue_order::fifo (default), lifo (newest first) or priority
-  /// (classes with aging, see at_priority); see rein::queue_order.
+  /// Which waiter is served first: queue_order::fifo (default), lifo (newest first), priority (classes
+  /// with aging, see at_priority) or fair (shares between keys, see for_key); see rein::queue_order.
   queue_order order = queue_order::fifo;
 
   /// What a full line does with one more waiter: refuse it (default) or evict the longest waiter, both with
@@ -250,12 +250,12 @@ class basic_semaphore {
   /// its options chose another order (the class would be ignored).
   auto at_priority(std::uint8_t c) const { return detail::at_priority(doors(), c); }
 
-  /// This limiter's acquire doors for the key `key` (a tenant, a host) at `weight` (1 to 1,000,000), for a limiter
-  /// whose options chose `order = queue_order::fair`: `co_await lim.for_key(tenant, 2).acquire()`. While
-  /// keys wait, each is served its weight's share of the grants, whatever its arrival rate; a plain acquire
-  /// is the key "" at weight 1. See rein::line_view and queue_order::fair for the rule and its bound.
-  /// Throws std::invalid_argument naming the limiter if its options chose another order, or if the weight
-  /// is out of range.
+  /// This limiter's acquire doors for the key `key` (a tenant, a host) at `weight` (1 to 1,000,000), for a
+  /// limiter whose options chose `order = queue_order::fair`: `co_await lim.for_key(tenant, 2).acquire()`.
+  /// While keys wait, each is served its weight's share of the units granted, whatever its arrival rate; a
+  /// plain acquire is the key "" at weight 1. See rein::line_view and queue_order::fair for the rule and its
+  /// bound. Throws std::invalid_argument naming the limiter if its options chose another order, or if the
+  /// weight is out of range.
   auto for_key(std::string_view key, std::uint32_t weight = 1) const { return detail::for_key(doors(), key, weight); }
 
   /// This limiter's acquire doors in the partition called `name` (options.partitions), with try_acquire:

@@ -119,8 +119,8 @@ class basic_sliding_window : public basic_rate_limiter<algo::basic_sliding_windo
     /// Called outside the lock with rejections and limit changes (set_limit); see rein::limiter_observer.
     limiter_observer observer{};
 
-    /// Which waiter is served first: queue_order::fifo (default), lifo (newest first) or priority
-    /// (classes with aging, see at_priority); see rein::queue_order.
+    /// Which waiter is served first: queue_order::fifo (default), lifo (newest first), priority (classes
+    /// with aging, see at_priority) or fair (shares between keys, see for_key); see rein::queue_order.
     queue_order order = queue_order::fifo;
 
     /// What a full line does with one more waiter: refuse it (default) or evict the longest waiter, both with

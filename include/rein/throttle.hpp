@@ -8,6 +8,7 @@
 #include <rein/config.hpp>
 #include <rein/detail/clock_time.hpp>
 #include <rein/detail/format.hpp>
+#include <rein/detail/line_place.hpp>
 #include <rein/error.hpp>
 #include <rein/keyed.hpp>
 #include <rein/observer.hpp>
@@ -152,8 +153,9 @@ weighted_stage<Stage, by_tokens_t> by_tokens(Stage& stage) noexcept {
   return weighted_stage<Stage, by_tokens_t>(stage, by_tokens_t{});
 }
 
-/// Which stages learn from a rejection (`guard.reject()`: a 429, or a 503 with Retry-After). A rejection
-/// is a rate signal about one key: the key's gates pause, and its own adaptive stages learn congestion. The
+/// Which stages learn from a rejection (`guard.reject()`, or `complete(response)` with a 429 or a 503 with
+/// Retry-After; also `complete_http(429)`, which pauses nothing). A rejection is a rate signal about one
+/// key: the key's gates pause, and its own adaptive stages learn congestion. The
 /// question is whether the global stages learn it too: if they do, one host's 429 cuts the global limit,
 /// and so the share, of every host.
 enum class rejection_feedback : std::uint8_t {
@@ -176,10 +178,12 @@ struct throttle_options {
   /// Names the throttle in events, metrics and error messages. Default: none.
   std::string name{};
   /// The weight of a key on a global stage whose options chose `order = queue_order::fair` (see
-  /// rein::queue_order::fair): while keys wait there, each is served its weight's share of the stage. Called
-  /// with the caller's key, on the caller's thread, when it starts to wait at such a stage; must not throw,
-  /// block or use the throttle; 0 counts as 1. Default: none (every key weight 1). Keyed stages ignore it
-  /// (each key waits on its own limiter).
+  /// rein::queue_order::fair): while keys wait there, each is served its weight's share of the units the
+  /// stage grants. Called with the caller's key when it starts to wait at such a stage: on the awaiting
+  /// coroutine's thread (acquire), or on the completion handler's executor (async_acquire), so possibly from
+  /// several threads at once; must not block or use the throttle. 0 counts as 1, more than 1,000,000 as
+  /// 1,000,000, and a throw as 1. Default: none (every key weight 1). Keyed stages ignore it (each key waits
+  /// on its own limiter).
   std::function<std::uint32_t(std::string_view key)> key_weight{};
   /// Which stages learn from guard.reject() (see rein::rejection_feedback). Default: automatic.
   rejection_feedback rejections = rejection_feedback::automatic;
@@ -601,14 +605,18 @@ class throttle_guard {
   /// record, with the admission instant as the send time). Does nothing on an empty guard.
   void complete(outcome result) noexcept { complete_as(result, false); }
 
-  /// Reports an HTTP status through rein::classify_http_status and releases everything.
-  void complete_http(int status) noexcept { complete(classify_http_status(status)); }
+  /// Reports an HTTP status through rein::classify_http_status and releases everything. A 429 is congestion
+  /// learned as a rejection is (throttle_options::rejections: by the key's stages, and by the global ones
+  /// only where no keyed stage of their kind exists), but pauses nothing: reject() with the Retry-After
+  /// also pauses the key's gates.
+  void complete_http(int status) noexcept { complete_as(classify_http_status(status), status == 429); }
 
   /// The upstream said "too many requests" (429, or 503 with Retry-After): pauses the key's gates (and any
   /// global gate) for everyone for `retry_after` (the throttle's default_pause when absent), counts as
   /// congestion at the key's stages (and at the global ones as throttle_options::rejections says: by
-  /// default only where no keyed stage of their kind exists), releases. The pause starts before the permits go back, so the caller next in line for this
-  /// key sees it and waits at the gate instead of sending into the pause. Does nothing on an empty guard.
+  /// default only where no keyed stage of their kind exists), releases. The pause starts before the permits
+  /// go back, so the caller next in line for this key sees it and waits at the gate instead of sending into
+  /// the pause. Does nothing on an empty guard.
   /// A `retry_after` of zero pauses not at all (the upstream said "go ahead"); a negative one says nothing
   /// usable and pauses for default_pause, as an unparseable Retry-After field does (quota_gate's
   /// on_retry_after).
@@ -1420,26 +1428,22 @@ class throttle {
       if constexpr (ranks_[I] == rank::gate) {
         co_await l.async_acquire_until(n, x.deadline, token<Bound>(x));
       } else if constexpr (ranks_[I] == rank::rate) {
-        if constexpr (fair_capable<I>) {
-          if (l.order() == queue_order::fair) {
-            co_await l.for_key(x.key, weight_of(x.key)).async_acquire_until(n, x.deadline, token<Bound>(x));
-            g.held_.units[I] = n;
-            co_return;
-          }
-        }
-        co_await l.async_acquire_until(n, x.deadline, token<Bound>(x));
+        co_await acquire_on_line<Bound, I>(l, n, x);
         g.held_.units[I] = n;
       } else {
-        if constexpr (fair_capable<I>) {
-          if (l.order() == queue_order::fair) {
-            g.held_.permits[I] =
-                co_await l.for_key(x.key, weight_of(x.key)).async_acquire_until(n, x.deadline, token<Bound>(x));
-            co_return;
-          }
-        }
-        g.held_.permits[I] = co_await l.async_acquire_until(n, x.deadline, token<Bound>(x));
+        g.held_.permits[I] = co_await acquire_on_line<Bound, I>(l, n, x);
       }
     }
+  }
+
+  // The wait on a concurrency or rate stage's own line: as the caller's key on a global stage in fair order.
+  template <bool Bound, std::size_t I, class L>
+  auto acquire_on_line(L& l, std::size_t n, run_ctx& x) {
+    if constexpr (fair_capable<I>) {
+      if (l.order() == queue_order::fair)
+        return l.for_key(x.key, weight_of(x.key)).async_acquire_until(n, x.deadline, token<Bound>(x));
+    }
+    return l.async_acquire_until(n, x.deadline, token<Bound>(x));
   }
 
   // Whether the stage at I is global and can serve its line in fair order (queue_order::fair).
@@ -1449,9 +1453,17 @@ class throttle {
     { l.order() } -> std::same_as<queue_order>;
   };
 
-  std::uint32_t weight_of(std::string_view key) const {
-    const std::uint32_t w = options_.key_weight ? options_.key_weight(key) : 1;
-    return w == 0 ? 1 : w;
+  // throttle_options::key_weight's answer, brought into for_key's range; a throw counts as 1 (a wait must
+  // not end in an exception that is not its error).
+  std::uint32_t weight_of(std::string_view key) const noexcept {
+    std::uint32_t w = 1;
+    if (options_.key_weight) {
+      try {
+        w = options_.key_weight(key);
+      } catch (...) {
+      }
+    }
+    return std::clamp<std::uint32_t>(w, 1, detail::max_fair_weight);
   }
 
   template <bool Bound>

@@ -1674,34 +1674,51 @@ TEST_CASE("fair: with one key idle, the others split its share; back, it gets it
   CHECK(b.window_counts(back_from, 8)[2].second == 5);
 }
 
-TEST_CASE("fair: a key asking 3 permits per call gets the same permits as one asking 1, not 3 times more",
-          "[core][order][fair]") {
+namespace {
+
+// Eight callers asking 3 permits a call ("big") and eight asking 1 ("small"), more than the 6 permits hold,
+// so that both keys always wait; a closed loop in `order`, 3,000 releases of the oldest grant; the permits
+// each key was granted.
+std::pair<std::size_t, std::size_t> big_and_small(rein::queue_order order) {
   net::io_context io;
-  manual_semaphore sem(io, 6, {.order = rein::queue_order::fair});
-  std::vector<rein::permit> start;
-  start.push_back(sem.try_acquire(6));
-  std::map<std::string, std::size_t> units;
-  std::deque<std::pair<std::string, rein::permit>> held;
-  std::function<void(std::string, std::size_t)> ask = [&](std::string key, std::size_t n) {
-    sem.for_key(key).async_acquire(n, [&, key](error_code ec, rein::permit p) {
+  manual_semaphore sem(io, 6, {.order = order});
+  auto start = sem.try_acquire(6);
+  std::size_t big = 0, small = 0;
+  std::deque<std::pair<bool, rein::permit>> held;  // (big?, permit), oldest grant first
+  std::function<void(bool)> ask = [&](bool is_big) {
+    auto done = [&, is_big](error_code ec, rein::permit p) {
       REQUIRE(!ec);
-      units[key] += p.count();
-      held.emplace_back(key, std::move(p));
-    });
+      (is_big ? big : small) += p.count();
+      held.emplace_back(is_big, std::move(p));
+    };
+    const std::size_t n = is_big ? 3 : 1;
+    if (order == rein::queue_order::fair) sem.for_key(is_big ? "big" : "small").async_acquire(n, done);
+    else sem.async_acquire(n, done);
   };
-  for (int i = 0; i < 4; ++i) ask("big", 3), ask("small", 1), ask("small", 1), ask("small", 1);
+  for (int i = 0; i < 8; ++i) ask(true), ask(false);
   poll(io);
-  start.clear();
+  start.release();
   poll(io);
   for (int i = 0; i < 3'000; ++i) {
-    auto [key, p] = std::move(held.front());
-    held.pop_front();
-    p.release();
-    ask(key, key == "big" ? 3 : 1);
+    const bool is_big = held.front().first;
+    held.pop_front();  // the permit's destructor gives it back
+    ask(is_big);
     poll(io);
   }
-  const double big = static_cast<double>(units["big"]), small = static_cast<double>(units["small"]);
-  CHECK(std::abs(big - small) <= 3.0 + 1.0);  // the bound: one request of each
+  return {big, small};
+}
+
+}  // namespace
+
+TEST_CASE("fair: a key asking 3 permits per call gets the same permits as one asking 1, not 3 times more",
+          "[core][order][fair]") {
+  // In fifo order the callers take turns, so the key asking 3 a call gets 3 times the permits; in fair order
+  // the two keys' permits differ by at most one request of each (3 + 1).
+  const auto [fifo_big, fifo_small] = big_and_small(rein::queue_order::fifo);
+  CHECK(fifo_big == 3 * fifo_small);
+  const auto [big, small] = big_and_small(rein::queue_order::fair);
+  CHECK(big == 2'253);  // equal, within the bound
+  CHECK(small == 2'253);
 }
 
 TEST_CASE("fair: a newcomer of a key behind the others is placed ahead of their backlog; plain acquires are "
@@ -1890,14 +1907,7 @@ struct fair_model {
     if (!line.empty()) v = std::max(v, line.begin()->tag);  // an idle key joins the round being served
     const double tag = std::max(v, finish[key]);
     finish[key] = tag + static_cast<double>(n) / w;
-    const waiter me{tag, index, n};
-    if (!line.empty() && me < *line.begin() && free >= n) {  // the new head, and it fits
-      free -= n;
-      v = std::max(v, tag);
-      granted.push_back(index);
-      return;
-    }
-    line.insert(me);
+    line.insert(waiter{tag, index, n});  // never ahead of the first waiter: its tag is at least V
   }
   void dispatch() {
     while (!line.empty() && line.begin()->n <= free) {
@@ -1982,7 +1992,6 @@ TEST_CASE("fair order against the model, exhaustively: every sequence of 6 event
   // with two weights and two request sizes, including the line emptying and starting again level.
   const int depth = fair_model_depth();
   constexpr int events = 7;
-  std::size_t runs = 0;
   for (std::size_t permits : {1u, 2u}) {
     int total = 1;
     for (int i = 0; i < depth; ++i) total *= events;
@@ -2003,12 +2012,8 @@ TEST_CASE("fair order against the model, exhaustively: every sequence of 6 event
         }
         if (acted) line.check();
       }
-      ++runs;
     }
   }
-  std::size_t per_setting = 1;
-  for (int i = 0; i < depth; ++i) per_setting *= events;
-  CHECK(runs == 2 * per_setting);
 }
 
 TEST_CASE("fair order against the model at scale: 3 to 6 permits, up to 40 keys of weights 1 to 4",

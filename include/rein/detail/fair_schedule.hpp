@@ -33,16 +33,15 @@ class fair_schedule {
   /// the line can see (an entry with no finish tag yet reads as none).
   double start_tag(std::uint64_t key) { return std::max(now_, find_or_insert(key).finish); }
 
-  /// The waiter of `key` at `weight`, given `tag` by start_tag and asking n, joined the line (or was granted
-  /// at once ahead of it): the key's finish tag moves past it.
+  /// The waiter of `key` at `weight`, given `tag` by start_tag and asking n, joined the line: the key's
+  /// finish tag moves past it.
   void admitted(std::uint64_t key, std::uint32_t weight, double tag, std::size_t n) noexcept {
     slot* s = probe(slots_, key);  // start_tag made it, and nothing was inserted since
     s->finish = tag + static_cast<double>(n) / static_cast<double>(weight);
   }
 
   /// V moves to `tag` if that is later: the start tag of a waiter granted (in tag order, or out of it: a
-  /// partition below its guarantee, a newcomer at the head), or of the line's first waiter when a new one
-  /// arrives.
+  /// partition below its guarantee), or of the line's first waiter when a new one arrives.
   void advance(double tag) noexcept { now_ = std::max(now_, tag); }
 
   /// The line emptied: every key is idle. O(1) (the slots of an older epoch read as empty), unless the

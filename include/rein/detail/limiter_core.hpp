@@ -733,18 +733,16 @@ class limiter_core final : public permit_source,
     if (!Policy::needs_time && (measure_wait_ || deadline != time_point::max() || order_ == queue_order::priority))
       now = Clock::now();
     op->stamp_ns = to_ns(now).count();
-    if (op->fair) tag_fair_locked(*op, first);  // may throw (a new key, no memory): changes nothing
+    // May throw (a new key, no memory) having moved only V up to the first waiter's tag, as any arrival does.
+    if (op->fair) tag_fair_locked(*op, first);
     const place at = first ? place{nullptr, 0} : place_locked(op);
-    // A newcomer placed at the head (lifo order, an urgent priority class, a fair key behind the others) is
-    // served now if it fits, whoever waits behind it (with partitions, once queued: dispatch puts a
-    // partition below its guarantee first).
-    if (!first && at.after == nullptr && !partitioned() && policy_.try_take(n, now)) {
-      if (op->fair) {
-        fair_admitted_locked(*op);
-        fair_->advance(op->fair_tag());
-      }
+    // A fair newcomer is tagged at or after the first waiter, so never placed ahead of it.
+    assert(!op->fair || first || at.after != nullptr);
+    // A newcomer placed at the head (lifo order, an urgent priority class) is served now if it fits,
+    // whoever waits behind it (with partitions, once queued: dispatch puts a partition below its
+    // guarantee first).
+    if (!first && at.after == nullptr && !partitioned() && policy_.try_take(n, now))
       return grant_at_once_locked(op, now, done), false;
-    }
     const bool full = queue_.size() >= max_waiters_;
     // In a sorted order the evicted waiter is the last one: a newcomer that would be last is refused.
     if (full && (!evict_oldest_ || first || (sorted() && at.after == queue_.back())))
@@ -755,7 +753,6 @@ class limiter_core final : public permit_source,
       if (!work_) work_.emplace(executor_);
       waiting_.store(true, std::memory_order_relaxed);
     }
-    if (op->fair) fair_admitted_locked(*op);
     queue_.insert_after(at.after, op);
     queued_units_ += n;
     if constexpr (partitionable) {
@@ -776,6 +773,8 @@ class limiter_core final : public permit_source,
         throw;
       }
     }
+    // Only now that it is queued for good does its key's turn move (the table has its slot: start_tag).
+    if (op->fair) fair_admitted_locked(*op);
     // With partitions, a newcomer at the head, or one whose partition is below its guarantee, may be served
     // now (ahead of a head that does not fit): the line moves by the partition rule.
     const bool serve_now = partitioned() && (at.after == nullptr || partition_starved_locked(op->partition));
@@ -916,7 +915,7 @@ class limiter_core final : public permit_source,
     }
   }
 
-  // A fair line's newcomer joined (or was granted at once at the head): its key's finish tag moves past it.
+  // A fair line's newcomer joined the line: its key's finish tag moves past it.
   void fair_admitted_locked(wait_op& op) noexcept {
     const fair_node& f = op.fair_state();
     fair_->admitted(f.key, f.weight, f.tag, op.count);

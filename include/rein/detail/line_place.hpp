@@ -14,4 +14,8 @@ struct line_place {
   std::uint8_t partition = 0;  ///< the partition's index; 0: the rest, or none
 };
 
+/// The largest weight for_key takes: tags are doubles, so that a share as small as 1 / 1,000,000 of a unit
+/// keeps its order within a busy period of up to about 2^32 units granted at weight 1.
+inline constexpr std::uint32_t max_fair_weight = 1'000'000;
+
 }  // namespace rein::detail
