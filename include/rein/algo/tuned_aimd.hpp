@@ -276,8 +276,15 @@ class basic_tuned_aimd {
     const double current = limit_.value();
     if (target >= current) return;
     slow_start_ = false;
-    good_ = std::max(target, good);
-    probe_ = options_.increase;
+    // A probe that found the level the previous one found (within a call) was futile: the next plateau is
+    // one round trip longer (the probe starts at half the step), down to `increase` squared, i.e. at most
+    // twice the first plateau. Each probe costs a round trip or two of calls over capacity; on an upstream
+    // whose capacity holds, probing as often as right after a change is waste.
+    const double found = std::max(target, good);
+    futile_ = std::abs(found - good_) < 1.0 ? futile_ + 1 : 0;
+    good_ = found;
+    const double i = options_.increase;
+    probe_ = i < 1.0 ? std::max(i * std::exp2(-static_cast<double>(futile_)), i * i) : i;
     limit_.set(target);
   }
 
@@ -312,6 +319,7 @@ class basic_tuned_aimd {
   double good_ = 0.0;   // where the latest cut left the limit
   double probe_;        // growth per round trip beyond it
   std::uint64_t held_ = 0;
+  std::uint64_t futile_ = 0;  // probes in a row that found the level the one before found
 };
 
 /// `basic_tuned_aimd` on `std::chrono::steady_clock`.
