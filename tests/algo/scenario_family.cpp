@@ -56,23 +56,23 @@ TEST_CASE("blind_reference: starts from 4, never fails, learns the capacity from
   const auto blind = [](const upstream_key& k) { return blind_reference{k}; };
   const family_summary s = evaluate("blind_reference", f, blind);
   CHECK(s.scenarios_with_failures == 0);
-  CHECK(s.worst_slow < 0.026);
-  CHECK(s.median_makespan < 1.035);
+  CHECK(s.worst_slow < 0.028);
+  CHECK(s.median_makespan < 1.036);
   const family_summary late =
       evaluate("blind_reference_late", f, [](const upstream_key& k) { return blind_reference{k, 4.0, true}; });
   CHECK(late.scenarios_with_failures == 0);
   CHECK(late.median_makespan >= s.median_makespan);  // seeing drops late costs; it never helps
 
-  // Where even this idealised start misses 1.3x the oracle's makespan (seeds 1-1000: 1.460 in seed 146, 1.449
-  // in 205): a high capacity that drops soon after the start, so the work the start could not do is done at
-  // the lower capacity. No rule that starts from 4 without being told the capacity meets 1.3x in every
-  // scenario of this family.
-  for (const std::uint64_t seed : {146, 205}) {
+  // Where even this idealised start misses 1.3x the oracle's makespan (seeds 1-1000: 1.317 in seed 462, 1.314
+  // in 569, 1.307 in 918): a high capacity that drops soon after the start, so the work the start could not
+  // do is done at the lower capacity. No rule that starts from 4 without being told the capacity and never
+  // fails a call in this family is likely to meet 1.3x in every scenario.
+  for (const std::uint64_t seed : {462, 918}) {
     const scenario sc = generate_scenario(seed);
     const family_score one = score(sc, measure_yardsticks(sc), blind);
     INFO(sc.name << ": " << sc.description);
     CHECK(one.failed == 0);
-    CHECK(one.makespan_ratio > 1.44);
+    CHECK(one.makespan_ratio > 1.3);
   }
 }
 
@@ -108,8 +108,8 @@ void check_family(const char* name, const family& f, const bounds& b, Make make)
 // 1.802 / 1.063 / 1.505). The start from 4 calls (the largest start that cannot burst past a hard limit of
 // 4), seeing a drop only when a call granted over it completes, and one round trip or two of calls over
 // capacity at every probe cost what the oracle never pays. blind_reference, which pays only the start and
-// plays it perfectly, is at 2.9 % / 1.041 / 1.460 / 0.926 / 1.214: the worst-case makespan and recovery
-// bounds are out of reach of any rule that starts from 4 without being told the capacity. These are the
+// plays it as fast as is safe, is at 2.9 % / 1.043 / 1.317 / 0.925 / 1.203: the worst-case makespan and
+// recovery bounds are out of reach from a start of 4 without being told the capacity. These are the
 // nearest bounds met.
 constexpr bounds tuned_aimd_bounds{0.075, 1.19, 1.69, 1.05, 1.35};
 // gradient: 0.4 % / 1.355 / 2.618 / 1.152 / 1.832 (no slow start; a minimum baseline that a stall fools).

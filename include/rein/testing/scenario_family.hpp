@@ -226,8 +226,9 @@ class yardstick_limit {
 /// Idealised, and deliberately optimistic. Until it first sees a call served over capacity, it knows only
 /// what its calls have shown exactly (a call granted with n calls out and served unqueued proves capacity
 /// >= n, which no real rule can tell apart from noise and stalls), and grows as fast as that is safe on the
-/// family: to `max(n + 2, 1.2 x n)`, the smallest margin of a hard cap over the highest capacity, so it never
-/// fails a call. The first call served over capacity tells it the capacity exactly (as a noise-free latency
+/// family: to `max(n + 2, ceil(1.2 x n))` calls, the smallest margin of a hard cap over the highest capacity
+/// (`generate_key`), so it never fails a call, and any faster growth would fail some upstream of the family
+/// that its calls cannot tell apart from this one. The first call served over capacity tells it the capacity exactly (as a noise-free latency
 /// would), and from then on it follows every change as the oracle does, so the cost of detecting a later
 /// drop or recovery is not part of it: its figures bound the cost of the start from below.
 ///
@@ -239,7 +240,7 @@ class blind_reference {
  public:
   using clock_type = std::chrono::steady_clock;       ///< only names the samples' time_point
   using sample_type = algo::basic_sample<clock_type>;  ///< what the simulation reports
-  /// The family's smallest hard cap over the highest capacity: `max(c + margin, c x ratio)`.
+  /// The family's smallest hard cap over the highest capacity: `max(c + margin, ceil(c x ratio))`.
   static constexpr double ratio = 1.2;
   static constexpr double margin = 2.0;  ///< see `ratio`
 
@@ -264,7 +265,7 @@ class blind_reference {
     }
     if (learned_) return;
     const double n = static_cast<double>(s.in_flight);
-    limit_ = std::max(limit_, std::max(n + margin, n * ratio));
+    limit_ = std::max(limit_, std::max(n + margin, std::ceil(n * ratio - 1e-9)));  // whole calls, as the cap
   }
   /// Once it has learned the capacity, it follows each change of it (with `drops_seen_late`, each rise).
   void on_capacity(std::size_t c) noexcept {
