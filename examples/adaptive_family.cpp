@@ -10,6 +10,13 @@
 // noisy (+-20 %), the deepest cut as a fraction of the capacity. --worst names the scenario behind each worst
 // figure; --show prints one scenario, each algorithm's run on it and a timeline of its limit. Pure
 // simulation: no Asio, no clock, the same figures on every machine.
+//
+// The last row, blind_reference (rein/testing/scenario_family.hpp), is no algorithm: an idealised rule that
+// starts from the same 4 calls, is not told the capacity, grows as fast as the family's smallest hard-cap
+// margin allows and then follows the capacity like the oracle. What it misses, no rule starting from 4
+// can reach on this family. blind_reference_late sees each later drop only when a call granted over the
+// new capacity completes, as a rule fed by completions must (rises still at once). --algorithm selects
+// either alone.
 #include "usage.hpp"
 
 #include <rein/algo/aimd.hpp>
@@ -103,6 +110,13 @@ int show(const arguments& args) {
   show_one<algo::vegas>("vegas", sc, args, reports);
   show_one<algo::windowed_aimd>("windowed_aimd", sc, args, reports);
   show_one<algo::pid>("pid", sc, args, reports);
+  for (const bool late : {false, true}) {
+    const char* name = late ? "blind_reference_late" : "blind_reference";
+    if (!args.algorithm.empty() && args.algorithm != name) continue;
+    std::vector<testing::blind_reference> keys;
+    for (std::size_t k = 0; k < sc.keys(); ++k) keys.emplace_back(sc.key(k), 4.0, late);
+    reports.push_back(testing::simulate(name, std::span{keys}, sc));
+  }
   testing::print_table(std::cout, reports);
   for (const auto& r : reports) {
     std::cout << '\n';
@@ -127,6 +141,13 @@ int run(const arguments& args) {
   add<algo::vegas>(rows, noise, "vegas", f, quiet, args);
   add<algo::windowed_aimd>(rows, noise, "windowed_aimd", f, quiet, args);
   add<algo::pid>(rows, noise, "pid", f, quiet, args);
+  // Not algorithms: the idealised references (see blind_reference), with drops seen at once and late.
+  for (const bool late : {false, true}) {
+    const char* name = late ? "blind_reference_late" : "blind_reference";
+    if (!args.algorithm.empty() && args.algorithm != name) continue;
+    const auto make = [late](const testing::upstream_key& key) { return testing::blind_reference{key, 4.0, late}; };
+    rows.push_back(testing::evaluate(name, f, make));
+  }
 
   std::cout << args.seeds << " generated scenarios (seeds " << args.first << " to " << args.first + args.seeds - 1
             << "), default options:\n\n";
@@ -156,7 +177,8 @@ int run(const arguments& args) {
 constexpr const char* usage =
     "usage: adaptive_family [--help] [--seeds N] [--first SEED] [--noise-seeds N] [--worst] [--algorithm NAME]\n"
     "       adaptive_family --show SEED | --show-noise SEED [--algorithm NAME]\n"
-    "  every adaptive algorithm with its defaults on a generated family of upstreams, against an oracle\n";
+    "  every adaptive algorithm with its defaults on a generated family of upstreams, against an oracle,\n"
+    "  and two idealised references (blind_reference, blind_reference_late) that are not told the capacity\n";
 
 int main(int argc, char** argv) {
   if (rein_example::asked_for_help(argc, argv, usage)) return 0;

@@ -51,6 +51,31 @@ TEST_CASE("measure_yardsticks: the oracle never queues inside the upstream; reco
   CHECK(r.slow == 0);
 }
 
+TEST_CASE("blind_reference: starts from 4, never fails, learns the capacity from the first call over it") {
+  const family f = family::generate(1, 100);
+  const auto blind = [](const upstream_key& k) { return blind_reference{k}; };
+  const family_summary s = evaluate("blind_reference", f, blind);
+  CHECK(s.scenarios_with_failures == 0);
+  CHECK(s.worst_slow < 0.028);
+  CHECK(s.median_makespan < 1.036);
+  const family_summary late =
+      evaluate("blind_reference_late", f, [](const upstream_key& k) { return blind_reference{k, 4.0, true}; });
+  CHECK(late.scenarios_with_failures == 0);
+  CHECK(late.median_makespan >= s.median_makespan);  // seeing drops late costs; it never helps
+
+  // Where even this idealised start misses 1.3x the oracle's makespan (seeds 1-1000: 1.317 in seed 462, 1.314
+  // in 569, 1.307 in 918): a high capacity that drops soon after the start, so the work the start could not
+  // do is done at the lower capacity. No rule that starts from 4 without being told the capacity and never
+  // fails a call in this family is likely to meet 1.3x in every scenario.
+  for (const std::uint64_t seed : {462, 918}) {
+    const scenario sc = generate_scenario(seed);
+    const family_score one = score(sc, measure_yardsticks(sc), blind);
+    INFO(sc.name << ": " << sc.description);
+    CHECK(one.failed == 0);
+    CHECK(one.makespan_ratio > 1.3);
+  }
+}
+
 namespace {
 
 struct bounds {
@@ -78,10 +103,15 @@ void check_family(const char* name, const family& f, const bounds& b, Make make)
 
 // The bounds aimed at are 5 % slow calls in every scenario, makespan <= 1.15x the oracle's (median) and
 // <= 1.3x (worst), and <= 1.1x a fixed limit at the recovered capacity after a recovery. Measured over seeds
-// 1-1000 with the defaults (examples/adaptive_family): tuned_aimd 7.4 % / 1.207 / 1.802 / 1.063 / 1.505; the
-// start from 4 calls (the largest start that cannot burst past a hard limit of 4) and one round trip of
-// calls over capacity at every probe cost what the oracle never pays. These are the nearest bounds met.
-constexpr bounds tuned_aimd_bounds{0.08, 1.22, 1.85, 1.07, 1.55};
+// 1-1000 with the defaults (examples/adaptive_family): tuned_aimd 7.4 % / 1.184 / 1.682 / 1.046 / 1.340
+// (before the binary search back after a cut ended and futile probes were spaced out: 7.4 % / 1.207 /
+// 1.802 / 1.063 / 1.505). The start from 4 calls (the largest start that cannot burst past a hard limit of
+// 4), seeing a drop only when a call granted over it completes, and one round trip or two of calls over
+// capacity at every probe cost what the oracle never pays. blind_reference, which pays only the start and
+// plays it as fast as is safe, is at 2.9 % / 1.043 / 1.317 / 0.925 / 1.203: the worst-case makespan and
+// recovery bounds are out of reach from a start of 4 without being told the capacity. These are the
+// nearest bounds met.
+constexpr bounds tuned_aimd_bounds{0.075, 1.19, 1.69, 1.05, 1.35};
 // gradient: 0.4 % / 1.355 / 2.618 / 1.152 / 1.832 (no slow start; a minimum baseline that a stall fools).
 constexpr bounds gradient_bounds{0.62, 1.36, 2.65, 1.16, 1.85};
 // aimd with latency_tolerance 1.75 (not its default, see aimd_options): 6.5 % / 1.324 / 1.863 / 1.111 / 1.509.

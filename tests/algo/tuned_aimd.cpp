@@ -165,6 +165,52 @@ TEST_CASE("tuned_aimd: after a cut the limit climbs back slowly, then faster eve
   REQUIRE(t.limit() < 11.0);  // six round trips later, still at the level found
 }
 
+TEST_CASE("tuned_aimd: after a deep cut the limit returns to the level found within a few round trips") {
+  tuned_aimd t = make(20);
+  for (int i = 0; i < 3; ++i) t.on_sample(ok(5ms, 1ms * i, 20));
+  t.on_sample(ok(100ms, 100ms, 20));  // 19 queued ahead (as a stall looks) with 20 out: cut by half, to 10
+  REQUIRE(t.limit() == 10.0);
+  std::chrono::nanoseconds now = 200ms;
+  const auto round = [&] {
+    const int n = static_cast<int>(t.limit());
+    for (int i = 0; i < n; ++i) t.on_sample(ok(5ms, now += 1ms, 64));
+    return t.limit();
+  };
+  // Half the way back to 19 (the level below the slow call's) each round trip, at least one call, and not
+  // past it: halving alone crept the last call at 0.01 a round trip.
+  REQUIRE(round() < 15.0);
+  int rounds = 1;
+  while (t.limit() < 19.0 && rounds < 10) round(), ++rounds;
+  REQUIRE(rounds == 6);  // about 10, 14.5, 16.75, 17.9, 18.9, 19 (halving alone: 18.5 after six)
+  REQUIRE(t.limit() < 19.01);  // from there the probe starts at `increase`
+}
+
+TEST_CASE("tuned_aimd: a probe that finds the level the last one found makes the next plateau a round trip longer") {
+  tuned_aimd t = make(10);
+  for (int i = 0; i < 3; ++i) t.on_sample(ok(5ms, 1ms * i, 10));
+  std::chrono::nanoseconds now = 100ms;
+  // One probe: 11 out, one queued ahead, so 10 is the level found; then the samples it takes to reach 11
+  // again (about 10 a round trip), all granted with 11 out.
+  const auto probe = [&](std::size_t out, std::chrono::nanoseconds latency) {
+    t.on_sample(ok(latency, now += 100ms, out));
+    int samples = 0;
+    while (t.limit() < 11.0 && samples < 100000) t.on_sample(ok(5ms, now += 1ms, 11)), ++samples;
+    return samples;
+  };
+  const int first = probe(11, 10ms);  // from 11: 10 is found for the first time
+  const int second = probe(11, 10ms);  // 10 again: the probe starts at half the step
+  const int third = probe(11, 10ms);
+  CHECK(second - first >= 9);  // about one round trip (10 samples) more each time
+  CHECK(second - first <= 11);
+  CHECK(third - second >= 9);
+  CHECK(third - second <= 11);
+  int longest = third;
+  for (int i = 0; i < 10; ++i) longest = probe(11, 10ms);
+  CHECK(longest - first <= 75);  // at most `increase` squared: 6.6 round trips more, the plateau doubled
+  CHECK(probe(11, 5ms) == 0);  // a fast sample changes nothing
+  CHECK(probe(9, 10ms) < first + 20);  // 8, a new level: the full step again (from 8, not 10)
+}
+
 TEST_CASE("tuned_aimd: ignored samples change nothing and do not enter the baseline") {
   tuned_aimd t = make(16);
   for (int i = 0; i < 20; ++i) t.on_sample(sample{1s, outcome::ignored, 64, at(1ms * i)});

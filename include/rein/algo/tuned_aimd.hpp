@@ -154,7 +154,8 @@ class rolling_median {
 ///   at most by `backoff`.
 /// - Growth, spread over the round trip's samples and always within the growth guard (`min_utilisation`):
 ///   slow start (one call per success) until the first cut; then half the way back per round trip to the
-///   level just below the slow call's (a binary search, as BIC-TCP); from there `increase` calls per round
+///   level just below the slow call's, at least one call per round trip (a binary search, as BIC-TCP, with
+///   its minimum step); from there `increase` calls per round
 ///   trip, doubling every round trip without a cut (CUBIC's plateau and convex probe, RFC 8312).
 /// - `ignored` changes nothing and is not part of the baseline.
 ///
@@ -244,7 +245,8 @@ class basic_tuned_aimd {
 
  private:
   // Growth per round trip: `limit` in slow start (doubling); below the level the last cut found good (one
-  // call under the call that was slow), half the way back to it (a binary search, as BIC-TCP); from there,
+  // call under the call that was slow), half the way back to it, at least one call (a binary search, as
+  // BIC-TCP); from there,
   // the probe step, which doubles every round trip without a cut. Spread over the round trip's samples.
   void grow(const sample_type& s) noexcept {
     const double current = limit_.value();
@@ -253,7 +255,11 @@ class basic_tuned_aimd {
     if (slow_start_) {
       step = current;
     } else if (current < good_) {
-      step = std::max(probe_, (good_ - current) / 2.0);
+      // Half the way back, but at least one call per round trip, and never past `good` in this phase: halving
+      // alone only approaches `good`, and its steps shrink below a call, then to `probe_` (0.01 a round
+      // trip by default), so the limit stayed a call or two short of the level it had found good for dozens
+      // of round trips before the probe could start (after a recovery, and after each stall).
+      step = std::min(std::max({probe_, (good_ - current) / 2.0, 1.0}), (good_ - current) / rounds);
     } else {
       probe_ *= std::exp2(rounds);
     }
@@ -270,8 +276,15 @@ class basic_tuned_aimd {
     const double current = limit_.value();
     if (target >= current) return;
     slow_start_ = false;
-    good_ = std::max(target, good);
-    probe_ = options_.increase;
+    // A probe that found the level the previous one found (within a call) was futile: the next plateau is
+    // one round trip longer (the probe starts at half the step), down to `increase` squared, i.e. at most
+    // twice the first plateau. Each probe costs a round trip or two of calls over capacity; on an upstream
+    // whose capacity holds, probing as often as right after a change is waste.
+    const double found = std::max(target, good);
+    futile_ = std::abs(found - good_) < 1.0 ? futile_ + 1 : 0;
+    good_ = found;
+    const double i = options_.increase;
+    probe_ = i < 1.0 ? std::max(i * std::exp2(-static_cast<double>(futile_)), i * i) : i;
     limit_.set(target);
   }
 
@@ -306,6 +319,7 @@ class basic_tuned_aimd {
   double good_ = 0.0;   // where the latest cut left the limit
   double probe_;        // growth per round trip beyond it
   std::uint64_t held_ = 0;
+  std::uint64_t futile_ = 0;  // probes in a row that found the level the one before found
 };
 
 /// `basic_tuned_aimd` on `std::chrono::steady_clock`.

@@ -21,6 +21,7 @@
 #include <ostream>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -219,6 +220,77 @@ class yardstick_limit {
   bool follows_;
 };
 
+/// The best a rule could do from the same start as the algorithms without being told the capacity: the
+/// unavoidable cost of not knowing it, which no rule that starts at `initial` can avoid on this family.
+///
+/// Idealised, and deliberately optimistic. Until it first sees a call served over capacity, it knows only
+/// what its calls have shown exactly (a call granted with n calls out and served unqueued proves capacity
+/// >= n, which no real rule can tell apart from noise and stalls), and grows as fast as that is safe on the
+/// family: to `max(n + 2, ceil(1.2 x n))` calls, the smallest margin of a hard cap over the highest capacity
+/// (`generate_key`), so it never fails a call, and any faster growth would fail some upstream of the family
+/// that its calls cannot tell apart from this one. The first call served over capacity tells it the capacity exactly (as a noise-free latency
+/// would), and from then on it follows every change as the oracle does, so the cost of detecting a later
+/// drop or recovery is not part of it: its figures bound the cost of the start from below.
+///
+/// With `drops_seen_late`, it learns of a drop only as a rule fed by completions can: when the first call
+/// granted over the lower capacity completes (and then it knows the capacity exactly). Rises are still seen
+/// at once. That adds the unavoidable delay of seeing a drop, which grows with its depth (a call granted
+/// with n calls out over a capacity c takes `1 + n - c` base latencies to say so).
+class blind_reference {
+ public:
+  using clock_type = std::chrono::steady_clock;       ///< only names the samples' time_point
+  using sample_type = algo::basic_sample<clock_type>;  ///< what the simulation reports
+  /// The family's smallest hard cap over the highest capacity: `max(c + margin, ceil(c x ratio))`.
+  static constexpr double ratio = 1.2;
+  static constexpr double margin = 2.0;  ///< see `ratio`
+
+  /// For `key` (only its capacity schedule is read, to say what each call proved), from `initial` calls.
+  explicit blind_reference(upstream_key key, double initial = 4.0, bool drops_seen_late = false)
+      : key_{std::move(key)}, limit_{initial}, late_{drops_seen_late} {}
+  /// The limit, in calls.
+  double limit() const noexcept { return limit_; }
+  /// Samples that lowered the limit.
+  std::uint64_t decreases() const noexcept { return decreases_; }
+  /// True once a call served over capacity has told it the capacity.
+  bool learned() const noexcept { return learned_; }
+
+  /// What one call proved: capacity >= its calls out, or (over capacity) the capacity itself.
+  void on_sample(const sample_type& s) noexcept {
+    if (learned_ && !late_) return;
+    const auto now = std::chrono::duration_cast<std::chrono::nanoseconds>(s.now.time_since_epoch());
+    if (s.in_flight > capacity_at(now - s.latency)) {
+      learned_ = true;
+      set(static_cast<double>(capacity_at(now)));
+      return;
+    }
+    if (learned_) return;
+    const double n = static_cast<double>(s.in_flight);
+    limit_ = std::max(limit_, std::max(n + margin, std::ceil(n * ratio - 1e-9)));  // whole calls, as the cap
+  }
+  /// Once it has learned the capacity, it follows each change of it (with `drops_seen_late`, each rise).
+  void on_capacity(std::size_t c) noexcept {
+    if (learned_ && (!late_ || static_cast<double>(c) > limit_)) set(static_cast<double>(c));
+  }
+
+ private:
+  std::size_t capacity_at(std::chrono::nanoseconds t) const noexcept {
+    std::size_t c = key_.upstream.capacity;
+    for (const auto& change : key_.changes)
+      if (change.at <= t) c = change.capacity;
+    return c;
+  }
+  void set(double next) noexcept {
+    if (next < limit_) ++decreases_;
+    limit_ = next;
+  }
+
+  upstream_key key_;
+  double limit_;
+  std::uint64_t decreases_ = 0;
+  bool late_;
+  bool learned_ = false;
+};
+
 /// Runs the oracle (and, for a scenario with a recovery, the fixed limit at the recovered capacity).
 inline yardsticks measure_yardsticks(const scenario& sc) {
   yardsticks y;
@@ -251,13 +323,27 @@ struct family_score {
   double lowest_cut = 0.0;       ///< `report::lowest_cut`
 };
 
-/// Scores `make()`'s strategy (one made per key) on `sc`. `make` returns a fresh strategy by value.
+namespace detail {
+
+/// `make(key)` if `make` takes the key, else `make()`.
+template <class Make>
+auto make_for(Make& make, const upstream_key& key) {
+  if constexpr (std::is_invocable_v<Make&, const upstream_key&>)
+    return make(key);
+  else
+    return make();
+}
+
+}  // namespace detail
+
+/// Scores `make()`'s strategy (one made per key) on `sc`. `make` returns a fresh strategy by value; if it
+/// takes an `upstream_key`, it is given the key the strategy is for (as `blind_reference` needs).
 template <class Make>
 family_score score(const scenario& sc, const yardsticks& y, Make&& make) {
-  using strategy = decltype(make());
+  using strategy = decltype(detail::make_for(make, sc.key(0)));
   std::vector<strategy> strategies;
   strategies.reserve(sc.keys());
-  for (std::size_t k = 0; k < sc.keys(); ++k) strategies.push_back(make());
+  for (std::size_t k = 0; k < sc.keys(); ++k) strategies.push_back(detail::make_for(make, sc.key(k)));
   const report r = simulate("", std::span{strategies}, sc);
   family_score s;
   s.scenario = sc.name;
