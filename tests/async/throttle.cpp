@@ -26,6 +26,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -997,4 +998,49 @@ TEST_CASE("one host's 429 teaches its own stages, not a global limit that has pe
     reject_once(automatic);
     CHECK(alone.snapshot().limit == 4.0);
   }
+}
+
+TEST_CASE("a global rate stage in fair order serves keys by weight; key_weight is clamped and its throw is 1",
+          "[throttle][fair]") {
+  rein_test::manual_clock_at_epoch epoch;
+  net::io_context io;
+  bucket_type rate(io.get_executor(), rein::token_bucket_options{.rate = 10, .capacity = 1, .order = rein::queue_order::fair});
+  rein::throttle_options options;
+  options.key_weight = [](std::string_view key) -> std::uint32_t {
+    if (key == "throws") throw std::runtime_error("no weight");
+    return key == "huge" ? 4'000'000'000u : 1u;
+  };
+  rein::throttle t(rate, std::move(options));
+  REQUIRE(t.try_acquire("first"));  // the one token
+  std::string order;
+  for (const char* key : {"flood", "flood", "flood", "throws", "huge", "huge"})
+    t.async_acquire(key, [&order, key](rein::error_code ec, auto g) {
+      REQUIRE_FALSE(ec);
+      order += std::string(key) + " ";
+      g.complete(rein::outcome::success);
+    });
+  rein_test::poll(io);
+  for (int i = 0; i < 6; ++i) advance_and_poll(io, 100ms);
+  // Tags: flood 0, 1, 2; throws 0 (weight 1); huge 0 and 1e-6 (weight clamped to 1,000,000).
+  CHECK(order == "flood throws huge huge flood flood ");
+}
+
+TEST_CASE("rejection feedback on rate stages: a keyed adaptive rate learns a 429, the global one does not",
+          "[throttle][adaptive]") {
+  rein_test::manual_clock_at_epoch epoch;
+  net::io_context io;
+  using adaptive_rate_type = rein::basic_adaptive_rate_limiter<executor, manual_clock>;
+  const rein::algo::adaptive_rate_options opts{.initial_rate = 200, .burst = 20};
+  rein::keyed<adaptive_rate_type> per_host(io.get_executor(), rein::keyed_options{}, opts);
+  adaptive_rate_type global(io.get_executor(), opts);
+  rein::throttle t(per_host, global);
+  for (int i = 0; i < 13; ++i) {
+    manual_clock::advance(10ms);
+    auto g = t.try_acquire("a.example");
+    REQUIRE(g);
+    g.complete_http(429);  // learned as a rejection: the host's rate, not the global one
+  }
+  CHECK(per_host.snapshot("a.example")->decreases >= 1);
+  CHECK(global.snapshot().decreases == 0);
+  CHECK(global.rate() == 200.0);
 }

@@ -2043,3 +2043,34 @@ TEST_CASE("fair order against the model at scale: 3 to 6 permits, up to 40 keys 
     }
   }
 }
+
+TEST_CASE("fair order with deadlines, close and partitions: expiry, the node's heap entry, the rest of the line",
+          "[core][order][fair][time]") {
+  manual_clock::reset();
+  net::io_context io;
+  manual_semaphore sem(io, 1, {.order = rein::queue_order::fair, .partitions = {{"live", 0.5}}});
+  auto holder = sem.try_acquire();
+  service_log log;
+  sem.for_key("a").async_acquire_for(1, 10ms, log.waiter(0));  // tag 0, with a deadline
+  sem.for_key("a").async_acquire(1, log.waiter(1));             // tag 1, none
+  sem.for_key("b").async_acquire_for(1, 30ms, log.waiter(2));  // tag 0, with a deadline
+  sem.partition("live").for_key("b").async_acquire(1, log.waiter(3));  // tag 1, in partition live
+  poll(io);
+  manual_clock::advance(10ms);
+  poll(io);
+  REQUIRE(log.failed.size() == 1);
+  CHECK(log.failed[0] == std::pair<int, error_code>{0, rein::errc::timed_out});
+  CHECK(sem.snapshot().waiting == 3);
+  // live is below its guarantee (0 of floor(0.5 x 1) = 0): nothing to take first; the line goes by tag.
+  holder.release();
+  poll(io);
+  CHECK(log.served == std::vector<int>{2});  // b's tag-0 waiter, in time: its heap entry leaves with it
+  manual_clock::advance(30ms);
+  poll(io);
+  CHECK(log.failed.size() == 1);  // no deadline left to fire
+  sem.close();
+  poll(io);
+  CHECK(log.failed == std::vector<std::pair<int, error_code>>{{0, rein::errc::timed_out}, {1, rein::errc::closed},
+                                                              {3, rein::errc::closed}});
+  CHECK(sem.snapshot().waiting == 0);
+}
