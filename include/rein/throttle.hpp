@@ -183,7 +183,8 @@ struct throttle_options {
   /// coroutine's thread (acquire), or on the completion handler's executor (async_acquire), so possibly from
   /// several threads at once; must not block or use the throttle. 0 counts as 1, more than 1,000,000 as
   /// 1,000,000, and a throw as 1. Default: none (every key weight 1). Keyed stages ignore it (each key waits
-  /// on its own limiter).
+  /// on its own limiter); a throttle given a key_weight but no global stage in fair order throws
+  /// std::invalid_argument when built.
   std::function<std::uint32_t(std::string_view key)> key_weight{};
   /// Which stages learn from guard.reject() (see rein::rejection_feedback). Default: automatic.
   rejection_feedback rejections = rejection_feedback::automatic;
@@ -861,9 +862,15 @@ class throttle {
   };
 
   /// Composes the stages, listed in admission order (references; they must outlive the throttle).
-  /// @throws std::invalid_argument if options.default_pause <= 0.
+  /// @throws std::invalid_argument if options.default_pause <= 0, or if options.key_weight is set and no
+  ///         global stage serves its line in queue_order::fair.
   explicit throttle(typename detail::stage_spec<Stages>::argument... stages, throttle_options options = {})
-      : refs_(detail::make_stage_ref<Stages>(stages)...), options_(validated(std::move(options))) {}
+      : refs_(detail::make_stage_ref<Stages>(stages)...), options_(validated(std::move(options))) {
+    // A weight nobody would ask for is a mistake to say now, not a silent fifo.
+    if (options_.key_weight && !has_fair_stage())
+      throw std::invalid_argument("rein::throttle: key_weight needs a global stage whose order is queue_order::fair, "
+                                  "got none");
+  }
 
   throttle(const throttle&) = delete;
   throttle& operator=(const throttle&) = delete;
@@ -1452,6 +1459,24 @@ class throttle {
     l.for_key(std::string_view{}, 1u);
     { l.order() } -> std::same_as<queue_order>;
   };
+
+  // Whether a global stage serves its line in fair order (where key_weight is asked).
+  bool has_fair_stage() const noexcept {
+    return [&]<std::size_t... I>(std::index_sequence<I...>) {
+      return (fair_stage_at<I>() || ...);
+    }(std::make_index_sequence<stage_count>{});
+  }
+
+  template <std::size_t I>
+  bool fair_stage_at() const noexcept {
+    if constexpr (ranks_[I] == rank::none || ranks_[I] == rank::gate) {
+      return false;
+    } else if constexpr (fair_capable<I>) {
+      return std::get<I>(refs_).stage().order() == queue_order::fair;
+    } else {
+      return false;
+    }
+  }
 
   // throttle_options::key_weight's answer, brought into for_key's range; a throw counts as 1 (a wait must
   // not end in an exception that is not its error).

@@ -1044,3 +1044,15 @@ TEST_CASE("rejection feedback on rate stages: a keyed adaptive rate learns a 429
   CHECK(global.snapshot().decreases == 0);
   CHECK(global.rate() == 200.0);
 }
+
+TEST_CASE("a key_weight with no global stage in fair order is refused when the throttle is built", "[throttle][fair]") {
+  net::io_context io;
+  sem_type fifo(io.get_executor(), 4);
+  rein::throttle_options options;
+  options.key_weight = [](std::string_view) -> std::uint32_t { return 2; };
+  CHECK_THROWS_MATCHES((rein::throttle(fifo, options)), std::invalid_argument,
+                       Catch::Message("rein::throttle: key_weight needs a global stage whose order is "
+                                      "queue_order::fair, got none"));
+  sem_type fair(io.get_executor(), 4, {.order = rein::queue_order::fair});
+  CHECK_NOTHROW(rein::throttle(fair, options));
+}

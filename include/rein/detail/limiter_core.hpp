@@ -445,6 +445,9 @@ class limiter_core final : public permit_source,
                std::optional<std::uint8_t> partition) noexcept {
     std::shared_ptr<limiter_core> last;  // the core's own reference after shutdown: dropped after the unlock
     std::unique_lock<Mutex> lock(mutex_);
+    // More permits back than were handed out: a permit given back twice (GCC 12 destroys a co_await's result
+    // twice inside a conditional expression; see the README).
+    assert(holders_ != 0);
     --holders_;
     if constexpr (partitionable) {
       if (partition) partitions_.released(*partition, n);
@@ -1182,6 +1185,7 @@ class limiter_core final : public permit_source,
   // A grant that was counted as a holder will never become a permit. Returns the core's own reference if
   // that was the last holder after shutdown (to be dropped after the unlock).
   std::shared_ptr<limiter_core> holder_gone_locked() noexcept {
+    assert(holders_ != 0);
     if (--holders_ == 0) return std::move(self_);
     return nullptr;
   }
