@@ -211,6 +211,45 @@ TEST_CASE("tuned_aimd: a probe that finds the level the last one found makes the
   CHECK(probe(9, 10ms) < first + 20);  // 8, a new level: the full step again (from 8, not 10)
 }
 
+TEST_CASE("tuned_aimd: a probe past the level found lets one call in, then holds until that call returns") {
+  tuned_aimd t = make(10);
+  for (int i = 0; i < 3; ++i) t.on_sample(ok(5ms, 1ms * i, 10));
+  t.on_sample(ok(10ms, 100ms, 11));  // 10 is the level found
+  REQUIRE(t.limit() == 10.0);
+  std::chrono::nanoseconds now = 200ms;
+  // Climb (samples granted with 10 out) until the limit crosses 11: this sample's release lets the probe in.
+  int samples = 0;
+  while (t.limit() < 11.0 && samples < 1000) t.on_sample(ok(5ms, now += 1ms, 10)), ++samples;
+  REQUIRE(t.limit() >= 11.0);
+  const auto probe_sent = [&] {
+    t.on_sample(ok(5ms, now += 1ms, 10));  // the next sample: the probe call is out, the limit holds at 10
+    CHECK(t.limit() == 10.0);
+    for (int i = 0; i < 15; ++i) t.on_sample(ok(5ms, now += 1ms, 10));  // no growth while it is out
+    CHECK(t.limit() == 10.0);
+  };
+  SECTION("it returns fast: the level no longer holds, and growth goes on from where it was") {
+    probe_sent();
+    t.on_sample(ok(5ms, now += 1ms, 11));
+    CHECK(t.limit() >= 11.0);
+    CHECK(t.decreases() == 1);
+    for (int i = 0; i < 30; ++i) t.on_sample(ok(5ms, now += 1ms, 11));
+    CHECK(t.limit() >= 11.0);  // the next whole call is not held: the capacity has grown
+  }
+  SECTION("it returns slow: the cut to the level, as any slow call's") {
+    probe_sent();
+    t.on_sample(ok(10ms, now += 1ms, 11));
+    CHECK(t.limit() == 10.0);
+    CHECK(t.decreases() == 2);
+  }
+  SECTION("it never returns (no call was waiting): after two round trips' worth of samples it is let in again") {
+    probe_sent();
+    for (int i = 0; i < 7; ++i) t.on_sample(ok(5ms, now += 1ms, 10));  // 23 samples, more than 2 x (10 + 1)
+    CHECK(t.limit() >= 11.0);
+    t.on_sample(ok(5ms, now += 1ms, 10));
+    CHECK(t.limit() == 10.0);
+  }
+}
+
 TEST_CASE("tuned_aimd: ignored samples change nothing and do not enter the baseline") {
   tuned_aimd t = make(16);
   for (int i = 0; i < 20; ++i) t.on_sample(sample{1s, outcome::ignored, 64, at(1ms * i)});
