@@ -103,8 +103,9 @@ void check_family(const char* name, const family& f, const bounds& b, Make make)
 
 // The bounds aimed at are 5 % slow calls in every scenario, makespan <= 1.15x the oracle's (median) and
 // <= 1.3x (worst), and <= 1.1x a fixed limit at the recovered capacity after a recovery. Measured over seeds
-// 1-1000 with the defaults (examples/adaptive_family): tuned_aimd 7.4 % / 1.136 / 1.616 / 1.014 / 1.322
-// (before a probe let one call in and held until it returned: 7.4 % / 1.184 / 1.682 / 1.046 / 1.340;
+// 1-1000 with the defaults (examples/adaptive_family): tuned_aimd 7.4 % / 1.132 / 1.616 / 1.014 / 1.322
+// (before the probe calls went on after a fast one, at twice the distance: 7.4 % / 1.136 / 1.616 / 1.014 /
+// 1.322; before a probe let one call in and held until it returned: 7.4 % / 1.184 / 1.682 / 1.046 / 1.340;
 // before the binary search back after a cut ended and futile probes were spaced out: 7.4 % / 1.207 /
 // 1.802 / 1.063 / 1.505). The start from 4 calls (the largest start that cannot burst past a hard limit of
 // 4), seeing a drop only when a call granted over it completes, and a slow call at every probe cost what

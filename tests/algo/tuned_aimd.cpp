@@ -227,13 +227,24 @@ TEST_CASE("tuned_aimd: a probe past the level found lets one call in, then holds
     for (int i = 0; i < 15; ++i) t.on_sample(ok(5ms, now += 1ms, 10));  // no growth while it is out
     CHECK(t.limit() == 10.0);
   };
-  SECTION("it returns fast: the level no longer holds, and growth goes on from where it was") {
+  SECTION("it returns fast: growth goes on, and the next probe call tests twice as far above the level") {
     probe_sent();
     t.on_sample(ok(5ms, now += 1ms, 11));
     CHECK(t.limit() >= 11.0);
     CHECK(t.decreases() == 1);
-    for (int i = 0; i < 30; ++i) t.on_sample(ok(5ms, now += 1ms, 11));
-    CHECK(t.limit() >= 11.0);  // the next whole call is not held: the capacity has grown
+    samples = 0;
+    while (t.limit() < 12.0 && samples < 1000) t.on_sample(ok(5ms, now += 1ms, 11)), ++samples;
+    REQUIRE(t.limit() >= 12.0);  // 12 = 10 + 2: one call in at 12, then held at 11
+    t.on_sample(ok(5ms, now += 1ms, 11));
+    CHECK(t.limit() == 11.0);
+    t.on_sample(ok(5ms, now += 1ms, 12));  // it returns fast: the next one tests 10 + 4
+    CHECK(t.limit() >= 12.0);
+    samples = 0;
+    while (t.limit() < 14.0 && samples < 1000) t.on_sample(ok(5ms, now += 1ms, 12)), ++samples;
+    REQUIRE(t.limit() >= 14.0);
+    CHECK(samples > 0);  // 13 was not held
+    t.on_sample(ok(5ms, now += 1ms, 12));
+    CHECK(t.limit() == 13.0);
   }
   SECTION("it returns slow: the cut to the level, as any slow call's") {
     probe_sent();

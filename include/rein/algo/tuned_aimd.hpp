@@ -157,12 +157,13 @@ class rolling_median {
 ///   level just below the slow call's, at least one call per round trip (a binary search, as BIC-TCP, with
 ///   its minimum step); from there `increase` calls per round
 ///   trip, doubling every round trip without a cut (CUBIC's plateau and convex probe, RFC 8312).
-/// - A probe past that level sends one call first: when the limit crosses the first whole call above it, one
-///   call is let in above the level, and then `limit()` holds at the level (and growth waits) until a call
-///   granted above it returns. Fast: the capacity has grown, and growth goes on as before. Slow: the cut as
-///   for any slow call. One call over capacity slows every call that enters while it is inside, so a probe
-///   that kept the higher limit for the round trip until its verdict slowed a round trip of calls; now a
-///   futile probe slows one.
+/// - A probe past that level sends one call first: when the limit reaches the first whole call above it, one
+///   call is let in there, and then `limit()` holds a call below (and growth waits) until a call granted
+///   there returns. Fast: the capacity has grown, growth goes on, and the next call let in alone is twice as
+///   far above the level (2, 4, 8, ... calls). Slow: the cut as for any slow call. One call over capacity
+///   slows every call that enters while it is inside, so a probe that kept the higher limit for the round
+///   trip until its verdict slowed a round trip of calls; now a futile probe slows one, and growth past a
+///   level found again overshoots by at most about as far as it has already climbed.
 /// - `ignored` changes nothing and is not part of the baseline.
 ///
 /// @tparam Clock supplies the `time_point` of samples; time is only compared, never read.
@@ -187,7 +188,7 @@ class basic_tuned_aimd {
         slow_start_{o.slow_start}, probe_{o.increase} {}
 
   /// The current limit, in calls (fractional; a call is admitted while in flight < floor(limit)). While a probe
-  /// call is out, the level the last cut found (see the class).
+  /// call is out, one call below the whole call it tests (see the class).
   double limit() const noexcept { return probe_call_ == probe_call::out ? std::min(limit_.value(), level_) : limit_.value(); }
   /// The floor of the limit, in calls.
   double min_limit() const noexcept { return limit_.min(); }
@@ -273,19 +274,20 @@ class basic_tuned_aimd {
       probe_ *= std::exp2(rounds);
     }
     limit_.set(detail::guarded_growth(current, current + step * rounds, s.in_flight, options_.min_utilisation));
-    // The limit crossed the first whole call above the level the last cut found, which has not been seen
-    // served since: let one call in above the level, then hold at it until that call returns.
-    if (!slow_start_ && !verified_ && good_ >= 1.0 && current >= good_ &&
-        std::floor(limit_.value()) > std::floor(good_)) {
-      level_ = std::floor(good_);
+    // The limit reached the whole call the next probe call tests (the first above the level the last cut
+    // found, then twice as far above it as the last one that returned fast): let one call in, then hold
+    // below it until that call returns.
+    if (!slow_start_ && good_ >= 1.0 && current >= good_ && std::floor(limit_.value()) >= next_probe_) {
+      level_ = next_probe_ - 1.0;
       probe_call_ = probe_call::armed;
     }
   }
 
   // While a probe call is armed or out. The sample after the one that armed it let it in (a completion
-  // reports, then releases its slot, and waiting calls take it): from then on the limit holds at the level.
-  // The call returns as a sample granted above the level: fast, the level no longer holds and growth goes on;
-  // slow (or congestion), on_sample cuts as for any slow call. If none has returned after two round trips'
+  // reports, then releases its slot, and waiting calls take it): from then on the limit holds a call below.
+  // The call returns as a sample granted above `level_`: fast, growth goes on and the next probe call tests
+  // twice as far above the level the last cut found; slow (or congestion), on_sample cuts as for any slow
+  // call. If none has returned after two round trips'
   // worth of samples, the call was never let in (no call was waiting): it is let in again.
   void await_probe(const sample_type& s) noexcept {
     if (probe_call_ == probe_call::armed) {
@@ -295,8 +297,10 @@ class basic_tuned_aimd {
     if (static_cast<double>(s.in_flight) > level_) {
       probe_call_ = probe_call::none;
       const auto base = baseline();
-      if (s.result == outcome::success && base && static_cast<double>(s.latency.count()) <= *base * options_.tolerance)
-        verified_ = true;
+      if (s.result == outcome::success && base && static_cast<double>(s.latency.count()) <= *base * options_.tolerance) {
+        gap_ *= 2.0;
+        next_probe_ = std::floor(good_) + gap_;
+      }
     } else if (static_cast<double>(++waited_) > 2.0 * (level_ + 1.0)) {
       probe_call_ = probe_call::armed;
     }
@@ -322,7 +326,8 @@ class basic_tuned_aimd {
     const double i = options_.increase;
     probe_ = i < 1.0 ? std::max(i * std::exp2(-static_cast<double>(futile_)), i * i) : i;
     limit_.set(target);
-    verified_ = false;
+    gap_ = 1.0;
+    next_probe_ = std::floor(good_) + 1.0;
     probe_call_ = probe_call::none;
   }
 
@@ -360,8 +365,9 @@ class basic_tuned_aimd {
   std::uint64_t futile_ = 0;  // probes in a row that found the level the one before found
   enum class probe_call { none, armed, out };
   probe_call probe_call_ = probe_call::none;  // the one call a probe lets in above the level
-  bool verified_ = false;  // a probe call was served above the level since the last cut
-  double level_ = 0.0;     // the whole calls held while the probe call is out
+  double gap_ = 1.0;  // how far above the level (floor(good_)) the next probe call tests
+  double next_probe_ = 0.0;  // the whole calls at which a probe call is let in alone (floor(good_) + gap_)
+  double level_ = 0.0;       // the whole calls held while the probe call is out
   std::uint64_t waited_ = 0;  // samples since the probe call was let in
 };
 
