@@ -130,6 +130,16 @@ TEST_CASE("tuned_aimd: a success lifts the limit at most to max(n + 1, n / 0.85)
   REQUIRE(t.limit() == 20.0);  // a call granted while the limiter was barely used never lowers it
 }
 
+TEST_CASE("tuned_aimd: after slow start the growth guard's ceiling is rounded up to a whole call") {
+  tuned_aimd t = make(20);
+  for (int i = 0; i < 3; ++i) t.on_sample(ok(5ms, 1ms * i, 20));
+  t.on_sample(ok(100ms, 100ms, 20));  // cut by half, to 10; 19 is the level to search back to
+  REQUIRE(t.limit() == 10.0);
+  REQUIRE_FALSE(t.in_slow_start());
+  for (int i = 0; i < 20; ++i) t.on_sample(ok(5ms, 200ms + 1ms * i, 9));
+  CHECK(t.limit() == 11.0);  // granted with 9 out: ceil(9 / 0.85) = ceil(10.59); it admitted 10 before
+}
+
 TEST_CASE("tuned_aimd: min_utilisation 0.8 does not freeze a limit whose floor is below its 80 %") {
   // Comparing in_flight with 0.8 x limit would: a limit of 1.9 admits 1 call, and 1 < 1.52.
   tuned_aimd_options o;

@@ -128,7 +128,7 @@ TEST_CASE("experiment A: rein's default tuned_aimd and gradient") {
 
 TEST_CASE("experiment B: rein's default tuned_aimd and gradient find the capacity again") {
   const auto rs = run_experiment(scenario::b());
-  check(find(rs, "tuned_aimd"), {1000, 0, 5ms, 5ms, 35ms, 32, 762ms, "16.37", 9});
+  check(find(rs, "tuned_aimd"), {1000, 0, 5ms, 10ms, 35ms, 34, 762ms, "16.81", 9});
   check(find(rs, "gradient"), {1000, 0, 5ms, 10ms, 50ms, 50, 775ms, "16.58", 19});
 }
 

@@ -66,7 +66,8 @@ struct tuned_aimd_options {
   /// most `max(n + 1, n / min_utilisation)`, so the limit does not run ahead of the demand it has seen
   /// served. In [0, 1]; 0 disables it. 0.85: at most 17.6 % (or one call) above what was tested, which keeps
   /// the overshoot of slow start and of each probe inside an upstream that fails at 1.2 x its capacity
-  /// (Netflix concurrency-limits' 1/2 lets the limit double the tested demand).
+  /// (Netflix concurrency-limits' 1/2 lets the limit double the tested demand). After slow start the
+  /// ceiling is rounded up to a whole call.
   double min_utilisation = 0.85;
   /// Slow start (TCP's, RFC 5681): until the first cut, each uncongested success adds one call, so the
   /// limit doubles per round trip, within the growth guard (at most `1 / min_utilisation` of what was
@@ -273,7 +274,14 @@ class basic_tuned_aimd {
       if (probe_call_ != probe_call::none) return;  // no growth until the probe call has returned
       probe_ *= std::exp2(rounds);
     }
-    limit_.set(detail::guarded_growth(current, current + step * rounds, s.in_flight, options_.min_utilisation));
+    // After slow start the guard's ceiling is rounded up to a whole call (it admits floor(limit) calls): a
+    // probe past the level found lets its calls in one at a time, so the guard no longer bounds an overshoot
+    // there, and rounding down held the climb back to a level at one call per round trip below 12 calls
+    // (ceil(n / 0.85) > n + 1 from n = 6, floor only from n = 12). In slow start it bounds the round trip of
+    // calls let in before the first slow one returns, and stays as it is.
+    const double ceiling = detail::tested_ceiling(s.in_flight, options_.min_utilisation);
+    const double next = std::min(current + step * rounds, slow_start_ ? ceiling : std::ceil(ceiling - 1e-9));
+    limit_.set(next > current ? next : current);
     // The limit reached the whole call the next probe call tests (the first above the level the last cut
     // found, then twice as far above it as the last one that returned fast): let one call in, then hold
     // below it until that call returns.
