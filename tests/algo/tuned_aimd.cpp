@@ -271,6 +271,20 @@ TEST_CASE("tuned_aimd: a probe past the level found lets one call in, then holds
   }
 }
 
+TEST_CASE("tuned_aimd: a probe call never holds the limit below min_limit") {
+  tuned_aimd_options o;
+  o.initial_limit = 10;
+  o.min_limit = 6;
+  tuned_aimd t{o};
+  for (int i = 0; i < 3; ++i) t.on_sample(ok(5ms, 1ms * i, 10));
+  t.on_sample(congestion(5ms, 10ms));  // x 0.5 = 5, below the floor: the limit stays at 6
+  REQUIRE(t.limit() == 6.0);
+  for (int i = 0; i < 200; ++i) {
+    t.on_sample(ok(5ms, 100ms + 1ms * i, 6));
+    REQUIRE(t.limit() >= 6.0);
+  }
+}
+
 TEST_CASE("tuned_aimd: ignored samples change nothing and do not enter the baseline") {
   tuned_aimd t = make(16);
   for (int i = 0; i < 20; ++i) t.on_sample(sample{1s, outcome::ignored, 64, at(1ms * i)});

@@ -190,7 +190,9 @@ class basic_tuned_aimd {
 
   /// The current limit, in calls (fractional; a call is admitted while in flight < floor(limit)). While a probe
   /// call is out, one call below the whole call it tests (see the class).
-  double limit() const noexcept { return probe_call_ == probe_call::out ? std::min(limit_.value(), level_) : limit_.value(); }
+  double limit() const noexcept {
+    return probe_call_ == probe_call::out ? std::max(std::min(limit_.value(), level_), limit_.min()) : limit_.value();
+  }
   /// The floor of the limit, in calls.
   double min_limit() const noexcept { return limit_.min(); }
   /// The ceiling of the limit, in calls.
@@ -307,7 +309,7 @@ class basic_tuned_aimd {
       const auto base = baseline();
       if (s.result == outcome::success && base && static_cast<double>(s.latency.count()) <= *base * options_.tolerance) {
         gap_ *= 2.0;
-        next_probe_ = std::floor(good_) + gap_;
+        next_probe_ = level_found() + gap_;
       }
     } else if (static_cast<double>(++waited_) > 2.0 * (level_ + 1.0)) {
       probe_call_ = probe_call::armed;
@@ -335,9 +337,12 @@ class basic_tuned_aimd {
     probe_ = i < 1.0 ? std::max(i * std::exp2(-static_cast<double>(futile_)), i * i) : i;
     limit_.set(target);
     gap_ = 1.0;
-    next_probe_ = std::floor(good_) + 1.0;
+    next_probe_ = level_found() + 1.0;
     probe_call_ = probe_call::none;
   }
+
+  // The whole calls the last cut found good, at least the floor (a cut below it leaves the limit there).
+  double level_found() const noexcept { return std::max(std::floor(good_), limit_.min()); }
 
   bool holding(const sample_type& s) const noexcept {
     if (options_.hold) return gate_.last() != time_point::min() && s.now - gate_.last() < *options_.hold;
@@ -373,8 +378,8 @@ class basic_tuned_aimd {
   std::uint64_t futile_ = 0;  // probes in a row that found the level the one before found
   enum class probe_call { none, armed, out };
   probe_call probe_call_ = probe_call::none;  // the one call a probe lets in above the level
-  double gap_ = 1.0;  // how far above the level (floor(good_)) the next probe call tests
-  double next_probe_ = 0.0;  // the whole calls at which a probe call is let in alone (floor(good_) + gap_)
+  double gap_ = 1.0;  // how far above level_found() the next probe call tests
+  double next_probe_ = 0.0;  // the whole calls at which a probe call is let in alone (level_found() + gap_)
   double level_ = 0.0;       // the whole calls held while the probe call is out
   std::uint64_t waited_ = 0;  // samples since the probe call was let in
 };
