@@ -130,6 +130,16 @@ TEST_CASE("tuned_aimd: a success lifts the limit at most to max(n + 1, n / 0.85)
   REQUIRE(t.limit() == 20.0);  // a call granted while the limiter was barely used never lowers it
 }
 
+TEST_CASE("tuned_aimd: after slow start the growth guard's ceiling is rounded up to a whole call") {
+  tuned_aimd t = make(20);
+  for (int i = 0; i < 3; ++i) t.on_sample(ok(5ms, 1ms * i, 20));
+  t.on_sample(ok(100ms, 100ms, 20));  // cut by half, to 10; 19 is the level to search back to
+  REQUIRE(t.limit() == 10.0);
+  REQUIRE_FALSE(t.in_slow_start());
+  for (int i = 0; i < 20; ++i) t.on_sample(ok(5ms, 200ms + 1ms * i, 9));
+  CHECK(t.limit() == 11.0);  // granted with 9 out: ceil(9 / 0.85) = ceil(10.59); it admitted 10 before
+}
+
 TEST_CASE("tuned_aimd: min_utilisation 0.8 does not freeze a limit whose floor is below its 80 %") {
   // Comparing in_flight with 0.8 x limit would: a limit of 1.9 admits 1 call, and 1 < 1.52.
   tuned_aimd_options o;
@@ -209,6 +219,70 @@ TEST_CASE("tuned_aimd: a probe that finds the level the last one found makes the
   CHECK(longest - first <= 75);  // at most `increase` squared: 6.6 round trips more, the plateau doubled
   CHECK(probe(11, 5ms) == 0);  // a fast sample changes nothing
   CHECK(probe(9, 10ms) < first + 20);  // 8, a new level: the full step again (from 8, not 10)
+}
+
+TEST_CASE("tuned_aimd: a probe past the level found lets one call in, then holds until that call returns") {
+  tuned_aimd t = make(10);
+  for (int i = 0; i < 3; ++i) t.on_sample(ok(5ms, 1ms * i, 10));
+  t.on_sample(ok(10ms, 100ms, 11));  // 10 is the level found
+  REQUIRE(t.limit() == 10.0);
+  std::chrono::nanoseconds now = 200ms;
+  // Climb (samples granted with 10 out) until the limit crosses 11: this sample's release lets the probe in.
+  int samples = 0;
+  while (t.limit() < 11.0 && samples < 1000) t.on_sample(ok(5ms, now += 1ms, 10)), ++samples;
+  REQUIRE(t.limit() >= 11.0);
+  const auto probe_sent = [&] {
+    t.on_sample(ok(5ms, now += 1ms, 10));  // the next sample: the probe call is out, the limit holds at 10
+    CHECK(t.limit() == 10.0);
+    for (int i = 0; i < 15; ++i) t.on_sample(ok(5ms, now += 1ms, 10));  // no growth while it is out
+    CHECK(t.limit() == 10.0);
+  };
+  SECTION("it returns fast: growth goes on, and the next probe call tests twice as far above the level") {
+    probe_sent();
+    t.on_sample(ok(5ms, now += 1ms, 11));
+    CHECK(t.limit() >= 11.0);
+    CHECK(t.decreases() == 1);
+    samples = 0;
+    while (t.limit() < 12.0 && samples < 1000) t.on_sample(ok(5ms, now += 1ms, 11)), ++samples;
+    REQUIRE(t.limit() >= 12.0);  // 12 = 10 + 2: one call in at 12, then held at 11
+    t.on_sample(ok(5ms, now += 1ms, 11));
+    CHECK(t.limit() == 11.0);
+    t.on_sample(ok(5ms, now += 1ms, 12));  // it returns fast: the next one tests 10 + 4
+    CHECK(t.limit() >= 12.0);
+    samples = 0;
+    while (t.limit() < 14.0 && samples < 1000) t.on_sample(ok(5ms, now += 1ms, 12)), ++samples;
+    REQUIRE(t.limit() >= 14.0);
+    CHECK(samples > 0);  // 13 was not held
+    t.on_sample(ok(5ms, now += 1ms, 12));
+    CHECK(t.limit() == 13.0);
+  }
+  SECTION("it returns slow: the cut to the level, as any slow call's") {
+    probe_sent();
+    t.on_sample(ok(10ms, now += 1ms, 11));
+    CHECK(t.limit() == 10.0);
+    CHECK(t.decreases() == 2);
+  }
+  SECTION("it never returns (no call was waiting): after two round trips' worth of samples it is let in again") {
+    probe_sent();
+    for (int i = 0; i < 7; ++i) t.on_sample(ok(5ms, now += 1ms, 10));  // 23 samples, more than 2 x (10 + 1)
+    CHECK(t.limit() >= 11.0);
+    t.on_sample(ok(5ms, now += 1ms, 10));
+    CHECK(t.limit() == 10.0);
+  }
+}
+
+TEST_CASE("tuned_aimd: a probe call never holds the limit below min_limit") {
+  tuned_aimd_options o;
+  o.initial_limit = 10;
+  o.min_limit = 6;
+  tuned_aimd t{o};
+  for (int i = 0; i < 3; ++i) t.on_sample(ok(5ms, 1ms * i, 10));
+  t.on_sample(congestion(5ms, 10ms));  // x 0.5 = 5, below the floor: the limit stays at 6
+  REQUIRE(t.limit() == 6.0);
+  for (int i = 0; i < 200; ++i) {
+    t.on_sample(ok(5ms, 100ms + 1ms * i, 6));
+    REQUIRE(t.limit() >= 6.0);
+  }
 }
 
 TEST_CASE("tuned_aimd: ignored samples change nothing and do not enter the baseline") {

@@ -66,7 +66,8 @@ struct tuned_aimd_options {
   /// most `max(n + 1, n / min_utilisation)`, so the limit does not run ahead of the demand it has seen
   /// served. In [0, 1]; 0 disables it. 0.85: at most 17.6 % (or one call) above what was tested, which keeps
   /// the overshoot of slow start and of each probe inside an upstream that fails at 1.2 x its capacity
-  /// (Netflix concurrency-limits' 1/2 lets the limit double the tested demand).
+  /// (Netflix concurrency-limits' 1/2 lets the limit double the tested demand). After slow start the
+  /// ceiling is rounded up to a whole call.
   double min_utilisation = 0.85;
   /// Slow start (TCP's, RFC 5681): until the first cut, each uncongested success adds one call, so the
   /// limit doubles per round trip, within the growth guard (at most `1 / min_utilisation` of what was
@@ -157,6 +158,13 @@ class rolling_median {
 ///   level just below the slow call's, at least one call per round trip (a binary search, as BIC-TCP, with
 ///   its minimum step); from there `increase` calls per round
 ///   trip, doubling every round trip without a cut (CUBIC's plateau and convex probe, RFC 8312).
+/// - A probe past that level sends one call first: when the limit reaches the first whole call above it, one
+///   call is let in there, and then `limit()` holds a call below (and growth waits) until a call granted
+///   there returns. Fast: the capacity has grown, growth goes on, and the next call let in alone is twice as
+///   far above the level (2, 4, 8, ... calls). Slow: the cut as for any slow call. One call over capacity
+///   slows every call that enters while it is inside, so a probe that kept the higher limit for the round
+///   trip until its verdict slowed a round trip of calls; now a futile probe slows one, and growth past a
+///   level found again overshoots by at most about as far as it has already climbed.
 /// - `ignored` changes nothing and is not part of the baseline.
 ///
 /// @tparam Clock supplies the `time_point` of samples; time is only compared, never read.
@@ -180,8 +188,11 @@ class basic_tuned_aimd {
       : options_{validated(o)}, limit_{o.min_limit, o.initial_limit, o.max_limit}, baseline_{o.window},
         slow_start_{o.slow_start}, probe_{o.increase} {}
 
-  /// The current limit, in calls (fractional; a call is admitted while in flight < floor(limit)).
-  double limit() const noexcept { return limit_.value(); }
+  /// The current limit, in calls (fractional; a call is admitted while in flight < floor(limit)). While a probe
+  /// call is out, one call below the whole call it tests (see the class).
+  double limit() const noexcept {
+    return probe_call_ == probe_call::out ? std::max(std::min(limit_.value(), level_), limit_.min()) : limit_.value();
+  }
   /// The floor of the limit, in calls.
   double min_limit() const noexcept { return limit_.min(); }
   /// The ceiling of the limit, in calls.
@@ -223,6 +234,7 @@ class basic_tuned_aimd {
   /// Applies one completed call.
   void on_sample(const sample_type& s) {
     if (s.result == outcome::ignored) return;
+    if (probe_call_ != probe_call::none) await_probe(s);
     if (s.result == outcome::congestion) {
       cut(s, limit_.value() * options_.backoff, limit_.value() * options_.backoff);
       return;
@@ -261,9 +273,47 @@ class basic_tuned_aimd {
       // of round trips before the probe could start (after a recovery, and after each stall).
       step = std::min(std::max({probe_, (good_ - current) / 2.0, 1.0}), (good_ - current) / rounds);
     } else {
+      if (probe_call_ != probe_call::none) return;  // no growth until the probe call has returned
       probe_ *= std::exp2(rounds);
     }
-    limit_.set(detail::guarded_growth(current, current + step * rounds, s.in_flight, options_.min_utilisation));
+    // After slow start the guard's ceiling is rounded up to a whole call (it admits floor(limit) calls): a
+    // probe past the level found lets its calls in one at a time, so the guard no longer bounds an overshoot
+    // there, and rounding down held the climb back to a level at one call per round trip below 12 calls
+    // (ceil(n / 0.85) > n + 1 from n = 6, floor only from n = 12). In slow start it bounds the round trip of
+    // calls let in before the first slow one returns, and stays as it is.
+    const double ceiling = detail::tested_ceiling(s.in_flight, options_.min_utilisation);
+    const double next = std::min(current + step * rounds, slow_start_ ? ceiling : std::ceil(ceiling - 1e-9));
+    limit_.set(next > current ? next : current);
+    // The limit reached the whole call the next probe call tests (the first above the level the last cut
+    // found, then twice as far above it as the last one that returned fast): let one call in, then hold
+    // below it until that call returns.
+    if (!slow_start_ && good_ >= 1.0 && current >= good_ && std::floor(limit_.value()) >= next_probe_) {
+      level_ = next_probe_ - 1.0;
+      probe_call_ = probe_call::armed;
+    }
+  }
+
+  // While a probe call is armed or out. The sample after the one that armed it let it in (a completion
+  // reports, then releases its slot, and waiting calls take it): from then on the limit holds a call below.
+  // The call returns as a sample granted above `level_`: fast, growth goes on and the next probe call tests
+  // twice as far above the level the last cut found; slow (or congestion), on_sample cuts as for any slow
+  // call. If none has returned after two round trips'
+  // worth of samples, the call was never let in (no call was waiting): it is let in again.
+  void await_probe(const sample_type& s) noexcept {
+    if (probe_call_ == probe_call::armed) {
+      probe_call_ = probe_call::out;
+      waited_ = 0;
+    }
+    if (static_cast<double>(s.in_flight) > level_) {
+      probe_call_ = probe_call::none;
+      const auto base = baseline();
+      if (s.result == outcome::success && base && static_cast<double>(s.latency.count()) <= *base * options_.tolerance) {
+        gap_ *= 2.0;
+        next_probe_ = level_found() + gap_;
+      }
+    } else if (static_cast<double>(++waited_) > 2.0 * (level_ + 1.0)) {
+      probe_call_ = probe_call::armed;
+    }
   }
 
   // Cuts to `target`; growth then searches back up towards `good` (the level just below the slow call's).
@@ -286,7 +336,13 @@ class basic_tuned_aimd {
     const double i = options_.increase;
     probe_ = i < 1.0 ? std::max(i * std::exp2(-static_cast<double>(futile_)), i * i) : i;
     limit_.set(target);
+    gap_ = 1.0;
+    next_probe_ = level_found() + 1.0;
+    probe_call_ = probe_call::none;
   }
+
+  // The whole calls the last cut found good, at least the floor (a cut below it leaves the limit there).
+  double level_found() const noexcept { return std::max(std::floor(good_), limit_.min()); }
 
   bool holding(const sample_type& s) const noexcept {
     if (options_.hold) return gate_.last() != time_point::min() && s.now - gate_.last() < *options_.hold;
@@ -320,6 +376,12 @@ class basic_tuned_aimd {
   double probe_;        // growth per round trip beyond it
   std::uint64_t held_ = 0;
   std::uint64_t futile_ = 0;  // probes in a row that found the level the one before found
+  enum class probe_call { none, armed, out };
+  probe_call probe_call_ = probe_call::none;  // the one call a probe lets in above the level
+  double gap_ = 1.0;  // how far above level_found() the next probe call tests
+  double next_probe_ = 0.0;  // the whole calls at which a probe call is let in alone (level_found() + gap_)
+  double level_ = 0.0;       // the whole calls held while the probe call is out
+  std::uint64_t waited_ = 0;  // samples since the probe call was let in
 };
 
 /// `basic_tuned_aimd` on `std::chrono::steady_clock`.
