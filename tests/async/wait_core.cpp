@@ -1622,6 +1622,22 @@ struct fair_bench {
 
 }  // namespace
 
+namespace {
+
+// Gives back `holder`, then the oldest grant of `log`, `times` times: each release serves the next waiter.
+void release_in_turn(net::io_context& io, rein::permit& holder, service_log& log, int times) {
+  poll(io);
+  holder.release();
+  poll(io);
+  for (int i = 0; i < times; ++i) {
+    log.held.front().release();
+    log.held.erase(log.held.begin());
+    poll(io);
+  }
+}
+
+}  // namespace
+
 TEST_CASE("fair: keys of weights 1, 1, 2 on 8 permits, A with 10x the callers: 25% / 25% / 50% within one "
           "permit in any 1,000 grants",
           "[core][order][fair]") {
@@ -1732,14 +1748,7 @@ TEST_CASE("fair: a newcomer of a key behind the others is placed ahead of their 
   sem.for_key("quiet").async_acquire(1, log.waiter(10));                          // tag 0: after flood's 0
   sem.async_acquire(1, log.waiter(20));                                            // key "": tag 0
   sem.for_key("quiet").async_acquire(1, log.waiter(11));                          // tag 1
-  poll(io);
-  holder.release();
-  poll(io);
-  for (int i = 0; i < 6; ++i) {
-    log.held.front().release();
-    log.held.erase(log.held.begin());
-    poll(io);
-  }
+  release_in_turn(io, holder, log, 6);
   CHECK(log.served == std::vector<int>{0, 10, 20, 1, 11, 2, 3});
   CHECK(sem.snapshot().waiting == 0);
 }
@@ -1752,14 +1761,7 @@ TEST_CASE("fair: plain acquires are the key \"\" at weight 1, one turn with for_
   for (int i = 0; i < 3; ++i) sem.for_key("").async_acquire(1, log.waiter(i));          // tags 0, 1, 2
   for (int i = 0; i < 3; ++i) sem.for_key("other").async_acquire(1, log.waiter(100 + i));  // tags 0, 1, 2
   sem.async_acquire(1, log.waiter(10));  // the key "" again: tag 3
-  poll(io);
-  holder.release();
-  poll(io);
-  for (int i = 0; i < 6; ++i) {
-    log.held.front().release();
-    log.held.erase(log.held.begin());
-    poll(io);
-  }
+  release_in_turn(io, holder, log, 6);
   CHECK(log.served == std::vector<int>{0, 100, 1, 101, 2, 102, 10});
 }
 
