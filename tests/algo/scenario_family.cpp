@@ -67,7 +67,7 @@ TEST_CASE("blind_reference: starts from 4, never fails, learns the capacity from
   // in 569, 1.307 in 918): a high capacity that drops soon after the start, so the work the start could not
   // do is done at the lower capacity. No rule that starts from 4 without being told the capacity and never
   // fails a call in this family is likely to meet 1.3x in every scenario.
-  for (const std::uint64_t seed : {462, 918}) {
+  for (const std::uint64_t seed : {std::uint64_t{462}, std::uint64_t{918}}) {
     const scenario sc = generate_scenario(seed);
     const family_score one = score(sc, measure_yardsticks(sc), blind);
     INFO(sc.name << ": " << sc.description);
