@@ -271,7 +271,7 @@ TEST_CASE("admission: a local grant revoked after Redis answered again is not re
   net::cancellation_signal signal;
   result local;
   b.line->async_acquire(net::bind_cancellation_slot(signal.slot(), net::bind_executor(elsewhere, [&local](error_code ec) {
-                          local = {true, ec};
+                          local = {true, ec, {}};
                         })),
                         2, tp::max());
   b.settle(0, unavailable());  // degraded: the local bucket grants both its tokens
@@ -359,7 +359,7 @@ TEST_CASE("admission: while an op waits, run() does not return; a cancelled far 
   b.acquire(on_wire, 1);  // in flight: no timer needed, only the verdict can end it
   poll(b.io);
   CHECK_FALSE(b.io.stopped());  // the line's work guard: a pending operation keeps the context running
-  b.line->async_acquire(net::bind_cancellation_slot(signal.slot(), [&waiting](error_code ec) { waiting = {true, ec}; }),
+  b.line->async_acquire(net::bind_cancellation_slot(signal.slot(), [&waiting](error_code ec) { waiting = {true, ec, {}}; }),
                         1, manual_clock::now() + 1h);
   signal.emit(net::cancellation_type::terminal);
   b.settle(0, allowed(400000));

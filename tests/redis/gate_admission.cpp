@@ -68,7 +68,7 @@ TEST_CASE("gate admission: a pause stored by another process holds the line unti
   CHECK_FALSE(first.done);
   CHECK_FALSE(second.done);
   CHECK(g.snapshot().release == std::chrono::system_clock::time_point(1700000000300000us));
-  g.line->async_acquire([&hurried](error_code ec) { hurried = {true, ec}; }, 1, manual_clock::now() + 100ms);
+  g.line->async_acquire([&hurried](error_code ec) { hurried = {true, ec, {}}; }, 1, manual_clock::now() + 100ms);
   advance_and_poll(g.io, 100ms);
   CHECK(hurried.ec == rein::errc::timed_out);  // behind the waiting head: at its deadline
   advance_and_poll(g.io, 199ms);

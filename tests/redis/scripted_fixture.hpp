@@ -8,6 +8,7 @@
 #include "support/catch.hpp"
 
 #include <rein/detail/limiter_core.hpp>
+#include <rein/permit.hpp>
 #include <rein/redis/detail/scripted_admission.hpp>
 #include <rein/redis/error.hpp>
 
@@ -17,6 +18,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace rein_test::scripted {
@@ -41,11 +43,21 @@ struct recording_transport final : rein::detail::remote_transport<message_list> 
   }
 };
 
-// One acquire's outcome.
+// One acquire's outcome (and its permit, for a semaphore).
 struct result {
   bool done = false;
   error_code ec;
+  rein::permit permit;
 };
+
+// The handler of an acquire: records into `r`, with or without a permit.
+inline auto record(result& r) {
+  return [&r](error_code ec, auto&&... p) {
+    r.done = true;
+    r.ec = ec;
+    ((r.permit = std::move(p)), ...);
+  };
+}
 
 inline verdict allowed(double available_us) { return {verdict::kind::allowed, 0, available_us, {}}; }
 inline verdict denied(double retry_after_us, double available_us) { return {verdict::kind::denied, retry_after_us, available_us, {}}; }
@@ -53,10 +65,10 @@ inline verdict unavailable() { return {}; }
 inline verdict no_script() { return {verdict::kind::no_script, 0, 0, "NOSCRIPT No matching script."}; }
 inline verdict server_error() { return {verdict::kind::server_error, 0, 0, "WRONGTYPE Operation against a key holding the wrong kind of value"}; }
 
-template <class Policy>
+template <class Policy, class Signature = void(error_code)>
 struct scripted_fixture {
   using policy_type = Policy;
-  using line_type = rein::detail::limiter_core<Policy, net::any_io_executor, manual_clock, std::mutex, void(error_code)>;
+  using line_type = rein::detail::limiter_core<Policy, net::any_io_executor, manual_clock, std::mutex, Signature>;
   rein_test::manual_clock_at_epoch epoch;
   net::io_context io;
   bool link_up = true;
@@ -77,11 +89,10 @@ struct scripted_fixture {
   }
 
   void acquire(result& r, std::size_t n, tp deadline = tp::max()) {
-    line->async_acquire([&r](error_code ec) { r = {true, ec}; }, n, deadline);
+    line->async_acquire(record(r), n, deadline);
   }
   void acquire(result& r, std::size_t n, net::cancellation_signal& signal) {
-    line->async_acquire(net::bind_cancellation_slot(signal.slot(), [&r](error_code ec) { r = {true, ec}; }), n,
-                        tp::max());
+    line->async_acquire(net::bind_cancellation_slot(signal.slot(), record(r)), n, tp::max());
   }
   void settle(std::uint64_t ticket, const verdict& v) { line->settle(ticket, v); }
   typename Policy::snapshot_type snapshot() const {

@@ -164,9 +164,8 @@ class limiter_core final : public permit_source,
 
   /// Whether admission may need a round trip (detail/remote_admission.hpp).
   static constexpr bool remote = remote_policy<Policy, time_point>;
-  static_assert(!remote || (!with_permit && revocable_remote_policy<Policy, time_point>),
-                "rein: a remote policy is a rate rule (no permits) and must be revocable "
-                "(on_revoke(n, granted_at, now))");
+  static_assert(!remote || revocable_remote_policy<Policy, time_point>,
+                "rein: a remote policy must be revocable (on_revoke(n, granted_at, now))");
   /// What a remote policy sends (an empty type for local policies).
   using outbox_type = typename outbox_of<Policy, remote>::type;
   /// Where a remote policy's outbox goes (transport of the I/O object that owns the line).
@@ -452,10 +451,11 @@ class limiter_core final : public permit_source,
     if constexpr (partitionable) {
       if (partition) partitions_.released(*partition, n);
     }
-    if (queue_.empty() && !timer_armed_ && (holders_ != 0 || drainers_.empty())) {
+    if (holders_ == 0) last = std::move(self_);  // after shutdown, the last permit back ends the line
+    // A remote policy tells its server about a release (a message in its outbox): never the quiet path.
+    if (!remote && queue_.empty() && !timer_armed_ && (holders_ != 0 || drainers_.empty())) {
       // Nobody to grant and no timer to re-aim (the uncontended case, and every release after shutdown): no
       // dispatch, nothing to post.
-      if (holders_ == 0) last = std::move(self_);
       if (has_observer_) return release_observed(lock, n, stamp, result);
       policy_.on_release(n, stamp, result, policy_now());
       return;

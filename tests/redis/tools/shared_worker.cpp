@@ -5,7 +5,11 @@
 //   rein_redis_shared_worker bucket <port> <key> <start: unix us> <duration ms> <coroutines> <rate> <capacity>
 //   rein_redis_shared_worker window <port> <key> <start: unix us> <duration ms> <coroutines> <limit> <window ms>
 //   rein_redis_shared_worker gate <port> <key> <start: unix us> <duration ms> <coroutines> <pause at ms> <pause ms>
-//   -> "admitted 251 errors 0", then for the gate one line per admission: "grant <called us> <granted us>"
+//   rein_redis_shared_worker semaphore <port> <key> <start: unix us> <duration ms> <coroutines> <limit> <hold ms>
+//   -> "admitted 251 errors 0", then for the gate one line per admission: "grant <called us> <granted us>",
+//      for the semaphore one per permit: "held <granted us> <released us>"
+//   rein_redis_shared_worker holder <port> <key> <limit> <lease ms> <permits>
+//   -> takes <permits> permits of a shared semaphore, prints "holding", and keeps them until killed
 //
 // A bucket's admission counts when its reply came back before start + duration and its request left after
 // start, so every counted admission was decided by Redis inside the duration. The window's workers acquire
@@ -17,6 +21,7 @@
 
 #include <rein/redis/connection.hpp>
 #include <rein/redis/shared_quota_gate.hpp>
+#include <rein/redis/shared_semaphore.hpp>
 #include <rein/redis/shared_sliding_window.hpp>
 #include <rein/redis/shared_token_bucket.hpp>
 
@@ -45,12 +50,33 @@ long long unix_us(system_clock::time_point t) {
 
 }  // namespace
 
+// Takes permits and keeps them until the process is killed (its lease then runs out on the server).
+int hold_until_killed(char** argv) {
+  net::io_context io;
+  rein::redis::connection_options options;
+  options.port = static_cast<std::uint16_t>(std::stoi(argv[2]));
+  rein::redis::shared_semaphore sem(io, options,
+                                    {.key = argv[3], .limit = std::stoll(argv[4]), .lease = std::chrono::milliseconds(std::stoll(argv[5]))});
+  const auto permits = static_cast<std::size_t>(std::stoul(argv[6]));
+  rein::permit held;
+  net::co_spawn(io, [&]() -> net::awaitable<void> {
+    held = co_await sem.acquire(permits);
+    std::printf("holding\n");
+    std::fflush(stdout);
+  }, [](std::exception_ptr e) {
+    if (e) std::rethrow_exception(e);
+  });
+  io.run();  // the renewals keep it running until the test kills the process
+  return 1;
+}
+
 int main(int argc, char** argv) {
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the test
+  if (argc == 7 && std::string_view(argv[1]) == "holder") return hold_until_killed(argv);
   if (argc != 9) {
-    std::fprintf(stderr, "usage: %s bucket|window|gate port key start_unix_us duration_ms coroutines a b\n", argv[0]);
+    std::fprintf(stderr, "usage: %s bucket|window|gate|semaphore port key start_unix_us duration_ms coroutines a b\n", argv[0]);
     return 2;
   }
-  ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the test
   const std::string mode = argv[1];
   const auto port = static_cast<std::uint16_t>(std::stoi(argv[2]));
   const std::string key = argv[3];
@@ -67,7 +93,10 @@ int main(int argc, char** argv) {
   std::unique_ptr<rein::redis::shared_token_bucket> bucket;
   std::unique_ptr<rein::redis::shared_sliding_window> window;
   std::unique_ptr<rein::redis::shared_quota_gate> gate;
-  if (mode == "bucket") {
+  std::unique_ptr<rein::redis::shared_semaphore> sem;
+  if (mode == "semaphore") {
+    sem = std::make_unique<rein::redis::shared_semaphore>(connection, rein::redis::shared_semaphore_options{.key = key, .limit = a});
+  } else if (mode == "bucket") {
     bucket = std::make_unique<rein::redis::shared_token_bucket>(
         connection, rein::redis::shared_token_bucket_options{.key = key, .rate = static_cast<double>(a), .capacity = b});
   } else if (mode == "window") {
@@ -80,7 +109,32 @@ int main(int argc, char** argv) {
   long admitted = 0;
   long errors = 0;
   std::vector<std::pair<long long, long long>> grants;
+  std::vector<std::pair<long long, long long>> holds;
   int running = coroutines;
+  // The semaphore's workers: the logged span of each permit lies inside the span the server counted it.
+  const auto holder = [&]() -> net::awaitable<void> {
+    net::steady_timer hold(io);
+    while (system_clock::now() < end) {
+      auto [ec, permit] = co_await sem->async_acquire(1, rein_test::as_tuple(net::use_awaitable));
+      if (ec) {
+        ++errors;
+        break;
+      }
+      const long long granted = unix_us(system_clock::now());
+      hold.expires_after(std::chrono::milliseconds(b));
+      co_await hold.async_wait(net::use_awaitable);
+      holds.emplace_back(granted, unix_us(system_clock::now()));
+      permit.release();
+      ++admitted;
+    }
+    if (--running == 0) {
+      sem->close();
+      // The releases left before this PING on the same connection: its reply means Redis has them all.
+      static constexpr std::array<std::string_view, 1> ping{"PING"};
+      co_await connection.async_execute(ping, net::use_awaitable);
+      connection.close();
+    }
+  };
   const auto worker = [&]() -> net::awaitable<void> {
     const steady::time_point deadline = steady::now() + (end - system_clock::now());
     net::steady_timer think(io);
@@ -117,7 +171,10 @@ int main(int argc, char** argv) {
     co_await connection.async_execute(ping, net::use_awaitable);
     net::steady_timer timer(io, start - system_clock::now());
     co_await timer.async_wait(net::use_awaitable);
-    for (int i = 0; i < coroutines; ++i) net::co_spawn(io, worker, net::detached);
+    for (int i = 0; i < coroutines; ++i) {
+      if (sem) net::co_spawn(io, holder, net::detached);
+      else net::co_spawn(io, worker, net::detached);
+    }
     if (gate && a >= 0) {
       timer.expires_after(std::chrono::milliseconds(a));
       co_await timer.async_wait(net::use_awaitable);
@@ -129,5 +186,6 @@ int main(int argc, char** argv) {
   io.run();
   std::printf("admitted %ld errors %ld\n", admitted, errors);
   for (const auto& [called, granted] : grants) std::printf("grant %lld %lld\n", called, granted);
+  for (const auto& [granted, released] : holds) std::printf("held %lld %lld\n", granted, released);
   return 0;
 }

@@ -78,7 +78,8 @@ namespace detail {
 /// answers {allowed (1/0), retry_after (microseconds until the request would be allowed), available (what
 /// the model reads: the bucket's content in microseconds of refill, the window's free places, ...)}.
 struct verdict {
-  enum class kind : std::uint8_t { allowed, denied, no_script, unavailable, server_error };
+  /// `lost`: the server no longer knows the caller (a shared semaphore's lease expired); the model decides.
+  enum class kind : std::uint8_t { allowed, denied, lost, no_script, unavailable, server_error };
   kind what = kind::unavailable;
   double retry_after_us = 0;  ///< denied: microseconds until the request would be allowed
   double available_us = 0;    ///< allowed or denied: the third number of the reply (see the model)
@@ -87,11 +88,13 @@ struct verdict {
 
 /// One request for the connection.
 struct message {
-  enum class kind : std::uint8_t { admission, refund, script_load, pause };
+  enum class kind : std::uint8_t { admission, refund, script_load, pause, renew };
   kind what = kind::admission;
   std::uint64_t ticket = 0;  ///< admission: its verdict goes back to settle(ticket, ...)
   std::int64_t n = 0;        ///< admission: units wanted; refund: units given back; pause: microseconds
-  std::int64_t extra = 0;    ///< pause: the jitter added to the release, microseconds
+  /// pause: the jitter added to the release, microseconds; admission, refund and renew: the model's tag
+  /// (a shared semaphore's lease, see Model::tag below), 0 for the others.
+  std::int64_t extra = 0;
   friend bool operator==(const message&, const message&) = default;
 };
 
@@ -151,6 +154,37 @@ std::string tagged_key(const Options& o, std::string_view suffix) {
   return o.prefix + "{" + o.key + "}" + std::string(suffix);
 }
 
+/// What a model of counted places (a sliding window's, a semaphore's) shares: the free places the last
+/// reply reported (the script's third number), so no more requests go on the wire than there are places
+/// (at least one); places free up as others leave, which only asking tells, so no estimate of its own.
+template <class Clock, class Options>
+class free_places_model {
+ public:
+  using time_point = typename Clock::time_point;
+
+  free_places_model(const Options& o, time_point) : options_(o), free_(o.limit) {}
+
+  bool exceeds(std::size_t n) const noexcept { return n > static_cast<std::uint64_t>(options_.limit); }
+  time_point ready_at(std::size_t, time_point) const noexcept { return time_point::min(); }
+  time_point firm_until() const noexcept { return time_point::min(); }
+
+  std::size_t window(time_point) const noexcept {
+    if (free_ >= static_cast<std::int64_t>(options_.max_in_flight)) return options_.max_in_flight;
+    return free_ < 1 ? 1 : static_cast<std::size_t>(free_);
+  }
+
+  void learn(const verdict& v, time_point) noexcept { free_ = static_cast<std::int64_t>(v.available_us); }
+  std::int64_t refund_most() const noexcept { return options_.limit; }
+
+ protected:
+  const Options& options() const noexcept { return options_; }
+  std::int64_t free_places() const noexcept { return free_; }
+
+ private:
+  Options options_;
+  std::int64_t free_;  // free places as of the last reply
+};
+
 /// A limiter decided by a script, as a remote policy (rein/detail/remote_admission.hpp).
 ///
 /// Asking: the first waiting op is sent (one admission message, a ticket) once the model says the server
@@ -182,6 +216,12 @@ std::string tagged_key(const Options& o, std::string_view suffix) {
 ///   std::int64_t refund_most()                    the largest refund worth sending (0: nothing to refund)
 ///   std::optional<local_type> make_local(now)     fail_open's local rule (try_take, ready_at, refund)
 ///   void fill(snapshot_type&, now)                its part of the snapshot
+/// and, for a model whose grants are held until released (a shared semaphore: `static constexpr bool holds`):
+///   std::int64_t tag()                            what every message carries (its lease), read when sent
+///   bool owns(granted_at)                         whether a grant made then still counts on the server
+///   bool on_reply(tag, const verdict&, now)       an answer to a message sent with `tag`; true: the
+///                                                 lease is lost (nothing is held any more)
+///   std::optional<std::int64_t> renewal()         the tag a lease renewal is sent with (none: no renewal)
 template <class Clock, class Model>
 class scripted_admission {
   using remote_step = rein::detail::remote_step;
@@ -232,7 +272,12 @@ class scripted_admission {
   /// Redis decides, so no bound is known in advance; a denial's retry-after fails the deadlines before it.
   std::optional<time_point> predict(std::size_t, std::size_t, time_point) const noexcept { return std::nullopt; }
 
-  void on_release(std::size_t, std::chrono::nanoseconds, outcome, time_point) noexcept {}  // nothing is held
+  /// A permit came back: a holding model's units go back to the server (or to the local rule that granted
+  /// them); nothing for a rate rule, which holds nothing.
+  void on_release(std::size_t n, std::chrono::nanoseconds stamp, outcome, time_point now) noexcept {
+    if constexpr (holding) give_back(static_cast<std::int64_t>(n), time_point(std::chrono::duration_cast<duration>(stamp)), now);
+    else (void)n, (void)stamp, (void)now;
+  }
 
   /// A grant taken back before its handler ran: its units go back to Redis, or, for a grant the local rule
   /// made (told by its grant time, `granted_at`), to the local rule, even after Redis answers again.
@@ -255,14 +300,16 @@ class scripted_admission {
       const time_point at = remote_ready_at(count, now);
       if (in_flight_ >= model_.window(now) || at > now) return remote_step::wait();
       const std::uint64_t ticket = first_ticket_ + tickets_.size();
+      const std::int64_t tag = model_tag();
       try {
-        tickets_.push_back(pending{op, n, now, 0, false});
-        outbox_.push({message::kind::admission, ticket, n, 0});
+        tickets_.push_back(pending{op, n, now, tag, 0, false});
+        outbox_.push({message::kind::admission, ticket, n, tag});
       } catch (...) {
         if (tickets_.size() > ticket - first_ticket_) tickets_.pop_back();
         return remote_step::fail(net::error::no_memory);
       }
       ++in_flight_;
+      in_flight_units_ += n;
       return remote_step::sent(ticket);
     }
     if (!local_) {
@@ -294,16 +341,24 @@ class scripted_admission {
       t.sent = now;
       ++stats_.script_loads;
       outbox_.push({message::kind::script_load, 0, 0, 0});
-      outbox_.push({message::kind::admission, ticket, t.n, 0});
+      t.tag = model_tag();
+      outbox_.push({message::kind::admission, ticket, t.n, t.tag});
       return {t.op, remote_step::keep()};
     }
     rein::detail::wait_op* op = t.op;
     const std::int64_t n = t.n;
+    const std::int64_t tag = t.tag;
     retire(t);
     learn(v, now);
+    if constexpr (holding) {
+      if (model_.on_reply(tag, v, now)) held_units_ = 0;
+      if (v.what == kind::allowed && op != nullptr) held_units_ += n;
+    } else {
+      (void)tag;
+    }
     pending_hold_.reset();
     if (op == nullptr) {
-      if (v.what == kind::allowed) refund(n);
+      if (v.what == kind::allowed) send_refund(n, tag);  // under the tag it was granted with
       return {};
     }
     switch (v.what) {
@@ -312,6 +367,7 @@ class scripted_admission {
         pending_hold_ = rein::detail::add_saturated(now, from_us(v.retry_after_us));
         return {op, remote_step::wait()};
       case kind::unavailable: return {op, remote_step::wait()};  // the failure policy applies to it in line order
+      case kind::lost: return {op, remote_step::wait()};         // asked again as the model's new tag says
       case kind::no_script:
       case kind::server_error: break;
     }
@@ -346,13 +402,7 @@ class scripted_admission {
   /// Gives n units back to the server (at most the model's refund_most): one refund message, which ends the
   /// hold of the last denial (the next admission, sent after the refund, asks again). Nothing for a model
   /// with nothing to give back.
-  void refund(std::int64_t n) {
-    const std::int64_t most = model_.refund_most();
-    if (n <= 0 || most <= 0) return;
-    ++stats_.refunds;
-    outbox_.push({message::kind::refund, 0, std::min(n, most), 0});
-    hold_until_ = time_point::min();  // what the last denial said no longer holds: ask again (after the refund)
-  }
+  void refund(std::int64_t n) { send_refund(n, model_tag()); }
 
   /// Queues a message that is not an admission (fire and forget, e.g. a pause).
   void send(const message& m) { outbox_.push(m); }
@@ -360,12 +410,37 @@ class scripted_admission {
   /// A side request (refund, script load, pause) came back with an error.
   void on_side_error() noexcept { ++stats_.server_errors; }
 
+  /// A holding model's lease renewal, if it has one to renew (a timer of the I/O object calls this).
+  /// The renewal says how many permits this lease may hold at most (those granted and not given back, and
+  /// those asked for on the wire), so that the server forgets the releases it never received.
+  void renew() {
+    if constexpr (holding) {
+      if (const std::optional<std::int64_t> tag = model_.renewal())
+        outbox_.push({message::kind::renew, 0, held_units_ + in_flight_units_, *tag});
+    }
+  }
+
+  /// The answer to a renewal sent with `tag` (unavailable when it got none: the lease runs on).
+  void on_renewed(std::int64_t tag, const verdict& v, time_point now) {
+    if constexpr (holding) {
+      if (v.what == verdict::kind::unavailable) return;
+      if (v.what == verdict::kind::no_script || v.what == verdict::kind::server_error) {
+        ++stats_.server_errors;
+        return;
+      }
+      if (model_.on_reply(tag, v, now)) held_units_ = 0;
+    } else {
+      (void)tag, (void)v, (void)now;
+    }
+  }
+
   /// The policy's counters and state (the line adds its own statistics).
   snapshot_type snapshot(time_point now) const {
     snapshot_type s{};
     static_cast<shared_limiter_snapshot&>(s) = stats_;
     s.in_flight = in_flight_;
     s.degraded = degraded_;
+    if constexpr (holding) s.held = held_units_;
     model_.fill(s, now);
     return s;
   }
@@ -375,11 +450,28 @@ class scripted_admission {
     rein::detail::wait_op* op;  // null once its op left the line
     std::int64_t n;
     time_point sent;
+    std::int64_t tag;  // the model's tag it was sent with
     std::uint8_t attempts;
     bool done;
   };
 
   using micros = std::chrono::duration<double, std::micro>;
+
+  // A model whose grants are held until released (see the class comment).
+  static constexpr bool holding = requires { requires Model::holds; };
+
+  std::int64_t model_tag() const noexcept {
+    if constexpr (holding) return model_.tag();
+    else return 0;
+  }
+
+  void send_refund(std::int64_t n, std::int64_t tag) {
+    const std::int64_t most = model_.refund_most();
+    if (n <= 0 || most <= 0) return;
+    ++stats_.refunds;
+    outbox_.push({message::kind::refund, 0, std::min(n, most), tag});
+    hold_until_ = time_point::min();  // what the last denial said no longer holds: ask again (after the refund)
+  }
 
   // A count of microseconds from a verdict as a duration of the clock: rounded up, saturated.
   static duration from_us(double us) noexcept { return rein::detail::ceil_duration<duration>(micros(us)); }
@@ -393,6 +485,10 @@ class scripted_admission {
       if (local_ && take_local_grant(n, granted_at)) {
         local_->refund(n, now);
         return;
+      }
+      if constexpr (holding) {
+        if (!model_.owns(granted_at)) return;  // its lease was lost: the server already took it back
+        held_units_ -= std::min(n, held_units_);
       }
       refund(n);
     } catch (...) {  // best effort, as every refund: without memory for the message the units stay taken
@@ -442,6 +538,7 @@ class scripted_admission {
     t.done = true;
     t.op = nullptr;
     --in_flight_;
+    in_flight_units_ -= t.n;
     while (!tickets_.empty() && tickets_.front().done) {
       tickets_.pop_front();
       ++first_ticket_;
@@ -467,6 +564,10 @@ class scripted_admission {
         enter_degraded(now);
         degraded_until_ = rein::detail::add_saturated(now, std::chrono::duration_cast<duration>(options_.recheck_interval));
         return;
+      case kind::lost:  // the server answered: the model starts a new lease (on_reply)
+        leave_degraded(now);
+        model_.learn(v, now);
+        return;
       case kind::no_script:
       case kind::server_error:
         ++stats_.server_errors;
@@ -490,6 +591,8 @@ class scripted_admission {
   std::deque<pending> tickets_;
   std::uint64_t first_ticket_ = 0;  // the ticket of tickets_.front()
   std::size_t in_flight_ = 0;       // tickets not yet settled, forgotten ones included
+  std::int64_t in_flight_units_ = 0;  // what those tickets ask for
+  std::int64_t held_units_ = 0;     // a holding model: granted by the server, not given back (current lease)
   message_list outbox_;
 
   time_point hold_until_ = time_point::min();

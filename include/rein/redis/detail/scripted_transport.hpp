@@ -51,8 +51,8 @@ inline bool starts_with_any(std::string_view text, std::initializer_list<std::st
   return std::any_of(prefixes.begin(), prefixes.end(), [&](std::string_view p) { return text.starts_with(p); });
 }
 
-/// What a reply to a limiter's script says: every script answers three integers {allowed (1/0),
-/// retry_after (microseconds), available (the model's number)}.
+/// What a reply to a limiter's script says: every script answers three integers {allowed (1/0; -1: the
+/// caller's lease is lost), retry_after (microseconds), available (the model's number)}.
 inline verdict read_verdict(const error_code& ec, const ::redisReply* r) {
   using kind = verdict::kind;
   if (ec || r == nullptr) return {kind::unavailable, 0, 0, {}};
@@ -67,14 +67,16 @@ inline verdict read_verdict(const error_code& ec, const ::redisReply* r) {
   const bool shaped = r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
                       std::all_of(r->element, r->element + 3, [](const ::redisReply* e) { return e->type == REDIS_REPLY_INTEGER; });
   if (!shaped) return {kind::server_error, 0, 0, "rein: unexpected reply to a limiter's script"};
-  return {r->element[0]->integer == 1 ? kind::allowed : kind::denied, static_cast<double>(r->element[1]->integer),
-          static_cast<double>(r->element[2]->integer), {}};
+  const long long first = r->element[0]->integer;
+  const kind what = first == 1 ? kind::allowed : first == -1 ? kind::lost : kind::denied;
+  return {what, static_cast<double>(r->element[1]->integer), static_cast<double>(r->element[2]->integer), {}};
 }
 
 /// A scripted admission on rein's wait line: the line owns waiting (queue, deadlines, one timer,
-/// cancellation, completions); the policy decides; the transport below is the only I/O.
-template <class Policy, class Executor, class Clock, class Mutex>
-using scripted_line = rein::detail::limiter_core<Policy, Executor, Clock, Mutex, void(rein::error_code)>;
+/// cancellation, completions); the policy decides; the transport below is the only I/O. A rate rule's
+/// grants complete with an error code only; a shared semaphore's are permits (`void(error_code, permit)`).
+template <class Policy, class Executor, class Clock, class Mutex, class Signature = void(rein::error_code)>
+using scripted_line = rein::detail::limiter_core<Policy, Executor, Clock, Mutex, Signature>;
 
 /// Moves a scripted policy's messages to Redis and its replies back as verdicts. Owned by the line; each
 /// request on the wire holds the line alive (so a reply arriving after the limiter is destroyed still
@@ -82,10 +84,10 @@ using scripted_line = rein::detail::limiter_core<Policy, Executor, Clock, Mutex,
 ///
 /// Commands (one per limiter): `static constexpr std::string_view script`, constructed from the options,
 /// and `std::string command(const message&, std::string_view sha)` for admissions, refunds and pauses.
-template <class Policy, class Commands, class Executor, class Clock, class Mutex>
+template <class Policy, class Commands, class Executor, class Clock, class Mutex, class Signature>
 class scripted_transport final : public rein::detail::remote_transport<message_list> {
  public:
-  using line_type = scripted_line<Policy, Executor, Clock, Mutex>;
+  using line_type = scripted_line<Policy, Executor, Clock, Mutex, Signature>;
   using connection_type = connection_core<Executor>;
 
   scripted_transport(std::weak_ptr<line_type> line, std::shared_ptr<connection_type> connection,
@@ -173,11 +175,38 @@ class scripted_transport final : public rein::detail::remote_transport<message_l
     std::shared_ptr<line_type> line_;
   };
 
+  // A lease renewal: its answer may say the lease was lost.
+  class renewal_node final : public request_node {
+   public:
+    renewal_node(std::shared_ptr<line_type> line, std::int64_t tag) noexcept : line_(std::move(line)), tag_(tag) {}
+    void complete(const error_code& ec, const ::redisReply* reply) noexcept override {
+      const std::shared_ptr<line_type> line = std::move(line_);
+      const std::int64_t tag = tag_;
+      delete this;
+      try {
+        const verdict v = read_verdict(ec, reply);
+        line->update([&](Policy& p, typename Clock::time_point now) { p.on_renewed(tag, v, now); });
+      } catch (...) {  // no memory: the next renewal asks again
+      }
+    }
+
+   private:
+    std::shared_ptr<line_type> line_;
+    std::int64_t tag_;
+  };
+
   // Hands one request to the connection. False: the connection refused it (down or closed).
   bool submit(const std::shared_ptr<line_type>& line, const message& m) {
     if (m.what == message::kind::admission) {
       auto* node = new admission_node(line, m.ticket);
-      const bool ok = m.n == 1 ? connection_->submit(take_one_command_, node) : connection_->submit(commands_.command(m, sha_), node);
+      const bool one = m.n == 1 && m.extra == 0;  // the command made once, at construction
+      const bool ok = one ? connection_->submit(take_one_command_, node) : connection_->submit(commands_.command(m, sha_), node);
+      if (!ok) delete node;
+      return ok;
+    }
+    if (m.what == message::kind::renew) {
+      auto* node = new renewal_node(line, m.extra);
+      const bool ok = connection_->submit(commands_.command(m, sha_), node);
       if (!ok) delete node;
       return ok;
     }
@@ -198,13 +227,15 @@ class scripted_transport final : public rein::detail::remote_transport<message_l
 
 /// The doors every scripted limiter shares: its connection (shared or owned), the line and its transport,
 /// the acquire functions, try_acquire, close and the connection's counters. The public limiters derive
-/// from it and document these members in their own class comment.
-template <class Policy, class Commands, class Executor, class Clock, class Mutex>
+/// from it and document these members in their own class comment. `Signature` is the completion signature
+/// of an acquire: `void(error_code)` for the rate rules, `void(error_code, rein::permit)` for a semaphore.
+template <class Policy, class Commands, class Executor, class Clock, class Mutex, class Signature = void(error_code)>
 class basic_scripted_limiter {
  protected:
-  using line_type = scripted_line<Policy, Executor, Clock, Mutex>;
-  using transport_type = scripted_transport<Policy, Commands, Executor, Clock, Mutex>;
+  using line_type = scripted_line<Policy, Executor, Clock, Mutex, Signature>;
+  using transport_type = scripted_transport<Policy, Commands, Executor, Clock, Mutex, Signature>;
   using options_type = typename Policy::options_type;
+  using doors_type = rein::detail::line_doors<line_type>;
 
  public:
   /// The executor that runs completion handlers without an associated executor of their own.
@@ -254,13 +285,16 @@ class basic_scripted_limiter {
   /// trip, which a function that never waits cannot make (and a local guess would break the fleet-wide
   /// bound). It exists so that generic code written against rein's rate limiters compiles and takes its
   /// waiting path (e.g. rein::throttle's). Use async_acquire_until with a deadline for "at most this long".
-  try_result try_acquire(std::size_t = 1) const noexcept { return try_result(try_status::busy); }
+  typename doors_type::try_type try_acquire(std::size_t = 1) const noexcept {
+    return typename doors_type::try_type(try_status::busy);
+  }
 
   /// Waits for admission of n units. The initiating function; every Asio completion token works.
   ///
   /// @param n     units wanted. 0 is granted without asking Redis: at once unless another caller waits its
   ///              turn ahead of it (FIFO, as in every rein limiter).
-  /// @param token completion token; signature `void(error_code)`. Default: `deferred`.
+  /// @param token completion token; signature `void(error_code)` (a shared semaphore: `void(error_code,
+  ///              rein::permit)`). Default: `deferred`.
   ///
   /// Errors: rein::errc::exceeds_capacity (n can never be admitted, at once), rein::errc::queue_full
   /// (max_waiters reached, when it would have to wait), rein::errc::closed, errc::unavailable (Redis cannot
@@ -272,14 +306,14 @@ class basic_scripted_limiter {
   /// terminal, partial and total: the operation completes at once with operation_aborted. If its request
   /// is on the wire and Redis grants it, the grant is given back with a refund request (best effort: lost
   /// if the connection fails first).
-  template <REIN_COMPLETION_TOKEN_FOR(void(error_code)) Token = default_token_t>
+  template <REIN_COMPLETION_TOKEN_FOR(Signature) Token = default_token_t>
   auto async_acquire(std::size_t n = 1, Token&& token = Token{}) {
     return doors().async_acquire_until(n, time_point::max(), std::forward<Token>(token));
   }
 
   /// As async_acquire, failing with rein::errc::timed_out if not granted within `timeout` (a timeout too
   /// long to represent, such as duration::max(), means none).
-  template <REIN_COMPLETION_TOKEN_FOR(void(error_code)) Token = default_token_t>
+  template <REIN_COMPLETION_TOKEN_FOR(Signature) Token = default_token_t>
   auto async_acquire_for(std::size_t n, duration timeout, Token&& token = Token{}) {
     return doors().async_acquire_for(n, timeout, std::forward<Token>(token));
   }
@@ -287,20 +321,26 @@ class basic_scripted_limiter {
   /// As async_acquire, failing with rein::errc::timed_out if not granted by `deadline` (time_point::max():
   /// never), also when the request is on the wire at that moment. A deadline already past fails at once,
   /// and so does one before the end of a hold Redis announced (a denial's retry-after).
-  template <REIN_COMPLETION_TOKEN_FOR(void(error_code)) Token = default_token_t>
+  template <REIN_COMPLETION_TOKEN_FOR(Signature) Token = default_token_t>
   auto async_acquire_until(std::size_t n, time_point deadline, Token&& token = Token{}) {
     return doors().async_acquire_until(n, deadline, std::forward<Token>(token));
   }
 
   /// Waits inside a coroutine: `co_await limiter.acquire();`. Always one round trip at least (there is no
   /// synchronous fast path). Throws rein::system_error with async_acquire's errors.
-  net::awaitable<void> acquire(std::size_t n = 1) { return doors().acquire_until(n, time_point::max()); }
+  net::awaitable<typename doors_type::result_type> acquire(std::size_t n = 1) {
+    return doors().acquire_until(n, time_point::max());
+  }
 
   /// As acquire, throwing rein::errc::timed_out if not granted within `timeout`.
-  net::awaitable<void> acquire_for(std::size_t n, duration timeout) { return doors().acquire_for(n, timeout); }
+  net::awaitable<typename doors_type::result_type> acquire_for(std::size_t n, duration timeout) {
+    return doors().acquire_for(n, timeout);
+  }
 
   /// As acquire, throwing rein::errc::timed_out if not granted by `deadline`.
-  net::awaitable<void> acquire_until(std::size_t n, time_point deadline) { return doors().acquire_until(n, deadline); }
+  net::awaitable<typename doors_type::result_type> acquire_until(std::size_t n, time_point deadline) {
+    return doors().acquire_until(n, deadline);
+  }
 
   /// Completes every waiter with rein::errc::closed; later acquires fail the same way. The limiter's own
   /// connection is closed too (so `io_context::run()` can return); a shared one stays open.
@@ -339,7 +379,7 @@ class basic_scripted_limiter {
   }
 
   // Every door is written once, in rein/detail/acquire_doors.hpp (a remote line has no synchronous try).
-  rein::detail::line_doors<line_type> doors() const noexcept { return {line_.get(), Policy::type_name}; }
+  doors_type doors() const noexcept { return {line_.get(), Policy::type_name}; }
 
   options_type options_;
   std::shared_ptr<typename connection_type::core_type> owned_;

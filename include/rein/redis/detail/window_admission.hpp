@@ -57,7 +57,7 @@ namespace detail {
 /// number), so no more requests go on the wire than there are places (at least one). A denial says when
 /// the oldest admission that must leave leaves; that is the scripted admission's hold.
 template <class Clock>
-class window_model {
+class window_model : public free_places_model<Clock, shared_sliding_window_options> {
  public:
   /// The public type, as messages name it.
   static constexpr std::string_view type_name = "rein::redis::shared_sliding_window";
@@ -78,34 +78,15 @@ class window_model {
     return o;
   }
 
-  window_model(const options_type& o, time_point) : options_(o), free_(o.limit) {}
-
-  bool exceeds(std::size_t n) const noexcept { return n > static_cast<std::uint64_t>(options_.limit); }
-
-  // Places free up as admissions leave, which only a denial's retry-after tells: no estimate of our own.
-  time_point ready_at(std::size_t, time_point) const noexcept { return time_point::min(); }
-  time_point firm_until() const noexcept { return time_point::min(); }
-
-  std::size_t window(time_point) const noexcept {
-    if (free_ >= static_cast<std::int64_t>(options_.max_in_flight)) return options_.max_in_flight;
-    return free_ < 1 ? 1 : static_cast<std::size_t>(free_);
-  }
-
-  void learn(const verdict& v, time_point) noexcept { free_ = static_cast<std::int64_t>(v.available_us); }
-
-  std::int64_t refund_most() const noexcept { return options_.limit; }
+  using free_places_model<Clock, shared_sliding_window_options>::free_places_model;
 
   std::optional<local_type> make_local(time_point now) const {
-    const auto share = std::floor(static_cast<double>(options_.limit) * options_.fail_open_share);
+    const auto share = std::floor(static_cast<double>(this->options().limit) * this->options().fail_open_share);
     const auto limit = std::max<std::int64_t>(1, static_cast<std::int64_t>(share));
-    return local_type(typename local_type::options{.limit = limit, .window = std::chrono::duration_cast<typename Clock::duration>(options_.window)}, now);
+    return local_type(typename local_type::options{.limit = limit, .window = std::chrono::duration_cast<typename Clock::duration>(this->options().window)}, now);
   }
 
-  void fill(snapshot_type& s, time_point) const noexcept { s.free = free_; }
-
- private:
-  options_type options_;
-  std::int64_t free_;  // free places as of the last reply
+  void fill(snapshot_type& s, time_point) const noexcept { s.free = this->free_places(); }
 };
 
 /// The shared sliding window's admission rule, as a remote policy (see scripted_admission).

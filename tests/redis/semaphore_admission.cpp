@@ -1,0 +1,253 @@
+// The shared semaphore's admission rule on rein's wait line, without Redis (see scripted_fixture.hpp):
+// hand-made verdicts of the lease script, permits, releases, renewals and lost leases, exact times on
+// rein::testing::manual_clock. A message's last number is its tag: 2 * lease, plus 1 for the first
+// request of a lease (the script creates the lease only for those).
+#include "redis/scripted_fixture.hpp"
+
+#include <rein/redis/detail/semaphore_admission.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace std::chrono_literals;
+using namespace rein_test::scripted;
+using rein::redis::failure_policy;
+using rein::redis::shared_semaphore_options;
+using rein_test::advance_and_poll;
+using rein_test::manual_clock;
+using rein_test::poll;
+
+using policy = rein::redis::detail::semaphore_admission<manual_clock>;
+using semaphore = scripted_fixture<policy, void(error_code, rein::permit)>;
+
+constexpr auto renew = message::kind::renew;
+
+shared_semaphore_options limit_of(std::int64_t limit) { return {.key = "db", .limit = limit}; }
+
+verdict lost() { return {verdict::kind::lost, 0, 0, {}}; }
+
+void renew_now(semaphore& s) {
+  s.line->update([](policy& p, tp) { p.renew(); });
+}
+
+void renewal_answer(semaphore& s, std::int64_t tag, const verdict& v) {
+  s.line->update([&](policy& p, tp now) { p.on_renewed(tag, v, now); });
+}
+
+}  // namespace
+
+TEST_CASE("semaphore admission: Redis's verdicts grant permits; a release goes back under the lease and ends a "
+          "denial's wait",
+          "[redis][semaphore]") {
+  semaphore s(limit_of(2));
+  result r[3];
+  for (auto& x : r) s.acquire(x, 1);
+  // Before any reply both permits are believed free: two requests fly, both the first of lease 1.
+  CHECK(s.sent() == messages{{admission, 0, 1, 3}, {admission, 1, 1, 3}});
+  s.settle(0, allowed(1));
+  s.settle(1, allowed(0));
+  poll(s.io);
+  REQUIRE(r[0].ec == error_code{});
+  REQUIRE(r[1].ec == error_code{});
+  CHECK(r[0].permit.count() == 1);
+  CHECK(r[1].permit.count() == 1);
+  // Lease 1 exists now: later messages carry tag 2.
+  CHECK(s.sent().back() == message{admission, 2, 1, 2});
+  s.settle(2, denied(10000, 0));
+  poll(s.io);
+  CHECK_FALSE(r[2].done);
+  CHECK(s.snapshot().held == 2);
+  CHECK(s.snapshot().free == 0);
+  // A permit of this process comes back: the release, then at once the waiting caller asks again.
+  r[0].permit.release();
+  CHECK(s.sent() == messages{{admission, 0, 1, 3}, {admission, 1, 1, 3}, {admission, 2, 1, 2}, {refund, 0, 1, 2},
+                             {admission, 3, 1, 2}});
+  s.settle(3, allowed(0));
+  poll(s.io);
+  CHECK(r[2].ec == error_code{});
+  const auto snap = s.snapshot();
+  CHECK(snap.held == 2);
+  CHECK(snap.remote_allowed == 3);
+  CHECK(snap.remote_denied == 1);
+  CHECK(snap.refunds == 1);
+  CHECK(s.line->holders() == 2);
+}
+
+TEST_CASE("semaphore admission: without a release here, the first waiting caller asks again after the poll "
+          "interval Redis returned",
+          "[redis][semaphore]") {
+  semaphore s(limit_of(1));
+  result held, waiting;
+  s.acquire(held, 1);
+  s.settle(0, allowed(0));
+  poll(s.io);
+  s.acquire(waiting, 1);
+  s.settle(1, denied(10000, 0));  // another process holds the rest; poll in 10 ms
+  advance_and_poll(s.io, 9ms);
+  CHECK(s.sent().size() == 2);
+  advance_and_poll(s.io, 1ms);
+  CHECK(s.sent().back() == message{admission, 2, 1, 2});
+  s.settle(2, allowed(0));
+  poll(s.io);
+  CHECK(waiting.ec == error_code{});
+  CHECK(s.snapshot().wait_total == 10ms);
+}
+
+TEST_CASE("semaphore admission: a renewal carries the lease and the most it may hold; none before Redis made "
+          "the lease",
+          "[redis][semaphore]") {
+  semaphore s(limit_of(4));
+  result a, b;
+  s.acquire(a, 2);
+  s.acquire(b, 1);
+  CHECK(s.sent() == messages{{admission, 0, 2, 3}, {admission, 1, 1, 3}});
+  renew_now(s);  // no reply yet: Redis may not have made lease 1, and a renewal cannot make it
+  CHECK(s.sent().size() == 2);
+  s.settle(0, allowed(2));
+  poll(s.io);
+  renew_now(s);  // 2 held, 1 asked for on the wire
+  CHECK(s.sent().back() == message{renew, 0, 3, 2});
+  s.settle(1, allowed(1));
+  poll(s.io);
+  a.permit.release();
+  renew_now(s);  // 1 held
+  CHECK(s.sent() == messages{{admission, 0, 2, 3}, {admission, 1, 1, 3}, {renew, 0, 3, 2}, {refund, 0, 2, 2}, {renew, 0, 1, 2}});
+  CHECK(s.snapshot().renewals == 2);
+}
+
+TEST_CASE("semaphore admission: after a lost lease the old permits send nothing back and the next request starts "
+          "a new lease",
+          "[redis][semaphore]") {
+  semaphore s(limit_of(4));
+  result old_one, new_one;
+  s.acquire(old_one, 1);
+  s.settle(0, allowed(3));
+  poll(s.io);
+  advance_and_poll(s.io, 1ms);
+  renewal_answer(s, 2, lost());  // Redis had expired lease 1 (say, the process was stopped for a while)
+  auto snap = s.snapshot();
+  CHECK(snap.leases_lost == 1);
+  CHECK(snap.lease == 2);
+  CHECK(snap.held == 0);
+  renew_now(s);  // lease 2 does not exist yet: nothing to renew
+  old_one.permit.release();  // Redis took it back already: no release is sent (it would count against lease 2)
+  CHECK(s.sent() == messages{{admission, 0, 1, 3}});
+  advance_and_poll(s.io, 1ms);
+  s.acquire(new_one, 1);
+  CHECK(s.sent().back() == message{admission, 1, 1, 5});
+  s.settle(1, allowed(3));
+  poll(s.io);
+  REQUIRE(new_one.ec == error_code{});
+  renewal_answer(s, 2, lost());  // a late answer about lease 1 changes nothing
+  CHECK(s.snapshot().leases_lost == 1);
+  renew_now(s);
+  CHECK(s.sent().back() == message{renew, 0, 1, 4});
+  new_one.permit.release();
+  CHECK(s.sent().back() == message{refund, 0, 1, 4});
+}
+
+TEST_CASE("semaphore admission: an acquire Redis answers with \"lost\" is asked again under the next lease",
+          "[redis][semaphore]") {
+  semaphore s(limit_of(4));
+  result first, second;
+  s.acquire(first, 1);
+  s.settle(0, allowed(3));
+  poll(s.io);
+  s.acquire(second, 1);
+  CHECK(s.sent().back() == message{admission, 1, 1, 2});
+  s.settle(1, lost());
+  poll(s.io);
+  CHECK_FALSE(second.done);
+  CHECK(s.sent().back() == message{admission, 2, 1, 5});
+  advance_and_poll(s.io, 1ms);
+  s.settle(2, allowed(3));
+  poll(s.io);
+  CHECK(second.ec == error_code{});
+  CHECK(s.snapshot().leases_lost == 1);
+  CHECK(s.snapshot().held == 1);
+}
+
+TEST_CASE("semaphore admission: a grant Redis makes to a cancelled request goes back under the lease it was "
+          "asked for",
+          "[redis][semaphore]") {
+  semaphore s(limit_of(2));
+  result r;
+  net::cancellation_signal signal;
+  s.acquire(r, 1, signal);
+  signal.emit(net::cancellation_type::terminal);
+  poll(s.io);
+  CHECK(r.ec == net::error::operation_aborted);
+  s.settle(0, allowed(1));
+  CHECK(s.sent() == messages{{admission, 0, 1, 3}, {refund, 0, 1, 3}});
+  CHECK(s.snapshot().held == 0);
+}
+
+TEST_CASE("semaphore admission: fail_open grants from a local semaphore whose permits go back to it",
+          "[redis][semaphore]") {
+  auto o = limit_of(4);
+  o.on_failure = failure_policy::fail_open;
+  o.fail_open_share = 0.5;  // 2 permits here while Redis is unreachable
+  semaphore s(o);
+  s.link_up = false;
+  result r[3];
+  s.acquire(r[0], 1);
+  s.settle(0, unavailable());
+  s.acquire(r[1], 1);
+  s.acquire(r[2], 1);
+  poll(s.io);
+  CHECK(r[0].ec == error_code{});
+  CHECK(r[1].ec == error_code{});
+  CHECK_FALSE(r[2].done);
+  r[0].permit.release();
+  poll(s.io);
+  CHECK(r[2].ec == error_code{});
+  CHECK(s.sent() == messages{{admission, 0, 1, 3}});  // nothing went to Redis for the local permits
+  CHECK(s.snapshot().local_admitted == 3);
+}
+
+TEST_CASE("semaphore admission: a permit given back after the semaphore is gone still sends its release",
+          "[redis][semaphore]") {
+  semaphore s(limit_of(2));
+  result r;
+  s.acquire(r, 1);
+  s.settle(0, allowed(1));
+  poll(s.io);
+  REQUIRE(r.ec == error_code{});
+  s.line->shutdown();
+  r.permit.release();
+  CHECK(s.sent().back() == message{refund, 0, 1, 2});
+  CHECK(s.line->holders() == 0);
+}
+
+TEST_CASE("semaphore admission: requests beyond the limit fail at once; options out of range name the field",
+          "[redis][semaphore]") {
+  semaphore s(limit_of(2));
+  result r;
+  s.acquire(r, 3);
+  poll(s.io);
+  CHECK(r.ec == rein::errc::exceeds_capacity);
+  const auto message_of = [](shared_semaphore_options o) {
+    try {
+      (void)policy::model_type::validated(std::move(o));
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  auto o = limit_of(0);
+  CHECK(message_of(o) == "rein::redis::shared_semaphore: limit must be in [1, 2^31) permits, got 0");
+  o = limit_of(2);
+  o.lease = 20ms;
+  CHECK(message_of(o) == "rein::redis::shared_semaphore: lease must be in [30 ms, 1 day], got 20ms");
+  o = limit_of(2);
+  o.poll_interval = 0ms;
+  CHECK(message_of(o) == "rein::redis::shared_semaphore: poll_interval must be in [1 ms, lease], got 0ms");
+  o.poll_interval = 11s;
+  CHECK(message_of(o) == "rein::redis::shared_semaphore: poll_interval must be in [1 ms, lease], got 11000ms");
+}

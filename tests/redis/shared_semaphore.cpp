@@ -1,0 +1,162 @@
+// rein::redis::shared_semaphore against a real redis-server, in one process: two semaphore objects on two
+// connections stand for two processes (each has its own lease). Real time with margins.
+#include "support.hpp"
+
+#include <rein/error.hpp>
+#include <rein/permit.hpp>
+#include <rein/redis/shared_semaphore.hpp>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+using namespace rein_test;
+using rein::redis::shared_semaphore;
+using rein::redis::shared_semaphore_options;
+
+namespace {
+
+// One acquire's outcome, with its permit.
+struct taken {
+  std::optional<rein::error_code> ec;
+  rein::permit permit;
+  steady::time_point at;
+};
+
+auto into(taken& t) {
+  return [&t](rein::error_code ec, rein::permit p) {
+    t.ec = ec;
+    t.permit = std::move(p);
+    t.at = steady::now();
+  };
+}
+
+std::string total_key(const shared_semaphore_options& o) { return "rein:{" + o.key + "}:sem:total"; }
+
+}  // namespace
+
+TEST_CASE("two semaphores on one key hold at most the limit together; a release lets the other in") {
+  redis_server server;
+  net::io_context io;
+  rein::redis::connection c1(io, local(server.port()));
+  rein::redis::connection c2(io, local(server.port()));
+  const shared_semaphore_options options{.key = unique_key("sem"), .limit = 3};
+  shared_semaphore a(c1, options);
+  shared_semaphore b(c2, options);
+  taken t[4];
+  a.async_acquire(2, into(t[0]));
+  b.async_acquire(1, into(t[1]));
+  REQUIRE(run_until(io, [&] { return t[0].ec && t[1].ec; }));
+  REQUIRE(*t[0].ec == rein::error_code{});
+  REQUIRE(*t[1].ec == rein::error_code{});
+  CHECK(t[0].permit.count() == 2);
+  CHECK(execute(io, c1, {"GET", total_key(options)}).text == "3");
+  // Full: b waits its turn, and a's deadline passes.
+  b.async_acquire(1, into(t[2]));
+  a.async_acquire_for(1, std::chrono::milliseconds(200), into(t[3]));
+  REQUIRE(run_until(io, [&] { return t[3].ec.has_value(); }));
+  CHECK(*t[3].ec == rein::errc::timed_out);
+  CHECK_FALSE(t[2].ec);
+  const auto released = steady::now();
+  t[0].permit.release();  // two come back from a: b's waiter sees them at its next poll (10 ms)
+  REQUIRE(run_until(io, [&] { return t[2].ec.has_value(); }));
+  CHECK(*t[2].ec == rein::error_code{});
+  CHECK(t[2].at - released < std::chrono::milliseconds(500));
+  CHECK(execute(io, c1, {"GET", total_key(options)}).text == "2");
+  t[1].permit.release();
+  t[2].permit.release();
+  CHECK(execute(io, c2, {"GET", total_key(options)}).text == "0");
+  const auto s = b.snapshot();
+  CHECK(s.remote_allowed == 2);
+  CHECK(s.remote_denied >= 1);
+  CHECK(s.lease == 1);
+  CHECK(s.leases_lost == 0);
+  CHECK(s.held == 0);
+}
+
+TEST_CASE("a held permit's lease is renewed; one whose holder goes silent comes back within a lease") {
+  redis_server server;
+  net::io_context io;
+  rein::redis::connection c1(io, local(server.port()));
+  rein::redis::connection c2(io, local(server.port()));
+  const shared_semaphore_options options{.key = unique_key("lease"), .limit = 2, .lease = std::chrono::milliseconds(300)};
+  auto a = std::make_unique<shared_semaphore>(c1, options);
+  shared_semaphore b(c2, options);
+  taken held, other, late;
+  a->async_acquire(2, into(held));
+  REQUIRE(run_until(io, [&] { return held.ec.has_value(); }));
+  REQUIRE(*held.ec == rein::error_code{});
+  // Three leases long: the renewals (every 100 ms) keep a's permits counted, so b gets nothing.
+  b.async_acquire_for(1, std::chrono::milliseconds(900), into(other));
+  REQUIRE(run_until(io, [&] { return other.ec.has_value(); }));
+  CHECK(*other.ec == rein::errc::timed_out);
+  CHECK(a->snapshot().renewals >= 6);
+  // a goes silent with its permits (as a process that hangs or crashes): they come back one lease after
+  // its last renewal, at most 300 ms (plus b's poll) after now.
+  a.reset();
+  const auto silent = steady::now();
+  b.async_acquire(2, into(late));
+  REQUIRE(run_until(io, [&] { return late.ec.has_value(); }));
+  CHECK(*late.ec == rein::error_code{});
+  INFO("came back after " << std::chrono::duration_cast<std::chrono::milliseconds>(late.at - silent).count() << " ms");
+  CHECK(late.at - silent < std::chrono::milliseconds(300 + 200));
+  // The silent holder's permits given back now: its lease is gone, so nothing is counted twice.
+  held.permit.release();
+  run_for(io, std::chrono::milliseconds(50));
+  CHECK(execute(io, c2, {"GET", total_key(options)}).text == "2");
+  late.permit.release();
+  CHECK(execute(io, c2, {"GET", total_key(options)}).text == "0");
+}
+
+TEST_CASE("a lease lost while the process was silent starts a new one; the old permits no longer count") {
+  redis_server server;
+  net::io_context io;
+  rein::redis::connection c(io, local(server.port()));
+  const shared_semaphore_options options{.key = unique_key("lost"), .limit = 2, .lease = std::chrono::milliseconds(100)};
+  shared_semaphore sem(c, options);
+  taken first, second;
+  sem.async_acquire(1, into(first));
+  REQUIRE(run_until(io, [&] { return first.ec.has_value(); }));
+  REQUIRE(*first.ec == rein::error_code{});
+  // Redis forgets the lease as if the process had been stopped for longer than it: the next renewal is
+  // answered "lost".
+  execute(io, c, {"DEL", "rein:{" + options.key + "}:sem:leases", "rein:{" + options.key + "}:sem:holders"});
+  REQUIRE(run_until(io, [&] { return sem.snapshot().leases_lost == 1; }, std::chrono::seconds(2)));
+  CHECK(sem.snapshot().lease == 2);
+  sem.async_acquire(1, into(second));
+  REQUIRE(run_until(io, [&] { return second.ec.has_value(); }));
+  CHECK(*second.ec == rein::error_code{});
+  first.permit.release();  // of lease 1: sends nothing
+  second.permit.release();
+  run_for(io, std::chrono::milliseconds(50));
+  const auto s = sem.snapshot();
+  CHECK(s.held == 0);
+  CHECK(s.refunds == 1);
+  CHECK(s.leases_lost == 1);
+}
+
+TEST_CASE("a release lost with its connection is corrected by the next renewal, not by the lease's end") {
+  redis_server server;
+  net::io_context io;
+  rein::redis::connection c(io, local(server.port()));
+  rein::redis::connection watcher(io, local(server.port()));
+  const shared_semaphore_options options{.key = unique_key("heal"), .limit = 2, .lease = std::chrono::milliseconds(600)};
+  shared_semaphore sem(c, options);
+  taken t;
+  sem.async_acquire(2, into(t));
+  REQUIRE(run_until(io, [&] { return t.ec.has_value(); }));
+  REQUIRE(*t.ec == rein::error_code{});
+  // The server drops the semaphore's connection, and the release goes out on it before the client notices:
+  // Redis still counts 2.
+  execute(io, watcher, {"CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"});
+  t.permit.release();
+  CHECK(execute(io, watcher, {"GET", total_key(options)}).text == "2");
+  // The connection comes back; the next renewal (every 200 ms) says this process holds nothing.
+  const auto since = steady::now();
+  REQUIRE(run_until(io, [&] { return execute(io, watcher, {"GET", total_key(options)}).text == "0"; },
+                    std::chrono::seconds(2)));
+  CHECK(steady::now() - since < std::chrono::milliseconds(500));
+  CHECK(sem.snapshot().leases_lost == 0);  // the lease held throughout: the renewal corrected the count
+}
