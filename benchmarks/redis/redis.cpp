@@ -7,6 +7,10 @@
 //   rein_one_coroutine         one coroutine, acquire after acquire
 //   hiredis_blocking           the idiom without rein: blocking redisCommand(EVALSHA ...) in a loop
 //   hiredis_blocking_pipelined the floor: blocking hiredis, 64 commands appended, then 64 replies read
+//   rein_semaphore_pipelined/64  64 coroutines share a rein::redis::shared_semaphore: acquire, then release
+//                              (two script calls per item, the release not awaited)
+//   hiredis_semaphore_pipelined  its floor: blocking hiredis, 64 acquires and 64 releases of the same script
+//                              appended, then their replies read
 //
 // The bucket's rate is far above what is measured (1e9 per second), so every admission is one allowed
 // round trip and the numbers are the cost of the machinery, not of waiting. items_per_second is the result;
@@ -16,6 +20,7 @@
 
 #include <rein/redis/connection.hpp>
 #include <rein/redis/detail/sha1.hpp>
+#include <rein/redis/shared_semaphore.hpp>
 #include <rein/redis/shared_token_bucket.hpp>
 
 #include <benchmark/benchmark.h>
@@ -75,6 +80,36 @@ void rein_pipelined(benchmark::State& state) { rein_limiter(state, static_cast<s
 void rein_one_at_a_time(benchmark::State& state) { rein_limiter(state, static_cast<std::size_t>(state.range(0)), 1); }
 void rein_one_coroutine(benchmark::State& state) { rein_limiter(state, 1, 64); }
 
+// Acquire + release of a shared semaphore whose limit is never reached: the cost of a permit's two calls.
+void rein_semaphore_pipelined(benchmark::State& state) {
+  const auto coroutines = static_cast<std::size_t>(state.range(0));
+  net::io_context io;
+  rein::redis::connection_options options;
+  options.port = server().port();
+  rein::redis::connection connection(io, options);
+  rein::redis::shared_semaphore sem(connection, {.key = next_key(), .limit = 1'000'000'000});
+  const std::size_t each = admissions_per_iteration / coroutines;
+  for (auto _ : state) {
+    std::size_t running = coroutines;
+    for (std::size_t i = 0; i < coroutines; ++i) {
+      net::co_spawn(io, [&]() -> net::awaitable<void> {
+        for (std::size_t k = 0; k < each; ++k) {
+          rein::permit p = co_await sem.acquire();
+          p.release();
+        }
+        --running;
+      }, net::detached);
+    }
+    io.restart();
+    while (running > 0) io.run_one();
+  }
+  const auto s = sem.snapshot();
+  if (s.acquired_total != static_cast<std::uint64_t>(state.iterations()) * coroutines * each || s.remote_allowed != s.acquired_total) {
+    state.SkipWithError("permits were lost or not from Redis");
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(s.acquired_total));
+}
+
 struct hiredis_session {
   redisContext* context;
   std::string sha;
@@ -125,6 +160,41 @@ void hiredis_blocking_pipelined(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(admissions_per_iteration));
 }
 
+void hiredis_semaphore_pipelined(benchmark::State& state) {
+  redisContext* context = redisConnect("127.0.0.1", server().port());
+  auto* loaded = static_cast<redisReply*>(redisCommand(context, "SCRIPT LOAD %s", rein::redis::detail::shared_semaphore_script.data()));
+  const std::string sha(loaded->str, loaded->len);
+  freeReplyObject(loaded);
+  const std::string k = next_key();
+  const std::string keys = "5 " + k + ":h " + k + ":l " + k + ":t " + k + ":q " + k + ":s bench:1 10000000 1000000000 1 ";
+  const auto call = [&](const char* op) {
+    redisAppendCommand(context, ("EVALSHA " + sha + " " + keys + op + " 10000").c_str());
+  };
+  const auto read_one = [&] {
+    void* out = nullptr;
+    if (redisGetReply(context, &out) != REDIS_OK) return false;
+    auto* r = static_cast<redisReply*>(out);
+    const bool ok = r->type == REDIS_REPLY_ARRAY && r->elements == 3 && r->element[0]->integer == 1;
+    freeReplyObject(r);
+    return ok;
+  };
+  call("f");
+  if (!read_one()) state.SkipWithError("the lease was not made");
+  for (auto _ : state) {
+    for (std::size_t i = 0; i < admissions_per_iteration; i += 64) {
+      for (int n = 0; n < 64; ++n) {
+        call("a");
+        call("r");
+      }
+      for (int n = 0; n < 128; ++n) {
+        if (!read_one()) state.SkipWithError("not allowed");
+      }
+    }
+  }
+  redisFree(context);
+  state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(admissions_per_iteration));
+}
+
 }  // namespace
 
 BENCHMARK(rein_pipelined)->Arg(64)->UseRealTime()->Unit(benchmark::kMillisecond);
@@ -132,3 +202,5 @@ BENCHMARK(rein_one_at_a_time)->Arg(64)->UseRealTime()->Unit(benchmark::kMillisec
 BENCHMARK(rein_one_coroutine)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(hiredis_blocking)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(hiredis_blocking_pipelined)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(rein_semaphore_pipelined)->Arg(64)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(hiredis_semaphore_pipelined)->UseRealTime()->Unit(benchmark::kMillisecond);

@@ -41,8 +41,9 @@ namespace detail {
 ///   joins the queue. So processes take turns under saturation: one that just released cannot take the
 ///   permit back from one that waited. 'f' creates the lease if missing (the first request of a lease); 'a'
 ///   of a lease Redis does not know answers "lost" (-1), so that a process whose lease expired never counts
-///   its old permits under a new one. A denial's retry-after is the poll interval, or less if a lease
-///   expires sooner.
+///   its old permits under a new one. A denial's retry-after is a quarter of the poll interval per
+///   place in the queue (the head asks most often, so a permit freed elsewhere idles little), at most the
+///   poll interval, and less if a lease expires sooner.
 /// - 'r' (release n): gives back at most what the lease holds.
 /// - 'h' (renew, n = the most the process may hold under the lease: granted and not given back, plus asked
 ///   for on the wire): lowers the lease's count to n if it is higher (releases the server never received,
@@ -100,11 +101,12 @@ else
     end
     reply = {1, 0, limit - total}
   elseif total + n > limit or (head and head ~= holder) then
-    local wait = poll
-    local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
-    if first[2] then wait = math.max(1, math.min(wait, tonumber(first[2]) - now)) end
     redis.call('ZADD', KEYS[4], 'NX', now, holder)
     redis.call('HSET', KEYS[5], holder, now)
+    local place = redis.call('ZRANK', KEYS[4], holder)
+    local wait = math.max(1, math.floor(math.min(poll, poll * (place + 1) / 4)))
+    local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+    if first[2] then wait = math.max(1, math.min(wait, tonumber(first[2]) - now)) end
     reply = {0, wait, limit - total}
   else
     held = held + n
