@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -414,4 +415,72 @@ TEST_CASE("admission: a denial fails at once a first waiting op whose deadline c
   b.settle(1, allowed(0));
   poll(b.io);
   CHECK(late.ec == error_code{});
+}
+
+TEST_CASE("bucket admission: a batch takes up to `batch` tokens in one round trip and spends the rest on the "
+          "callers behind it",
+          "[redis][bucket][batch]") {
+  auto o = ten_per_second(10);
+  o.batch = 4;
+  bucket b(o);
+  result r[6];
+  for (int i = 0; i < 3; ++i) b.acquire(r[i], 1);
+  // One request at a time, asking for 1 to 4 tokens.
+  CHECK(b.sent() == messages{{admission, 0, 1, 4}});
+  b.settle(0, allowed_units(600000, 4));  // 4 taken, 6 tokens left
+  poll(b.io);
+  for (int i = 0; i < 3; ++i) CHECK(r[i].ec == error_code{});
+  CHECK(b.snapshot().batch_stock == 1);
+  b.acquire(r[3], 1);  // the last token of the batch: no round trip
+  poll(b.io);
+  CHECK(r[3].ec == error_code{});
+  CHECK(b.sent().size() == 1);
+  b.acquire(r[4], 2);  // the batch is spent: ask again, for 2 to 4
+  CHECK(b.sent().back() == message{admission, 1, 2, 4});
+  b.settle(1, allowed_units(400000, 2));  // the bucket held only 2 more whole tokens than asked... of 2: 2 taken
+  poll(b.io);
+  CHECK(r[4].ec == error_code{});
+  const auto s = b.snapshot();
+  CHECK(s.batch_stock == 0);
+  CHECK(s.batch_admitted == 3);
+  CHECK(s.remote_allowed == 2);
+  CHECK(s.acquired_total == 5);
+  // A caller wanting more than a batch asks for exactly what it wants, once the bucket is believed to
+  // hold it (4 tokens at the last reply: 100 ms of refill).
+  b.acquire(r[5], 5);
+  advance_and_poll(b.io, 100ms);
+  CHECK(b.sent().back() == message{admission, 2, 5, 0});
+}
+
+TEST_CASE("bucket admission: a batch granted to a cancelled caller, and what is unspent at the end, go back",
+          "[redis][bucket][batch]") {
+  auto o = ten_per_second(10);
+  o.batch = 4;
+  bucket b(o);
+  result gone, kept;
+  net::cancellation_signal signal;
+  b.acquire(gone, 1, signal);
+  signal.emit(net::cancellation_type::terminal);
+  poll(b.io);
+  b.settle(0, allowed_units(600000, 4));
+  CHECK(b.sent().back() == message{refund, 0, 4, 0});  // all 4 back: nobody was waiting for them
+  b.acquire(kept, 1);
+  b.settle(1, allowed_units(300000, 3));
+  poll(b.io);
+  CHECK(kept.ec == error_code{});
+  b.line->update([](policy_type& p, tp) { p.release_unspent(); });
+  CHECK(b.sent().back() == message{refund, 0, 2, 0});
+  CHECK(b.snapshot().batch_stock == 0);
+}
+
+TEST_CASE("bucket admission: a batch larger than the capacity is refused, naming the field",
+          "[redis][bucket][batch]") {
+  auto o = ten_per_second(3);
+  o.batch = 4;
+  try {
+    (void)policy_type::model_type::validated(o);
+    FAIL("no exception");
+  } catch (const std::invalid_argument& e) {
+    CHECK(std::string(e.what()) == "rein::redis::shared_token_bucket: batch must be in [1, capacity] tokens, got 4 with capacity 3");
+  }
 }

@@ -82,10 +82,11 @@ TEST_CASE("the bucket script's arithmetic, read through EVALSHA") {
   const auto take = [&](const char* n) { return execute(io, c, {"EVALSHA", sha, "1", key, "100000", "3", n}); };
 
   const reply first = take("2");  // a fresh key is a full bucket
-  REQUIRE(first.elements.size() == 3);
+  REQUIRE(first.elements.size() == 4);
   CHECK(first.elements[0].integer == 1);
   CHECK(first.elements[1].integer == 0);
   CHECK(first.elements[2].integer == 100'000);  // one token left, exactly
+  CHECK(first.elements[3].integer == 2);        // taken
 
   const reply second = take("2");  // only a bit more than one token since
   CHECK(second.elements[0].integer == 0);
@@ -103,6 +104,15 @@ TEST_CASE("the bucket script's arithmetic, read through EVALSHA") {
   CHECK(refund.elements[0].integer == 1);
   CHECK(refund.elements[2].integer == 300'000);
   CHECK(execute(io, c, {"EXISTS", key}).integer == 0);
+
+  // A batch: at least 1, up to 5, as many whole tokens as the bucket holds (3, full).
+  const reply batch = execute(io, c, {"EVALSHA", sha, "1", key, "100000", "3", "1", "5"});
+  CHECK(batch.elements[0].integer == 1);
+  CHECK(batch.elements[3].integer == 3);
+  CHECK(batch.elements[2].integer < 100'000);  // less than one token left
+  const reply empty = execute(io, c, {"EVALSHA", sha, "1", key, "100000", "3", "1", "5"});
+  CHECK(empty.elements[0].integer == 0);  // not even the one it needs
+  CHECK(empty.elements[3].integer == 0);
 }
 
 TEST_CASE("SELECT follows every connection when a database is set") {

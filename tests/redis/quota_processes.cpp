@@ -40,3 +40,29 @@ TEST_CASE("four processes sharing 200 per second for 5 s admit at most 200 x 5 +
   CHECK(jain_index(workers) >= 0.95);
   std::printf("bucket, 4 processes: admitted %s(Jain's index %.4f)\n", each.c_str(), jain_index(workers));
 }
+
+TEST_CASE("four processes taking tokens 8 at a time admit at most the bucket's bound plus 4 x 7, each about a "
+          "quarter") {
+  redis_server server;
+  constexpr long seconds = 5;
+  constexpr long bound = 200 * seconds + 20 + 4 * 7;  // capacity + rate x t + processes x (batch - 1)
+  const std::string key = unique_key("fleet-batched");
+  const auto start = std::chrono::system_clock::now() + std::chrono::seconds(1);
+  const auto start_us = std::chrono::duration_cast<std::chrono::microseconds>(start.time_since_epoch()).count();
+  std::vector<child> workers;
+  for (int i = 0; i < 4; ++i) {
+    workers.push_back(spawn(REIN_REDIS_SHARED_WORKER, {"batched", std::to_string(server.port()), key, std::to_string(start_us),
+                                                       std::to_string(seconds * 1000), "8", "200", "20"}));
+  }
+  collect(workers, steady::now() + std::chrono::seconds(30));
+  long total = 0;
+  std::string each;
+  for (const auto& w : workers) {
+    total += admitted_by(w);
+    each += std::to_string(admitted_by(w)) + " ";
+  }
+  INFO("admitted in total: " << total << " of at most " << bound << "; by process: " << each);
+  CHECK(total <= bound);
+  CHECK(static_cast<double>(total) >= 0.95 * (200 * seconds + 20));
+  CHECK(jain_index(workers) >= 0.95);
+}

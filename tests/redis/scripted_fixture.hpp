@@ -59,11 +59,12 @@ inline auto record(result& r) {
   };
 }
 
-inline verdict allowed(double available_us) { return {verdict::kind::allowed, 0, available_us, {}}; }
-inline verdict denied(double retry_after_us, double available_us) { return {verdict::kind::denied, retry_after_us, available_us, {}}; }
+inline verdict allowed(double available_us) { return {verdict::kind::allowed, 0, available_us, {}, 0}; }
+inline verdict allowed_units(double available_us, std::int64_t units) { return {verdict::kind::allowed, 0, available_us, {}, units}; }
+inline verdict denied(double retry_after_us, double available_us) { return {verdict::kind::denied, retry_after_us, available_us, {}, 0}; }
 inline verdict unavailable() { return {}; }
-inline verdict no_script() { return {verdict::kind::no_script, 0, 0, "NOSCRIPT No matching script."}; }
-inline verdict server_error() { return {verdict::kind::server_error, 0, 0, "WRONGTYPE Operation against a key holding the wrong kind of value"}; }
+inline verdict no_script() { return {verdict::kind::no_script, 0, 0, "NOSCRIPT No matching script.", 0}; }
+inline verdict server_error() { return {verdict::kind::server_error, 0, 0, "WRONGTYPE Operation against a key holding the wrong kind of value", 0}; }
 
 template <class Policy, class Signature = void(error_code)>
 struct scripted_fixture {

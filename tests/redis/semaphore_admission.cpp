@@ -30,7 +30,7 @@ constexpr auto renew = message::kind::renew;
 
 shared_semaphore_options limit_of(std::int64_t limit) { return {.key = "db", .limit = limit}; }
 
-verdict lost() { return {verdict::kind::lost, 0, 0, {}}; }
+verdict lost() { return {verdict::kind::lost, 0, 0, {}, 0}; }
 
 void renew_now(semaphore& s) {
   s.line->update([](policy& p, tp) { p.renew(); });

@@ -26,11 +26,12 @@ namespace detail {
 /// clock (TIME) is read, so clients' clock skew does not matter; Redis >= 5 replicates a script's effects
 /// rather than the script, which is what makes TIME allowed (redis.replicate_commands for 3.2 and 4).
 /// A negative n gives tokens back (never above full). The key expires when the bucket would be full again,
-/// so idle quotas cost no memory.
+/// so idle quotas cost no memory. With a fourth argument `most` > n (a batch), an allowed request takes up to
+/// `most` tokens, as many whole tokens as the bucket holds beyond n.
 ///
-/// ARGV: interval (microseconds per token), capacity (tokens), n. Returns {allowed (1/0), retry_after
-/// (microseconds until n would be allowed; 0 if allowed), available (microseconds of refill in the bucket
-/// after the decision: tokens * interval)}.
+/// ARGV: interval (microseconds per token), capacity (tokens), n[, most]. Returns {allowed (1/0),
+/// retry_after (microseconds until n would be allowed; 0 if allowed), available (microseconds of refill in
+/// the bucket after the decision: tokens * interval), tokens taken}.
 inline constexpr std::string_view token_bucket_script = R"lua(
 if redis.replicate_commands then redis.replicate_commands() end
 local interval = tonumber(ARGV[1])
@@ -47,15 +48,23 @@ if state[1] and state[2] then
 end
 local after = debt + n * interval
 if n > 0 and after > limit then
-  return {0, math.ceil(after - limit), math.floor(limit - debt)}
+  return {0, math.ceil(after - limit), math.floor(limit - debt), 0}
+end
+local most = tonumber(ARGV[4] or ARGV[3])
+if most > n then
+  local more = math.min(most - n, math.floor((limit - after) / interval))
+  if more > 0 then
+    n = n + more
+    after = debt + n * interval
+  end
 end
 if after <= 0 then
   redis.call('DEL', KEYS[1])
-  return {1, 0, math.floor(limit)}
+  return {1, 0, math.floor(limit), n}
 end
 redis.call('HSET', KEYS[1], 'at', now, 'debt', after)
 redis.call('PEXPIRE', KEYS[1], math.ceil(after / 1000) + 1)
-return {1, 0, math.floor(limit - after)}
+return {1, 0, math.floor(limit - after), n}
 )lua";
 
 /// How the bucket's messages become commands: EVALSHA of token_bucket_script on the bucket's key, with the
@@ -68,6 +77,8 @@ struct bucket_commands {
 
   std::string command(const message& m, std::string_view sha) const {
     const std::int64_t n = m.what == message::kind::refund ? -m.n : m.n;
+    if (m.what == message::kind::admission && m.extra > n)  // a batch: up to m.extra tokens
+      return encode_command({"EVALSHA", sha, "1", key, interval, capacity, std::to_string(n), std::to_string(m.extra)});
     return encode_command({"EVALSHA", sha, "1", key, interval, capacity, std::to_string(n)});
   }
 

@@ -3,6 +3,7 @@
 // duration, coroutines acquire one at a time:
 //
 //   rein_redis_shared_worker bucket <port> <key> <start: unix us> <duration ms> <coroutines> <rate> <capacity>
+//   rein_redis_shared_worker batched ...  (as bucket, taking tokens 8 at a time: batch = 8)
 //   rein_redis_shared_worker window <port> <key> <start: unix us> <duration ms> <coroutines> <limit> <window ms>
 //   rein_redis_shared_worker gate <port> <key> <start: unix us> <duration ms> <coroutines> <pause at ms> <pause ms>
 //   rein_redis_shared_worker semaphore <port> <key> <start: unix us> <duration ms> <coroutines> <limit> <hold ms>
@@ -96,9 +97,10 @@ int main(int argc, char** argv) {
   std::unique_ptr<rein::redis::shared_semaphore> sem;
   if (mode == "semaphore") {
     sem = std::make_unique<rein::redis::shared_semaphore>(connection, rein::redis::shared_semaphore_options{.key = key, .limit = a});
-  } else if (mode == "bucket") {
+  } else if (mode == "bucket" || mode == "batched") {
     bucket = std::make_unique<rein::redis::shared_token_bucket>(
-        connection, rein::redis::shared_token_bucket_options{.key = key, .rate = static_cast<double>(a), .capacity = b});
+        connection, rein::redis::shared_token_bucket_options{
+                        .key = key, .rate = static_cast<double>(a), .capacity = b, .batch = mode == "batched" ? 8 : 1});
   } else if (mode == "window") {
     window = std::make_unique<rein::redis::shared_sliding_window>(
         connection, rein::redis::shared_sliding_window_options{.key = key, .limit = a, .window = std::chrono::milliseconds(b)});

@@ -16,6 +16,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace rein::redis {
 
@@ -38,6 +39,13 @@ struct shared_token_bucket_options {
   /// After Redis was found unreachable, how long the failure policy applies before Redis is asked again
   /// (once the connection is back). Keeps a server that answers LOADING or BUSY from being hammered. >= 0.
   std::chrono::milliseconds recheck_interval{100};
+  /// Most tokens taken per round trip, in [1, capacity]. 1 (the default): each admission is a round trip.
+  /// Above 1, a process asks for up to `batch` tokens at once (at least what the caller wants, as many as
+  /// the bucket holds), one request at a time, and spends the rest on later callers without asking. The
+  /// fleet-wide bound becomes capacity + rate * t + P * (batch - 1) admissions in any t, for P processes:
+  /// a process holds at most batch - 1 tokens taken and not yet spent. What is left when the limiter is
+  /// destroyed goes back to Redis.
+  std::int64_t batch = 1;
 };
 
 /// A shared_token_bucket's counters and state, copied under its lock (see shared_limiter_snapshot).
@@ -45,6 +53,7 @@ struct shared_token_bucket_snapshot : shared_limiter_snapshot {
   /// The bucket's tokens as of the last reply, plus refill since: an estimate, blind to other processes'
   /// takes since that reply. `capacity` before the first reply.
   double tokens = 0;
+  std::int64_t batch_stock = 0;  ///< tokens taken in a batch and not yet spent (at most batch - 1)
 };
 
 namespace detail {
@@ -74,6 +83,8 @@ class bucket_model {
     if (static_cast<double>(o.capacity) / o.rate > 1e9)
       fail("capacity / rate (seconds to refill from empty) must be at most 1e9, got " +
            format_number(static_cast<double>(o.capacity) / o.rate));
+    if (o.batch < 1 || o.batch > o.capacity)
+      fail("batch must be in [1, capacity] tokens, got " + std::to_string(o.batch) + " with capacity " + std::to_string(o.capacity));
     return o;
   }
 
@@ -96,6 +107,7 @@ class bucket_model {
   // As many requests on the wire as the bucket is believed to hold tokens (at least one), so a nearly empty
   // bucket is not asked 64 times for one token.
   std::size_t window(time_point now) const {
+    if (options_.batch > 1) return 1;  // a batch covers the callers behind it: one request at a time
     const double tokens = std::floor(tokens_estimate(now));
     if (tokens >= static_cast<double>(options_.max_in_flight)) return options_.max_in_flight;
     return tokens < 1 ? 1 : static_cast<std::size_t>(tokens);
@@ -116,7 +128,24 @@ class bucket_model {
     return local_type(algo::token_bucket_options{.rate = options_.rate * share, .capacity = local_capacity}, now);
   }
 
-  void fill(snapshot_type& s, time_point now) const { s.tokens = tokens_estimate(now); }
+  void fill(snapshot_type& s, time_point now) const {
+    s.tokens = tokens_estimate(now);
+    s.batch_stock = stock_;
+  }
+
+  // ---- batches (scripted_admission's batching-model members) ----------------------------------------------
+
+  std::int64_t ask(std::int64_t n) const noexcept { return std::max(n, options_.batch); }
+
+  bool spend(std::int64_t n) noexcept {
+    if (stock_ < n) return false;
+    stock_ -= n;
+    return true;
+  }
+
+  void stock(std::int64_t units) noexcept { stock_ += units; }
+
+  std::int64_t take_stock() noexcept { return std::exchange(stock_, 0); }
 
  private:
   using micros = std::chrono::duration<double, std::micro>;
@@ -133,6 +162,7 @@ class bucket_model {
   bool have_reply_ = false;
   time_point last_reply_at_{};
   double available_us_ = 0;  // the bucket's content at last_reply_at_, in microseconds of refill
+  std::int64_t stock_ = 0;   // tokens of a batch taken from Redis and not yet spent
 };
 
 /// The shared bucket's admission rule, as a remote policy (see scripted_admission).

@@ -64,6 +64,7 @@ struct shared_limiter_snapshot : wait_stats {
   std::uint64_t server_errors = 0;    ///< error replies other than NOSCRIPT and the "unavailable" ones
   std::uint64_t script_loads = 0;     ///< NOSCRIPT replies, each answered by SCRIPT LOAD and a retry
   std::uint64_t refunds = 0;          ///< refund requests sent (refund(), or what a cancelled caller got)
+  std::uint64_t batch_admitted = 0;   ///< admitted from a batch taken earlier, without a round trip
   std::uint64_t round_trips = 0;      ///< admission replies received
   std::chrono::nanoseconds round_trip_last{0};   ///< request sent to reply settled, last admission
   std::chrono::nanoseconds round_trip_total{0};  ///< mean = round_trip_total / round_trips
@@ -84,6 +85,7 @@ struct verdict {
   double retry_after_us = 0;  ///< denied: microseconds until the request would be allowed
   double available_us = 0;    ///< allowed or denied: the third number of the reply (see the model)
   std::string message;        ///< the server's error text (empty for a request that was never answered)
+  std::int64_t units = 0;     ///< allowed: units the server granted, when it says (a batch); 0: as asked
 };
 
 /// One request for the connection.
@@ -93,7 +95,8 @@ struct message {
   std::uint64_t ticket = 0;  ///< admission: its verdict goes back to settle(ticket, ...)
   std::int64_t n = 0;        ///< admission: units wanted; refund: units given back; pause: microseconds
   /// pause: the jitter added to the release, microseconds; admission, refund and renew: the model's tag
-  /// (a shared semaphore's lease, see Model::tag below), 0 for the others.
+  /// (a shared semaphore's lease, see Model::tag below), or for an admission of a batching model the most
+  /// units to take (0: n exactly).
   std::int64_t extra = 0;
   friend bool operator==(const message&, const message&) = default;
 };
@@ -216,6 +219,11 @@ class free_places_model {
 ///   std::int64_t refund_most()                    the largest refund worth sending (0: nothing to refund)
 ///   std::optional<local_type> make_local(now)     fail_open's local rule (try_take, ready_at, refund)
 ///   void fill(snapshot_type&, now)                its part of the snapshot
+/// and, for a model that takes units in batches (a shared bucket with `batch` > 1: `bool batching()`):
+///   std::int64_t ask(n)                           most units to ask for when n are wanted (>= n)
+///   bool spend(n)                                 take n from the units granted and not yet spent
+///   void stock(units)                             units granted beyond what the op wanted
+///   std::int64_t take_stock()                     everything not yet spent (to give back)
 /// and, for a model whose grants are held until released (a shared semaphore: `static constexpr bool holds`):
 ///   std::int64_t tag()                            what every message carries (its lease), read when sent
 ///   bool owns(granted_at)                         whether a grant made then still counts on the server
@@ -290,6 +298,12 @@ class scripted_admission {
   remote_step admit(rein::detail::wait_op* op, std::size_t count, time_point now) noexcept {
     const auto n = static_cast<std::int64_t>(count);
     if (n == 0) return remote_step::grant();
+    if constexpr (batches) {
+      if (model_.spend(n)) {  // taken from Redis earlier, in a batch
+        ++stats_.batch_admitted;
+        return remote_step::grant();
+      }
+    }
     if (!degraded_at(now)) {
       leave_degraded(now);
       const time_point firm = std::max(hold_until_, model_.firm_until());
@@ -300,7 +314,7 @@ class scripted_admission {
       const time_point at = remote_ready_at(count, now);
       if (in_flight_ >= model_.window(now) || at > now) return remote_step::wait();
       const std::uint64_t ticket = first_ticket_ + tickets_.size();
-      const std::int64_t tag = model_tag();
+      const std::int64_t tag = batch_ask(n);
       try {
         tickets_.push_back(pending{op, n, now, tag, 0, false});
         outbox_.push({message::kind::admission, ticket, n, tag});
@@ -341,7 +355,7 @@ class scripted_admission {
       t.sent = now;
       ++stats_.script_loads;
       outbox_.push({message::kind::script_load, 0, 0, 0});
-      t.tag = model_tag();
+      if constexpr (holding) t.tag = model_tag();  // a new lease since; a batch asks as before
       outbox_.push({message::kind::admission, ticket, t.n, t.tag});
       return {t.op, remote_step::keep()};
     }
@@ -357,9 +371,13 @@ class scripted_admission {
       (void)tag;
     }
     pending_hold_.reset();
+    const std::int64_t granted = v.what == kind::allowed && v.units > 0 ? v.units : n;
     if (op == nullptr) {
-      if (v.what == kind::allowed) send_refund(n, tag);  // under the tag it was granted with
+      if (v.what == kind::allowed) send_refund(granted, holding ? tag : 0);  // under the lease it was granted to
       return {};
+    }
+    if constexpr (batches) {
+      if (v.what == kind::allowed && granted > n) model_.stock(granted - n);
     }
     switch (v.what) {
       case kind::allowed: return {op, remote_step::grant()};
@@ -403,6 +421,11 @@ class scripted_admission {
   /// hold of the last denial (the next admission, sent after the refund, asks again). Nothing for a model
   /// with nothing to give back.
   void refund(std::int64_t n) { send_refund(n, model_tag()); }
+
+  /// Gives back the units of a batch not yet spent (when the limiter goes away).
+  void release_unspent() {
+    if constexpr (batches) refund(model_.take_stock());
+  }
 
   /// Queues a message that is not an admission (fire and forget, e.g. a pause).
   void send(const message& m) { outbox_.push(m); }
@@ -463,6 +486,19 @@ class scripted_admission {
   std::int64_t model_tag() const noexcept {
     if constexpr (holding) return model_.tag();
     else return 0;
+  }
+
+  // A model that takes units in batches (see the class comment).
+  static constexpr bool batches = requires(Model& m) { m.spend(std::int64_t{}); };
+
+  // An admission's tag: a holding model's lease, or the batch to ask for (0: n exactly).
+  std::int64_t batch_ask(std::int64_t n) const noexcept {
+    if constexpr (batches) {
+      const std::int64_t most = model_.ask(n);
+      return most > n ? most : 0;
+    } else {
+      return (void)n, model_tag();
+    }
   }
 
   void send_refund(std::int64_t n, std::int64_t tag) {

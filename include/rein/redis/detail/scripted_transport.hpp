@@ -52,24 +52,27 @@ inline bool starts_with_any(std::string_view text, std::initializer_list<std::st
 }
 
 /// What a reply to a limiter's script says: every script answers three integers {allowed (1/0; -1: the
-/// caller's lease is lost), retry_after (microseconds), available (the model's number)}.
+/// caller's lease is lost), retry_after (microseconds), available (the model's number)}, and a batch's a
+/// fourth: the units granted.
 inline verdict read_verdict(const error_code& ec, const ::redisReply* r) {
   using kind = verdict::kind;
-  if (ec || r == nullptr) return {kind::unavailable, 0, 0, {}};
+  if (ec || r == nullptr) return {kind::unavailable, 0, 0, {}, 0};
   if (r->type == REDIS_REPLY_ERROR) {
     std::string text = r->str != nullptr ? std::string(r->str, r->len) : std::string();
-    if (text.starts_with("NOSCRIPT")) return {kind::no_script, 0, 0, std::move(text)};
+    if (text.starts_with("NOSCRIPT")) return {kind::no_script, 0, 0, std::move(text), 0};
     // The server is up but cannot serve now: an outage for our purposes, not a bug.
     if (starts_with_any(text, {"LOADING", "BUSY", "MASTERDOWN", "READONLY", "TRYAGAIN", "CLUSTERDOWN", "OOM"}))
-      return {kind::unavailable, 0, 0, std::move(text)};
-    return {kind::server_error, 0, 0, std::move(text)};
+      return {kind::unavailable, 0, 0, std::move(text), 0};
+    return {kind::server_error, 0, 0, std::move(text), 0};
   }
-  const bool shaped = r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
-                      std::all_of(r->element, r->element + 3, [](const ::redisReply* e) { return e->type == REDIS_REPLY_INTEGER; });
-  if (!shaped) return {kind::server_error, 0, 0, "rein: unexpected reply to a limiter's script"};
+  const bool shaped = r->type == REDIS_REPLY_ARRAY && (r->elements == 3 || r->elements == 4) &&
+                      std::all_of(r->element, r->element + r->elements,
+                                  [](const ::redisReply* e) { return e->type == REDIS_REPLY_INTEGER; });
+  if (!shaped) return {kind::server_error, 0, 0, "rein: unexpected reply to a limiter's script", 0};
   const long long first = r->element[0]->integer;
   const kind what = first == 1 ? kind::allowed : first == -1 ? kind::lost : kind::denied;
-  return {what, static_cast<double>(r->element[1]->integer), static_cast<double>(r->element[2]->integer), {}};
+  const std::int64_t units = r->elements == 4 ? static_cast<std::int64_t>(r->element[3]->integer) : 0;
+  return {what, static_cast<double>(r->element[1]->integer), static_cast<double>(r->element[2]->integer), {}, units};
 }
 
 /// A scripted admission on rein's wait line: the line owns waiting (queue, deadlines, one timer,
@@ -271,6 +274,10 @@ class basic_scripted_limiter {
 
   /// Completes every waiter with `operation_aborted`; closes the connection if it is the limiter's own.
   ~basic_scripted_limiter() {
+    try {
+      line_->update([](Policy& p, time_point) { p.release_unspent(); });  // a batch's rest goes back
+    } catch (...) {  // best effort, as every refund
+    }
     line_->shutdown();
     if (owned_) owned_->close();
   }
