@@ -4,8 +4,12 @@
 
 #include <rein/error.hpp>
 #include <rein/permit.hpp>
+#include <rein/keyed.hpp>
 #include <rein/redis/shared_semaphore.hpp>
+#include <rein/semaphore.hpp>
+#include <rein/throttle.hpp>
 
+#include <algorithm>
 #include <memory>
 #include <optional>
 #include <string>
@@ -159,4 +163,33 @@ TEST_CASE("a release lost with its connection is corrected by the next renewal, 
                     std::chrono::seconds(2)));
   CHECK(steady::now() - since < std::chrono::milliseconds(500));
   CHECK(sem.snapshot().leases_lost == 0);  // the lease held throughout: the renewal corrected the count
+}
+
+TEST_CASE("inside rein::throttle as its global concurrency stage: the fleet's permits, per host first") {
+  redis_server server;
+  net::io_context io;
+  rein::redis::connection c(io, local(server.port()));
+  const shared_semaphore_options options{.key = unique_key("throttle"), .limit = 2};
+  shared_semaphore global(c, options);
+  rein::keyed<rein::semaphore> per_host(io.get_executor(), rein::keyed_options{}, std::size_t{4});
+  rein::throttle t(per_host, global);
+  CHECK(t.try_acquire("db").rejected_at() == rein::throttle_stage::global);  // Redis must be asked
+
+  int in_flight = 0, most = 0, done = 0;
+  for (int i = 0; i < 6; ++i) {
+    net::co_spawn(io, [&]() -> net::awaitable<void> {
+      auto guard = co_await t.acquire("db");
+      most = std::max(most, ++in_flight);
+      net::steady_timer call(io, std::chrono::milliseconds(30));
+      co_await call.async_wait(net::use_awaitable);
+      --in_flight;
+      guard.complete(rein::outcome::success);
+      ++done;
+    }, net::detached);
+  }
+  REQUIRE(run_until(io, [&] { return done == 6; }, std::chrono::seconds(5)));
+  CHECK(most == 2);
+  CHECK(global.snapshot().acquired_total == 6);
+  CHECK(global.snapshot().held == 0);
+  CHECK(execute(io, c, {"GET", total_key(options)}).text == "0");
 }
