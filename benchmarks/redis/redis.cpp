@@ -170,7 +170,7 @@ void hiredis_semaphore_pipelined(benchmark::State& state) {
   const std::string sha(loaded->str, loaded->len);
   freeReplyObject(loaded);
   const std::string k = next_key();
-  const std::string keys = "5 " + k + ":h " + k + ":l " + k + ":t " + k + ":q " + k + ":s bench:1 10000000 1000000000 1 ";
+  const std::string keys = "6 " + k + ":h " + k + ":l " + k + ":t " + k + ":q " + k + ":s " + k + ":m bench:1 10000000 1000000000 1 ";
   const auto call = [&](const char* op) {
     redisAppendCommand(context, ("EVALSHA " + sha + " " + keys + op + " 10000").c_str());
   };

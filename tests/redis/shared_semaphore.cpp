@@ -193,3 +193,35 @@ TEST_CASE("inside rein::throttle as its global concurrency stage: the fleet's pe
   CHECK(global.snapshot().held == 0);
   CHECK(execute(io, c, {"GET", total_key(options)}).text == "0");
 }
+
+TEST_CASE("set_limit changes the limit for every process at its next request") {
+  redis_server server;
+  net::io_context io;
+  rein::redis::connection c1(io, local(server.port()));
+  rein::redis::connection c2(io, local(server.port()));
+  const shared_semaphore_options options{.key = unique_key("set-limit"), .limit = 1};
+  shared_semaphore a(c1, options);
+  shared_semaphore b(c2, options);
+  REQUIRE(a.set_limit(3));
+  execute(io, c1, {"PING"});  // after the SET on the same connection: Redis has it
+  taken t[4];
+  for (int i = 0; i < 3; ++i) b.async_acquire(1, into(t[i]));
+  REQUIRE(run_until(io, [&] { return t[0].ec && t[1].ec && t[2].ec; }));
+  for (int i = 0; i < 3; ++i) CHECK(*t[i].ec == rein::error_code{});
+  CHECK(execute(io, c2, {"GET", total_key(options)}).text == "3");
+  b.async_acquire_for(1, std::chrono::milliseconds(200), into(t[3]));
+  REQUIRE(run_until(io, [&] { return t[3].ec.has_value(); }));
+  CHECK(*t[3].ec == rein::errc::timed_out);
+  // Lowered below what is held: the permits stay valid, nobody else gets one until the count is below it.
+  REQUIRE(a.set_limit(2));
+  execute(io, c1, {"PING"});
+  taken after;
+  a.async_acquire(1, into(after));
+  t[0].permit.release();
+  run_for(io, std::chrono::milliseconds(100));
+  CHECK_FALSE(after.ec);  // 2 held, limit 2
+  t[1].permit.release();
+  REQUIRE(run_until(io, [&] { return after.ec.has_value(); }));
+  CHECK(*after.ec == rein::error_code{});
+  CHECK_THROWS_WITH(a.set_limit(0), "rein::redis::shared_semaphore: limit must be in [1, 2^31) permits, got 0");
+}

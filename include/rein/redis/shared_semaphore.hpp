@@ -20,10 +20,12 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 
@@ -33,8 +35,8 @@ namespace detail {
 
 /// The Lua script: permits held per lease. KEYS[1] is a hash lease -> permits held, KEYS[2] a sorted set
 /// lease -> expiry (the server's TIME in microseconds), KEYS[3] the total held, KEYS[4] the queue of
-/// waiting leases (a sorted set: lease -> when it was first denied) and KEYS[5] when each of them last
-/// asked (a hash). Every call first takes back the permits of the leases that expired (their holders were
+/// waiting leases (a sorted set: lease -> when it was first denied), KEYS[5] when each of them last
+/// asked (a hash) and KEYS[6] the limit set for the whole fleet (set_limit), which replaces ARGV's. Every call first takes back the permits of the leases that expired (their holders were
 /// silent longer than the lease: crashed, hung or cut off), then:
 /// - 'f' / 'a' (acquire n): admits if total + n <= limit and no other lease waits longer (the queue's head
 ///   goes first; a lease that has not asked for three poll intervals leaves the queue). A denied lease
@@ -58,7 +60,7 @@ inline constexpr std::string_view shared_semaphore_script = R"lua(
 if redis.replicate_commands then redis.replicate_commands() end
 local holder = ARGV[1]
 local lease = tonumber(ARGV[2])
-local limit = tonumber(ARGV[3])
+local limit = tonumber(redis.call('GET', KEYS[6]) or ARGV[3])
 local n = tonumber(ARGV[4])
 local op = ARGV[5]
 local clock = redis.call('TIME')
@@ -149,6 +151,7 @@ struct semaphore_commands {
         total(tagged_key(o, ":sem:total")),
         queue(tagged_key(o, ":sem:queue")),
         seen(tagged_key(o, ":sem:seen")),
+        stored_limit(tagged_key(o, ":sem:limit")),
         name(random_lease_name()),
         lease(std::to_string(std::chrono::duration_cast<std::chrono::microseconds>(o.lease).count())),
         limit(std::to_string(o.limit)),
@@ -160,7 +163,7 @@ struct semaphore_commands {
                                                         : "r";
     const std::string holder = name + ":" + std::to_string(m.extra / 2);
     return encode_command(
-        {"EVALSHA", sha, "5", holders, leases, total, queue, seen, holder, lease, limit, std::to_string(m.n), op, poll});
+        {"EVALSHA", sha, "6", holders, leases, total, queue, seen, stored_limit, holder, lease, limit, std::to_string(m.n), op, poll});
   }
 
   std::string holders;
@@ -168,6 +171,7 @@ struct semaphore_commands {
   std::string total;
   std::string queue;
   std::string seen;
+  std::string stored_limit;
   std::string name;  // this semaphore object's lease id; ":<lease number>" is appended
   std::string lease;
   std::string limit;
@@ -333,6 +337,19 @@ class basic_shared_semaphore : public detail::semaphore_base<Executor, Clock, Mu
   void close() {
     keeper_->stop();
     base::close();
+  }
+
+  /// Sets the limit for every process sharing the key, stored in Redis (`prefix{key}:sem:limit`, kept until
+  /// set again): each process's next request is judged by it, in place of its own options' `limit` (so a
+  /// waiting process sees it within one poll interval). Permits held above a lowered limit stay valid; no
+  /// more are granted until the count is below it. One request, not awaited; false if it could not be sent
+  /// (Redis unavailable). A request for more than this process's `options().limit` still fails with
+  /// rein::errc::exceeds_capacity.
+  /// @throws std::invalid_argument naming the type, field and value unless 1 <= limit < 2^31.
+  bool set_limit(std::int64_t limit) {
+    if (limit < 1 || limit > std::numeric_limits<std::int32_t>::max())
+      throw std::invalid_argument("rein::redis::shared_semaphore: limit must be in [1, 2^31) permits, got " + std::to_string(limit));
+    return this->send_setting({"SET", detail::tagged_key(this->options(), ":sem:limit"), std::to_string(limit)});
   }
 
   /// Counters and state, including round-trip latency and the lease, copied under the lock.

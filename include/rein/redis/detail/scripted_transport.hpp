@@ -107,6 +107,17 @@ class scripted_transport final : public rein::detail::remote_transport<message_l
 
   const std::shared_ptr<connection_type>& connection() const noexcept { return connection_; }
 
+  /// Sends a command that is no admission (a stored setting), not awaited: an error reply is counted as a
+  /// server error. False if the connection refused it (down or closed).
+  bool send_side(std::string command) {
+    const std::shared_ptr<line_type> line = line_.lock();
+    if (!line) return false;
+    auto* node = new side_node(line);
+    const bool ok = connection_->submit(std::move(command), node);
+    if (!ok) delete node;
+    return ok;
+  }
+
   // An admission the connection refuses (down, backing off, closed) is settled as unavailable at once. That
   // degrades the limiter until the connection says it is up again, so the settle sends no admission and
   // this recursion ends at the next level.
@@ -358,6 +369,12 @@ class basic_scripted_limiter {
 
   /// The counters of the connection this limiter uses.
   rein::redis::connection_snapshot connection_snapshot() const { return transport_->connection()->snapshot(); }
+
+ protected:
+  /// Sends a command of a stored setting (see scripted_transport::send_side). False if it could not be sent.
+  bool send_setting(std::initializer_list<std::string_view> args) { return transport_->send_side(encode_command(args)); }
+
+ public:
 
  protected:
   /// The policy's snapshot with the line's statistics and the connection's state.

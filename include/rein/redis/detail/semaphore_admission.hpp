@@ -24,7 +24,8 @@ namespace rein::redis {
 struct shared_semaphore_options {
   /// The name of the semaphore, the Redis hash tag: the keys are `prefix + "{" + key + "}:sem:holders"` (a
   /// hash: lease -> permits held), `...:sem:leases` (a sorted set: lease -> expiry), `...:sem:total`,
-  /// `...:sem:queue` and `...:sem:seen` (the waiting leases), all in one Cluster slot. Not empty, no braces.
+  /// `...:sem:queue` and `...:sem:seen` (the waiting leases) and `...:sem:limit` (set_limit's), all in one
+  /// Cluster slot. Not empty, no braces.
   std::string key;
   std::string prefix = "rein:";  ///< what the keys start with (no braces)
   std::int64_t limit = 0;        ///< most permits held at once, fleet-wide, in [1, 2^31)
