@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <iterator>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -86,6 +87,10 @@ struct verdict {
   double available_us = 0;    ///< allowed or denied: the third number of the reply (see the model)
   std::string message;        ///< the server's error text (empty for a request that was never answered)
   std::int64_t units = 0;     ///< allowed: units the server granted, when it says (a batch); 0: as asked
+  /// A rate stored for the whole fleet (a shared bucket's set_rate) that decided instead of the caller's:
+  /// milli-tokens per second and the capacity; 0: none stored.
+  std::int64_t stored_rate_mtps = 0;
+  std::int64_t stored_capacity = 0;
 };
 
 /// One request for the connection.
@@ -531,19 +536,24 @@ class scripted_admission {
     }
   }
 
-  // Whether a revoked grant of n made at `granted_at` was the local rule's: only the local rule grants
-  // while degraded, and Redis's grants end a degraded spell, so a grant made within the current or the
-  // last spell was local. A grant at the very instant a spell ended counts as local while the spell's
-  // local units last: refunding Redis units it never gave would let the fleet overshoot; keeping them
-  // only under-uses the limit.
+  // Whether a revoked (or, for a holding model, released) grant of n made at `granted_at` was the local
+  // rule's: only the local rule grants while degraded, and Redis's grants end a degraded spell, so a grant
+  // made within a spell was local. A rate rule's grants are revoked at once, so the last spell that ended
+  // is enough; a permit may be held across any number of outages, so a holding model remembers every spell
+  // whose local permits are not all back. A grant at the very instant a spell ended counts as local while
+  // the spell's local units last: giving Redis units it never gave would let the fleet overshoot; keeping
+  // them only under-uses the limit.
   bool take_local_grant(std::int64_t n, time_point granted_at) noexcept {
     if (degraded_ && granted_at >= degraded_since_ && local_grants_ >= n) {
       local_grants_ -= n;
       return true;
     }
-    if (granted_at >= last_spell_.since && granted_at <= last_spell_.until && last_spell_.local_units >= n) {
-      last_spell_.local_units -= n;
-      return true;
+    for (auto s = spells_.rbegin(); s != spells_.rend(); ++s) {
+      if (granted_at >= s->since && granted_at <= s->until && s->local_units >= n) {
+        s->local_units -= n;
+        if (s->local_units == 0) spells_.erase(std::next(s).base());
+        return true;
+      }
     }
     return false;
   }
@@ -558,7 +568,13 @@ class scripted_admission {
   void leave_degraded(time_point now) noexcept {
     if (!degraded_) return;
     degraded_ = false;
-    last_spell_ = {degraded_since_, now, local_grants_};
+    if constexpr (!holding) spells_.clear();  // revocations come at once: only the last spell matters
+    if (local_grants_ > 0) {
+      try {
+        spells_.push_back({degraded_since_, now, local_grants_});
+      } catch (...) {  // no memory: its local grants will be given to Redis (as after the last spell ended)
+      }
+    }
     local_grants_ = 0;
   }
 
@@ -621,7 +637,8 @@ class scripted_admission {
     time_point until = time_point::min();
     std::int64_t local_units = 0;  // its local grants not revoked yet
   };
-  spell last_spell_{};  // the last degraded spell that ended
+  // The degraded spells that ended with local grants not all given back (a rate rule: only the last one).
+  std::vector<spell> spells_;
   time_point degraded_since_{};
 
   std::deque<pending> tickets_;
