@@ -460,15 +460,9 @@ TEST_CASE("a grant whose answer is lost in a cut is held by nobody: the acquire 
 
 // Two outages, each ended by a grant from Redis: the permit the local rule granted in the first one is
 // released after the second. It must go back to the local rule; Redis never counted it.
-// [!mayfail]: fails with rein as of b407709. scripted_admission::take_local_grant recognises a local
-// grant only within the current degraded spell or the last one that ended (last_spell_); this one is two
-// spells old, so give_back treats it as Redis's: it lowers held_units_ and sends a release ('r') that Redis
-// applies to the lease's real permits (the count drops below what is held: b is granted one too many), and
-// the local rule never gets its permit back (the next outage grants nothing locally). With one outage the
-// same release goes back to the local rule, as it should.
+// (A permit may be held across any number of outages, so every spell with local permits out is remembered.)
 TEST_CASE("fail_open semaphore: a permit granted locally in an earlier outage goes back to the local rule, "
-          "not to Redis, after two outages",
-          "[!mayfail]") {
+          "not to Redis, after two outages") {
   redis_server server;
   fault_proxy proxy(server.port());
   net::io_context io;
