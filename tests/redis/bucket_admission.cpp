@@ -484,3 +484,21 @@ TEST_CASE("bucket admission: a batch larger than the capacity is refused, naming
     CHECK(std::string(e.what()) == "rein::redis::shared_token_bucket: batch must be in [1, capacity] tokens, got 4 with capacity 3");
   }
 }
+
+TEST_CASE("bucket admission: a reply that says a rate is stored for the fleet moves the estimate to it",
+          "[redis][bucket]") {
+  bucket b(ten_per_second(4, 1));
+  result r[2];
+  b.acquire(r[0], 1);
+  verdict v = allowed(0);  // the bucket is empty after it, and the fleet's rate is 100 per second
+  v.stored_rate_mtps = 100'000;
+  v.stored_capacity = 4;
+  b.settle(0, v);
+  poll(b.io);
+  REQUIRE(r[0].ec == error_code{});
+  b.acquire(r[1], 1);
+  advance_and_poll(b.io, 9ms);
+  CHECK(b.sent().size() == 1);  // one token takes 10 ms at 100 per second (100 ms by this process's options)
+  advance_and_poll(b.io, 1ms);
+  CHECK(b.sent().size() == 2);
+}

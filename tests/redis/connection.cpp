@@ -79,7 +79,8 @@ TEST_CASE("the bucket script's arithmetic, read through EVALSHA") {
   const std::string sha = execute(io, c, {"SCRIPT", "LOAD", rein::redis::detail::token_bucket_script}).text;
   const std::string key = unique_key("script");
   // 10 per second (100,000 us per token), capacity 3.
-  const auto take = [&](const char* n) { return execute(io, c, {"EVALSHA", sha, "1", key, "100000", "3", n}); };
+  const std::string stored = key + ":rate";  // no rate stored for the fleet: ARGV's decide
+  const auto take = [&](const char* n) { return execute(io, c, {"EVALSHA", sha, "2", key, stored, "100000", "3", n}); };
 
   const reply first = take("2");  // a fresh key is a full bucket
   REQUIRE(first.elements.size() == 4);
@@ -106,13 +107,23 @@ TEST_CASE("the bucket script's arithmetic, read through EVALSHA") {
   CHECK(execute(io, c, {"EXISTS", key}).integer == 0);
 
   // A batch: at least 1, up to 5, as many whole tokens as the bucket holds (3, full).
-  const reply batch = execute(io, c, {"EVALSHA", sha, "1", key, "100000", "3", "1", "5"});
+  const reply batch = execute(io, c, {"EVALSHA", sha, "2", key, stored, "100000", "3", "1", "5"});
   CHECK(batch.elements[0].integer == 1);
   CHECK(batch.elements[3].integer == 3);
   CHECK(batch.elements[2].integer < 100'000);  // less than one token left
-  const reply empty = execute(io, c, {"EVALSHA", sha, "1", key, "100000", "3", "1", "5"});
+  const reply empty = execute(io, c, {"EVALSHA", sha, "2", key, stored, "100000", "3", "1", "5"});
   CHECK(empty.elements[0].integer == 0);  // not even the one it needs
   CHECK(empty.elements[3].integer == 0);
+
+  // A rate stored for the fleet decides instead, and the reply says which: 1,000 per second, capacity 2.
+  execute(io, c, {"HSET", stored, "interval", "1000", "capacity", "2"});
+  execute(io, c, {"DEL", key});
+  const reply fleet = take("2");
+  REQUIRE(fleet.elements.size() == 6);
+  CHECK(fleet.elements[0].integer == 1);
+  CHECK(fleet.elements[2].integer == 0);           // 2 of capacity 2 taken
+  CHECK(fleet.elements[4].integer == 1'000'000);   // milli-tokens per second
+  CHECK(fleet.elements[5].integer == 2);
 }
 
 TEST_CASE("SELECT follows every connection when a database is set") {

@@ -506,3 +506,22 @@ TEST_CASE("fail_open without a server: the local bucket admits its share of the 
   CHECK(s.remote_allowed == 0);
   CHECK(s.degraded);
 }
+
+TEST_CASE("set_rate changes the rate for every process sharing the key") {
+  redis_server server;
+  net::io_context io;
+  rein::redis::connection c1(io, local(server.port()));
+  rein::redis::connection c2(io, local(server.port()));
+  const auto options = quota("set-rate", 1, 1);  // 1 per second, burst 1, in each process's options
+  shared_token_bucket a(c1, options);
+  shared_token_bucket b(c2, options);
+  REQUIRE(a.set_rate(100, 10));
+  execute(io, c1, {"PING"});  // after the HSET on the same connection: Redis has it
+  recorder r(10);
+  const auto start = steady::now();
+  for (std::size_t i = 0; i < 10; ++i) b.async_acquire(1, r.handler(i));
+  REQUIRE(run_until(io, [&] { return r.all_done(); }, std::chrono::seconds(5)));
+  CHECK(r.succeeded() == 10);
+  CHECK(steady::now() - start < std::chrono::milliseconds(500));  // the fleet's burst of 10, not 1 per second
+  CHECK_THROWS_WITH(a.set_rate(0, 10), "rein::redis::shared_token_bucket: rate must be > 0, finite and at most 1e9 tokens per second, got 0");
+}

@@ -29,13 +29,28 @@ namespace detail {
 /// so idle quotas cost no memory. With a fourth argument `most` > n (a batch), an allowed request takes up to
 /// `most` tokens, as many whole tokens as the bucket holds beyond n.
 ///
+/// KEYS[2] is a hash holding a rate set for the whole fleet (set_rate: `interval`, `capacity`); when it
+/// exists it replaces ARGV's, and the reply says so.
+///
 /// ARGV: interval (microseconds per token), capacity (tokens), n[, most]. Returns {allowed (1/0),
 /// retry_after (microseconds until n would be allowed; 0 if allowed), available (microseconds of refill in
-/// the bucket after the decision: tokens * interval), tokens taken}.
+/// the bucket after the decision: tokens * interval), tokens taken[, stored rate (milli-tokens per second),
+/// stored capacity]}.
 inline constexpr std::string_view token_bucket_script = R"lua(
 if redis.replicate_commands then redis.replicate_commands() end
 local interval = tonumber(ARGV[1])
 local capacity = tonumber(ARGV[2])
+local stored = redis.call('HMGET', KEYS[2], 'interval', 'capacity')
+local told = {}
+if stored[1] and stored[2] then
+  interval = tonumber(stored[1])
+  capacity = tonumber(stored[2])
+  told = {math.floor(1e9 / interval + 0.5), capacity}
+end
+local function reply(r)
+  for _, v in ipairs(told) do table.insert(r, v) end
+  return r
+end
 local n = tonumber(ARGV[3])
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
@@ -48,7 +63,7 @@ if state[1] and state[2] then
 end
 local after = debt + n * interval
 if n > 0 and after > limit then
-  return {0, math.ceil(after - limit), math.floor(limit - debt), 0}
+  return reply({0, math.ceil(after - limit), math.floor(limit - debt), 0})
 end
 local most = tonumber(ARGV[4] or ARGV[3])
 if most > n then
@@ -60,11 +75,11 @@ if most > n then
 end
 if after <= 0 then
   redis.call('DEL', KEYS[1])
-  return {1, 0, math.floor(limit), n}
+  return reply({1, 0, math.floor(limit), n})
 end
 redis.call('HSET', KEYS[1], 'at', now, 'debt', after)
 redis.call('PEXPIRE', KEYS[1], math.ceil(after / 1000) + 1)
-return {1, 0, math.floor(limit - after), n}
+return reply({1, 0, math.floor(limit - after), n})
 )lua";
 
 /// How the bucket's messages become commands: EVALSHA of token_bucket_script on the bucket's key, with the
@@ -73,16 +88,17 @@ struct bucket_commands {
   static constexpr std::string_view script = token_bucket_script;
 
   explicit bucket_commands(const shared_token_bucket_options& o)
-      : key(o.key), interval(format_number(1e6 / o.rate)), capacity(std::to_string(o.capacity)) {}
+      : key(o.key), stored_rate(o.key + ":rate"), interval(format_number(1e6 / o.rate)), capacity(std::to_string(o.capacity)) {}
 
   std::string command(const message& m, std::string_view sha) const {
     const std::int64_t n = m.what == message::kind::refund ? -m.n : m.n;
     if (m.what == message::kind::admission && m.extra > n)  // a batch: up to m.extra tokens
-      return encode_command({"EVALSHA", sha, "1", key, interval, capacity, std::to_string(n), std::to_string(m.extra)});
-    return encode_command({"EVALSHA", sha, "1", key, interval, capacity, std::to_string(n)});
+      return encode_command({"EVALSHA", sha, "2", key, stored_rate, interval, capacity, std::to_string(n), std::to_string(m.extra)});
+    return encode_command({"EVALSHA", sha, "2", key, stored_rate, interval, capacity, std::to_string(n)});
   }
 
   std::string key;
+  std::string stored_rate;  // key + ":rate": set_rate's hash
   std::string interval;
   std::string capacity;
 };
@@ -127,8 +143,8 @@ using bucket_base = basic_scripted_limiter<bucket_admission<Clock>, bucket_comma
 ///
 /// Differences from rein::token_bucket: `try_acquire` always refuses, since an answer needs a round trip
 /// (it exists for generic code; use `async_acquire_until` with a deadline); a deadline that cannot be met
-/// is found out only when it passes, not predicted; `set_rate` does not exist (every process passes its own
-/// rate: change the options everywhere). Otherwise it is used like any rein rate limiter (same acquire
+/// is found out only when it passes, not predicted; `set_rate` changes the rate for the whole fleet (stored
+/// in Redis), not only for this process. Otherwise it is used like any rein rate limiter (same acquire
 /// functions and completion signature `void(error_code)`), including inside rein::throttle.
 ///
 /// @tparam Executor the I/O executor; completions default to it. With a shared connection, the connection's.
@@ -170,6 +186,23 @@ class basic_shared_token_bucket : public detail::bucket_base<Executor, Clock, Mu
     this->line().update([&](detail::bucket_admission<Clock>& p, typename Clock::time_point) {
       p.refund(static_cast<std::int64_t>(std::min(n, most)));
     });
+  }
+
+  /// Sets the rate (tokens per second) and capacity for every process sharing the key, stored in Redis (the
+  /// hash `key + ":rate"`, kept until set again): each process's next request is decided by them in place of
+  /// its own options' (a waiting process within its current hold), and its estimates follow from the first
+  /// reply that says so; this process's at once. One request, not awaited; false if it could not be sent
+  /// (Redis unavailable). The fail_open local bucket keeps the options' rate.
+  /// @throws std::invalid_argument naming the type, field and value, as for the options.
+  bool set_rate(double rate, std::int64_t capacity) {
+    auto checked = this->options();
+    checked.rate = rate;
+    checked.capacity = capacity;
+    checked.batch = std::min(checked.batch, std::max<std::int64_t>(1, capacity));
+    (void)detail::bucket_model<Clock>::validated(checked);
+    this->line().update([&](detail::bucket_admission<Clock>& p, typename Clock::time_point) { p.model().set_rate(rate, capacity); });
+    return this->send_setting(
+        {"HSET", this->options().key + ":rate", "interval", detail::format_number(1e6 / rate), "capacity", std::to_string(capacity)});
   }
 
   /// Counters and state, including round-trip latency, copied under the lock.

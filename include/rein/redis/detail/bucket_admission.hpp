@@ -23,7 +23,9 @@ namespace rein::redis {
 /// Options of a shared_token_bucket. Every process sharing a quota must use the same key, rate and capacity:
 /// Redis stores how much is owed, and each call applies the caller's rate and capacity to it.
 struct shared_token_bucket_options {
-  std::string key;              ///< the Redis key holding the quota's state (one hash); not empty
+  /// The Redis key holding the quota's state (one hash); not empty. `key + ":rate"` holds a rate set for
+  /// the fleet (set_rate). On Redis Cluster, put a hash tag in it (`"{api}"`) so that both share a slot.
+  std::string key;
   double rate = 0;              ///< tokens per second for everyone together, in (0, 1e9]
   std::int64_t capacity = 0;    ///< the burst: most tokens the bucket holds, in [1, 1e15]; capacity / rate <= 1e9 s
   /// What to do while Redis cannot be asked (see failure_policy).
@@ -88,11 +90,11 @@ class bucket_model {
     return o;
   }
 
-  bucket_model(const options_type& o, time_point) : options_(o), interval_us_(1e6 / o.rate) {}
+  bucket_model(const options_type& o, time_point) : options_(o), interval_us_(1e6 / o.rate), capacity_(o.capacity) {}
 
   double interval_us() const noexcept { return interval_us_; }
 
-  bool exceeds(std::size_t n) const noexcept { return n > static_cast<std::uint64_t>(options_.capacity); }
+  bool exceeds(std::size_t n) const noexcept { return n > static_cast<std::uint64_t>(capacity_); }
 
   // When the bucket, as last seen plus refill, holds n tokens.
   time_point ready_at(std::size_t n, time_point) const {
@@ -114,12 +116,19 @@ class bucket_model {
   }
 
   void learn(const verdict& v, time_point now) noexcept {
+    if (v.stored_rate_mtps > 0 && v.stored_capacity > 0) set_rate(static_cast<double>(v.stored_rate_mtps) / 1000, v.stored_capacity);
     have_reply_ = true;
     last_reply_at_ = now;
     available_us_ = v.available_us;
   }
 
-  std::int64_t refund_most() const noexcept { return options_.capacity; }
+  std::int64_t refund_most() const noexcept { return capacity_; }
+
+  /// The rate and capacity in force (set_rate's, once this process wrote or saw them).
+  void set_rate(double rate, std::int64_t capacity) noexcept {
+    interval_us_ = 1e6 / rate;
+    capacity_ = capacity;
+  }
 
   std::optional<local_type> make_local(time_point now) const {
     const double share = options_.fail_open_share;
@@ -151,14 +160,15 @@ class bucket_model {
   using micros = std::chrono::duration<double, std::micro>;
 
   double tokens_estimate(time_point now) const {
-    const auto capacity = static_cast<double>(options_.capacity);
+    const auto capacity = static_cast<double>(capacity_);
     if (!have_reply_) return capacity;
     const double elapsed_us = micros(std::max(now, last_reply_at_) - last_reply_at_).count();
     return std::min(capacity, (available_us_ + elapsed_us) / interval_us_);
   }
 
   options_type options_;
-  double interval_us_;
+  double interval_us_;      // of the rate in force
+  std::int64_t capacity_;   // in force
   bool have_reply_ = false;
   time_point last_reply_at_{};
   double available_us_ = 0;  // the bucket's content at last_reply_at_, in microseconds of refill

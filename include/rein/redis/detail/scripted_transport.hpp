@@ -52,8 +52,9 @@ inline bool starts_with_any(std::string_view text, std::initializer_list<std::st
 }
 
 /// What a reply to a limiter's script says: every script answers three integers {allowed (1/0; -1: the
-/// caller's lease is lost), retry_after (microseconds), available (the model's number)}, and a batch's a
-/// fourth: the units granted.
+/// caller's lease is lost), retry_after (microseconds), available (the model's number)}; the bucket's adds
+/// the units granted, and, when a rate is stored for the fleet, that rate (milli-tokens per second) and
+/// capacity.
 inline verdict read_verdict(const error_code& ec, const ::redisReply* r) {
   using kind = verdict::kind;
   if (ec || r == nullptr) return {kind::unavailable, 0, 0, {}, 0};
@@ -65,14 +66,15 @@ inline verdict read_verdict(const error_code& ec, const ::redisReply* r) {
       return {kind::unavailable, 0, 0, std::move(text), 0};
     return {kind::server_error, 0, 0, std::move(text), 0};
   }
-  const bool shaped = r->type == REDIS_REPLY_ARRAY && (r->elements == 3 || r->elements == 4) &&
+  const bool shaped = r->type == REDIS_REPLY_ARRAY && (r->elements == 3 || r->elements == 4 || r->elements == 6) &&
                       std::all_of(r->element, r->element + r->elements,
                                   [](const ::redisReply* e) { return e->type == REDIS_REPLY_INTEGER; });
   if (!shaped) return {kind::server_error, 0, 0, "rein: unexpected reply to a limiter's script", 0};
   const long long first = r->element[0]->integer;
   const kind what = first == 1 ? kind::allowed : first == -1 ? kind::lost : kind::denied;
-  const std::int64_t units = r->elements == 4 ? static_cast<std::int64_t>(r->element[3]->integer) : 0;
-  return {what, static_cast<double>(r->element[1]->integer), static_cast<double>(r->element[2]->integer), {}, units};
+  const auto number = [&](std::size_t i) { return i < r->elements ? static_cast<std::int64_t>(r->element[i]->integer) : 0; };
+  return {what, static_cast<double>(r->element[1]->integer), static_cast<double>(r->element[2]->integer), {}, number(3),
+          number(4), number(5)};
 }
 
 /// A scripted admission on rein's wait line: the line owns waiting (queue, deadlines, one timer,
