@@ -66,10 +66,10 @@ inline verdict unavailable() { return {}; }
 inline verdict no_script() { return {verdict::kind::no_script, 0, 0, "NOSCRIPT No matching script.", 0}; }
 inline verdict server_error() { return {verdict::kind::server_error, 0, 0, "WRONGTYPE Operation against a key holding the wrong kind of value", 0}; }
 
-template <class Policy, class Signature = void(error_code)>
+template <class Policy, class Signature = void(error_code), class Mutex = std::mutex>
 struct scripted_fixture {
   using policy_type = Policy;
-  using line_type = rein::detail::limiter_core<Policy, net::any_io_executor, manual_clock, std::mutex, Signature>;
+  using line_type = rein::detail::limiter_core<Policy, net::any_io_executor, manual_clock, Mutex, Signature>;
   rein_test::manual_clock_at_epoch epoch;
   net::io_context io;
   bool link_up = true;

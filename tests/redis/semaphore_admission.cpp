@@ -6,11 +6,13 @@
 
 #include <rein/redis/detail/semaphore_admission.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -250,4 +252,81 @@ TEST_CASE("semaphore admission: requests beyond the limit fail at once; options 
   CHECK(message_of(o) == "rein::redis::shared_semaphore: poll_interval must be in [1 ms, lease], got 0ms");
   o.poll_interval = 11s;
   CHECK(message_of(o) == "rein::redis::shared_semaphore: poll_interval must be in [1 ms, lease], got 11000ms");
+}
+
+TEST_CASE("semaphore admission: a denial's retry-after is a polling hint, not a bound: a deadline before it "
+          "still waits, and a release here is taken at once",
+          "[redis][semaphore]") {
+  semaphore s(limit_of(1));
+  result held, waiting;
+  s.acquire(held, 1);
+  s.settle(0, allowed(0));
+  poll(s.io);
+  s.acquire(waiting, 1, manual_clock::now() + 200ms);
+  s.settle(1, denied(1'000'000, 0));  // poll again in 1 s
+  poll(s.io);
+  CHECK_FALSE(waiting.done);  // a rate rule would fail it now; a permit may come back before 200 ms
+  advance_and_poll(s.io, 50ms);
+  held.permit.release();
+  CHECK(s.sent().back() == message{admission, 2, 1, 2});
+  s.settle(2, allowed(0));
+  poll(s.io);
+  CHECK(waiting.ec == error_code{});
+}
+
+TEST_CASE("semaphore admission: a renewal answered NOSCRIPT loads the script for the next one",
+          "[redis][semaphore]") {
+  semaphore s(limit_of(2));
+  result r;
+  s.acquire(r, 1);
+  s.settle(0, allowed(1));
+  poll(s.io);
+  renewal_answer(s, 2, no_script());
+  CHECK(s.sent().back() == message{script_load, 0, 0, 0});
+  CHECK(s.snapshot().script_loads == 1);
+  CHECK(s.snapshot().leases_lost == 0);
+}
+
+namespace {
+
+// A mutex that, once asked, stops the unlocking thread right after its unlock until the test lets it go:
+// between a locked step and its sending, another thread's step gets in.
+struct gated_mutex {
+  static inline std::atomic<int> stage{0};    // 1: a thread waits after its unlock; 2: it may go on
+  static inline thread_local bool pause_me = false;
+  std::mutex m;
+  void lock() { m.lock(); }
+  bool try_lock() { return m.try_lock(); }
+  void unlock() {
+    m.unlock();
+    if (!pause_me) return;
+    pause_me = false;
+    stage = 1;
+    while (stage.load() != 2) std::this_thread::yield();
+  }
+};
+
+}  // namespace
+
+TEST_CASE("semaphore admission: messages leave in the order of the steps that made them, whichever thread "
+          "sends first",
+          "[redis][semaphore]") {
+  scripted_fixture<policy, void(error_code, rein::permit), gated_mutex> s(limit_of(2));
+  result r;
+  s.acquire(r, 2);
+  s.settle(0, allowed(0));
+  poll(s.io);
+  REQUIRE(r.ec == error_code{});
+  rein::permit one = r.permit.split(1);
+  // A releases one permit and stops between its unlock and its sending; B renews (held: 1) meanwhile. Sent
+  // in B's order, the renewal would lower Redis's count to 1 before the release lowers it again, to 0.
+  std::thread a([&] {
+    gated_mutex::pause_me = true;
+    one.release();
+  });
+  while (gated_mutex::stage.load() != 1) std::this_thread::yield();
+  s.line->update([](policy& p, tp) { p.renew(); });
+  gated_mutex::stage = 2;
+  a.join();
+  CHECK(s.sent() == messages{{admission, 0, 2, 3}, {refund, 0, 1, 2}, {renew, 0, 1, 2}});
 }

@@ -225,3 +225,27 @@ TEST_CASE("set_limit changes the limit for every process at its next request") {
   CHECK(*after.ec == rein::error_code{});
   CHECK_THROWS_WITH(a.set_limit(0), "rein::redis::shared_semaphore: limit must be in [1, 2^31) permits, got 0");
 }
+
+TEST_CASE("a process with a short lease does not shorten the keys under another's longer lease") {
+  redis_server server;
+  net::io_context io;
+  rein::redis::connection c(io, local(server.port()));
+  const auto key = unique_key("mixed-lease");
+  shared_semaphore a(c, {.key = key, .limit = 2, .lease = std::chrono::seconds(3)});
+  taken held, brief, late;
+  a.async_acquire(2, into(held));
+  REQUIRE(run_until(io, [&] { return held.ec.has_value(); }));
+  REQUIRE(*held.ec == rein::error_code{});
+  {
+    shared_semaphore b(c, {.key = key, .limit = 2, .lease = std::chrono::milliseconds(60)});
+    b.async_acquire_for(1, std::chrono::milliseconds(20), into(brief));
+    REQUIRE(run_until(io, [&] { return brief.ec.has_value(); }));
+    CHECK(*brief.ec == rein::errc::timed_out);
+  }
+  run_for(io, std::chrono::milliseconds(200));  // b's lease is long gone; a's (3 s) holds the keys
+  shared_semaphore c2(c, {.key = key, .limit = 2, .lease = std::chrono::milliseconds(60)});
+  c2.async_acquire_for(1, std::chrono::milliseconds(100), into(late));
+  REQUIRE(run_until(io, [&] { return late.ec.has_value(); }));
+  CHECK(*late.ec == rein::errc::timed_out);
+  CHECK(a.snapshot().leases_lost == 0);
+}

@@ -617,7 +617,7 @@ class limiter_core final : public permit_source,
       std::shared_ptr<wait_owner> keep = std::move(keep_alive_);  // released last, after the posting
       ready.complete_all(&core_->executor_, core_, keep);
       if constexpr (remote) {
-        if (!outbox.empty() && core_->transport_) core_->transport_->transmit(outbox);
+        if (send) core_->send_pending();
       }
       if (events) [[unlikely]] deliver_events();
       idle_work.reset();
@@ -633,7 +633,7 @@ class limiter_core final : public permit_source,
     }
 
     ready_list ready;
-    [[no_unique_address]] outbox_type outbox;  // a remote policy's messages, sent after the unlock
+    bool send = false;  // a remote policy queued messages: send them after the unlock
     std::optional<work_guard> idle_work;
     std::optional<event_buffer> events;  // engaged at the first event (only with an observer)
 
@@ -1179,7 +1179,34 @@ class limiter_core final : public permit_source,
     }
     if (holders_ == 0 && !drainers_.empty()) finish_drains_locked(done);
     arm_timer_locked_noexcept(now);
-    if constexpr (remote) policy_.take_outbox(done.outbox);
+    if constexpr (remote) {
+      policy_.take_outbox(pending_out_);
+      done.send = !pending_out_.empty();
+    }
+  }
+
+  // Sends what remote policies queued, in the order of the locked steps that queued it, although each step
+  // sends after its unlock and two threads may get there in either order: one thread at a time sends, the
+  // queue's head first, until the queue is empty; a thread that finds another sending leaves its messages
+  // to it (also a send that completes a refused request and so queues more, on the same thread). Order
+  // matters to a policy whose messages do not commute (a lease renewal states an absolute count).
+  void send_pending() noexcept {
+    for (;;) {
+      if (sending_.exchange(true, std::memory_order_acq_rel)) return;  // the sender sends ours too
+      for (;;) {
+        outbox_type batch;
+        {
+          std::lock_guard<Mutex> lock(mutex_);
+          if (pending_out_.empty()) break;
+          std::swap(batch, pending_out_);
+        }
+        if (transport_) transport_->transmit(batch);
+      }
+      sending_.store(false, std::memory_order_release);
+      // Queued after our last look but before the flag went down: its thread saw us sending and left.
+      std::lock_guard<Mutex> lock(mutex_);
+      if (pending_out_.empty()) return;
+    }
   }
 
   // A grant that was counted as a holder will never become a permit. Returns the core's own reference if
@@ -1308,6 +1335,8 @@ class limiter_core final : public permit_source,
   std::size_t queued_units_ = 0;
   std::size_t in_flight_ops_ = 0;  // remote policies: queued ops whose request is out
   std::shared_ptr<transport_type> transport_;  // remote policies: where the outbox goes
+  [[no_unique_address]] outbox_type pending_out_;  // remote policies: queued under the lock, sent in order
+  std::atomic<bool> sending_{false};                // remote policies: a thread is in send_pending
   std::uint64_t revoked_grants_ = 0;  // grants taken back by a late cancellation (their histogram entry stays)
   std::shared_ptr<const std::string> name_;  // immutable; null when unnamed
   limiter_observer observer_;

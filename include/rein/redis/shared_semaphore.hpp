@@ -35,11 +35,11 @@ namespace detail {
 
 /// The Lua script: permits held per lease. KEYS[1] is a hash lease -> permits held, KEYS[2] a sorted set
 /// lease -> expiry (the server's TIME in microseconds), KEYS[3] the total held, KEYS[4] the queue of
-/// waiting leases (a sorted set: lease -> when it was first denied), KEYS[5] when each of them last
-/// asked (a hash) and KEYS[6] the limit set for the whole fleet (set_limit), which replaces ARGV's. Every call first takes back the permits of the leases that expired (their holders were
+/// waiting leases (a sorted set: lease -> when it was first denied), KEYS[5] until when each of them
+/// stays in the queue without asking again (a hash: three of its own poll intervals after its last ask) and KEYS[6] the limit set for the whole fleet (set_limit), which replaces ARGV's. Every call first takes back the permits of the leases that expired (their holders were
 /// silent longer than the lease: crashed, hung or cut off), then:
 /// - 'f' / 'a' (acquire n): admits if total + n <= limit and no other lease waits longer (the queue's head
-///   goes first; a lease that has not asked for three poll intervals leaves the queue). A denied lease
+///   goes first; a lease that has not asked for three of its poll intervals leaves the queue). A denied lease
 ///   joins the queue. So processes take turns under saturation: one that just released cannot take the
 ///   permit back from one that waited. 'f' creates the lease if missing (the first request of a lease); 'a'
 ///   of a lease Redis does not know answers "lost" (-1), so that a process whose lease expired never counts
@@ -51,8 +51,8 @@ namespace detail {
 ///   for on the wire): lowers the lease's count to n if it is higher (releases the server never received,
 ///   e.g. sent while the connection was down), so a process's lost releases do not keep permits forever.
 /// Every call of a known lease extends it to now + lease. Only the server's clock is read (TIME; effects
-/// replication, as the other scripts), so clients' clock skew does not matter. The keys expire a lease
-/// after the last call, so an abandoned semaphore costs no memory.
+/// replication, as the other scripts), so clients' clock skew does not matter. The keys expire when the
+/// longest lease does (processes may use different leases), so an abandoned semaphore costs no memory.
 ///
 /// ARGV: lease id, lease (microseconds), limit, n, operation, poll interval (microseconds). Returns
 /// {allowed (1 / 0 / -1 lost), retry_after (microseconds; 0 unless denied), free permits after the call}.
@@ -78,7 +78,7 @@ local poll = tonumber(ARGV[6])
 local head = nil
 if op == 'a' or op == 'f' then
   for _, w in ipairs(redis.call('ZRANGE', KEYS[4], 0, -1)) do
-    if tonumber(redis.call('HGET', KEYS[5], w) or '0') < now - 3 * poll then
+    if tonumber(redis.call('HGET', KEYS[5], w) or '0') < now then
       redis.call('ZREM', KEYS[4], w)
       redis.call('HDEL', KEYS[5], w)
     elseif not head then
@@ -104,7 +104,7 @@ else
     reply = {1, 0, limit - total}
   elseif total + n > limit or (head and head ~= holder) then
     redis.call('ZADD', KEYS[4], 'NX', now, holder)
-    redis.call('HSET', KEYS[5], holder, now)
+    redis.call('HSET', KEYS[5], holder, now + 3 * poll)
     local place = redis.call('ZRANK', KEYS[4], holder)
     local wait = math.max(1, math.floor(math.min(poll, poll * (place + 1) / 4)))
     local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
@@ -123,7 +123,10 @@ else
   redis.call('ZADD', KEYS[2], now + lease, holder)
 end
 redis.call('SET', KEYS[3], total)
-local ttl = math.ceil(lease / 1000) + 1
+local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
+local ttl = lease
+if last[2] then ttl = math.max(ttl, tonumber(last[2]) - now) end
+ttl = math.ceil(ttl / 1000) + 1
 for i = 1, 5 do redis.call('PEXPIRE', KEYS[i], ttl) end
 return reply
 )lua";

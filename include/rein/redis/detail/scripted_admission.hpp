@@ -311,7 +311,9 @@ class scripted_admission {
     }
     if (!degraded_at(now)) {
       leave_degraded(now);
-      const time_point firm = std::max(hold_until_, model_.firm_until());
+      // A semaphore's retry-after is a polling hint (a permit of this process may come back sooner), not a
+      // bound: only a rate rule's denial says "not before then".
+      const time_point firm = holding ? model_.firm_until() : std::max(hold_until_, model_.firm_until());
       const std::int64_t deadline_ns = op->deadline_ns();
       if (firm > now && deadline_ns != rein::detail::no_deadline && rein::detail::to_ns_saturated(firm) > deadline_ns) {
         return remote_step::fail(make_error_code(rein::errc::timed_out));  // Redis said: not by then
@@ -414,7 +416,7 @@ class scripted_admission {
     } else {
       try {
         for (std::size_t i = 0; i < outbox_.size(); ++i) out.push(outbox_[i]);
-      } catch (...) {  // not reached: the line takes the outbox once per locked step, into an empty batch
+      } catch (...) {  // no memory while a send is slow to take the line's queue: these messages are lost
       }
     }
     outbox_.clear();
@@ -452,7 +454,12 @@ class scripted_admission {
   void on_renewed(std::int64_t tag, const verdict& v, time_point now) {
     if constexpr (holding) {
       if (v.what == verdict::kind::unavailable) return;
-      if (v.what == verdict::kind::no_script || v.what == verdict::kind::server_error) {
+      if (v.what == verdict::kind::no_script) {  // the server lost its scripts: load, the next renewal works
+        ++stats_.script_loads;
+        outbox_.push({message::kind::script_load, 0, 0, 0});
+        return;
+      }
+      if (v.what == verdict::kind::server_error) {
         ++stats_.server_errors;
         return;
       }
