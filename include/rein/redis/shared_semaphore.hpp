@@ -259,13 +259,19 @@ class lease_keeper : public std::enable_shared_from_this<lease_keeper<Line, Exec
 /// never received (sent while Redis was unreachable).
 ///
 /// Bound: at every instant, the permits the server counts number at most `limit`, and every permit a
-/// process holds is counted from before its grant until after its release, as long as its lease holds.
+/// process holds is counted from before its grant until after its release, as long as its lease holds and
+/// Redis keeps its data. Redis restarted without persistence forgets every lease: the permits then held
+/// no longer count, and the fleet may hold up to twice the limit until they come back (use persistence or
+/// a replica if that matters). Do not let Redis evict these keys (a maxmemory policy other than
+/// noeviction, or volatile-* only for other keys).
 ///
 /// Waiting is local: a denied caller waits in this process, FIFO with head-of-line blocking, and the first
 /// waiting asks again after `poll_interval`, or at once after a permit of this process is given back. A
-/// permit another process gives back is seen at the next poll: between processes, whoever asks first
-/// gets it (no order across the fleet). Deadlines, cancellation and completions are those of every rein
-/// limiter (one wait line, one timer).
+/// permit another process gives back is seen at the next poll. Between processes, waiting processes take
+/// turns through a queue in Redis (the longest waiting goes first, and asks most often); a process whose
+/// waiter gave up stays at the head until three of its poll intervals pass. A retry-after is a polling
+/// hint, so a deadline before it still waits. Deadlines, cancellation and completions are those of every
+/// rein limiter (one wait line, one timer).
 ///
 /// Rule from: a counting semaphore with expiring per-holder leases, as Redisson's RPermitExpirableSemaphore
 /// and Apache Curator's InterProcessSemaphoreV2 (leases that die with their holder); the renewal every
@@ -297,8 +303,8 @@ class lease_keeper : public std::enable_shared_from_this<lease_keeper<Line, Exec
 /// @par Lifetime
 /// Not copyable or movable. The renewals keep the executor's `run()` from returning while the semaphore
 /// exists and is not closed. Destroying it (or `close()`) stops the renewals and completes every waiter;
-/// permits still held stay valid and are given back as usual, through a connection that is still open (a
-/// shared one), or else are taken back by the server when the lease ends. A connection passed in must
+/// permits still held can be given back as usual, through a connection that is still open (a shared one),
+/// but the server counts them only until the lease ends, one `lease` after the last renewal. A connection passed in must
 /// outlive the semaphore or the semaphore sees Redis as unavailable.
 template <class Executor = net::any_io_executor, class Clock = std::chrono::steady_clock, class Mutex = std::mutex>
 class basic_shared_semaphore : public detail::semaphore_base<Executor, Clock, Mutex> {

@@ -46,7 +46,8 @@ struct shared_token_bucket_options {
   /// the bucket holds), one request at a time, and spends the rest on later callers without asking. The
   /// fleet-wide bound becomes capacity + rate * t + P * (batch - 1) admissions in any t, for P processes:
   /// a process holds at most batch - 1 tokens taken and not yet spent. What is left when the limiter is
-  /// destroyed goes back to Redis.
+  /// destroyed goes back to Redis through a shared connection; a connection of the limiter's own is
+  /// closed at once, and the rest is lost (unused, never over the bound).
   std::int64_t batch = 1;
 };
 
