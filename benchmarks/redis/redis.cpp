@@ -128,7 +128,7 @@ struct hiredis_session {
   hiredis_session& operator=(const hiredis_session&) = delete;
   ~hiredis_session() { redisFree(context); }
 
-  void append() { redisAppendCommand(context, "EVALSHA %s 2 %s %s:rate 0.001 1000000000000 1", sha.c_str(), key.c_str(), key.c_str()); }
+  void append() { redisAppendCommand(context, "EVALSHA %s 2 %s {%s}:rate 0.001 1000000000000 1", sha.c_str(), key.c_str(), key.c_str()); }
 
   bool read_allowed() {
     void* out = nullptr;

@@ -20,9 +20,11 @@
 #include <boost/asio/steady_timer.hpp>
 #endif
 
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <string>
+#include <string_view>
 
 namespace net = rein::net;
 
@@ -37,7 +39,8 @@ int main(int argc, char** argv) {
   if (argc > 2) redis.port = static_cast<std::uint16_t>(std::stoi(argv[2]));
 
   net::io_context io;
-  rein::redis::shared_semaphore pool(io, redis, {.key = "rein:example:pool", .limit = 3, .lease = std::chrono::seconds(2)});
+  rein::redis::connection connection(io, redis);  // shared, so that the last releases can be waited for
+  rein::redis::shared_semaphore pool(connection, {.key = "rein:example:pool", .limit = 3, .lease = std::chrono::seconds(2)});
 
   const auto start = std::chrono::steady_clock::now();
   const auto ms = [&] {
@@ -54,7 +57,13 @@ int main(int argc, char** argv) {
         query.expires_after(std::chrono::milliseconds(200));
         co_await query.async_wait(net::use_awaitable);
       }  // the permit goes back here, at the end of each iteration
-      if (--running == 0) pool.close();  // stops the lease renewals and closes the connection: run() returns
+      if (--running == 0) {
+        // The releases went out before this PING on the same connection: its reply means Redis has them.
+        static constexpr std::array<std::string_view, 1> ping{"PING"};
+        co_await connection.async_execute(ping, net::use_awaitable);
+        pool.close();        // stops the lease renewals
+        connection.close();  // and with nothing left to do, run() returns
+      }
     }, net::detached);
   }
   io.run();

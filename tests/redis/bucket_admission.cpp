@@ -491,7 +491,7 @@ TEST_CASE("bucket admission: a reply that says a rate is stored for the fleet mo
   result r[2];
   b.acquire(r[0], 1);
   verdict v = allowed(0);  // the bucket is empty after it, and the fleet's rate is 100 per second
-  v.stored_rate_mtps = 100'000;
+  v.stored_interval_ns = 10'000'000;
   v.stored_capacity = 4;
   b.settle(0, v);
   poll(b.io);

@@ -79,7 +79,7 @@ TEST_CASE("the bucket script's arithmetic, read through EVALSHA") {
   const std::string sha = execute(io, c, {"SCRIPT", "LOAD", rein::redis::detail::token_bucket_script}).text;
   const std::string key = unique_key("script");
   // 10 per second (100,000 us per token), capacity 3.
-  const std::string stored = key + ":rate";  // no rate stored for the fleet: ARGV's decide
+  const std::string stored = "{" + key + "}:rate";  // no rate stored for the fleet: ARGV's decide
   const auto take = [&](const char* n) { return execute(io, c, {"EVALSHA", sha, "2", key, stored, "100000", "3", n}); };
 
   const reply first = take("2");  // a fresh key is a full bucket
@@ -122,7 +122,7 @@ TEST_CASE("the bucket script's arithmetic, read through EVALSHA") {
   REQUIRE(fleet.elements.size() == 6);
   CHECK(fleet.elements[0].integer == 1);
   CHECK(fleet.elements[2].integer == 0);           // 2 of capacity 2 taken
-  CHECK(fleet.elements[4].integer == 1'000'000);   // milli-tokens per second
+  CHECK(fleet.elements[4].integer == 1'000'000);   // nanoseconds per token
   CHECK(fleet.elements[5].integer == 2);
 }
 

@@ -113,13 +113,13 @@ TEST_CASE("semaphore admission: a renewal carries the lease and the most it may 
   CHECK(s.sent().size() == 2);
   s.settle(0, allowed(2));
   poll(s.io);
-  renew_now(s);  // 2 held, 1 asked for on the wire
-  CHECK(s.sent().back() == message{renew, 0, 3, 2});
+  renew_now(s);  // 2 held (the least), 1 more asked for on the wire (the most: 3)
+  CHECK(s.sent().back() == message{renew, 2, 3, 2});
   s.settle(1, allowed(1));
   poll(s.io);
   a.permit.release();
   renew_now(s);  // 1 held
-  CHECK(s.sent() == messages{{admission, 0, 2, 3}, {admission, 1, 1, 3}, {renew, 0, 3, 2}, {refund, 0, 2, 2}, {renew, 0, 1, 2}});
+  CHECK(s.sent() == messages{{admission, 0, 2, 3}, {admission, 1, 1, 3}, {renew, 2, 3, 2}, {refund, 0, 2, 2}, {renew, 1, 1, 2}});
   CHECK(s.snapshot().renewals == 2);
 }
 
@@ -149,7 +149,7 @@ TEST_CASE("semaphore admission: after a lost lease the old permits send nothing 
   renewal_answer(s, 2, lost());  // a late answer about lease 1 changes nothing
   CHECK(s.snapshot().leases_lost == 1);
   renew_now(s);
-  CHECK(s.sent().back() == message{renew, 0, 1, 4});
+  CHECK(s.sent().back() == message{renew, 1, 1, 4});
   new_one.permit.release();
   CHECK(s.sent().back() == message{refund, 0, 1, 4});
 }
@@ -328,5 +328,5 @@ TEST_CASE("semaphore admission: messages leave in the order of the steps that ma
   s.line->update([](policy& p, tp) { p.renew(); });
   gated_mutex::stage = 2;
   a.join();
-  CHECK(s.sent() == messages{{admission, 0, 2, 3}, {refund, 0, 1, 2}, {renew, 0, 1, 2}});
+  CHECK(s.sent() == messages{{admission, 0, 2, 3}, {refund, 0, 1, 2}, {renew, 1, 1, 2}});
 }

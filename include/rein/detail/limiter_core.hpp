@@ -12,8 +12,8 @@
 // arms its own timer (Asio timers are not thread-safe, so the lock is what serialises them; the timer's
 // handler is ours). User handlers are posted after the lock is released (class completions). The
 // allocations under the lock are the wait histogram's (global operator new, never a user's allocator): a
-// block when a wait falls in an octave for the first time, and its copy when a snapshot is taken; and, with
-// partitions, the snapshot's copy of them.
+// block when a wait falls in an octave for the first time, and its copy when a snapshot is taken; with
+// partitions, the snapshot's copy of them; and a remote policy's messages, queued until they are sent.
 //
 // Outstanding work: while anyone waits, the core holds a work guard on its executor, so `run()` does not
 // return under a parked operation (as with any pending Asio operation); it is dropped after the last
@@ -632,6 +632,12 @@ class limiter_core final : public permit_source,
       ready.push(op);
     }
 
+    // A remote policy queued messages: send them after the unlock, the core kept alive until then.
+    void keep_for_sending() noexcept {
+      if (!keep_alive_) keep_alive_ = core_->weak_from_this().lock();
+      send = true;
+    }
+
     ready_list ready;
     bool send = false;  // a remote policy queued messages: send them after the unlock
     std::optional<work_guard> idle_work;
@@ -1181,7 +1187,8 @@ class limiter_core final : public permit_source,
     arm_timer_locked_noexcept(now);
     if constexpr (remote) {
       policy_.take_outbox(pending_out_);
-      done.send = !pending_out_.empty();
+      // Sent after the unlock, when another thread may have destroyed the limiter: the batch keeps the core.
+      if (!pending_out_.empty()) done.keep_for_sending();
     }
   }
 
@@ -1336,7 +1343,9 @@ class limiter_core final : public permit_source,
   std::size_t in_flight_ops_ = 0;  // remote policies: queued ops whose request is out
   std::shared_ptr<transport_type> transport_;  // remote policies: where the outbox goes
   [[no_unique_address]] outbox_type pending_out_;  // remote policies: queued under the lock, sent in order
-  std::atomic<bool> sending_{false};                // remote policies: a thread is in send_pending
+  struct not_sending {};
+  // Remote policies: a thread is in send_pending (nothing for the others).
+  [[no_unique_address]] std::conditional_t<remote, std::atomic<bool>, not_sending> sending_{};
   std::uint64_t revoked_grants_ = 0;  // grants taken back by a late cancellation (their histogram entry stays)
   std::shared_ptr<const std::string> name_;  // immutable; null when unnamed
   limiter_observer observer_;

@@ -48,8 +48,12 @@ namespace detail {
 ///   poll interval, and less if a lease expires sooner.
 /// - 'r' (release n): gives back at most what the lease holds.
 /// - 'h' (renew, n = the most the process may hold under the lease: granted and not given back, plus asked
-///   for on the wire): lowers the lease's count to n if it is higher (releases the server never received,
-///   e.g. sent while the connection was down), so a process's lost releases do not keep permits forever.
+///   for on the wire; ARGV[7] = the least: granted and not given back): lowers the lease's count to n if it
+///   is higher (releases the server never received, e.g. sent while the connection was down), so a
+///   process's lost releases do not keep permits forever, and raises it to the least if it is lower (a
+///   release that arrived late by another connection after a renewal), so it cannot stay too low either.
+/// - An acquire of more than the limit in force (a lowered set_limit) is an error reply: it would wait
+///   forever at the head of the queue, holding up every process.
 /// Every call of a known lease extends it to now + lease. Only the server's clock is read (TIME; effects
 /// replication, as the other scripts), so clients' clock skew does not matter. The keys expire when the
 /// longest lease does (processes may use different leases), so an abandoned semaphore costs no memory.
@@ -97,11 +101,17 @@ else
     total = total - back
     reply = {1, 0, limit - total}
   elseif op == 'h' then
+    local lo = tonumber(ARGV[7] or '0')
     if held > n then
       total = total - (held - n)
       held = n
+    elseif held < lo then
+      total = total + (lo - held)
+      held = lo
     end
     reply = {1, 0, limit - total}
+  elseif n > limit then
+    return redis.error_reply('ERR rein: the semaphore asks for ' .. n .. ' permits, above the limit of ' .. limit)
   elseif total + n > limit or (head and head ~= holder) then
     redis.call('ZADD', KEYS[4], 'NX', now, holder)
     redis.call('HSET', KEYS[5], holder, now + 3 * poll)
@@ -143,7 +153,7 @@ inline std::string random_lease_name() {
   return name;
 }
 
-/// How the semaphore's messages become commands: EVALSHA of shared_semaphore_script on its three keys, as
+/// How the semaphore's messages become commands: EVALSHA of shared_semaphore_script on its six keys, as
 /// the lease the message's tag names (lease number tag / 2; an odd tag is the first request of a lease).
 struct semaphore_commands {
   static constexpr std::string_view script = shared_semaphore_script;
@@ -165,6 +175,9 @@ struct semaphore_commands {
                      : m.what == message::kind::renew   ? "h"
                                                         : "r";
     const std::string holder = name + ":" + std::to_string(m.extra / 2);
+    if (m.what == message::kind::renew)  // the least it holds travels in `ticket`
+      return encode_command({"EVALSHA", sha, "6", holders, leases, total, queue, seen, stored_limit, holder, lease, limit,
+                             std::to_string(m.n), op, poll, std::to_string(m.ticket)});
     return encode_command(
         {"EVALSHA", sha, "6", holders, leases, total, queue, seen, stored_limit, holder, lease, limit, std::to_string(m.n), op, poll});
   }
@@ -266,7 +279,8 @@ class lease_keeper : public std::enable_shared_from_this<lease_keeper<Line, Exec
 /// noeviction, or volatile-* only for other keys).
 ///
 /// Waiting is local: a denied caller waits in this process, FIFO with head-of-line blocking, and the first
-/// waiting asks again after `poll_interval`, or at once after a permit of this process is given back. A
+/// waiting asks again after the retry-after Redis gave (a quarter of `poll_interval` per place in the
+/// fleet's queue, at most all of it), or at once after a permit of this process is given back. A
 /// permit another process gives back is seen at the next poll. Between processes, waiting processes take
 /// turns through a queue in Redis (the longest waiting goes first, and asks most often); a process whose
 /// waiter gave up stays at the head until three of its poll intervals pass. A retry-after is a polling
@@ -353,7 +367,9 @@ class basic_shared_semaphore : public detail::semaphore_base<Executor, Clock, Mu
   /// waiting process sees it within one poll interval). Permits held above a lowered limit stay valid; no
   /// more are granted until the count is below it. One request, not awaited; false if it could not be sent
   /// (Redis unavailable). A request for more than this process's `options().limit` still fails with
-  /// rein::errc::exceeds_capacity.
+  /// rein::errc::exceeds_capacity; one for more than the stored limit fails with errc::server_error (it
+  /// could only wait forever). True means on its way, not stored: an error reply is counted in
+  /// snapshot().server_errors.
   /// @throws std::invalid_argument naming the type, field and value unless 1 <= limit < 2^31.
   bool set_limit(std::int64_t limit) {
     if (limit < 1 || limit > std::numeric_limits<std::int32_t>::max())

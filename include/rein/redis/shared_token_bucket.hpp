@@ -34,8 +34,8 @@ namespace detail {
 ///
 /// ARGV: interval (microseconds per token), capacity (tokens), n[, most]. Returns {allowed (1/0),
 /// retry_after (microseconds until n would be allowed; 0 if allowed), available (microseconds of refill in
-/// the bucket after the decision: tokens * interval), tokens taken[, stored rate (milli-tokens per second),
-/// stored capacity]}.
+/// the bucket after the decision: tokens * interval), tokens taken[, stored interval (nanoseconds per
+/// token), stored capacity]}.
 inline constexpr std::string_view token_bucket_script = R"lua(
 if redis.replicate_commands then redis.replicate_commands() end
 local interval = tonumber(ARGV[1])
@@ -45,7 +45,7 @@ local told = {}
 if stored[1] and stored[2] then
   interval = tonumber(stored[1])
   capacity = tonumber(stored[2])
-  told = {math.floor(1e9 / interval + 0.5), capacity}
+  told = {math.floor(interval * 1000 + 0.5), capacity}
 end
 local function reply(r)
   for _, v in ipairs(told) do table.insert(r, v) end
@@ -88,7 +88,15 @@ struct bucket_commands {
   static constexpr std::string_view script = token_bucket_script;
 
   explicit bucket_commands(const shared_token_bucket_options& o)
-      : key(o.key), stored_rate(o.key + ":rate"), interval(format_number(1e6 / o.rate)), capacity(std::to_string(o.capacity)) {}
+      : key(o.key), stored_rate(rate_key(o.key)), interval(format_number(1e6 / o.rate)), capacity(std::to_string(o.capacity)) {}
+
+  /// Where set_rate's hash lives: in the key's Cluster slot (its hash tag, or the whole key as the tag).
+  static std::string rate_key(const std::string& key) {
+    const auto open = key.find('{');
+    const bool tagged = open != std::string::npos && key.find('}', open + 1) != std::string::npos &&
+                        key.find('}', open + 1) > open + 1;
+    return tagged ? key + ":rate" : "{" + key + "}:rate";
+  }
 
   std::string command(const message& m, std::string_view sha) const {
     const std::int64_t n = m.what == message::kind::refund ? -m.n : m.n;
@@ -188,11 +196,13 @@ class basic_shared_token_bucket : public detail::bucket_base<Executor, Clock, Mu
     });
   }
 
-  /// Sets the rate (tokens per second) and capacity for every process sharing the key, stored in Redis (the
-  /// hash `key + ":rate"`, kept until set again): each process's next request is decided by them in place of
-  /// its own options' (a waiting process within its current hold), and its estimates follow from the first
-  /// reply that says so; this process's at once. One request, not awaited; false if it could not be sent
-  /// (Redis unavailable). The fail_open local bucket keeps the options' rate.
+  /// Sets the rate (tokens per second) and capacity for every process sharing the key, stored in Redis (a
+  /// hash beside the key, see the options, kept until set again): each process's next request is decided
+  /// by them in place of its own options' (a waiting process within its current hold), and its estimates
+  /// follow from the first reply that says so; this process's at once (a waiter asking for more than a
+  /// lowered capacity fails with rein::errc::exceeds_capacity). One request, not awaited: true once it is
+  /// on its way, false if it could not be sent (Redis unavailable; nothing changes). An error reply is
+  /// counted in snapshot().server_errors. The fail_open local bucket keeps the options' rate.
   /// @throws std::invalid_argument naming the type, field and value, as for the options.
   bool set_rate(double rate, std::int64_t capacity) {
     auto checked = this->options();
@@ -200,9 +210,13 @@ class basic_shared_token_bucket : public detail::bucket_base<Executor, Clock, Mu
     checked.capacity = capacity;
     checked.batch = std::min(checked.batch, std::max<std::int64_t>(1, capacity));
     (void)detail::bucket_model<Clock>::validated(checked);
-    this->line().update([&](detail::bucket_admission<Clock>& p, typename Clock::time_point) { p.model().set_rate(rate, capacity); });
-    return this->send_setting(
-        {"HSET", this->options().key + ":rate", "interval", detail::format_number(1e6 / rate), "capacity", std::to_string(capacity)});
+    const bool sent = this->send_setting({"HSET", detail::bucket_commands::rate_key(this->options().key), "interval",
+                                          detail::format_number(1e6 / rate), "capacity", std::to_string(capacity)});
+    if (sent) {
+      this->line().update_and_refuse(
+          [&](detail::bucket_admission<Clock>& p, typename Clock::time_point) { p.model().set_rate(rate, capacity); });
+    }
+    return sent;
   }
 
   /// Counters and state, including round-trip latency, copied under the lock.

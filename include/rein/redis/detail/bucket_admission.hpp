@@ -23,8 +23,9 @@ namespace rein::redis {
 /// Options of a shared_token_bucket. Every process sharing a quota must use the same key, rate and capacity:
 /// Redis stores how much is owed, and each call applies the caller's rate and capacity to it.
 struct shared_token_bucket_options {
-  /// The Redis key holding the quota's state (one hash); not empty. `key + ":rate"` holds a rate set for
-  /// the fleet (set_rate). On Redis Cluster, put a hash tag in it (`"{api}"`) so that both share a slot.
+  /// The Redis key holding the quota's state (one hash); not empty. A rate set for the fleet (set_rate)
+  /// is kept in `"{" + key + "}:rate"`, or `key + ":rate"` when the key has a hash tag already: in the
+  /// key's Redis Cluster slot either way.
   std::string key;
   double rate = 0;              ///< tokens per second for everyone together, in (0, 1e9]
   std::int64_t capacity = 0;    ///< the burst: most tokens the bucket holds, in [1, 1e15]; capacity / rate <= 1e9 s
@@ -117,7 +118,14 @@ class bucket_model {
   }
 
   void learn(const verdict& v, time_point now) noexcept {
-    if (v.stored_rate_mtps > 0 && v.stored_capacity > 0) set_rate(static_cast<double>(v.stored_rate_mtps) / 1000, v.stored_capacity);
+    // The rate in force: the fleet's when one is stored, else this process's options (also after a
+    // set_rate of ours that never reached Redis).
+    if (v.stored_interval_ns > 0 && v.stored_capacity > 0) {
+      interval_us_ = static_cast<double>(v.stored_interval_ns) / 1000;
+      capacity_ = v.stored_capacity;
+    } else if (v.what == verdict::kind::allowed || v.what == verdict::kind::denied) {
+      set_rate(options_.rate, options_.capacity);
+    }
     have_reply_ = true;
     last_reply_at_ = now;
     available_us_ = v.available_us;

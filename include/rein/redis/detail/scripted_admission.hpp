@@ -64,7 +64,8 @@ struct shared_limiter_snapshot : wait_stats {
   std::uint64_t unavailable_total = 0;   ///< completed with errc::unavailable
   std::uint64_t server_errors = 0;    ///< error replies other than NOSCRIPT and the "unavailable" ones
   std::uint64_t script_loads = 0;     ///< NOSCRIPT replies, each answered by SCRIPT LOAD and a retry
-  std::uint64_t refunds = 0;          ///< refund requests sent (refund(), or what a cancelled caller got)
+  std::uint64_t refunds = 0;          ///< refund requests sent (refund(), what a cancelled caller got; a
+                                      ///< semaphore's releases)
   std::uint64_t batch_admitted = 0;   ///< admitted from a batch taken earlier, without a round trip
   std::uint64_t round_trips = 0;      ///< admission replies received
   std::chrono::nanoseconds round_trip_last{0};   ///< request sent to reply settled, last admission
@@ -88,8 +89,8 @@ struct verdict {
   std::string message;        ///< the server's error text (empty for a request that was never answered)
   std::int64_t units = 0;     ///< allowed: units the server granted, when it says (a batch); 0: as asked
   /// A rate stored for the whole fleet (a shared bucket's set_rate) that decided instead of the caller's:
-  /// milli-tokens per second and the capacity; 0: none stored.
-  std::int64_t stored_rate_mtps = 0;
+  /// nanoseconds per token and the capacity; 0: none stored.
+  std::int64_t stored_interval_ns = 0;
   std::int64_t stored_capacity = 0;
 };
 
@@ -442,11 +443,12 @@ class scripted_admission {
 
   /// A holding model's lease renewal, if it has one to renew (a timer of the I/O object calls this).
   /// The renewal says how many permits this lease may hold at most (those granted and not given back, and
-  /// those asked for on the wire), so that the server forgets the releases it never received.
+  /// those asked for on the wire), so that the server forgets the releases it never received, and at least
+  /// (those granted and not given back), so that a release arriving late cannot leave the count too low.
   void renew() {
     if constexpr (holding) {
-      if (const std::optional<std::int64_t> tag = model_.renewal())
-        outbox_.push({message::kind::renew, 0, held_units_ + in_flight_units_, *tag});
+      if (const std::optional<std::int64_t> tag = model_.renewal())  // `ticket` carries the least
+        outbox_.push({message::kind::renew, static_cast<std::uint64_t>(held_units_), held_units_ + in_flight_units_, *tag});
     }
   }
 

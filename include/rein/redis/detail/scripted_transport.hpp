@@ -121,8 +121,8 @@ class scripted_transport final : public rein::detail::remote_transport<message_l
   }
 
   // An admission the connection refuses (down, backing off, closed) is settled as unavailable at once. That
-  // degrades the limiter until the connection says it is up again, so the settle sends no admission and
-  // this recursion ends at the next level.
+  // degrades the limiter until the connection says it is up again, so the settle queues no admission; what
+  // it queues, the line's sender (limiter_core::send_pending, which called this) sends next.
   void transmit(message_list& sends) noexcept override {
     const std::shared_ptr<line_type> line = line_.lock();
     if (!line) return;

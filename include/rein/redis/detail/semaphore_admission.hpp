@@ -33,10 +33,12 @@ struct shared_semaphore_options {
   /// process renews its lease every lease / 3 while the semaphore exists; the permits of a process that
   /// crashed, hung or lost its network come back at most one lease after its last renewal.
   std::chrono::milliseconds lease{10'000};
-  /// How long the first waiting caller waits after a denial before asking again, in [1 ms, lease], unless a
-  /// permit of this process comes back first (then it asks at once, after the release). Another process's
-  /// release is seen only by asking: this is the delay between a permit freeing elsewhere and a waiter
-  /// here taking it, and the rate at which a waiting process asks.
+  /// How often a waiting process asks again, in [1 ms, lease]: after a denial, the first waiting caller
+  /// waits a quarter of it per place of this process in the fleet's queue of waiting processes (the head
+  /// a quarter, at most the whole), unless a permit of this process comes back first (then it asks at
+  /// once, after the release). Another process's release is seen only by asking: this bounds the delay
+  /// between a permit freeing elsewhere and a waiter here taking it, and the rate at which a waiting
+  /// process asks. A waiter that gives up keeps its process's place for three of these intervals.
   std::chrono::milliseconds poll_interval{10};
   /// What to do while Redis cannot be asked (see failure_policy).
   failure_policy on_failure = failure_policy::fail_closed;
