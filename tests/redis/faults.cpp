@@ -2,6 +2,7 @@
 // or cut off by a proxy (fault_proxy.hpp), and killed and restarted. What each case shows is in its name.
 // Real time with generous margins (`slack`): each case takes a few seconds.
 #include "fault_proxy.hpp"
+#include "semaphore_support.hpp"
 #include "support.hpp"
 
 #include <rein/error.hpp>
@@ -120,22 +121,6 @@ std::vector<attempt> during_slow(const std::vector<attempt>& log, steady::time_p
 
 // ---- The semaphore --------------------------------------------------------------------------------------
 
-// One acquire's outcome, with its permit.
-struct taken {
-  std::optional<rein::error_code> ec;
-  rein::permit permit;
-  steady::time_point start = steady::now();
-  steady::time_point at;
-};
-
-auto into(taken& t) {
-  return [&t](rein::error_code ec, rein::permit p) {
-    t.ec = ec;
-    t.permit = std::move(p);
-    t.at = steady::now();
-  };
-}
-
 // Permits held by their holders' own count (granted, not given back).
 template <std::size_t N>
 std::int64_t held(const std::array<taken, N>& ts) {
@@ -149,7 +134,6 @@ bool all_done(const std::array<taken, N>& ts) {
   return std::all_of(ts.begin(), ts.end(), [](const taken& t) { return t.ec.has_value(); });
 }
 
-std::string total_key(const shared_semaphore_options& o) { return "rein:{" + o.key + "}:sem:total"; }
 
 // The permits Redis counts (GET total; nil, an expired semaphore, is 0), asked on `c`, never through a proxy.
 std::int64_t server_total(net::io_context& io, rein::redis::connection& c, const shared_semaphore_options& o) {

@@ -75,7 +75,7 @@ TEST_CASE("four processes sharing 6 permits never hold more than 6 at once, and 
   INFO("grants: " << total << " (by process: " << each << "), most held at once: " << most);
   CHECK(most <= limit);
   CHECK(most >= limit - 1);  // saturated (the spans logged are a little shorter than those Redis counted)
-  CHECK(total >= 300);
+  CHECK(total >= 600);  // two thirds of the most (802 to 804 measured on an idle 2-core machine)
   CHECK(jain_index(workers) >= 0.95);  // equal demand: no process starves another
 
   // Every release reached Redis: nothing is held.

@@ -1,6 +1,6 @@
 // rein::redis::shared_semaphore against a real redis-server, in one process: two semaphore objects on two
 // connections stand for two processes (each has its own lease). Real time with margins.
-#include "support.hpp"
+#include "redis/semaphore_support.hpp"
 
 #include <rein/error.hpp>
 #include <rein/permit.hpp>
@@ -20,26 +20,6 @@ using namespace rein_test;
 using rein::redis::shared_semaphore;
 using rein::redis::shared_semaphore_options;
 
-namespace {
-
-// One acquire's outcome, with its permit.
-struct taken {
-  std::optional<rein::error_code> ec;
-  rein::permit permit;
-  steady::time_point at;
-};
-
-auto into(taken& t) {
-  return [&t](rein::error_code ec, rein::permit p) {
-    t.ec = ec;
-    t.permit = std::move(p);
-    t.at = steady::now();
-  };
-}
-
-std::string total_key(const shared_semaphore_options& o) { return "rein:{" + o.key + "}:sem:total"; }
-
-}  // namespace
 
 TEST_CASE("two semaphores on one key hold at most the limit together; a release lets the other in") {
   redis_server server;
