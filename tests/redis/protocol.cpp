@@ -1,6 +1,8 @@
-// rein::redis without a network: SHA-1, command encoding, reply conversion, the script's verdicts, options.
+// rein::redis without a network: SHA-1, command encoding, reply conversion, the script's verdicts, options,
+// and the cluster client's pure parts (slots, redirections, the slot map).
 #include "support.hpp"
 
+#include <rein/redis/cluster.hpp>
 #include <rein/redis/detail/sha1.hpp>
 #include <rein/redis/error.hpp>
 #include <rein/redis/reply.hpp>
@@ -169,4 +171,113 @@ TEST_CASE("invalid options throw, naming the type, the field and the value") {
   co = {};
   co.host = "";
   CHECK(connection_message(co) == "rein::redis::connection: host must not be empty");
+}
+
+TEST_CASE("key_slot is Redis Cluster's: CRC16 (XMODEM) of the hash tag, modulo 16384") {
+  using rein::redis::key_slot;
+  STATIC_REQUIRE(rein::redis::detail::crc16_xmodem("123456789") == 0x31C3);  // the CRC's check value
+  STATIC_REQUIRE(key_slot("foo") == 12182);                                 // the specification's example
+  CHECK(key_slot("bar") == 5061);
+  CHECK(key_slot("") == 0);
+  // Hash tags, the specification's cases: the first '{', the next '}', a tag only if not empty.
+  CHECK(key_slot("{user1000}.following") == key_slot("user1000"));
+  CHECK(key_slot("{user1000}.followers") == key_slot("user1000"));
+  CHECK(key_slot("foo{}{bar}") == rein::redis::detail::crc16_xmodem("foo{}{bar}") % 16384);
+  CHECK(key_slot("foo{{bar}}zap") == key_slot("{bar"));
+  CHECK(key_slot("foo{bar}{zap}") == key_slot("bar"));
+  CHECK(key_slot("no}tag{") == rein::redis::detail::crc16_xmodem("no}tag{") % 16384);
+  // A limiter's keys share one slot.
+  CHECK(key_slot("rein:{api}:sem:holders") == key_slot("rein:{api}:sem:limit"));
+  CHECK(key_slot("quota") == key_slot("{quota}:rate"));
+}
+
+TEST_CASE("MOVED and ASK replies are read; anything else is not a redirection") {
+  using rein::redis::detail::parse_redirection;
+  const auto moved = parse_redirection("MOVED 3999 127.0.0.1:6381");
+  REQUIRE(moved.has_value());
+  CHECK_FALSE(moved->ask);
+  CHECK(moved->slot == 3999);
+  CHECK(moved->host == "127.0.0.1");
+  CHECK(moved->port == 6381);
+  const auto ask = parse_redirection("ASK 16383 redis-7.internal:7000");
+  REQUIRE(ask.has_value());
+  CHECK(ask->ask);
+  CHECK(ask->slot == 16383);
+  CHECK(ask->host == "redis-7.internal");
+  CHECK(ask->port == 7000);
+  const auto same_host = parse_redirection("MOVED 1 :7001");  // Redis 7: the endpoint of the node asked
+  REQUIRE(same_host.has_value());
+  CHECK(same_host->host.empty());
+  CHECK(same_host->port == 7001);
+  const auto v6 = parse_redirection("MOVED 2 ::1:7002");
+  REQUIRE(v6.has_value());
+  CHECK(v6->host == "::1");
+  CHECK(v6->port == 7002);
+  for (const std::string_view bad : {"MOVED 16384 h:1", "MOVED 1 h:0", "MOVED 1 h:65536", "MOVED x h:1", "MOVED 1",
+                                     "MOVED 1 h", "ASK  h:1", "ERR MOVED 1 h:1", "CLUSTERDOWN The cluster is down",
+                                     "moved 1 h:1"})
+    CHECK_FALSE(parse_redirection(bad).has_value());
+}
+
+TEST_CASE("CLUSTER SLOTS answers are read whole, or not at all") {
+  using rein::redis::detail::parse_cluster_slots;
+  // Two ranges; the second master's endpoint is unknown ("?": the node asked); replicas follow masters.
+  parsed two("*2\r\n"
+             "*4\r\n:0\r\n:5460\r\n*3\r\n$9\r\n127.0.0.1\r\n:7000\r\n$2\r\nid\r\n*3\r\n$9\r\n127.0.0.1\r\n:7003\r\n$2\r\nr1\r\n"
+             "*3\r\n:5461\r\n:16383\r\n*2\r\n$1\r\n?\r\n:7001\r\n");
+  const auto ranges = parse_cluster_slots(*two.r);
+  REQUIRE(ranges.has_value());
+  REQUIRE(ranges->size() == 2);
+  CHECK((*ranges)[0].first == 0);
+  CHECK((*ranges)[0].last == 5460);
+  CHECK((*ranges)[0].host == "127.0.0.1");
+  CHECK((*ranges)[0].port == 7000);
+  CHECK((*ranges)[1].first == 5461);
+  CHECK((*ranges)[1].last == 16383);
+  CHECK((*ranges)[1].host.empty());
+  CHECK((*ranges)[1].port == 7001);
+
+  // One malformed range spoils the answer: a range past the last slot, a reversed range, a port of 0,
+  // a missing master, an error reply.
+  for (const std::string_view bad :
+       {"*1\r\n*3\r\n:0\r\n:16384\r\n*2\r\n$1\r\nh\r\n:7000\r\n"sv,
+        "*1\r\n*3\r\n:9\r\n:8\r\n*2\r\n$1\r\nh\r\n:7000\r\n"sv,
+        "*1\r\n*3\r\n:0\r\n:8\r\n*2\r\n$1\r\nh\r\n:0\r\n"sv,
+        "*1\r\n*2\r\n:0\r\n:8\r\n"sv,
+        "-ERR This instance has cluster support disabled\r\n"sv}) {
+    parsed p(bad);
+    CHECK_FALSE(parse_cluster_slots(*p.r).has_value());
+  }
+}
+
+TEST_CASE("invalid cluster options throw, naming the field and the value") {
+  net::io_context io;
+  const auto message = [&](rein::redis::cluster_options o) {
+    try {
+      rein::redis::cluster c(io, o);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no exception");
+  };
+  const rein::redis::cluster_options good{.seeds = {{"127.0.0.1", 7000}}};
+  CHECK(message(good) == "no exception");
+  auto o = good;
+  o.seeds.clear();
+  CHECK(message(o) == "rein::redis::cluster: seeds must name at least one node");
+  o = good;
+  o.seeds.push_back({"h", 0});
+  CHECK(message(o) == "rein::redis::cluster: seeds: port must be in [1, 65535], got 0 (host h)");
+  o = good;
+  o.connection.database = 2;
+  CHECK(message(o) == "rein::redis::cluster: connection.database must be 0 (a cluster has only database 0), got 2");
+  o = good;
+  o.refresh_interval = std::chrono::milliseconds(0);
+  CHECK(message(o) == "rein::redis::cluster: refresh_interval must be > 0, got 0ms");
+  o = good;
+  o.max_redirects = 0;
+  CHECK(message(o) == "rein::redis::cluster: max_redirects must be >= 1, got 0");
+  o = good;
+  o.connection.request_timeout = std::chrono::milliseconds(0);
+  CHECK(message(o) == "rein::redis::connection: request_timeout must be > 0, got 0ms");
 }

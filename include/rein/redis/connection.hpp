@@ -193,6 +193,29 @@ class request_list {
   std::size_t size_ = 0;
 };
 
+/// Where a limiter's commands go: one connection, or the node of a Redis Cluster that serves the limiter's
+/// hash slot. The limiters' transport talks only to this.
+class command_link {
+ public:
+  command_link() = default;
+  command_link(const command_link&) = delete;
+  command_link& operator=(const command_link&) = delete;
+
+  /// Queues one encoded command; `node` is completed with its reply. False, leaving `node` untouched, when
+  /// the command cannot be sent now (the connection is backing off or closed).
+  virtual bool submit(std::string_view command, request_node* node) = 0;
+  /// A command sent first on every connection this link uses, present and future (e.g. SCRIPT LOAD).
+  virtual void add_startup_command(std::string command) = 0;
+  /// Whether commands can be sent now; may start a connection (or a cluster's slot map refresh) as a side
+  /// effect, so that a later call can say yes.
+  virtual bool connected() noexcept = 0;
+  /// The counters of the connection the link uses now.
+  virtual connection_snapshot snapshot() const = 0;
+
+ protected:
+  ~command_link() = default;
+};
+
 inline connection_options validated(connection_options o) {
   const auto fail = [](const std::string& what) {
     throw std::invalid_argument("rein::redis::connection: " + what);
@@ -228,7 +251,7 @@ inline connection_options validated(connection_options o) {
 // Generations: every connection attempt and every failure bumps `generation_`; a completion handler
 // carrying an older generation belongs to a socket or timer wait that no longer matters and does nothing.
 template <class Executor>
-class connection_core final : public std::enable_shared_from_this<connection_core<Executor>> {
+class connection_core final : public command_link, public std::enable_shared_from_this<connection_core<Executor>> {
  public:
   using executor_type = Executor;
   using clock = std::chrono::steady_clock;
@@ -262,16 +285,28 @@ class connection_core final : public std::enable_shared_from_this<connection_cor
 
   /// Lock-free: true while a connection is established (its handshake written).
   bool connected() const noexcept { return connected_.load(std::memory_order_acquire); }
+  bool connected() noexcept override { return connected_.load(std::memory_order_acquire); }
 
   /// Queues one encoded command; `node` is completed with its reply. Returns false, leaving `node`
   /// untouched, when the connection is backing off after a failure or closed. The first submit connects.
-  bool submit(std::string_view command, request_node* node) {
+  bool submit(std::string_view command, request_node* node) override { return submit_pair({}, nullptr, command, node); }
+
+  /// As submit, for a command that must follow another with nothing between them (Redis Cluster's ASKING):
+  /// both are queued under one lock. `first_node` may be null only if `first` is empty.
+  bool submit_pair(std::string_view first, request_node* first_node, std::string_view command, request_node* node) {
     bool connect_now = false;
     bool flush_now = false;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       if (state_ == state::closed || state_ == state::backing_off) return false;
-      node->submitted_ = clock::now();
+      const auto now = clock::now();
+      if (first_node != nullptr) {
+        first_node->submitted_ = now;
+        out_.append(first);
+        pending_.push_back(first_node);
+        ++stats_.requests;
+      }
+      node->submitted_ = now;
       out_.append(command);
       pending_.push_back(node);
       ++stats_.requests;
@@ -288,10 +323,21 @@ class connection_core final : public std::enable_shared_from_this<connection_cor
     return true;
   }
 
+  /// Starts connecting if nothing has yet (the first submit would). For a connection known to be needed
+  /// soon, such as a cluster node that just took over slots.
+  void connect() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (state_ != state::idle) return;
+      state_ = state::connecting;
+    }
+    net::post(strand_, [self = this->shared_from_this()] { self->start_connect(); });
+  }
+
   /// A command sent first on every connection (after AUTH and SELECT), e.g. SCRIPT LOAD. Its reply is
   /// checked only for errors, counted in `startup_errors`. Sent at once too if a connection is up.
   /// An identical command registered earlier is not added again.
-  void add_startup_command(std::string command) {
+  void add_startup_command(std::string command) override {
     bool send_now = false;
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -328,7 +374,7 @@ class connection_core final : public std::enable_shared_from_this<connection_cor
     lost.fail_all(net::error::operation_aborted);
   }
 
-  connection_snapshot snapshot() const {
+  connection_snapshot snapshot() const override {
     std::lock_guard<std::mutex> lock(mutex_);
     connection_snapshot s = stats_;
     s.connected = state_ == state::connected;

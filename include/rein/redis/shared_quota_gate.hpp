@@ -58,6 +58,9 @@ struct gate_commands {
 
   explicit gate_commands(const shared_quota_gate_options& o) : key(tagged_key(o, ":pause")) {}
 
+  /// The key whose Redis Cluster slot holds every key of the script.
+  const std::string& routing_key() const noexcept { return key; }
+
   std::string command(const message& m, std::string_view sha) const {
     if (m.what == message::kind::pause)
       return encode_command({"EVALSHA", sha, "1", key, std::to_string(m.n), std::to_string(m.extra)});

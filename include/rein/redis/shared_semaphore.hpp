@@ -170,6 +170,9 @@ struct semaphore_commands {
         limit(std::to_string(o.limit)),
         poll(std::to_string(std::chrono::duration_cast<std::chrono::microseconds>(o.poll_interval).count())) {}
 
+  /// The key whose Redis Cluster slot holds every key of the script.
+  const std::string& routing_key() const noexcept { return holders; }
+
   std::string command(const message& m, std::string_view sha) const {
     const char* op = m.what == message::kind::admission ? ((m.extra & 1) != 0 ? "f" : "a")
                      : m.what == message::kind::renew   ? "h"

@@ -71,6 +71,9 @@ struct window_commands {
         window(std::to_string(std::chrono::duration_cast<std::chrono::microseconds>(o.window).count())),
         limit(std::to_string(o.limit)) {}
 
+  /// The key whose Redis Cluster slot holds every key of the script.
+  const std::string& routing_key() const noexcept { return log; }
+
   std::string command(const message& m, std::string_view sha) const {
     const std::int64_t n = m.what == message::kind::refund ? -m.n : m.n;
     return encode_command({"EVALSHA", sha, "2", log, seq, window, limit, std::to_string(n)});

@@ -90,6 +90,9 @@ struct bucket_commands {
   explicit bucket_commands(const shared_token_bucket_options& o)
       : key(o.key), stored_rate(rate_key(o.key)), interval(format_number(1e6 / o.rate)), capacity(std::to_string(o.capacity)) {}
 
+  /// The key whose Redis Cluster slot holds every key of the script.
+  const std::string& routing_key() const noexcept { return key; }
+
   /// Where set_rate's hash lives: in the key's Cluster slot (its hash tag, or the whole key as the tag).
   static std::string rate_key(const std::string& key) {
     const auto open = key.find('{');

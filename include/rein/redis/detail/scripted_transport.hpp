@@ -10,6 +10,7 @@
 #include <rein/detail/limiter_core.hpp>
 #include <rein/detail/remote_admission.hpp>
 #include <rein/error.hpp>
+#include <rein/redis/cluster.hpp>
 #include <rein/redis/connection.hpp>
 #include <rein/redis/detail/scripted_admission.hpp>
 #include <rein/redis/detail/sha1.hpp>
@@ -93,7 +94,7 @@ template <class Policy, class Commands, class Executor, class Clock, class Mutex
 class scripted_transport final : public rein::detail::remote_transport<message_list> {
  public:
   using line_type = scripted_line<Policy, Executor, Clock, Mutex, Signature>;
-  using connection_type = connection_core<Executor>;
+  using connection_type = command_link;
 
   scripted_transport(std::weak_ptr<line_type> line, std::shared_ptr<connection_type> connection,
                      const typename Policy::options_type& o)
@@ -264,11 +265,18 @@ class basic_scripted_limiter {
   using duration = typename Clock::duration;
   /// The connection type it shares or owns.
   using connection_type = basic_connection<Executor>;
+  /// The Redis Cluster client type it can share.
+  using cluster_type = basic_cluster<Executor>;
 
   /// A limiter on an existing connection (shared with other limiters and users).
   /// @throws std::invalid_argument naming the type, field and value if an option is out of range.
   basic_scripted_limiter(connection_type& shared, options_type options)
       : options_(Policy::model_type::validated(std::move(options))), line_(make_line(shared.get_executor(), shared.core(), options_)) {}
+
+  /// A limiter on a Redis Cluster: its commands go to the node that serves its keys' hash slot.
+  basic_scripted_limiter(cluster_type& cluster, options_type options)
+      : options_(Policy::model_type::validated(std::move(options))),
+        line_(make_line(cluster.get_executor(), cluster.core()->route(Commands(options_).routing_key()), options_)) {}
 
   /// A limiter with a connection of its own, closed when the limiter is destroyed.
   basic_scripted_limiter(const executor_type& ex, connection_options redis, options_type options)
@@ -394,7 +402,7 @@ class basic_scripted_limiter {
   line_type& line() const noexcept { return *line_; }
 
  private:
-  std::shared_ptr<line_type> make_line(const Executor& ex, std::shared_ptr<typename connection_type::core_type> link,
+  std::shared_ptr<line_type> make_line(const Executor& ex, std::shared_ptr<command_link> link,
                                        const options_type& o) {
     auto up = [c = link] { return c->connected(); };
     auto line = std::make_shared<line_type>(ex, rein::detail::line_options{.max_waiters = o.max_waiters}, o, std::move(up),
