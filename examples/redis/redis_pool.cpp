@@ -2,10 +2,13 @@
 // 3 permits ("the database takes at most 3 of our queries at once"). Each of 4 workers holds a permit for
 // 200 ms per query. Start it in two terminals and they take turns: together never more than 3 queries at
 // once. Kill one with Ctrl-C while it holds permits and the other gets them back within the lease (2 s).
+// With --cluster, the same on a Redis Cluster: the seeds are any of its nodes.
 //
 //   redis_pool [host [port]]      default 127.0.0.1 6379
+//   redis_pool --cluster host:port [host:port ...]
 #include "../usage.hpp"
 
+#include <rein/redis/cluster.hpp>
 #include <rein/redis/shared_semaphore.hpp>
 
 #if defined(REIN_STANDALONE_ASIO)
@@ -23,6 +26,7 @@
 #include <array>
 #include <chrono>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -30,17 +34,39 @@ namespace net = rein::net;
 
 constexpr const char* usage =
     "usage: redis_pool [host [port]]      default 127.0.0.1 6379\n"
+    "       redis_pool --cluster host:port [host:port ...]\n"
     "  four workers run 5 queries each, 200 ms apiece, under 3 permits shared through Redis\n";
 
 int main(int argc, char** argv) {
   if (rein_example::asked_for_help(argc, argv, usage)) return 0;
+  const bool on_cluster = argc > 1 && std::string_view(argv[1]) == "--cluster";
   rein::redis::connection_options redis;
-  if (argc > 1) redis.host = argv[1];
-  if (argc > 2) redis.port = static_cast<std::uint16_t>(std::stoi(argv[2]));
+  rein::redis::cluster_options cluster_seeds;
+  if (on_cluster) {
+    for (int i = 2; i < argc; ++i) {
+      const std::string seed = argv[i];
+      const auto colon = seed.rfind(':');
+      if (colon == std::string::npos) return std::fprintf(stderr, "%s", usage), 2;
+      cluster_seeds.seeds.push_back({seed.substr(0, colon), static_cast<std::uint16_t>(std::stoi(seed.substr(colon + 1)))});
+    }
+  } else {
+    if (argc > 1) redis.host = argv[1];
+    if (argc > 2) redis.port = static_cast<std::uint16_t>(std::stoi(argv[2]));
+  }
 
   net::io_context io;
-  rein::redis::connection connection(io, redis);  // shared, so that the last releases can be waited for
-  rein::redis::shared_semaphore pool(connection, {.key = "rein:example:pool", .limit = 3, .lease = std::chrono::seconds(2)});
+  // Shared with the pool, so that the last releases can be waited for: one server, or a cluster.
+  rein::redis::connection connection(io, redis);
+  std::unique_ptr<rein::redis::cluster> cluster;
+  const rein::redis::shared_semaphore_options options{.key = "rein:example:pool", .limit = 3, .lease = std::chrono::seconds(2)};
+  std::unique_ptr<rein::redis::shared_semaphore> pool_on;
+  if (on_cluster) {
+    cluster = std::make_unique<rein::redis::cluster>(io, cluster_seeds);
+    pool_on = std::make_unique<rein::redis::shared_semaphore>(*cluster, options);  // on the master of its slot
+  } else {
+    pool_on = std::make_unique<rein::redis::shared_semaphore>(connection, options);
+  }
+  rein::redis::shared_semaphore& pool = *pool_on;
 
   const auto start = std::chrono::steady_clock::now();
   const auto ms = [&] {
@@ -59,10 +85,13 @@ int main(int argc, char** argv) {
       }  // the permit goes back here, at the end of each iteration
       if (--running == 0) {
         // The releases went out before this PING on the same connection: its reply means Redis has them.
+        // On a cluster, the PING goes to the node of the pool's hash tag (its key in braces).
         static constexpr std::array<std::string_view, 1> ping{"PING"};
-        co_await connection.async_execute(ping, net::use_awaitable);
+        if (cluster) co_await cluster->async_execute("{rein:example:pool}", ping, net::use_awaitable);
+        else co_await connection.async_execute(ping, net::use_awaitable);
         pool.close();        // stops the lease renewals
         connection.close();  // and with nothing left to do, run() returns
+        if (cluster) cluster->close();
       }
     }, net::detached);
   }

@@ -140,26 +140,6 @@ inline std::string read_text(const std::filesystem::path& path) {
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
-/// A temporary directory, removed with everything in it.
-class temp_dir {
- public:
-  temp_dir() {
-    char name[] = "/tmp/rein-prometheus-XXXXXX";
-    if (::mkdtemp(name) == nullptr) throw std::runtime_error("prometheus fixture: mkdtemp failed");
-    path_ = name;
-  }
-  temp_dir(const temp_dir&) = delete;
-  temp_dir& operator=(const temp_dir&) = delete;
-  ~temp_dir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  const std::filesystem::path& path() const noexcept { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
-
 /// Prometheus scraping `target_port` on 127.0.0.1 every second, its data in a temporary directory.
 class prometheus_server {
  public:
@@ -210,7 +190,7 @@ class prometheus_server {
     return false;
   }
 
-  temp_dir dir_;
+  temp_dir dir_{"prometheus"};
   unsigned short port_ = 0;
   std::vector<std::unique_ptr<child_process>> process_;
 };

@@ -47,7 +47,7 @@ TEST_CASE("Prometheus scrapes a throttle's metrics with the values the program p
     std::cerr << "SKIP: no Prometheus server (Debian: apt-get install prometheus; or set REIN_PROMETHEUS)\n";
     std::exit(77);  // CTest's SKIP_RETURN_CODE for this test
   }
-  rein_test::temp_dir dir;
+  rein_test::temp_dir dir{"prometheus"};
   const std::filesystem::path log = dir.path() / "example.log";
   rein_test::child_process example({REIN_PROMETHEUS_EXAMPLE, "--port", "0", "--seconds", "2", "--serve-seconds", "-1"},
                                    log);

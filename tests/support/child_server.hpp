@@ -1,5 +1,6 @@
-// What the fixtures that run a real server as a child process share (nginx, Prometheus): a free loopback
-// port, a probe for "accepts connections", and a stop that asks first and then insists.
+// What the fixtures that run a real server as a child process share (nginx, Prometheus, Redis Cluster): a
+// free loopback port, a probe for "accepts connections", a stop that asks first and then insists, and a
+// temporary directory for their files.
 #pragma once
 
 #include <arpa/inet.h>
@@ -8,14 +9,38 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/wait.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
+#include <system_error>
 #include <stdexcept>
 #include <string>
 #include <thread>
 
 namespace rein_test {
+
+/// A fresh directory under /tmp (mkdtemp), removed with everything in it when destroyed; `who` names the
+/// fixture, in the directory's name and in the error.
+class temp_dir {
+ public:
+  explicit temp_dir(const std::string& who) {
+    std::string name = "/tmp/rein-" + who + "-XXXXXX";
+    if (::mkdtemp(name.data()) == nullptr) throw std::runtime_error(who + ": mkdtemp failed");
+    path_ = name;
+  }
+  temp_dir(const temp_dir&) = delete;
+  temp_dir& operator=(const temp_dir&) = delete;
+  ~temp_dir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  const std::filesystem::path& path() const noexcept { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
 
 /// A loopback port the kernel considers free right now; `who` names the fixture in the error.
 inline unsigned short free_loopback_port(const std::string& who) {

@@ -221,9 +221,9 @@ class cluster_core;
 template <class Executor>
 class redirect_node final : public request_node {
  public:
-  redirect_node(std::shared_ptr<cluster_core<Executor>> cluster, std::string command, request_node* inner,
+  redirect_node(std::shared_ptr<cluster_core<Executor>> owner, std::string command, request_node* inner,
                 std::string host, std::size_t hops) noexcept
-      : cluster_(std::move(cluster)), command_(std::move(command)), inner_(inner), host_(std::move(host)), hops_(hops) {}
+      : cluster_(std::move(owner)), command_(std::move(command)), inner_(inner), host_(std::move(host)), hops_(hops) {}
 
   std::string_view command() const noexcept { return command_; }
 
@@ -265,8 +265,8 @@ class redirect_node final : public request_node {
 template <class Executor>
 class slots_node final : public request_node {
  public:
-  slots_node(std::weak_ptr<cluster_core<Executor>> cluster, std::string host) noexcept
-      : cluster_(std::move(cluster)), host_(std::move(host)) {}
+  slots_node(std::weak_ptr<cluster_core<Executor>> owner, std::string host) noexcept
+      : cluster_(std::move(owner)), host_(std::move(host)) {}
 
   void complete(const error_code& ec, const ::redisReply* reply) noexcept override {
     const std::shared_ptr<cluster_core<Executor>> cluster = cluster_.lock();
@@ -283,8 +283,8 @@ class slots_node final : public request_node {
 template <class Executor>
 class cluster_route final : public command_link {
  public:
-  cluster_route(std::shared_ptr<cluster_core<Executor>> cluster, unsigned slot) noexcept
-      : cluster_(std::move(cluster)), slot_(slot) {}
+  cluster_route(std::shared_ptr<cluster_core<Executor>> owner, unsigned slot) noexcept
+      : cluster_(std::move(owner)), slot_(slot) {}
 
   bool submit(std::string_view command, request_node* node) override { return cluster_->submit(slot_, command, node); }
   void add_startup_command(std::string command) override { cluster_->add_startup_command(std::move(command)); }

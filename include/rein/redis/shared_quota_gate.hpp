@@ -132,7 +132,8 @@ class basic_shared_quota_gate : public detail::gate_base<Executor, Clock, Mutex>
     using other = basic_shared_quota_gate<OtherExecutor, Clock, Mutex>;
   };
 
-  /// The constructors: (connection&, options) on a shared connection; (executor or execution context,
+  /// The constructors: (connection&, options) on a shared connection; (cluster&, options) on a Redis
+  /// Cluster, talking to the master of its key's slot; (executor or execution context,
   /// connection_options, options) with a connection of its own.
   /// @throws std::invalid_argument naming the type, field and value if an option is out of range.
   using base::base;

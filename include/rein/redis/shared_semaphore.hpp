@@ -343,6 +343,13 @@ class basic_shared_semaphore : public detail::semaphore_base<Executor, Clock, Mu
     start_renewals();
   }
 
+  /// On a Redis Cluster: its commands go to the master of its keys' hash slot.
+  /// @throws std::invalid_argument naming the type, field and value if an option is out of range.
+  basic_shared_semaphore(basic_cluster<Executor>& nodes, shared_semaphore_options options)
+      : base(nodes, std::move(options)) {
+    start_renewals();
+  }
+
   /// With a connection of its own, closed when the semaphore is destroyed.
   /// @throws std::invalid_argument naming the type, field and value if an option is out of range.
   basic_shared_semaphore(const Executor& ex, connection_options redis, shared_semaphore_options options)

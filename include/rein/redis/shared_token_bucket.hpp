@@ -184,7 +184,8 @@ class basic_shared_token_bucket : public detail::bucket_base<Executor, Clock, Mu
     using other = basic_shared_token_bucket<OtherExecutor, Clock, Mutex>;
   };
 
-  /// The constructors: (connection&, options) on a shared connection; (executor or execution context,
+  /// The constructors: (connection&, options) on a shared connection; (cluster&, options) on a Redis
+  /// Cluster, talking to the master of its key's slot; (executor or execution context,
   /// connection_options, options) with a connection of its own.
   /// @throws std::invalid_argument naming the field and value if an option is out of range.
   using base::base;

@@ -274,9 +274,9 @@ class basic_scripted_limiter {
       : options_(Policy::model_type::validated(std::move(options))), line_(make_line(shared.get_executor(), shared.core(), options_)) {}
 
   /// A limiter on a Redis Cluster: its commands go to the node that serves its keys' hash slot.
-  basic_scripted_limiter(cluster_type& cluster, options_type options)
+  basic_scripted_limiter(cluster_type& nodes, options_type options)
       : options_(Policy::model_type::validated(std::move(options))),
-        line_(make_line(cluster.get_executor(), cluster.core()->route(Commands(options_).routing_key()), options_)) {}
+        line_(make_line(nodes.get_executor(), nodes.core()->route(Commands(options_).routing_key()), options_)) {}
 
   /// A limiter with a connection of its own, closed when the limiter is destroyed.
   basic_scripted_limiter(const executor_type& ex, connection_options redis, options_type options)
