@@ -6,7 +6,9 @@
 
 #include <rein/error.hpp>
 #include <rein/redis/cluster.hpp>
+#include <rein/permit.hpp>
 #include <rein/redis/shared_quota_gate.hpp>
+#include <rein/redis/shared_semaphore.hpp>
 #include <rein/redis/shared_sliding_window.hpp>
 #include <rein/redis/shared_token_bucket.hpp>
 
@@ -98,6 +100,27 @@ TEST_CASE("a cluster client learns the map from one seed, follows MOVED once, th
   CHECK(nodes.command(nodes.master_of_slot(key_slot(name)), {"EXISTS", name}) == "1");
   CHECK(c.snapshot().moved == 1);
   CHECK(bucket.snapshot().remote_allowed == 3);
+
+  // The shared semaphore's six keys share its slot too: permits are counted on that master.
+  const std::string pool = key_on(nodes, seed, false, "pool");
+  rein::redis::shared_semaphore sem(c, {.key = pool, .limit = 2});
+  std::optional<rein::error_code> done[3];
+  rein::permit held[3];
+  for (int i = 0; i < 3; ++i)
+    sem.async_acquire_for(1, std::chrono::milliseconds(i < 2 ? 2000 : 300), [&, i](rein::error_code ec, rein::permit p) {
+      done[i] = ec;
+      held[i] = std::move(p);
+    });
+  REQUIRE(run_until(io, [&] { return done[0] && done[1] && done[2]; }));
+  CHECK(*done[0] == rein::error_code{});
+  CHECK(*done[1] == rein::error_code{});
+  CHECK(*done[2] == rein::errc::timed_out);  // the limit is 2
+  const std::string total = "rein:{" + pool + "}:sem:total";
+  CHECK(nodes.command(nodes.master_of_slot(key_slot(pool)), {"GET", total}) == "2");
+  held[0].release();
+  held[1].release();
+  CHECK(run_until(io, [&] { return nodes.command(nodes.master_of_slot(key_slot(pool)), {"GET", total}) == "0"; }));
+  CHECK(c.snapshot().moved == 1);
 }
 
 TEST_CASE("a limiter whose slot is migrating follows ASK to the importing node, then MOVED once it moved") {
