@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 
@@ -27,15 +28,20 @@ namespace detail {
 /// limit: then n fit. Only the server's clock is read (TIME; effects replication, as the token bucket's
 /// script), so clients' clock skew does not matter. A negative n gives |n| places back by removing the
 /// oldest stamps: never more admissions in a window than without the refund. Both keys expire a window
-/// after the last admission, so idle windows cost no memory.
+/// after the last admission, so idle windows cost no memory. KEYS[3], when set (set_limit), holds the limit
+/// for the whole fleet, which replaces ARGV's; a request for more than it gets an error reply (it could only
+/// wait forever).
 ///
 /// ARGV: window (microseconds), limit, n. Returns {allowed (1/0), retry_after (microseconds until n would
 /// fit; 0 if allowed), free places after the decision}.
 inline constexpr std::string_view sliding_window_script = R"lua(
 if redis.replicate_commands then redis.replicate_commands() end
 local window = tonumber(ARGV[1])
-local limit = tonumber(ARGV[2])
+local limit = tonumber(redis.call('GET', KEYS[3]) or ARGV[2])
 local n = tonumber(ARGV[3])
+if n > limit then
+  return redis.error_reply('ERR rein: the window asks for ' .. n .. ' places, above the limit of ' .. limit)
+end
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
@@ -68,6 +74,7 @@ struct window_commands {
   explicit window_commands(const shared_sliding_window_options& o)
       : log(tagged_key(o, ":window")),
         seq(tagged_key(o, ":window:seq")),
+        stored_limit(tagged_key(o, ":window:limit")),
         window(std::to_string(std::chrono::duration_cast<std::chrono::microseconds>(o.window).count())),
         limit(std::to_string(o.limit)) {}
 
@@ -76,11 +83,12 @@ struct window_commands {
 
   std::string command(const message& m, std::string_view sha) const {
     const std::int64_t n = m.what == message::kind::refund ? -m.n : m.n;
-    return encode_command({"EVALSHA", sha, "2", log, seq, window, limit, std::to_string(n)});
+    return encode_command({"EVALSHA", sha, "3", log, seq, stored_limit, window, limit, std::to_string(n)});
   }
 
   std::string log;
   std::string seq;
+  std::string stored_limit;
   std::string window;
   std::string limit;
 };
@@ -168,6 +176,22 @@ class basic_shared_sliding_window : public detail::window_base<Executor, Clock, 
     this->line().update([&](detail::window_admission<Clock>& p, typename Clock::time_point) {
       p.refund(static_cast<std::int64_t>(std::min(n, most)));
     });
+  }
+
+  /// Sets the limit for every process sharing the window, stored in Redis (`prefix{key}:window:limit`, kept
+  /// until set again): each process's next request is judged by it, in place of its own options' `limit`.
+  /// Admissions already in the window stay; none more until fewer than the new limit remain. One request,
+  /// not awaited; false if it could not be sent (Redis unavailable). A request for more than this
+  /// process's `options().limit` still fails with rein::errc::exceeds_capacity; one for more than the stored
+  /// limit fails with errc::server_error (it could only wait forever). With fail_open, the local window
+  /// keeps its share of `options().limit`. True means on its way, not stored: an error reply is counted in
+  /// snapshot().server_errors.
+  /// @throws std::invalid_argument naming the type, field and value unless 1 <= limit <= 2^27.
+  bool set_limit(std::int64_t limit) {
+    if (limit < 1 || limit > (std::int64_t{1} << 27))
+      throw std::invalid_argument("rein::redis::shared_sliding_window: limit must be in [1, 2^27] admissions, got " +
+                                  std::to_string(limit));
+    return this->send_setting({"SET", detail::tagged_key(this->options(), ":window:limit"), std::to_string(limit)});
   }
 
   /// Counters and state, including round-trip latency, copied under the lock.
