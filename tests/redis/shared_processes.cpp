@@ -99,6 +99,11 @@ TEST_CASE("four processes sharing 40 per second never admit more than 40 in any 
   INFO("admissions: " << total << ", most in one window: " << most);
   CHECK(most == limit);         // saturated, and never above
   CHECK(total >= 4 * limit);    // four windows' worth in four seconds at least
+  // Jain's index over the processes' admissions, printed, not asserted: freed places go to whichever
+  // process asks first, and nine runs gave 0.858 to 0.991 (the bucket's and the semaphore's are asserted).
+  std::string each;
+  for (const auto& w : workers) each += std::to_string(admitted_by(w)) + " ";
+  std::printf("window, 4 processes: admitted %s(Jain's index %.4f)\n", each.c_str(), jain_index(workers));
 }
 
 TEST_CASE("four processes sharing a quota gate: a pause one of them writes stops all of them until its release") {
