@@ -197,6 +197,13 @@ TEST_CASE("a master killed under a limiter: its slot fails closed until a replic
   rein::redis::shared_token_bucket b(c, {.key = safe, .rate = 10'000, .capacity = 10'000, .recheck_interval = std::chrono::milliseconds(50)});
   REQUIRE(acquire(io, a, std::chrono::milliseconds(2000)) == rein::error_code{});
   REQUIRE(acquire(io, b, std::chrono::milliseconds(2000)) == rein::error_code{});
+  // A second client, seeded elsewhere, on the same quota: once the map names the promoted replica, it
+  // forgets the dead master (no reconnecting to it forever).
+  const std::uint16_t other = masters[0];
+  rein::redis::cluster c2(io, seeded({other}));
+  rein::redis::shared_token_bucket a2(c2, {.key = doomed, .rate = 10'000, .capacity = 10'000, .recheck_interval = std::chrono::milliseconds(50)});
+  REQUIRE(acquire(io, a2, std::chrono::milliseconds(2000)) == rein::error_code{});
+  CHECK(c2.snapshot().connections == 3);  // the seed (a master) and the two other masters
 
   nodes.kill(victim);
   const auto killed = steady::now();
@@ -218,9 +225,40 @@ TEST_CASE("a master killed under a limiter: its slot fails closed until a replic
   CHECK(b_failed == 0);  // the other masters served throughout
   CHECK(nodes.wait_for_failover(victim, std::chrono::seconds(5)) == nodes.master_of_slot(key_slot(doomed)));
   CHECK(c.snapshot().refreshes >= 2);
+  bool second_back = false;
+  for (int i = 0; i < 100 && !second_back; ++i) {
+    second_back = acquire(io, a2, std::chrono::milliseconds(500)) == rein::error_code{};
+    run_for(io, std::chrono::milliseconds(20));
+  }
+  CHECK(second_back);
+  CHECK(c2.snapshot().connections == 3);  // the victim's connection is closed; the promoted replica's is new
+  CHECK(c2.snapshot().connected_nodes == 3);
   // Everything works again, on the promoted replica.
   for (int i = 0; i < 20; ++i) CHECK(acquire(io, a, std::chrono::milliseconds(2000)) == rein::error_code{});
   INFO("failover seen by the client after " << std::chrono::duration_cast<std::chrono::milliseconds>(*recovered - killed).count()
                                             << " ms");
   CHECK(*recovered - killed < std::chrono::seconds(15));
+}
+
+TEST_CASE("a cluster client seeded with a server without cluster support uses it as the only node") {
+  // A misconfiguration that should degrade gracefully: CLUSTER SLOTS fails, and every slot goes to the
+  // connected node, through an outage of it too.
+  redis_server server;
+  net::io_context io;
+  rein::redis::cluster c(io, seeded({server.port()}));
+  rein::redis::shared_token_bucket bucket(c, {.key = "plain", .rate = 10'000, .capacity = 10'000, .recheck_interval = std::chrono::milliseconds(50)});
+  CHECK(acquire(io, bucket, std::chrono::milliseconds(2000)) == rein::error_code{});
+  server.kill();
+  CHECK(acquire(io, bucket, std::chrono::milliseconds(200)) == rein::redis::errc::unavailable);
+  server.start();
+  bool back = false;
+  for (int i = 0; i < 100 && !back; ++i) {
+    back = acquire(io, bucket, std::chrono::milliseconds(200)) == rein::error_code{};
+    run_for(io, std::chrono::milliseconds(20));
+  }
+  CHECK(back);
+  const auto s = c.snapshot();
+  CHECK(s.refreshes == 0);
+  CHECK(s.failed_refreshes >= 1);
+  CHECK(s.slots_covered == 0);
 }

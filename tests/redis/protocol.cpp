@@ -148,6 +148,15 @@ TEST_CASE("invalid options throw, naming the type, the field and the value") {
   o.max_in_flight = 0;
   CHECK(message(o) == "rein::redis::shared_token_bucket: max_in_flight must be >= 1, got 0");
   o = good;
+  o.key = "a}b";  // its rate key "{a}b}:rate" would be in another Cluster slot
+  CHECK(message(o) == "rein::redis::shared_token_bucket: key must have a hash tag ({tag}) when it contains '}', got \"a}b\"");
+  o.key = "{}{x}";  // an empty tag is none
+  CHECK(message(o) == "rein::redis::shared_token_bucket: key must have a hash tag ({tag}) when it contains '}', got \"{}{x}\"");
+  o.key = "a{b}c}";
+  CHECK(message(o) == "no exception");
+  CHECK(rein::redis::key_slot(rein::redis::detail::bucket_commands::rate_key("a{b}c}")) == rein::redis::key_slot("a{b}c}"));
+  CHECK(rein::redis::key_slot(rein::redis::detail::bucket_commands::rate_key("plain")) == rein::redis::key_slot("plain"));
+  o = good;
   o.recheck_interval = std::chrono::milliseconds(-1);
   CHECK(message(o) == "rein::redis::shared_token_bucket: recheck_interval must be >= 0, got -1ms");
 

@@ -5,6 +5,7 @@
 #include <rein/config.hpp>
 #include <rein/error.hpp>
 #include <rein/redis/connection.hpp>
+#include <rein/redis/detail/hash_tag.hpp>
 #include <rein/redis/error.hpp>
 #include <rein/redis/reply.hpp>
 
@@ -68,15 +69,16 @@ struct cluster_options {
 
 /// A cluster client's counters, copied under its lock.
 struct cluster_snapshot {
-  std::size_t nodes = 0;            ///< nodes known: the seeds and every node the slot map or a redirection named
+  std::size_t nodes = 0;  ///< nodes known: the seeds and every node the slot map or a redirection named, ever
+  std::size_t connections = 0;      ///< connections kept: to the seeds and the masters of the last map
   std::size_t connected_nodes = 0;  ///< of those, connected now
   std::size_t slots_covered = 0;    ///< hash slots whose master is known (16384 once a full map arrived)
   std::uint64_t refreshes = 0;      ///< slot maps received and applied
   std::uint64_t failed_refreshes = 0;  ///< refreshes that got no usable map (node down, error reply)
   std::uint64_t moved = 0;             ///< MOVED redirections followed
   std::uint64_t asked = 0;             ///< ASK redirections followed
-  /// Redirections not followed (more than max_redirects in a row, an unreadable address, the target down):
-  /// their commands failed with errc::unavailable.
+  /// Redirections not followed (more than max_redirects in a row, an unreadable address, the target's
+  /// connection refusing it): their commands failed with errc::unavailable.
   std::uint64_t failed_redirects = 0;
 };
 
@@ -101,12 +103,8 @@ constexpr std::uint16_t crc16_xmodem(std::string_view data) noexcept {
 /// its first '{' and the next '}', if that is not empty), or else of the whole key, modulo 16384. Keys with
 /// the same tag share a slot, so one script can touch them all.
 constexpr unsigned key_slot(std::string_view key) noexcept {
-  const auto open = key.find('{');
-  if (open != std::string_view::npos) {
-    const auto close = key.find('}', open + 1);
-    if (close != std::string_view::npos && close > open + 1) key = key.substr(open + 1, close - open - 1);
-  }
-  return detail::crc16_xmodem(key) % cluster_slot_count;
+  const std::string_view tag = detail::hash_tag(key);
+  return detail::crc16_xmodem(tag.empty() ? key : tag) % cluster_slot_count;
 }
 
 namespace detail {
@@ -316,7 +314,7 @@ class cluster_core final : public std::enable_shared_from_this<cluster_core<Exec
 
   cluster_core(const Executor& ex, cluster_options options)
       : executor_(ex), options_(validated(std::move(options))), slots_(cluster_slot_count, none) {
-    for (const endpoint& seed : options_.seeds) node_index_locked(seed.host, seed.port);
+    for (const endpoint& seed : options_.seeds) nodes_[node_index_locked(seed.host, seed.port)].seed = true;
   }
 
   cluster_core(const cluster_core&) = delete;
@@ -345,11 +343,13 @@ class cluster_core final : public std::enable_shared_from_this<cluster_core<Exec
       unmapped = stats_.refreshes == 0;
     }
     if (unmapped) request_refresh();
-    auto* r = new redirect_node<Executor>(this->shared_from_this(), std::string(command), node, std::move(host), 0);
-    if (target->submit(r->command(), r)) return true;
-    delete r;
-    request_refresh();
-    return false;
+    auto r = std::make_unique<redirect_node<Executor>>(this->shared_from_this(), std::string(command), node, std::move(host), 0);
+    if (!target->submit(r->command(), r.get())) {
+      request_refresh();
+      return false;
+    }
+    r.release();  // the connection completes it
+    return true;
   }
 
   /// Whether the master of `slot` is connected. If not, starts connecting to it and asks for a refresh, so
@@ -360,7 +360,7 @@ class cluster_core final : public std::enable_shared_from_this<cluster_core<Exec
       {
         std::lock_guard<std::mutex> lock(mutex_);
         if (closed_) return false;
-        if (slots_[slot] != none) owner = connection_locked(slots_[slot]);
+        owner = connection_locked(owner_locked(slot));  // an unmapped slot: the node submit would pick
       }
       if (owner && owner->connected()) return true;
       if (owner) owner->connect();
@@ -413,6 +413,7 @@ class cluster_core final : public std::enable_shared_from_this<cluster_core<Exec
       s.slots_covered = static_cast<std::size_t>(std::count_if(slots_.begin(), slots_.end(), [](std::uint16_t i) { return i != none; }));
       links = links_locked();
     }
+    s.connections = links.size();
     for (const auto& link : links) s.connected_nodes += link->connected() ? 1 : 0;
     return s;
   }
@@ -456,6 +457,7 @@ class cluster_core final : public std::enable_shared_from_this<cluster_core<Exec
 
   void on_slots(const std::string& asked, const error_code& ec, const ::redisReply* reply) noexcept {
     std::vector<std::shared_ptr<connection_type>> masters;
+    std::vector<std::shared_ptr<connection_type>> departed;
     bool applied = false;
     try {
       std::optional<std::vector<slot_range>> ranges;
@@ -463,7 +465,7 @@ class cluster_core final : public std::enable_shared_from_this<cluster_core<Exec
       if (ranges && !ranges->empty()) {
         std::lock_guard<std::mutex> lock(mutex_);
         if (!closed_) {
-          apply_locked(asked, *ranges, masters);
+          apply_locked(asked, *ranges, masters, departed);
           applied = true;
         }
       }
@@ -471,6 +473,7 @@ class cluster_core final : public std::enable_shared_from_this<cluster_core<Exec
     }
     refresh_done(applied);
     for (const auto& link : masters) link->connect();  // a new master is ready before the limiters ask
+    for (const auto& link : departed) link->close();
   }
 
  private:
@@ -480,6 +483,8 @@ class cluster_core final : public std::enable_shared_from_this<cluster_core<Exec
     std::string host;
     std::uint16_t port;
     std::shared_ptr<connection_type> link;  // made when first needed
+    bool seed = false;
+    bool wanted = true;  // a seed, in the last map, or named by a redirection since
   };
 
   bool follow_or_refuse(redirection to, std::string command, request_node* inner, std::size_t hops) {
@@ -498,18 +503,19 @@ class cluster_core final : public std::enable_shared_from_this<cluster_core<Exec
       }
     }
     if (!to.ask) request_refresh();
-    auto* r = new redirect_node<Executor>(this->shared_from_this(), std::move(command), inner, to.host, hops);
+    // Until the connection takes them, the nodes are ours (`inner` stays the caller's to complete).
+    auto r = std::make_unique<redirect_node<Executor>>(this->shared_from_this(), std::move(command), inner, to.host, hops);
     if (!to.ask) {
-      if (target->submit(r->command(), r)) return true;
+      if (!target->submit(r->command(), r.get())) return false;
     } else {
       // ASKING lets the importing node run the next command of this connection on a slot it does not own yet.
       static const std::string asking = encode_command({"ASKING"});
-      auto* first = new (std::nothrow) discard_node;
-      if (first != nullptr && target->submit_pair(asking, first, r->command(), r)) return true;
-      delete first;
+      auto first = std::make_unique<discard_node>();
+      if (!target->submit_pair(asking, first.get(), r->command(), r.get())) return false;
+      first.release();
     }
-    delete r;  // never sent: `inner` is the caller's to complete
-    return false;
+    r.release();
+    return true;
   }
 
   void refresh_done(bool applied) noexcept {
@@ -520,21 +526,32 @@ class cluster_core final : public std::enable_shared_from_this<cluster_core<Exec
     else ++stats_.failed_refreshes;
   }
 
+  // Takes the new map. A node that is neither in it nor a seed is forgotten (its connection closed, to be
+  // made again if it comes back): a departed master would otherwise be reconnected to forever.
   void apply_locked(const std::string& asked, const std::vector<slot_range>& ranges,
-                    std::vector<std::shared_ptr<connection_type>>& masters) {
+                    std::vector<std::shared_ptr<connection_type>>& masters,
+                    std::vector<std::shared_ptr<connection_type>>& departed) {
     std::vector<std::uint16_t> table(cluster_slot_count, none);
+    for (member& n : nodes_) n.wanted = n.seed;
     for (const slot_range& r : ranges) {
       const std::size_t i = node_index_locked(r.host.empty() ? asked : r.host, r.port);
       std::fill(table.begin() + r.first, table.begin() + r.last + 1, static_cast<std::uint16_t>(i));
+      nodes_[i].wanted = true;
       masters.push_back(connection_locked(i));
     }
     slots_.swap(table);
+    for (member& n : nodes_)
+      if (!n.wanted && n.link) departed.push_back(std::move(n.link));
   }
 
   // The node at host:port, added if new.
   std::size_t node_index_locked(const std::string& host, std::uint16_t port) {
-    for (std::size_t i = 0; i < nodes_.size(); ++i)
-      if (nodes_[i].port == port && nodes_[i].host == host) return i;
+    for (std::size_t i = 0; i < nodes_.size(); ++i) {
+      if (nodes_[i].port == port && nodes_[i].host == host) {
+        nodes_[i].wanted = true;
+        return i;
+      }
+    }
     if (nodes_.size() >= none) throw std::length_error("rein::redis::cluster: too many nodes");
     nodes_.push_back({host, port, nullptr});
     return nodes_.size() - 1;
@@ -552,9 +569,19 @@ class cluster_core final : public std::enable_shared_from_this<cluster_core<Exec
     return n.link;
   }
 
+  // The node for a slot: its master, or for a slot not in the map (no map yet, or a server without
+  // cluster support) a connected node, else the known nodes in turn; a node's MOVED will say where it lives.
   std::size_t owner_locked(unsigned slot) {
     if (slots_[slot] != none) return slots_[slot];
-    return rotation_++ % nodes_.size();  // unknown: any node's MOVED will say
+    const std::size_t start = rotation_++;
+    std::optional<std::size_t> fallback;
+    for (std::size_t k = 0; k < nodes_.size(); ++k) {
+      const std::size_t i = (start + k) % nodes_.size();
+      if (!nodes_[i].wanted) continue;
+      if (nodes_[i].link && nodes_[i].link->connected()) return i;
+      if (!fallback) fallback = i;
+    }
+    return fallback.value_or(start % nodes_.size());
   }
 
   std::vector<std::shared_ptr<connection_type>> links_locked() const {
@@ -571,6 +598,7 @@ class cluster_core final : public std::enable_shared_from_this<cluster_core<Exec
     const std::size_t start = rotation_++;
     for (std::size_t k = 0; k < nodes_.size(); ++k) {
       const std::size_t i = (start + k) % nodes_.size();
+      if (!nodes_[i].wanted) continue;
       const auto& link = connection_locked(i);
       (link->connected() ? up : rest).emplace_back(link, nodes_[i].host);
     }
@@ -609,6 +637,9 @@ class cluster_core final : public std::enable_shared_from_this<cluster_core<Exec
 /// at most once per `refresh_interval`; once the cluster has promoted a replica, the map names it and
 /// commands go there. How long that takes is the cluster's business (cluster-node-timeout and the replica's
 /// election), plus one refresh_interval.
+///
+/// Each hop of a redirection is a request of its own, with its own `request_timeout`: a command may wait
+/// up to max_redirects + 1 of them (a limiter's operations still end at their deadlines).
 ///
 /// The limiters keep every key of one limiter in one slot (a hash tag), so each script runs on one node.
 /// Pass the cluster instead of a connection: `shared_token_bucket bucket(cluster, {.key = "api", ...});`.

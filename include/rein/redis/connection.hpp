@@ -20,6 +20,7 @@
 #include <asio/connect.hpp>
 #include <asio/error.hpp>
 #include <asio/execution_context.hpp>
+#include <asio/ip/address.hpp>
 #include <asio/ip/basic_resolver.hpp>
 #include <asio/ip/tcp.hpp>
 #include <asio/post.hpp>
@@ -37,6 +38,7 @@
 #include <boost/asio/connect.hpp>
 #include <boost/asio/error.hpp>
 #include <boost/asio/execution_context.hpp>
+#include <boost/asio/ip/address.hpp>
 #include <boost/asio/ip/basic_resolver.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
@@ -441,6 +443,15 @@ class connection_core final : public command_link, public std::enable_shared_fro
     retry_timer_.async_wait(on_strand([self, generation](const error_code& ec) {
       if (!ec) self->on_connect_timeout(generation);
     }));
+    // An address needs no resolver: Asio resolves on one thread per execution context, first come first
+    // served, so a slow name elsewhere (another node's, a user's) would otherwise delay this connection.
+    error_code not_an_address;
+    const auto address = net::ip::make_address(options_.host, not_an_address);
+    if (!not_an_address) {
+      socket_.async_connect(tcp::endpoint(address, options_.port),
+                            on_strand([self, generation](const error_code& e) { self->on_connected(generation, e); }));
+      return;
+    }
     resolver_.async_resolve(options_.host, std::to_string(options_.port),
                             on_strand([self, generation](const error_code& ec, typename resolver_type::results_type r) {
                               self->on_resolved(generation, ec, std::move(r));
@@ -794,8 +805,9 @@ class basic_connection {
   /// @param token completion token; signature `void(error_code, rein::redis::reply)`. Default: `deferred`.
   ///
   /// An error *reply* from Redis is a successful completion whose reply has `kind::error`. Errors:
-  /// errc::unavailable (not connected, or the connection failed before the reply), `operation_aborted`
-  /// (closed). The handler runs on its associated executor, never inside this function.
+  /// errc::unavailable (not connected, the connection failed before the reply, or it was closed before the
+  /// call), `operation_aborted` (closed while the command was pending). The handler runs on its associated
+  /// executor, never inside this function.
   ///
   /// GCC 12 rejects a braced list of arguments directly inside a `co_await` expression ("array used as
   /// initializer"); there, name the arguments first (`std::array<std::string_view, 2> get{"GET", key};`).

@@ -95,10 +95,7 @@ struct bucket_commands {
 
   /// Where set_rate's hash lives: in the key's Cluster slot (its hash tag, or the whole key as the tag).
   static std::string rate_key(const std::string& key) {
-    const auto open = key.find('{');
-    const bool tagged = open != std::string::npos && key.find('}', open + 1) != std::string::npos &&
-                        key.find('}', open + 1) > open + 1;
-    return tagged ? key + ":rate" : "{" + key + "}:rate";
+    return hash_tag(key).empty() ? "{" + key + "}:rate" : key + ":rate";
   }
 
   std::string command(const message& m, std::string_view sha) const {

@@ -5,6 +5,7 @@
 #include <rein/algo/token_bucket.hpp>
 #include <rein/config.hpp>
 #include <rein/detail/clock_time.hpp>
+#include <rein/redis/detail/hash_tag.hpp>
 #include <rein/redis/detail/scripted_admission.hpp>
 
 #include <algorithm>
@@ -25,7 +26,7 @@ namespace rein::redis {
 struct shared_token_bucket_options {
   /// The Redis key holding the quota's state (one hash); not empty. A rate set for the fleet (set_rate)
   /// is kept in `"{" + key + "}:rate"`, or `key + ":rate"` when the key has a hash tag already: in the
-  /// key's Redis Cluster slot either way.
+  /// key's Redis Cluster slot either way. A key that contains '}' must have a hash tag.
   std::string key;
   double rate = 0;              ///< tokens per second for everyone together, in (0, 1e9]
   std::int64_t capacity = 0;    ///< the burst: most tokens the bucket holds, in [1, 1e15]; capacity / rate <= 1e9 s
@@ -81,6 +82,9 @@ class bucket_model {
     constexpr std::string_view type = type_name;
     const auto fail = [&](const std::string& what) { throw std::invalid_argument(std::string(type) + ": " + what); };
     validate_common(o, type);
+    // Its set_rate key is the key in braces: a '}' in a key without a hash tag would give it another slot.
+    if (hash_tag(o.key).empty() && o.key.find('}') != std::string::npos)
+      fail("key must have a hash tag ({tag}) when it contains '}', got \"" + o.key + "\"");
     if (!(o.rate > 0 && o.rate <= 1e9)) fail("rate must be > 0, finite and at most 1e9 tokens per second, got " + format_number(o.rate));
     if (o.capacity < 1 || o.capacity > 1'000'000'000'000'000)
       fail("capacity must be in [1, 1e15] tokens, got " + std::to_string(o.capacity));

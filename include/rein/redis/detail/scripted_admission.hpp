@@ -252,7 +252,9 @@ class scripted_admission {
   using options_type = typename Model::options_type;
   using snapshot_type = typename Model::snapshot_type;
 
-  /// `link_up` says whether the connection is up (read under the lock: it must be cheap and lock-free).
+  /// `link_up` says whether the connection is up. It is called under the line's lock, so it must be cheap
+  /// and never call back into the line; it may start work that makes a later answer yes (a cluster's route
+  /// starts connecting to its slot's master and asks for the slot map).
   scripted_admission(options_type o, std::function<bool()> link_up, time_point now)
       : options_(Model::validated(std::move(o))), model_(options_, now), link_up_(std::move(link_up)) {
     if (options_.on_failure == failure_policy::fail_open) local_ = model_.make_local(now);

@@ -115,10 +115,7 @@ class scripted_transport final : public rein::detail::remote_transport<message_l
   bool send_side(std::string command) {
     const std::shared_ptr<line_type> line = line_.lock();
     if (!line) return false;
-    auto* node = new side_node(line);
-    const bool ok = connection_->submit(std::move(command), node);
-    if (!ok) delete node;
-    return ok;
+    return hand_over(command, std::make_unique<side_node>(line));
   }
 
   // An admission the connection refuses (down, backing off, closed) is settled as unavailable at once. That
@@ -215,23 +212,22 @@ class scripted_transport final : public rein::detail::remote_transport<message_l
   // Hands one request to the connection. False: the connection refused it (down or closed).
   bool submit(const std::shared_ptr<line_type>& line, const message& m) {
     if (m.what == message::kind::admission) {
-      auto* node = new admission_node(line, m.ticket);
-      const bool one = m.n == 1 && m.extra == 0;  // the command made once, at construction
-      const bool ok = one ? connection_->submit(take_one_command_, node) : connection_->submit(commands_.command(m, sha_), node);
-      if (!ok) delete node;
-      return ok;
+      auto node = std::make_unique<admission_node>(line, m.ticket);
+      if (m.n == 1 && m.extra == 0) return hand_over(take_one_command_, std::move(node));  // made once, at construction
+      return hand_over(commands_.command(m, sha_), std::move(node));
     }
-    if (m.what == message::kind::renew) {
-      auto* node = new renewal_node(line, m.extra);
-      const bool ok = connection_->submit(commands_.command(m, sha_), node);
-      if (!ok) delete node;
-      return ok;
-    }
-    auto* node = new side_node(line);
-    const bool ok = m.what == message::kind::script_load ? connection_->submit(load_command_, node)
-                                                         : connection_->submit(commands_.command(m, sha_), node);
-    if (!ok) delete node;
-    return ok;
+    if (m.what == message::kind::renew)
+      return hand_over(commands_.command(m, sha_), std::make_unique<renewal_node>(line, m.extra));
+    if (m.what == message::kind::script_load) return hand_over(load_command_, std::make_unique<side_node>(line));
+    return hand_over(commands_.command(m, sha_), std::make_unique<side_node>(line));
+  }
+
+  // The node is the connection's once it took the command; until then (refused, or an exception) ours.
+  template <class Node>
+  bool hand_over(const std::string& command, std::unique_ptr<Node> node) {
+    if (!connection_->submit(command, node.get())) return false;
+    node.release();
+    return true;
   }
 
   std::weak_ptr<line_type> line_;
