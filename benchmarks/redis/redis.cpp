@@ -12,6 +12,9 @@
 //                              (two script calls per item, the release not awaited)
 //   hiredis_semaphore_pipelined  its floor: blocking hiredis, 64 acquires and 64 releases of the same script
 //                              appended, then their replies read
+//   rein_fleet/P               P processes (fork), each as rein_pipelined/64 on its own connection, all on
+//                              one bucket: items_per_second is the total, per_process_per_second its share
+//   hiredis_fleet/P            its floor: P processes, each as hiredis_blocking_pipelined
 //
 // The bucket's rate is far above what is measured (1e9 per second), so every admission is one allowed
 // round trip and the numbers are the cost of the machinery, not of waiting. items_per_second is the result;
@@ -27,10 +30,16 @@
 #include <benchmark/benchmark.h>
 #include <hiredis/hiredis.h>
 
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstddef>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -48,6 +57,25 @@ std::string next_key() {
   return "rein:bench:" + std::to_string(n.fetch_add(1));
 }
 
+// admissions_per_iteration admissions, shared by `coroutines` coroutines acquiring back to back.
+void acquire_all(net::io_context& io, rein::redis::shared_token_bucket& bucket, std::size_t coroutines) {
+  const std::size_t each = admissions_per_iteration / coroutines;
+  std::size_t running = coroutines;
+  for (std::size_t i = 0; i < coroutines; ++i) {
+    net::co_spawn(io, [&]() -> net::awaitable<void> {
+      for (std::size_t k = 0; k < each; ++k) co_await bucket.acquire();
+      --running;
+    }, net::detached);
+  }
+  io.restart();
+  while (running > 0) io.run_one();  // the connection's pending read keeps run() from returning
+}
+
+bool all_from_redis(const rein::redis::shared_token_bucket& bucket, std::uint64_t expected) {
+  const auto s = bucket.snapshot();
+  return s.acquired_total == expected && s.remote_allowed + s.batch_admitted == s.acquired_total;
+}
+
 void rein_limiter(benchmark::State& state, std::size_t coroutines, std::size_t max_in_flight, std::int64_t batch = 1) {
   net::io_context io;
   rein::redis::connection_options options;
@@ -56,23 +84,11 @@ void rein_limiter(benchmark::State& state, std::size_t coroutines, std::size_t m
   rein::redis::shared_token_bucket bucket(
       connection,
       {.key = next_key(), .rate = 1e9, .capacity = 1'000'000'000'000, .max_in_flight = max_in_flight, .batch = batch});
-  const std::size_t each = admissions_per_iteration / coroutines;
-  for (auto _ : state) {
-    std::size_t running = coroutines;
-    for (std::size_t i = 0; i < coroutines; ++i) {
-      net::co_spawn(io, [&]() -> net::awaitable<void> {
-        for (std::size_t k = 0; k < each; ++k) co_await bucket.acquire();
-        --running;
-      }, net::detached);
-    }
-    io.restart();
-    while (running > 0) io.run_one();  // the connection's pending read keeps run() from returning
-  }
-  const auto s = bucket.snapshot();
-  if (s.acquired_total != static_cast<std::uint64_t>(state.iterations()) * coroutines * each ||
-      s.remote_allowed + s.batch_admitted != s.acquired_total) {
+  for (auto _ : state) acquire_all(io, bucket, coroutines);
+  if (!all_from_redis(bucket, static_cast<std::uint64_t>(state.iterations()) * admissions_per_iteration)) {
     state.SkipWithError("admissions were lost or not from Redis");
   }
+  const auto s = bucket.snapshot();
   state.SetItemsProcessed(static_cast<std::int64_t>(s.acquired_total));
   state.counters["rtt_us"] = s.round_trips == 0 ? 0.0
                                                 : std::chrono::duration<double, std::micro>(s.round_trip_total).count() /
@@ -117,9 +133,9 @@ void rein_semaphore_pipelined(benchmark::State& state) {
 struct hiredis_session {
   redisContext* context;
   std::string sha;
-  std::string key = next_key();
+  std::string key;
 
-  hiredis_session() : context(redisConnect("127.0.0.1", server().port())) {
+  explicit hiredis_session(std::string shared = next_key()) : context(redisConnect("127.0.0.1", server().port())), key(std::move(shared)) {
     auto* r = static_cast<redisReply*>(redisCommand(context, "SCRIPT LOAD %s", rein::redis::detail::token_bucket_script.data()));
     sha.assign(r->str, r->len);
     freeReplyObject(r);
@@ -151,17 +167,74 @@ void hiredis_blocking(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(admissions_per_iteration));
 }
 
+// admissions_per_iteration admissions, 64 commands appended, then their 64 replies read. False if one was
+// not allowed.
+bool pipelined_by_64(hiredis_session& session) {
+  bool ok = true;
+  for (std::size_t i = 0; i < admissions_per_iteration; i += 64) {
+    for (int k = 0; k < 64; ++k) session.append();
+    for (int k = 0; k < 64; ++k) ok = session.read_allowed() && ok;
+  }
+  return ok;
+}
+
 void hiredis_blocking_pipelined(benchmark::State& state) {
   hiredis_session session;
   for (auto _ : state) {
-    for (std::size_t i = 0; i < admissions_per_iteration; i += 64) {
-      for (int k = 0; k < 64; ++k) session.append();
-      for (int k = 0; k < 64; ++k) {
-        if (!session.read_allowed()) state.SkipWithError("not allowed");
-      }
-    }
+    if (!pipelined_by_64(session)) state.SkipWithError("not allowed");
   }
   state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(admissions_per_iteration));
+}
+
+// Each iteration forks `processes` children that each run `member(key)` (admissions_per_iteration
+// admissions on one shared key, exit status 0 if all were allowed) and waits for them all. The children
+// leave with _exit: the server belongs to the parent.
+template <class Member>
+void fleet(benchmark::State& state, Member member) {
+  const auto processes = static_cast<int>(state.range(0));
+  const std::string key = next_key();
+  (void)server();  // started before the first fork
+  for (auto _ : state) {
+    std::vector<pid_t> children;
+    for (int p = 0; p < processes; ++p) {
+      const pid_t pid = ::fork();
+      if (pid == 0) ::_exit(member(key));
+      if (pid < 0) {
+        state.SkipWithError("fork failed");
+        break;
+      }
+      children.push_back(pid);
+    }
+    for (const pid_t pid : children) {
+      int status = 0;
+      while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+      }
+      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) state.SkipWithError("a process's admissions failed");
+    }
+  }
+  const auto total = state.iterations() * processes * static_cast<std::int64_t>(admissions_per_iteration);
+  state.SetItemsProcessed(total);
+  state.counters["per_process_per_second"] =
+      benchmark::Counter(static_cast<double>(total) / processes, benchmark::Counter::kIsRate);
+}
+
+void rein_fleet(benchmark::State& state) {
+  fleet(state, [](const std::string& key) {
+    net::io_context io;
+    rein::redis::connection_options options;
+    options.port = server().port();
+    rein::redis::connection connection(io, options);
+    rein::redis::shared_token_bucket bucket(connection, {.key = key, .rate = 1e9, .capacity = 1'000'000'000'000});
+    acquire_all(io, bucket, 64);
+    return all_from_redis(bucket, admissions_per_iteration) ? 0 : 1;
+  });
+}
+
+void hiredis_fleet(benchmark::State& state) {
+  fleet(state, [](const std::string& key) {
+    hiredis_session session(key);
+    return pipelined_by_64(session) ? 0 : 1;
+  });
 }
 
 void hiredis_semaphore_pipelined(benchmark::State& state) {
@@ -209,3 +282,5 @@ BENCHMARK(hiredis_blocking)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(hiredis_blocking_pipelined)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(rein_semaphore_pipelined)->Arg(64)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(hiredis_semaphore_pipelined)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(rein_fleet)->Arg(4)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(hiredis_fleet)->Arg(4)->UseRealTime()->Unit(benchmark::kMillisecond);
