@@ -230,10 +230,12 @@ TEST_CASE("MOVED and ASK replies are read; anything else is not a redirection") 
 
 TEST_CASE("CLUSTER SLOTS answers are read whole, or not at all") {
   using rein::redis::detail::parse_cluster_slots;
-  // Two ranges; the second master's endpoint is unknown ("?": the node asked); replicas follow masters.
-  parsed two("*2\r\n"
+  // Three ranges; the second master's endpoint is nil (the node asked), the third's "?" (unknown: the range
+  // stays unmapped); replicas follow masters.
+  parsed two("*3\r\n"
              "*4\r\n:0\r\n:5460\r\n*3\r\n$9\r\n127.0.0.1\r\n:7000\r\n$2\r\nid\r\n*3\r\n$9\r\n127.0.0.1\r\n:7003\r\n$2\r\nr1\r\n"
-             "*3\r\n:5461\r\n:16383\r\n*2\r\n$1\r\n?\r\n:7001\r\n");
+             "*3\r\n:5461\r\n:16383\r\n*2\r\n$-1\r\n:7001\r\n"
+             "*3\r\n:100\r\n:200\r\n*2\r\n$1\r\n?\r\n:7002\r\n");
   const auto ranges = parse_cluster_slots(*two.r);
   REQUIRE(ranges.has_value());
   REQUIRE(ranges->size() == 2);

@@ -77,8 +77,9 @@ struct cluster_snapshot {
   std::uint64_t failed_refreshes = 0;  ///< refreshes that got no usable map (node down, error reply)
   std::uint64_t moved = 0;             ///< MOVED redirections followed
   std::uint64_t asked = 0;             ///< ASK redirections followed
-  /// Redirections not followed (more than max_redirects in a row, an unreadable address, the target's
-  /// connection refusing it): their commands failed with errc::unavailable.
+  /// Redirections not followed (more than max_redirects in a row, the target's connection refusing it):
+  /// their commands failed with errc::unavailable. (A MOVED or ASK whose address cannot be read reaches the
+  /// caller as the error reply it is.)
   std::uint64_t failed_redirects = 0;
 };
 
@@ -169,16 +170,18 @@ inline std::optional<std::vector<slot_range>> parse_cluster_slots(const ::redisR
     const ::redisReply& first = *e.element[0];
     const ::redisReply& last = *e.element[1];
     const ::redisReply& master = *e.element[2];
-    if (first.type != REDIS_REPLY_INTEGER || last.type != REDIS_REPLY_INTEGER || master.type != REDIS_REPLY_ARRAY ||
-        master.elements < 2 || master.element[0]->type != REDIS_REPLY_STRING ||
-        master.element[1]->type != REDIS_REPLY_INTEGER)
+    const int endpoint = master.type == REDIS_REPLY_ARRAY && master.elements >= 2 ? master.element[0]->type : -1;
+    if (first.type != REDIS_REPLY_INTEGER || last.type != REDIS_REPLY_INTEGER ||
+        (endpoint != REDIS_REPLY_STRING && endpoint != REDIS_REPLY_NIL) || master.element[1]->type != REDIS_REPLY_INTEGER)
       return std::nullopt;
     const long long port = master.element[1]->integer;
     if (first.integer < 0 || last.integer < first.integer || last.integer >= cluster_slot_count || port <= 0 ||
         port > 65535)
       return std::nullopt;
-    std::string host(master.element[0]->str, master.element[0]->len);
-    if (host == "?") host.clear();  // Redis 7: endpoint unknown, i.e. the node asked
+    // Redis 7's endpoints: nil or "" (cluster-preferred-endpoint-type unknown-endpoint) mean the node asked;
+    // "?" means not known at all: the range stays unmapped, and a MOVED will say.
+    std::string host = endpoint == REDIS_REPLY_NIL ? std::string() : std::string(master.element[0]->str, master.element[0]->len);
+    if (host == "?") continue;
     out.push_back({static_cast<unsigned>(first.integer), static_cast<unsigned>(last.integer), std::move(host),
                    static_cast<std::uint16_t>(port)});
   }
@@ -247,8 +250,10 @@ class redirect_node final : public request_node {
       if (text.starts_with("CLUSTERDOWN")) cluster->request_refresh();
     }
     if (ec && ec != net::error::operation_aborted) cluster->request_refresh();  // the node failed: did it move?
+    // A node dropped from the map closes its connection: to the caller, that is a node gone, not a close.
+    const error_code outcome = ec == net::error::operation_aborted && !cluster->closed() ? error_code(errc::unavailable) : ec;
     delete this;
-    inner->complete(ec, reply);
+    inner->complete(outcome, reply);
   }
 
  private:
@@ -392,6 +397,11 @@ class cluster_core final : public std::enable_shared_from_this<cluster_core<Exec
     for (const auto& link : links) link->add_startup_command(command);
   }
 
+  bool closed() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return closed_;
+  }
+
   /// Closes every node's connection for good. Idempotent.
   void close() {
     std::vector<std::shared_ptr<connection_type>> links;
@@ -431,9 +441,10 @@ class cluster_core final : public std::enable_shared_from_this<cluster_core<Exec
       }
       static const std::string ask = encode_command({"CLUSTER", "SLOTS"});
       for (auto& [link, host] : candidates) {
-        auto* asking = new slots_node<Executor>(this->weak_from_this(), host);
-        if (link->submit(ask, asking)) return;
-        delete asking;
+        auto asking = std::make_unique<slots_node<Executor>>(this->weak_from_this(), host);
+        if (!link->submit(ask, asking.get())) continue;
+        asking.release();
+        return;
       }
     } catch (...) {
     }
@@ -630,13 +641,20 @@ class cluster_core final : public std::enable_shared_from_this<cluster_core<Exec
 /// from CLUSTER SLOTS, asked of the seeds first. A MOVED reply updates the map and sends the command to the
 /// node named; an ASK reply (a slot being migrated) sends ASKING and the command to the node named, once.
 /// Both come before a command runs, so a redirected command runs once. This is the client's part of the
-/// Redis Cluster specification, as cluster-aware clients such as redis-py's and Lettuce do it.
+/// Redis Cluster specification.
 ///
 /// Failover: when a master fails, its commands fail with errc::unavailable (the limiters apply their
-/// on_failure policy). The failure, and every limiter that finds its node down, asks for a new slot map,
-/// at most once per `refresh_interval`; once the cluster has promoted a replica, the map names it and
-/// commands go there. How long that takes is the cluster's business (cluster-node-timeout and the replica's
-/// election), plus one refresh_interval.
+/// on_failure policy). A failed command, and every limiter that finds its node down at its recheck, asks
+/// for a new slot map, at most once per `refresh_interval`; once the cluster has promoted a replica, the
+/// map names it and commands go there. So the client follows within a refresh_interval (plus a limiter's
+/// recheck_interval) of the promotion; the promotion itself takes the cluster's cluster-node-timeout and its
+/// election. The other masters' slots are served throughout only if the cluster runs with
+/// `cluster-require-full-coverage no`; with Redis's default (`yes`) every node answers CLUSTERDOWN until the
+/// promotion, and every limiter applies its failure policy meanwhile. Replication is asynchronous: a
+/// promoted replica may lack the last grants, stamps or leases its master made, so right after a failover a
+/// fleet-wide bound can be exceeded by what was lost, and a semaphore whose lease was lost starts a new one.
+/// While a slot moves (a MOVED in flight), one limiter's commands may reach the new master out of the order
+/// they were sent in; the shared semaphore's renewals correct the count within a renewal period.
 ///
 /// Each hop of a redirection is a request of its own, with its own `request_timeout`: a command may wait
 /// up to max_redirects + 1 of them (a limiter's operations still end at their deadlines).
@@ -704,14 +722,15 @@ class basic_cluster {
   ///
   /// As basic_connection::async_execute: an error reply is a successful completion whose reply has
   /// `kind::error` (MOVED and ASK never reach the caller unless max_redirects is exceeded, which fails with
-  /// errc::unavailable); errc::unavailable if the node is down or fails before replying; operation_aborted
-  /// if the client is closed. The handler runs on its associated executor, never inside this function.
+  /// errc::unavailable); errc::unavailable if the node is down or fails before replying, or the client was
+  /// closed before the call; operation_aborted if it is closed while the command is pending. The handler
+  /// runs on its associated executor, never inside this function.
   ///
   /// @par Per-Operation Cancellation
   /// None: a command on the wire cannot be taken back.
   template <REIN_COMPLETION_TOKEN_FOR(void(error_code, reply)) Token = default_token_t>
   auto async_execute(std::string_view key, std::span<const std::string_view> args, Token&& token = Token{}) {
-    return net::async_initiate<Token, void(error_code, reply)>(initiate_execute{core_.get()}, token, key_slot(key),
+    return net::async_initiate<Token, void(error_code, reply)>(initiate_execute{core_}, token, key_slot(key),
                                                                encode_command(args));
   }
 
@@ -726,15 +745,19 @@ class basic_cluster {
 
  private:
   struct initiate_execute {
-    core_type* core;
+    std::shared_ptr<core_type> core;  // a deferred operation may be launched after the object is gone
     using executor_type = Executor;
     executor_type get_executor() const noexcept { return core->get_executor(); }
 
     template <class Handler>
     void operator()(Handler&& handler, unsigned slot, const std::string& command) const {
       using node_type = detail::execute_node<std::decay_t<Handler>, Executor>;
-      auto* node = new node_type(std::forward<Handler>(handler), core->get_executor());
-      if (!core->submit(slot, command, node)) node->complete(errc::unavailable, nullptr);  // posts: not inline
+      auto node = std::make_unique<node_type>(std::forward<Handler>(handler), core->get_executor());
+      if (core->submit(slot, command, node.get())) {
+        node.release();  // the connection completes it
+        return;
+      }
+      node.release()->complete(errc::unavailable, nullptr);  // posts: not inline
     }
   };
 

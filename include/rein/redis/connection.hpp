@@ -301,6 +301,7 @@ class connection_core final : public command_link, public std::enable_shared_fro
     {
       std::lock_guard<std::mutex> lock(mutex_);
       if (state_ == state::closed || state_ == state::backing_off) return false;
+      out_.reserve(out_.size() + first.size() + command.size());  // the only throw: before anything changes
       const auto now = clock::now();
       if (first_node != nullptr) {
         first_node->submitted_ = now;
@@ -816,7 +817,7 @@ class basic_connection {
   /// None: a command on the wire cannot be taken back.
   template <REIN_COMPLETION_TOKEN_FOR(void(error_code, reply)) Token = default_token_t>
   auto async_execute(std::span<const std::string_view> args, Token&& token = Token{}) {
-    return net::async_initiate<Token, void(error_code, reply)>(initiate_execute{core_.get()}, token,
+    return net::async_initiate<Token, void(error_code, reply)>(initiate_execute{core_}, token,
                                                                encode_command(args));
   }
 
@@ -831,15 +832,19 @@ class basic_connection {
 
  private:
   struct initiate_execute {
-    core_type* core;
+    std::shared_ptr<core_type> core;  // a deferred operation may be launched after the object is gone
     using executor_type = Executor;
     executor_type get_executor() const noexcept { return core->get_executor(); }
 
     template <class Handler>
     void operator()(Handler&& handler, const std::string& command) const {
       using node_type = detail::execute_node<std::decay_t<Handler>, Executor>;
-      auto* node = new node_type(std::forward<Handler>(handler), core->get_executor());
-      if (!core->submit(command, node)) node->complete(errc::unavailable, nullptr);  // posts: not inline
+      auto node = std::make_unique<node_type>(std::forward<Handler>(handler), core->get_executor());
+      if (core->submit(command, node.get())) {
+        node.release();  // the connection completes it
+        return;
+      }
+      node.release()->complete(errc::unavailable, nullptr);  // posts: not inline
     }
   };
 
