@@ -751,13 +751,8 @@ class basic_cluster {
 
     template <class Handler>
     void operator()(Handler&& handler, unsigned slot, const std::string& command) const {
-      using node_type = detail::execute_node<std::decay_t<Handler>, Executor>;
-      auto node = std::make_unique<node_type>(std::forward<Handler>(handler), core->get_executor());
-      if (core->submit(slot, command, node.get())) {
-        node.release();  // the connection completes it
-        return;
-      }
-      node.release()->complete(errc::unavailable, nullptr);  // posts: not inline
+      detail::start_execute(std::forward<Handler>(handler), core->get_executor(),
+                            [&](detail::request_node* node) { return core->submit(slot, command, node); });
     }
   };
 

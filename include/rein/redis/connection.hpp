@@ -732,6 +732,18 @@ class execute_node final : public request_node {
   IoExecutor io_;
 };
 
+// Starts a user's async_execute: `submit(node)` hands the node to a connection or a cluster, which
+// completes it; if it refuses (down or closed), the handler gets errc::unavailable, posted (never inline).
+template <class IoExecutor, class Handler, class Submit>
+void start_execute(Handler&& handler, const IoExecutor& io, Submit&& submit) {
+  auto node = std::make_unique<execute_node<std::decay_t<Handler>, IoExecutor>>(std::forward<Handler>(handler), io);
+  if (submit(static_cast<request_node*>(node.get()))) {
+    node.release();
+    return;
+  }
+  node.release()->complete(errc::unavailable, nullptr);
+}
+
 }  // namespace detail
 
 /// A pipelined connection to one Redis server, for the Redis-backed limiters and for plain commands.
@@ -838,13 +850,8 @@ class basic_connection {
 
     template <class Handler>
     void operator()(Handler&& handler, const std::string& command) const {
-      using node_type = detail::execute_node<std::decay_t<Handler>, Executor>;
-      auto node = std::make_unique<node_type>(std::forward<Handler>(handler), core->get_executor());
-      if (core->submit(command, node.get())) {
-        node.release();  // the connection completes it
-        return;
-      }
-      node.release()->complete(errc::unavailable, nullptr);  // posts: not inline
+      detail::start_execute(std::forward<Handler>(handler), core->get_executor(),
+                            [&](detail::request_node* node) { return core->submit(command, node); });
     }
   };
 
