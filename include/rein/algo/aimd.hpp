@@ -119,10 +119,8 @@ class basic_aimd {
   bool congested(const sample_type& s) {
     if (s.result == outcome::congestion) return true;
     if (options_.latency_target && s.latency > *options_.latency_target) return true;
-    // A zero latency (a clock too coarse for the call) says nothing about how fast the dependency can be.
-    if (!options_.latency_tolerance || s.latency <= std::chrono::nanoseconds::zero()) return false;
-    fastest_.push(s.latency.count());
-    return static_cast<double>(s.latency.count()) > *options_.latency_tolerance * static_cast<double>(fastest_.value());
+    if (!options_.latency_tolerance) return false;
+    return judge_.slow(s.latency, *options_.latency_tolerance, std::chrono::nanoseconds::zero());
   }
 
   static const options& validated(const options& o) {
@@ -140,7 +138,7 @@ class basic_aimd {
   options options_;
   detail::bounded_limit limit_;
   detail::round_trip_gate<typename Clock::time_point> gate_{};
-  detail::sliding_minimum fastest_{200};
+  detail::relative_latency judge_{200};
 };
 
 /// `basic_aimd` on `std::chrono::steady_clock`.

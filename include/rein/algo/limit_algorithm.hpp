@@ -209,6 +209,36 @@ class sliding_minimum {
   std::deque<std::pair<std::uint64_t, std::int64_t>> candidates_;
 };
 
+/// The slowest latency that still counts as "no queueing" against a baseline (the dependency's typical
+/// unqueued latency): `max(tolerance x baseline, baseline + noise_floor)`, in nanoseconds. The tolerance
+/// absorbs jitter proportional to the latency; the noise floor absorbs jitter that is not, such as
+/// scheduling delays on a fast path (a 100 us loopback call delayed 300 us by the scheduler is not
+/// queueing at the dependency). A call queued behind another one takes at least one more baseline.
+inline double allowed_latency(double baseline, double tolerance, std::chrono::nanoseconds noise_floor) noexcept {
+  const double proportional = baseline * tolerance;
+  const double absolute = baseline + static_cast<double>(noise_floor.count());
+  return proportional > absolute ? proportional : absolute;
+}
+
+/// Judges successes against the fastest of the last `window` of them (`allowed_latency`): the relative
+/// latency rule of the loss-driven algorithms, which need no guess of the dependency's latency.
+class relative_latency {
+ public:
+  explicit relative_latency(std::size_t window = 200) : fastest_{window} {}
+
+  /// Records a success and says whether it was slower than allowed. A zero latency (a clock too coarse for
+  /// the call) says nothing about how fast the dependency can be: neither recorded nor slow.
+  bool slow(std::chrono::nanoseconds latency, double tolerance, std::chrono::nanoseconds noise_floor) {
+    if (latency <= std::chrono::nanoseconds::zero()) return false;
+    fastest_.push(latency.count());
+    return static_cast<double>(latency.count()) >
+           allowed_latency(static_cast<double>(fastest_.value()), tolerance, noise_floor);
+  }
+
+ private:
+  sliding_minimum fastest_;
+};
+
 /// The limit itself: always clamped to [floor, ceiling]; counts strict moves down and up.
 class bounded_limit {
  public:
