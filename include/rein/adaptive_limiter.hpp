@@ -107,6 +107,15 @@ struct adaptive_limiter_options {
   /// circuit_closed); the open-to-half-open one is seen by the first acquire or release after the open
   /// period. Default: off (open_after 0). See algo::circuit_options.
   circuit_options circuit{};
+
+  /// The restart window after an idle spell (TCP's, RFC 2861): each whole `idle_restart` with nothing in
+  /// flight halves the calls admitted at once when demand returns, down to the algorithm's `initial_limit`;
+  /// each success then adds one call back (the window doubles per round trip) until the learned limit is
+  /// reached. A limit learned before the spell is kept, but not all of it is trusted at once: the capacity may
+  /// have dropped while nobody was calling. An empty limiter always admits one request that fits the limit.
+  /// Default: 1 s (RFC 6298's minimum retransmission timeout, the idle time after which TCP restarts);
+  /// 0: off (the whole limit at once, whatever the spell). >= 0.
+  std::chrono::nanoseconds idle_restart = std::chrono::seconds(1);
 };
 
 /// An adaptive limiter's state, copied out under its lock in O(1) (O(partitions) with partitions).
@@ -116,7 +125,9 @@ struct adaptive_limiter_options {
 /// well below 1 means the limit is not the bottleneck. Alert on `decreases` (its rate) and on `at_floor`.
 struct adaptive_limiter_snapshot : wait_stats {
   double limit = 0.0;             ///< the algorithm's current limit, in calls (fractional)
-  std::size_t admitted = 0;       ///< floor(limit): how many calls may hold a slot at once
+  /// How many calls may hold a slot at once: floor(limit), or fewer in a restart window after an idle spell
+  /// (adaptive_limiter_options::idle_restart)
+  std::size_t admitted = 0;
   double min_limit = 0.0;         ///< the floor
   double max_limit = 0.0;         ///< the ceiling
   std::size_t in_flight = 0;      ///< slots held now, including grants not yet delivered
@@ -248,7 +259,7 @@ class basic_adaptive_limiter {
               ex,
               detail::line_options{options.max_waiters, true, std::move(options.name), std::move(options.observer),
                                    options.order, options.when_full, aging, std::move(parts)},
-              algorithm, options.circuit);
+              algorithm, options.circuit, checked_idle_restart(options.idle_restart));
         })) {}
 
   /// Constructs a limiter on an execution context (an io_context).
@@ -500,15 +511,15 @@ class basic_adaptive_limiter {
       static_cast<wait_stats&>(s) = w;
       const algorithm_type& a = p.algorithm;
       s.limit = a.limit();
-      s.admitted = algo::admitted(s.limit);
+      s.admitted = p.admitted();
       s.min_limit = a.min_limit();
       s.max_limit = a.max_limit();
       s.in_flight = p.in_flight;
       s.utilisation = static_cast<double>(p.in_flight) / std::max(1.0, s.limit);
       s.decreases = a.decreases();
       s.increases = a.increases();
-      s.at_floor = static_cast<double>(s.admitted) <= s.min_limit;
-      s.at_ceiling = static_cast<double>(s.admitted) >= s.max_limit;
+      s.at_floor = p.at_floor();
+      s.at_ceiling = static_cast<double>(algo::admitted(s.limit)) >= s.max_limit;
       s.circuit = p.circuit.state(clock_type::now());
       s.circuit_opens = p.circuit.opens();
       s.success_total = p.successes;
@@ -522,6 +533,12 @@ class basic_adaptive_limiter {
 
  private:
   detail::named who() const noexcept { return {"rein::adaptive_limiter", core_->name()}; }
+
+  static std::chrono::nanoseconds checked_idle_restart(std::chrono::nanoseconds v) {
+    if (v < std::chrono::nanoseconds::zero())
+      detail::throw_invalid("rein::adaptive_limiter", "idle_restart must be >= 0 ns", detail::show(v));
+    return v;
+  }
 
   static std::function<outcome(int)> validated(std::function<outcome(int)> classify) {
     if (!classify)

@@ -380,6 +380,10 @@ TEST_CASE("adaptive_limiter: invalid options throw std::invalid_argument naming 
   no_classifier.classify = nullptr;
   CHECK(what_of([&] { rein::aimd_limiter l(io, {}, no_classifier); }) ==
         "rein::adaptive_limiter: classify must be a callable, got an empty std::function");
+  rein::adaptive_limiter_options negative_restart;
+  negative_restart.idle_restart = -1ns;
+  CHECK(what_of([&] { rein::aimd_limiter l(io, {}, negative_restart); }) ==
+        "rein::adaptive_limiter: idle_restart must be >= 0 ns, got -1 ns");
 }
 
 TEST_CASE("adaptive_limiter: a deadline expires on the manual clock with timed_out") {
@@ -547,6 +551,79 @@ TEST_CASE("adaptive_limiter: snapshot reports floor, ceiling, utilisation and de
   CHECK(s.decreases == 1);
   CHECK(s.congestion_total == 2);
   CHECK(s.utilisation == 0.0);
+}
+
+// The restart window (RFC 2861): each whole idle_restart (1 s) with nothing in flight halves the calls admitted
+// at once, down to the algorithm's start (scripted has none: its floor 1); each success adds one back.
+TEST_CASE("adaptive_limiter: after an idle spell the limit is granted back through a restart window") {
+  manual_clock::reset();
+  net::io_context io;
+  scripted_limiter limiter{io, {2, 1, 64}};
+  limiter.update_algorithm([](auto& a) { a.set(16.0); });
+  std::vector<rein::permit> held;
+  for (int i = 0; i < 16; ++i) held.push_back(limiter.try_acquire());
+  CHECK_FALSE(limiter.try_acquire());  // a new limiter is not idle: its whole limit at once
+  for (auto& p : held) p.complete(outcome::success);
+  held.clear();
+  manual_clock::advance(2500ms);  // two whole periods: 16 -> 8 -> 4
+  for (int i = 0; i < 4; ++i) held.push_back(limiter.try_acquire());
+  CHECK_FALSE(limiter.try_acquire());
+  auto s = limiter.snapshot();
+  CHECK(s.limit == 16.0);  // the learned limit is kept
+  CHECK(s.admitted == 4);
+  held[0].complete(outcome::success);  // window 5, in flight 3
+  CHECK(held.emplace_back(limiter.try_acquire(2)));
+  CHECK_FALSE(limiter.try_acquire());
+  held[1].complete(outcome::ignored);  // says nothing: the window stays 5
+  CHECK(limiter.snapshot().admitted == 5);
+  for (int i = 0; i < 11; ++i) limiter.try_acquire().complete(outcome::success);  // 5 + 11 = 16: closed
+  CHECK(limiter.snapshot().admitted == 16);
+}
+
+TEST_CASE("adaptive_limiter: a spell shorter than idle_restart, or idle_restart 0, keeps the whole limit") {
+  manual_clock::reset();
+  net::io_context io;
+  SECTION("999 ms") {
+    scripted_limiter limiter{io, {16, 1, 64}};
+    limiter.try_acquire().complete(outcome::success);
+    manual_clock::advance(999ms);
+    std::vector<rein::permit> held;
+    for (int i = 0; i < 16; ++i) CHECK(held.emplace_back(limiter.try_acquire()));
+  }
+  SECTION("off") {
+    rein::adaptive_limiter_options o;
+    o.idle_restart = 0ns;
+    scripted_limiter limiter{io, {16, 1, 64}, o};
+    limiter.try_acquire().complete(outcome::success);
+    manual_clock::advance(1h);
+    std::vector<rein::permit> held;
+    for (int i = 0; i < 16; ++i) CHECK(held.emplace_back(limiter.try_acquire()));
+  }
+}
+
+TEST_CASE("adaptive_limiter: an empty limiter admits a request larger than its restart window") {
+  manual_clock::reset();
+  net::io_context io;
+  scripted_limiter limiter{io, {16, 1, 64}};
+  limiter.try_acquire().complete(outcome::success);
+  manual_clock::advance(10s);  // 16 halved down to the floor, 1
+  rein::permit big = limiter.try_acquire(6);
+  CHECK(big);  // nothing in flight would ever widen the window
+  CHECK_FALSE(limiter.try_acquire());
+  CHECK(limiter.snapshot().admitted == 1);
+}
+
+TEST_CASE("tuned_aimd_limiter: a restart window stops halving at the algorithm's initial_limit") {
+  manual_clock::reset();
+  net::io_context io;
+  rein::algo::tuned_aimd_options o;
+  o.initial_limit = 12;  // the start; the halving from 12 would reach 6, 3, 1 but stops at 12 at once
+  limiter_on_manual_clock<rein::algo::tuned_aimd> limiter{io, o};
+  limiter.try_acquire().complete(outcome::success);
+  manual_clock::advance(5s);
+  std::vector<rein::permit> held;
+  for (int i = 0; i < 12; ++i) CHECK(held.emplace_back(limiter.try_acquire()));
+  CHECK(limiter.snapshot().admitted == 12);
 }
 
 TEST_CASE("adaptive_limiter: co_await acquire takes the fast path or waits; acquire_for throws timed_out") {

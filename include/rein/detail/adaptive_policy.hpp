@@ -57,6 +57,53 @@ class grant_log {
   std::vector<entry> entries_;  // ascending stamps; grant order among equal stamps
 };
 
+/// After an idle spell, fewer calls at once than the learned limit: the restart window of TCP (RFC 2861,
+/// "congestion window validation", as Linux's tcp_slow_start_after_idle applies it). A limit learned before
+/// the spell says nothing about the dependency now, and granting all of it at once when demand returns
+/// bursts into a capacity that may have dropped meanwhile. Each whole `period` with nothing in flight halves
+/// the calls admitted at once, down to `floor`; each success then adds one (slow start: the window doubles
+/// per round trip) until it reaches the learned limit again. The algorithm's limit is untouched: its growth
+/// guard sees the smaller in-flight counts and does not grow on them. An empty limiter always admits one
+/// request that fits its limit, so a request larger than the window cannot wait for ever.
+template <class TimePoint>
+class restart_window {
+ public:
+  explicit restart_window(std::chrono::nanoseconds period) noexcept : period_{period} {}
+
+  void set_period(std::chrono::nanoseconds period) noexcept { period_ = period; }
+
+  /// The calls admitted at once now: `admitted`, or the restart window while it is below it.
+  std::size_t cap(std::size_t admitted) const noexcept { return window_ != 0 && window_ < admitted ? window_ : admitted; }
+
+  /// The last call came back at `now`: the limiter is idle from then on.
+  void idle(TimePoint now) noexcept { idle_since_ = now; }
+
+  /// Demand on an idle limiter at `now`: opens the window if the spell lasted a whole period or more.
+  void demand(TimePoint now, std::size_t admitted, std::size_t floor) noexcept {
+    if (idle_since_ == TimePoint::min()) return;
+    const auto spell = std::chrono::duration_cast<std::chrono::nanoseconds>(now - idle_since_);
+    idle_since_ = TimePoint::min();
+    if (period_ <= std::chrono::nanoseconds::zero() || spell < period_) return;
+    std::size_t window = cap(admitted);
+    for (auto left = spell; left >= period_ && window > floor; left -= period_) window /= 2;
+    window = window < floor ? floor : window;
+    window_ = window < admitted ? window : 0;
+  }
+
+  /// A success: one call more at once, until the window reaches `admitted` and closes.
+  void success(std::size_t admitted) noexcept {
+    if (window_ != 0 && ++window_ >= admitted) window_ = 0;
+  }
+
+  /// The window now, 0 when closed.
+  std::size_t window() const noexcept { return window_; }
+
+ private:
+  std::chrono::nanoseconds period_;
+  TimePoint idle_since_ = TimePoint::min();
+  std::size_t window_ = 0;
+};
+
 // The admission rule of an adaptive limiter: one more call while in_flight < floor(limit). Each returning
 // permit becomes a sample for the algorithm, which may move the limit; the core re-checks the head waiter after
 // every release, so a limit that rose admits waiters at once and one that fell admits nobody until in_flight
@@ -76,19 +123,30 @@ struct adaptive_policy {
   duration_histogram service;
 
   algo::basic_circuit<Clock> circuit;
+  restart_window<time_point> restart;
 
-  adaptive_policy(const typename Algorithm::options& o, const algo::circuit_options& c)
-      : algorithm(o), grants(algo::admitted(algorithm.max_limit())), circuit(c) {}
+  adaptive_policy(const typename Algorithm::options& o, const algo::circuit_options& c,
+                  std::chrono::nanoseconds idle_restart)
+      : algorithm(o), grants(algo::admitted(algorithm.max_limit())), circuit(c), restart(idle_restart) {}
+
+  /// The calls admitted at once now: floor(limit), or fewer in a restart window after an idle spell.
+  std::size_t admitted() const noexcept { return restart.cap(algo::admitted(algorithm.limit())); }
 
   bool exceeds(std::size_t n) const noexcept { return n > algo::admitted(algorithm.max_limit()); }
 
   // What partitions divide (rein/partition.hpp): the calls admitted under the current limit.
-  std::size_t partition_limit() const noexcept { return algo::admitted(algorithm.limit()); }
+  std::size_t partition_limit() const noexcept { return admitted(); }
 
   bool refuses(std::size_t, time_point now) noexcept { return circuit.refuses(now); }
 
   bool try_take(std::size_t n, time_point now) noexcept {
-    if (in_flight + n > algo::admitted(algorithm.limit())) return false;
+    const std::size_t limit = algo::admitted(algorithm.limit());
+    if (in_flight == 0) {
+      restart.demand(now, limit, restart_floor());
+      if (n > limit) return false;
+    } else if (in_flight + n > restart.cap(limit)) {
+      return false;
+    }
     in_flight += n;
     grants.record(to_ns(now).count(), in_flight);
     circuit.on_grant(now);
@@ -118,13 +176,24 @@ struct adaptive_policy {
     if (circuit.enabled())
       circuit.on_sample(result, time_point(std::chrono::duration_cast<typename Clock::duration>(stamp)), now,
                         at_floor());
+    if (result == outcome::success) restart.success(algo::admitted(algorithm.limit()));
     in_flight -= n;
+    if (in_flight == 0) restart.idle(now);
   }
 
   // A permit whose latency now counts from `to` (see permit_source::restamp_permit) keeps its grant's
   // in-flight count under its new stamp.
   void on_restamp(std::chrono::nanoseconds from, std::chrono::nanoseconds to) noexcept {
     if (const std::optional<std::size_t> at_grant = grants.take(from.count())) grants.record(to.count(), *at_grant);
+  }
+
+  // Where a restart window stops halving: the algorithm's starting limit when it has one (every rein
+  // algorithm does), else its floor.
+  std::size_t restart_floor() const noexcept {
+    if constexpr (requires { algorithm.get_options().initial_limit; })
+      return algo::admitted(std::max(algorithm.get_options().initial_limit, algorithm.min_limit()));
+    else
+      return algo::admitted(algorithm.min_limit());
   }
 
   static std::chrono::nanoseconds to_ns(time_point t) noexcept {
