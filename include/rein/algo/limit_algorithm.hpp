@@ -142,6 +142,10 @@ inline void check_positive(std::string_view type, std::string_view field, std::c
   if (v <= std::chrono::nanoseconds::zero()) invalid_option(type, field, "> 0", v);
 }
 
+inline void check_non_negative(std::string_view type, std::string_view field, std::chrono::nanoseconds v) {
+  if (v < std::chrono::nanoseconds::zero()) invalid_option(type, field, ">= 0", v);
+}
+
 /// The growth guard shared by the algorithms ("probe above the demand only as far as it is tested"): a
 /// success of a call granted while `in_flight` calls were out may raise the limit to at most
 /// `max(in_flight + 1, in_flight / min_utilisation)`, so the limit never runs ahead of what the calls have
