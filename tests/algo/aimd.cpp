@@ -123,8 +123,10 @@ TEST_CASE("aimd: a success slower than the target is congestion; one exactly at 
   REQUIRE(a.limit() == 10.1 * 0.75);
 }
 
-TEST_CASE("aimd: without a latency target or tolerance (the default) only congestion outcomes cut") {
-  aimd a{};
+TEST_CASE("aimd: with latency_tolerance unset and no latency target only congestion outcomes cut") {
+  aimd_options o;
+  o.latency_tolerance = std::nullopt;  // the textbook rule
+  aimd a{o};
   a.on_sample(taking(5ms));
   a.on_sample(taking(10s));
   REQUIRE(a.limit() == 4.25 + 1 / 4.25);
@@ -186,6 +188,40 @@ TEST_CASE("aimd: the increase option scales the additive step") {
   REQUIRE(a.limit() == 4.5);
 }
 
+TEST_CASE("aimd: by default a success slower than 1.75 x the fastest and 0.5 ms above it cuts by 0.8") {
+  aimd a{};
+  REQUIRE(a.get_options().latency_tolerance == 1.75);
+  REQUIRE(a.get_options().noise_floor == 500us);
+  a.on_sample(fast());  // 5 ms: the fastest; 4 + 1/4
+  REQUIRE(a.limit() == 4.25);
+  a.on_sample(taking(8750us));  // exactly 1.75 x 5 ms (5.5 ms is the floor's): not slow
+  REQUIRE(a.decreases() == 0);
+  const double before = a.limit();
+  a.on_sample(taking(8751us));
+  REQUIRE(a.limit() == before * 0.8);
+  REQUIRE(a.decreases() == 1);
+}
+
+TEST_CASE("aimd: on a fast path a success is slow only when also more than noise_floor above the fastest") {
+  // Fastest 200 us: 1.75 x is 350 us, the floor's 200 + 500 = 700 us.
+  aimd a{};
+  a.on_sample(taking(200us));
+  a.on_sample(taking(700us));  // 3.5 x the fastest, but jitter within the floor
+  REQUIRE(a.decreases() == 0);
+  const double before = a.limit();
+  a.on_sample(taking(701us));
+  REQUIRE(a.limit() == before * 0.8);
+  // Without the floor, 1.75 x alone: 351 us is slow.
+  aimd_options o;
+  o.noise_floor = 0ns;
+  aimd b{o};
+  b.on_sample(taking(200us));
+  b.on_sample(taking(350us));
+  REQUIRE(b.decreases() == 0);
+  b.on_sample(taking(351us));
+  REQUIRE(b.decreases() == 1);
+}
+
 TEST_CASE("aimd: invalid options throw std::invalid_argument naming the type, field and value") {
   auto message = [](aimd_options o) -> std::string {
     try {
@@ -222,6 +258,12 @@ TEST_CASE("aimd: invalid options throw std::invalid_argument naming the type, fi
   o = {};
   o.latency_tolerance = 1.0;
   REQUIRE(message(o) == "rein::algo::aimd: latency_tolerance must be > 1 and finite, got 1");
+  o = {};
+  o.noise_floor = -1ns;
+  REQUIRE(message(o) == "rein::algo::aimd: noise_floor must be >= 0, got -1 ns");
+  o = {};
+  o.noise_floor = 0ns;
+  REQUIRE(message(o) == "no exception");
   o = {};
   o.initial_limit = std::numeric_limits<double>::quiet_NaN();
   REQUIRE(message(o) == "rein::algo::aimd: initial_limit must be in [min_limit, max_limit] = [1, 64], got nan");
