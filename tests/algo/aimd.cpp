@@ -289,6 +289,24 @@ TEST_CASE("aimd: a cut at a new level waits nothing, and plateau_rounds 0 never 
   }
 }
 
+TEST_CASE("aimd: set_options cuts a wait under way to the new plateau_rounds") {
+  aimd a = loss_only(9);
+  for (int i = 0; i < 3; ++i) {
+    a.on_sample(refused_at(9));
+    grow_past(a, 8.99);
+  }
+  a.on_sample(refused_at(9));
+  REQUIRE(a.waiting() == 7.0 * 8);
+  aimd_options o = a.get_options();
+  o.plateau_rounds = 2;
+  a.set_options(o);
+  REQUIRE(a.waiting() == 2.0 * 8);
+  o.plateau_rounds = 0;
+  a.set_options(o);
+  REQUIRE(a.waiting() == 0.0);
+  REQUIRE(grow_past(a, 8.0) == 0);
+}
+
 TEST_CASE("level_memory: counts the cuts in a row that found the same level within a call") {
   rein::algo::detail::level_memory m;
   REQUIRE(m.found(9) == 0);

@@ -77,13 +77,15 @@ struct aimd_options {
 };
 
 /// AIMD: `+increase/limit` on a fast success (within the growth guard), `x backoff` on congestion (a
-/// `congestion` outcome, or a success slower than `latency_target` or than `latency_tolerance` allows) at most once per round trip (a signal
-/// from a call that started before the latest cut reports on the old limit: RFC 5681), nothing on
-/// `ignored`. The control law TCP uses for its window (RFC 5681), applied to a client's concurrency limit as
-/// in Netflix concurrency-limits' `AIMDLimit`.
+/// `congestion` outcome, or a success slower than `latency_target` or than `latency_tolerance` allows) at most
+/// once per round trip (a signal from a call that started before the latest cut reports on the old limit:
+/// RFC 5681), nothing on `ignored`. The control law TCP uses for its window (RFC 5681), applied to a client's
+/// concurrency limit as in Netflix concurrency-limits' `AIMDLimit`. After a cut at the level the cut before
+/// found, growth stops a call below that level for longer each time (`plateau_rounds`), as CUBIC's window
+/// stays near the one of the last loss (RFC 8312).
 ///
-/// It reacts to every slow call, so isolated outliers cost a cut each; `basic_tuned_aimd` judges against a
-/// rolling baseline and cuts at most once per round trip.
+/// It judges each slow call, so isolated outliers cost a cut each (at most one per round trip);
+/// `basic_tuned_aimd` judges against a rolling baseline and sizes its cut by the queue it estimates.
 ///
 /// @tparam Clock only names the `time_point` in samples; AIMD itself does not look at time.
 template <class Clock = std::chrono::steady_clock>
@@ -118,11 +120,13 @@ class basic_aimd {
 
   /// Replaces the options at run time, validated as the constructor validates them (nothing changes on a
   /// throw). The limit learned so far is kept, moved into the new [min_limit, max_limit] (`initial_limit` is
-  /// checked, not used).
+  /// checked, not used); a wait under way is cut to the new `plateau_rounds`.
   /// @throws std::invalid_argument naming the field and value if `o` is invalid.
   void set_options(const options& o) {
     options_ = validated(o);
     limit_.rebound(o.min_limit, o.max_limit);
+    const double longest = o.plateau_rounds * below_;  // a shorter bound shortens the wait under way
+    if (waiting_ > longest) waiting_ = longest;
   }
 
   /// Applies one completed call.
