@@ -1,13 +1,15 @@
 // http_load: GET requests to one URL for a while, through rein's limiters, and what came back.
 //
 //     http_load --url http://127.0.0.1:8080/rate [--workers 16] [--duration 3] [--rate R] [--burst B]
-//               [--adaptive-rate] [--concurrency N|aimd] [--no-gate] [--no-limit] [--metrics HOST:PORT]
+//               [--adaptive-rate] [--concurrency N|aimd] [--latency-tolerance X|off] [--noise-floor US]
+//               [--no-gate] [--no-limit] [--metrics HOST:PORT]
 //
 // Each worker is a coroutine with its own keep-alive HTTP/1.1 connection (Boost.Beast). A request passes a
 // rein::throttle keyed by host: the host's quota gate (paused by a 429 or 503 carrying Retry-After), the rate
 // (--rate: a token bucket of R per second with a burst of B; with --adaptive-rate the rate starts at R and
 // follows the 429s and 503s), the concurrency limit (--concurrency N: a semaphore of N; aimd: an AIMD limit
-// starting at --workers), and then goes out. At the end it prints the counts (sent, 2xx, 429, 503, other), the achieved rate, latency
+// starting at --workers; --latency-tolerance and --noise-floor (microseconds) set its options of those names,
+// "off" leaves latency unjudged), and then goes out. At the end it prints the counts (sent, 2xx, 429, 503, other), the achieved rate, latency
 // percentiles, the time spent waiting in the limiters, a line per second, and every limiter's snapshot. On a
 // terminal a progress line updates once a second.
 //
@@ -37,7 +39,8 @@ namespace {
 
 constexpr std::string_view usage =
     "usage: http_load --url http://HOST[:PORT]/PATH [--workers N] [--duration SECONDS] [--rate R] [--burst B]\n"
-    "                 [--adaptive-rate] [--concurrency N|aimd] [--no-gate] [--no-limit] [--metrics HOST:PORT]\n";
+    "                 [--adaptive-rate] [--concurrency N|aimd] [--latency-tolerance X|off] [--noise-floor US]\n"
+    "                 [--no-gate] [--no-limit] [--metrics HOST:PORT]\n";
 
 [[noreturn]] void fail(const std::string& message) {
   std::cerr << "http_load: " << message << '\n' << usage;
@@ -55,6 +58,7 @@ Number number(std::string_view option, std::string_view text) {
 http_load::config parse(int argc, char** argv) {
   http_load::config c;
   bool no_limit = false;
+  bool aimd_option = false;
   bool have_url = false;
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
@@ -85,6 +89,13 @@ http_load::config parse(int argc, char** argv) {
         c.concurrency = http_load::concurrency_kind::fixed;
         c.concurrency_limit = number<std::size_t>(arg, v);
       }
+    } else if (arg == "--noise-floor") {
+      c.aimd.noise_floor = std::chrono::microseconds{number<std::int64_t>(arg, value())};
+      aimd_option = true;
+    } else if (arg == "--latency-tolerance") {
+      const std::string_view v = value();
+      c.aimd.latency_tolerance = v == "off" ? std::nullopt : std::optional<double>{number<double>(arg, v)};
+      aimd_option = true;
     } else if (arg == "--metrics") {
 #if defined(REIN_EXAMPLE_METRICS)
       c.metrics_address = value();
@@ -106,6 +117,8 @@ http_load::config parse(int argc, char** argv) {
   if (c.workers < 1) fail("--workers must be >= 1");
   if (c.duration <= http_load::clock::duration::zero()) fail("--duration must be > 0");
   if (c.adaptive_rate && !c.rate) fail("--adaptive-rate needs --rate (the starting rate)");
+  if (aimd_option && c.concurrency != http_load::concurrency_kind::aimd)
+    fail("--latency-tolerance and --noise-floor need --concurrency aimd");
   if (c.concurrency == http_load::concurrency_kind::aimd) c.concurrency_limit = static_cast<std::size_t>(c.workers);
   if (no_limit) {
     if (c.rate || c.concurrency != http_load::concurrency_kind::none) fail("--no-limit excludes --rate and --concurrency");

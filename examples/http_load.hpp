@@ -113,6 +113,7 @@ struct config {
   bool adaptive_rate = false;           ///< the rate follows 429/503 (rein::adaptive_rate_limiter)
   concurrency_kind concurrency = concurrency_kind::none;
   std::size_t concurrency_limit = 0;    ///< semaphore permits, or AIMD's starting limit
+  rein::algo::aimd_options aimd;        ///< AIMD's options (initial_limit and max_limit from concurrency_limit)
   bool quota_gate = true;               ///< honour Retry-After on a 429 or 503 by pausing every worker
   clock::duration default_pause = 1s;   ///< pause for a Retry-After that cannot be parsed
   clock::duration request_timeout = 10s;
@@ -202,7 +203,12 @@ inline std::string describe(const config& c) {
                     std::to_string(c.burst));
   }
   if (c.concurrency == concurrency_kind::fixed) parts.push_back("semaphore " + std::to_string(c.concurrency_limit));
-  if (c.concurrency == concurrency_kind::aimd) parts.push_back("aimd from " + std::to_string(c.concurrency_limit));
+  if (c.concurrency == concurrency_kind::aimd) {
+    parts.push_back("aimd from " + std::to_string(c.concurrency_limit));
+    parts.back() += c.aimd.latency_tolerance ? ", latency x " + fixed(*c.aimd.latency_tolerance, 2) + " noise floor " +
+                                                   ms(c.aimd.noise_floor)
+                                             : ", latency not judged";
+  }
   if (parts.empty()) return "none";
   std::string out;
   for (const auto& p : parts) out += (out.empty() ? "" : ", ") + p;
@@ -236,7 +242,7 @@ struct limiters {
     }
     if (c.concurrency == concurrency_kind::fixed) semaphore.emplace(io, c.concurrency_limit);
     if (c.concurrency == concurrency_kind::aimd) {
-      rein::algo::aimd_options o;
+      rein::algo::aimd_options o = c.aimd;
       o.initial_limit = static_cast<double>(c.concurrency_limit);
       o.max_limit = std::max(64.0, o.initial_limit);
       aimd.emplace(io, o);

@@ -562,7 +562,8 @@ template <class Algorithm>
 using single_thread_adaptive_limiter =
     basic_adaptive_limiter<Algorithm, net::any_io_executor, std::chrono::steady_clock, null_mutex>;
 
-/// The textbook AIMD (`algo::aimd`): +1/limit per fast success, x backoff on congestion.
+/// AIMD (`algo::aimd`): +1/limit per fast success, x backoff on congestion (an error, or a success slower than
+/// 1.75 x the fastest recent one), waiting below a level that cuts keep finding.
 using aimd_limiter = adaptive_limiter<algo::aimd>;
 
 /// AIMD against a rolling-median baseline, one cut per round trip, growth only while used (`algo::tuned_aimd`).

@@ -123,8 +123,10 @@ TEST_CASE("aimd: a success slower than the target is congestion; one exactly at 
   REQUIRE(a.limit() == 10.1 * 0.75);
 }
 
-TEST_CASE("aimd: without a latency target or tolerance (the default) only congestion outcomes cut") {
-  aimd a{};
+TEST_CASE("aimd: with latency_tolerance unset and no latency target only congestion outcomes cut") {
+  aimd_options o;
+  o.latency_tolerance = std::nullopt;  // the textbook rule
+  aimd a{o};
   a.on_sample(taking(5ms));
   a.on_sample(taking(10s));
   REQUIRE(a.limit() == 4.25 + 1 / 4.25);
@@ -186,6 +188,135 @@ TEST_CASE("aimd: the increase option scales the additive step") {
   REQUIRE(a.limit() == 4.5);
 }
 
+TEST_CASE("aimd: by default a success slower than 1.75 x the fastest and 0.5 ms above it cuts by 0.8") {
+  aimd a{};
+  REQUIRE(a.get_options().latency_tolerance == 1.75);
+  REQUIRE(a.get_options().noise_floor == 500us);
+  a.on_sample(fast());  // 5 ms: the fastest; 4 + 1/4
+  REQUIRE(a.limit() == 4.25);
+  a.on_sample(taking(8750us));  // exactly 1.75 x 5 ms (5.5 ms is the floor's): not slow
+  REQUIRE(a.decreases() == 0);
+  const double before = a.limit();
+  a.on_sample(taking(8751us));
+  REQUIRE(a.limit() == before * 0.8);
+  REQUIRE(a.decreases() == 1);
+}
+
+TEST_CASE("aimd: on a fast path a success is slow only when also more than noise_floor above the fastest") {
+  // Fastest 200 us: 1.75 x is 350 us, the floor's 200 + 500 = 700 us.
+  aimd a{};
+  a.on_sample(taking(200us));
+  a.on_sample(taking(700us));  // 3.5 x the fastest, but jitter within the floor
+  REQUIRE(a.decreases() == 0);
+  const double before = a.limit();
+  a.on_sample(taking(701us));
+  REQUIRE(a.limit() == before * 0.8);
+  // Without the floor, 1.75 x alone: 351 us is slow.
+  aimd_options o;
+  o.noise_floor = 0ns;
+  aimd b{o};
+  b.on_sample(taking(200us));
+  b.on_sample(taking(350us));
+  REQUIRE(b.decreases() == 0);
+  b.on_sample(taking(351us));
+  REQUIRE(b.decreases() == 1);
+}
+
+namespace {
+// A congestion outcome of a call granted with `in_flight` calls out.
+sample refused_at(std::size_t in_flight) { return sample{5ms, outcome::congestion, in_flight, next_end()}; }
+
+aimd loss_only(double initial) {
+  aimd_options o;
+  o.latency_tolerance = std::nullopt;
+  o.initial_limit = initial;
+  return aimd{o};
+}
+
+// Successes until the limit passes `level`; returns how many of them found it at `level` exactly.
+int grow_past(aimd& a, double level) {
+  int at_level = 0;
+  while (a.limit() <= level) {
+    a.on_sample(fast());
+    if (a.limit() == level) ++at_level;
+  }
+  return at_level;
+}
+}  // namespace
+
+TEST_CASE("aimd: a cut at the level the cut before found waits a call below it, 1, 3, 7, ... 31 round trips") {
+  aimd a = loss_only(9);
+  a.on_sample(refused_at(9));  // a new level: plain AIMD
+  REQUIRE(a.limit() == 9 * 0.8);
+  REQUIRE(a.waiting() == 0.0);
+  REQUIRE(grow_past(a, 8.0) == 0);
+  for (const double rounds : {1.0, 3.0, 7.0, 15.0, 31.0, 31.0}) {
+    grow_past(a, 8.99);  // back to 9 calls, which fail again
+    a.on_sample(refused_at(9));
+    INFO(rounds);
+    REQUIRE(a.waiting() == rounds * 8);  // a round trip is 8 successes at the plateau of 8
+    // It lands on 8, then holds there for the wait, then grows on as before.
+    REQUIRE(grow_past(a, 8.0) == static_cast<int>(rounds * 8) + 1);
+    REQUIRE(a.limit() == 8.125);
+    REQUIRE(a.waiting() == 0.0);
+  }
+}
+
+TEST_CASE("aimd: a cut at a new level waits nothing, and plateau_rounds 0 never waits (the textbook rule)") {
+  aimd a = loss_only(9);
+  a.on_sample(refused_at(9));
+  grow_past(a, 8.99);
+  a.on_sample(refused_at(9));
+  REQUIRE(a.waiting() == 8.0);
+  grow_past(a, 11.99);
+  a.on_sample(refused_at(12));  // the capacity rose: the level is new
+  REQUIRE(a.waiting() == 0.0);
+  a.on_sample(refused_at(7));  // the call was granted with 7 out: the level is 7, not the limit's 9
+  REQUIRE(a.waiting() == 0.0);
+  a.on_sample(refused_at(7));
+  REQUIRE(a.waiting() == 6.0);  // one round trip at 6
+
+  aimd_options o;
+  o.latency_tolerance = std::nullopt;
+  o.initial_limit = 9;
+  o.plateau_rounds = 0;
+  aimd b{o};
+  for (int i = 0; i < 3; ++i) {
+    b.on_sample(refused_at(9));
+    REQUIRE(b.waiting() == 0.0);
+    REQUIRE(grow_past(b, 8.0) == 0);
+    grow_past(b, 8.99);
+  }
+}
+
+TEST_CASE("aimd: set_options cuts a wait under way to the new plateau_rounds") {
+  aimd a = loss_only(9);
+  for (int i = 0; i < 3; ++i) {
+    a.on_sample(refused_at(9));
+    grow_past(a, 8.99);
+  }
+  a.on_sample(refused_at(9));
+  REQUIRE(a.waiting() == 7.0 * 8);
+  aimd_options o = a.get_options();
+  o.plateau_rounds = 2;
+  a.set_options(o);
+  REQUIRE(a.waiting() == 2.0 * 8);
+  o.plateau_rounds = 0;
+  a.set_options(o);
+  REQUIRE(a.waiting() == 0.0);
+  REQUIRE(grow_past(a, 8.0) == 0);
+}
+
+TEST_CASE("level_memory: counts the cuts in a row that found the same level within a call") {
+  rein::algo::detail::level_memory m;
+  REQUIRE(m.found(9) == 0);
+  REQUIRE(m.found(9.5) == 1);
+  REQUIRE(m.found(8.6) == 2);  // within a call of 9.5
+  REQUIRE(m.found(12) == 0);
+  REQUIRE(m.level() == 12.0);
+  REQUIRE(m.repeats() == 0);
+}
+
 TEST_CASE("aimd: invalid options throw std::invalid_argument naming the type, field and value") {
   auto message = [](aimd_options o) -> std::string {
     try {
@@ -222,6 +353,15 @@ TEST_CASE("aimd: invalid options throw std::invalid_argument naming the type, fi
   o = {};
   o.latency_tolerance = 1.0;
   REQUIRE(message(o) == "rein::algo::aimd: latency_tolerance must be > 1 and finite, got 1");
+  o = {};
+  o.noise_floor = -1ns;
+  REQUIRE(message(o) == "rein::algo::aimd: noise_floor must be >= 0, got -1 ns");
+  o = {};
+  o.noise_floor = 0ns;
+  REQUIRE(message(o) == "no exception");
+  o = {};
+  o.plateau_rounds = -1;
+  REQUIRE(message(o) == "rein::algo::aimd: plateau_rounds must be >= 0 and finite, got -1");
   o = {};
   o.initial_limit = std::numeric_limits<double>::quiet_NaN();
   REQUIRE(message(o) == "rein::algo::aimd: initial_limit must be in [min_limit, max_limit] = [1, 64], got nan");

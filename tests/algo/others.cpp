@@ -179,6 +179,22 @@ TEST_CASE("gradient: latency at the baseline grows the limit by the queue allowa
   REQUIRE(g.limit() == 4.125);        // 4 + (4 + 1 - 4) x 0.5 / 4
 }
 
+TEST_CASE("gradient: the gradient is max(tolerance x baseline, baseline + noise_floor) / latency") {
+  rein::algo::gradient g{};  // tolerance 1.5, noise floor 0.5 ms
+  REQUIRE(g.get_options().noise_floor == 500us);
+  g.on_sample(ok(200us));
+  g.on_sample(ok(700us));  // 3.5 x the minimum, but within the floor: (200 + 500) / 700
+  REQUIRE(g.last_gradient() == 1.0);
+  g.on_sample(ok(1000us));
+  REQUIRE(g.last_gradient() == 0.7);  // 700 / 1000 (1.5 x 200 = 300 would give the clamp's 0.5)
+  rein::algo::gradient_options o;
+  o.noise_floor = 0ns;
+  rein::algo::gradient h{o};
+  h.on_sample(ok(200us));
+  h.on_sample(ok(500us));
+  REQUIRE(h.last_gradient() == 0.6);  // 1.5 x 200 / 500
+}
+
 TEST_CASE("gradient: the gain per round trip does not grow with the limit") {
   // One round trip is `limit` samples: at 8 and at 32 a round at the baseline adds about smoothing x queue.
   for (const double start : {8.0, 32.0}) {
@@ -298,6 +314,9 @@ TEST_CASE("gradient: invalid options name the type, field and value") {
   o = {};
   o.tolerance = 0.5;
   REQUIRE(error_of<G>(o) == "rein::algo::gradient: tolerance must be >= 1 and finite, got 0.5");
+  o = {};
+  o.noise_floor = -1ns;
+  REQUIRE(error_of<G>(o) == "rein::algo::gradient: noise_floor must be >= 0, got -1 ns");
   o = {};
   o.min_gradient = 0;
   REQUIRE(error_of<G>(o) == "rein::algo::gradient: min_gradient must be in (0, 1], got 0");

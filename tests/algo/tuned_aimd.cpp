@@ -118,6 +118,30 @@ TEST_CASE("tuned_aimd: a success at exactly baseline x tolerance is not congesti
   REQUIRE(t.decreases() == 0);
 }
 
+TEST_CASE("tuned_aimd: on a fast path a success is congestion only when also more than noise_floor above the baseline") {
+  // Baseline 200 us: 1.5 x is 300 us, the floor's 200 + 500 = 700 us.
+  for (const auto floor : {500us, 0us}) {
+    tuned_aimd_options o;
+    o.initial_limit = 16;
+    o.noise_floor = floor;
+    tuned_aimd t{o};
+    REQUIRE(tuned_aimd{}.get_options().noise_floor == 500us);
+    for (int i = 0; i < 10; ++i) t.on_sample(ok(200us, 1ms * i));
+    REQUIRE(t.limit() == 24.0);  // slow start: one call per success from the third
+    t.on_sample(ok(600us, 20ms));  // 3 x the baseline
+    INFO(floor.count());
+    if (floor == 500us) {
+      REQUIRE(t.decreases() == 0);
+      REQUIRE(t.limit() == 25.0);
+      t.on_sample(ok(701us, 30ms));
+      REQUIRE(t.decreases() == 1);
+    } else {
+      REQUIRE(t.decreases() == 1);
+      REQUIRE(t.limit() == 22.0);  // 24 - floor(600 / 200 - 1): two calls were queued ahead
+    }
+  }
+}
+
 TEST_CASE("tuned_aimd: a success lifts the limit at most to max(n + 1, n / 0.85) of the n calls out at its grant") {
   tuned_aimd t = make(4);
   for (int i = 0; i < 10; ++i) t.on_sample(ok(5ms, 1ms * i, 4));
@@ -363,6 +387,9 @@ TEST_CASE("tuned_aimd: invalid options throw std::invalid_argument naming the ty
   tuned_aimd_options o;
   o.tolerance = 0.9;
   REQUIRE(message(o) == "rein::algo::tuned_aimd: tolerance must be >= 1 and finite, got 0.9");
+  o = {};
+  o.noise_floor = -1ns;
+  REQUIRE(message(o) == "rein::algo::tuned_aimd: noise_floor must be >= 0, got -1 ns");
   o = {};
   o.window = 2;
   REQUIRE(message(o) == "rein::algo::tuned_aimd: min_samples must be in [1, window], got 3");

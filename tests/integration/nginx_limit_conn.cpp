@@ -1,5 +1,6 @@
 // nginx's limit_conn of C = 8 with 16 workers. rein's semaphore at C gets no 503; an AIMD
-// limit starting at 16 converges to about C with few 503s after the first second. Without a limiter, most
+// limit starting at 16 converges to C with under 2 % 503 after the first second (it waits at C longer each
+// time a probe finds C + 1 again). Without a limiter, most
 // requests get 503 (the contrast).
 #include "support/catch.hpp"
 #include "support/load.hpp"
@@ -38,27 +39,32 @@ TEST_CASE("nginx: AIMD starting at 16 converges to about C with few 503s after t
   http_load::config c = rein_test::load_config(nginx, "/conn", 4s);
   c.concurrency = http_load::concurrency_kind::aimd;
   c.concurrency_limit = 16;
+  // Only 503s teach this limit: the pacing holds a call either not at all or ~100 ms whatever the limit, so a
+  // latency judgement would sink the limit to about 2 (the latency-judging default measures ~2 here).
+  c.aimd.latency_tolerance = std::nullopt;
   const http_load::report r = rein_test::run_and_print(c, "aimd from 16, /conn");
   INFO(nginx.log());
   const http_load::counts later = r.from_second(1);
   CHECK(r.total.errors == 0);
   CHECK(later.sent > 0);
-  CHECK(rein_test::share(later.unavailable, later.sent) < 0.1);
-  // The limit, sampled at the end of each second after the first, stays about C.
+  // Measured (3 runs): 3 of ~480 (0.6 %) answered 503 after the first second, the limit sampled at 7.4 to
+  // 8.0; without aimd's wait below a level found again (plateau_rounds 0), 23-24 of ~500 (4.6-4.8 %) and
+  // 7.3 to 8.9. Margins for real time on a loaded machine.
+  CHECK(rein_test::share(later.unavailable, later.sent) < 0.02);
+  // The limit, sampled at the end of each second after the first, stays just below C + 1 (which fails).
   double sum = 0;
   std::size_t samples = 0;
   for (std::size_t i = 1; i < r.seconds.size(); ++i) {
     if (!r.seconds[i].concurrency_limit) continue;
     const double limit = *r.seconds[i].concurrency_limit;
-    CHECK(limit >= 0.5 * nginx_limits::connections);
-    CHECK(limit <= 1.5 * nginx_limits::connections);
+    CHECK(limit >= 0.75 * nginx_limits::connections);
+    CHECK(limit < nginx_limits::connections + 1);
     sum += limit;
     ++samples;
   }
   REQUIRE(samples >= 2);
   const double mean = sum / static_cast<double>(samples);
-  CHECK(mean >= 0.75 * nginx_limits::connections);
-  CHECK(mean <= 1.25 * nginx_limits::connections);
+  CHECK(mean >= 0.9 * nginx_limits::connections);
 }
 
 #endif

@@ -142,6 +142,10 @@ inline void check_positive(std::string_view type, std::string_view field, std::c
   if (v <= std::chrono::nanoseconds::zero()) invalid_option(type, field, "> 0", v);
 }
 
+inline void check_non_negative(std::string_view type, std::string_view field, std::chrono::nanoseconds v) {
+  if (v < std::chrono::nanoseconds::zero()) invalid_option(type, field, ">= 0", v);
+}
+
 /// The growth guard shared by the algorithms ("probe above the demand only as far as it is tested"): a
 /// success of a call granted while `in_flight` calls were out may raise the limit to at most
 /// `max(in_flight + 1, in_flight / min_utilisation)`, so the limit never runs ahead of what the calls have
@@ -237,6 +241,29 @@ class relative_latency {
 
  private:
   sliding_minimum fastest_;
+};
+
+/// Where the latest cut found the dependency's capacity, and how many cuts in a row before it found the same
+/// level (within a call). A probe above a level that the cuts keep finding again is futile, and each one costs
+/// calls over the capacity: the algorithms let the next probe wait longer (`tuned_aimd`'s longer plateau,
+/// `aimd`'s wait below the level), as CUBIC holds its window near the one of the last loss (RFC 8312).
+class level_memory {
+ public:
+  /// Records a cut that found `level` (in calls); returns how many cuts in a row before it found the same
+  /// level within a call (0: a new level).
+  std::uint64_t found(double level) noexcept {
+    repeats_ = std::abs(level - level_) < 1.0 ? repeats_ + 1 : 0;
+    level_ = level;
+    return repeats_;
+  }
+  /// The level the latest cut found (0 before any).
+  double level() const noexcept { return level_; }
+  /// How many cuts in a row before the latest one found its level.
+  std::uint64_t repeats() const noexcept { return repeats_; }
+
+ private:
+  double level_ = 0.0;
+  std::uint64_t repeats_ = 0;
 };
 
 /// The limit itself: always clamped to [floor, ceiling]; counts strict moves down and up.
