@@ -62,25 +62,75 @@ TEST_CASE("windowed_aimd: the limit moves only at the end of a window") {
   REQUIRE(w.window_samples() == 0);
 }
 
-TEST_CASE("windowed_aimd: a failure rate at the threshold grows, above it halves") {
+TEST_CASE("windowed_aimd: a failure rate at the threshold grows, above it cuts by the backoff at once") {
   rein::algo::windowed_aimd w{};
   window(w, 20, 3);  // 15 %: at the threshold
   REQUIRE(w.limit() == 7.0);
-  window(w, 20, 4);  // 20 %
-  REQUIRE(w.limit() == 3.5);
+  window(w, 4, 4);  // the 4th failure exceeds 15 % of 20: the window closes without waiting for the rest
+  REQUIRE(w.limit() == Approx(5.6).margin(1e-12));
+  REQUIRE(w.window_samples() == 0);
   REQUIRE(w.decreases() == 1);
   REQUIRE(w.increases() == 1);
+}
+
+TEST_CASE("windowed_aimd: slow successes count as failures, and a window with one does not grow") {
+  rein::algo::windowed_aimd w{};  // latency_tolerance 1.75, noise_floor 0
+  for (int i = 0; i < 17; ++i) w.on_sample(ok(5ms));
+  for (int i = 0; i < 3; ++i) w.on_sample(ok(8751us));  // > 1.75 x 5 ms, 15 % of the window: holds
+  REQUIRE(w.limit() == 4.0);
+  REQUIRE(w.decreases() == 0);
+  for (int i = 0; i < 19; ++i) w.on_sample(ok(8750us));  // exactly 1.75 x the fastest: not slow
+  REQUIRE(w.window_samples() == 19);
+  w.on_sample(ok(5ms));
+  REQUIRE(w.limit() == 7.0);
+  for (int i = 0; i < 4; ++i) w.on_sample(ok(9ms));  // 4 slow: over 15 % of 20, the window closes at once
+  REQUIRE(w.limit() == Approx(5.6).margin(1e-12));
+}
+
+TEST_CASE("windowed_aimd: the noise floor keeps a success within fastest + floor from being slow") {
+  rein::algo::windowed_aimd_options o;
+  o.noise_floor = 10ms;
+  rein::algo::windowed_aimd w{o};
+  for (int i = 0; i < 19; ++i) w.on_sample(ok(5ms));
+  w.on_sample(ok(15ms));  // max(1.75 x 5, 5 + 10) = 15 ms: not slow
+  REQUIRE(w.limit() == 7.0);
+  for (int i = 0; i < 19; ++i) w.on_sample(ok(5ms));
+  w.on_sample(ok(15001us));  // slow: the window holds
+  REQUIRE(w.limit() == 7.0);
+}
+
+TEST_CASE("windowed_aimd: without a latency tolerance only failed calls count (the textbook rule)") {
+  rein::algo::windowed_aimd_options o;
+  o.latency_tolerance.reset();
+  rein::algo::windowed_aimd w{o};
+  for (int i = 0; i < 16; ++i) w.on_sample(ok(5ms));
+  for (int i = 0; i < 4; ++i) w.on_sample(ok(50ms));
+  REQUIRE(w.limit() == 7.0);
+}
+
+TEST_CASE("windowed_aimd: calls that started before the latest decrease are not counted") {
+  rein::algo::windowed_aimd w{};
+  window(w, 4, 4);
+  REQUIRE(w.limit() == Approx(3.2).margin(1e-12));
+  const auto later = next_end();  // 10 s after the cut: a call of more than 10 s started before it
+  w.on_sample(sample{10s + 1ns, outcome::congestion, 4, later});
+  w.on_sample(sample{10s + 1ns, outcome::success, 4, later});
+  REQUIRE(w.window_samples() == 0);
+  w.on_sample(sample{10s, outcome::congestion, 4, later});  // started with the cut
+  REQUIRE(w.window_samples() == 1);
+  REQUIRE(w.window_failures() == 1);
 }
 
 TEST_CASE("windowed_aimd: ignored samples are not counted; slow successes count as failures with a target") {
   rein::algo::windowed_aimd_options o;
   o.latency_target = 20ms;
+  o.latency_tolerance.reset();
   rein::algo::windowed_aimd w{o};
   for (int i = 0; i < 50; ++i) w.on_sample(ignored());
   REQUIRE(w.window_samples() == 0);
   for (int i = 0; i < 16; ++i) w.on_sample(ok());
   for (int i = 0; i < 4; ++i) w.on_sample(ok(21ms));
-  REQUIRE(w.limit() == 2.0);
+  REQUIRE(w.limit() == Approx(3.2).margin(1e-12));
 }
 
 TEST_CASE("windowed_aimd: floor and ceiling hold") {
@@ -89,7 +139,7 @@ TEST_CASE("windowed_aimd: floor and ceiling hold") {
   o.initial_limit = 3;
   o.max_limit = 5;
   rein::algo::windowed_aimd w{o};
-  window(w, 20, 20);
+  window(w, 20, 20);  // five windows of 4 failures: 3 x 0.8^5 is below the floor
   REQUIRE(w.limit() == 2.0);
   window(w, 20, 0);
   window(w, 20, 0);
@@ -110,6 +160,12 @@ TEST_CASE("windowed_aimd: invalid options name the type, field and value") {
   o = {};
   o.backoff = -0.5;
   REQUIRE(error_of<W>(o) == "rein::algo::windowed_aimd: backoff must be in (0, 1), got -0.5");
+  o = {};
+  o.latency_tolerance = 1.0;
+  REQUIRE(error_of<W>(o) == "rein::algo::windowed_aimd: latency_tolerance must be > 1 and finite, got 1");
+  o = {};
+  o.noise_floor = -1ns;
+  REQUIRE(error_of<W>(o) == "rein::algo::windowed_aimd: noise_floor must be >= 0, got -1 ns");
 }
 
 // ---------------------------------------------------------------------------------------------------------
