@@ -184,7 +184,9 @@ TEST_CASE("pid: healthy windows raise the limit through P, I and D around the in
 }
 
 TEST_CASE("pid: a window pinned at the floor does not wind the integral down") {
-  rein::algo::pid p{};
+  rein::algo::pid_options o;
+  o.backoff = 0.1;  // a cut to 0.7 x 0.1: the floor binds first
+  rein::algo::pid p{o};
   window(p, 20, 0);
   window(p, 20, 0);
   window(p, 20, 10);  // 50 % failures: 4 - 9 + 20 x I - 2.5 is far below the floor
@@ -205,6 +207,68 @@ TEST_CASE("pid: the integral is clamped to +-integral_limit") {
   REQUIRE(p.limit() == Approx(4 + 1 + 20 * 0.12).margin(1e-12));
 }
 
+TEST_CASE("pid: slow successes count as failures against the target") {
+  rein::algo::pid p{};  // latency_tolerance 1.75, noise_floor 0
+  for (int i = 0; i < 19; ++i) p.on_sample(ok(5ms));
+  p.on_sample(ok(8751us));  // > 1.75 x 5 ms: 5 % of the window, the target: error 0
+  REQUIRE(p.limit() == 4.0);
+  REQUIRE(p.integral() == 0.0);
+}
+
+TEST_CASE("pid: the noise floor keeps a success within fastest + floor from being slow") {
+  rein::algo::pid_options o;
+  o.noise_floor = 10ms;
+  rein::algo::pid p{o};
+  for (int i = 0; i < 19; ++i) p.on_sample(ok(5ms));
+  p.on_sample(ok(15ms));  // max(1.75 x 5, 5 + 10) = 15 ms: not slow, error 0.05
+  REQUIRE(p.limit() == Approx(6.25).margin(1e-12));
+}
+
+TEST_CASE("pid: without a latency tolerance only failed calls count") {
+  rein::algo::pid_options o;
+  o.latency_tolerance.reset();
+  rein::algo::pid p{o};
+  for (int i = 0; i < 19; ++i) p.on_sample(ok(5ms));
+  p.on_sample(ok(50ms));
+  REQUIRE(p.limit() == Approx(6.25).margin(1e-12));
+}
+
+TEST_CASE("pid: one window cuts at most to backoff x the limit, and the integral takes the limit applied") {
+  rein::algo::pid p{};
+  window(p, 20, 0);
+  window(p, 20, 0);
+  REQUIRE(p.limit() == Approx(7.0).margin(1e-12));
+  window(p, 20, 20);  // error -0.95: 4 - 19 + 20 x (0.1 - 0.95) - 5 is far below 0.8 x 7
+  REQUIRE(p.limit() == Approx(5.6).margin(1e-12));
+  REQUIRE(p.integral() == Approx((5.6 - 4) / 20).margin(1e-12));  // 0.08: bias + ki x I = 5.6
+  window(p, 20, 0);
+  // error 0.05, derivative 1, integral 0.13: 4 + 1 + 2.6 + 5
+  REQUIRE(p.limit() == Approx(12.6).margin(1e-12));
+}
+
+TEST_CASE("pid: a window held back by the growth guard does not wind the integral up") {
+  rein::algo::pid p{};
+  for (int i = 0; i < 20; ++i) p.on_sample(ok(5ms, 2));  // tested ceiling max(3, 2 / 0.85) = 3 < 4
+  REQUIRE(p.limit() == 4.0);
+  REQUIRE(p.integral() == 0.0);
+  for (int i = 0; i < 20; ++i) p.on_sample(ok(5ms, 4));  // ceiling max(5, 4.7) = 5: output 4 + 1 + 1 + 0
+  REQUIRE(p.limit() == 5.0);
+  REQUIRE(p.integral() == 0.0);  // pinned at the guard again
+}
+
+TEST_CASE("pid: calls that started before the latest decrease are not counted") {
+  rein::algo::pid p{};
+  window(p, 20, 0);
+  window(p, 20, 20);
+  REQUIRE(p.decreases() == 1);
+  const auto later = next_end();  // 10 s after the cut: a call of more than 10 s started before it
+  for (int i = 0; i < 19; ++i) p.on_sample(sample{10s + 1ns, outcome::congestion, 64, later});
+  p.on_sample(sample{10s, outcome::success, 64, later});  // one counted sample: no window closes
+  REQUIRE(p.decreases() == 1);
+  for (int i = 0; i < 19; ++i) p.on_sample(sample{10s, outcome::congestion, 64, later});
+  REQUIRE(p.decreases() == 2);
+}
+
 TEST_CASE("pid: ignored samples are not counted") {
   rein::algo::pid p{};
   for (int i = 0; i < 100; ++i) p.on_sample(ignored());
@@ -222,6 +286,15 @@ TEST_CASE("pid: invalid options name the type, field and value") {
   o = {};
   o.integral_limit = 0;
   REQUIRE(error_of<P>(o) == "rein::algo::pid: integral_limit must be > 0 and finite, got 0");
+  o = {};
+  o.latency_tolerance = 0.5;
+  REQUIRE(error_of<P>(o) == "rein::algo::pid: latency_tolerance must be > 1 and finite, got 0.5");
+  o = {};
+  o.noise_floor = -1ns;
+  REQUIRE(error_of<P>(o) == "rein::algo::pid: noise_floor must be >= 0, got -1 ns");
+  o = {};
+  o.backoff = 1;
+  REQUIRE(error_of<P>(o) == "rein::algo::pid: backoff must be in (0, 1), got 1");
 }
 
 // ---------------------------------------------------------------------------------------------------------
