@@ -481,6 +481,24 @@ TEST_CASE("vegas: no queue grows by beta, a small one by a step, a large one shr
   REQUIRE(v.increases() == 2);
 }
 
+TEST_CASE("vegas: below a limit of 14 the thresholds are shares of the limit, not whole calls") {
+  rein::algo::vegas_options o;
+  o.probe_multiplier = 1e6;
+  o.min_utilisation = 0.5;
+  rein::algo::vegas v{o};  // from 4: Netflix's thresholds 1, 3, 6 calls; shares 1/14, 3/14, 3/7
+  v.on_sample(ok(10ms, 4));
+  v.on_sample(ok(20ms, 4));  // half the limit queued: 2 calls < alpha, but 0.5 > 3/7
+  REQUIRE(v.limit() == 3.0);
+  rein::algo::vegas w{o};
+  w.on_sample(ok(10ms, 4));
+  w.on_sample(ok(12ms, 4));  // 1/6 queued: ceil(4 / 6) = 1 call <= threshold, but 1/6 > 1/14: a step
+  REQUIRE(w.limit() == 5.0);
+  rein::algo::vegas x{o};
+  x.on_sample(ok(10ms, 4));
+  x.on_sample(ok(10700us, 4));  // 0.065 queued, below 1/14: grow by beta, within the guard (8)
+  REQUIRE(x.limit() == 8.0);
+}
+
 TEST_CASE("vegas: a faster sample resets the no-load latency and changes nothing else") {
   auto v = no_probe_vegas();
   v.on_sample(ok(10ms, 20));
@@ -532,6 +550,9 @@ TEST_CASE("vegas: invalid options name the type, field and value") {
   o = {};
   o.beta_factor = 2;
   REQUIRE(error_of<V>(o) == "rein::algo::vegas: beta_factor must be >= alpha_factor and finite, got 2");
+  o = {};
+  o.queue_share = 1;
+  REQUIRE(error_of<V>(o) == "rein::algo::vegas: queue_share must be in (0, 1), got 1");
   o = {};
   o.probe_multiplier = 0;
   REQUIRE(error_of<V>(o) == "rein::algo::vegas: probe_multiplier must be >= 1 and finite, got 0");

@@ -31,6 +31,16 @@ struct vegas_options {
   /// Estimated queue above `beta_factor x L` calls: shrink by `step_factor x L`. >= alpha_factor. Classic
   /// TCP Vegas uses beta 4-6. Between alpha and beta the limit holds still.
   double beta_factor = 6.0;
+  /// The small-limit rule: the thresholds may not exceed their share of the limit, beta `queue_share x
+  /// limit`, alpha and threshold in proportion (`queue_share x alpha_factor / beta_factor x limit`, ...),
+  /// compared with the unrounded estimate `1 - no_load / latency` of the share queued. Netflix's thresholds
+  /// are whole calls (beta 6 below a limit of 100), so a limit of 8 holds still with 6 of its calls queued,
+  /// past the hard limit of a dependency of capacity 5 that fails beyond 7; above a limit of
+  /// `beta_factor / queue_share` (14 by default) Netflix's thresholds are the smaller and rule as before.
+  /// 3/7, in (0, 1): a share of 3/7 queued is a latency of 1 / (1 - 3/7) = 1.75 x the no-load latency,
+  /// `aimd_options::latency_tolerance`'s bound (+-20 % jitter stays within 1.5 x the fastest call, a call
+  /// queued behind another one takes 2 x).
+  double queue_share = 3.0 / 7.0;
   /// Size of one linear step, in units of L; > 0. A congestion outcome also shrinks by one step.
   double step_factor = 1.0;
   /// Weight of the new limit: `limit = limit x (1 - s) + new x s`; in (0, 1]. Netflix: 1 (no smoothing).
@@ -51,6 +61,10 @@ struct vegas_options {
 ///
 ///     queue = ceil(limit x (1 - no_load_latency / latency))
 ///     queue <= threshold: limit += beta;   queue < alpha: limit += step;   queue > beta: limit -= step
+///
+/// where each threshold also holds as a share of the limit (`queue_share`): `1 - no_load / latency` may not
+/// exceed `queue_share x threshold_factor / beta_factor` to grow by beta, `queue_share x alpha_factor /
+/// beta_factor` to grow by a step, and shrinks past `queue_share`.
 ///
 /// The no-load latency is the minimum latency seen since the last probe; a sample that sets a new minimum,
 /// or that is a probe, changes nothing else. A congestion outcome shrinks the limit by one step (Netflix's
@@ -139,12 +153,14 @@ class basic_vegas {
       next = current - step;
     } else {
       const double ratio = static_cast<double>(no_load_.count()) / static_cast<double>(latency.count());
-      const double queue = std::ceil(current * (1.0 - ratio));
-      if (queue <= options_.threshold_factor * l)
+      const double share = 1.0 - ratio;  // of the limit, queued
+      const double queue = std::ceil(current * share);
+      const double f = options_.queue_share;  // the small-limit rule: at most this share of the limit queued
+      if (queue <= options_.threshold_factor * l && share <= f * options_.threshold_factor / options_.beta_factor)
         next = current + options_.beta_factor * l;
-      else if (queue < options_.alpha_factor * l)
+      else if (queue < options_.alpha_factor * l && share < f * options_.alpha_factor / options_.beta_factor)
         next = current + step;
-      else if (queue > options_.beta_factor * l)
+      else if (queue > options_.beta_factor * l || share > f)
         next = current - step;
       else
         return;
@@ -182,6 +198,7 @@ class basic_vegas {
       detail::invalid_option(type, "alpha_factor", ">= threshold_factor and finite", o.alpha_factor);
     if (!detail::finite(o.beta_factor) || o.beta_factor < o.alpha_factor)
       detail::invalid_option(type, "beta_factor", ">= alpha_factor and finite", o.beta_factor);
+    detail::check_open_unit(type, "queue_share", o.queue_share);
     detail::check_positive(type, "step_factor", o.step_factor);
     if (!detail::finite(o.smoothing) || o.smoothing <= 0.0 || o.smoothing > 1.0)
       detail::invalid_option(type, "smoothing", "in (0, 1]", o.smoothing);
