@@ -535,6 +535,107 @@ TEST_CASE("vegas: a probe adopts the current latency as the no-load latency with
   REQUIRE(v.probe_count() < 20);
 }
 
+TEST_CASE("vegas: once per round trip, from the fastest success of the round trip") {
+  auto v = no_probe_vegas();  // from 20
+  const sample::time_point t{1000s};
+  v.on_sample(sample{10ms, outcome::success, 20, t});  // no-load 10 ms; a round trip begins
+  v.on_sample(sample{20ms, outcome::success, 20, t + 5ms});     // started before it: within it
+  v.on_sample(sample{10500us, outcome::success, 20, t + 9ms});  // within it too
+  REQUIRE(v.limit() == 20.0);  // Netflix would have cut on the 20 ms sample (queue ceil(20 x 0.5) = 10 > 6)
+  v.on_sample(sample{20ms, outcome::success, 20, t + 25ms});  // started after it began: ends it
+  REQUIRE(v.limit() == 26.0);  // fastest 10.5 ms: 0.048 queued, below 1/14: grow by beta
+  v.on_sample(sample{20ms, outcome::success, 20, t + 30ms});  // started before the new round trip began
+  REQUIRE(v.limit() == 26.0);
+}
+
+TEST_CASE("vegas: the growth guard takes the calls out at the grant of the round trip's fastest success") {
+  auto v = no_probe_vegas();  // from 20, growth up to twice what was tested
+  const sample::time_point t{1000s};
+  v.on_sample(sample{10ms, outcome::success, 20, t});
+  v.on_sample(sample{10200us, outcome::success, 12, t + 5ms});  // the fastest: granted with 12 out
+  v.on_sample(sample{20ms, outcome::success, 30, t + 25ms});    // ends the round trip, granted with 30 out
+  REQUIRE(v.limit() == 24.0);  // beta would reach 26, 30 out would allow 60; 12 out allow 24
+}
+
+namespace {
+
+// A vegas whose limit may not fall below 10, probing within 10-20 samples, after a no-load latency of 10 ms
+// and a probe round trip whose fastest success took 20 ms with 64 calls out; each sample ends 10 s after
+// the previous one unless the test says otherwise.
+struct probed_vegas {
+  rein::algo::vegas v{[] {
+    rein::algo::vegas_options o;
+    o.probe_multiplier = 2;
+    o.min_limit = 10;
+    o.initial_limit = 10;
+    o.min_utilisation = 0.5;
+    return o;
+  }()};
+  sample::time_point t{1000s};
+
+  probed_vegas() {
+    v.on_sample(sample{10ms, outcome::success, 64, t});
+    for (int i = 0; i < 40 && !v.probe_tentative(); ++i) {
+      t += 10s;
+      v.on_sample(sample{20ms, outcome::success, 64, t});
+    }
+  }
+  void next(std::chrono::nanoseconds latency, std::size_t in_flight) {
+    t += 10s;
+    v.on_sample(sample{latency, outcome::success, in_flight, t});
+  }
+};
+
+}  // namespace
+
+TEST_CASE("vegas: a probe adopts the fastest success of the next round trip, not the next sample") {
+  rein::algo::vegas_options o;
+  o.probe_multiplier = 2;
+  o.min_limit = 10;
+  o.initial_limit = 10;
+  o.max_limit = 10;  // the probe comes within 10-20 samples
+  rein::algo::vegas v{o};
+  sample::time_point t{1000s};
+  v.on_sample(sample{10ms, outcome::success, 64, t});
+  for (int i = 0; i < 40; ++i) {  // until the probe is due (the count starts over), each sample a round trip
+    t += 10s;
+    v.on_sample(sample{10ms, outcome::success, 64, t});
+    if (v.probe_count() == 0) break;
+  }
+  REQUIRE(v.probe_count() == 0);
+  v.on_sample(sample{30ms, outcome::success, 64, t + 20ms});  // the probe round trip began at t
+  v.on_sample(sample{20ms, outcome::success, 64, t + 15ms});
+  REQUIRE(v.no_load_latency() == 10ms);
+  v.on_sample(sample{30ms, outcome::success, 64, t + 40ms});  // started after t: ends it
+  REQUIRE(v.no_load_latency() == 20ms);                       // Netflix: the next sample, 30 ms
+  REQUIRE(v.probe_tentative());
+}
+
+TEST_CASE("vegas: a slower probed baseline grows the limit by a step at most until confirmed") {
+  probed_vegas p;
+  REQUIRE(p.v.probe_tentative());
+  REQUIRE(p.v.no_load_latency() == 20ms);
+  REQUIRE(p.v.limit() == 10.0);
+  p.next(20ms, 64);  // no queue, but no more calls out than at the probe: a step, not beta
+  REQUIRE(p.v.limit() == 11.0);
+  REQUIRE(p.v.probe_tentative());
+}
+
+TEST_CASE("vegas: a slower probed baseline that reads a queue gives the old baseline back") {
+  probed_vegas p;
+  p.next(25ms, 64);  // 0.2 queued against 20 ms: our own queue
+  REQUIRE_FALSE(p.v.probe_tentative());
+  REQUIRE(p.v.no_load_latency() == 10ms);
+}
+
+TEST_CASE("vegas: a slower probed baseline is confirmed by no queue with more calls out") {
+  probed_vegas p;
+  p.next(20ms, 65);  // one more call out than at the probe, no slower: the dependency is slower
+  REQUIRE_FALSE(p.v.probe_tentative());
+  REQUIRE(p.v.no_load_latency() == 20ms);
+  REQUIRE(p.v.limit() == 16.0);  // confirmed: beta
+}
+
 TEST_CASE("vegas: ignored samples change nothing, not even the probe count") {
   auto v = no_probe_vegas();
   v.on_sample(ignored());
