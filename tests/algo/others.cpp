@@ -62,25 +62,75 @@ TEST_CASE("windowed_aimd: the limit moves only at the end of a window") {
   REQUIRE(w.window_samples() == 0);
 }
 
-TEST_CASE("windowed_aimd: a failure rate at the threshold grows, above it halves") {
+TEST_CASE("windowed_aimd: a failure rate at the threshold grows, above it cuts by the backoff at once") {
   rein::algo::windowed_aimd w{};
   window(w, 20, 3);  // 15 %: at the threshold
   REQUIRE(w.limit() == 7.0);
-  window(w, 20, 4);  // 20 %
-  REQUIRE(w.limit() == 3.5);
+  window(w, 4, 4);  // the 4th failure exceeds 15 % of 20: the window closes without waiting for the rest
+  REQUIRE(w.limit() == Approx(5.6).margin(1e-12));
+  REQUIRE(w.window_samples() == 0);
   REQUIRE(w.decreases() == 1);
   REQUIRE(w.increases() == 1);
+}
+
+TEST_CASE("windowed_aimd: slow successes count as failures, and a window with one does not grow") {
+  rein::algo::windowed_aimd w{};  // latency_tolerance 1.75, noise_floor 0
+  for (int i = 0; i < 17; ++i) w.on_sample(ok(5ms));
+  for (int i = 0; i < 3; ++i) w.on_sample(ok(8751us));  // > 1.75 x 5 ms, 15 % of the window: holds
+  REQUIRE(w.limit() == 4.0);
+  REQUIRE(w.decreases() == 0);
+  for (int i = 0; i < 19; ++i) w.on_sample(ok(8750us));  // exactly 1.75 x the fastest: not slow
+  REQUIRE(w.window_samples() == 19);
+  w.on_sample(ok(5ms));
+  REQUIRE(w.limit() == 7.0);
+  for (int i = 0; i < 4; ++i) w.on_sample(ok(9ms));  // 4 slow: over 15 % of 20, the window closes at once
+  REQUIRE(w.limit() == Approx(5.6).margin(1e-12));
+}
+
+TEST_CASE("windowed_aimd: the noise floor keeps a success within fastest + floor from being slow") {
+  rein::algo::windowed_aimd_options o;
+  o.noise_floor = 10ms;
+  rein::algo::windowed_aimd w{o};
+  for (int i = 0; i < 19; ++i) w.on_sample(ok(5ms));
+  w.on_sample(ok(15ms));  // max(1.75 x 5, 5 + 10) = 15 ms: not slow
+  REQUIRE(w.limit() == 7.0);
+  for (int i = 0; i < 19; ++i) w.on_sample(ok(5ms));
+  w.on_sample(ok(15001us));  // slow: the window holds
+  REQUIRE(w.limit() == 7.0);
+}
+
+TEST_CASE("windowed_aimd: without a latency tolerance only failed calls count (the textbook rule)") {
+  rein::algo::windowed_aimd_options o;
+  o.latency_tolerance.reset();
+  rein::algo::windowed_aimd w{o};
+  for (int i = 0; i < 16; ++i) w.on_sample(ok(5ms));
+  for (int i = 0; i < 4; ++i) w.on_sample(ok(50ms));
+  REQUIRE(w.limit() == 7.0);
+}
+
+TEST_CASE("windowed_aimd: calls that started before the latest decrease are not counted") {
+  rein::algo::windowed_aimd w{};
+  window(w, 4, 4);
+  REQUIRE(w.limit() == Approx(3.2).margin(1e-12));
+  const auto later = next_end();  // 10 s after the cut: a call of more than 10 s started before it
+  w.on_sample(sample{10s + 1ns, outcome::congestion, 4, later});
+  w.on_sample(sample{10s + 1ns, outcome::success, 4, later});
+  REQUIRE(w.window_samples() == 0);
+  w.on_sample(sample{10s, outcome::congestion, 4, later});  // started with the cut
+  REQUIRE(w.window_samples() == 1);
+  REQUIRE(w.window_failures() == 1);
 }
 
 TEST_CASE("windowed_aimd: ignored samples are not counted; slow successes count as failures with a target") {
   rein::algo::windowed_aimd_options o;
   o.latency_target = 20ms;
+  o.latency_tolerance.reset();
   rein::algo::windowed_aimd w{o};
   for (int i = 0; i < 50; ++i) w.on_sample(ignored());
   REQUIRE(w.window_samples() == 0);
   for (int i = 0; i < 16; ++i) w.on_sample(ok());
   for (int i = 0; i < 4; ++i) w.on_sample(ok(21ms));
-  REQUIRE(w.limit() == 2.0);
+  REQUIRE(w.limit() == Approx(3.2).margin(1e-12));
 }
 
 TEST_CASE("windowed_aimd: floor and ceiling hold") {
@@ -89,7 +139,7 @@ TEST_CASE("windowed_aimd: floor and ceiling hold") {
   o.initial_limit = 3;
   o.max_limit = 5;
   rein::algo::windowed_aimd w{o};
-  window(w, 20, 20);
+  window(w, 20, 20);  // five windows of 4 failures: 3 x 0.8^5 is below the floor
   REQUIRE(w.limit() == 2.0);
   window(w, 20, 0);
   window(w, 20, 0);
@@ -110,6 +160,12 @@ TEST_CASE("windowed_aimd: invalid options name the type, field and value") {
   o = {};
   o.backoff = -0.5;
   REQUIRE(error_of<W>(o) == "rein::algo::windowed_aimd: backoff must be in (0, 1), got -0.5");
+  o = {};
+  o.latency_tolerance = 1.0;
+  REQUIRE(error_of<W>(o) == "rein::algo::windowed_aimd: latency_tolerance must be > 1 and finite, got 1");
+  o = {};
+  o.noise_floor = -1ns;
+  REQUIRE(error_of<W>(o) == "rein::algo::windowed_aimd: noise_floor must be >= 0, got -1 ns");
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -128,7 +184,9 @@ TEST_CASE("pid: healthy windows raise the limit through P, I and D around the in
 }
 
 TEST_CASE("pid: a window pinned at the floor does not wind the integral down") {
-  rein::algo::pid p{};
+  rein::algo::pid_options o;
+  o.backoff = 0.1;  // a cut to 0.7 x 0.1: the floor binds first
+  rein::algo::pid p{o};
   window(p, 20, 0);
   window(p, 20, 0);
   window(p, 20, 10);  // 50 % failures: 4 - 9 + 20 x I - 2.5 is far below the floor
@@ -149,6 +207,68 @@ TEST_CASE("pid: the integral is clamped to +-integral_limit") {
   REQUIRE(p.limit() == Approx(4 + 1 + 20 * 0.12).margin(1e-12));
 }
 
+TEST_CASE("pid: slow successes count as failures against the target") {
+  rein::algo::pid p{};  // latency_tolerance 1.75, noise_floor 0
+  for (int i = 0; i < 19; ++i) p.on_sample(ok(5ms));
+  p.on_sample(ok(8751us));  // > 1.75 x 5 ms: 5 % of the window, the target: error 0
+  REQUIRE(p.limit() == 4.0);
+  REQUIRE(p.integral() == 0.0);
+}
+
+TEST_CASE("pid: the noise floor keeps a success within fastest + floor from being slow") {
+  rein::algo::pid_options o;
+  o.noise_floor = 10ms;
+  rein::algo::pid p{o};
+  for (int i = 0; i < 19; ++i) p.on_sample(ok(5ms));
+  p.on_sample(ok(15ms));  // max(1.75 x 5, 5 + 10) = 15 ms: not slow, error 0.05
+  REQUIRE(p.limit() == Approx(6.25).margin(1e-12));
+}
+
+TEST_CASE("pid: without a latency tolerance only failed calls count") {
+  rein::algo::pid_options o;
+  o.latency_tolerance.reset();
+  rein::algo::pid p{o};
+  for (int i = 0; i < 19; ++i) p.on_sample(ok(5ms));
+  p.on_sample(ok(50ms));
+  REQUIRE(p.limit() == Approx(6.25).margin(1e-12));
+}
+
+TEST_CASE("pid: one window cuts at most to backoff x the limit, and the integral takes the limit applied") {
+  rein::algo::pid p{};
+  window(p, 20, 0);
+  window(p, 20, 0);
+  REQUIRE(p.limit() == Approx(7.0).margin(1e-12));
+  window(p, 20, 20);  // error -0.95: 4 - 19 + 20 x (0.1 - 0.95) - 5 is far below 0.8 x 7
+  REQUIRE(p.limit() == Approx(5.6).margin(1e-12));
+  REQUIRE(p.integral() == Approx((5.6 - 4) / 20).margin(1e-12));  // 0.08: bias + ki x I = 5.6
+  window(p, 20, 0);
+  // error 0.05, derivative 1, integral 0.13: 4 + 1 + 2.6 + 5
+  REQUIRE(p.limit() == Approx(12.6).margin(1e-12));
+}
+
+TEST_CASE("pid: a window held back by the growth guard does not wind the integral up") {
+  rein::algo::pid p{};
+  for (int i = 0; i < 20; ++i) p.on_sample(ok(5ms, 2));  // tested ceiling max(3, 2 / 0.85) = 3 < 4
+  REQUIRE(p.limit() == 4.0);
+  REQUIRE(p.integral() == 0.0);
+  for (int i = 0; i < 20; ++i) p.on_sample(ok(5ms, 4));  // ceiling max(5, 4.7) = 5: output 4 + 1 + 1 + 0
+  REQUIRE(p.limit() == 5.0);
+  REQUIRE(p.integral() == 0.0);  // pinned at the guard again
+}
+
+TEST_CASE("pid: calls that started before the latest decrease are not counted") {
+  rein::algo::pid p{};
+  window(p, 20, 0);
+  window(p, 20, 20);
+  REQUIRE(p.decreases() == 1);
+  const auto later = next_end();  // 10 s after the cut: a call of more than 10 s started before it
+  for (int i = 0; i < 19; ++i) p.on_sample(sample{10s + 1ns, outcome::congestion, 64, later});
+  p.on_sample(sample{10s, outcome::success, 64, later});  // one counted sample: no window closes
+  REQUIRE(p.decreases() == 1);
+  for (int i = 0; i < 19; ++i) p.on_sample(sample{10s, outcome::congestion, 64, later});
+  REQUIRE(p.decreases() == 2);
+}
+
 TEST_CASE("pid: ignored samples are not counted") {
   rein::algo::pid p{};
   for (int i = 0; i < 100; ++i) p.on_sample(ignored());
@@ -166,6 +286,15 @@ TEST_CASE("pid: invalid options name the type, field and value") {
   o = {};
   o.integral_limit = 0;
   REQUIRE(error_of<P>(o) == "rein::algo::pid: integral_limit must be > 0 and finite, got 0");
+  o = {};
+  o.latency_tolerance = 0.5;
+  REQUIRE(error_of<P>(o) == "rein::algo::pid: latency_tolerance must be > 1 and finite, got 0.5");
+  o = {};
+  o.noise_floor = -1ns;
+  REQUIRE(error_of<P>(o) == "rein::algo::pid: noise_floor must be >= 0, got -1 ns");
+  o = {};
+  o.backoff = 1;
+  REQUIRE(error_of<P>(o) == "rein::algo::pid: backoff must be in (0, 1), got 1");
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -371,6 +500,24 @@ TEST_CASE("vegas: no queue grows by beta, a small one by a step, a large one shr
   REQUIRE(v.increases() == 2);
 }
 
+TEST_CASE("vegas: below a limit of 14 the thresholds are shares of the limit, not whole calls") {
+  rein::algo::vegas_options o;
+  o.probe_multiplier = 1e6;
+  o.min_utilisation = 0.5;
+  rein::algo::vegas v{o};  // from 4: Netflix's thresholds 1, 3, 6 calls; shares 1/14, 3/14, 3/7
+  v.on_sample(ok(10ms, 4));
+  v.on_sample(ok(20ms, 4));  // half the limit queued: 2 calls < alpha, but 0.5 > 3/7
+  REQUIRE(v.limit() == 3.0);
+  rein::algo::vegas w{o};
+  w.on_sample(ok(10ms, 4));
+  w.on_sample(ok(12ms, 4));  // 1/6 queued: ceil(4 / 6) = 1 call <= threshold, but 1/6 > 1/14: a step
+  REQUIRE(w.limit() == 5.0);
+  rein::algo::vegas x{o};
+  x.on_sample(ok(10ms, 4));
+  x.on_sample(ok(10700us, 4));  // 0.065 queued, below 1/14: grow by beta, within the guard (8)
+  REQUIRE(x.limit() == 8.0);
+}
+
 TEST_CASE("vegas: a faster sample resets the no-load latency and changes nothing else") {
   auto v = no_probe_vegas();
   v.on_sample(ok(10ms, 20));
@@ -407,6 +554,107 @@ TEST_CASE("vegas: a probe adopts the current latency as the no-load latency with
   REQUIRE(v.probe_count() < 20);
 }
 
+TEST_CASE("vegas: once per round trip, from the fastest success of the round trip") {
+  auto v = no_probe_vegas();  // from 20
+  const sample::time_point t{1000s};
+  v.on_sample(sample{10ms, outcome::success, 20, t});  // no-load 10 ms; a round trip begins
+  v.on_sample(sample{20ms, outcome::success, 20, t + 5ms});     // started before it: within it
+  v.on_sample(sample{10500us, outcome::success, 20, t + 9ms});  // within it too
+  REQUIRE(v.limit() == 20.0);  // Netflix would have cut on the 20 ms sample (queue ceil(20 x 0.5) = 10 > 6)
+  v.on_sample(sample{20ms, outcome::success, 20, t + 25ms});  // started after it began: ends it
+  REQUIRE(v.limit() == 26.0);  // fastest 10.5 ms: 0.048 queued, below 1/14: grow by beta
+  v.on_sample(sample{20ms, outcome::success, 20, t + 30ms});  // started before the new round trip began
+  REQUIRE(v.limit() == 26.0);
+}
+
+TEST_CASE("vegas: the growth guard takes the calls out at the grant of the round trip's fastest success") {
+  auto v = no_probe_vegas();  // from 20, growth up to twice what was tested
+  const sample::time_point t{1000s};
+  v.on_sample(sample{10ms, outcome::success, 20, t});
+  v.on_sample(sample{10200us, outcome::success, 12, t + 5ms});  // the fastest: granted with 12 out
+  v.on_sample(sample{20ms, outcome::success, 30, t + 25ms});    // ends the round trip, granted with 30 out
+  REQUIRE(v.limit() == 24.0);  // beta would reach 26, 30 out would allow 60; 12 out allow 24
+}
+
+namespace {
+
+// A vegas whose limit may not fall below 10, probing within 10-20 samples, after a no-load latency of 10 ms
+// and a probe round trip whose fastest success took 20 ms with 64 calls out; each sample ends 10 s after
+// the previous one unless the test says otherwise.
+struct probed_vegas {
+  rein::algo::vegas v{[] {
+    rein::algo::vegas_options o;
+    o.probe_multiplier = 2;
+    o.min_limit = 10;
+    o.initial_limit = 10;
+    o.min_utilisation = 0.5;
+    return o;
+  }()};
+  sample::time_point t{1000s};
+
+  probed_vegas() {
+    v.on_sample(sample{10ms, outcome::success, 64, t});
+    for (int i = 0; i < 40 && !v.probe_tentative(); ++i) {
+      t += 10s;
+      v.on_sample(sample{20ms, outcome::success, 64, t});
+    }
+  }
+  void next(std::chrono::nanoseconds latency, std::size_t in_flight) {
+    t += 10s;
+    v.on_sample(sample{latency, outcome::success, in_flight, t});
+  }
+};
+
+}  // namespace
+
+TEST_CASE("vegas: a probe adopts the fastest success of the next round trip, not the next sample") {
+  rein::algo::vegas_options o;
+  o.probe_multiplier = 2;
+  o.min_limit = 10;
+  o.initial_limit = 10;
+  o.max_limit = 10;  // the probe comes within 10-20 samples
+  rein::algo::vegas v{o};
+  sample::time_point t{1000s};
+  v.on_sample(sample{10ms, outcome::success, 64, t});
+  for (int i = 0; i < 40; ++i) {  // until the probe is due (the count starts over), each sample a round trip
+    t += 10s;
+    v.on_sample(sample{10ms, outcome::success, 64, t});
+    if (v.probe_count() == 0) break;
+  }
+  REQUIRE(v.probe_count() == 0);
+  v.on_sample(sample{30ms, outcome::success, 64, t + 20ms});  // the probe round trip began at t
+  v.on_sample(sample{20ms, outcome::success, 64, t + 15ms});
+  REQUIRE(v.no_load_latency() == 10ms);
+  v.on_sample(sample{30ms, outcome::success, 64, t + 40ms});  // started after t: ends it
+  REQUIRE(v.no_load_latency() == 20ms);                       // Netflix: the next sample, 30 ms
+  REQUIRE(v.probe_tentative());
+}
+
+TEST_CASE("vegas: a slower probed baseline grows the limit by a step at most until confirmed") {
+  probed_vegas p;
+  REQUIRE(p.v.probe_tentative());
+  REQUIRE(p.v.no_load_latency() == 20ms);
+  REQUIRE(p.v.limit() == 10.0);
+  p.next(20ms, 64);  // no queue, but no more calls out than at the probe: a step, not beta
+  REQUIRE(p.v.limit() == 11.0);
+  REQUIRE(p.v.probe_tentative());
+}
+
+TEST_CASE("vegas: a slower probed baseline that reads a queue gives the old baseline back") {
+  probed_vegas p;
+  p.next(25ms, 64);  // 0.2 queued against 20 ms: our own queue
+  REQUIRE_FALSE(p.v.probe_tentative());
+  REQUIRE(p.v.no_load_latency() == 10ms);
+}
+
+TEST_CASE("vegas: a slower probed baseline is confirmed by no queue with more calls out") {
+  probed_vegas p;
+  p.next(20ms, 65);  // one more call out than at the probe, no slower: the dependency is slower
+  REQUIRE_FALSE(p.v.probe_tentative());
+  REQUIRE(p.v.no_load_latency() == 20ms);
+  REQUIRE(p.v.limit() == 16.0);  // confirmed: beta
+}
+
 TEST_CASE("vegas: ignored samples change nothing, not even the probe count") {
   auto v = no_probe_vegas();
   v.on_sample(ignored());
@@ -422,6 +670,9 @@ TEST_CASE("vegas: invalid options name the type, field and value") {
   o = {};
   o.beta_factor = 2;
   REQUIRE(error_of<V>(o) == "rein::algo::vegas: beta_factor must be >= alpha_factor and finite, got 2");
+  o = {};
+  o.queue_share = 1;
+  REQUIRE(error_of<V>(o) == "rein::algo::vegas: queue_share must be in (0, 1), got 1");
   o = {};
   o.probe_multiplier = 0;
   REQUIRE(error_of<V>(o) == "rein::algo::vegas: probe_multiplier must be >= 1 and finite, got 0");

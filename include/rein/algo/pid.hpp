@@ -3,6 +3,7 @@
 
 #include <rein/algo/limit_algorithm.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -24,7 +25,12 @@ struct pid_options {
   double max_limit = 64.0;
   /// Samples per window (non-ignored outcomes); >= 1. The controller runs once per window.
   std::size_t window = 20;
-  /// The failure rate the controller steers towards; in [0, 1).
+  /// The failure rate the controller steers towards; in [0, 1). A failure is a `congestion` outcome or a
+  /// slow success (`latency_tolerance`, `latency_target`), so by default this is mostly a share of slow
+  /// calls: a controller that steers towards a rate needs some of them to find the capacity, and a slow
+  /// call is the cheap sign of being past it (calls queue at the capacity and fail only past the hard
+  /// limit beyond it). Against a dependency that fails fast without slowing down, it is a share of failed
+  /// calls, as it was before slow calls counted.
   double target_failure_rate = 0.05;
   /// Proportional gain: calls per unit of the current window's error; finite and >= 0.
   double kp = 20.0;
@@ -36,6 +42,20 @@ struct pid_options {
   double integral_limit = 50.0;
   /// Optional: a success slower than this (strictly) counts as a failure; > 0 when set.
   std::optional<std::chrono::nanoseconds> latency_target{};
+  /// A success slower than `detail::allowed_latency(fastest, latency_tolerance, noise_floor)` (strictly),
+  /// `fastest` the fastest of the last 200 successes, counts as a failure: a target relative to what the
+  /// dependency has shown it can do, so it needs no guess. 1.75 (as `aimd_options::latency_tolerance`):
+  /// +-20 % jitter puts the slowest unqueued call at 1.5 x the fastest, a call queued behind another takes
+  /// twice as long. Finite and > 1 when set; unset: only `congestion` outcomes and `latency_target` count.
+  std::optional<double> latency_tolerance = 1.75;
+  /// Jitter that is not proportional to the latency (scheduling delays on a fast path), in nanoseconds: a
+  /// success within `fastest + noise_floor` is never slow (`detail::allowed_latency`). >= 0; 0: the
+  /// tolerance alone.
+  std::chrono::nanoseconds noise_floor{0};
+  /// One window lowers the limit at most to `backoff x` the limit; in (0, 1). A window of slow calls is an
+  /// error of -0.95 (at the default target), which kp and kd alone turn into a fall of 24 calls; 0.8 (as
+  /// `aimd_options::backoff`): one window over the capacity leaves the limit above 0.8 x the capacity.
+  double backoff = 0.8;
   /// The growth guard (`detail::tested_ceiling`): a window raises the limit to at most
   /// `max(n + 1, n / min_utilisation)`, n the most calls out at any grant of its samples. In [0, 1]; 0
   /// disables it.
@@ -49,12 +69,16 @@ struct pid_options {
 ///     limit    = clamp(initial_limit + kp x error + ki x integral + kd x (error - previous error))
 ///
 /// Anti-windup is twofold: the clamp above, and conditional integration: a window whose output
-/// is already pinned at the floor or ceiling in the direction of its error adds nothing to the integral, so
-/// a long stay at the ceiling does not have to be unwound before the limit can fall.
+/// is already pinned in the direction of its error, at the floor or ceiling, at the growth guard's ceiling
+/// or at `backoff x` the limit, adds nothing to the integral, so a long stay at a bound does not have to be
+/// unwound before the limit can move the other way (without the guard's part, a long quiet spell winds the
+/// integral up, and the limit climbs past the dependency's hard limit when the demand returns).
 ///
 /// A textbook PID output has no operating point (its output at zero error is zero, i.e. the floor);
 /// rein uses `initial_limit` as the bias so that the integral term carries only the learned offset.
-/// Failures are congestion outcomes (and successes slower than `latency_target`); `ignored` is not counted.
+/// Failures are congestion outcomes and slow successes (`latency_tolerance`, `latency_target`); a call that
+/// started before the latest decrease is not counted (it reports on the limit before it: at most one
+/// decrease per round trip, RFC 5681); `ignored` is not counted.
 ///
 /// @tparam Clock only names the `time_point` in samples; windows are counted in samples, not time.
 template <class Clock = std::chrono::steady_clock>
@@ -101,12 +125,13 @@ class basic_pid {
   }
 
   /// Applies one completed call.
-  void on_sample(const sample_type& s) noexcept {
+  void on_sample(const sample_type& s) {
     if (s.result == outcome::ignored) return;
+    const bool failure = failed(s);
+    if (gate_.stale(s.now, s.latency)) return;
     ++samples_;
     if (s.in_flight > window_in_flight_) window_in_flight_ = s.in_flight;
-    if (s.result == outcome::congestion || (options_.latency_target && s.latency > *options_.latency_target))
-      ++failures_;
+    if (failure) ++failures_;
     if (samples_ < options_.window) return;
     const double rate = static_cast<double>(failures_) / static_cast<double>(samples_);
     const std::size_t in_flight = window_in_flight_;
@@ -115,24 +140,43 @@ class basic_pid {
   }
 
  private:
+  /// A congestion outcome, or a success slower than the tolerance allows or than the target. Every success
+  /// is shown to the judge, so that its fastest call is the fastest seen.
+  bool failed(const sample_type& s) {
+    if (s.result == outcome::congestion) return true;
+    const bool slow =
+        options_.latency_tolerance && judge_.slow(s.latency, *options_.latency_tolerance, options_.noise_floor);
+    return slow || (options_.latency_target && s.latency > *options_.latency_target);
+  }
+
   void control(double error, std::size_t in_flight, const sample_type& s) noexcept {
     const double derivative = error - previous_error_;
     previous_error_ = error;
     const double previous_integral = integral_;
     integral_ = clamp(integral_ + error, -options_.integral_limit, options_.integral_limit);
+    const double current = limit_.value();
+    // Where the output is pinned: the ceiling and the growth guard above, the floor below.
+    const double highest =
+        std::min(limit_.max(), std::max(current, detail::tested_ceiling(in_flight, options_.min_utilisation)));
     double output = output_for(error, derivative);
-    if ((output > limit_.max() && error > 0.0) || (output < limit_.min() && error < 0.0)) {
+    if ((output > highest && error > 0.0) || (output < limit_.min() && error < 0.0)) {
       integral_ = previous_integral;
       output = output_for(error, derivative);
     }
-    const double current = limit_.value();
-    if (output < current) {
-      if (gate_.stale(s.now, s.latency)) return;  // at most one decrease per round trip
-      gate_.decreased(s.now);
-      limit_.set(output);
-    } else {
-      limit_.set(detail::guarded_growth(current, output, in_flight, options_.min_utilisation));
+    if (output >= current) {
+      limit_.set(std::min(output, highest));
+      return;
     }
+    gate_.decreased(s.now);
+    const double lowest = current * options_.backoff;
+    if (output < lowest && lowest > limit_.min() && options_.ki > 0.0) {
+      // The largest cut: the integral takes the limit applied (back-calculation), so that the next window
+      // starts from the limit in force, not from one the controller only wished for; conditional integration
+      // would keep the integral where it was and bring the limit back up at the first healthy window.
+      output = lowest;
+      integral_ = clamp((lowest - options_.initial_limit) / options_.ki, -options_.integral_limit, options_.integral_limit);
+    }
+    limit_.set(output < lowest ? lowest : output);  // and at least the floor
   }
 
   double output_for(double error, double derivative) const noexcept {
@@ -152,6 +196,11 @@ class basic_pid {
     if (!detail::finite(o.kd) || o.kd < 0.0) detail::invalid_option(type, "kd", ">= 0 and finite", o.kd);
     detail::check_positive(type, "integral_limit", o.integral_limit);
     if (o.latency_target) detail::check_positive(type, "latency_target", *o.latency_target);
+    if (o.latency_tolerance && (!detail::finite(*o.latency_tolerance) || *o.latency_tolerance <= 1.0))
+      detail::invalid_option(type, "latency_tolerance", "> 1 and finite", *o.latency_tolerance);
+    if (o.noise_floor < std::chrono::nanoseconds::zero())
+      detail::invalid_option(type, "noise_floor", ">= 0", o.noise_floor);
+    detail::check_open_unit(type, "backoff", o.backoff);
     if (!detail::finite(o.min_utilisation) || o.min_utilisation < 0.0 || o.min_utilisation > 1.0)
       detail::invalid_option(type, "min_utilisation", "in [0, 1]", o.min_utilisation);
     return o;
@@ -165,6 +214,7 @@ class basic_pid {
   detail::round_trip_gate<typename Clock::time_point> gate_{};
   double integral_ = 0.0;
   double previous_error_ = 0.0;
+  detail::relative_latency judge_{200};
 };
 
 /// `basic_pid` on `std::chrono::steady_clock`.

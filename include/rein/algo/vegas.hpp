@@ -31,12 +31,24 @@ struct vegas_options {
   /// Estimated queue above `beta_factor x L` calls: shrink by `step_factor x L`. >= alpha_factor. Classic
   /// TCP Vegas uses beta 4-6. Between alpha and beta the limit holds still.
   double beta_factor = 6.0;
+  /// The small-limit rule: the thresholds may not exceed their share of the limit, beta `queue_share x
+  /// limit`, alpha and threshold in proportion (`queue_share x alpha_factor / beta_factor x limit`, ...),
+  /// compared with the unrounded estimate `1 - no_load / latency` of the share queued. Netflix's thresholds
+  /// are whole calls (beta 6 below a limit of 100), so a limit of 8 holds still with 6 of its calls queued,
+  /// past the hard limit of a dependency of capacity 5 that fails beyond 7; above a limit of
+  /// `beta_factor / queue_share` (14 by default) Netflix's thresholds are the smaller and rule as before.
+  /// 3/7, in (0, 1): a share of 3/7 queued is a latency of 1 / (1 - 3/7) = 1.75 x the no-load latency,
+  /// `aimd_options::latency_tolerance`'s bound (+-20 % jitter stays within 1.5 x the fastest call, a call
+  /// queued behind another one takes 2 x).
+  double queue_share = 3.0 / 7.0;
   /// Size of one linear step, in units of L; > 0. A congestion outcome also shrinks by one step.
   double step_factor = 1.0;
   /// Weight of the new limit: `limit = limit x (1 - s) + new x s`; in (0, 1]. Netflix: 1 (no smoothing).
   double smoothing = 1.0;
-  /// Every `probe_multiplier x limit x jitter` samples (jitter uniform in [0.5, 1)) the next sample becomes
-  /// the no-load latency, so that a baseline which is no longer reachable is forgotten; >= 1.
+  /// Every `probe_multiplier x limit x jitter` samples (jitter uniform in [0.5, 1)) the no-load latency is
+  /// probed, so that a baseline which is no longer reachable is forgotten; >= 1. Netflix adopts the next
+  /// sample; rein adopts the fastest sample of the next round trip, and only tentatively when it is slower
+  /// than the baseline (see `basic_vegas`).
   double probe_multiplier = 30.0;
   /// Seed of the probe jitter. Give limiters in different processes different seeds, or they probe in step.
   std::uint64_t probe_seed = 0;
@@ -52,10 +64,35 @@ struct vegas_options {
 ///     queue = ceil(limit x (1 - no_load_latency / latency))
 ///     queue <= threshold: limit += beta;   queue < alpha: limit += step;   queue > beta: limit -= step
 ///
-/// The no-load latency is the minimum latency seen since the last probe; a sample that sets a new minimum,
-/// or that is a probe, changes nothing else. A congestion outcome shrinks the limit by one step (Netflix's
-/// `didDrop`), after taking part in the no-load estimate as Netflix does. `ignored` changes nothing.
-/// Source: Brakmo and Peterson, "TCP Vegas" (1995); Netflix concurrency-limits' VegasLimit.
+/// where each threshold also holds as a share of the limit (`queue_share`): `1 - no_load / latency` may not
+/// exceed `queue_share x threshold_factor / beta_factor` to grow by beta, `queue_share x alpha_factor /
+/// beta_factor` to grow by a step, and shrinks past `queue_share`.
+///
+/// Departures from Netflix's VegasLimit, which applies the rule to every sample:
+///
+/// - Once per round trip, from its fastest success (Linux `tcp_vegas.c`: `minRTT` of the last round trip
+///   against `baseRTT`, cwnd adjusted once per RTT; Brakmo and Peterson compute Diff once per RTT). A round
+///   trip ends with the first success that started after it began; that success ends it, the rule is applied
+///   to the fastest success of the round trip, and a new one begins. One sample's +-20 % noise against the
+///   fastest of many reads as up to a third of the limit queued, which Netflix's beta of 6 cuts at limits
+///   14-99; the fastest of a round trip does not. At most one change per round trip follows.
+/// - The growth guard takes the calls out when the fastest success was granted: that call alone showed no
+///   queue, and a call granted while the dependency had just drained says nothing about the limit.
+/// - The probe adopts the fastest success of the round trip after it is due instead of the next sample
+///   (a sample taken while calls queue is a queued latency). If that is slower than the baseline, the old
+///   baseline is kept aside and the new one is tentative: while it is, the limit grows by a step at most,
+///   never by beta; a round trip that then reads more than the threshold queued shows the rise was our own
+///   queue, and the old baseline comes back; one that reads no queue with more calls out than the probe's
+///   fastest success confirms it (the dependency is slower: more calls, no slower). Netflix adopts the next
+///   sample whatever it is, and a probe taken while calls queue reads the queue as no-load and grows by beta
+///   per sample past the dependency's hard limit.
+///
+/// The no-load latency is the minimum latency seen since the last probe; a sample that sets a new minimum
+/// changes nothing else and takes no part in the round trip. A congestion outcome shrinks the limit by one
+/// step (Netflix's `didDrop`), after taking part in the no-load estimate as Netflix does, and starts a new
+/// round trip; like every decrease it is gated to one per round trip. `ignored` changes nothing.
+/// Source: Brakmo and Peterson, "TCP Vegas" (1995); Linux net/ipv4/tcp_vegas.c; Netflix concurrency-limits'
+/// VegasLimit.
 ///
 /// @tparam Clock only names the `time_point` in samples; Vegas counts samples, not time.
 template <class Clock = std::chrono::steady_clock>
@@ -93,6 +130,8 @@ class basic_vegas {
   std::chrono::nanoseconds no_load_latency() const noexcept { return no_load_; }
   /// Samples since the last probe.
   std::uint64_t probe_count() const noexcept { return probe_count_; }
+  /// True while a probe's no-load latency is tentative (not yet confirmed or rejected).
+  bool probe_tentative() const noexcept { return tentative_; }
 
   /// Replaces the options at run time, validated as the constructor validates them (nothing changes on a
   /// throw). The limit learned so far is kept, moved into the new [min_limit, max_limit] (`initial_limit` is
@@ -114,14 +153,46 @@ class basic_vegas {
     if (jitter_ * options_.probe_multiplier * limit_.value() <= static_cast<double>(probe_count_)) {
       jitter_ = next_jitter();
       probe_count_ = 0;
-      no_load_ = latency;
-      return;
+      probe_pending_ = true;
     }
     if (no_load_ == std::chrono::nanoseconds::zero() || latency < no_load_) {
       no_load_ = latency;
+      if (latency <= previous_no_load_) tentative_ = false;
+      if (s.result != outcome::congestion) {
+        if (round_start_ == time_point::min()) round_start_ = s.now;
+        return;
+      }
+    }
+    if (s.result == outcome::congestion) {
+      congested(s);
       return;
     }
-    update(latency, s);
+    if (round_start_ == time_point::min()) round_start_ = s.now;
+    if (latency < round_min_) {
+      round_min_ = latency;
+      round_in_flight_ = s.in_flight;
+    }
+    // The round trip ends with the first call that started after it began: that call saw its start.
+    if (s.now - s.latency < round_start_) return;
+    const auto fastest = round_min_;
+    const auto tested = round_in_flight_;
+    const bool probe = probing_;
+    start_round(s.now);
+    if (probe) {
+      probing_ = false;
+      if (fastest > no_load_) {
+        tentative_ = true;
+        previous_no_load_ = no_load_;
+        probe_in_flight_ = tested;
+        no_load_ = fastest;
+      }
+      return;
+    }
+    if (probe_pending_) {
+      probe_pending_ = false;
+      probing_ = true;
+    }
+    update(fastest, tested, s);
   }
 
  private:
@@ -130,25 +201,56 @@ class basic_vegas {
     return l < 1.0 ? 1.0 : l;
   }
 
-  void update(std::chrono::nanoseconds latency, const sample_type& s) noexcept {
+  using time_point = typename Clock::time_point;
+
+  void start_round(time_point now) noexcept {
+    round_start_ = now;
+    round_min_ = std::chrono::nanoseconds::max();
+    round_in_flight_ = 0;
+  }
+
+  void congested(const sample_type& s) noexcept {
+    const double current = limit_.value();
+    const double step = options_.step_factor * log10_root(std::floor(current));
+    set(current, current - step, s.in_flight, s);
+  }
+
+  void update(std::chrono::nanoseconds latency, std::size_t in_flight, const sample_type& s) noexcept {
     const double current = limit_.value();
     const double l = log10_root(std::floor(current));
     const double step = options_.step_factor * l;
     double next = current;
-    if (s.result == outcome::congestion) {
-      next = current - step;
-    } else {
-      const double ratio = static_cast<double>(no_load_.count()) / static_cast<double>(latency.count());
-      const double queue = std::ceil(current * (1.0 - ratio));
-      if (queue <= options_.threshold_factor * l)
-        next = current + options_.beta_factor * l;
-      else if (queue < options_.alpha_factor * l)
-        next = current + step;
-      else if (queue > options_.beta_factor * l)
-        next = current - step;
-      else
-        return;
+    const double f = options_.queue_share;  // the small-limit rule: at most this share of the limit queued
+    double share = 1.0 - static_cast<double>(no_load_.count()) / static_cast<double>(latency.count());
+    double queue = std::ceil(current * share);
+    const bool unqueued =
+        queue <= options_.threshold_factor * l && share <= f * options_.threshold_factor / options_.beta_factor;
+    bool confirmed = true;
+    if (tentative_) {
+      if (!unqueued) {
+        // The probe's baseline queues behind one more call: it was our own queue, not a slower dependency.
+        tentative_ = false;
+        no_load_ = previous_no_load_;
+        share = 1.0 - static_cast<double>(no_load_.count()) / static_cast<double>(latency.count());
+        queue = std::ceil(current * share);
+      } else if (in_flight > probe_in_flight_) {
+        tentative_ = false;  // more calls out than at the probe, and no slower: the dependency is slower
+      } else {
+        confirmed = false;
+      }
     }
+    if (queue <= options_.threshold_factor * l && share <= f * options_.threshold_factor / options_.beta_factor)
+      next = current + (confirmed ? options_.beta_factor * l : step);
+    else if (queue < options_.alpha_factor * l && share < f * options_.alpha_factor / options_.beta_factor)
+      next = current + step;
+    else if (queue > options_.beta_factor * l || share > f)
+      next = current - step;
+    else
+      return;
+    set(current, next, in_flight, s);
+  }
+
+  void set(double current, double next, std::size_t in_flight, const sample_type& s) noexcept {
     if (next < limit_.min()) next = limit_.min();
     if (next > limit_.max()) next = limit_.max();
     next = (1.0 - options_.smoothing) * current + options_.smoothing * next;
@@ -157,8 +259,9 @@ class basic_vegas {
       if (gate_.stale(s.now, s.latency)) return;
       gate_.decreased(s.now);
       limit_.set(next);
+      start_round(s.now);
     } else {
-      limit_.set(detail::guarded_growth(current, next, s.in_flight, options_.min_utilisation));
+      limit_.set(detail::guarded_growth(current, next, in_flight, options_.min_utilisation));
     }
   }
 
@@ -182,6 +285,7 @@ class basic_vegas {
       detail::invalid_option(type, "alpha_factor", ">= threshold_factor and finite", o.alpha_factor);
     if (!detail::finite(o.beta_factor) || o.beta_factor < o.alpha_factor)
       detail::invalid_option(type, "beta_factor", ">= alpha_factor and finite", o.beta_factor);
+    detail::check_open_unit(type, "queue_share", o.queue_share);
     detail::check_positive(type, "step_factor", o.step_factor);
     if (!detail::finite(o.smoothing) || o.smoothing <= 0.0 || o.smoothing > 1.0)
       detail::invalid_option(type, "smoothing", "in (0, 1]", o.smoothing);
@@ -199,6 +303,14 @@ class basic_vegas {
   std::uint64_t probe_count_ = 0;
   std::chrono::nanoseconds no_load_{0};
   detail::round_trip_gate<typename Clock::time_point> gate_{};
+  time_point round_start_ = time_point::min();
+  std::chrono::nanoseconds round_min_ = std::chrono::nanoseconds::max();
+  std::size_t round_in_flight_ = 0;
+  bool probe_pending_ = false;
+  bool probing_ = false;
+  bool tentative_ = false;
+  std::chrono::nanoseconds previous_no_load_{0};
+  std::size_t probe_in_flight_ = 0;
 };
 
 /// `basic_vegas` on `std::chrono::steady_clock`.

@@ -10,8 +10,9 @@
 
 namespace rein::algo {
 
-/// Options of `basic_windowed_aimd`. Defaults: batches of 20, step 3, threshold 15 %, halve, with rein's
-/// usual floor 1 and ceiling 64 and a starting point of 4 rather than the floor.
+/// Options of `basic_windowed_aimd`. Defaults: batches of 20, step 3, threshold 15 %, backoff 0.8, with rein's
+/// usual floor 1 and ceiling 64 and a starting point of 4 rather than the floor, and rein's rules: slow
+/// successes count as failures (`latency_tolerance`), the growth guard and one decrease per round trip.
 struct windowed_aimd_options {
   /// Starting limit, in calls; in [min_limit, max_limit].
   double initial_limit = 4.0;
@@ -26,19 +27,36 @@ struct windowed_aimd_options {
   /// Growth per healthy window, in calls; > 0.
   double step = 3.0;
   /// Factor applied per unhealthy window; in (0, 1). The limit keeps its fraction (no integer
-  /// division).
-  double backoff = 0.5;
+  /// division). 0.8 (as `aimd_options::backoff`), not the usual 0.5: now that slow calls count, a window
+  /// turns unhealthy as soon as the limit is a call or two over the capacity, and halving from there leaves
+  /// the limit near half the capacity; one cut of 0.8 leaves it above 0.8 x the capacity.
+  double backoff = 0.8;
   /// Optional: a success slower than this (strictly) counts as a failure; > 0 when set.
   std::optional<std::chrono::nanoseconds> latency_target{};
+  /// A success slower than `detail::allowed_latency(fastest, latency_tolerance, noise_floor)` (strictly),
+  /// `fastest` the fastest of the last 200 successes, counts as a failure: a target relative to what the
+  /// dependency has shown it can do, so it needs no guess. Without it only failed calls count, so the limit
+  /// learns nothing until it is past the dependency's hard limit, and a window with up to 15 % of its calls
+  /// failing still grows. 1.75 (as `aimd_options::latency_tolerance`): +-20 % jitter puts the slowest
+  /// unqueued call at 1.5 x the fastest, a call queued behind another takes twice as long. Finite and > 1
+  /// when set; unset: only `congestion` outcomes and `latency_target` count (the rule before rein 0.x).
+  std::optional<double> latency_tolerance = 1.75;
+  /// Jitter that is not proportional to the latency (scheduling delays on a fast path), in nanoseconds: a
+  /// success within `fastest + noise_floor` is never slow (`detail::allowed_latency`). >= 0; 0: the
+  /// tolerance alone.
+  std::chrono::nanoseconds noise_floor{0};
   /// The growth guard (`detail::tested_ceiling`): a window raises the limit to at most
   /// `max(n + 1, n / min_utilisation)`, n the most calls out at any grant of its samples. In [0, 1]; 0
   /// disables it.
   double min_utilisation = 0.85;
 };
 
-/// Windowed AIMD: count failures (congestion outcomes, and successes slower than `latency_target`) over
-/// `window` samples; at the end of each window add `step` if the failure rate is at or below
-/// `failure_threshold`, otherwise multiply by `backoff`. `ignored` samples are not counted at all.
+/// Windowed AIMD: count failures (congestion outcomes, and successes slower than `latency_target` or than
+/// `latency_tolerance` allows) over `window` samples; at the end of each window add `step` if the failure
+/// rate is at or below `failure_threshold` and no success in it was slow, hold if one was, and otherwise
+/// multiply by `backoff`. A window closes early, and shrinks, once its failures exceed
+/// `failure_threshold x window`. A call that started before the latest decrease is not counted (at most one
+/// decrease per round trip, RFC 5681); `ignored` samples are not counted at all.
 ///
 /// Coarser than `basic_aimd` (it reacts once per window, not per call), so it tolerates a background failure
 /// rate up to the threshold, which suits batch jobs against APIs that fail a little all the time.
@@ -75,7 +93,7 @@ class basic_windowed_aimd {
   const options& get_options() const noexcept { return options_; }
   /// Samples and failures counted so far in the current window.
   std::size_t window_samples() const noexcept { return samples_; }
-  /// Failures (congestion outcomes) among them.
+  /// Failures (congestion outcomes and slow successes) among them.
   std::size_t window_failures() const noexcept { return failures_; }
 
   /// Replaces the options at run time, validated as the constructor validates them (nothing changes on a
@@ -89,26 +107,51 @@ class basic_windowed_aimd {
   }
 
   /// Applies one completed call.
-  void on_sample(const sample_type& s) noexcept {
+  void on_sample(const sample_type& s) {
     if (s.result == outcome::ignored) return;
+    const judgement j = judge(s);
+    // A call that started before the latest decrease reports on the limit before it, which is already cut
+    // (RFC 5681's one reduction per window of data): it is not counted in the window that judges this one.
+    if (gate_.stale(s.now, s.latency)) return;
     ++samples_;
     if (s.in_flight > window_in_flight_) window_in_flight_ = s.in_flight;
-    if (s.result == outcome::congestion || (options_.latency_target && s.latency > *options_.latency_target))
-      ++failures_;
-    if (samples_ < options_.window) return;
+    if (j != judgement::fine) ++failures_;
+    if (j == judgement::slow) ++slow_;
+    // A window closes after `window` samples, or as soon as its failures exceed what a healthy one may hold:
+    // waiting for the rest would only let the limit that fails them run on.
+    const bool unhealthy = static_cast<double>(failures_) >
+                           options_.failure_threshold * static_cast<double>(options_.window);
+    if (samples_ < options_.window && !unhealthy) return;
     const double rate = static_cast<double>(failures_) / static_cast<double>(samples_);
     const std::size_t in_flight = window_in_flight_;
-    samples_ = failures_ = window_in_flight_ = 0;
+    const bool queued = slow_ > 0;
+    samples_ = failures_ = slow_ = window_in_flight_ = 0;
     const double current = limit_.value();
     if (rate <= options_.failure_threshold) {
-      limit_.set(detail::guarded_growth(current, current + options_.step, in_flight, options_.min_utilisation));
-    } else if (!gate_.stale(s.now, s.latency)) {  // at most one decrease per round trip
+      // A slow success is a call queued at the limit in force: a window with one holds (growing would only
+      // lengthen the queue), whereas failed calls within the threshold are the background the threshold is
+      // for, and say nothing about the limit.
+      if (!queued)
+        limit_.set(detail::guarded_growth(current, current + options_.step, in_flight, options_.min_utilisation));
+    } else {
       gate_.decreased(s.now);
       limit_.set(current * options_.backoff);
     }
   }
 
  private:
+  enum class judgement { fine, failed, slow };
+
+  /// A congestion outcome fails; a success slower than the target or than the tolerance allows is slow.
+  /// Every success is shown to the judge, so that its fastest call is the fastest seen.
+  judgement judge(const sample_type& s) {
+    if (s.result == outcome::congestion) return judgement::failed;
+    const bool slow =
+        options_.latency_tolerance && judge_.slow(s.latency, *options_.latency_tolerance, options_.noise_floor);
+    return slow || (options_.latency_target && s.latency > *options_.latency_target) ? judgement::slow
+                                                                                     : judgement::fine;
+  }
+
   static const options& validated(const options& o) {
     constexpr auto type = "windowed_aimd";
     detail::check_limits(type, o.min_limit, o.initial_limit, o.max_limit);
@@ -118,6 +161,10 @@ class basic_windowed_aimd {
     detail::check_positive(type, "step", o.step);
     detail::check_open_unit(type, "backoff", o.backoff);
     if (o.latency_target) detail::check_positive(type, "latency_target", *o.latency_target);
+    if (o.latency_tolerance && (!detail::finite(*o.latency_tolerance) || *o.latency_tolerance <= 1.0))
+      detail::invalid_option(type, "latency_tolerance", "> 1 and finite", *o.latency_tolerance);
+    if (o.noise_floor < std::chrono::nanoseconds::zero())
+      detail::invalid_option(type, "noise_floor", ">= 0", o.noise_floor);
     if (!detail::finite(o.min_utilisation) || o.min_utilisation < 0.0 || o.min_utilisation > 1.0)
       detail::invalid_option(type, "min_utilisation", "in [0, 1]", o.min_utilisation);
     return o;
@@ -127,8 +174,10 @@ class basic_windowed_aimd {
   detail::bounded_limit limit_;
   std::size_t samples_ = 0;
   std::size_t failures_ = 0;
+  std::size_t slow_ = 0;  // slow successes among the failures
   std::size_t window_in_flight_ = 0;  // the most calls out at any grant of the window's samples
   detail::round_trip_gate<typename Clock::time_point> gate_{};
+  detail::relative_latency judge_{200};
 };
 
 /// `basic_windowed_aimd` on `std::chrono::steady_clock`.
