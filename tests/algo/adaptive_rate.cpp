@@ -146,18 +146,46 @@ TEST_CASE("adaptive_rate: after a decrease the rate climbs back along the cubic 
   CHECK(r.increases() == 4);
 }
 
-TEST_CASE("adaptive_rate: before any congestion the rate doubles every second (slow start)") {
-  adaptive_rate r(curve_only(10), t0);
+TEST_CASE("adaptive_rate: congestion on the plateau of the previous decrease cuts half as much") {
+  auto o = curve_only(100);
+  o.beta = 0.5;  // half the cut: x 0.75
+  adaptive_rate r(o, t0);
+  const time_point cut = t0 + 1s;
+  REQUIRE(r.on_congestion(t0, cut));  // the first: W = 100 says nothing yet about the quota
+  CHECK(r.rate() == 50);
+  REQUIRE(r.on_success(cut + 6s));
+  CHECK(r.rate() == near(100.4));  // K = 5 s: just past W
+  // Above the rate the last cut set, and 0.75 x 100.4 is still under the last W: the quota is near 100.
+  REQUIRE(r.on_congestion(cut + 6s, cut + 6s));
+  CHECK(r.rate_at_decrease() == near(100.4));
+  CHECK(r.rate() == near(0.75 * 100.4));
+  CHECK(r.recovery_seconds() == near(std::cbrt(100.4 * 0.25 / 0.4)));
+  // Congestion at the rate that cut set: the quota has dropped; the full cut.
+  REQUIRE(r.on_congestion(cut + 6s, cut + 7s));
+  CHECK(r.rate() == near(0.5 * 0.75 * 100.4));
+  // Far above the last W (a quota that has grown): searching again, the full cut.
+  REQUIRE(r.on_success(cut + 37s));
+  const double far = r.rate();
+  REQUIRE(far * 0.75 > r.rate_at_decrease());
+  REQUIRE(r.on_congestion(cut + 37s, cut + 37s));
+  CHECK(r.rate() == near(0.5 * far));
+  CHECK(r.decreases() == 4);
+}
+
+TEST_CASE("adaptive_rate: before any congestion the rate doubles every measuring window (slow start)") {
+  // No takes: windows close without a sample, so the sending rate stays unknown and caps nothing.
+  adaptive_rate r(with_rate(10), t0);
   CHECK(r.recovery_seconds() == 0);
-  CHECK(r.on_success(t0 + 1s));
+  CHECK(r.on_success(t0 + 500ms));  // one window of the default 500 ms
   CHECK(r.rate() == near(20));
-  CHECK(r.on_success(t0 + 2500ms));
+  CHECK(r.on_success(t0 + 1250ms));
   CHECK(r.rate() == near(10 * std::exp2(2.5)));
+  CHECK_FALSE(r.measured_rate());
 }
 
 TEST_CASE("adaptive_rate: without slow start the rate grows as initial_rate + scale t^3 (the SDKs')") {
   auto o = curve_only(10);  // the SDKs' scale 0.4
-  o.slow_start_period = std::chrono::nanoseconds{0};
+  o.slow_start = false;
   adaptive_rate r(o, t0);
   CHECK(r.on_success(t0 + 1s));
   CHECK(r.rate() == near(10.4));
@@ -261,7 +289,7 @@ TEST_CASE("adaptive_rate: successes do not raise the rate beyond max_growth time
   auto low = with_rate(10, 100);
   low.measure_interval = 500ms;
   low.scale = 1000;
-  low.slow_start_period = std::chrono::nanoseconds{0};
+  low.slow_start = false;
   adaptive_rate s(low, t0);
   take_every(s, t0, 5, 100ms);     // 10 per second, as allowed
   CHECK(s.on_success(t0 + 500ms));  // the curve says 10 + 1000 x 0.5^3 = 135; capped at 2 x 10
@@ -408,13 +436,22 @@ int sum(const std::vector<int>& v, std::size_t from) {
 
 TEST_CASE("adaptive_rate: starting at 5x a limit_req of 200/s, it converges and stops paying 429s") {
   const int seconds = 10;
-  for (const std::chrono::microseconds latency : {200us, 1000us, 5000us}) {
-    INFO("latency " << latency.count() << " us");
+  struct expected {
+    std::chrono::microseconds latency;
+    int accepted;        // of the 2,020 the quota allows in 10 s (its burst of 20 included)
+    int rejected_later;  // after the first 2 s
+  };
+  // The full cuts bring it down from 1,000 per second within the first second; then the cuts on the plateau
+  // (x 0.85) keep it within a few percent of 200: 1.003 to 1.008 of the quota.
+  for (const expected e : {expected{200us, 2006, 2}, expected{1000us, 2006, 2}, expected{5000us, 2015, 1}}) {
+    INFO("latency " << e.latency.count() << " us");
     adaptive_rate limiter(with_rate(1000, 10), t0);
-    const run_totals run = run_against_limit_req(limiter, 16, latency, seconds);
+    const run_totals run = run_against_limit_req(limiter, 16, e.latency, seconds);
     const int sent_later = sum(run.sent, 2);
     const int rejected_later = sum(run.rejected, 2);
     INFO("after 2 s: " << rejected_later << " of " << sent_later << " rejected; rate now " << limiter.rate());
+    CHECK(sum(run.accepted, 0) == e.accepted);
+    CHECK(rejected_later == e.rejected_later);
     CHECK(rejected_later * 100 < sent_later);                // under 1% after the first two seconds
     CHECK(sum(run.accepted, 0) >= 0.9 * 200 * seconds);      // and the quota is used, not given away
     CHECK(sum(run.sent, 2) <= 1.1 * 200 * (seconds - 2));    // no longer sending far above it
@@ -431,21 +468,26 @@ TEST_CASE("adaptive_rate: the contrast: a fixed rate of 5x the limit pays 429s f
   CHECK(sum(run.rejected, 2) * 10 > sum(run.sent, 2) * 7);  // over 70% rejected
 }
 
-TEST_CASE("adaptive_rate: starting at a fifth of a limit_req of 200/s, slow start finds it in under 3 s") {
+TEST_CASE("adaptive_rate: starting at a fifth of a limit_req of 200/s, slow start finds it in under 2 s") {
   const int seconds = 10;
   adaptive_rate limiter(with_rate(40, 10), t0);
   const run_totals run = run_against_limit_req(limiter, 16, 1ms, seconds);
   auto o = with_rate(40, 10);
-  o.slow_start_period = std::chrono::nanoseconds{0};  // the SDKs' curve: initial + 0.4 t^3
+  o.slow_start = false;  // the SDKs' curve: initial + 0.4 t^3
   adaptive_rate cubic(o, t0);
   const run_totals sdk = run_against_limit_req(cubic, 16, 1ms, seconds);
-  // Doubling every second: 67, 115, then at the quota in the third second (210 accepted). The SDKs' curve
-  // needs cbrt(160 / 0.4) = 7.4 s: 209 accepted in the eighth second, 1,132 in all.
-  CHECK(run.accepted[2] >= 180);
+  // Doubling every 500 ms window: 95 accepted in the first second, then at the quota in the second (215
+  // accepted, the first 429s in it). The SDKs' curve needs cbrt(160 / 0.4) = 7.4 s: at the quota only in the
+  // eighth second, 1,141 accepted in all.
+  CHECK(run.accepted[0] == 95);
+  CHECK(run.accepted[1] == 215);
   CHECK(sdk.accepted[6] < 180);
+  CHECK(sum(run.rejected, 2) == 2);  // of 1,586 sent after the first two seconds
   CHECK(sum(run.rejected, 2) * 100 < sum(run.sent, 2));  // under 1 % rejected after the first two seconds
-  // 1,732 of the 2,000 the quota allows (0.87): after the first 429 at 2.3 s, CUBIC spends its K = 5.3 s
-  // climbing back to 200 from 0.7 x 200, so 0.9 of the quota is not reached from below in 10 s.
-  CHECK(sum(run.accepted, 0) >= 0.85 * 200 * seconds);
+  // 1,894 of the 2,000 the quota allows (0.947): after the first cut (x 0.7, in the second second) the later
+  // ones come near its W, on the plateau, and cut x 0.85, so the concave climbs back to W lose half as much.
+  CHECK(sum(run.accepted, 0) == 1894);
+  CHECK(sum(run.accepted, 0) >= 0.9 * 200 * seconds);
+  CHECK(sum(sdk.accepted, 0) == 1141);
   CHECK(sum(sdk.accepted, 0) < 0.6 * 200 * seconds);
 }
