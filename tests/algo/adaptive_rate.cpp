@@ -384,11 +384,16 @@ struct limit_req_model {
 
 struct run_totals {
   std::vector<int> sent, rejected, accepted;  // per second
+  int pauses = 0;                             // 429s that moved the gate's end later
+  std::chrono::nanoseconds paused{};          // within the run
 };
 
 // `workers` callers take one token each (FIFO), send, and see the answer `latency` later, then queue again.
-// Event by event, on explicit times only.
-run_totals run_against_limit_req(adaptive_rate& limiter, int workers, std::chrono::nanoseconds latency, int seconds) {
+// Event by event, on explicit times only. With a `pause`, a quota gate: every 429 closes it for `pause` from
+// its answer (pauses only extend), nobody takes a token while it is closed, and the limiter is told the
+// pause (as rein::throttle's guard.reject() does) unless `tell` is false.
+run_totals run_against_limit_req(adaptive_rate& limiter, int workers, std::chrono::nanoseconds latency, int seconds,
+                                 std::chrono::nanoseconds pause = {}, bool tell = true) {
   struct answer {
     time_point at;
     time_point sent;
@@ -402,14 +407,24 @@ run_totals run_against_limit_req(adaptive_rate& limiter, int workers, std::chron
                     std::vector<int>(static_cast<std::size_t>(seconds))};
   const time_point end = t0 + std::chrono::seconds(seconds);
   time_point now = t0;
+  time_point paused_until = t0;
   while (now < end) {
     const time_point next_answer = in_flight.empty() ? time_point::max() : in_flight.top().at;
-    const time_point next_grant = idle > 0 ? limiter.ready_at(1, now).value() : time_point::max();
+    const time_point next_grant = idle > 0 ? limiter.ready_at(1, std::max(now, paused_until)).value() : time_point::max();
     if (next_answer <= next_grant) {
       now = next_answer;
       const answer a = in_flight.top();
       in_flight.pop();
-      limiter.record(a.accepted ? outcome::success : outcome::congestion, a.sent, now);
+      std::chrono::nanoseconds told{};
+      if (!a.accepted && pause > 0ns) {
+        if (now + pause > paused_until) {
+          ++totals.pauses;
+          totals.paused += std::min(now + pause, end) - std::min(std::max(now, paused_until), end);
+          paused_until = now + pause;
+        }
+        if (tell) told = pause;
+      }
+      limiter.record(a.accepted ? outcome::success : outcome::congestion, a.sent, now, told);
       ++idle;
       continue;
     }
@@ -490,4 +505,34 @@ TEST_CASE("adaptive_rate: starting at a fifth of a limit_req of 200/s, slow star
   CHECK(sum(run.accepted, 0) >= 0.9 * 200 * seconds);
   CHECK(sum(sdk.accepted, 0) == 1141);
   CHECK(sum(sdk.accepted, 0) < 0.6 * 200 * seconds);
+}
+
+// Issue 14 with the quota gate on: each 429's "Retry-After: 1" stops every caller for a second, a tenth of
+// the run, so 0.9 of the quota over 10 s is out of reach (the first 429 is unavoidable from either side).
+// What is asked instead: >= 0.9 of the quota over the time not paused, and few pauses. Told the pause, the
+// curve restarts when sending resumes and the cuts are the RTO's (see on_congestion); not told, the curve
+// climbs through each pause and the next 429 comes soon after it (828 and 269 accepted).
+TEST_CASE("adaptive_rate: with a 1 s pause after each 429, the rate learns across the pauses") {
+  const int seconds = 10;
+  struct expected {
+    double initial;
+    int accepted, accepted_untold;
+    int pauses;  // including 429s of requests in flight that moved the gate's end a little later
+    int decreases;
+  };
+  for (const expected e : {expected{40, 1275, 828, 3, 3}, expected{1000, 1192, 269, 6, 5}}) {
+    INFO("from " << e.initial << " per second");
+    adaptive_rate limiter(with_rate(e.initial, 10), t0);
+    const run_totals run = run_against_limit_req(limiter, 16, 1ms, seconds, 1s);
+    adaptive_rate untold(with_rate(e.initial, 10), t0);
+    const run_totals old = run_against_limit_req(untold, 16, 1ms, seconds, 1s, false);
+    const double unpaused = std::chrono::duration<double>(std::chrono::seconds(seconds) - run.paused).count();
+    INFO("paused " << std::chrono::duration<double>(run.paused).count() << " s");
+    CHECK(sum(run.accepted, 0) == e.accepted);
+    CHECK(sum(old.accepted, 0) == e.accepted_untold);
+    CHECK(run.pauses == e.pauses);
+    CHECK(limiter.decreases() == static_cast<std::uint64_t>(e.decreases));
+    CHECK(sum(run.accepted, 0) >= 0.9 * 200 * unpaused);
+    CHECK(sum(run.rejected, 2) * 100 < sum(run.sent, 2));
+  }
 }

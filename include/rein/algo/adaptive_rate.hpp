@@ -64,7 +64,9 @@ struct adaptive_rate_options {
 /// The control law is CUBIC (RFC 8312, section 4.1) applied to a sending rate, as the AWS SDKs' "adaptive"
 /// retry mode does (botocore `ClientRateLimiter` with `CubicCalculator`, `RateClocker` and `TokenBucket`):
 /// - congestion at time t: `W = min(rate, sending rate)`, `rate = b * W`, `K = cbrt(W * (1 - b) / scale)`,
-///   and the curve restarts at t; b is `beta`, or `(1 + beta) / 2` on the plateau (below);
+///   and the curve restarts at t; b is `beta`, or `(1 + beta) / 2` on the plateau (below); congestion that
+///   comes with a pause the upstream ordered (a Retry-After) restarts the curve when the pause ends, with
+///   other cuts (see on_congestion);
 /// - success at time t: `rate = scale * (t - t_decrease - K)^3 + W`, concave up to W (reached K seconds after
 ///   the decrease), then convex beyond it, probing for more;
 /// - before any congestion, slow start: `initial_rate * 2^((t - t_start) / measure_interval)`; without it,
@@ -198,10 +200,12 @@ class basic_adaptive_rate {
 
   /// Reports how a request sent at `sent` ended, at time `now`: `success` may raise the rate, `congestion`
   /// (429, 503, a timeout: see rein::classify_http_status) lowers it unless the request was sent before the
-  /// latest decrease, `ignored` changes nothing.
-  void record(outcome result, time_point sent, time_point now) {
+  /// latest decrease, `ignored` changes nothing. `pause`: how long, from `now`, nothing will be sent because
+  /// the upstream said so (a 429's Retry-After applied by a quota gate); see on_congestion. Ignored unless
+  /// congestion.
+  void record(outcome result, time_point sent, time_point now, std::chrono::nanoseconds pause = {}) {
     if (result == outcome::success) on_success(now);
-    if (result == outcome::congestion) on_congestion(sent, now);
+    if (result == outcome::congestion) on_congestion(sent, now, pause);
   }
 
   /// A request succeeded at `now`: the rate moves to the cubic curve's value at `now`, within the bounds and
@@ -219,24 +223,44 @@ class basic_adaptive_rate {
 
   /// A request sent at `sent` was throttled, seen at `now`. Unless it was sent before the latest decrease,
   /// the rate drops to `beta` times the lower of the rate and the sending rate (on the plateau of the
-  /// previous decrease, `(1 + beta) / 2` times), and the cubic curve restarts from there. Returns true if this was such a decrease, false if the signal was stale.
-  bool on_congestion(time_point sent, time_point now) {
+  /// previous decrease, `(1 + beta) / 2` times), and the cubic curve restarts from there. Returns true if
+  /// this was such a decrease, false if the signal was stale.
+  ///
+  /// `pause` (>= 0; a negative one counts as 0) is how long from `now` nothing will be sent because the
+  /// upstream said so: the Retry-After that a quota gate applies to every caller (rein::throttle's
+  /// guard.reject() passes the pause its gates applied). A decrease with a pause is the rate's version of
+  /// TCP's retransmission timeout (RFC 6298 section 5, RFC 5681 section 3.1), and differs in three ways:
+  /// - the curve restarts when sending resumes, at `now + pause` (RFC 8312's t counts time spent sending; a
+  ///   curve that climbed during the pause would resume above the cut, as if the pause had been a success);
+  ///   congestion from a request sent before then is stale;
+  /// - never half the cut: each pause costs a pause's worth of the quota (a second per "Retry-After: 1"),
+  ///   more than the full cut's slower climb back, so the cut is the one most likely to land below it;
+  /// - a deeper cut where the last one fell short: out of slow start, `min(beta, 1/2)` (RFC 5681's ssthresh
+  ///   of half the flight: doubling once per window overshoots the quota by up to 2x, and 0.7 of 2x is still
+  ///   above it); below the previous plateau (under `(1 + beta) / 2` times the previous W: the previous cut
+  ///   did not get under the quota), `beta^2`, as RFC 6298 backs off again after a second timeout.
+  bool on_congestion(time_point sent, time_point now, std::chrono::nanoseconds pause = {}) {
     const std::int64_t t = observe(now);
     if (detail::to_ns(sent) < epoch_ns_ && decreases_ > 0) {
       ++stale_;
       return false;
     }
+    const bool paused = pause.count() > 0;
     const auto sending = sending_rate(t);
     const double w = sending ? std::min(rate_, *sending) : rate_;
     // Near the previous decrease's W the quota is known, and the cut only has to take back the overshoot:
     // half the cut, when that still lands at or below the previous W.
     const double half_cut = (1.0 + options_.beta) / 2.0;
-    const bool plateau = decreases_ > 0 && w > cut_to_ && half_cut * w <= w_max_;
-    const double beta = plateau ? half_cut : options_.beta;
+    const bool plateau = !paused && decreases_ > 0 && w > cut_to_ && half_cut * w <= w_max_;
+    double beta = plateau ? half_cut : options_.beta;
+    if (paused && decreases_ == 0 && options_.slow_start) beta = std::min(beta, 0.5);
+    if (paused && decreases_ > 0 && w < half_cut * w_max_) beta = options_.beta * options_.beta;
     cut_to_ = beta * w;
     w_max_ = w;
     k_ = std::cbrt(w_max_ * (1.0 - beta) / options_.scale);
-    epoch_ns_ = t;
+    epoch_ns_ = paused && pause.count() < std::numeric_limits<std::int64_t>::max() - t ? t + pause.count()
+                : paused                                                                 ? std::numeric_limits<std::int64_t>::max()
+                                                                                         : t;
     ++decreases_;
     apply(std::clamp(beta * w_max_, options_.min_rate, options_.max_rate), t);
     return true;
@@ -256,7 +280,8 @@ class basic_adaptive_rate {
   double rate_at_decrease() const noexcept { return w_max_; }
   /// CUBIC's K: seconds from the latest decrease until the curve is back at rate_at_decrease().
   double recovery_seconds() const noexcept { return k_; }
-  /// When the current curve started: the latest decrease, or construction.
+  /// When the current curve started: the latest decrease (plus its pause, so possibly in the future), or
+  /// construction.
   time_point curve_start() const noexcept { return at(epoch_ns_); }
   /// Congestion signals that lowered the rate.
   std::uint64_t decreases() const noexcept { return decreases_; }
