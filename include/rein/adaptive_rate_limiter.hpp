@@ -17,6 +17,7 @@
 #include <boost/asio/execution_context.hpp>
 #endif
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <mutex>
@@ -154,11 +155,18 @@ class basic_adaptive_rate_limiter : public basic_rate_limiter<algo::basic_adapti
   ///
   /// @param result what the answer said about capacity.
   /// @param sent   when the request was sent: read `Clock::now()` right after `acquire` returns.
-  void record(outcome result, time_point sent) {
+  void record(outcome result, time_point sent) { record(result, sent, duration::zero()); }
+
+  /// As record(result, sent), for congestion that came with a pause the upstream ordered: nothing will be
+  /// sent for `pause` from now (a 429's Retry-After applied by a quota gate; rein::throttle's guard.reject()
+  /// passes the pause its gates applied). The curve then restarts when the pause ends, with the cuts of
+  /// algo::basic_adaptive_rate::on_congestion for a pause (TCP's retransmission timeout, RFC 6298).
+  void record(outcome result, time_point sent, duration pause) {
     if (result == outcome::ignored) return;
-    this->update([this, result, sent](limit_type& limit, time_point now) {
+    this->update([this, result, sent, pause](limit_type& limit, time_point now) {
       service_.record(std::chrono::duration_cast<std::chrono::nanoseconds>(now - sent));
-      limit.record(result, sent, now);
+      limit.record(result, sent, now, std::max(std::chrono::duration_cast<std::chrono::nanoseconds>(pause),
+                                               std::chrono::nanoseconds::zero()));
     });
   }
 

@@ -624,16 +624,14 @@ class throttle_guard {
   void reject(std::optional<duration> retry_after = std::nullopt) {
     if (!admitted_) return;
     if (retry_after && *retry_after < duration::zero()) retry_after.reset();
-    owner_->pause(held_, retry_after.value_or(owner_->default_pause()));
-    complete_rejected();
+    complete_rejected(owner_->pause(held_, retry_after.value_or(owner_->default_pause())));
   }
 
   /// As reject(), from the raw Retry-After field value (delta-seconds or an HTTP-date, RFC 9110 section
   /// 10.2.3; parsed by rein::parse_retry_after; absent or garbage means the default pause).
   void reject(std::string_view retry_after_value) {
     if (!admitted_) return;
-    owner_->pause(held_, retry_after_value);
-    complete_rejected();
+    complete_rejected(owner_->pause(held_, retry_after_value));
   }
 
   /// Reports the upstream's answer as rein::read_response reads it (rein/rate_limit_headers.hpp from a status
@@ -674,17 +672,18 @@ class throttle_guard {
 
   throttle_guard(Throttle* owner, const rein::charge& c) noexcept : owner_(owner), charge_(c) {}
 
-  void complete_as(outcome result, bool rejection) noexcept {
+  void complete_as(outcome result, bool rejection, duration pause = duration::zero()) noexcept {
     if (!admitted_) return;
-    owner_->finish(*this, result, rejection);
+    owner_->finish(*this, result, rejection, pause);
     admitted_ = false;
     owner_->unpin(held_);
   }
 
-  // Counted as a rejection; congestion to the stages that throttle_options::rejections names.
-  void complete_rejected() noexcept {
+  // Counted as a rejection; congestion to the stages that throttle_options::rejections names, with the pause
+  // the gates applied (an adaptive rate restarts its curve when it ends).
+  void complete_rejected(duration pause) noexcept {
     owner_->count_rejection();
-    complete_as(outcome::congestion, true);
+    complete_as(outcome::congestion, true, pause);
   }
 
   void take(throttle_guard& other) noexcept {
@@ -1304,10 +1303,10 @@ class throttle {
 
   // An admitted guard's outcome, to every stage that learns from it; rate units stay spent. A rejection's
   // congestion reaches the global stages as throttle_options::rejections says.
-  void finish(guard& g, outcome result, bool rejection = false) noexcept {
+  void finish(guard& g, outcome result, bool rejection = false, duration pause = duration::zero()) noexcept {
     holdings& h = g.held_;
     [&]<std::size_t... I>(std::index_sequence<I...>) {
-      (finish_one<I>(g, h, rejection && !learns_rejections<I>() ? outcome::ignored : result), ...);
+      (finish_one<I>(g, h, rejection && !learns_rejections<I>() ? outcome::ignored : result, pause), ...);
     }(std::make_index_sequence<stage_count>{});
     finished_.fetch_add(1, std::memory_order_relaxed);
   }
@@ -1334,13 +1333,18 @@ class throttle {
   }
 
   template <std::size_t I>
-  void finish_one(guard& g, holdings& h, outcome result) noexcept {
+  void finish_one(guard& g, holdings& h, outcome result, duration pause) noexcept {
     if constexpr (ranks_[I] == rank::per_key_concurrency || ranks_[I] == rank::global_concurrency) {
       h.permits[I].complete(result);
     } else if constexpr (ranks_[I] == rank::rate) {
       h.units[I] = 0;
       auto& l = limiter<I>(h);
-      if constexpr (requires { l.record(result, g.admitted_at_); }) {
+      if constexpr (requires { l.record(result, g.admitted_at_, pause); }) {
+        try {
+          l.record(result, g.admitted_at_, pause);
+        } catch (...) {  // feedback is advice: a limit that cannot take it keeps its rate
+        }
+      } else if constexpr (requires { l.record(result, g.admitted_at_); }) {
         try {
           l.record(result, g.admitted_at_);
         } catch (...) {  // feedback is advice: a limit that cannot take it keeps its rate
@@ -1349,18 +1353,23 @@ class throttle {
     }
   }
 
+  // Pauses every gate of the call; returns how long from now the longest of them stays closed (zero without
+  // gates: nothing then stops the sending, so the adaptive rates are told no pause).
   template <class Pause>
-  void pause(holdings& h, const Pause& how) {
-    [&]<std::size_t... I>(std::index_sequence<I...>) { (pause_one<I>(h, how), ...); }(
+  duration pause(holdings& h, const Pause& how) {
+    const time_point now = clock_type::now();
+    time_point until = now;
+    [&]<std::size_t... I>(std::index_sequence<I...>) { (pause_one<I>(h, how, until), ...); }(
         std::make_index_sequence<stage_count>{});
+    return until - now;
   }
 
   template <std::size_t I, class Pause>
-  void pause_one(holdings& h, const Pause& how) {
+  void pause_one(holdings& h, const Pause& how, time_point& until) {
     if constexpr (ranks_[I] == rank::gate) {
       auto& gate = limiter<I>(h);
-      if constexpr (std::is_convertible_v<Pause, std::string_view>) gate.on_retry_after(how, default_pause());
-      else gate.pause_for(how);
+      if constexpr (std::is_convertible_v<Pause, std::string_view>) until = std::max(until, gate.on_retry_after(how, default_pause()));
+      else until = std::max(until, gate.pause_for(how));
     }
   }
 

@@ -146,18 +146,46 @@ TEST_CASE("adaptive_rate: after a decrease the rate climbs back along the cubic 
   CHECK(r.increases() == 4);
 }
 
-TEST_CASE("adaptive_rate: before any congestion the rate doubles every second (slow start)") {
-  adaptive_rate r(curve_only(10), t0);
+TEST_CASE("adaptive_rate: congestion on the plateau of the previous decrease cuts half as much") {
+  auto o = curve_only(100);
+  o.beta = 0.5;  // half the cut: x 0.75
+  adaptive_rate r(o, t0);
+  const time_point cut = t0 + 1s;
+  REQUIRE(r.on_congestion(t0, cut));  // the first: W = 100 says nothing yet about the quota
+  CHECK(r.rate() == 50);
+  REQUIRE(r.on_success(cut + 6s));
+  CHECK(r.rate() == near(100.4));  // K = 5 s: just past W
+  // Above the rate the last cut set, and 0.75 x 100.4 is still under the last W: the quota is near 100.
+  REQUIRE(r.on_congestion(cut + 6s, cut + 6s));
+  CHECK(r.rate_at_decrease() == near(100.4));
+  CHECK(r.rate() == near(0.75 * 100.4));
+  CHECK(r.recovery_seconds() == near(std::cbrt(100.4 * 0.25 / 0.4)));
+  // Congestion at the rate that cut set: the quota has dropped; the full cut.
+  REQUIRE(r.on_congestion(cut + 6s, cut + 7s));
+  CHECK(r.rate() == near(0.5 * 0.75 * 100.4));
+  // Far above the last W (a quota that has grown): searching again, the full cut.
+  REQUIRE(r.on_success(cut + 37s));
+  const double far = r.rate();
+  REQUIRE(far * 0.75 > r.rate_at_decrease());
+  REQUIRE(r.on_congestion(cut + 37s, cut + 37s));
+  CHECK(r.rate() == near(0.5 * far));
+  CHECK(r.decreases() == 4);
+}
+
+TEST_CASE("adaptive_rate: before any congestion the rate doubles every measuring window (slow start)") {
+  // No takes: windows close without a sample, so the sending rate stays unknown and caps nothing.
+  adaptive_rate r(with_rate(10), t0);
   CHECK(r.recovery_seconds() == 0);
-  CHECK(r.on_success(t0 + 1s));
+  CHECK(r.on_success(t0 + 500ms));  // one window of the default 500 ms
   CHECK(r.rate() == near(20));
-  CHECK(r.on_success(t0 + 2500ms));
+  CHECK(r.on_success(t0 + 1250ms));
   CHECK(r.rate() == near(10 * std::exp2(2.5)));
+  CHECK_FALSE(r.measured_rate());
 }
 
 TEST_CASE("adaptive_rate: without slow start the rate grows as initial_rate + scale t^3 (the SDKs')") {
   auto o = curve_only(10);  // the SDKs' scale 0.4
-  o.slow_start_period = std::chrono::nanoseconds{0};
+  o.slow_start = false;
   adaptive_rate r(o, t0);
   CHECK(r.on_success(t0 + 1s));
   CHECK(r.rate() == near(10.4));
@@ -261,7 +289,7 @@ TEST_CASE("adaptive_rate: successes do not raise the rate beyond max_growth time
   auto low = with_rate(10, 100);
   low.measure_interval = 500ms;
   low.scale = 1000;
-  low.slow_start_period = std::chrono::nanoseconds{0};
+  low.slow_start = false;
   adaptive_rate s(low, t0);
   take_every(s, t0, 5, 100ms);     // 10 per second, as allowed
   CHECK(s.on_success(t0 + 500ms));  // the curve says 10 + 1000 x 0.5^3 = 135; capped at 2 x 10
@@ -356,11 +384,16 @@ struct limit_req_model {
 
 struct run_totals {
   std::vector<int> sent, rejected, accepted;  // per second
+  int pauses = 0;                             // 429s that moved the gate's end later
+  std::chrono::nanoseconds paused{};          // within the run
 };
 
 // `workers` callers take one token each (FIFO), send, and see the answer `latency` later, then queue again.
-// Event by event, on explicit times only.
-run_totals run_against_limit_req(adaptive_rate& limiter, int workers, std::chrono::nanoseconds latency, int seconds) {
+// Event by event, on explicit times only. With a `pause`, a quota gate: every 429 closes it for `pause` from
+// its answer (pauses only extend), nobody takes a token while it is closed, and the limiter is told the
+// pause (as rein::throttle's guard.reject() does) unless `tell` is false.
+run_totals run_against_limit_req(adaptive_rate& limiter, int workers, std::chrono::nanoseconds latency, int seconds,
+                                 std::chrono::nanoseconds pause = {}, bool tell = true) {
   struct answer {
     time_point at;
     time_point sent;
@@ -374,14 +407,24 @@ run_totals run_against_limit_req(adaptive_rate& limiter, int workers, std::chron
                     std::vector<int>(static_cast<std::size_t>(seconds))};
   const time_point end = t0 + std::chrono::seconds(seconds);
   time_point now = t0;
+  time_point paused_until = t0;
   while (now < end) {
     const time_point next_answer = in_flight.empty() ? time_point::max() : in_flight.top().at;
-    const time_point next_grant = idle > 0 ? limiter.ready_at(1, now).value() : time_point::max();
+    const time_point next_grant = idle > 0 ? limiter.ready_at(1, std::max(now, paused_until)).value() : time_point::max();
     if (next_answer <= next_grant) {
       now = next_answer;
       const answer a = in_flight.top();
       in_flight.pop();
-      limiter.record(a.accepted ? outcome::success : outcome::congestion, a.sent, now);
+      std::chrono::nanoseconds told{};
+      if (!a.accepted && pause > 0ns) {
+        if (now + pause > paused_until) {
+          ++totals.pauses;
+          totals.paused += std::min(now + pause, end) - std::min(std::max(now, paused_until), end);
+          paused_until = now + pause;
+        }
+        if (tell) told = pause;
+      }
+      limiter.record(a.accepted ? outcome::success : outcome::congestion, a.sent, now, told);
       ++idle;
       continue;
     }
@@ -408,13 +451,22 @@ int sum(const std::vector<int>& v, std::size_t from) {
 
 TEST_CASE("adaptive_rate: starting at 5x a limit_req of 200/s, it converges and stops paying 429s") {
   const int seconds = 10;
-  for (const std::chrono::microseconds latency : {200us, 1000us, 5000us}) {
-    INFO("latency " << latency.count() << " us");
+  struct expected {
+    std::chrono::microseconds latency;
+    int accepted;        // of the 2,020 the quota allows in 10 s (its burst of 20 included)
+    int rejected_later;  // after the first 2 s
+  };
+  // The full cuts bring it down from 1,000 per second within the first second; then the cuts on the plateau
+  // (x 0.85) keep it within a few percent of 200: 1.003 to 1.008 of the quota.
+  for (const expected e : {expected{200us, 2006, 2}, expected{1000us, 2006, 2}, expected{5000us, 2015, 1}}) {
+    INFO("latency " << e.latency.count() << " us");
     adaptive_rate limiter(with_rate(1000, 10), t0);
-    const run_totals run = run_against_limit_req(limiter, 16, latency, seconds);
+    const run_totals run = run_against_limit_req(limiter, 16, e.latency, seconds);
     const int sent_later = sum(run.sent, 2);
     const int rejected_later = sum(run.rejected, 2);
     INFO("after 2 s: " << rejected_later << " of " << sent_later << " rejected; rate now " << limiter.rate());
+    CHECK(sum(run.accepted, 0) == e.accepted);
+    CHECK(rejected_later == e.rejected_later);
     CHECK(rejected_later * 100 < sent_later);                // under 1% after the first two seconds
     CHECK(sum(run.accepted, 0) >= 0.9 * 200 * seconds);      // and the quota is used, not given away
     CHECK(sum(run.sent, 2) <= 1.1 * 200 * (seconds - 2));    // no longer sending far above it
@@ -431,21 +483,56 @@ TEST_CASE("adaptive_rate: the contrast: a fixed rate of 5x the limit pays 429s f
   CHECK(sum(run.rejected, 2) * 10 > sum(run.sent, 2) * 7);  // over 70% rejected
 }
 
-TEST_CASE("adaptive_rate: starting at a fifth of a limit_req of 200/s, slow start finds it in under 3 s") {
+TEST_CASE("adaptive_rate: starting at a fifth of a limit_req of 200/s, slow start finds it in under 2 s") {
   const int seconds = 10;
   adaptive_rate limiter(with_rate(40, 10), t0);
   const run_totals run = run_against_limit_req(limiter, 16, 1ms, seconds);
   auto o = with_rate(40, 10);
-  o.slow_start_period = std::chrono::nanoseconds{0};  // the SDKs' curve: initial + 0.4 t^3
+  o.slow_start = false;  // the SDKs' curve: initial + 0.4 t^3
   adaptive_rate cubic(o, t0);
   const run_totals sdk = run_against_limit_req(cubic, 16, 1ms, seconds);
-  // Doubling every second: 67, 115, then at the quota in the third second (210 accepted). The SDKs' curve
-  // needs cbrt(160 / 0.4) = 7.4 s: 209 accepted in the eighth second, 1,132 in all.
-  CHECK(run.accepted[2] >= 180);
+  // Doubling every 500 ms window: 95 accepted in the first second, then at the quota in the second (215
+  // accepted, the first 429s in it). The SDKs' curve needs cbrt(160 / 0.4) = 7.4 s: at the quota only in the
+  // eighth second, 1,141 accepted in all.
+  CHECK(run.accepted[0] == 95);
+  CHECK(run.accepted[1] == 215);
   CHECK(sdk.accepted[6] < 180);
+  CHECK(sum(run.rejected, 2) == 2);  // of 1,586 sent after the first two seconds
   CHECK(sum(run.rejected, 2) * 100 < sum(run.sent, 2));  // under 1 % rejected after the first two seconds
-  // 1,732 of the 2,000 the quota allows (0.87): after the first 429 at 2.3 s, CUBIC spends its K = 5.3 s
-  // climbing back to 200 from 0.7 x 200, so 0.9 of the quota is not reached from below in 10 s.
-  CHECK(sum(run.accepted, 0) >= 0.85 * 200 * seconds);
+  // 1,894 of the 2,000 the quota allows (0.947): after the first cut (x 0.7, in the second second) the later
+  // ones come near its W, on the plateau, and cut x 0.85, so the concave climbs back to W lose half as much.
+  CHECK(sum(run.accepted, 0) == 1894);
+  CHECK(sum(run.accepted, 0) >= 0.9 * 200 * seconds);
+  CHECK(sum(sdk.accepted, 0) == 1141);
   CHECK(sum(sdk.accepted, 0) < 0.6 * 200 * seconds);
+}
+
+// Issue 14 with the quota gate on: each 429's "Retry-After: 1" stops every caller for a second, a tenth of
+// the run, so 0.9 of the quota over 10 s is out of reach (the first 429 is unavoidable from either side).
+// What is asked instead: >= 0.9 of the quota over the time not paused, and few pauses. Told the pause, the
+// curve restarts when sending resumes and the cuts are the RTO's (see on_congestion); not told, the curve
+// climbs through each pause and the next 429 comes soon after it (828 and 269 accepted).
+TEST_CASE("adaptive_rate: with a 1 s pause after each 429, the rate learns across the pauses") {
+  const int seconds = 10;
+  struct expected {
+    double initial;
+    int accepted, accepted_untold;
+    int pauses;  // including 429s of requests in flight that moved the gate's end a little later
+    int decreases;
+  };
+  for (const expected e : {expected{40, 1275, 828, 3, 3}, expected{1000, 1192, 269, 6, 5}}) {
+    INFO("from " << e.initial << " per second");
+    adaptive_rate limiter(with_rate(e.initial, 10), t0);
+    const run_totals run = run_against_limit_req(limiter, 16, 1ms, seconds, 1s);
+    adaptive_rate untold(with_rate(e.initial, 10), t0);
+    const run_totals old = run_against_limit_req(untold, 16, 1ms, seconds, 1s, false);
+    const double unpaused = std::chrono::duration<double>(std::chrono::seconds(seconds) - run.paused).count();
+    INFO("paused " << std::chrono::duration<double>(run.paused).count() << " s");
+    CHECK(sum(run.accepted, 0) == e.accepted);
+    CHECK(sum(old.accepted, 0) == e.accepted_untold);
+    CHECK(run.pauses == e.pauses);
+    CHECK(limiter.decreases() == static_cast<std::uint64_t>(e.decreases));
+    CHECK(sum(run.accepted, 0) >= 0.9 * 200 * unpaused);
+    CHECK(sum(run.rejected, 2) * 100 < sum(run.sent, 2));
+  }
 }

@@ -77,7 +77,7 @@ limiter::options options(double initial, std::int64_t burst) {
   o.burst = burst;
   o.beta = 0.5;
   o.measure_interval = 1000h;
-  o.slow_start_period = std::chrono::nanoseconds{0};
+  o.slow_start = false;
   return o;
 }
 
