@@ -172,6 +172,78 @@ TEST_CASE("adaptive_rate: congestion on the plateau of the previous decrease cut
   CHECK(r.decreases() == 4);
 }
 
+// A pause (a 429's Retry-After applied by a quota gate) is the rate's retransmission timeout: the curve waits
+// for sending to resume, and the cuts are RFC 6298's and RFC 5681's rather than CUBIC's fast ones.
+TEST_CASE("adaptive_rate: with a pause the curve restarts when sending resumes; congestion sent before is stale") {
+  auto o = curve_only(100);
+  o.beta = 0.5;
+  o.scale = 0.4;  // K = cbrt(100 * 0.5 / 0.4) = 5 s
+  adaptive_rate r(o, t0);
+  REQUIRE(r.on_congestion(t0, t0 + 10ms, 1s));
+  CHECK(r.rate() == 50);
+  CHECK(r.curve_start() == t0 + 1010ms);
+  // During the pause the curve sits below the cut: nothing rises while nothing is sent.
+  CHECK_FALSE(r.on_success(t0 + 500ms));
+  CHECK(r.rate() == 50);
+  // Sent during the pause (a request already in flight): stale.
+  CHECK_FALSE(r.on_congestion(t0 + 500ms, t0 + 600ms));
+  CHECK(r.stale_congestion() == 1);
+  // One second of sending after the pause: the curve's value 1 s after a cut, 74.4.
+  CHECK(r.on_success(t0 + 2010ms));
+  CHECK(r.rate() == near(100 + 0.4 * (1 - 5) * (1 - 5) * (1 - 5)));
+  // Sent once sending resumed: counts.
+  r.record(outcome::congestion, t0 + 1010ms, t0 + 2010ms, 2s);
+  CHECK(r.decreases() == 2);
+  CHECK(r.curve_start() == t0 + 4010ms);
+}
+
+TEST_CASE("adaptive_rate: a pause's first cut out of slow start is min(beta, 1/2), without slow start beta") {
+  for (const bool slow_start : {true, false}) {
+    INFO("slow_start " << slow_start);
+    auto o = curve_only(100);  // beta 0.7
+    o.slow_start = slow_start;
+    adaptive_rate paused(o, t0);
+    REQUIRE(paused.on_congestion(t0, t0 + 10ms, 1s));
+    CHECK(paused.rate() == near(slow_start ? 50 : 70));
+    adaptive_rate told_nothing(o, t0);
+    REQUIRE(told_nothing.on_congestion(t0, t0 + 10ms));
+    CHECK(told_nothing.rate() == near(70));
+    // A negative pause counts as none.
+    adaptive_rate negative(o, t0);
+    REQUIRE(negative.on_congestion(t0, t0 + 10ms, -1s));
+    CHECK(negative.rate() == near(70));
+    CHECK(negative.curve_start() == t0 + 10ms);
+  }
+}
+
+TEST_CASE("adaptive_rate: across a pause no half cut on the plateau, and beta^2 below it") {
+  auto o = curve_only(100);
+  o.beta = 0.5;  // half the cut: x 0.75; beta^2: x 0.25
+  adaptive_rate r(o, t0);
+  const time_point cut = t0 + 1s;
+  REQUIRE(r.on_congestion(t0, cut));
+  REQUIRE(r.on_success(cut + 6s));
+  REQUIRE(r.rate() == near(100.4));
+  // On the plateau (where the same congestion without a pause cuts by 0.75): the full cut.
+  REQUIRE(r.on_congestion(cut + 6s, cut + 6s, 1s));
+  CHECK(r.rate() == near(0.5 * 100.4));
+  CHECK(r.curve_start() == cut + 7s);
+  // Congestion again right after the pause, below 0.75 x the previous W: the last cut did not get under the
+  // quota, so back off again, beta^2.
+  REQUIRE(r.on_congestion(cut + 7s, cut + 7s, 1s));
+  CHECK(r.rate() == near(0.25 * 0.5 * 100.4));
+  CHECK(r.decreases() == 3);
+}
+
+TEST_CASE("adaptive_rate: a pause too long to represent saturates: every later congestion is stale") {
+  adaptive_rate r(curve_only(100), t0);
+  REQUIRE(r.on_congestion(t0, t0 + 10ms, std::chrono::nanoseconds::max()));
+  CHECK(r.curve_start() == time_point::max());
+  CHECK_FALSE(r.on_congestion(t0 + 1000h, t0 + 1000h));
+  CHECK_FALSE(r.on_success(t0 + 1000h));
+  CHECK(r.rate() == near(50));
+}
+
 TEST_CASE("adaptive_rate: before any congestion the rate doubles every measuring window (slow start)") {
   // No takes: windows close without a sample, so the sending rate stays unknown and caps nothing.
   adaptive_rate r(with_rate(10), t0);
