@@ -1339,16 +1339,10 @@ class throttle {
     } else if constexpr (ranks_[I] == rank::rate) {
       h.units[I] = 0;
       auto& l = limiter<I>(h);
-      if constexpr (requires { l.record(result, g.admitted_at_, pause); }) {
-        try {
-          l.record(result, g.admitted_at_, pause);
-        } catch (...) {  // feedback is advice: a limit that cannot take it keeps its rate
-        }
-      } else if constexpr (requires { l.record(result, g.admitted_at_); }) {
-        try {
-          l.record(result, g.admitted_at_);
-        } catch (...) {  // feedback is advice: a limit that cannot take it keeps its rate
-        }
+      try {  // a rate that learns from pauses is told the gates' one; others only the outcome
+        if constexpr (requires { l.record(result, g.admitted_at_, pause); }) l.record(result, g.admitted_at_, pause);
+        else if constexpr (requires { l.record(result, g.admitted_at_); }) l.record(result, g.admitted_at_);
+      } catch (...) {  // feedback is advice: a limit that cannot take it keeps its rate
       }
     }
   }

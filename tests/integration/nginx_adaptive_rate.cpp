@@ -1,6 +1,6 @@
-// A client that does not know the quota (issue 14): rein's adaptive rate with its defaults, starting at 5 R
-// or at 0.2 R, gets at least 0.9 R over 10 s, and after the first 2 s fewer than 1 % of its requests get 429.
-// The quota gate is off there (load_config). With it on (the last two cases, http_load's default), each 429's
+// A client that does not know the quota: rein's adaptive rate with its defaults, starting at 5 R or at 0.2 R,
+// gets at least 0.9 R over 10 s, and after the first 2 s fewer than 1 % of its requests get 429, with the
+// quota gate off (the first two cases). With it on (the last two, http_load's default), each 429's
 // "Retry-After: 1" pauses every worker for a second, a tenth of the run, and the first 429 is unavoidable
 // from either side: what is asked is >= 0.85 R over the time not paused, and a bound on the pauses
 // (tests/algo/adaptive_rate.cpp's exact simulation: 0.91 R and 3 pauses from 0.2 R, 1.04 R and 6 from 5 R;
@@ -44,14 +44,21 @@ void check_gated(const http_load::report& r, std::size_t max_pauses, double min_
   CHECK(rein_test::share(later.too_many, later.sent) < 0.01);
 }
 
+// /rate for 10 s through the adaptive rate with its defaults, starting at `start` times the quota.
+http_load::config adaptive_config(const rein_test::nginx_server& nginx, double start, bool gate) {
+  http_load::config c = rein_test::load_config(nginx, "/rate", 10s);
+  c.quota_gate = gate;
+  c.rate = start * nginx_limits::rate;
+  c.burst = nginx_limits::burst / 2;
+  c.adaptive_rate = true;
+  return c;
+}
+
 }  // namespace
 
 TEST_CASE("nginx: the adaptive rate starting at 5 R converges to the limit", "[integration][nginx]") {
   rein_test::nginx_server nginx;
-  http_load::config c = rein_test::load_config(nginx, "/rate", 10s);
-  c.rate = 5 * nginx_limits::rate;
-  c.burst = nginx_limits::burst / 2;
-  c.adaptive_rate = true;
+  const http_load::config c = adaptive_config(nginx, 5, false);
   const http_load::report r = rein_test::run_and_print(c, "adaptive rate from 5 R, /rate");
   INFO(nginx.log());
   const http_load::counts later = r.from_second(2);
@@ -69,10 +76,7 @@ TEST_CASE("nginx: the adaptive rate starting at 5 R converges to the limit", "[i
 // second second (the SDKs' curve, initial + 0.4 t^3, needed 7.4 s from 0.2 R).
 TEST_CASE("nginx: the adaptive rate starting at 0.2 R finds the limit within 2 s", "[integration][nginx]") {
   rein_test::nginx_server nginx;
-  http_load::config c = rein_test::load_config(nginx, "/rate", 10s);
-  c.rate = 0.2 * nginx_limits::rate;
-  c.burst = nginx_limits::burst / 2;
-  c.adaptive_rate = true;
+  const http_load::config c = adaptive_config(nginx, 0.2, false);
   const http_load::report r = rein_test::run_and_print(c, "adaptive rate from 0.2 R, /rate");
   INFO(nginx.log());
   const http_load::counts later = r.from_second(2);
@@ -86,11 +90,7 @@ TEST_CASE("nginx: the adaptive rate starting at 0.2 R finds the limit within 2 s
 
 TEST_CASE("nginx: with the quota gate, the adaptive rate from 5 R learns across the pauses", "[integration][nginx]") {
   rein_test::nginx_server nginx;
-  http_load::config c = rein_test::load_config(nginx, "/rate", 10s);
-  c.quota_gate = true;
-  c.rate = 5 * nginx_limits::rate;
-  c.burst = nginx_limits::burst / 2;
-  c.adaptive_rate = true;
+  const http_load::config c = adaptive_config(nginx, 5, true);
   const http_load::report r = rein_test::run_and_print(c, "adaptive rate from 5 R, quota gate on");
   // Simulated: 6 pauses (4 cuts and 429s in flight), 0.60 R over 10 s; real: 4 pauses, 0.58 R (was 8, 0.29 R).
   check_gated(r, 7, 0.5);
@@ -98,11 +98,7 @@ TEST_CASE("nginx: with the quota gate, the adaptive rate from 5 R learns across 
 
 TEST_CASE("nginx: with the quota gate, the adaptive rate from 0.2 R learns across the pauses", "[integration][nginx]") {
   rein_test::nginx_server nginx;
-  http_load::config c = rein_test::load_config(nginx, "/rate", 10s);
-  c.quota_gate = true;
-  c.rate = 0.2 * nginx_limits::rate;
-  c.burst = nginx_limits::burst / 2;
-  c.adaptive_rate = true;
+  const http_load::config c = adaptive_config(nginx, 0.2, true);
   const http_load::report r = rein_test::run_and_print(c, "adaptive rate from 0.2 R, quota gate on");
   // Simulated: 3 pauses, 0.64 R over 10 s; real: 3 pauses, 0.63 R (was 3, 0.61 R).
   check_gated(r, 4, 0.55);
