@@ -156,8 +156,7 @@ class basic_aimd {
   bool congested(const sample_type& s) {
     if (s.result == outcome::congestion) return true;
     if (options_.latency_target && s.latency > *options_.latency_target) return true;
-    if (!options_.latency_tolerance) return false;
-    return judge_.slow(s.latency, *options_.latency_tolerance, options_.noise_floor);
+    return judge_.slow(s.latency, options_.latency_tolerance, options_.noise_floor);
   }
 
   // After a cut by a call granted with n calls out (at most the limit): n calls were too many, so the plateau
@@ -177,9 +176,7 @@ class basic_aimd {
     detail::check_open_unit("aimd", "backoff", o.backoff);
     detail::check_positive("aimd", "increase", o.increase);
     if (o.latency_target) detail::check_positive("aimd", "latency_target", *o.latency_target);
-    if (o.latency_tolerance && (!detail::finite(*o.latency_tolerance) || *o.latency_tolerance <= 1.0))
-      detail::invalid_option("aimd", "latency_tolerance", "> 1 and finite", *o.latency_tolerance);
-    detail::check_non_negative("aimd", "noise_floor", o.noise_floor);
+    detail::relative_latency::check("aimd", o.latency_tolerance, o.noise_floor);
     if (!detail::finite(o.min_utilisation) || o.min_utilisation < 0.0 || o.min_utilisation > 1.0)
       detail::invalid_option("aimd", "min_utilisation", "in [0, 1]", o.min_utilisation);
     if (!detail::finite(o.plateau_rounds) || o.plateau_rounds < 0.0)

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <deque>
 #include <limits>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -231,12 +232,22 @@ class relative_latency {
   explicit relative_latency(std::size_t window = 200) : fastest_{window} {}
 
   /// Records a success and says whether it was slower than allowed. A zero latency (a clock too coarse for
-  /// the call) says nothing about how fast the dependency can be: neither recorded nor slow.
-  bool slow(std::chrono::nanoseconds latency, double tolerance, std::chrono::nanoseconds noise_floor) {
-    if (latency <= std::chrono::nanoseconds::zero()) return false;
+  /// the call) says nothing about how fast the dependency can be: neither recorded nor slow. No tolerance:
+  /// latency is not judged, and nothing is recorded.
+  bool slow(std::chrono::nanoseconds latency, const std::optional<double>& tolerance,
+            std::chrono::nanoseconds noise_floor) {
+    if (!tolerance || latency <= std::chrono::nanoseconds::zero()) return false;
     fastest_.push(latency.count());
     return static_cast<double>(latency.count()) >
-           allowed_latency(static_cast<double>(fastest_.value()), tolerance, noise_floor);
+           allowed_latency(static_cast<double>(fastest_.value()), *tolerance, noise_floor);
+  }
+
+  /// Validates the rule's options as `type` names them (`latency_tolerance`, `noise_floor`).
+  static void check(std::string_view type, const std::optional<double>& tolerance,
+                    std::chrono::nanoseconds noise_floor) {
+    if (tolerance && (!finite(*tolerance) || *tolerance <= 1.0))
+      invalid_option(type, "latency_tolerance", "> 1 and finite", *tolerance);
+    check_non_negative(type, "noise_floor", noise_floor);
   }
 
  private:
