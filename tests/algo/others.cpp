@@ -647,12 +647,37 @@ TEST_CASE("vegas: a slower probed baseline that reads a queue gives the old base
   REQUIRE(p.v.no_load_latency() == 10ms);
 }
 
-TEST_CASE("vegas: a slower probed baseline is confirmed by no queue with more calls out") {
+TEST_CASE("vegas: a slower probed baseline is confirmed by two round trips of no queue with more calls out") {
   probed_vegas p;
-  p.next(20ms, 65);  // one more call out than at the probe, no slower: the dependency is slower
+  p.next(20ms, 65);  // one more call out than at the probe, no slower: one round trip of two
+  REQUIRE(p.v.probe_tentative());
+  REQUIRE(p.v.limit() == 11.0);  // still a step
+  p.next(20ms, 66);  // again more calls out, no slower: the dependency is slower
   REQUIRE_FALSE(p.v.probe_tentative());
   REQUIRE(p.v.no_load_latency() == 20ms);
-  REQUIRE(p.v.limit() == 16.0);  // confirmed: beta
+  REQUIRE(p.v.limit() == 17.0);  // confirmed: beta
+}
+
+TEST_CASE("vegas: a rise of calls out must repeat in the next round trip to confirm a probed baseline") {
+  probed_vegas p;
+  p.next(20ms, 65);  // a rise
+  p.next(20ms, 65);  // no rise: the count starts over
+  p.next(20ms, 66);  // a rise, the first again
+  REQUIRE(p.v.probe_tentative());
+  REQUIRE(p.v.limit() == 13.0);  // a step per round trip
+}
+
+TEST_CASE("vegas: a faster tentative baseline counts the calls out it was seen with") {
+  probed_vegas p;
+  p.next(15ms, 70);  // faster than the probe's 20 ms, still slower than 10 ms: tentative, seen with 70 out
+  REQUIRE(p.v.probe_tentative());
+  REQUIRE(p.v.no_load_latency() == 15ms);
+  p.next(15ms, 68);  // no more calls out than 70: no rise
+  p.next(15ms, 69);
+  REQUIRE(p.v.probe_tentative());
+  p.next(15ms, 71);
+  p.next(15ms, 72);  // two rises past 70
+  REQUIRE_FALSE(p.v.probe_tentative());
 }
 
 TEST_CASE("vegas: ignored samples change nothing, not even the probe count") {

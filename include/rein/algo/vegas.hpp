@@ -82,8 +82,12 @@ struct vegas_options {
 ///   (a sample taken while calls queue is a queued latency). If that is slower than the baseline, the old
 ///   baseline is kept aside and the new one is tentative: while it is, the limit grows by a step at most,
 ///   never by beta; a round trip that then reads more than the threshold queued shows the rise was our own
-///   queue, and the old baseline comes back; one that reads no queue with more calls out than the probe's
-///   fastest success confirms it (the dependency is slower: more calls, no slower). Netflix adopts the next
+///   queue, and the old baseline comes back; two round trips in a row that read no queue, each with more
+///   calls out than the one before (the first: than the probe's fastest success), confirm it (the dependency
+///   is slower: more calls, no slower). One such round trip is not enough: a capacity that grew by one call
+///   between the probe and the round trip reads the same as a slower dependency. A sample faster than the
+///   tentative baseline (and still slower than the old one) becomes the tentative baseline, with its own calls
+///   out to beat. Netflix adopts the next
 ///   sample whatever it is, and a probe taken while calls queue reads the queue as no-load and grows by beta
 ///   per sample past the dependency's hard limit.
 ///
@@ -158,6 +162,8 @@ class basic_vegas {
     if (no_load_ == std::chrono::nanoseconds::zero() || latency < no_load_) {
       no_load_ = latency;
       if (latency <= previous_no_load_) tentative_ = false;
+      // A faster tentative baseline was seen with its own calls out: only more calls than that can confirm it.
+      if (tentative_) probe_in_flight_ = s.in_flight, probe_rises_ = 0;
       if (s.result != outcome::congestion) {
         if (round_start_ == time_point::min()) round_start_ = s.now;
         return;
@@ -182,6 +188,7 @@ class basic_vegas {
       probing_ = false;
       if (fastest > no_load_) {
         tentative_ = true;
+        probe_rises_ = 0;
         previous_no_load_ = no_load_;
         probe_in_flight_ = tested;
         no_load_ = fastest;
@@ -233,9 +240,14 @@ class basic_vegas {
         no_load_ = previous_no_load_;
         share = 1.0 - static_cast<double>(no_load_.count()) / static_cast<double>(latency.count());
         queue = std::ceil(current * share);
-      } else if (in_flight > probe_in_flight_) {
-        tentative_ = false;  // more calls out than at the probe, and no slower: the dependency is slower
+      } else if (in_flight > probe_in_flight_ && ++probe_rises_ == 2) {
+        // Two round trips in a row, each with more calls out than the one before, and no slower: the
+        // dependency is slower. One is not enough: a capacity that grew by one call between them reads the
+        // same.
+        tentative_ = false;
       } else {
+        if (in_flight > probe_in_flight_) probe_in_flight_ = in_flight;
+        else probe_rises_ = 0;
         confirmed = false;
       }
     }
@@ -311,6 +323,7 @@ class basic_vegas {
   bool tentative_ = false;
   std::chrono::nanoseconds previous_no_load_{0};
   std::size_t probe_in_flight_ = 0;
+  int probe_rises_ = 0;  // round trips in a row whose fastest success had more calls out, unqueued
 };
 
 /// `basic_vegas` on `std::chrono::steady_clock`.
