@@ -545,30 +545,31 @@ TEST_CASE("vegas: after the first decrease growth is a step, from a round trip t
   REQUIRE_FALSE(v.in_slow_start());
   v.on_sample(ok(10ms, 17));  // no queue, but 17 calls out did not test a limit of 18
   REQUIRE(v.limit() == 18.0);
-  v.on_sample(ok(10ms, 18));  // tested, no queue: a step, not beta
+  REQUIRE(v.waiting() == 1.0);  // and does not count as the round trip held after a decrease
+  v.on_sample(ok(10ms, 18));  // tested, no queue: held
+  REQUIRE(v.limit() == 18.0);
+  v.on_sample(ok(10ms, 18));  // a step, not beta
   REQUIRE(v.limit() == 19.0);
 }
 
-TEST_CASE("vegas: growth waits longer at a level that decreases keep finding") {
+TEST_CASE("vegas: growth waits a round trip after a decrease, longer at a level decreases keep finding") {
   auto v = no_probe_vegas();  // from 20
   v.on_sample(ok(10ms, 20));
-  v.on_sample(ok(20ms, 20));  // to 19: a new level, no wait
+  v.on_sample(ok(20ms, 20));  // to 19: a new level, one round trip
   REQUIRE(v.limit() == 19.0);
-  REQUIRE(v.waiting() == 0.0);
-  v.on_sample(ok(10ms, 19));
-  REQUIRE(v.limit() == 20.0);
-  v.on_sample(ok(20ms, 20));  // 19 again: wait one round trip
   REQUIRE(v.waiting() == 1.0);
   v.on_sample(ok(10ms, 19));
   REQUIRE(v.limit() == 19.0);
   v.on_sample(ok(10ms, 19));
   REQUIRE(v.limit() == 20.0);
-  v.on_sample(ok(20ms, 20));  // a third time: three round trips
+  v.on_sample(ok(20ms, 20));  // 19 again: three round trips
   REQUIRE(v.waiting() == 3.0);
   for (int i = 0; i < 3; ++i) v.on_sample(ok(10ms, 19));
   REQUIRE(v.limit() == 19.0);
   v.on_sample(ok(10ms, 19));
   REQUIRE(v.limit() == 20.0);
+  v.on_sample(ok(20ms, 20));  // a third time: seven
+  REQUIRE(v.waiting() == 7.0);
 }
 
 TEST_CASE("vegas: plateau_rounds 0 never waits") {

@@ -56,12 +56,13 @@ struct vegas_options {
   double probe_multiplier = 30.0;
   /// Seed of the probe jitter. Give limiters in different processes different seeds, or they probe in step.
   std::uint64_t probe_seed = 0;
-  /// The longest wait at a level found again, in round trips; >= 0 and finite, 0: no wait. After a decrease
-  /// to the level (within a call) the decrease before it found, growth waits `2^k - 1` round trips that
-  /// tested the limit without a queue, k the decreases in a row before this one that found it (1, 3, 7, 15,
-  /// ...), at most this many: a level found again and again is the capacity, and each step past it queues a
-  /// call behind another one. A decrease to a new level waits nothing. `aimd_options::plateau_rounds`'s
-  /// rule and default, CUBIC's plateau around the window of the last loss (RFC 8312).
+  /// The longest wait after a decrease, in round trips; >= 0 and finite, 0: no wait. After a decrease growth
+  /// waits `2^(k + 1) - 1` round trips that tested the limit without a queue, k the decreases in a row before
+  /// this one that found the same level within a call (1, 3, 7, 15, ...), at most this many. One round trip
+  /// at a new level, as Brakmo and Peterson's Vegas holds its window every other round trip so that the
+  /// comparison is made at the window it tests; longer at a level found again and again, which is the
+  /// capacity, where each step past it queues a call behind another one (`aimd_options::plateau_rounds`'s
+  /// rule and default, CUBIC's plateau around the window of the last loss, RFC 8312).
   double plateau_rounds = 31.0;
   /// The growth guard (`detail::tested_ceiling`): a success granted with n calls out raises the limit to at
   /// most `max(n + 1, n / min_utilisation)` (Netflix instead ignores samples below `limit / 2`, which lets
@@ -104,7 +105,7 @@ struct vegas_options {
 ///   least twice the no-load latency (queued behind at least one call; +-20 % noise stays within
 ///   1.2 / 0.8 = 1.5 x), the limit decreases as above whatever the fastest success says, which may have
 ///   started before the dependency slowed (not while a probed baseline is tentative).
-/// - After a decrease to a level found again, growth waits (`plateau_rounds`).
+/// - After a decrease growth waits a round trip, longer at a level found again (`plateau_rounds`).
 /// - The growth guard takes the calls out when the fastest success was granted: that call alone showed no
 ///   queue, and a call granted while the dependency had just drained says nothing about the limit.
 /// - The probe adopts the fastest success of the round trip after it is due instead of the next sample
@@ -321,14 +322,13 @@ class basic_vegas {
     return n - std::floor(static_cast<double>(latency.count()) / static_cast<double>(no_load_.count()) - 1.0);
   }
 
-  /// A decrease from a queue: to `next`, at most by half, and a wait at the level it finds if a decrease
-  /// found it before.
+  /// A decrease from a queue: to `next`, at most by half, and a wait before growing (see `plateau_rounds`).
   void cut(double current, double next, const sample_type& s) noexcept {
     next = std::max(next, current * 0.5);
     if (next < limit_.min()) next = limit_.min();
     if (next >= current || gate_.stale(s.now, s.latency)) return;
     const auto repeats = levels_.found(std::floor(next));
-    const double doubling = std::exp2(static_cast<double>(repeats < 64 ? repeats : 64)) - 1.0;
+    const double doubling = std::exp2(static_cast<double>(repeats < 63 ? repeats + 1 : 64)) - 1.0;
     waiting_ = doubling < options_.plateau_rounds ? doubling : options_.plateau_rounds;
     set(current, next, s.in_flight, s);
   }
