@@ -645,6 +645,17 @@ TEST_CASE("vegas: the growth guard takes the calls out at the grant of the round
   REQUIRE(v.limit() == 24.0);  // beta would reach 26, 30 out would allow 60; 12 out allow 24
 }
 
+TEST_CASE("vegas: of equally fast successes, the growth guard takes the one granted with the most calls out") {
+  auto v = no_probe_vegas();  // from 20, growth up to twice what was tested
+  const sample::time_point t{1000s};
+  v.on_sample(sample{10ms, outcome::success, 20, t});
+  v.on_sample(sample{10ms, outcome::success, 8, t + 5ms});   // the fastest, granted with 8 out
+  v.on_sample(sample{10ms, outcome::success, 12, t + 6ms});  // as fast, granted with 12 out
+  v.on_sample(sample{10ms, outcome::success, 9, t + 7ms});
+  v.on_sample(sample{15ms, outcome::success, 30, t + 25ms});  // ends the round trip
+  REQUIRE(v.limit() == 24.0);  // beta would reach 26; 12 out allow 24 (8 out: 16)
+}
+
 namespace {
 
 // A vegas whose limit may not fall below 10, probing within 10-20 samples, after a no-load latency of 10 ms

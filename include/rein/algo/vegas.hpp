@@ -106,8 +106,9 @@ struct vegas_options {
 ///   1.2 / 0.8 = 1.5 x), the limit decreases as above whatever the fastest success says, which may have
 ///   started before the dependency slowed (not while a probed baseline is tentative).
 /// - After a decrease growth waits a round trip, longer at a level found again (`plateau_rounds`).
-/// - The growth guard takes the calls out when the fastest success was granted: that call alone showed no
-///   queue, and a call granted while the dependency had just drained says nothing about the limit.
+/// - The growth guard takes the calls out when the fastest success was granted (of equally fast ones, the
+///   one granted with the most calls out): that call alone showed no queue, and a call granted while the
+///   dependency had just drained says nothing about the limit.
 /// - The probe adopts the fastest success of the round trip after it is due instead of the next sample
 ///   (a sample taken while calls queue is a queued latency). If that is slower than the baseline, the old
 ///   baseline is kept aside and the new one is tentative: while it is, the limit grows by a step at most,
@@ -209,7 +210,8 @@ class basic_vegas {
       return;
     }
     if (round_start_ == time_point::min()) round_start_ = s.now;
-    if (latency < round_min_) {
+    // The fastest success; of equally fast ones, the one granted with the most calls out (it tested more).
+    if (latency < round_min_ || (latency == round_min_ && s.in_flight > round_in_flight_)) {
       round_min_ = latency;
       round_in_flight_ = s.in_flight;
     }
