@@ -118,8 +118,8 @@ struct vegas_options {
 ///   is slower: more calls, no slower). One such round trip is not enough: a capacity that grew by one call
 ///   between the probe and the round trip reads the same as a slower dependency. A sample faster than the
 ///   tentative baseline (and still slower than the old one) becomes the tentative baseline, with its own calls
-///   out to beat. Netflix adopts the next sample whatever it is, and a probe taken while calls queue reads the queue as no-load and grows by beta
-///   per sample past the dependency's hard limit.
+///   out to beat. Netflix adopts the next sample whatever it is, and a probe taken while calls queue reads
+///   the queue as no-load and grows by beta per sample past the dependency's hard limit.
 ///
 /// The no-load latency is the minimum latency seen since the last probe; a sample that sets a new minimum
 /// changes nothing else and takes no part in the round trip. A congestion outcome shrinks the limit by one
