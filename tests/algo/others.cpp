@@ -492,10 +492,10 @@ TEST_CASE("vegas: no queue grows by beta, a small one by a step, a large one shr
   REQUIRE(v.limit() == 26.0);
   v.on_sample(ok(10500us, 20));  // queue ceil(26 x 0.5/10.5) = 2 < alpha
   REQUIRE(v.limit() == 27.0);
-  v.on_sample(ok(20ms, 20));  // queue ceil(27 x 0.5) = 14 > beta
-  REQUIRE(v.limit() == 26.0);
+  v.on_sample(ok(20ms, 20));  // queue ceil(27 x 0.5) = 14 > beta; granted with 20 out, one call ahead of it
+  REQUIRE(v.limit() == 19.0);
   v.on_sample(congestion(20ms, 1));  // a drop shrinks by a step, whatever the utilisation
-  REQUIRE(v.limit() == 25.0);
+  REQUIRE(v.limit() == 18.0);
   REQUIRE(v.decreases() == 2);
   REQUIRE(v.increases() == 2);
 }
@@ -516,6 +516,75 @@ TEST_CASE("vegas: below a limit of 14 the thresholds are shares of the limit, no
   x.on_sample(ok(10ms, 4));
   x.on_sample(ok(10700us, 4));  // 0.065 queued, below 1/14: grow by beta, within the guard (8)
   REQUIRE(x.limit() == 8.0);
+}
+
+TEST_CASE("vegas: a decrease removes the calls queued ahead of the success, at most half the limit") {
+  auto v = no_probe_vegas();  // from 20
+  v.on_sample(ok(10ms, 20));
+  v.on_sample(ok(30ms, 20));  // 3 x the no-load latency: 2 calls queued ahead, 18 of the 20 were unqueued
+  REQUIRE(v.limit() == 18.0);  // Netflix: 19
+  v.on_sample(ok(200ms, 18));  // 19 calls ahead: at most half
+  REQUIRE(v.limit() == 9.0);
+}
+
+TEST_CASE("vegas: the success that ends a round trip decides a decrease when it queued behind a call") {
+  auto v = no_probe_vegas();  // from 20
+  const sample::time_point t{1000s};
+  v.on_sample(sample{10ms, outcome::success, 20, t});        // no-load 10 ms; a round trip begins
+  v.on_sample(sample{10ms, outcome::success, 20, t + 5ms});  // within it: the fastest, no queue
+  v.on_sample(sample{20ms, outcome::success, 20, t + 25ms});  // started within it, twice the no-load latency
+  REQUIRE(v.limit() == 19.0);  // the fastest alone would grow by beta
+}
+
+TEST_CASE("vegas: after the first decrease growth is a step, from a round trip that tested the limit") {
+  auto v = no_probe_vegas();  // from 20
+  v.on_sample(ok(10ms, 20));
+  REQUIRE(v.in_slow_start());
+  v.on_sample(ok(30ms, 20));
+  REQUIRE(v.limit() == 18.0);
+  REQUIRE_FALSE(v.in_slow_start());
+  v.on_sample(ok(10ms, 17));  // no queue, but 17 calls out did not test a limit of 18
+  REQUIRE(v.limit() == 18.0);
+  REQUIRE(v.waiting() == 1.0);  // and does not count as the round trip held after a decrease
+  v.on_sample(ok(10ms, 18));  // tested, no queue: held
+  REQUIRE(v.limit() == 18.0);
+  v.on_sample(ok(10ms, 18));  // a step, not beta
+  REQUIRE(v.limit() == 19.0);
+}
+
+TEST_CASE("vegas: growth waits a round trip after a decrease, longer at a level decreases keep finding") {
+  auto v = no_probe_vegas();  // from 20
+  v.on_sample(ok(10ms, 20));
+  v.on_sample(ok(20ms, 20));  // to 19: a new level, one round trip
+  REQUIRE(v.limit() == 19.0);
+  REQUIRE(v.waiting() == 1.0);
+  v.on_sample(ok(10ms, 19));
+  REQUIRE(v.limit() == 19.0);
+  v.on_sample(ok(10ms, 19));
+  REQUIRE(v.limit() == 20.0);
+  v.on_sample(ok(20ms, 20));  // 19 again: three round trips
+  REQUIRE(v.waiting() == 3.0);
+  for (int i = 0; i < 3; ++i) v.on_sample(ok(10ms, 19));
+  REQUIRE(v.limit() == 19.0);
+  v.on_sample(ok(10ms, 19));
+  REQUIRE(v.limit() == 20.0);
+  v.on_sample(ok(20ms, 20));  // a third time: seven
+  REQUIRE(v.waiting() == 7.0);
+}
+
+TEST_CASE("vegas: plateau_rounds 0 never waits") {
+  rein::algo::vegas_options o;
+  o.probe_multiplier = 1e6;
+  o.initial_limit = 20;
+  o.plateau_rounds = 0;
+  rein::algo::vegas v{o};
+  v.on_sample(ok(10ms, 20));
+  v.on_sample(ok(20ms, 20));
+  v.on_sample(ok(10ms, 19));
+  v.on_sample(ok(20ms, 20));  // 19 again
+  REQUIRE(v.waiting() == 0.0);
+  v.on_sample(ok(10ms, 19));
+  REQUIRE(v.limit() == 20.0);
 }
 
 TEST_CASE("vegas: a faster sample resets the no-load latency and changes nothing else") {
@@ -561,9 +630,9 @@ TEST_CASE("vegas: once per round trip, from the fastest success of the round tri
   v.on_sample(sample{20ms, outcome::success, 20, t + 5ms});     // started before it: within it
   v.on_sample(sample{10500us, outcome::success, 20, t + 9ms});  // within it too
   REQUIRE(v.limit() == 20.0);  // Netflix would have cut on the 20 ms sample (queue ceil(20 x 0.5) = 10 > 6)
-  v.on_sample(sample{20ms, outcome::success, 20, t + 25ms});  // started after it began: ends it
+  v.on_sample(sample{15ms, outcome::success, 20, t + 25ms});  // started after it began: ends it
   REQUIRE(v.limit() == 26.0);  // fastest 10.5 ms: 0.048 queued, below 1/14: grow by beta
-  v.on_sample(sample{20ms, outcome::success, 20, t + 30ms});  // started before the new round trip began
+  v.on_sample(sample{15ms, outcome::success, 20, t + 30ms});  // started before the new round trip began
   REQUIRE(v.limit() == 26.0);
 }
 
@@ -572,8 +641,19 @@ TEST_CASE("vegas: the growth guard takes the calls out at the grant of the round
   const sample::time_point t{1000s};
   v.on_sample(sample{10ms, outcome::success, 20, t});
   v.on_sample(sample{10200us, outcome::success, 12, t + 5ms});  // the fastest: granted with 12 out
-  v.on_sample(sample{20ms, outcome::success, 30, t + 25ms});    // ends the round trip, granted with 30 out
+  v.on_sample(sample{15ms, outcome::success, 30, t + 25ms});    // ends the round trip, granted with 30 out
   REQUIRE(v.limit() == 24.0);  // beta would reach 26, 30 out would allow 60; 12 out allow 24
+}
+
+TEST_CASE("vegas: of equally fast successes, the growth guard takes the one granted with the most calls out") {
+  auto v = no_probe_vegas();  // from 20, growth up to twice what was tested
+  const sample::time_point t{1000s};
+  v.on_sample(sample{10ms, outcome::success, 20, t});
+  v.on_sample(sample{10ms, outcome::success, 8, t + 5ms});   // the fastest, granted with 8 out
+  v.on_sample(sample{10ms, outcome::success, 12, t + 6ms});  // as fast, granted with 12 out
+  v.on_sample(sample{10ms, outcome::success, 9, t + 7ms});
+  v.on_sample(sample{15ms, outcome::success, 30, t + 25ms});  // ends the round trip
+  REQUIRE(v.limit() == 24.0);  // beta would reach 26; 12 out allow 24 (8 out: 16)
 }
 
 namespace {
@@ -647,12 +727,37 @@ TEST_CASE("vegas: a slower probed baseline that reads a queue gives the old base
   REQUIRE(p.v.no_load_latency() == 10ms);
 }
 
-TEST_CASE("vegas: a slower probed baseline is confirmed by no queue with more calls out") {
+TEST_CASE("vegas: a slower probed baseline is confirmed by two round trips of no queue with more calls out") {
   probed_vegas p;
-  p.next(20ms, 65);  // one more call out than at the probe, no slower: the dependency is slower
+  p.next(20ms, 65);  // one more call out than at the probe, no slower: one round trip of two
+  REQUIRE(p.v.probe_tentative());
+  REQUIRE(p.v.limit() == 11.0);  // still a step
+  p.next(20ms, 66);  // again more calls out, no slower: the dependency is slower
   REQUIRE_FALSE(p.v.probe_tentative());
   REQUIRE(p.v.no_load_latency() == 20ms);
-  REQUIRE(p.v.limit() == 16.0);  // confirmed: beta
+  REQUIRE(p.v.limit() == 17.0);  // confirmed: beta
+}
+
+TEST_CASE("vegas: a rise of calls out must repeat in the next round trip to confirm a probed baseline") {
+  probed_vegas p;
+  p.next(20ms, 65);  // a rise
+  p.next(20ms, 65);  // no rise: the count starts over
+  p.next(20ms, 66);  // a rise, the first again
+  REQUIRE(p.v.probe_tentative());
+  REQUIRE(p.v.limit() == 13.0);  // a step per round trip
+}
+
+TEST_CASE("vegas: a faster tentative baseline counts the calls out it was seen with") {
+  probed_vegas p;
+  p.next(15ms, 70);  // faster than the probe's 20 ms, still slower than 10 ms: tentative, seen with 70 out
+  REQUIRE(p.v.probe_tentative());
+  REQUIRE(p.v.no_load_latency() == 15ms);
+  p.next(15ms, 68);  // no more calls out than 70: no rise
+  p.next(15ms, 69);
+  REQUIRE(p.v.probe_tentative());
+  p.next(15ms, 71);
+  p.next(15ms, 72);  // two rises past 70
+  REQUIRE_FALSE(p.v.probe_tentative());
 }
 
 TEST_CASE("vegas: ignored samples change nothing, not even the probe count") {
@@ -676,6 +781,9 @@ TEST_CASE("vegas: invalid options name the type, field and value") {
   o = {};
   o.probe_multiplier = 0;
   REQUIRE(error_of<V>(o) == "rein::algo::vegas: probe_multiplier must be >= 1 and finite, got 0");
+  o = {};
+  o.plateau_rounds = -1;
+  REQUIRE(error_of<V>(o) == "rein::algo::vegas: plateau_rounds must be >= 0 and finite, got -1");
   o = {};
   o.max_limit = 10;
   o.initial_limit = 20;

@@ -3,6 +3,7 @@
 
 #include <rein/algo/limit_algorithm.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -23,13 +24,16 @@ struct vegas_options {
   double min_limit = 1.0;
   /// Ceiling, in calls: a whole number in [min_limit, 1e9] (`max_limit_ceiling`).
   double max_limit = 1000.0;
-  /// Estimated queue at or below `threshold_factor x L` calls: grow fast, by `beta_factor x L`. >= 0.
+  /// Estimated queue at or below `threshold_factor x L` calls: grow fast, by `beta_factor x L`, during slow
+  /// start (until the first decrease; Linux `tcp_vegas.c` leaves slow start at the first queue it sees), by
+  /// one step after it. >= 0.
   double threshold_factor = 1.0;
   /// Estimated queue below `alpha_factor x L` calls (and above the threshold): grow by `step_factor x L`.
   /// >= threshold_factor. Classic TCP Vegas uses alpha 2-3.
   double alpha_factor = 3.0;
-  /// Estimated queue above `beta_factor x L` calls: shrink by `step_factor x L`. >= alpha_factor. Classic
-  /// TCP Vegas uses beta 4-6. Between alpha and beta the limit holds still.
+  /// Estimated queue above `beta_factor x L` calls: shrink, by at least `step_factor x L` and as far as the
+  /// queue says (see `basic_vegas`). >= alpha_factor. Classic TCP Vegas uses beta 4-6. Between alpha and
+  /// beta the limit holds still.
   double beta_factor = 6.0;
   /// The small-limit rule: the thresholds may not exceed their share of the limit, beta `queue_share x
   /// limit`, alpha and threshold in proportion (`queue_share x alpha_factor / beta_factor x limit`, ...),
@@ -52,6 +56,14 @@ struct vegas_options {
   double probe_multiplier = 30.0;
   /// Seed of the probe jitter. Give limiters in different processes different seeds, or they probe in step.
   std::uint64_t probe_seed = 0;
+  /// The longest wait after a decrease, in round trips; >= 0 and finite, 0: no wait. After a decrease growth
+  /// waits `2^(k + 1) - 1` round trips that tested the limit without a queue, k the decreases in a row before
+  /// this one that found the same level within a call (1, 3, 7, 15, ...), at most this many. One round trip
+  /// at a new level, as Brakmo and Peterson's Vegas holds its window every other round trip so that the
+  /// comparison is made at the window it tests; longer at a level found again and again, which is the
+  /// capacity, where each step past it queues a call behind another one (`aimd_options::plateau_rounds`'s
+  /// rule and default, CUBIC's plateau around the window of the last loss, RFC 8312).
+  double plateau_rounds = 31.0;
   /// The growth guard (`detail::tested_ceiling`): a success granted with n calls out raises the limit to at
   /// most `max(n + 1, n / min_utilisation)` (Netflix instead ignores samples below `limit / 2`, which lets
   /// the limit double the demand untested). In [0, 1]; 0 disables it.
@@ -62,7 +74,8 @@ struct vegas_options {
 /// and keep it between alpha and beta calls.
 ///
 ///     queue = ceil(limit x (1 - no_load_latency / latency))
-///     queue <= threshold: limit += beta;   queue < alpha: limit += step;   queue > beta: limit -= step
+///     queue <= threshold: limit += beta (slow start) or step;   queue < alpha: limit += step
+///     queue > beta: limit = max(limit / 2, min(limit - step, n - floor(latency / no_load_latency - 1)))
 ///
 /// where each threshold also holds as a share of the limit (`queue_share`): `1 - no_load / latency` may not
 /// exceed `queue_share x threshold_factor / beta_factor` to grow by beta, `queue_share x alpha_factor /
@@ -76,21 +89,43 @@ struct vegas_options {
 ///   to the fastest success of the round trip, and a new one begins. One sample's +-20 % noise against the
 ///   fastest of many reads as up to a third of the limit queued, which Netflix's beta of 6 cuts at limits
 ///   14-99; the fastest of a round trip does not. At most one change per round trip follows.
-/// - The growth guard takes the calls out when the fastest success was granted: that call alone showed no
-///   queue, and a call granted while the dependency had just drained says nothing about the limit.
+/// - Slow start, then congestion avoidance (Linux `tcp_vegas.c`, which leaves slow start at the first queue
+///   it sees and then moves cwnd by one per RTT): growth by beta only until the first decrease, then by one
+///   step per round trip, and only from a round trip that tested the limit (its fastest success was granted
+///   with `floor(limit)` calls out; RFC 7661's rule that a window not used is not grown). Netflix grows by
+///   beta whenever the queue reads below the threshold, so at a dependency whose latency doubles one call
+///   past its capacity the limit jumps beta calls past it every few round trips.
+/// - A decrease goes as far as the queue says: n calls out when the success was granted (at most the
+///   limit), each call queued ahead of it added one no-load latency, so `floor(latency / no_load - 1)` of
+///   them were too many (a single-server queue, as `tuned_aimd` sizes its cut); at least one step, at most
+///   half the limit per round trip (TCP's multiplicative decrease, RFC 5681). Netflix shrinks by one step per
+///   sample, and at a dependency whose capacity fell to a third, where each round trip lasts many no-load
+///   latencies, one step per round trip takes as many round trips as calls to lose.
+/// - The success that ends a round trip started within it and reports on the limit in force: if it took at
+///   least twice the no-load latency (queued behind at least one call; +-20 % noise stays within
+///   1.2 / 0.8 = 1.5 x), the limit decreases as above whatever the fastest success says, which may have
+///   started before the dependency slowed (not while a probed baseline is tentative).
+/// - After a decrease growth waits a round trip, longer at a level found again (`plateau_rounds`).
+/// - The growth guard takes the calls out when the fastest success was granted (of equally fast ones, the
+///   one granted with the most calls out): that call alone showed no queue, and a call granted while the
+///   dependency had just drained says nothing about the limit.
 /// - The probe adopts the fastest success of the round trip after it is due instead of the next sample
 ///   (a sample taken while calls queue is a queued latency). If that is slower than the baseline, the old
 ///   baseline is kept aside and the new one is tentative: while it is, the limit grows by a step at most,
 ///   never by beta; a round trip that then reads more than the threshold queued shows the rise was our own
-///   queue, and the old baseline comes back; one that reads no queue with more calls out than the probe's
-///   fastest success confirms it (the dependency is slower: more calls, no slower). Netflix adopts the next
-///   sample whatever it is, and a probe taken while calls queue reads the queue as no-load and grows by beta
-///   per sample past the dependency's hard limit.
+///   queue, and the old baseline comes back; two round trips in a row that read no queue, each with more
+///   calls out than the one before (the first: than the probe's fastest success), confirm it (the dependency
+///   is slower: more calls, no slower). One such round trip is not enough: a capacity that grew by one call
+///   between the probe and the round trip reads the same as a slower dependency. A sample faster than the
+///   tentative baseline (and still slower than the old one) becomes the tentative baseline, with its own calls
+///   out to beat. Netflix adopts the next sample whatever it is, and a probe taken while calls queue reads
+///   the queue as no-load and grows by beta per sample past the dependency's hard limit.
 ///
 /// The no-load latency is the minimum latency seen since the last probe; a sample that sets a new minimum
 /// changes nothing else and takes no part in the round trip. A congestion outcome shrinks the limit by one
 /// step (Netflix's `didDrop`), after taking part in the no-load estimate as Netflix does, and starts a new
-/// round trip; like every decrease it is gated to one per round trip. `ignored` changes nothing.
+/// round trip; like every decrease it is gated to one per round trip and ends slow start. `ignored` changes
+/// nothing.
 /// Source: Brakmo and Peterson, "TCP Vegas" (1995); Linux net/ipv4/tcp_vegas.c; Netflix concurrency-limits'
 /// VegasLimit.
 ///
@@ -132,17 +167,22 @@ class basic_vegas {
   std::uint64_t probe_count() const noexcept { return probe_count_; }
   /// True while a probe's no-load latency is tentative (not yet confirmed or rejected).
   bool probe_tentative() const noexcept { return tentative_; }
+  /// True until the first decrease (see `threshold_factor`).
+  bool in_slow_start() const noexcept { return slow_start_; }
+  /// Round trips still to wait at the level of the latest decrease before growing (see `plateau_rounds`).
+  double waiting() const noexcept { return waiting_; }
 
   /// Replaces the options at run time, validated as the constructor validates them (nothing changes on a
   /// throw). The limit learned so far is kept, moved into the new [min_limit, max_limit] (`initial_limit` is
   /// checked, not used). The no-load latency and the probe countdown carry on; a new `probe_seed` reseeds the
-  /// probe jitter from the next probe.
+  /// probe jitter from the next probe; a wait under way is cut to the new `plateau_rounds`.
   /// @throws std::invalid_argument naming the field and value if `o` is invalid.
   void set_options(const options& o) {
     validated(o);
     if (o.probe_seed != options_.probe_seed) random_ = o.probe_seed;
     options_ = o;
     limit_.rebound(o.min_limit, o.max_limit);
+    if (waiting_ > o.plateau_rounds) waiting_ = o.plateau_rounds;
   }
 
   /// Applies one completed call.
@@ -158,6 +198,8 @@ class basic_vegas {
     if (no_load_ == std::chrono::nanoseconds::zero() || latency < no_load_) {
       no_load_ = latency;
       if (latency <= previous_no_load_) tentative_ = false;
+      // A faster tentative baseline was seen with its own calls out: only more calls than that can confirm it.
+      if (tentative_) probe_in_flight_ = s.in_flight, probe_rises_ = 0;
       if (s.result != outcome::congestion) {
         if (round_start_ == time_point::min()) round_start_ = s.now;
         return;
@@ -168,7 +210,8 @@ class basic_vegas {
       return;
     }
     if (round_start_ == time_point::min()) round_start_ = s.now;
-    if (latency < round_min_) {
+    // The fastest success; of equally fast ones, the one granted with the most calls out (it tested more).
+    if (latency < round_min_ || (latency == round_min_ && s.in_flight > round_in_flight_)) {
       round_min_ = latency;
       round_in_flight_ = s.in_flight;
     }
@@ -182,6 +225,7 @@ class basic_vegas {
       probing_ = false;
       if (fastest > no_load_) {
         tentative_ = true;
+        probe_rises_ = 0;
         previous_no_load_ = no_load_;
         probe_in_flight_ = tested;
         no_load_ = fastest;
@@ -233,21 +277,62 @@ class basic_vegas {
         no_load_ = previous_no_load_;
         share = 1.0 - static_cast<double>(no_load_.count()) / static_cast<double>(latency.count());
         queue = std::ceil(current * share);
-      } else if (in_flight > probe_in_flight_) {
-        tentative_ = false;  // more calls out than at the probe, and no slower: the dependency is slower
+      } else if (in_flight > probe_in_flight_ && ++probe_rises_ == 2) {
+        // Two round trips in a row, each with more calls out than the one before, and no slower: the
+        // dependency is slower. One is not enough: a capacity that grew by one call between them reads the
+        // same.
+        tentative_ = false;
       } else {
+        if (in_flight > probe_in_flight_) probe_in_flight_ = in_flight;
+        else probe_rises_ = 0;
         confirmed = false;
       }
     }
-    if (queue <= options_.threshold_factor * l && share <= f * options_.threshold_factor / options_.beta_factor)
-      next = current + (confirmed ? options_.beta_factor * l : step);
-    else if (queue < options_.alpha_factor * l && share < f * options_.alpha_factor / options_.beta_factor)
-      next = current + step;
-    else if (queue > options_.beta_factor * l || share > f)
-      next = current - step;
-    else
+    // The call that ended the round trip started within it: it reports on the limit in force. Queued behind
+    // at least one call (twice the no-load latency, where +-20 % noise reaches 1.5 x), it is a queue whatever
+    // the fastest success, which may have started before the dependency slowed, says.
+    if (!tentative_ && static_cast<double>(s.latency.count()) >= 2.0 * static_cast<double>(no_load_.count())) {
+      cut(current, std::min(unqueued_calls(s.latency, s.in_flight, current), current - step), s);
       return;
+    }
+    const bool grow_fast =
+        queue <= options_.threshold_factor * l && share <= f * options_.threshold_factor / options_.beta_factor;
+    if (grow_fast || (queue < options_.alpha_factor * l && share < f * options_.alpha_factor / options_.beta_factor)) {
+      if (!slow_start_) {
+        // Congestion avoidance grows only from a round trip that tested the limit (its fastest success was
+        // granted with the limit's calls out), and not while it waits at the level of a decrease.
+        if (static_cast<double>(in_flight) < std::floor(current)) return;
+        if (waiting_ > 0.0) {
+          waiting_ -= 1.0;
+          return;
+        }
+      }
+      next = current + (grow_fast && confirmed && slow_start_ ? options_.beta_factor * l : step);
+    } else if (queue > options_.beta_factor * l || share > f) {
+      cut(current, std::min(unqueued_calls(latency, in_flight, current), current - step), s);
+      return;
+    } else {
+      return;
+    }
     set(current, next, in_flight, s);
+  }
+
+  /// The calls that a success granted with `in_flight` out (at most the limit's) and served in `latency`
+  /// shows the dependency to serve unqueued: each call queued ahead of it added one no-load latency.
+  double unqueued_calls(std::chrono::nanoseconds latency, std::size_t in_flight, double current) const noexcept {
+    const double n = std::min(static_cast<double>(in_flight), std::floor(current));
+    return n - std::floor(static_cast<double>(latency.count()) / static_cast<double>(no_load_.count()) - 1.0);
+  }
+
+  /// A decrease from a queue: to `next`, at most by half, and a wait before growing (see `plateau_rounds`).
+  void cut(double current, double next, const sample_type& s) noexcept {
+    next = std::max(next, current * 0.5);
+    if (next < limit_.min()) next = limit_.min();
+    if (next >= current || gate_.stale(s.now, s.latency)) return;
+    const auto repeats = levels_.found(std::floor(next));
+    const double doubling = std::exp2(static_cast<double>(repeats < 63 ? repeats + 1 : 64)) - 1.0;
+    waiting_ = doubling < options_.plateau_rounds ? doubling : options_.plateau_rounds;
+    set(current, next, s.in_flight, s);
   }
 
   void set(double current, double next, std::size_t in_flight, const sample_type& s) noexcept {
@@ -258,6 +343,7 @@ class basic_vegas {
       // At most one decrease per round trip: a call that started before the latest one reports on the old limit.
       if (gate_.stale(s.now, s.latency)) return;
       gate_.decreased(s.now);
+      slow_start_ = false;
       limit_.set(next);
       start_round(s.now);
     } else {
@@ -293,6 +379,8 @@ class basic_vegas {
       detail::invalid_option(type, "probe_multiplier", ">= 1 and finite", o.probe_multiplier);
     if (!detail::finite(o.min_utilisation) || o.min_utilisation < 0.0 || o.min_utilisation > 1.0)
       detail::invalid_option(type, "min_utilisation", "in [0, 1]", o.min_utilisation);
+    if (!detail::finite(o.plateau_rounds) || o.plateau_rounds < 0.0)
+      detail::invalid_option(type, "plateau_rounds", ">= 0 and finite", o.plateau_rounds);
     return o;
   }
 
@@ -311,6 +399,10 @@ class basic_vegas {
   bool tentative_ = false;
   std::chrono::nanoseconds previous_no_load_{0};
   std::size_t probe_in_flight_ = 0;
+  int probe_rises_ = 0;  // round trips in a row whose fastest success had more calls out, unqueued
+  bool slow_start_ = true;
+  detail::level_memory levels_{};
+  double waiting_ = 0.0;  // round trips still to wait at the level of the latest decrease
 };
 
 /// `basic_vegas` on `std::chrono::steady_clock`.
