@@ -74,7 +74,7 @@ TEST_CASE("windowed_aimd: a failure rate at the threshold grows, above it cuts b
 }
 
 TEST_CASE("windowed_aimd: slow successes count as failures, and a window with one does not grow") {
-  rein::algo::windowed_aimd w{};  // latency_tolerance 1.75, noise_floor 0
+  rein::algo::windowed_aimd w{};  // latency_tolerance 1.75, noise_floor 0.5 ms (below 1.75 x 5 ms)
   for (int i = 0; i < 17; ++i) w.on_sample(ok(5ms));
   for (int i = 0; i < 3; ++i) w.on_sample(ok(8751us));  // > 1.75 x 5 ms, 15 % of the window: holds
   REQUIRE(w.limit() == 4.0);

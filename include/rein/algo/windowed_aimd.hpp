@@ -39,12 +39,16 @@ struct windowed_aimd_options {
   /// learns nothing until it is past the dependency's hard limit, and a window with up to 15 % of its calls
   /// failing still grows. 1.75 (as `aimd_options::latency_tolerance`): +-20 % jitter puts the slowest
   /// unqueued call at 1.5 x the fastest, a call queued behind another takes twice as long. Finite and > 1
-  /// when set; unset: only `congestion` outcomes and `latency_target` count (the rule before rein 0.x).
+  /// when set; unset (`std::nullopt`, the textbook rule): only `congestion` outcomes and `latency_target`
+  /// count, so the limit grows until calls fail.
   std::optional<double> latency_tolerance = 1.75;
   /// Jitter that is not proportional to the latency (scheduling delays on a fast path), in nanoseconds: a
   /// success within `fastest + noise_floor` is never slow (`detail::allowed_latency`). >= 0; 0: the
-  /// tolerance alone.
-  std::chrono::nanoseconds noise_floor{0};
+  /// tolerance alone. 0.5 ms, as `aimd_options::noise_floor` and `tuned_aimd_options::noise_floor`: on a
+  /// loopback call of a few hundred microseconds a scheduling delay is many times the fastest call but no
+  /// queueing, and the floor stays below the 1 ms that a call queued behind one other adds at the
+  /// generated family's shortest base latency (`examples/adaptive_family`).
+  std::chrono::nanoseconds noise_floor = std::chrono::microseconds{500};
   /// The growth guard (`detail::tested_ceiling`): a window raises the limit to at most
   /// `max(n + 1, n / min_utilisation)`, n the most calls out at any grant of its samples. In [0, 1]; 0
   /// disables it.
