@@ -121,6 +121,18 @@ TEST_CASE("windowed_aimd: calls that started before the latest decrease are not 
   REQUIRE(w.window_failures() == 1);
 }
 
+TEST_CASE("windowed_aimd: calls that started before the latest rise are not counted either") {
+  rein::algo::windowed_aimd w{};
+  window(w, 20, 0);
+  REQUIRE(w.limit() == 7.0);
+  const auto later = next_end();  // 10 s after the rise: a call of more than 10 s was granted below it
+  for (int i = 0; i < 20; ++i) w.on_sample(sample{10s + 1ns, outcome::success, 64, later});
+  REQUIRE(w.window_samples() == 0);
+  REQUIRE(w.limit() == 7.0);
+  w.on_sample(sample{10s, outcome::success, 64, later});  // granted with the rise
+  REQUIRE(w.window_samples() == 1);
+}
+
 TEST_CASE("windowed_aimd: ignored samples are not counted; slow successes count as failures with a target") {
   rein::algo::windowed_aimd_options o;
   o.latency_target = 20ms;

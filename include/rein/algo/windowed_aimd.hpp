@@ -12,7 +12,7 @@ namespace rein::algo {
 
 /// Options of `basic_windowed_aimd`. Defaults: batches of 20, step 3, threshold 15 %, backoff 0.8, with rein's
 /// usual floor 1 and ceiling 64 and a starting point of 4 rather than the floor, and rein's rules: slow
-/// successes count as failures (`latency_tolerance`), the growth guard and one decrease per round trip.
+/// successes count as failures (`latency_tolerance`), the growth guard and one change per round trip.
 struct windowed_aimd_options {
   /// Starting limit, in calls; in [min_limit, max_limit].
   double initial_limit = 4.0;
@@ -59,8 +59,9 @@ struct windowed_aimd_options {
 /// `latency_tolerance` allows) over `window` samples; at the end of each window add `step` if the failure
 /// rate is at or below `failure_threshold` and no success in it was slow, hold if one was, and otherwise
 /// multiply by `backoff`. A window closes early, and shrinks, once its failures exceed
-/// `failure_threshold x window`. A call that started before the latest decrease is not counted (at most one
-/// decrease per round trip, RFC 5681); `ignored` samples are not counted at all.
+/// `failure_threshold x window`. A call that started before the latest change of the limit is not counted:
+/// at most one decrease per round trip (RFC 5681), and each window judges the limit in force, not the one
+/// before it (TCP Vegas' once per round trip); `ignored` samples are not counted at all.
 ///
 /// Coarser than `basic_aimd` (it reacts once per window, not per call), so it tolerates a background failure
 /// rate up to the threshold, which suits batch jobs against APIs that fail a little all the time.
@@ -114,9 +115,12 @@ class basic_windowed_aimd {
   void on_sample(const sample_type& s) {
     if (s.result == outcome::ignored) return;
     const judgement j = judge(s);
-    // A call that started before the latest decrease reports on the limit before it, which is already cut
-    // (RFC 5681's one reduction per window of data): it is not counted in the window that judges this one.
-    if (gate_.stale(s.now, s.latency)) return;
+    // A call that started before the latest change of the limit reports on the limit before it: it is not
+    // counted in the window that judges this one. After a cut, the old limit is already cut (RFC 5681's one
+    // reduction per window of data); after a rise, a call granted below the new limit says nothing about it,
+    // and a window of them would grow again before the first rise was tried (TCP Vegas judges each
+    // window from the segments sent after its last change, as Linux tcp_vegas.c's beg_snd_nxt).
+    if (changed_.stale(s.now, s.latency)) return;
     ++samples_;
     if (s.in_flight > window_in_flight_) window_in_flight_ = s.in_flight;
     if (j != judgement::fine) ++failures_;
@@ -135,10 +139,11 @@ class basic_windowed_aimd {
       // A slow success is a call queued at the limit in force: a window with one holds (growing would only
       // lengthen the queue), whereas failed calls within the threshold are the background the threshold is
       // for, and say nothing about the limit.
-      if (!queued)
-        limit_.set(detail::guarded_growth(current, current + options_.step, in_flight, options_.min_utilisation));
+      if (!queued &&
+          limit_.set(detail::guarded_growth(current, current + options_.step, in_flight, options_.min_utilisation)))
+        changed_.decreased(s.now);
     } else {
-      gate_.decreased(s.now);
+      changed_.decreased(s.now);
       limit_.set(current * options_.backoff);
     }
   }
@@ -180,7 +185,8 @@ class basic_windowed_aimd {
   std::size_t failures_ = 0;
   std::size_t slow_ = 0;  // slow successes among the failures
   std::size_t window_in_flight_ = 0;  // the most calls out at any grant of the window's samples
-  detail::round_trip_gate<typename Clock::time_point> gate_{};
+  // The latest change of the limit, up or down (the gate of RFC 5681, applied to every change).
+  detail::round_trip_gate<typename Clock::time_point> changed_{};
   detail::relative_latency judge_{200};
 };
 
