@@ -10,7 +10,7 @@
 
 namespace rein::algo {
 
-/// Options of `basic_windowed_aimd`. Defaults: batches of 20, step 3, threshold 15 %, backoff 0.8, with rein's
+/// Options of `basic_windowed_aimd`. Defaults: batches of 20, step 1, threshold 15 %, backoff 0.8, with rein's
 /// usual floor 1 and ceiling 64 and a starting point of 4 rather than the floor, and rein's rules: slow
 /// successes count as failures (`latency_tolerance`), the growth guard and one change per round trip.
 struct windowed_aimd_options {
@@ -24,8 +24,11 @@ struct windowed_aimd_options {
   std::size_t window = 20;
   /// A window whose failure rate (failures / window) is at or below this grows; above it shrinks. In [0, 1).
   double failure_threshold = 0.15;
-  /// Growth per healthy window, in calls; > 0.
-  double step = 3.0;
+  /// Growth per healthy window, in calls; > 0. 1, as TCP's congestion avoidance adds one segment per round
+  /// trip (RFC 5681): a step past the capacity then puts one call over it, which queues behind one other
+  /// call; a step of 3 put up to three over it, and a call behind two or three others takes three or four
+  /// times as long, for a whole window before the slow calls return.
+  double step = 1.0;
   /// Factor applied per unhealthy window; in (0, 1). The limit keeps its fraction (no integer
   /// division). 0.8 (as `aimd_options::backoff`), not the usual 0.5: now that slow calls count, a window
   /// turns unhealthy as soon as the limit is a call or two over the capacity, and halving from there leaves
