@@ -73,18 +73,20 @@ TEST_CASE("windowed_aimd: a failure rate at the threshold grows, above it cuts b
   REQUIRE(w.increases() == 1);
 }
 
-TEST_CASE("windowed_aimd: slow successes count as failures, and a window with one does not grow") {
+TEST_CASE("windowed_aimd: a slow success closes the window at once and cuts; failures have the threshold") {
   rein::algo::windowed_aimd w{};  // latency_tolerance 1.75, noise_floor 0.5 ms (below 1.75 x 5 ms)
   for (int i = 0; i < 17; ++i) w.on_sample(ok(5ms));
-  for (int i = 0; i < 3; ++i) w.on_sample(ok(8751us));  // > 1.75 x 5 ms, 15 % of the window: holds
-  REQUIRE(w.limit() == 4.0);
-  REQUIRE(w.decreases() == 0);
+  for (int i = 0; i < 3; ++i) w.on_sample(congestion());  // 15 % of the window failed: grows
+  REQUIRE(w.limit() == 5.0);
   for (int i = 0; i < 19; ++i) w.on_sample(ok(8750us));  // exactly 1.75 x the fastest: not slow
   REQUIRE(w.window_samples() == 19);
   w.on_sample(ok(5ms));
-  REQUIRE(w.limit() == 5.0);
-  for (int i = 0; i < 4; ++i) w.on_sample(ok(9ms));  // 4 slow: over 15 % of 20, the window closes at once
-  REQUIRE(w.limit() == Approx(4.0).margin(1e-12));
+  REQUIRE(w.limit() == 6.0);
+  for (int i = 0; i < 5; ++i) w.on_sample(ok(5ms));
+  w.on_sample(ok(8751us));  // one slow success: the window closes after 6 samples and cuts
+  REQUIRE(w.window_samples() == 0);
+  REQUIRE(w.limit() == Approx(4.8).margin(1e-12));
+  REQUIRE(w.decreases() == 1);
 }
 
 TEST_CASE("windowed_aimd: the noise floor keeps a success within fastest + floor from being slow") {
@@ -94,9 +96,8 @@ TEST_CASE("windowed_aimd: the noise floor keeps a success within fastest + floor
   for (int i = 0; i < 19; ++i) w.on_sample(ok(5ms));
   w.on_sample(ok(15ms));  // max(1.75 x 5, 5 + 10) = 15 ms: not slow
   REQUIRE(w.limit() == 5.0);
-  for (int i = 0; i < 19; ++i) w.on_sample(ok(5ms));
-  w.on_sample(ok(15001us));  // slow: the window holds
-  REQUIRE(w.limit() == 5.0);
+  w.on_sample(ok(15001us));  // slow: the window closes and cuts
+  REQUIRE(w.limit() == Approx(4.0).margin(1e-12));
 }
 
 TEST_CASE("windowed_aimd: without a latency tolerance only failed calls count (the textbook rule)") {
@@ -129,7 +130,7 @@ TEST_CASE("windowed_aimd: calls that started before the latest rise are not coun
   for (int i = 0; i < 20; ++i) w.on_sample(sample{10s + 1ns, outcome::success, 64, later});
   REQUIRE(w.window_samples() == 0);
   REQUIRE(w.limit() == 5.0);
-  w.on_sample(sample{10s, outcome::success, 64, later});  // granted with the rise
+  w.on_sample(sample{5ms, outcome::success, 64, later});  // granted after the rise
   REQUIRE(w.window_samples() == 1);
 }
 
@@ -141,7 +142,8 @@ TEST_CASE("windowed_aimd: ignored samples are not counted; slow successes count 
   for (int i = 0; i < 50; ++i) w.on_sample(ignored());
   REQUIRE(w.window_samples() == 0);
   for (int i = 0; i < 16; ++i) w.on_sample(ok());
-  for (int i = 0; i < 4; ++i) w.on_sample(ok(21ms));
+  REQUIRE(w.limit() == 4.0);
+  w.on_sample(ok(21ms));  // slower than the target: slow, the window closes and cuts
   REQUIRE(w.limit() == Approx(3.2).margin(1e-12));
 }
 

@@ -23,6 +23,7 @@ struct windowed_aimd_options {
   /// Samples per window (non-ignored outcomes); >= 1. The limit changes once per window.
   std::size_t window = 20;
   /// A window whose failure rate (failures / window) is at or below this grows; above it shrinks. In [0, 1).
+  /// Only failed calls have this allowance: a window with a slow success shrinks at once.
   double failure_threshold = 0.15;
   /// Growth per healthy window, in calls; > 0. 1, as TCP's congestion avoidance adds one segment per round
   /// trip (RFC 5681): a step past the capacity then puts one call over it, which queues behind one other
@@ -60,9 +61,10 @@ struct windowed_aimd_options {
 
 /// Windowed AIMD: count failures (congestion outcomes, and successes slower than `latency_target` or than
 /// `latency_tolerance` allows) over `window` samples; at the end of each window add `step` if the failure
-/// rate is at or below `failure_threshold` and no success in it was slow, hold if one was, and otherwise
-/// multiply by `backoff`. A window closes early, and shrinks, once its failures exceed
-/// `failure_threshold x window`. A call that started before the latest change of the limit is not counted:
+/// rate is at or below `failure_threshold`, and otherwise multiply by `backoff`. A window closes early, and
+/// shrinks, once its failures exceed `failure_threshold x window`, or at its first slow success (a call
+/// queued at the limit in force: the threshold is for failed calls, a background that says nothing about
+/// the limit). A call that started before the latest change of the limit is not counted:
 /// at most one decrease per round trip (RFC 5681), and each window judges the limit in force, not the one
 /// before it (TCP Vegas' once per round trip); `ignored` samples are not counted at all.
 ///
@@ -128,22 +130,20 @@ class basic_windowed_aimd {
     if (s.in_flight > window_in_flight_) window_in_flight_ = s.in_flight;
     if (j != judgement::fine) ++failures_;
     if (j == judgement::slow) ++slow_;
-    // A window closes after `window` samples, or as soon as its failures exceed what a healthy one may hold:
-    // waiting for the rest would only let the limit that fails them run on.
-    const bool unhealthy = static_cast<double>(failures_) >
-                           options_.failure_threshold * static_cast<double>(options_.window);
+    // A window closes after `window` samples; as soon as its failures exceed what a healthy one may hold
+    // (waiting for the rest would only let the limit that fails them run on); and as soon as it holds a slow
+    // success. A slow success is a call queued at the limit in force, which no background rate explains:
+    // the threshold is for failed calls, the background of a dependency that fails a little all the time.
+    // Waiting for more (a window used to hold, not grow, with up to the threshold's share of them) let the
+    // queue run on for the rest of the window, and a limit that the capacity fell below sit there for good.
+    const bool unhealthy = slow_ > 0 || static_cast<double>(failures_) >
+                                            options_.failure_threshold * static_cast<double>(options_.window);
     if (samples_ < options_.window && !unhealthy) return;
-    const double rate = static_cast<double>(failures_) / static_cast<double>(samples_);
     const std::size_t in_flight = window_in_flight_;
-    const bool queued = slow_ > 0;
     samples_ = failures_ = slow_ = window_in_flight_ = 0;
     const double current = limit_.value();
-    if (rate <= options_.failure_threshold) {
-      // A slow success is a call queued at the limit in force: a window with one holds (growing would only
-      // lengthen the queue), whereas failed calls within the threshold are the background the threshold is
-      // for, and say nothing about the limit.
-      if (!queued &&
-          limit_.set(detail::guarded_growth(current, current + options_.step, in_flight, options_.min_utilisation)))
+    if (!unhealthy) {
+      if (limit_.set(detail::guarded_growth(current, current + options_.step, in_flight, options_.min_utilisation)))
         changed_.decreased(s.now);
     } else {
       changed_.decreased(s.now);
