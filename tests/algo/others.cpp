@@ -54,12 +54,25 @@ void window(Algorithm& a, int n, int failures) {
 
 TEST_CASE("windowed_aimd: the limit moves only at the end of a window") {
   rein::algo::windowed_aimd w{};
-  window(w, 19, 0);
+  window(w, 19, 1);  // a failure: the window waits for its 20 samples
   REQUIRE(w.limit() == 4.0);
   REQUIRE(w.window_samples() == 19);
   w.on_sample(ok());
   REQUIRE(w.limit() == 5.0);  // + step 1
   REQUIRE(w.window_samples() == 0);
+}
+
+TEST_CASE("windowed_aimd: a round trip of calls without a failure closes the window early") {
+  rein::algo::windowed_aimd w{};
+  window(w, 3, 0);
+  REQUIRE(w.limit() == 4.0);
+  w.on_sample(ok());  // 4 samples: as many as the limit admits
+  REQUIRE(w.limit() == 5.0);
+  REQUIRE(w.window_samples() == 0);
+  window(w, 4, 0);
+  REQUIRE(w.limit() == 5.0);
+  w.on_sample(ok());
+  REQUIRE(w.limit() == 6.0);
 }
 
 TEST_CASE("windowed_aimd: a failure rate at the threshold grows, above it cuts by the backoff at once") {
@@ -75,10 +88,11 @@ TEST_CASE("windowed_aimd: a failure rate at the threshold grows, above it cuts b
 
 TEST_CASE("windowed_aimd: a slow success closes the window at once and cuts; failures have the threshold") {
   rein::algo::windowed_aimd w{};  // latency_tolerance 1.75, noise_floor 0.5 ms (below 1.75 x 5 ms)
-  for (int i = 0; i < 17; ++i) w.on_sample(ok(5ms));
   for (int i = 0; i < 3; ++i) w.on_sample(congestion());  // 15 % of the window failed: grows
+  for (int i = 0; i < 17; ++i) w.on_sample(ok(5ms));
   REQUIRE(w.limit() == 5.0);
-  for (int i = 0; i < 19; ++i) w.on_sample(ok(8750us));  // exactly 1.75 x the fastest: not slow
+  w.on_sample(congestion());
+  for (int i = 0; i < 18; ++i) w.on_sample(ok(8750us));  // exactly 1.75 x the fastest: not slow
   REQUIRE(w.window_samples() == 19);
   w.on_sample(ok(5ms));
   REQUIRE(w.limit() == 6.0);
@@ -93,7 +107,8 @@ TEST_CASE("windowed_aimd: the noise floor keeps a success within fastest + floor
   rein::algo::windowed_aimd_options o;
   o.noise_floor = 10ms;
   rein::algo::windowed_aimd w{o};
-  for (int i = 0; i < 19; ++i) w.on_sample(ok(5ms));
+  w.on_sample(congestion());
+  for (int i = 0; i < 18; ++i) w.on_sample(ok(5ms));
   w.on_sample(ok(15ms));  // max(1.75 x 5, 5 + 10) = 15 ms: not slow
   REQUIRE(w.limit() == 5.0);
   w.on_sample(ok(15001us));  // slow: the window closes and cuts
@@ -104,9 +119,9 @@ TEST_CASE("windowed_aimd: without a latency tolerance only failed calls count (t
   rein::algo::windowed_aimd_options o;
   o.latency_tolerance.reset();
   rein::algo::windowed_aimd w{o};
-  for (int i = 0; i < 16; ++i) w.on_sample(ok(5ms));
-  for (int i = 0; i < 4; ++i) w.on_sample(ok(50ms));
-  REQUIRE(w.limit() == 5.0);
+  for (int i = 0; i < 2; ++i) w.on_sample(ok(5ms));
+  for (int i = 0; i < 2; ++i) w.on_sample(ok(50ms));
+  REQUIRE(w.limit() == 5.0);  // a round trip without a failure
 }
 
 TEST_CASE("windowed_aimd: calls that started before the latest decrease are not counted") {
@@ -124,7 +139,7 @@ TEST_CASE("windowed_aimd: calls that started before the latest decrease are not 
 
 TEST_CASE("windowed_aimd: calls that started before the latest rise are not counted either") {
   rein::algo::windowed_aimd w{};
-  window(w, 20, 0);
+  window(w, 4, 0);
   REQUIRE(w.limit() == 5.0);
   const auto later = next_end();  // 10 s after the rise: a call of more than 10 s was granted below it
   for (int i = 0; i < 20; ++i) w.on_sample(sample{10s + 1ns, outcome::success, 64, later});
@@ -141,7 +156,7 @@ TEST_CASE("windowed_aimd: ignored samples are not counted; slow successes count 
   rein::algo::windowed_aimd w{o};
   for (int i = 0; i < 50; ++i) w.on_sample(ignored());
   REQUIRE(w.window_samples() == 0);
-  for (int i = 0; i < 16; ++i) w.on_sample(ok());
+  for (int i = 0; i < 3; ++i) w.on_sample(ok());
   REQUIRE(w.limit() == 4.0);
   w.on_sample(ok(21ms));  // slower than the target: slow, the window closes and cuts
   REQUIRE(w.limit() == Approx(3.2).margin(1e-12));

@@ -20,7 +20,8 @@ struct windowed_aimd_options {
   double min_limit = 1.0;
   /// Ceiling, in calls: a whole number in [min_limit, 1e9] (`max_limit_ceiling`).
   double max_limit = 64.0;
-  /// Samples per window (non-ignored outcomes); >= 1. The limit changes once per window.
+  /// Samples per window (non-ignored outcomes); >= 1. The limit changes once per window. A window of as many
+  /// samples as the limit admits closes early if none failed (one step per round trip, as TCP).
   std::size_t window = 20;
   /// A window whose failure rate (failures / window) is at or below this grows; above it shrinks. In [0, 1).
   /// Only failed calls have this allowance: a window with a slow success shrinks at once.
@@ -62,6 +63,7 @@ struct windowed_aimd_options {
 /// Windowed AIMD: count failures (congestion outcomes, and successes slower than `latency_target` or than
 /// `latency_tolerance` allows) over `window` samples; at the end of each window add `step` if the failure
 /// rate is at or below `failure_threshold`, and otherwise multiply by `backoff`. A window closes early, and
+/// grows, once it holds a round trip of calls (`floor(limit)`) without a failure; it closes early, and
 /// shrinks, once its failures exceed `failure_threshold x window`, or at its first slow success (a call
 /// queued at the limit in force: the threshold is for failed calls, a background that says nothing about
 /// the limit). A call that started before the latest change of the limit is not counted:
@@ -138,7 +140,11 @@ class basic_windowed_aimd {
     // queue run on for the rest of the window, and a limit that the capacity fell below sit there for good.
     const bool unhealthy = slow_ > 0 || static_cast<double>(failures_) >
                                             options_.failure_threshold * static_cast<double>(options_.window);
-    if (samples_ < options_.window && !unhealthy) return;
+    // And once it holds a round trip of calls (as many as the limit admits) that all went well: TCP's
+    // congestion avoidance grows once per round trip of acknowledged data (RFC 5681), and a window of 20
+    // samples at a limit of 2 waited ten round trips to add a call.
+    const bool clean_round_trip = failures_ == 0 && samples_ >= admitted(limit_.value());
+    if (samples_ < options_.window && !unhealthy && !clean_round_trip) return;
     const std::size_t in_flight = window_in_flight_;
     samples_ = failures_ = slow_ = window_in_flight_ = 0;
     const double current = limit_.value();
