@@ -103,6 +103,21 @@ TEST_CASE("windowed_aimd: a slow success closes the window at once and cuts; fai
   REQUIRE(w.decreases() == 1);
 }
 
+TEST_CASE("windowed_aimd: slow calls cut to the level their queue shows, by half at most") {
+  rein::algo::windowed_aimd_options o;
+  o.initial_limit = 20;
+  rein::algo::windowed_aimd w{o};
+  for (int i = 0; i < 10; ++i) w.on_sample(ok(5ms, 20));  // the fastest: 5 ms
+  w.on_sample(ok(30ms, 20));  // 5 calls queued ahead of it: 20 - 5 = 15, above 20 x 0.5
+  REQUIRE(w.limit() == 15.0);
+  w.on_sample(ok(100ms, 15));  // 19 queued ahead: 15 - 19 < 0, so half of the limit
+  REQUIRE(w.limit() == 7.5);
+  w.on_sample(ok(10ms, 64));  // 1 queued ahead, n the limit: 6.5 is above 7.5 x 0.8, so the backoff
+  REQUIRE(w.limit() == Approx(6.0).margin(1e-12));
+  w.on_sample(ok(10ms, 4));  // 1 queued ahead of a call granted with 4 out: 3, below 6 x 0.8
+  REQUIRE(w.limit() == 3.0);
+}
+
 TEST_CASE("windowed_aimd: the noise floor keeps a success within fastest + floor from being slow") {
   rein::algo::windowed_aimd_options o;
   o.noise_floor = 10ms;
@@ -111,8 +126,8 @@ TEST_CASE("windowed_aimd: the noise floor keeps a success within fastest + floor
   for (int i = 0; i < 18; ++i) w.on_sample(ok(5ms));
   w.on_sample(ok(15ms));  // max(1.75 x 5, 5 + 10) = 15 ms: not slow
   REQUIRE(w.limit() == 5.0);
-  w.on_sample(ok(15001us));  // slow: the window closes and cuts
-  REQUIRE(w.limit() == Approx(4.0).margin(1e-12));
+  w.on_sample(ok(15001us));  // slow: the window closes and cuts, to 5 - floor(15.001 / 5 - 1) = 3
+  REQUIRE(w.limit() == 3.0);
 }
 
 TEST_CASE("windowed_aimd: without a latency tolerance only failed calls count (the textbook rule)") {
@@ -159,7 +174,7 @@ TEST_CASE("windowed_aimd: ignored samples are not counted; slow successes count 
   for (int i = 0; i < 3; ++i) w.on_sample(ok());
   REQUIRE(w.limit() == 4.0);
   w.on_sample(ok(21ms));  // slower than the target: slow, the window closes and cuts
-  REQUIRE(w.limit() == Approx(3.2).margin(1e-12));
+  REQUIRE(w.limit() == 2.0);  // 3 calls queued ahead of it (21 / 5 - 1): 4 - 3 = 1, so half the limit
 }
 
 TEST_CASE("windowed_aimd: floor and ceiling hold") {

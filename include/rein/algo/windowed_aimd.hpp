@@ -3,7 +3,9 @@
 
 #include <rein/algo/limit_algorithm.hpp>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -31,8 +33,8 @@ struct windowed_aimd_options {
   /// call; a step of 3 put up to three over it, and a call behind two or three others takes three or four
   /// times as long, for a whole window before the slow calls return.
   double step = 1.0;
-  /// Factor applied per unhealthy window; in (0, 1). The limit keeps its fraction (no integer
-  /// division). 0.8 (as `aimd_options::backoff`), not the usual 0.5: now that slow calls count, a window
+  /// Factor applied per unhealthy window, the shallowest cut; in (0, 1). The limit keeps its fraction (no
+  /// integer division). A slow success can cut deeper, to the level its queue shows (see the class). 0.8 (as `aimd_options::backoff`), not the usual 0.5: now that slow calls count, a window
   /// turns unhealthy as soon as the limit is a call or two over the capacity, and halving from there leaves
   /// the limit near half the capacity; one cut of 0.8 leaves it above 0.8 x the capacity.
   double backoff = 0.8;
@@ -62,7 +64,10 @@ struct windowed_aimd_options {
 
 /// Windowed AIMD: count failures (congestion outcomes, and successes slower than `latency_target` or than
 /// `latency_tolerance` allows) over `window` samples; at the end of each window add `step` if the failure
-/// rate is at or below `failure_threshold`, and otherwise multiply by `backoff`. A window closes early, and
+/// rate is at or below `failure_threshold`, and otherwise multiply by `backoff`, or after a slow success
+/// cut to the level its queue shows if that is lower (TCP Vegas' queue estimate: each call queued ahead of
+/// it added one fastest latency, so of the n calls out at its grant that many were too many), by at most
+/// half. A window closes early, and
 /// grows, once it holds a round trip of calls (`floor(limit)`) without a failure; it closes early, and
 /// shrinks, once its failures exceed `failure_threshold x window`, or at its first slow success (a call
 /// queued at the limit in force: the threshold is for failed calls, a background that says nothing about
@@ -131,7 +136,15 @@ class basic_windowed_aimd {
     ++samples_;
     if (s.in_flight > window_in_flight_) window_in_flight_ = s.in_flight;
     if (j != judgement::fine) ++failures_;
-    if (j == judgement::slow) ++slow_;
+    if (j == judgement::slow) {
+      // TCP Vegas' queue estimate, in calls: each call queued ahead of this one added about one fastest
+      // latency, so of the n calls out at its grant (at most the limit) that many were too many. The window
+      // keeps the highest level its slow calls show.
+      const double n = std::min(static_cast<double>(s.in_flight), limit_.value());
+      const double level = n - std::floor(static_cast<double>(s.latency.count()) / fastest_ - 1.0);
+      if (slow_ == 0 || level > level_) level_ = level;
+      ++slow_;
+    }
     // A window closes after `window` samples; as soon as its failures exceed what a healthy one may hold
     // (waiting for the rest would only let the limit that fails them run on); and as soon as it holds a slow
     // success. A slow success is a call queued at the limit in force, which no background rate explains:
@@ -146,26 +159,43 @@ class basic_windowed_aimd {
     const bool clean_round_trip = failures_ == 0 && samples_ >= admitted(limit_.value());
     if (samples_ < options_.window && !unhealthy && !clean_round_trip) return;
     const std::size_t in_flight = window_in_flight_;
+    const std::size_t slow_window = slow_;
     samples_ = failures_ = slow_ = window_in_flight_ = 0;
     const double current = limit_.value();
     if (!unhealthy) {
       if (limit_.set(detail::guarded_growth(current, current + options_.step, in_flight, options_.min_utilisation)))
         changed_.decreased(s.now);
     } else {
+      // A cut by `backoff`, and down to the level the slow calls show if that is lower, by at most half
+      // (`deepest_cut`): a dependency whose capacity fell far below the limit queues calls so deep that their
+      // verdicts take many base latencies to return, and cuts of 0.8 each one such round trip apart took
+      // several of those to get there.
+      const double cut = current * options_.backoff;
+      const bool slow = slow_window > 0;
       changed_.decreased(s.now);
-      limit_.set(current * options_.backoff);
+      limit_.set(slow ? std::min(cut, std::max(level_, current * deepest_cut)) : cut);
     }
   }
 
  private:
   enum class judgement { fine, failed, slow };
 
+  /// The deepest cut of one window, by the slow calls' queue estimate: TCP's halving (RFC 5681), as
+  /// `tuned_aimd_options::backoff`. A stall or an estimate off by noise costs at most half the limit.
+  static constexpr double deepest_cut = 0.5;
+
   /// A congestion outcome fails; a success slower than the target or than the tolerance allows is slow.
   /// Every success is shown to the judge, so that its fastest call is the fastest seen.
   judgement judge(const sample_type& s) {
     if (s.result == outcome::congestion) return judgement::failed;
-    const bool slow =
-        options_.latency_tolerance && judge_.slow(s.latency, *options_.latency_tolerance, options_.noise_floor);
+    bool slow = false;
+    if (s.latency > std::chrono::nanoseconds::zero()) {  // a clock too coarse for the call says nothing
+      fastest_window_.push(s.latency.count());
+      fastest_ = static_cast<double>(fastest_window_.value());
+      slow = options_.latency_tolerance &&
+             static_cast<double>(s.latency.count()) >
+                 detail::allowed_latency(fastest_, *options_.latency_tolerance, options_.noise_floor);
+    }
     return slow || (options_.latency_target && s.latency > *options_.latency_target) ? judgement::slow
                                                                                      : judgement::fine;
   }
@@ -196,7 +226,10 @@ class basic_windowed_aimd {
   std::size_t window_in_flight_ = 0;  // the most calls out at any grant of the window's samples
   // The latest change of the limit, up or down (the gate of RFC 5681, applied to every change).
   detail::round_trip_gate<typename Clock::time_point> changed_{};
-  detail::relative_latency judge_{200};
+  // The fastest of the last 200 successes (as `detail::relative_latency`), kept here for the queue estimate.
+  detail::sliding_minimum fastest_window_{200};
+  double fastest_ = 0.0;
+  double level_ = 0.0;  // the highest level the window's slow calls show, in calls
 };
 
 /// `basic_windowed_aimd` on `std::chrono::steady_clock`.
