@@ -118,6 +118,35 @@ TEST_CASE("windowed_aimd: slow calls cut to the level their queue shows, by half
   REQUIRE(w.limit() == 3.0);
 }
 
+TEST_CASE("windowed_aimd: growth stops at the level a cut found, and waits longer there each time") {
+  rein::algo::windowed_aimd_options o;
+  o.initial_limit = 10;
+  rein::algo::windowed_aimd w{o};
+  w.on_sample(ok(5ms, 10));
+  w.on_sample(ok(10ms, 10));  // 1 queued ahead: the level is 9; the cut, 10 x 0.8
+  REQUIRE(w.limit() == 8.0);
+  window(w, 8, 0);  // a clean round trip: + step, up to the level
+  REQUIRE(w.limit() == 9.0);
+  window(w, 9, 0);  // a new level: no wait
+  REQUIRE(w.limit() == 10.0);
+  for (int wait = 1; wait <= 3; wait += 2) {  // the level found again once, then twice: wait 1, then 3
+    w.on_sample(ok(10ms, 10));
+    REQUIRE(w.limit() == 8.0);
+    window(w, 8, 0);
+    REQUIRE(w.limit() == 9.0);
+    window(w, 9 * wait, 0);  // healthy windows at the level
+    REQUIRE(w.limit() == 9.0);
+    window(w, 9, 0);
+    REQUIRE(w.limit() == 10.0);
+  }
+  o.plateau_windows = 0;  // no wait
+  w.set_options(o);
+  w.on_sample(ok(10ms, 10));
+  window(w, 8, 0);
+  window(w, 9, 0);
+  REQUIRE(w.limit() == 10.0);
+}
+
 TEST_CASE("windowed_aimd: the noise floor keeps a success within fastest + floor from being slow") {
   rein::algo::windowed_aimd_options o;
   o.noise_floor = 10ms;
@@ -211,6 +240,9 @@ TEST_CASE("windowed_aimd: invalid options name the type, field and value") {
   o = {};
   o.noise_floor = -1ns;
   REQUIRE(error_of<W>(o) == "rein::algo::windowed_aimd: noise_floor must be >= 0, got -1 ns");
+  o = {};
+  o.plateau_windows = -1;
+  REQUIRE(error_of<W>(o) == "rein::algo::windowed_aimd: plateau_windows must be >= 0 and finite, got -1");
 }
 
 // ---------------------------------------------------------------------------------------------------------

@@ -60,6 +60,14 @@ struct windowed_aimd_options {
   /// `max(n + 1, n / min_utilisation)`, n the most calls out at any grant of its samples. In [0, 1]; 0
   /// disables it.
   double min_utilisation = 0.85;
+  /// The longest wait at a level found again, in windows; >= 0 and finite, 0: no wait. After a cut, growth
+  /// stops at the level the cut found (the whole calls its slow calls showed, at least where the cut left
+  /// the limit); after a cut that found the level the cut before it found (within a call), it waits there
+  /// `2^k - 1` healthy windows, k the cuts in a row before this one that found it (1, 3, 7, ...), at most
+  /// this many, before it steps past: a level found again and again is the capacity, and each probe past it
+  /// costs a window of calls over it. CUBIC's plateau around the window of the last loss (RFC 8312); 31, as
+  /// `aimd_options::plateau_rounds` (on the generated family 15 does a little worse, 0 worse still).
+  double plateau_windows = 31.0;
 };
 
 /// Windowed AIMD: count failures (congestion outcomes, and successes slower than `latency_target` or than
@@ -67,7 +75,8 @@ struct windowed_aimd_options {
 /// rate is at or below `failure_threshold`, and otherwise multiply by `backoff`, or after a slow success
 /// cut to the level its queue shows if that is lower (TCP Vegas' queue estimate: each call queued ahead of
 /// it added one fastest latency, so of the n calls out at its grant that many were too many), by at most
-/// half. A window closes early, and
+/// half. After a cut, growth stops at the level the cut found, and waits there longer each time a cut
+/// finds it again (`plateau_windows`). A window closes early, and
 /// grows, once it holds a round trip of calls (`floor(limit)`) without a failure; it closes early, and
 /// shrinks, once its failures exceed `failure_threshold x window`, or at its first slow success (a call
 /// queued at the limit in force: the threshold is for failed calls, a background that says nothing about
@@ -116,11 +125,13 @@ class basic_windowed_aimd {
   /// Replaces the options at run time, validated as the constructor validates them (nothing changes on a
   /// throw). The limit learned so far is kept, moved into the new [min_limit, max_limit] (`initial_limit` is
   /// checked, not used). The window being filled carries on and closes once it holds the new `window`
-  /// samples (at the next sample if it already holds as many).
+  /// samples (at the next sample if it already holds as many); a wait under way is cut to the new
+  /// `plateau_windows`.
   /// @throws std::invalid_argument naming the field and value if `o` is invalid.
   void set_options(const options& o) {
     options_ = validated(o);
     limit_.rebound(o.min_limit, o.max_limit);
+    if (waiting_ > o.plateau_windows) waiting_ = o.plateau_windows;
   }
 
   /// Applies one completed call.
@@ -163,7 +174,15 @@ class basic_windowed_aimd {
     samples_ = failures_ = slow_ = window_in_flight_ = 0;
     const double current = limit_.value();
     if (!unhealthy) {
-      if (limit_.set(detail::guarded_growth(current, current + options_.step, in_flight, options_.min_utilisation)))
+      double next = current + options_.step;
+      const double good = levels_.level();
+      if (current < good) {
+        next = std::min(next, good);  // a step at a time back to the level the latest cut found, not past it
+      } else if (waiting_ > 0.0) {
+        waiting_ -= 1.0;  // a window at the level: one of the wait
+        next = current;
+      }
+      if (limit_.set(detail::guarded_growth(current, next, in_flight, options_.min_utilisation)))
         changed_.decreased(s.now);
     } else {
       // A cut by `backoff`, and down to the level the slow calls show if that is lower, by at most half
@@ -174,6 +193,13 @@ class basic_windowed_aimd {
       const bool slow = slow_window > 0;
       changed_.decreased(s.now);
       limit_.set(slow ? std::min(cut, std::max(level_, current * deepest_cut)) : cut);
+      // The level this cut found: the whole calls the slow calls showed, at least where the cut left the
+      // limit. Found again (within a call), the next probe past it waits `2^k - 1` windows, k the cuts in
+      // a row that found it, at most `plateau_windows`.
+      const double found = std::floor(slow ? std::max(level_, limit_.value()) : limit_.value());
+      const std::uint64_t repeats = levels_.found(found);
+      const double doubling = std::exp2(static_cast<double>(repeats < 64 ? repeats : 64)) - 1.0;
+      waiting_ = std::min(doubling, options_.plateau_windows);
     }
   }
 
@@ -215,6 +241,8 @@ class basic_windowed_aimd {
       detail::invalid_option(type, "noise_floor", ">= 0", o.noise_floor);
     if (!detail::finite(o.min_utilisation) || o.min_utilisation < 0.0 || o.min_utilisation > 1.0)
       detail::invalid_option(type, "min_utilisation", "in [0, 1]", o.min_utilisation);
+    if (!detail::finite(o.plateau_windows) || o.plateau_windows < 0.0)
+      detail::invalid_option(type, "plateau_windows", ">= 0 and finite", o.plateau_windows);
     return o;
   }
 
@@ -230,6 +258,8 @@ class basic_windowed_aimd {
   detail::sliding_minimum fastest_window_{200};
   double fastest_ = 0.0;
   double level_ = 0.0;  // the highest level the window's slow calls show, in calls
+  detail::level_memory levels_{};  // the level the latest cut found, and how many cuts in a row found it
+  double waiting_ = 0.0;           // windows still to wait at that level before probing past it
 };
 
 /// `basic_windowed_aimd` on `std::chrono::steady_clock`.
