@@ -147,6 +147,33 @@ TEST_CASE("windowed_aimd: growth stops at the level a cut found, and waits longe
   REQUIRE(w.limit() == 10.0);
 }
 
+TEST_CASE("windowed_aimd: slow start adds a call per success within the growth guard, until a slow one") {
+  rein::algo::windowed_aimd_options o;
+  o.slow_start = true;
+  rein::algo::windowed_aimd w{o};
+  REQUIRE(w.in_slow_start());
+  w.on_sample(ok(5ms, 4));
+  REQUIRE(w.limit() == 5.0);  // within max(4 + 1, 4 / 0.85)
+  w.on_sample(ok(5ms, 5));
+  w.on_sample(ok(5ms, 6));
+  REQUIRE(w.limit() == 7.0);
+  w.on_sample(ok(5ms, 7));
+  REQUIRE(w.limit() == 8.0);
+  w.on_sample(ok(5ms, 2));  // granted with 2 out: tested only up to 3
+  REQUIRE(w.limit() == 8.0);
+  REQUIRE(w.in_slow_start());
+  w.on_sample(ok(10ms, 8));  // slow: slow start ends, and the window cuts by the backoff (its level, 7, is above)
+  REQUIRE_FALSE(w.in_slow_start());
+  REQUIRE(w.limit() == Approx(6.4).margin(1e-12));
+  o.slow_start = true;
+  w.set_options(o);
+  REQUIRE_FALSE(w.in_slow_start());  // not restarted
+  rein::algo::windowed_aimd off{};  // the default: windows alone
+  REQUIRE_FALSE(off.in_slow_start());
+  off.on_sample(ok(5ms, 4));
+  REQUIRE(off.limit() == 4.0);
+}
+
 TEST_CASE("windowed_aimd: the noise floor keeps a success within fastest + floor from being slow") {
   rein::algo::windowed_aimd_options o;
   o.noise_floor = 10ms;
