@@ -64,7 +64,7 @@ struct windowed_aimd_options {
   /// disables it.
   double min_utilisation = 0.85;
   /// The longest wait at a level found again, in windows; >= 0 and finite, 0: no wait. After a cut, growth
-  /// stops at the level the cut found (the whole calls its slow calls showed, at least where the cut left
+  /// stops at the level the cut found (the whole calls its slow call showed, at least where the cut left
   /// the limit); after a cut that found the level the cut before it found (within a call), it waits there
   /// `2^k - 1` healthy windows, k the cuts in a row before this one that found it (1, 3, 7, ...), at most
   /// this many, before it steps past: a level found again and again is the capacity, and each probe past it
@@ -174,10 +174,9 @@ class basic_windowed_aimd {
     if (j == judgement::slow) {
       // TCP Vegas' queue estimate, in calls: each call queued ahead of this one added about one fastest
       // latency, so of the n calls out at its grant (at most the limit) that many were too many. The window
-      // keeps the highest level its slow calls show.
+      // closes at this call (below), so this is the level it shows.
       const double n = std::min(static_cast<double>(s.in_flight), limit_.value());
-      const double level = n - std::floor(static_cast<double>(s.latency.count()) / fastest_ - 1.0);
-      if (slow_ == 0 || level > level_) level_ = level;
+      level_ = n - std::floor(static_cast<double>(s.latency.count()) / fastest_ - 1.0);
       ++slow_;
     }
     // A window closes after `window` samples; as soon as its failures exceed what a healthy one may hold
@@ -209,7 +208,7 @@ class basic_windowed_aimd {
       if (!slow_start_ && limit_.set(detail::guarded_growth(current, next, in_flight, options_.min_utilisation)))
         changed_.decreased(s.now);
     } else {
-      // A cut by `backoff`, and down to the level the slow calls show if that is lower, by at most half
+      // A cut by `backoff`, and down to the level the slow call shows if that is lower, by at most half
       // (`deepest_cut`): a dependency whose capacity fell far below the limit queues calls so deep that their
       // verdicts take many base latencies to return, and cuts of 0.8 each one such round trip apart took
       // several of those to get there.
@@ -218,7 +217,7 @@ class basic_windowed_aimd {
       changed_.decreased(s.now);
       slow_start_ = false;
       limit_.set(slow ? std::min(cut, std::max(level_, current * deepest_cut)) : cut);
-      // The level this cut found: the whole calls the slow calls showed, at least where the cut left the
+      // The level this cut found: the whole calls the slow call showed, at least where the cut left the
       // limit. Found again (within a call), the next probe past it waits `2^k - 1` windows, k the cuts in
       // a row that found it, at most `plateau_windows`.
       const double found = std::floor(slow ? std::max(level_, limit_.value()) : limit_.value());
@@ -282,7 +281,7 @@ class basic_windowed_aimd {
   // The fastest of the last 200 successes (as `detail::relative_latency`), kept here for the queue estimate.
   detail::sliding_minimum fastest_window_{200};
   double fastest_ = 0.0;
-  double level_ = 0.0;  // the highest level the window's slow calls show, in calls
+  double level_ = 0.0;  // the level the window's slow call shows, in calls
   detail::level_memory levels_{};  // the level the latest cut found, and how many cuts in a row found it
   double waiting_ = 0.0;           // windows still to wait at that level before probing past it
   bool slow_start_;
