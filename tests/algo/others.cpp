@@ -54,58 +54,145 @@ void window(Algorithm& a, int n, int failures) {
 
 TEST_CASE("windowed_aimd: the limit moves only at the end of a window") {
   rein::algo::windowed_aimd w{};
-  window(w, 19, 0);
+  window(w, 19, 1);  // a failure: the window waits for its 20 samples
   REQUIRE(w.limit() == 4.0);
   REQUIRE(w.window_samples() == 19);
   w.on_sample(ok());
-  REQUIRE(w.limit() == 7.0);  // + step 3
+  REQUIRE(w.limit() == 5.0);  // + step 1
   REQUIRE(w.window_samples() == 0);
+}
+
+TEST_CASE("windowed_aimd: a round trip of calls without a failure closes the window early") {
+  rein::algo::windowed_aimd w{};
+  window(w, 3, 0);
+  REQUIRE(w.limit() == 4.0);
+  w.on_sample(ok());  // 4 samples: as many as the limit admits
+  REQUIRE(w.limit() == 5.0);
+  REQUIRE(w.window_samples() == 0);
+  window(w, 4, 0);
+  REQUIRE(w.limit() == 5.0);
+  w.on_sample(ok());
+  REQUIRE(w.limit() == 6.0);
 }
 
 TEST_CASE("windowed_aimd: a failure rate at the threshold grows, above it cuts by the backoff at once") {
   rein::algo::windowed_aimd w{};
   window(w, 20, 3);  // 15 %: at the threshold
-  REQUIRE(w.limit() == 7.0);
+  REQUIRE(w.limit() == 5.0);
   window(w, 4, 4);  // the 4th failure exceeds 15 % of 20: the window closes without waiting for the rest
-  REQUIRE(w.limit() == Approx(5.6).margin(1e-12));
+  REQUIRE(w.limit() == Approx(4.0).margin(1e-12));
   REQUIRE(w.window_samples() == 0);
   REQUIRE(w.decreases() == 1);
   REQUIRE(w.increases() == 1);
 }
 
-TEST_CASE("windowed_aimd: slow successes count as failures, and a window with one does not grow") {
-  rein::algo::windowed_aimd w{};  // latency_tolerance 1.75, noise_floor 0
+TEST_CASE("windowed_aimd: a slow success closes the window at once and cuts; failures have the threshold") {
+  rein::algo::windowed_aimd w{};  // latency_tolerance 1.75, noise_floor 0.5 ms (below 1.75 x 5 ms)
+  for (int i = 0; i < 3; ++i) w.on_sample(congestion());  // 15 % of the window failed: grows
   for (int i = 0; i < 17; ++i) w.on_sample(ok(5ms));
-  for (int i = 0; i < 3; ++i) w.on_sample(ok(8751us));  // > 1.75 x 5 ms, 15 % of the window: holds
-  REQUIRE(w.limit() == 4.0);
-  REQUIRE(w.decreases() == 0);
-  for (int i = 0; i < 19; ++i) w.on_sample(ok(8750us));  // exactly 1.75 x the fastest: not slow
+  REQUIRE(w.limit() == 5.0);
+  w.on_sample(congestion());
+  for (int i = 0; i < 18; ++i) w.on_sample(ok(8750us));  // exactly 1.75 x the fastest: not slow
   REQUIRE(w.window_samples() == 19);
   w.on_sample(ok(5ms));
+  REQUIRE(w.limit() == 6.0);
+  for (int i = 0; i < 5; ++i) w.on_sample(ok(5ms));
+  w.on_sample(ok(8751us));  // one slow success: the window closes after 6 samples and cuts
+  REQUIRE(w.window_samples() == 0);
+  REQUIRE(w.limit() == Approx(4.8).margin(1e-12));
+  REQUIRE(w.decreases() == 1);
+}
+
+TEST_CASE("windowed_aimd: slow calls cut to the level their queue shows, by half at most") {
+  rein::algo::windowed_aimd_options o;
+  o.initial_limit = 20;
+  rein::algo::windowed_aimd w{o};
+  for (int i = 0; i < 10; ++i) w.on_sample(ok(5ms, 20));  // the fastest: 5 ms
+  w.on_sample(ok(30ms, 20));  // 5 calls queued ahead of it: 20 - 5 = 15, above 20 x 0.5
+  REQUIRE(w.limit() == 15.0);
+  w.on_sample(ok(100ms, 15));  // 19 queued ahead: 15 - 19 < 0, so half of the limit
+  REQUIRE(w.limit() == 7.5);
+  w.on_sample(ok(10ms, 64));  // 1 queued ahead, n the limit: 6.5 is above 7.5 x 0.8, so the backoff
+  REQUIRE(w.limit() == Approx(6.0).margin(1e-12));
+  w.on_sample(ok(10ms, 4));  // 1 queued ahead of a call granted with 4 out: 3, below 6 x 0.8
+  REQUIRE(w.limit() == 3.0);
+}
+
+TEST_CASE("windowed_aimd: growth stops at the level a cut found, and waits longer there each time") {
+  rein::algo::windowed_aimd_options o;
+  o.initial_limit = 10;
+  rein::algo::windowed_aimd w{o};
+  w.on_sample(ok(5ms, 10));
+  w.on_sample(ok(10ms, 10));  // 1 queued ahead: the level is 9; the cut, 10 x 0.8
+  REQUIRE(w.limit() == 8.0);
+  window(w, 8, 0);  // a clean round trip: + step, up to the level
+  REQUIRE(w.limit() == 9.0);
+  window(w, 9, 0);  // a new level: no wait
+  REQUIRE(w.limit() == 10.0);
+  for (int wait = 1; wait <= 3; wait += 2) {  // the level found again once, then twice: wait 1, then 3
+    w.on_sample(ok(10ms, 10));
+    REQUIRE(w.limit() == 8.0);
+    window(w, 8, 0);
+    REQUIRE(w.limit() == 9.0);
+    window(w, 9 * wait, 0);  // healthy windows at the level
+    REQUIRE(w.limit() == 9.0);
+    window(w, 9, 0);
+    REQUIRE(w.limit() == 10.0);
+  }
+  o.plateau_windows = 0;  // no wait
+  w.set_options(o);
+  w.on_sample(ok(10ms, 10));
+  window(w, 8, 0);
+  window(w, 9, 0);
+  REQUIRE(w.limit() == 10.0);
+}
+
+TEST_CASE("windowed_aimd: slow start adds a call per success within the growth guard, until a slow one") {
+  rein::algo::windowed_aimd_options o;
+  o.slow_start = true;
+  rein::algo::windowed_aimd w{o};
+  REQUIRE(w.in_slow_start());
+  w.on_sample(ok(5ms, 4));
+  REQUIRE(w.limit() == 5.0);  // within max(4 + 1, 4 / 0.85)
+  w.on_sample(ok(5ms, 5));
+  w.on_sample(ok(5ms, 6));
   REQUIRE(w.limit() == 7.0);
-  for (int i = 0; i < 4; ++i) w.on_sample(ok(9ms));  // 4 slow: over 15 % of 20, the window closes at once
-  REQUIRE(w.limit() == Approx(5.6).margin(1e-12));
+  w.on_sample(ok(5ms, 7));
+  REQUIRE(w.limit() == 8.0);
+  w.on_sample(ok(5ms, 2));  // granted with 2 out: tested only up to 3
+  REQUIRE(w.limit() == 8.0);
+  REQUIRE(w.in_slow_start());
+  w.on_sample(ok(10ms, 8));  // slow: slow start ends, and the window cuts by the backoff (its level, 7, is above)
+  REQUIRE_FALSE(w.in_slow_start());
+  REQUIRE(w.limit() == Approx(6.4).margin(1e-12));
+  o.slow_start = true;
+  w.set_options(o);
+  REQUIRE_FALSE(w.in_slow_start());  // not restarted
+  rein::algo::windowed_aimd off{};  // the default: windows alone
+  REQUIRE_FALSE(off.in_slow_start());
+  off.on_sample(ok(5ms, 4));
+  REQUIRE(off.limit() == 4.0);
 }
 
 TEST_CASE("windowed_aimd: the noise floor keeps a success within fastest + floor from being slow") {
   rein::algo::windowed_aimd_options o;
   o.noise_floor = 10ms;
   rein::algo::windowed_aimd w{o};
-  for (int i = 0; i < 19; ++i) w.on_sample(ok(5ms));
+  w.on_sample(congestion());
+  for (int i = 0; i < 18; ++i) w.on_sample(ok(5ms));
   w.on_sample(ok(15ms));  // max(1.75 x 5, 5 + 10) = 15 ms: not slow
-  REQUIRE(w.limit() == 7.0);
-  for (int i = 0; i < 19; ++i) w.on_sample(ok(5ms));
-  w.on_sample(ok(15001us));  // slow: the window holds
-  REQUIRE(w.limit() == 7.0);
+  REQUIRE(w.limit() == 5.0);
+  w.on_sample(ok(15001us));  // slow: the window closes and cuts, to 5 - floor(15.001 / 5 - 1) = 3
+  REQUIRE(w.limit() == 3.0);
 }
 
 TEST_CASE("windowed_aimd: without a latency tolerance only failed calls count (the textbook rule)") {
   rein::algo::windowed_aimd_options o;
   o.latency_tolerance.reset();
   rein::algo::windowed_aimd w{o};
-  for (int i = 0; i < 16; ++i) w.on_sample(ok(5ms));
-  for (int i = 0; i < 4; ++i) w.on_sample(ok(50ms));
-  REQUIRE(w.limit() == 7.0);
+  for (int i = 0; i < 2; ++i) w.on_sample(ok(5ms));
+  for (int i = 0; i < 2; ++i) w.on_sample(ok(50ms));
+  REQUIRE(w.limit() == 5.0);  // a round trip without a failure
 }
 
 TEST_CASE("windowed_aimd: calls that started before the latest decrease are not counted") {
@@ -121,6 +208,18 @@ TEST_CASE("windowed_aimd: calls that started before the latest decrease are not 
   REQUIRE(w.window_failures() == 1);
 }
 
+TEST_CASE("windowed_aimd: calls that started before the latest rise are not counted either") {
+  rein::algo::windowed_aimd w{};
+  window(w, 4, 0);
+  REQUIRE(w.limit() == 5.0);
+  const auto later = next_end();  // 10 s after the rise: a call of more than 10 s was granted below it
+  for (int i = 0; i < 20; ++i) w.on_sample(sample{10s + 1ns, outcome::success, 64, later});
+  REQUIRE(w.window_samples() == 0);
+  REQUIRE(w.limit() == 5.0);
+  w.on_sample(sample{5ms, outcome::success, 64, later});  // granted after the rise
+  REQUIRE(w.window_samples() == 1);
+}
+
 TEST_CASE("windowed_aimd: ignored samples are not counted; slow successes count as failures with a target") {
   rein::algo::windowed_aimd_options o;
   o.latency_target = 20ms;
@@ -128,9 +227,10 @@ TEST_CASE("windowed_aimd: ignored samples are not counted; slow successes count 
   rein::algo::windowed_aimd w{o};
   for (int i = 0; i < 50; ++i) w.on_sample(ignored());
   REQUIRE(w.window_samples() == 0);
-  for (int i = 0; i < 16; ++i) w.on_sample(ok());
-  for (int i = 0; i < 4; ++i) w.on_sample(ok(21ms));
-  REQUIRE(w.limit() == Approx(3.2).margin(1e-12));
+  for (int i = 0; i < 3; ++i) w.on_sample(ok());
+  REQUIRE(w.limit() == 4.0);
+  w.on_sample(ok(21ms));  // slower than the target: slow, the window closes and cuts
+  REQUIRE(w.limit() == 2.0);  // 3 calls queued ahead of it (21 / 5 - 1): 4 - 3 = 1, so half the limit
 }
 
 TEST_CASE("windowed_aimd: floor and ceiling hold") {
@@ -141,6 +241,7 @@ TEST_CASE("windowed_aimd: floor and ceiling hold") {
   rein::algo::windowed_aimd w{o};
   window(w, 20, 20);  // five windows of 4 failures: 3 x 0.8^5 is below the floor
   REQUIRE(w.limit() == 2.0);
+  window(w, 20, 0);
   window(w, 20, 0);
   window(w, 20, 0);
   REQUIRE(w.limit() == 5.0);
@@ -166,6 +267,9 @@ TEST_CASE("windowed_aimd: invalid options name the type, field and value") {
   o = {};
   o.noise_floor = -1ns;
   REQUIRE(error_of<W>(o) == "rein::algo::windowed_aimd: noise_floor must be >= 0, got -1 ns");
+  o = {};
+  o.plateau_windows = -1;
+  REQUIRE(error_of<W>(o) == "rein::algo::windowed_aimd: plateau_windows must be >= 0 and finite, got -1");
 }
 
 // ---------------------------------------------------------------------------------------------------------
