@@ -208,7 +208,7 @@ TEST_CASE("pid: the integral is clamped to +-integral_limit") {
 }
 
 TEST_CASE("pid: slow successes count as failures against the target") {
-  rein::algo::pid p{};  // latency_tolerance 1.75, noise_floor 0
+  rein::algo::pid p{};  // latency_tolerance 1.75, noise_floor 0.5 ms
   for (int i = 0; i < 19; ++i) p.on_sample(ok(5ms));
   p.on_sample(ok(8751us));  // > 1.75 x 5 ms: 5 % of the window, the target: error 0
   REQUIRE(p.limit() == 4.0);
@@ -222,6 +222,15 @@ TEST_CASE("pid: the noise floor keeps a success within fastest + floor from bein
   for (int i = 0; i < 19; ++i) p.on_sample(ok(5ms));
   p.on_sample(ok(15ms));  // max(1.75 x 5, 5 + 10) = 15 ms: not slow, error 0.05
   REQUIRE(p.limit() == Approx(6.25).margin(1e-12));
+
+  rein::algo::pid d{};  // the default floor, 0.5 ms: 200 us + 0.5 ms > 1.75 x 200 us
+  for (int i = 0; i < 19; ++i) d.on_sample(ok(200us));
+  d.on_sample(ok(700us));
+  REQUIRE(d.limit() == Approx(6.25).margin(1e-12));
+  rein::algo::pid e{};
+  for (int i = 0; i < 19; ++i) e.on_sample(ok(200us));
+  e.on_sample(ok(701us));  // slow: error 0
+  REQUIRE(e.limit() == 4.0);
 }
 
 TEST_CASE("pid: without a latency tolerance only failed calls count") {

@@ -50,8 +50,10 @@ struct pid_options {
   std::optional<double> latency_tolerance = 1.75;
   /// Jitter that is not proportional to the latency (scheduling delays on a fast path), in nanoseconds: a
   /// success within `fastest + noise_floor` is never slow (`detail::allowed_latency`). >= 0; 0: the
-  /// tolerance alone.
-  std::chrono::nanoseconds noise_floor{0};
+  /// tolerance alone. 0.5 ms, as `aimd_options::noise_floor` and `tuned_aimd_options::noise_floor`: on
+  /// the generated family (`examples/adaptive_family`, base latencies 1-20 ms) every figure is the same as
+  /// with 0, and on a sub-millisecond path a scheduling delay is not taken for a queue.
+  std::chrono::nanoseconds noise_floor = std::chrono::microseconds{500};
   /// One window lowers the limit at most to `backoff x` the limit; in (0, 1). A window of slow calls is an
   /// error of -0.95 (at the default target), which kp and kd alone turn into a fall of 24 calls; 0.8 (as
   /// `aimd_options::backoff`): one window over the capacity leaves the limit above 0.8 x the capacity.
