@@ -215,6 +215,21 @@ TEST_CASE("pid: slow successes count as failures against the target") {
   REQUIRE(p.integral() == 0.0);
 }
 
+TEST_CASE("pid: a slow success joins the baseline only when granted at the floor") {
+  rein::algo::pid_options o;
+  o.window = 5000;
+  rein::algo::pid p{o};
+  p.on_sample(ok(5ms, 2));
+  for (int i = 0; i < 4999; ++i) p.on_sample(ok(10ms, 2));  // all slow against 5 ms: the queue never the norm
+  REQUIRE(p.decreases() == 1);
+
+  rein::algo::pid q{o};
+  q.on_sample(ok(5ms, 1));
+  // At the floor: 10 ms becomes the norm once 5 ms has aged out, 200 slow calls, 4 % of the window.
+  for (int i = 0; i < 4999; ++i) q.on_sample(ok(10ms, 1));
+  REQUIRE(q.decreases() == 0);
+}
+
 TEST_CASE("pid: the noise floor keeps a success within fastest + floor from being slow") {
   rein::algo::pid_options o;
   o.noise_floor = 10ms;

@@ -43,8 +43,12 @@ struct pid_options {
   /// Optional: a success slower than this (strictly) counts as a failure; > 0 when set.
   std::optional<std::chrono::nanoseconds> latency_target{};
   /// A success slower than `detail::allowed_latency(fastest, latency_tolerance, noise_floor)` (strictly),
-  /// `fastest` the fastest of the last 200 successes, counts as a failure: a target relative to what the
-  /// dependency has shown it can do, so it needs no guess. 1.75 (as `aimd_options::latency_tolerance`):
+  /// `fastest` the fastest of the last 200 successes that were not slow themselves (a slow one joins them
+  /// only if granted at the floor, as `tuned_aimd`'s baseline), counts as a failure: a target relative to
+  /// what the dependency has shown it can do, so it needs no guess. While the limit sits above a capacity
+  /// that dropped every call queues, and 200 queued calls made the queue the norm; at the floor the limit
+  /// can do no more, and a dependency that became slower for good becomes the new norm. 1.75 (as
+  /// `aimd_options::latency_tolerance`):
   /// +-20 % jitter puts the slowest unqueued call at 1.5 x the fastest, a call queued behind another takes
   /// twice as long. Finite and > 1 when set; unset: only `congestion` outcomes and `latency_target` count.
   std::optional<double> latency_tolerance = 1.75;
@@ -142,13 +146,29 @@ class basic_pid {
   }
 
  private:
-  /// A congestion outcome, or a success slower than the tolerance allows or than the target. Every success
-  /// is shown to the judge, so that its fastest call is the fastest seen.
+  /// A congestion outcome, or a success slower than the tolerance allows or than the target.
   bool failed(const sample_type& s) {
     if (s.result == outcome::congestion) return true;
-    const bool slow =
-        options_.latency_tolerance && judge_.slow(s.latency, *options_.latency_tolerance, options_.noise_floor);
+    const bool slow = options_.latency_tolerance && slow_against_baseline(s);
     return slow || (options_.latency_target && s.latency > *options_.latency_target);
+  }
+
+  /// Judges a success against the fastest of the last 200 unqueued ones (`detail::allowed_latency`). A slow
+  /// success joins them only if it was granted at the floor, where the limit can do no more (as
+  /// `tuned_aimd`'s baseline): while the limit sits above a capacity that dropped, every call queues, and
+  /// a window of queued calls would soon make their latency the fastest seen, and the queue normal.
+  bool slow_against_baseline(const sample_type& s) {
+    if (s.latency <= std::chrono::nanoseconds::zero()) return false;  // a clock too coarse: says nothing
+    const auto latency = s.latency.count();
+    const bool slow = baseline_known_ &&
+                      static_cast<double>(latency) > detail::allowed_latency(static_cast<double>(fastest_.value()),
+                                                                             *options_.latency_tolerance,
+                                                                             options_.noise_floor);
+    if (!slow || static_cast<double>(s.in_flight) <= limit_.min()) {
+      fastest_.push(latency);
+      baseline_known_ = true;
+    }
+    return slow;
   }
 
   void control(double error, std::size_t in_flight, const sample_type& s) noexcept {
@@ -216,7 +236,8 @@ class basic_pid {
   detail::round_trip_gate<typename Clock::time_point> gate_{};
   double integral_ = 0.0;
   double previous_error_ = 0.0;
-  detail::relative_latency judge_{200};
+  detail::sliding_minimum fastest_{200};  // of the unqueued successes (see slow_against_baseline)
+  bool baseline_known_ = false;
 };
 
 /// `basic_pid` on `std::chrono::steady_clock`.
