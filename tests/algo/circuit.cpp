@@ -221,6 +221,7 @@ TEST_CASE("gradient, vegas, windowed_aimd, pid: set_options clamps the limit int
   rein::algo::pid_options p;
   p.initial_limit = 20;
   p.window = 1;
+  p.slow_start = false;
   rein::algo::pid pa{p};
   for (int i = 0; i < 10; ++i) pa.on_sample({1ms, outcome::success, 64, time_point(std::chrono::seconds(i))});
   double ten_windows = 0.0;  // each window's error: target 0.05 - failure rate 0

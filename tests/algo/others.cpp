@@ -172,8 +172,19 @@ TEST_CASE("windowed_aimd: invalid options name the type, field and value") {
 // pid
 // ---------------------------------------------------------------------------------------------------------
 
+namespace {
+
+// The controller alone, from the first window (no slow start).
+rein::algo::pid_options controller() {
+  rein::algo::pid_options o;
+  o.slow_start = false;
+  return o;
+}
+
+}  // namespace
+
 TEST_CASE("pid: healthy windows raise the limit through P, I and D around the initial limit") {
-  rein::algo::pid p{};  // kp 20, ki 20, kd 5, target 5 %, window 20, from 4
+  rein::algo::pid p{controller()};  // kp 20, ki 20, kd 5, target 5 %, window 20, from 4
   window(p, 20, 0);
   // error 0.05: 4 + 20 x 0.05 + 20 x 0.05 + 5 x (0.05 - 0)
   REQUIRE(p.limit() == Approx(6.25).margin(1e-12));
@@ -183,8 +194,32 @@ TEST_CASE("pid: healthy windows raise the limit through P, I and D around the in
   REQUIRE(p.integral() == Approx(0.1).margin(1e-15));
 }
 
+TEST_CASE("pid: slow start adds a call per success within the guard, then hands over without a bump") {
+  rein::algo::pid p{};
+  REQUIRE(p.in_slow_start());
+  p.on_sample(ok(5ms, 3));  // the guard: max(3 + 1, 3 / 0.85) = 4
+  REQUIRE(p.limit() == 4.0);
+  p.on_sample(ok(5ms, 4));
+  p.on_sample(ok(5ms, 5));  // max(6, 5.88)
+  REQUIRE(p.limit() == 6.0);
+  p.on_sample(ok(5ms, 64));
+  REQUIRE(p.limit() == 7.0);
+  REQUIRE(p.integral() == 0.0);
+  p.on_sample(ok(10ms, 6));  // slow (> 1.75 x 5 ms), granted with 6 out: 0.8 x 6
+  REQUIRE_FALSE(p.in_slow_start());
+  REQUIRE(p.limit() == Approx(4.8).margin(1e-12));
+  REQUIRE(p.decreases() == 1);
+  // The integral takes the limit: a healthy window outputs it plus one integral step (ki x target).
+  REQUIRE(p.integral() == Approx((4.8 - 4 - 1) / 20).margin(1e-15));
+  window(p, 20, 0);
+  REQUIRE(p.limit() == Approx(4.8 + 1 + 5 * 0.05).margin(1e-12));  // and the derivative from error 0
+  rein::algo::pid q{};
+  q.set_options(controller());  // false ends slow start
+  REQUIRE_FALSE(q.in_slow_start());
+}
+
 TEST_CASE("pid: a window pinned at the floor does not wind the integral down") {
-  rein::algo::pid_options o;
+  rein::algo::pid_options o = controller();
   o.backoff = 0.1;  // a cut to 0.7 x 0.1: the floor binds first
   rein::algo::pid p{o};
   window(p, 20, 0);
@@ -198,7 +233,7 @@ TEST_CASE("pid: a window pinned at the floor does not wind the integral down") {
 }
 
 TEST_CASE("pid: the integral is clamped to +-integral_limit") {
-  rein::algo::pid_options o;
+  rein::algo::pid_options o = controller();
   o.integral_limit = 0.12;
   o.max_limit = 1000;
   rein::algo::pid p{o};
@@ -208,7 +243,7 @@ TEST_CASE("pid: the integral is clamped to +-integral_limit") {
 }
 
 TEST_CASE("pid: slow successes count as failures against the target") {
-  rein::algo::pid p{};  // latency_tolerance 1.75, noise_floor 0.5 ms
+  rein::algo::pid p{controller()};  // latency_tolerance 1.75, noise_floor 0.5 ms
   for (int i = 0; i < 19; ++i) p.on_sample(ok(5ms));
   p.on_sample(ok(8751us));  // > 1.75 x 5 ms: 5 % of the window, the target: error 0
   REQUIRE(p.limit() == 4.0);
@@ -216,7 +251,7 @@ TEST_CASE("pid: slow successes count as failures against the target") {
 }
 
 TEST_CASE("pid: a slow success joins the baseline only when granted at the floor") {
-  rein::algo::pid_options o;
+  rein::algo::pid_options o = controller();
   o.window = 5000;
   rein::algo::pid p{o};
   p.on_sample(ok(5ms, 2));
@@ -231,25 +266,25 @@ TEST_CASE("pid: a slow success joins the baseline only when granted at the floor
 }
 
 TEST_CASE("pid: the noise floor keeps a success within fastest + floor from being slow") {
-  rein::algo::pid_options o;
+  rein::algo::pid_options o = controller();
   o.noise_floor = 10ms;
   rein::algo::pid p{o};
   for (int i = 0; i < 19; ++i) p.on_sample(ok(5ms));
   p.on_sample(ok(15ms));  // max(1.75 x 5, 5 + 10) = 15 ms: not slow, error 0.05
   REQUIRE(p.limit() == Approx(6.25).margin(1e-12));
 
-  rein::algo::pid d{};  // the default floor, 0.5 ms: 200 us + 0.5 ms > 1.75 x 200 us
+  rein::algo::pid d{controller()};  // the default floor, 0.5 ms: 200 us + 0.5 ms > 1.75 x 200 us
   for (int i = 0; i < 19; ++i) d.on_sample(ok(200us));
   d.on_sample(ok(700us));
   REQUIRE(d.limit() == Approx(6.25).margin(1e-12));
-  rein::algo::pid e{};
+  rein::algo::pid e{controller()};
   for (int i = 0; i < 19; ++i) e.on_sample(ok(200us));
   e.on_sample(ok(701us));  // slow: error 0
   REQUIRE(e.limit() == 4.0);
 }
 
 TEST_CASE("pid: without a latency tolerance only failed calls count") {
-  rein::algo::pid_options o;
+  rein::algo::pid_options o = controller();
   o.latency_tolerance.reset();
   rein::algo::pid p{o};
   for (int i = 0; i < 19; ++i) p.on_sample(ok(5ms));
@@ -258,7 +293,7 @@ TEST_CASE("pid: without a latency tolerance only failed calls count") {
 }
 
 TEST_CASE("pid: one window cuts at most to backoff x the limit, and the integral takes the limit applied") {
-  rein::algo::pid p{};
+  rein::algo::pid p{controller()};
   window(p, 20, 0);
   window(p, 20, 0);
   REQUIRE(p.limit() == Approx(7.0).margin(1e-12));
@@ -271,7 +306,7 @@ TEST_CASE("pid: one window cuts at most to backoff x the limit, and the integral
 }
 
 TEST_CASE("pid: a window held back by the growth guard does not wind the integral up") {
-  rein::algo::pid p{};
+  rein::algo::pid p{controller()};
   for (int i = 0; i < 20; ++i) p.on_sample(ok(5ms, 2));  // tested ceiling max(3, 2 / 0.85) = 3 < 4
   REQUIRE(p.limit() == 4.0);
   REQUIRE(p.integral() == 0.0);
@@ -281,7 +316,7 @@ TEST_CASE("pid: a window held back by the growth guard does not wind the integra
 }
 
 TEST_CASE("pid: calls that started before the latest decrease are not counted") {
-  rein::algo::pid p{};
+  rein::algo::pid p{controller()};
   window(p, 20, 0);
   window(p, 20, 20);
   REQUIRE(p.decreases() == 1);

@@ -66,9 +66,18 @@ struct pid_options {
   /// `max(n + 1, n / min_utilisation)`, n the most calls out at any grant of its samples. In [0, 1]; 0
   /// disables it.
   double min_utilisation = 0.85;
+  /// Slow start (TCP's, RFC 5681), from `initial_limit` up: until the first failure, each success adds one
+  /// call, so the limit doubles per round trip, within the growth guard; the first failure (of a call that
+  /// started after the latest decrease) cuts to `backoff x` the calls out at its grant (at most the limit)
+  /// and hands the limit to the controller without a bump, as a PID switched from manual to automatic: the
+  /// integral takes the limit, so that a healthy window then raises it by one integral step. The
+  /// controller alone moves the limit by about one call per window, so from 4 calls it took dozens of
+  /// windows to reach a capacity of 40. false: the controller from the start.
+  bool slow_start = true;
 };
 
-/// PID control of the limit from the failure rate, once per window of `window` samples:
+/// PID control of the limit from the failure rate, once per window of `window` samples, after a slow start
+/// (`slow_start`):
 ///
 ///     error    = target_failure_rate - failures / window       (positive: room to go faster)
 ///     integral = clamp(integral + error, -integral_limit, integral_limit)
@@ -101,7 +110,8 @@ class basic_pid {
   using rebind_clock = basic_pid<OtherClock>;
 
   /// @throws std::invalid_argument naming the field and value if `o` is invalid.
-  explicit basic_pid(const options& o = {}) : options_{validated(o)}, limit_{o.min_limit, o.initial_limit, o.max_limit} {}
+  explicit basic_pid(const options& o = {})
+      : options_{validated(o)}, limit_{o.min_limit, o.initial_limit, o.max_limit}, slow_start_{o.slow_start} {}
 
   /// The current limit, in calls (fractional; a call is admitted while in flight < floor(limit)).
   double limit() const noexcept { return limit_.value(); }
@@ -117,9 +127,12 @@ class basic_pid {
   const options& get_options() const noexcept { return options_; }
   /// The accumulated error (unitless: failure-rate points summed over windows).
   double integral() const noexcept { return integral_; }
+  /// True while in slow start (see `pid_options::slow_start`).
+  bool in_slow_start() const noexcept { return slow_start_; }
 
   /// Replaces the options at run time, validated as the constructor validates them (nothing changes on a
-  /// throw). The limit learned so far is kept, moved into the new [min_limit, max_limit]. The window being filled
+  /// throw). The limit learned so far is kept, moved into the new [min_limit, max_limit]; `slow_start` false
+  /// ends slow start (true does not restart it). The window being filled
   /// carries on and closes once it holds the new `window` samples (at the next sample if it already holds as
   /// many); the integral is kept, within the new `integral_limit`; `initial_limit` is the controller's bias
   /// (its output at zero error), so a new one takes effect at the next window.
@@ -127,6 +140,7 @@ class basic_pid {
   void set_options(const options& o) {
     options_ = validated(o);
     limit_.rebound(o.min_limit, o.max_limit);
+    if (!o.slow_start) slow_start_ = false;
     integral_ = clamp(integral_, -o.integral_limit, o.integral_limit);
   }
 
@@ -135,6 +149,13 @@ class basic_pid {
     if (s.result == outcome::ignored) return;
     const bool failure = failed(s);
     if (gate_.stale(s.now, s.latency)) return;
+    if (slow_start_) {
+      if (failure)
+        end_slow_start(s);
+      else
+        limit_.set(detail::guarded_growth(limit_.value(), limit_.value() + 1.0, s.in_flight, options_.min_utilisation));
+      return;
+    }
     ++samples_;
     if (s.in_flight > window_in_flight_) window_in_flight_ = s.in_flight;
     if (failure) ++failures_;
@@ -169,6 +190,20 @@ class basic_pid {
       baseline_known_ = true;
     }
     return slow;
+  }
+
+  // The first failure: the cut, and the hand-over to the controller at the limit it leaves, the integral
+  // such that a healthy window (error = target) outputs that limit plus one integral step (ki x target).
+  void end_slow_start(const sample_type& s) noexcept {
+    slow_start_ = false;
+    gate_.decreased(s.now);
+    const double n = std::min(static_cast<double>(s.in_flight), limit_.value());
+    limit_.set(std::min(limit_.value(), n * options_.backoff));
+    if (options_.ki > 0.0)
+      integral_ = clamp((limit_.value() - options_.initial_limit - options_.kp * options_.target_failure_rate) /
+                            options_.ki,
+                        -options_.integral_limit, options_.integral_limit);
+    previous_error_ = 0.0;
   }
 
   void control(double error, std::size_t in_flight, const sample_type& s) noexcept {
@@ -236,6 +271,7 @@ class basic_pid {
   detail::round_trip_gate<typename Clock::time_point> gate_{};
   double integral_ = 0.0;
   double previous_error_ = 0.0;
+  bool slow_start_;
   detail::sliding_minimum fastest_{200};  // of the unqueued successes (see slow_against_baseline)
   bool baseline_known_ = false;
 };
