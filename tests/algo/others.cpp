@@ -212,24 +212,37 @@ TEST_CASE("pid: slow start adds a call per success within the guard, then hands 
   // The integral takes the limit: a healthy window outputs it plus one integral step (ki x target).
   REQUIRE(p.integral() == Approx((4.8 - 4 - 1) / 20).margin(1e-15));
   window(p, 20, 0);
-  REQUIRE(p.limit() == Approx(4.8 + 1 + 5 * 0.05).margin(1e-12));  // and the derivative from error 0
+  REQUIRE(p.limit() == Approx(5.8).margin(1e-12));  // no derivative in the window after a decrease
   rein::algo::pid q{};
   q.set_options(controller());  // false ends slow start
   REQUIRE_FALSE(q.in_slow_start());
 }
 
+TEST_CASE("pid: a window pinned at the guard moves the integral as far as the guard's ceiling") {
+  rein::algo::pid p{};
+  for (int i = 0; i < 8; ++i) p.on_sample(ok(5ms, 64));
+  REQUIRE(p.limit() == 12.0);
+  p.on_sample(ok(10ms, 12));  // ends slow start at 0.8 x 12, integral (9.6 - 5) / 20
+  REQUIRE(p.limit() == Approx(9.6).margin(1e-12));
+  // 9 calls out (the limit admits 9): output 4 + 1 + 20 x 0.28 = 10.6, above the guard's 9 / 0.85. Without
+  // this window's integration the output is 9.6, so keeping the integral where it was froze the limit.
+  for (int i = 0; i < 20; ++i) p.on_sample(ok(5ms, 9));
+  REQUIRE(p.limit() == 9.0 / 0.85);
+  REQUIRE(p.integral() == Approx(0.23 + (9.0 / 0.85 - 9.6) / 20).margin(1e-12));
+}
+
 TEST_CASE("pid: a window pinned at the floor does not wind the integral down") {
   rein::algo::pid_options o = controller();
-  o.backoff = 0.1;  // a cut to 0.7 x 0.1: the floor binds first
+  o.min_limit = 4;  // the floor is the initial limit
   rein::algo::pid p{o};
-  window(p, 20, 0);
-  window(p, 20, 0);
-  window(p, 20, 10);  // 50 % failures: 4 - 9 + 20 x I - 2.5 is far below the floor
-  REQUIRE(p.limit() == 1.0);
-  REQUIRE(p.integral() == Approx(0.1).margin(1e-15));  // conditional integration: unchanged
-  window(p, 20, 0);
-  // error 0.05, derivative 0.5, integral 0.15: 4 + 1 + 3 + 2.5
-  REQUIRE(p.limit() == Approx(10.5).margin(1e-12));
+  window(p, 20, 20);  // error -0.95: 4 - 19 - 19 - 4.75 is far below the floor
+  REQUIRE(p.limit() == 4.0);
+  REQUIRE(p.integral() == Approx(-0.05).margin(1e-15));  // where a healthy window outputs 4 + 1
+  window(p, 20, 20);
+  window(p, 20, 20);
+  REQUIRE(p.integral() == Approx(-0.05).margin(1e-15));
+  window(p, 20, 0);  // error 0.05, no derivative after a decrease, integral 0: 4 + 1
+  REQUIRE(p.limit() == Approx(5.0).margin(1e-12));
 }
 
 TEST_CASE("pid: the integral is clamped to +-integral_limit") {
@@ -299,20 +312,20 @@ TEST_CASE("pid: one window cuts at most to backoff x the limit, and the integral
   REQUIRE(p.limit() == Approx(7.0).margin(1e-12));
   window(p, 20, 20);  // error -0.95: 4 - 19 + 20 x (0.1 - 0.95) - 5 is far below 0.8 x 7
   REQUIRE(p.limit() == Approx(5.6).margin(1e-12));
-  REQUIRE(p.integral() == Approx((5.6 - 4) / 20).margin(1e-12));  // 0.08: bias + ki x I = 5.6
+  REQUIRE(p.integral() == Approx((5.6 - 4 - 1) / 20).margin(1e-12));  // a healthy window outputs 5.6 + 1
   window(p, 20, 0);
-  // error 0.05, derivative 1, integral 0.13: 4 + 1 + 2.6 + 5
-  REQUIRE(p.limit() == Approx(12.6).margin(1e-12));
+  // error 0.05, integral 0.08, no derivative in the window after a decrease (it would add 5 x 1): 4 + 1 + 1.6
+  REQUIRE(p.limit() == Approx(6.6).margin(1e-12));
 }
 
-TEST_CASE("pid: a window held back by the growth guard does not wind the integral up") {
+TEST_CASE("pid: a window pinned by the growth guard does not wind the integral up") {
   rein::algo::pid p{controller()};
   for (int i = 0; i < 20; ++i) p.on_sample(ok(5ms, 2));  // tested ceiling max(3, 2 / 0.85) = 3 < 4
   REQUIRE(p.limit() == 4.0);
   REQUIRE(p.integral() == 0.0);
   for (int i = 0; i < 20; ++i) p.on_sample(ok(5ms, 4));  // ceiling max(5, 4.7) = 5: output 4 + 1 + 1 + 0
   REQUIRE(p.limit() == 5.0);
-  REQUIRE(p.integral() == 0.0);  // pinned at the guard again
+  REQUIRE(p.integral() == 0.0);  // pinned at the guard again: the integral only as far as the bound
 }
 
 TEST_CASE("pid: calls that started before the latest decrease are not counted") {

@@ -83,11 +83,16 @@ struct pid_options {
 ///     integral = clamp(integral + error, -integral_limit, integral_limit)
 ///     limit    = clamp(initial_limit + kp x error + ki x integral + kd x (error - previous error))
 ///
-/// Anti-windup is twofold: the clamp above, and conditional integration: a window whose output
-/// is already pinned in the direction of its error, at the floor or ceiling, at the growth guard's ceiling
-/// or at `backoff x` the limit, adds nothing to the integral, so a long stay at a bound does not have to be
-/// unwound before the limit can move the other way (without the guard's part, a long quiet spell winds the
-/// integral up, and the limit climbs past the dependency's hard limit when the demand returns).
+/// Anti-windup is threefold: the clamp above; back-calculation at the bounds: a window whose output is
+/// pinned in the direction of its error, at the floor or ceiling or at the growth guard's ceiling, moves
+/// the integral only as far as the bound, so a long stay at a bound does not have to be unwound before the
+/// limit can move the other way (without the guard's part, a long quiet spell winds the integral up, and
+/// the limit climbs past the dependency's hard limit when the demand returns); and back-calculation at
+/// every decrease: the integral takes the limit applied (at most `backoff x` the limit), so that the next
+/// healthy window climbs one integral step from there (ki x target_failure_rate, a call at the defaults)
+/// instead of undoing the cut with the proportional term's swing. The window after a decrease has no
+/// derivative term: its change of error is the cut's own effect, not a trend of the dependency
+/// (differentiated, it threw the limit kd x 0.95 calls back up, past the capacity).
 ///
 /// A textbook PID output has no operating point (its output at zero error is zero, i.e. the floor);
 /// rein uses `initial_limit` as the bias so that the integral term carries only the learned offset.
@@ -192,22 +197,37 @@ class basic_pid {
     return slow;
   }
 
-  // The first failure: the cut, and the hand-over to the controller at the limit it leaves, the integral
-  // such that a healthy window (error = target) outputs that limit plus one integral step (ki x target).
+  // The first failure: the cut, and the hand-over to the controller at the limit it leaves.
   void end_slow_start(const sample_type& s) noexcept {
     slow_start_ = false;
-    gate_.decreased(s.now);
     const double n = std::min(static_cast<double>(s.in_flight), limit_.value());
-    limit_.set(std::min(limit_.value(), n * options_.backoff));
+    decrease_to(std::min(limit_.value(), n * options_.backoff), s);
+    previous_error_ = 0.0;
+  }
+
+  // A decrease (at most one per round trip: the gate) and its back-calculation: the integral takes the limit
+  // applied, so that a healthy window (error = target) after it outputs that limit plus one integral step
+  // (ki x target), as every healthy window. From the limit the controller wished for (below the bound of
+  // the cut), or with the proportional term's swing from this window's error to a healthy one's (kp x the
+  // difference), the first healthy window undid the cut and climbed back over the capacity it had found:
+  // a limit cycle, every other window slow. A PID handed a limit from outside (slow start, a cut bound)
+  // takes it without a bump in the same way.
+  void decrease_to(double next, const sample_type& s) noexcept {
+    gate_.decreased(s.now);
+    after_decrease_ = true;
+    limit_.set(next);  // and at least the floor
     if (options_.ki > 0.0)
       integral_ = clamp((limit_.value() - options_.initial_limit - options_.kp * options_.target_failure_rate) /
                             options_.ki,
                         -options_.integral_limit, options_.integral_limit);
-    previous_error_ = 0.0;
   }
 
   void control(double error, std::size_t in_flight, const sample_type& s) noexcept {
-    const double derivative = error - previous_error_;
+    // The window after a decrease ran at a new limit: the change in error from the window before is the
+    // cut's own effect, not a trend of the dependency, and differentiating it kicked the limit back up by
+    // kd x 0.95 calls, past the capacity it had just found. No derivative across a decrease.
+    const double derivative = after_decrease_ ? 0.0 : error - previous_error_;
+    after_decrease_ = false;
     previous_error_ = error;
     const double previous_integral = integral_;
     integral_ = clamp(integral_ + error, -options_.integral_limit, options_.integral_limit);
@@ -216,7 +236,20 @@ class basic_pid {
     const double highest =
         std::min(limit_.max(), std::max(current, detail::tested_ceiling(in_flight, options_.min_utilisation)));
     double output = output_for(error, derivative);
-    if ((output > highest && error > 0.0) || (output < limit_.min() && error < 0.0)) {
+    const bool pinned = (output > highest && error > 0.0) || (output < limit_.min() && error < 0.0);
+    if (pinned && options_.ki > 0.0) {
+      // The integral moves only as far as the bound (back-calculation), never past it and never back.
+      // Keeping it where it was (conditional integration alone) froze a limit whose output without this
+      // window's integration was below the bound: the guard's ceiling rises with the calls out, but the
+      // limit never reached it.
+      const double bound = output > highest ? highest : limit_.min();
+      const double at_bound = integral_ + (bound - output) / options_.ki;
+      integral_ = output > highest ? std::clamp(at_bound, previous_integral, integral_)
+                                   : std::clamp(at_bound, integral_, previous_integral);
+      // The bound itself where the integral reached it: recomputed, the output can round to just below a
+      // whole call, which admits one call fewer and is never tested above (a limit stuck at 3.999...).
+      output = integral_ == at_bound ? bound : output_for(error, derivative);
+    } else if (pinned) {
       integral_ = previous_integral;
       output = output_for(error, derivative);
     }
@@ -224,16 +257,7 @@ class basic_pid {
       limit_.set(std::min(output, highest));
       return;
     }
-    gate_.decreased(s.now);
-    const double lowest = current * options_.backoff;
-    if (output < lowest && lowest > limit_.min() && options_.ki > 0.0) {
-      // The largest cut: the integral takes the limit applied (back-calculation), so that the next window
-      // starts from the limit in force, not from one the controller only wished for; conditional integration
-      // would keep the integral where it was and bring the limit back up at the first healthy window.
-      output = lowest;
-      integral_ = clamp((lowest - options_.initial_limit) / options_.ki, -options_.integral_limit, options_.integral_limit);
-    }
-    limit_.set(output < lowest ? lowest : output);  // and at least the floor
+    decrease_to(std::max(output, current * options_.backoff), s);
   }
 
   double output_for(double error, double derivative) const noexcept {
@@ -272,6 +296,7 @@ class basic_pid {
   double integral_ = 0.0;
   double previous_error_ = 0.0;
   bool slow_start_;
+  bool after_decrease_ = false;  // the next window is the first after a decrease (no derivative)
   detail::sliding_minimum fastest_{200};  // of the unqueued successes (see slow_against_baseline)
   bool baseline_known_ = false;
 };
