@@ -265,16 +265,17 @@ TEST_CASE("pid: slow successes count as failures against the target") {
 
 TEST_CASE("pid: a slow success joins the baseline only when granted at the floor") {
   rein::algo::pid_options o = controller();
-  o.window = 5000;
+  o.window = 10000;  // closes early at the 501st failure
   rein::algo::pid p{o};
   p.on_sample(ok(5ms, 2));
-  for (int i = 0; i < 4999; ++i) p.on_sample(ok(10ms, 2));  // all slow against 5 ms: the queue never the norm
+  for (int i = 0; i < 500; ++i) p.on_sample(ok(10ms, 2));  // all slow against 5 ms: the queue never the norm
+  REQUIRE(p.decreases() == 0);
+  p.on_sample(ok(10ms, 2));
   REQUIRE(p.decreases() == 1);
 
   rein::algo::pid q{o};
   q.on_sample(ok(5ms, 1));
-  // At the floor: 10 ms becomes the norm once 5 ms has aged out, 200 slow calls, 4 % of the window.
-  for (int i = 0; i < 4999; ++i) q.on_sample(ok(10ms, 1));
+  for (int i = 0; i < 501; ++i) q.on_sample(ok(10ms, 1));  // at the floor: 10 ms becomes the norm
   REQUIRE(q.decreases() == 0);
 }
 
@@ -305,12 +306,31 @@ TEST_CASE("pid: without a latency tolerance only failed calls count") {
   REQUIRE(p.limit() == Approx(6.25).margin(1e-12));
 }
 
+TEST_CASE("pid: a window closes as soon as its failures exceed the target's share of a window") {
+  rein::algo::pid p{controller()};
+  p.on_sample(congestion());  // 1 of 20 is the target: the window goes on
+  REQUIRE(p.limit() == 4.0);
+  p.on_sample(congestion());  // 2 > 0.05 x 20: negative whatever follows; rate 2 / 2
+  REQUIRE(p.limit() == Approx(3.2).margin(1e-12));
+  REQUIRE(p.decreases() == 1);
+}
+
+TEST_CASE("pid: a window holds at least a round trip of samples") {
+  rein::algo::pid_options o = controller();
+  o.initial_limit = 30;
+  rein::algo::pid p{o};
+  window(p, 20, 0);  // the limit admits 30: 20 samples are two thirds of a round trip
+  REQUIRE(p.limit() == 30.0);
+  window(p, 10, 0);
+  REQUIRE(p.limit() == Approx(32.25).margin(1e-12));  // 30 + 1 + 1 + 0.25
+}
+
 TEST_CASE("pid: one window cuts at most to backoff x the limit, and the integral takes the limit applied") {
   rein::algo::pid p{controller()};
   window(p, 20, 0);
   window(p, 20, 0);
   REQUIRE(p.limit() == Approx(7.0).margin(1e-12));
-  window(p, 20, 20);  // error -0.95: 4 - 19 + 20 x (0.1 - 0.95) - 5 is far below 0.8 x 7
+  window(p, 2, 2);  // error -0.95: 4 - 19 + 20 x (0.1 - 0.95) - 5 is far below 0.8 x 7
   REQUIRE(p.limit() == Approx(5.6).margin(1e-12));
   REQUIRE(p.integral() == Approx((5.6 - 4 - 1) / 20).margin(1e-12));  // a healthy window outputs 5.6 + 1
   window(p, 20, 0);
@@ -331,13 +351,14 @@ TEST_CASE("pid: a window pinned by the growth guard does not wind the integral u
 TEST_CASE("pid: calls that started before the latest decrease are not counted") {
   rein::algo::pid p{controller()};
   window(p, 20, 0);
-  window(p, 20, 20);
+  window(p, 2, 2);
   REQUIRE(p.decreases() == 1);
   const auto later = next_end();  // 10 s after the cut: a call of more than 10 s started before it
   for (int i = 0; i < 19; ++i) p.on_sample(sample{10s + 1ns, outcome::congestion, 64, later});
-  p.on_sample(sample{10s, outcome::success, 64, later});  // one counted sample: no window closes
-  REQUIRE(p.decreases() == 1);
-  for (int i = 0; i < 19; ++i) p.on_sample(sample{10s, outcome::congestion, 64, later});
+  REQUIRE(p.decreases() == 1);  // counted, the second of them would have closed a window
+  p.on_sample(sample{10s, outcome::congestion, 64, later});  // started at the cut: counted
+  REQUIRE(p.decreases() == 1);  // 1 failure: the target's share of a window
+  p.on_sample(sample{10s, outcome::congestion, 64, later});
   REQUIRE(p.decreases() == 2);
 }
 

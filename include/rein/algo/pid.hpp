@@ -23,7 +23,11 @@ struct pid_options {
   double min_limit = 1.0;
   /// Ceiling, in calls: a whole number in [min_limit, 1e9] (`max_limit_ceiling`).
   double max_limit = 64.0;
-  /// Samples per window (non-ignored outcomes); >= 1. The controller runs once per window.
+  /// Samples per window (non-ignored outcomes, of calls that started after the latest decrease); >= 1. The
+  /// controller runs once per window. A window holds at least a round trip of samples (`floor(limit)`), so
+  /// that one healthy window raises the limit by about one call per round trip at any limit, and closes
+  /// early once more than `target_failure_rate x window` of its samples failed (its error is then negative
+  /// whatever the rest would say): a window of 20 samples is five round trips at a limit of 4.
   std::size_t window = 20;
   /// The failure rate the controller steers towards; in [0, 1). A failure is a `congestion` outcome or a
   /// slow success (`latency_tolerance`, `latency_target`), so by default this is mostly a share of slow
@@ -76,10 +80,10 @@ struct pid_options {
   bool slow_start = true;
 };
 
-/// PID control of the limit from the failure rate, once per window of `window` samples, after a slow start
-/// (`slow_start`):
+/// PID control of the limit from the failure rate, once per window (`window`, at least a round trip of
+/// samples; early once its error is sure to be negative), after a slow start (`slow_start`):
 ///
-///     error    = target_failure_rate - failures / window       (positive: room to go faster)
+///     error    = target_failure_rate - failures / samples      (positive: room to go faster)
 ///     integral = clamp(integral + error, -integral_limit, integral_limit)
 ///     limit    = clamp(initial_limit + kp x error + ki x integral + kd x (error - previous error))
 ///
@@ -164,7 +168,14 @@ class basic_pid {
     ++samples_;
     if (s.in_flight > window_in_flight_) window_in_flight_ = s.in_flight;
     if (failure) ++failures_;
-    if (samples_ < options_.window) return;
+    // A window holds `window` samples and at least a round trip of them (as many as the limit admits), so
+    // that the integral's step per round trip does not grow with the limit; it closes early once its verdict
+    // is known: more failures than the target allows in `window` samples make its error negative whatever
+    // the samples still to come, and waiting for them let the limit sit above a capacity that dropped for
+    // many round trips at a small limit. The rate is then that of the samples so far.
+    const bool decided =
+        static_cast<double>(failures_) > options_.target_failure_rate * static_cast<double>(options_.window);
+    if (samples_ < std::max(options_.window, admitted(limit_.value())) && !decided) return;
     const double rate = static_cast<double>(failures_) / static_cast<double>(samples_);
     const std::size_t in_flight = window_in_flight_;
     samples_ = failures_ = window_in_flight_ = 0;
