@@ -338,6 +338,22 @@ TEST_CASE("pid: one window cuts at most to backoff x the limit, and the integral
   REQUIRE(p.limit() == Approx(6.6).margin(1e-12));
 }
 
+TEST_CASE("pid: a window whose slow calls show a deeper queue cuts deeper, down to backoff^2") {
+  rein::algo::pid_options o = controller();
+  o.initial_limit = 40;
+  const auto cut = [&](std::chrono::nanoseconds first, std::chrono::nanoseconds second) {
+    rein::algo::pid p{o};
+    p.on_sample(ok(5ms, 40));
+    p.on_sample(ok(first, 40));
+    p.on_sample(ok(second, 40));
+    return p.limit();
+  };
+  REQUIRE(cut(10ms, 10ms) == Approx(32.0).margin(1e-12));  // queued behind 1: 39 > 0.8 x 40
+  REQUIRE(cut(50ms, 50ms) == Approx(31.0).margin(1e-12));  // behind 9: 31 calls were within the capacity
+  REQUIRE(cut(200ms, 200ms) == Approx(25.6).margin(1e-12));  // 1, but at most 0.8 x 0.8 x 40
+  REQUIRE(cut(200ms, 50ms) == Approx(31.0).margin(1e-12));   // the window's highest estimate
+}
+
 TEST_CASE("pid: a window pinned by the growth guard does not wind the integral up") {
   rein::algo::pid p{controller()};
   for (int i = 0; i < 20; ++i) p.on_sample(ok(5ms, 2));  // tested ceiling max(3, 2 / 0.85) = 3 < 4

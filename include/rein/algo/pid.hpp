@@ -65,6 +65,11 @@ struct pid_options {
   /// One window lowers the limit at most to `backoff x` the limit; in (0, 1). A window of slow calls is an
   /// error of -0.95 (at the default target), which kp and kd alone turn into a fall of 24 calls; 0.8 (as
   /// `aimd_options::backoff`): one window over the capacity leaves the limit above 0.8 x the capacity.
+  /// Deeper, down to `backoff^2 x` the limit, only where the window's slow calls say the capacity is lower
+  /// (TCP Vegas' queue estimate, in calls: a call granted with n calls out that took `k + 1` times the
+  /// fastest latency queued behind about k calls, so about n - k were within the capacity; the window's
+  /// highest estimate counts): after a deep drop the calls queue many deep, every round trip gets longer,
+  /// and a cut of 0.8 per round trip took many of them to get below the new capacity.
   double backoff = 0.8;
   /// The growth guard (`detail::tested_ceiling`): a window raises the limit to at most
   /// `max(n + 1, n / min_utilisation)`, n the most calls out at any grant of its samples. In [0, 1]; 0
@@ -92,11 +97,11 @@ struct pid_options {
 /// the integral only as far as the bound, so a long stay at a bound does not have to be unwound before the
 /// limit can move the other way (without the guard's part, a long quiet spell winds the integral up, and
 /// the limit climbs past the dependency's hard limit when the demand returns); and back-calculation at
-/// every decrease: the integral takes the limit applied (at most `backoff x` the limit), so that the next
-/// healthy window climbs one integral step from there (ki x target_failure_rate, a call at the defaults)
-/// instead of undoing the cut with the proportional term's swing. The window after a decrease has no
-/// derivative term: its change of error is the cut's own effect, not a trend of the dependency
-/// (differentiated, it threw the limit kd x 0.95 calls back up, past the capacity).
+/// every decrease: the integral takes the limit applied (at most `backoff x` the limit, see `backoff`), so
+/// that the next healthy window climbs one integral step from there (ki x target_failure_rate, a call at
+/// the defaults) instead of undoing the cut with the proportional term's swing. The window after a
+/// decrease has no derivative term: its change of error is the cut's own effect, not a trend of the
+/// dependency (differentiated, it threw the limit kd x 0.95 calls back up, past the capacity).
 ///
 /// A textbook PID output has no operating point (its output at zero error is zero, i.e. the floor);
 /// rein uses `initial_limit` as the bias so that the integral term carries only the learned offset.
@@ -167,7 +172,10 @@ class basic_pid {
     }
     ++samples_;
     if (s.in_flight > window_in_flight_) window_in_flight_ = s.in_flight;
-    if (failure) ++failures_;
+    if (failure) {
+      ++failures_;
+      estimate_capacity(s);
+    }
     // A window holds `window` samples and at least a round trip of them (as many as the limit admits), so
     // that the integral's step per round trip does not grow with the limit; it closes early once its verdict
     // is known: more failures than the target allows in `window` samples make its error negative whatever
@@ -178,8 +186,10 @@ class basic_pid {
     if (samples_ < std::max(options_.window, admitted(limit_.value())) && !decided) return;
     const double rate = static_cast<double>(failures_) / static_cast<double>(samples_);
     const std::size_t in_flight = window_in_flight_;
+    const double estimate = window_estimate_;
     samples_ = failures_ = window_in_flight_ = 0;
-    control(options_.target_failure_rate - rate, in_flight, s);
+    window_estimate_ = 0.0;
+    control(options_.target_failure_rate - rate, in_flight, estimate, s);
   }
 
  private:
@@ -233,7 +243,19 @@ class basic_pid {
                         -options_.integral_limit, options_.integral_limit);
   }
 
-  void control(double error, std::size_t in_flight, const sample_type& s) noexcept {
+  // TCP Vegas' queue estimate, as `tuned_aimd` sizes its cut: a slow success granted with n calls out that
+  // took `latency` against the baseline queued behind `floor(latency / baseline - 1)` calls, so about n
+  // minus that many were within the capacity. The window keeps the highest estimate of its slow calls
+  // (jitter only ever makes a call look more queued than it was).
+  void estimate_capacity(const sample_type& s) noexcept {
+    if (s.result != outcome::success || !baseline_known_) return;
+    const double base = static_cast<double>(fastest_.value());
+    const double queued = std::floor(static_cast<double>(s.latency.count()) / base - 1.0);
+    const double estimate = static_cast<double>(s.in_flight) - queued;
+    if (estimate > window_estimate_) window_estimate_ = estimate;
+  }
+
+  void control(double error, std::size_t in_flight, double estimate, const sample_type& s) noexcept {
     // The window after a decrease ran at a new limit: the change in error from the window before is the
     // cut's own effect, not a trend of the dependency, and differentiating it kicked the limit back up by
     // kd x 0.95 calls, past the capacity it had just found. No derivative across a decrease.
@@ -268,7 +290,11 @@ class basic_pid {
       limit_.set(std::min(output, highest));
       return;
     }
-    decrease_to(std::max(output, current * options_.backoff), s);
+    // The deepest cut: `backoff x` the limit, or where the window's queue estimate puts the capacity if that
+    // is lower, down to `backoff^2 x` the limit (two windows' cuts in one round trip).
+    double lowest = current * options_.backoff;
+    if (estimate > 0.0 && estimate < lowest) lowest = std::max(estimate, lowest * options_.backoff);
+    decrease_to(std::max(output, lowest), s);
   }
 
   double output_for(double error, double derivative) const noexcept {
@@ -303,6 +329,7 @@ class basic_pid {
   std::size_t samples_ = 0;
   std::size_t failures_ = 0;
   std::size_t window_in_flight_ = 0;  // the most calls out at any grant of the window's samples
+  double window_estimate_ = 0.0;      // the highest capacity estimate of the window's slow calls (0: none)
   detail::round_trip_gate<typename Clock::time_point> gate_{};
   double integral_ = 0.0;
   double previous_error_ = 0.0;
