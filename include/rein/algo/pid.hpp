@@ -146,10 +146,11 @@ class basic_pid {
 
   /// Replaces the options at run time, validated as the constructor validates them (nothing changes on a
   /// throw). The limit learned so far is kept, moved into the new [min_limit, max_limit]; `slow_start` false
-  /// ends slow start (true does not restart it). The window being filled
-  /// carries on and closes once it holds the new `window` samples (at the next sample if it already holds as
-  /// many); the integral is kept, within the new `integral_limit`; `initial_limit` is the controller's bias
-  /// (its output at zero error), so a new one takes effect at the next window.
+  /// ends slow start (true does not restart it). The window being filled carries on and closes once it
+  /// holds the new `window` samples and a round trip of them (at the next sample if it already holds as
+  /// many), or early as `window` says; the integral is kept, within the new `integral_limit`;
+  /// `initial_limit` is the controller's bias (its output at zero error), so a new one takes effect at the
+  /// next window.
   /// @throws std::invalid_argument naming the field and value if `o` is invalid.
   void set_options(const options& o) {
     options_ = validated(o);
