@@ -354,6 +354,21 @@ TEST_CASE("pid: a window whose slow calls show a deeper queue cuts deeper, down 
   REQUIRE(cut(200ms, 50ms) == Approx(31.0).margin(1e-12));   // the window's highest estimate
 }
 
+TEST_CASE("pid: a window with a queue estimate below the controller's output cuts to the estimate") {
+  rein::algo::pid_options o = controller();
+  o.initial_limit = 40;  // a window is 40 samples, and closes at its second failure
+  const auto cut = [&](std::chrono::nanoseconds slow) {
+    rein::algo::pid p{o};
+    for (int i = 0; i < 18; ++i) p.on_sample(ok(5ms, 40));
+    p.on_sample(ok(slow, 40));
+    p.on_sample(ok(slow, 40));
+    return p.limit();
+  };
+  // Rate 2 / 20, error -0.05: the output is 40 - 1 - 1 - 0.25.
+  REQUIRE(cut(10ms) == Approx(37.75).margin(1e-12));  // queued behind 1: 39 is above the output
+  REQUIRE(cut(20ms) == Approx(37.0).margin(1e-12));   // behind 3: 37
+}
+
 TEST_CASE("pid: a window pinned by the growth guard does not wind the integral up") {
   rein::algo::pid p{controller()};
   for (int i = 0; i < 20; ++i) p.on_sample(ok(5ms, 2));  // tested ceiling max(3, 2 / 0.85) = 3 < 4

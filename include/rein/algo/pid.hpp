@@ -69,7 +69,9 @@ struct pid_options {
   /// (TCP Vegas' queue estimate, in calls: a call granted with n calls out that took `k + 1` times the
   /// fastest latency queued behind about k calls, so about n - k were within the capacity; the window's
   /// highest estimate counts): after a deep drop the calls queue many deep, every round trip gets longer,
-  /// and a cut of 0.8 per round trip took many of them to get below the new capacity.
+  /// and a cut of 0.8 per round trip took many of them to get below the new capacity. A window with such
+  /// an estimate cuts at least to it, whatever its failure rate: one that closed early at its second
+  /// failure, its other samples from before a drop, lowered the limit by a call or two.
   double backoff = 0.8;
   /// The growth guard (`detail::tested_ceiling`): a window raises the limit to at most
   /// `max(n + 1, n / min_utilisation)`, n the most calls out at any grant of its samples. In [0, 1]; 0
@@ -292,10 +294,12 @@ class basic_pid {
       return;
     }
     // The deepest cut: `backoff x` the limit, or where the window's queue estimate puts the capacity if that
-    // is lower, down to `backoff^2 x` the limit (two windows' cuts in one round trip).
+    // is lower, down to `backoff^2 x` the limit (two windows' cuts in one round trip). And at least to the
+    // estimate: a window that closed at its second failure has a small failure rate, and the controller's
+    // output little below the limit, however deep the queue its slow calls report.
     double lowest = current * options_.backoff;
     if (estimate > 0.0 && estimate < lowest) lowest = std::max(estimate, lowest * options_.backoff);
-    decrease_to(std::max(output, lowest), s);
+    decrease_to(std::max(estimate > 0.0 ? std::min(output, estimate) : output, lowest), s);
   }
 
   double output_for(double error, double derivative) const noexcept {
