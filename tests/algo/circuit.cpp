@@ -219,18 +219,21 @@ TEST_CASE("gradient, vegas, windowed_aimd, pid: set_options clamps the limit int
   CHECK_THROWS_WITH(wa.set_options(w), "rein::algo::windowed_aimd: window must be >= 1, got 0");
 
   rein::algo::pid_options p;
-  p.initial_limit = 20;
+  p.initial_limit = 1;
   p.window = 1;
+  p.slow_start = false;
   rein::algo::pid pa{p};
-  for (int i = 0; i < 10; ++i) pa.on_sample({1ms, outcome::success, 64, time_point(std::chrono::seconds(i))});
-  double ten_windows = 0.0;  // each window's error: target 0.05 - failure rate 0
-  for (int i = 0; i < 10; ++i) ten_windows += 0.05;
-  CHECK(pa.integral() == ten_windows);
-  p.integral_limit = 0.25;
+  // Windows of a round trip (the calls the limit admits): 1, 3, 4 and 5 samples.
+  for (int i = 0; i < 13; ++i) pa.on_sample({1ms, outcome::success, 64, time_point(std::chrono::seconds(i))});
+  double four_windows = 0.0;  // each window's error: target 0.05 - failure rate 0
+  for (int i = 0; i < 4; ++i) four_windows += 0.05;
+  CHECK(pa.integral() == four_windows);
+  p.integral_limit = 0.1;
   pa.set_options(p);
-  CHECK(pa.integral() == 0.25);
-  p.max_limit = 10;
-  p.initial_limit = 10;
+  CHECK(pa.integral() == 0.1);
+  CHECK(pa.limit() == Approx(6.0).margin(1e-12));  // 1 + 1 + 20 x 0.2
+  p.max_limit = 5;
+  p.initial_limit = 5;
   pa.set_options(p);
-  CHECK(pa.limit() == 10.0);
+  CHECK(pa.limit() == 5.0);
 }

@@ -276,8 +276,19 @@ TEST_CASE("windowed_aimd: invalid options name the type, field and value") {
 // pid
 // ---------------------------------------------------------------------------------------------------------
 
+namespace {
+
+// The controller alone, from the first window (no slow start).
+rein::algo::pid_options controller() {
+  rein::algo::pid_options o;
+  o.slow_start = false;
+  return o;
+}
+
+}  // namespace
+
 TEST_CASE("pid: healthy windows raise the limit through P, I and D around the initial limit") {
-  rein::algo::pid p{};  // kp 20, ki 20, kd 5, target 5 %, window 20, from 4
+  rein::algo::pid p{controller()};  // kp 20, ki 20, kd 5, target 5 %, window 20, from 4
   window(p, 20, 0);
   // error 0.05: 4 + 20 x 0.05 + 20 x 0.05 + 5 x (0.05 - 0)
   REQUIRE(p.limit() == Approx(6.25).margin(1e-12));
@@ -287,22 +298,59 @@ TEST_CASE("pid: healthy windows raise the limit through P, I and D around the in
   REQUIRE(p.integral() == Approx(0.1).margin(1e-15));
 }
 
+TEST_CASE("pid: slow start adds a call per success within the guard, then hands over without a bump") {
+  rein::algo::pid p{};
+  REQUIRE(p.in_slow_start());
+  p.on_sample(ok(5ms, 3));  // the guard: max(3 + 1, 3 / 0.85) = 4
+  REQUIRE(p.limit() == 4.0);
+  p.on_sample(ok(5ms, 4));
+  p.on_sample(ok(5ms, 5));  // max(6, 5.88)
+  REQUIRE(p.limit() == 6.0);
+  p.on_sample(ok(5ms, 64));
+  REQUIRE(p.limit() == 7.0);
+  REQUIRE(p.integral() == 0.0);
+  p.on_sample(ok(10ms, 6));  // slow (> 1.75 x 5 ms), granted with 6 out: 0.8 x 6
+  REQUIRE_FALSE(p.in_slow_start());
+  REQUIRE(p.limit() == Approx(4.8).margin(1e-12));
+  REQUIRE(p.decreases() == 1);
+  // The integral takes the limit: a healthy window outputs it plus one integral step (ki x target).
+  REQUIRE(p.integral() == Approx((4.8 - 4 - 1) / 20).margin(1e-15));
+  window(p, 20, 0);
+  REQUIRE(p.limit() == Approx(5.8).margin(1e-12));  // no derivative in the window after a decrease
+  rein::algo::pid q{};
+  q.set_options(controller());  // false ends slow start
+  REQUIRE_FALSE(q.in_slow_start());
+}
+
+TEST_CASE("pid: a window pinned at the guard moves the integral as far as the guard's ceiling") {
+  rein::algo::pid p{};
+  for (int i = 0; i < 8; ++i) p.on_sample(ok(5ms, 64));
+  REQUIRE(p.limit() == 12.0);
+  p.on_sample(ok(10ms, 12));  // ends slow start at 0.8 x 12, integral (9.6 - 5) / 20
+  REQUIRE(p.limit() == Approx(9.6).margin(1e-12));
+  // 9 calls out (the limit admits 9): output 4 + 1 + 20 x 0.28 = 10.6, above the guard's 9 / 0.85. Without
+  // this window's integration the output is 9.6, so keeping the integral where it was froze the limit.
+  for (int i = 0; i < 20; ++i) p.on_sample(ok(5ms, 9));
+  REQUIRE(p.limit() == 9.0 / 0.85);
+  REQUIRE(p.integral() == Approx(0.23 + (9.0 / 0.85 - 9.6) / 20).margin(1e-12));
+}
+
 TEST_CASE("pid: a window pinned at the floor does not wind the integral down") {
-  rein::algo::pid_options o;
-  o.backoff = 0.1;  // a cut to 0.7 x 0.1: the floor binds first
+  rein::algo::pid_options o = controller();
+  o.min_limit = 4;  // the floor is the initial limit
   rein::algo::pid p{o};
-  window(p, 20, 0);
-  window(p, 20, 0);
-  window(p, 20, 10);  // 50 % failures: 4 - 9 + 20 x I - 2.5 is far below the floor
-  REQUIRE(p.limit() == 1.0);
-  REQUIRE(p.integral() == Approx(0.1).margin(1e-15));  // conditional integration: unchanged
-  window(p, 20, 0);
-  // error 0.05, derivative 0.5, integral 0.15: 4 + 1 + 3 + 2.5
-  REQUIRE(p.limit() == Approx(10.5).margin(1e-12));
+  window(p, 20, 20);  // error -0.95: 4 - 19 - 19 - 4.75 is far below the floor
+  REQUIRE(p.limit() == 4.0);
+  REQUIRE(p.integral() == Approx(-0.05).margin(1e-15));  // where a healthy window outputs 4 + 1
+  window(p, 20, 20);
+  window(p, 20, 20);
+  REQUIRE(p.integral() == Approx(-0.05).margin(1e-15));
+  window(p, 20, 0);  // error 0.05, no derivative after a decrease, integral 0: 4 + 1
+  REQUIRE(p.limit() == Approx(5.0).margin(1e-12));
 }
 
 TEST_CASE("pid: the integral is clamped to +-integral_limit") {
-  rein::algo::pid_options o;
+  rein::algo::pid_options o = controller();
   o.integral_limit = 0.12;
   o.max_limit = 1000;
   rein::algo::pid p{o};
@@ -312,24 +360,49 @@ TEST_CASE("pid: the integral is clamped to +-integral_limit") {
 }
 
 TEST_CASE("pid: slow successes count as failures against the target") {
-  rein::algo::pid p{};  // latency_tolerance 1.75, noise_floor 0
+  rein::algo::pid p{controller()};  // latency_tolerance 1.75, noise_floor 0.5 ms
   for (int i = 0; i < 19; ++i) p.on_sample(ok(5ms));
   p.on_sample(ok(8751us));  // > 1.75 x 5 ms: 5 % of the window, the target: error 0
   REQUIRE(p.limit() == 4.0);
   REQUIRE(p.integral() == 0.0);
 }
 
+TEST_CASE("pid: a slow success joins the baseline only when granted at the floor") {
+  rein::algo::pid_options o = controller();
+  o.window = 10000;  // closes early at the 501st failure
+  rein::algo::pid p{o};
+  p.on_sample(ok(5ms, 2));
+  for (int i = 0; i < 500; ++i) p.on_sample(ok(10ms, 2));  // all slow against 5 ms: the queue never the norm
+  REQUIRE(p.decreases() == 0);
+  p.on_sample(ok(10ms, 2));
+  REQUIRE(p.decreases() == 1);
+
+  rein::algo::pid q{o};
+  q.on_sample(ok(5ms, 1));
+  for (int i = 0; i < 501; ++i) q.on_sample(ok(10ms, 1));  // at the floor: 10 ms becomes the norm
+  REQUIRE(q.decreases() == 0);
+}
+
 TEST_CASE("pid: the noise floor keeps a success within fastest + floor from being slow") {
-  rein::algo::pid_options o;
+  rein::algo::pid_options o = controller();
   o.noise_floor = 10ms;
   rein::algo::pid p{o};
   for (int i = 0; i < 19; ++i) p.on_sample(ok(5ms));
   p.on_sample(ok(15ms));  // max(1.75 x 5, 5 + 10) = 15 ms: not slow, error 0.05
   REQUIRE(p.limit() == Approx(6.25).margin(1e-12));
+
+  rein::algo::pid d{controller()};  // the default floor, 0.5 ms: 200 us + 0.5 ms > 1.75 x 200 us
+  for (int i = 0; i < 19; ++i) d.on_sample(ok(200us));
+  d.on_sample(ok(700us));
+  REQUIRE(d.limit() == Approx(6.25).margin(1e-12));
+  rein::algo::pid e{controller()};
+  for (int i = 0; i < 19; ++i) e.on_sample(ok(200us));
+  e.on_sample(ok(701us));  // slow: error 0
+  REQUIRE(e.limit() == 4.0);
 }
 
 TEST_CASE("pid: without a latency tolerance only failed calls count") {
-  rein::algo::pid_options o;
+  rein::algo::pid_options o = controller();
   o.latency_tolerance.reset();
   rein::algo::pid p{o};
   for (int i = 0; i < 19; ++i) p.on_sample(ok(5ms));
@@ -337,39 +410,90 @@ TEST_CASE("pid: without a latency tolerance only failed calls count") {
   REQUIRE(p.limit() == Approx(6.25).margin(1e-12));
 }
 
+TEST_CASE("pid: a window closes as soon as its failures exceed the target's share of a window") {
+  rein::algo::pid p{controller()};
+  p.on_sample(congestion());  // 1 of 20 is the target: the window goes on
+  REQUIRE(p.limit() == 4.0);
+  p.on_sample(congestion());  // 2 > 0.05 x 20: negative whatever follows; rate 2 / 2
+  REQUIRE(p.limit() == Approx(3.2).margin(1e-12));
+  REQUIRE(p.decreases() == 1);
+}
+
+TEST_CASE("pid: a window holds at least a round trip of samples") {
+  rein::algo::pid_options o = controller();
+  o.initial_limit = 30;
+  rein::algo::pid p{o};
+  window(p, 20, 0);  // the limit admits 30: 20 samples are two thirds of a round trip
+  REQUIRE(p.limit() == 30.0);
+  window(p, 10, 0);
+  REQUIRE(p.limit() == Approx(32.25).margin(1e-12));  // 30 + 1 + 1 + 0.25
+}
+
 TEST_CASE("pid: one window cuts at most to backoff x the limit, and the integral takes the limit applied") {
-  rein::algo::pid p{};
+  rein::algo::pid p{controller()};
   window(p, 20, 0);
   window(p, 20, 0);
   REQUIRE(p.limit() == Approx(7.0).margin(1e-12));
-  window(p, 20, 20);  // error -0.95: 4 - 19 + 20 x (0.1 - 0.95) - 5 is far below 0.8 x 7
+  window(p, 2, 2);  // error -0.95: 4 - 19 + 20 x (0.1 - 0.95) - 5 is far below 0.8 x 7
   REQUIRE(p.limit() == Approx(5.6).margin(1e-12));
-  REQUIRE(p.integral() == Approx((5.6 - 4) / 20).margin(1e-12));  // 0.08: bias + ki x I = 5.6
+  REQUIRE(p.integral() == Approx((5.6 - 4 - 1) / 20).margin(1e-12));  // a healthy window outputs 5.6 + 1
   window(p, 20, 0);
-  // error 0.05, derivative 1, integral 0.13: 4 + 1 + 2.6 + 5
-  REQUIRE(p.limit() == Approx(12.6).margin(1e-12));
+  // error 0.05, integral 0.08, no derivative in the window after a decrease (it would add 5 x 1): 4 + 1 + 1.6
+  REQUIRE(p.limit() == Approx(6.6).margin(1e-12));
 }
 
-TEST_CASE("pid: a window held back by the growth guard does not wind the integral up") {
-  rein::algo::pid p{};
+TEST_CASE("pid: a window whose slow calls show a deeper queue cuts deeper, down to backoff^2") {
+  rein::algo::pid_options o = controller();
+  o.initial_limit = 40;
+  const auto cut = [&](std::chrono::nanoseconds first, std::chrono::nanoseconds second) {
+    rein::algo::pid p{o};
+    p.on_sample(ok(5ms, 40));
+    p.on_sample(ok(first, 40));
+    p.on_sample(ok(second, 40));
+    return p.limit();
+  };
+  REQUIRE(cut(10ms, 10ms) == Approx(32.0).margin(1e-12));  // queued behind 1: 39 > 0.8 x 40
+  REQUIRE(cut(50ms, 50ms) == Approx(31.0).margin(1e-12));  // behind 9: 31 calls were within the capacity
+  REQUIRE(cut(200ms, 200ms) == Approx(25.6).margin(1e-12));  // 1, but at most 0.8 x 0.8 x 40
+  REQUIRE(cut(200ms, 50ms) == Approx(31.0).margin(1e-12));   // the window's highest estimate
+}
+
+TEST_CASE("pid: a window with a queue estimate below the controller's output cuts to the estimate") {
+  rein::algo::pid_options o = controller();
+  o.initial_limit = 40;  // a window is 40 samples, and closes at its second failure
+  const auto cut = [&](std::chrono::nanoseconds slow) {
+    rein::algo::pid p{o};
+    for (int i = 0; i < 18; ++i) p.on_sample(ok(5ms, 40));
+    p.on_sample(ok(slow, 40));
+    p.on_sample(ok(slow, 40));
+    return p.limit();
+  };
+  // Rate 2 / 20, error -0.05: the output is 40 - 1 - 1 - 0.25.
+  REQUIRE(cut(10ms) == Approx(37.75).margin(1e-12));  // queued behind 1: 39 is above the output
+  REQUIRE(cut(20ms) == Approx(37.0).margin(1e-12));   // behind 3: 37
+}
+
+TEST_CASE("pid: a window pinned by the growth guard does not wind the integral up") {
+  rein::algo::pid p{controller()};
   for (int i = 0; i < 20; ++i) p.on_sample(ok(5ms, 2));  // tested ceiling max(3, 2 / 0.85) = 3 < 4
   REQUIRE(p.limit() == 4.0);
   REQUIRE(p.integral() == 0.0);
   for (int i = 0; i < 20; ++i) p.on_sample(ok(5ms, 4));  // ceiling max(5, 4.7) = 5: output 4 + 1 + 1 + 0
   REQUIRE(p.limit() == 5.0);
-  REQUIRE(p.integral() == 0.0);  // pinned at the guard again
+  REQUIRE(p.integral() == 0.0);  // pinned at the guard again: the integral only as far as the bound
 }
 
 TEST_CASE("pid: calls that started before the latest decrease are not counted") {
-  rein::algo::pid p{};
+  rein::algo::pid p{controller()};
   window(p, 20, 0);
-  window(p, 20, 20);
+  window(p, 2, 2);
   REQUIRE(p.decreases() == 1);
   const auto later = next_end();  // 10 s after the cut: a call of more than 10 s started before it
   for (int i = 0; i < 19; ++i) p.on_sample(sample{10s + 1ns, outcome::congestion, 64, later});
-  p.on_sample(sample{10s, outcome::success, 64, later});  // one counted sample: no window closes
-  REQUIRE(p.decreases() == 1);
-  for (int i = 0; i < 19; ++i) p.on_sample(sample{10s, outcome::congestion, 64, later});
+  REQUIRE(p.decreases() == 1);  // counted, the second of them would have closed a window
+  p.on_sample(sample{10s, outcome::congestion, 64, later});  // started at the cut: counted
+  REQUIRE(p.decreases() == 1);  // 1 failure: the target's share of a window
+  p.on_sample(sample{10s, outcome::congestion, 64, later});
   REQUIRE(p.decreases() == 2);
 }
 
