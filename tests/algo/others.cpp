@@ -345,7 +345,22 @@ TEST_CASE("gradient: latency twice the minimum scales the estimate by 1.5 / 2, a
   const double before = g.limit();
   g.on_sample(ok(10ms, 1));
   REQUIRE(g.last_gradient() == 0.75);
-  REQUIRE(g.limit() == Approx(before + (before * 0.75 + 1 - before) * 0.5).margin(1e-12));
+  REQUIRE(g.limit() == Approx(before + (before * 0.75 - before) * 0.5).margin(1e-12));  // queued: no allowance
+}
+
+TEST_CASE("gradient: a sample that queued gets no queue allowance, so no call stays queued at capacity 1") {
+  // Capacity 1, latency the base plus one base per call over it: 2 calls out take 20 ms.
+  rein::algo::gradient_options o;
+  o.initial_limit = 2;
+  rein::algo::gradient g{o};
+  g.on_sample(ok(10ms, 2));
+  REQUIRE(g.limit() == 2.25);  // within the allowed latency: 2 + (2 + 1 - 2) x 0.5 / 2
+  g.on_sample(ok(20ms, 2));
+  REQUIRE(g.last_gradient() == 0.75);
+  // 2.25 x 0.75 = 1.6875, half the way: 1.96875 admits 1 call. With the allowance the estimate would be
+  // 2.6875, above the limit: a rise, and the second call would stay queued for good.
+  REQUIRE(g.limit() == 1.96875);
+  REQUIRE(g.decreases() == 1);
 }
 
 TEST_CASE("gradient: slow calls that started before the latest fall do not fall again") {
@@ -375,7 +390,7 @@ TEST_CASE("gradient: the gradient is clamped to [min_gradient, max_gradient]") {
 TEST_CASE("gradient: congestion applies the minimum gradient at once, whatever the utilisation") {
   rein::algo::gradient g{};
   g.on_sample(congestion(5ms, 1));
-  REQUIRE(g.limit() == 3.5);  // 4 + (4 x 0.5 + 1 - 4) x 0.5
+  REQUIRE(g.limit() == 3.0);  // 4 + (4 x 0.5 - 4) x 0.5
   REQUIRE(g.decreases() == 1);
 }
 
@@ -425,7 +440,7 @@ TEST_CASE("gradient: Gradient2's long average is a plain mean over the warm-up")
   REQUIRE(g.limit() == Approx(16.05).margin(1e-12));  // gradient 1: 16 + (20 - 16) x 0.2 / 16
   g.on_sample(ok(40ms));
   REQUIRE(g.last_gradient() == 0.9375);  // 1.5 x mean(10, 40) / 40
-  REQUIRE(g.limit() == Approx(16.05 + (16.05 * 0.9375 + 4 - 16.05) * 0.2 / 16.05).margin(1e-12));
+  REQUIRE(g.limit() == Approx(16.05 + (16.05 * 0.9375 - 16.05) * 0.2).margin(1e-12));  // queued: a fall
 }
 
 TEST_CASE("gradient: ignored samples change nothing") {

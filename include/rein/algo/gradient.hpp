@@ -70,12 +70,16 @@ struct gradient_options {
   /// Upper clamp of the gradient; finite and >= 1. 1 (Gradient2) means growth comes only from the queue
   /// allowance; Envoy allows 2.
   double max_gradient = 1.0;
-  /// Constant part of the queue allowance, in calls: how many calls may wait inside the dependency on top
-  /// of `limit x gradient`; finite and >= 0. At the baseline it is also the growth per round trip, times
-  /// smoothing: one call, so a probe above the capacity costs one queued call at a time.
+  /// Constant part of the queue allowance, in calls: how far above `limit x gradient` a sample served
+  /// within the allowed latency puts the estimate; finite and >= 0. At the baseline it is the growth per
+  /// round trip, times smoothing: one call, so a probe above the capacity costs one queued call at a time.
+  /// A sample that queued (slower than allowed) gets no allowance: the probe has been answered. (Gradient2
+  /// and Envoy add it to every sample, which keeps a standing queue: with it, `limit x tolerance x baseline /
+  /// latency + 1` settles at or above `tolerance x capacity + 1` calls wherever latency grows in steps of
+  /// the base per call over the capacity, i.e. calls queued for good at a capacity of 3 or less.)
   double queue_size = 1.0;
   /// Part of the queue allowance that grows with the limit: `queue_sqrt_scale x sqrt(limit)` calls (Envoy's
-  /// headroom and Netflix GradientLimit's are about sqrt(limit)); finite and >= 0.
+  /// headroom and Netflix GradientLimit's are about sqrt(limit)), added as `queue_size` is; finite and >= 0.
   double queue_sqrt_scale = 0.0;
   /// Which latency is "normal"; see `gradient_baseline`.
   gradient_baseline baseline = gradient_baseline::minimum;
@@ -129,7 +133,8 @@ class exp_average {
 /// For each success:
 ///
 ///     gradient = clamp(tolerance x baseline / latency, min_gradient, max_gradient)
-///     estimate = limit x gradient + queue_size + queue_sqrt_scale x sqrt(limit)
+///     estimate = limit x gradient + queue_size + queue_sqrt_scale x sqrt(limit)   within the allowed latency
+///     estimate = limit x gradient                                                 slower (queued)
 ///     fall:  limit = limit + (estimate - limit) x smoothing             at most once per round trip
 ///     rise:  limit = limit + (estimate - limit) x smoothing / limit     within the growth guard
 ///
@@ -193,14 +198,14 @@ class basic_gradient {
   void on_sample(const sample_type& s) {
     if (s.result == outcome::ignored) return;
     if (s.result == outcome::congestion && options_.failures_as_congestion) {
-      apply(options_.min_gradient, s);
+      apply(options_.min_gradient, true, s);
       return;
     }
     // A zero latency (a clock too coarse for the call) would divide by zero; one nanosecond is as fast.
     const double latency = static_cast<double>(s.latency.count() > 0 ? s.latency.count() : 1);
     const double base = baseline(latency);
     const double allowed = detail::allowed_latency(base, options_.tolerance, options_.noise_floor);
-    apply(clamp(allowed / latency, options_.min_gradient, options_.max_gradient), s);
+    apply(clamp(allowed / latency, options_.min_gradient, options_.max_gradient), latency > allowed, s);
   }
 
  private:
@@ -221,9 +226,11 @@ class basic_gradient {
   // estimate, so the gain per round trip does not grow with the limit (Gradient2 moves `smoothing` per
   // sample, i.e. `limit x smoothing` per round trip). A fall is taken at once, `smoothing` of the way, and
   // at most once per round trip (a slow call that started before the latest fall reports on the old limit).
-  void apply(double gradient, const sample_type& s) noexcept {
+  // The queue allowance goes only to a sample that did not queue (`queued`: slower than allowed, or a
+  // congestion outcome).
+  void apply(double gradient, bool queued, const sample_type& s) noexcept {
     const double current = limit_.value();
-    const double headroom = options_.queue_size + options_.queue_sqrt_scale * std::sqrt(current);
+    const double headroom = queued ? 0.0 : options_.queue_size + options_.queue_sqrt_scale * std::sqrt(current);
     const double estimate = current * gradient + headroom;
     last_gradient_ = gradient;
     if (estimate < current) {
