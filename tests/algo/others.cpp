@@ -380,6 +380,21 @@ TEST_CASE("gradient: slow calls that started before the latest fall do not fall 
   REQUIRE(g.decreases() == 2);
 }
 
+TEST_CASE("gradient: a latency beyond the clamp falls all the way, one within it is smoothed") {
+  rein::algo::gradient_options o;
+  o.initial_limit = 16;
+  o.min_utilisation = 0;
+  rein::algo::gradient within{o}, beyond{o};
+  within.on_sample(ok(10ms));
+  beyond.on_sample(ok(10ms));
+  REQUIRE(within.limit() == 16.03125);  // 16 + 1 x 0.5 / 16
+  within.on_sample(ok(25ms));  // 15 / 25 = 0.6: half the way to 16.03125 x 0.6
+  REQUIRE(within.limit() == Approx(16.03125 * 0.8).margin(1e-12));
+  beyond.on_sample(ok(40ms));  // 15 / 40 = 0.375, clamped to 0.5: all the way
+  REQUIRE(beyond.last_gradient() == 0.5);
+  REQUIRE(beyond.limit() == 16.03125 * 0.5);
+}
+
 TEST_CASE("gradient: the gradient is clamped to [min_gradient, max_gradient]") {
   rein::algo::gradient g{};
   g.on_sample(ok(5ms));
@@ -390,7 +405,7 @@ TEST_CASE("gradient: the gradient is clamped to [min_gradient, max_gradient]") {
 TEST_CASE("gradient: congestion applies the minimum gradient at once, whatever the utilisation") {
   rein::algo::gradient g{};
   g.on_sample(congestion(5ms, 1));
-  REQUIRE(g.limit() == 3.0);  // 4 + (4 x 0.5 - 4) x 0.5
+  REQUIRE(g.limit() == 2.0);  // 4 x 0.5, not smoothed
   REQUIRE(g.decreases() == 1);
 }
 

@@ -46,7 +46,7 @@ struct gradient_options {
   /// Ceiling, in calls: a whole number in [min_limit, 1e9] (`max_limit_ceiling`).
   double max_limit = 64.0;
   /// Weight of the new estimate per round trip, in (0, 1]: a fall moves `smoothing` of the way to its
-  /// estimate at once (at most once per round trip); a rise moves `smoothing / limit` of the way per sample,
+  /// estimate at once (at most once per round trip; all the way past the clamp, see `min_gradient`); a rise moves `smoothing / limit` of the way per sample,
   /// about `smoothing` per round trip of `limit` samples, whatever the limit. (Gradient2 applies `smoothing`
   /// per sample, so its gain per round trip grows with the limit and overshoots when capacity returns.)
   double smoothing = 0.5;
@@ -65,7 +65,12 @@ struct gradient_options {
   /// removes most of the cuts that scheduling jitter caused with no floor.
   std::chrono::nanoseconds noise_floor = std::chrono::microseconds{500};
   /// Lower clamp of the gradient, so one outlier cannot cut more than this factor at once; in (0, 1].
-  /// A congestion outcome applies exactly this gradient when `failures_as_congestion` is set.
+  /// A latency beyond the clamp (slower than `allowed / min_gradient`: 3 x the baseline by default) and a
+  /// congestion outcome (when `failures_as_congestion` is set) fall all the way to `limit x min_gradient`,
+  /// without smoothing: smoothing filters jitter, which stays within the tolerance, and a latency that far
+  /// beyond the allowed one is a queue, not jitter (TCP halves its window on a loss, RFC 5681). A deep drop
+  /// of the capacity, where every call is queued until the limit is below it, then drains in fewer than
+  /// half the round trips that a quarter per round trip takes.
   double min_gradient = 0.5;
   /// Upper clamp of the gradient; finite and >= 1. 1 (Gradient2) means growth comes only from the queue
   /// allowance; Envoy allows 2.
@@ -136,6 +141,7 @@ class exp_average {
 ///     estimate = limit x gradient + queue_size + queue_sqrt_scale x sqrt(limit)   within the allowed latency
 ///     estimate = limit x gradient                                                 slower (queued)
 ///     fall:  limit = limit + (estimate - limit) x smoothing             at most once per round trip
+///            limit = estimate                      the same, when the latency is beyond the clamp
 ///     rise:  limit = limit + (estimate - limit) x smoothing / limit     within the growth guard
 ///
 /// A fall is skipped when the call started before the latest fall (it reports on the limit before it).
@@ -198,14 +204,16 @@ class basic_gradient {
   void on_sample(const sample_type& s) {
     if (s.result == outcome::ignored) return;
     if (s.result == outcome::congestion && options_.failures_as_congestion) {
-      apply(options_.min_gradient, true, s);
+      apply(options_.min_gradient, true, true, s);
       return;
     }
     // A zero latency (a clock too coarse for the call) would divide by zero; one nanosecond is as fast.
     const double latency = static_cast<double>(s.latency.count() > 0 ? s.latency.count() : 1);
     const double base = baseline(latency);
     const double allowed = detail::allowed_latency(base, options_.tolerance, options_.noise_floor);
-    apply(clamp(allowed / latency, options_.min_gradient, options_.max_gradient), latency > allowed, s);
+    const double ratio = allowed / latency;
+    apply(clamp(ratio, options_.min_gradient, options_.max_gradient), latency > allowed,
+          ratio < options_.min_gradient, s);
   }
 
  private:
@@ -227,8 +235,8 @@ class basic_gradient {
   // sample, i.e. `limit x smoothing` per round trip). A fall is taken at once, `smoothing` of the way, and
   // at most once per round trip (a slow call that started before the latest fall reports on the old limit).
   // The queue allowance goes only to a sample that did not queue (`queued`: slower than allowed, or a
-  // congestion outcome).
-  void apply(double gradient, bool queued, const sample_type& s) noexcept {
+  // congestion outcome). A fall `beyond` the clamp (or for a congestion outcome) is not smoothed.
+  void apply(double gradient, bool queued, bool beyond, const sample_type& s) noexcept {
     const double current = limit_.value();
     const double headroom = queued ? 0.0 : options_.queue_size + options_.queue_sqrt_scale * std::sqrt(current);
     const double estimate = current * gradient + headroom;
@@ -236,7 +244,7 @@ class basic_gradient {
     if (estimate < current) {
       if (gate_.stale(s.now, s.latency)) return;
       gate_.decreased(s.now);
-      limit_.set(current + (estimate - current) * options_.smoothing);
+      limit_.set(beyond ? estimate : current + (estimate - current) * options_.smoothing);
       return;
     }
     const double weight = options_.smoothing / (current > 1.0 ? current : 1.0);
