@@ -302,7 +302,9 @@ TEST_CASE("pid: invalid options name the type, field and value") {
 // ---------------------------------------------------------------------------------------------------------
 
 TEST_CASE("gradient: latency at the baseline grows the limit by the queue allowance, spread over a round trip") {
-  rein::algo::gradient g{};  // from 4, smoothing 0.5, tolerance 1.5, queue 1
+  rein::algo::gradient_options o;  // from 4, smoothing 0.5, tolerance 1.5, queue 1
+  o.slow_start = false;
+  rein::algo::gradient g{o};
   g.on_sample(ok(10ms));
   REQUIRE(g.last_gradient() == 1.0);  // 1.5 x 10 / 10, clamped to 1
   REQUIRE(g.limit() == 4.125);        // 4 + (4 + 1 - 4) x 0.5 / 4
@@ -329,12 +331,29 @@ TEST_CASE("gradient: the gain per round trip does not grow with the limit") {
   for (const double start : {8.0, 32.0}) {
     rein::algo::gradient_options o;
     o.initial_limit = start;
+    o.slow_start = false;
     rein::algo::gradient g{o};
     for (int i = 0; i < static_cast<int>(start); ++i) g.on_sample(ok(10ms));
     INFO(start);
     REQUIRE(g.limit() - start > 0.45);
     REQUIRE(g.limit() - start < 0.5);
   }
+}
+
+TEST_CASE("gradient: slow start adds one call per success until the first fall, within the growth guard") {
+  rein::algo::gradient g{};  // from 4
+  REQUIRE(g.in_slow_start());
+  for (std::size_t n = 4; n < 8; ++n) g.on_sample(ok(10ms, n));  // a round trip of calls doubles the limit
+  REQUIRE(g.limit() == 8.0);
+  g.on_sample(ok(10ms, 2));  // 2 out tested 3 calls at most
+  REQUIRE(g.limit() == 8.0);
+  g.on_sample(ok(10ms, 8));
+  REQUIRE(g.limit() == 9.0);
+  g.on_sample(ok(20ms, 9));  // queued: the fall ends slow start
+  REQUIRE(g.limit() == 7.875);  // 9 + (9 x 0.75 - 9) x 0.5
+  REQUIRE_FALSE(g.in_slow_start());
+  g.on_sample(ok(10ms, 7));
+  REQUIRE(g.limit() == Approx(7.875 + 0.5 / 7.875).margin(1e-12));  // the queue allowance, spread
 }
 
 TEST_CASE("gradient: latency twice the minimum scales the estimate by 1.5 / 2, at once") {
@@ -352,6 +371,7 @@ TEST_CASE("gradient: a sample that queued gets no queue allowance, so no call st
   // Capacity 1, latency the base plus one base per call over it: 2 calls out take 20 ms.
   rein::algo::gradient_options o;
   o.initial_limit = 2;
+  o.slow_start = false;
   rein::algo::gradient g{o};
   g.on_sample(ok(10ms, 2));
   REQUIRE(g.limit() == 2.25);  // within the allowed latency: 2 + (2 + 1 - 2) x 0.5 / 2
@@ -384,6 +404,7 @@ TEST_CASE("gradient: a latency beyond the clamp falls all the way, one within it
   rein::algo::gradient_options o;
   o.initial_limit = 16;
   o.min_utilisation = 0;
+  o.slow_start = false;
   rein::algo::gradient within{o}, beyond{o};
   within.on_sample(ok(10ms));
   beyond.on_sample(ok(10ms));
@@ -414,7 +435,8 @@ TEST_CASE("gradient: with failures_as_congestion off a fast failure is just a fa
   o.failures_as_congestion = false;
   rein::algo::gradient g{o};
   g.on_sample(congestion(10ms));
-  REQUIRE(g.limit() == 4.125);
+  REQUIRE(g.limit() == 5.0);  // slow start: one call, as for a success
+  REQUIRE(g.decreases() == 0);
 }
 
 TEST_CASE("gradient: a success granted with few calls out lifts the limit at most to max(n + 1, n / 0.85)") {
@@ -450,6 +472,7 @@ TEST_CASE("gradient: Gradient2's long average is a plain mean over the warm-up")
   o.tolerance = 1.5;
   o.queue_size = 4;
   o.smoothing = 0.2;
+  o.slow_start = false;
   rein::algo::gradient g{o};
   g.on_sample(ok(10ms));
   REQUIRE(g.limit() == Approx(16.05).margin(1e-12));  // gradient 1: 16 + (20 - 16) x 0.2 / 16
