@@ -353,7 +353,30 @@ TEST_CASE("gradient: slow start adds one call per success until the first fall, 
   REQUIRE(g.limit() == 7.875);  // 9 + (9 x 0.75 - 9) x 0.5
   REQUIRE_FALSE(g.in_slow_start());
   g.on_sample(ok(10ms, 7));
-  REQUIRE(g.limit() == Approx(7.875 + 0.5 / 7.875).margin(1e-12));  // the queue allowance, spread
+  REQUIRE(g.limit() == 8.0);  // back to the level the fall found, one call below its 9 out
+}
+
+TEST_CASE("gradient: after a fall the limit climbs back half the way per round trip to below the queued call") {
+  rein::algo::gradient_options o;
+  o.initial_limit = 16;
+  o.slow_start = false;
+  rein::algo::gradient g{o};
+  g.on_sample(ok(10ms, 16));
+  g.on_sample(ok(40ms, 16));  // beyond the clamp: 16.03125 x 0.5; 16 calls out were too many, 15 may not be
+  REQUIRE(g.limit() == 8.015625);
+  g.on_sample(ok(10ms, 16));  // (15 - 8.015625) / 2 calls per round trip of 8.015625 samples
+  REQUIRE(g.limit() == Approx(8.015625 + (15 - 8.015625) / 2 / 8.015625).margin(1e-12));
+  int samples = 1;
+  while (g.limit() < 15.0 && samples < 1000) {
+    g.on_sample(ok(10ms, 16));
+    ++samples;
+  }
+  REQUIRE(samples == 55);  // about 4 round trips: 8 -> 11.5 -> 13.3 -> 14.1 -> 15, at least a call each
+  REQUIRE(g.limit() == 15.0);  // not past the level in this phase
+  g.on_sample(ok(10ms, 16));
+  REQUIRE(g.limit() == Approx(15.0 + 0.5 / 15.0).margin(1e-12));  // then the queue allowance
+  g.on_sample(ok(10ms, 2));   // the growth guard holds here too
+  REQUIRE(g.limit() == Approx(15.0 + 0.5 / 15.0).margin(1e-12));
 }
 
 TEST_CASE("gradient: latency twice the minimum scales the estimate by 1.5 / 2, at once") {

@@ -152,6 +152,12 @@ class exp_average {
 ///
 /// A fall is skipped when the call started before the latest fall (it reports on the limit before it).
 /// Until the first fall, slow start replaces the rise: one call per success within the allowed latency.
+/// After a fall, the rise climbs back first to the level the fall found, one call below the calls out of
+/// the call that queued (those were too many; one fewer may not be): half the way per round trip, at least
+/// one call, spread over the round trip's samples, within the growth guard (BIC-TCP's binary search, as
+/// tuned_aimd's). A stall or a noisy call that fell below the capacity costs a round trip or two instead of
+/// `2 x (level - limit)` round trips of queue allowance; a level above a lower capacity is found again by
+/// the next fall, one call below its queued call.
 /// Latency at the baseline keeps the limit growing by about `smoothing x queue_size` per round trip; latency
 /// twice the baseline cuts it once per round trip by `smoothing x (1 - tolerance / 2)`. A congestion outcome
 /// applies `min_gradient` (unless `failures_as_congestion` is false). `ignored` changes nothing.
@@ -257,11 +263,19 @@ class basic_gradient {
       if (gate_.stale(s.now, s.latency)) return;
       gate_.decreased(s.now);
       slow_start_ = false;
+      level_ = static_cast<double>(s.in_flight) - 1.0;
       limit_.set(beyond ? estimate : current + (estimate - current) * options_.smoothing);
       return;
     }
     if (slow_start_) {
       if (!queued) limit_.set(detail::guarded_growth(current, current + 1.0, s.in_flight, options_.min_utilisation));
+      return;
+    }
+    if (current < level_) {
+      const double rounds = 1.0 / current;  // of a round trip, per sample (current >= min_limit >= 1)
+      const double step = (level_ - current) / 2.0 > 1.0 ? (level_ - current) / 2.0 : 1.0;
+      const double next = current + step * rounds < level_ ? current + step * rounds : level_;
+      limit_.set(detail::guarded_growth(current, next, s.in_flight, options_.min_utilisation));
       return;
     }
     const double weight = options_.smoothing / (current > 1.0 ? current : 1.0);
@@ -299,6 +313,7 @@ class basic_gradient {
   detail::exp_average average_;
   double last_gradient_ = 1.0;
   bool slow_start_;
+  double level_ = 0.0;  // one call below the calls out of the call behind the latest fall (0 before any)
   detail::round_trip_gate<typename Clock::time_point> gate_{};
 };
 
