@@ -379,6 +379,28 @@ TEST_CASE("gradient: after a fall the limit climbs back half the way per round t
   REQUIRE(g.limit() == Approx(15.0 + 0.5 / 15.0).margin(1e-12));
 }
 
+TEST_CASE("gradient: a fall that finds the level of the fall before it halves the rise above the level") {
+  rein::algo::gradient_options o;
+  o.initial_limit = 16;
+  o.slow_start = false;
+  o.min_utilisation = 0;
+  rein::algo::gradient g{o};
+  g.on_sample(ok(10ms, 16));
+  g.on_sample(ok(20ms, 5));  // 5 out were too many: level 4, below the limit
+  const double first = g.limit();
+  REQUIRE(first == Approx(16.03125 * 0.875).margin(1e-12));  // half the way to x 0.75
+  g.on_sample(ok(10ms, 16));
+  REQUIRE(g.limit() == Approx(first + 0.5 / first).margin(1e-12));  // a new level: the whole allowance
+  g.on_sample(ok(20ms, 5));  // level 4 again: the probe was futile
+  const double second = g.limit();
+  g.on_sample(ok(10ms, 16));
+  REQUIRE(g.limit() == Approx(second + 0.5 * 0.5 / second).margin(1e-12));  // half of it
+  for (int i = 0; i < 16; ++i) g.on_sample(ok(10ms, 16));  // a round trip: back to the whole allowance
+  const double later = g.limit();
+  g.on_sample(ok(10ms, 16));
+  REQUIRE(g.limit() == Approx(later + 0.5 / later).margin(1e-12));
+}
+
 TEST_CASE("gradient: latency twice the minimum scales the estimate by 1.5 / 2, at once") {
   rein::algo::gradient_options o;
   o.min_utilisation = 0;

@@ -158,6 +158,12 @@ class exp_average {
 /// tuned_aimd's). A stall or a noisy call that fell below the capacity costs a round trip or two instead of
 /// `2 x (level - limit)` round trips of queue allowance; a level above a lower capacity is found again by
 /// the next fall, one call below its queued call.
+/// Above the level, a fall that finds the level the fall before it found (a futile probe) makes the next
+/// probe wait: the rise takes `2^-k` of the queue allowance after k such falls in a row, doubling every
+/// round trip without a fall, so the limit stays at the level about one round trip longer per futile
+/// probe, at most 30 (about `aimd`'s longest wait, 31 round trips), then probes as before. CUBIC's plateau
+/// around the window of the last loss (RFC 8312), as `tuned_aimd` and `aimd` space their futile probes: a
+/// probe past a capacity that holds queues a round trip of calls behind the one over it.
 /// Latency at the baseline keeps the limit growing by about `smoothing x queue_size` per round trip; latency
 /// twice the baseline cuts it once per round trip by `smoothing x (1 - tolerance / 2)`. A congestion outcome
 /// applies `min_gradient` (unless `failures_as_congestion` is false). `ignored` changes nothing.
@@ -264,6 +270,8 @@ class basic_gradient {
       gate_.decreased(s.now);
       slow_start_ = false;
       level_ = static_cast<double>(s.in_flight) - 1.0;
+      const std::uint64_t futile = levels_.found(level_);
+      pace_ = std::exp2(-static_cast<double>(futile < max_futile ? futile : max_futile));
       limit_.set(beyond ? estimate : current + (estimate - current) * options_.smoothing);
       return;
     }
@@ -278,10 +286,15 @@ class basic_gradient {
       limit_.set(detail::guarded_growth(current, next, s.in_flight, options_.min_utilisation));
       return;
     }
-    const double weight = options_.smoothing / (current > 1.0 ? current : 1.0);
+    const double rounds = 1.0 / (current > 1.0 ? current : 1.0);
+    const double weight = options_.smoothing * rounds * pace_;
+    pace_ = pace_ * std::exp2(rounds) < 1.0 ? pace_ * std::exp2(rounds) : 1.0;
     limit_.set(detail::guarded_growth(current, current + (estimate - current) * weight, s.in_flight,
                                       options_.min_utilisation));
   }
+
+  // The most futile probes in a row that lengthen the wait above the level (about a round trip each).
+  static constexpr std::uint64_t max_futile = 30;
 
   static const options& validated(const options& o) {
     constexpr auto type = "gradient";
@@ -314,6 +327,8 @@ class basic_gradient {
   double last_gradient_ = 1.0;
   bool slow_start_;
   double level_ = 0.0;  // one call below the calls out of the call behind the latest fall (0 before any)
+  detail::level_memory levels_{};  // the level of the latest fall, and how many falls in a row found it
+  double pace_ = 1.0;   // the share of the queue allowance a rise above the level takes
   detail::round_trip_gate<typename Clock::time_point> gate_{};
 };
 
