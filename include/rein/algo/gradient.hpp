@@ -47,9 +47,11 @@ struct gradient_options {
   /// Ceiling, in calls: a whole number in [min_limit, 1e9] (`max_limit_ceiling`).
   double max_limit = 64.0;
   /// Weight of the new estimate per round trip, in (0, 1]: a fall moves `smoothing` of the way to its
-  /// estimate at once (at most once per round trip; all the way past the clamp, see `min_gradient`); a rise moves `smoothing / limit` of the way per sample,
-  /// about `smoothing` per round trip of `limit` samples, whatever the limit. (Gradient2 applies `smoothing`
-  /// per sample, so its gain per round trip grows with the limit and overshoots when capacity returns.)
+  /// estimate at once (at most once per round trip; all the way past the clamp, see `min_gradient`); a rise
+  /// moves `smoothing / limit` of the way per sample, about `smoothing` per round trip of `limit` samples,
+  /// whatever the limit, and up to the whole way after round trips without a fall (see the class).
+  /// (Gradient2 applies `smoothing` per sample, so its gain per round trip grows with the limit and
+  /// overshoots when capacity returns.)
   double smoothing = 0.5;
   /// The gradient is `tolerance x baseline / latency` before clamping: latencies up to `tolerance x baseline`
   /// count as "no queueing". Finite and >= 1. 1.5 (Gradient2's): the noise floor against a minimum
@@ -100,8 +102,9 @@ struct gradient_options {
   double min_utilisation = 0.85;
   /// Slow start (TCP's, RFC 5681): until the first fall, each success within the allowed latency adds one
   /// call, so the limit doubles per round trip, within the growth guard (at most `1 / min_utilisation` of
-  /// what was tested). Without it the limit grows by the queue allowance, `smoothing x queue_size` calls
-  /// per round trip, from `initial_limit`: 72 round trips from 4 to 40 calls. Gradient2 and Envoy have none.
+  /// what was tested). Without it the limit grows by the queue allowance, at most `queue_size` calls per
+  /// round trip, from `initial_limit`: 36 round trips or more from 4 to 40 calls. Gradient2 and Envoy have
+  /// none.
   bool slow_start = true;
 };
 
@@ -148,25 +151,27 @@ class exp_average {
 ///     estimate = limit x gradient                                                 slower (queued)
 ///     fall:  limit = limit + (estimate - limit) x smoothing             at most once per round trip
 ///            limit = estimate                      the same, when the latency is beyond the clamp
-///     rise:  limit = limit + (estimate - limit) x smoothing / limit     within the growth guard
+///     rise:  limit = limit + (estimate - limit) x smoothing x pace / limit     within the growth guard
 ///
-/// A fall is skipped when the call started before the latest fall (it reports on the limit before it).
-/// Until the first fall, slow start replaces the rise: one call per success within the allowed latency.
-/// After a fall, the rise climbs back first to the level the fall found, one call below the calls out of
-/// the call that queued (those were too many; one fewer may not be): half the way per round trip, at least
-/// one call, spread over the round trip's samples, within the growth guard (BIC-TCP's binary search, as
-/// tuned_aimd's). A stall or a noisy call that fell below the capacity costs a round trip or two instead of
-/// `2 x (level - limit)` round trips of queue allowance; a level above a lower capacity is found again by
-/// the next fall, one call below its queued call.
-/// Above the level, a fall that finds the level the fall before it found (a futile probe) makes the next
-/// probe wait: the rise takes `2^-k` of the queue allowance after k such falls in a row, doubling every
-/// round trip without a fall, so the limit stays at the level about one round trip longer per futile
-/// probe, at most 30 (about `aimd`'s longest wait, 31 round trips), then probes as before. CUBIC's plateau
-/// around the window of the last loss (RFC 8312), as `tuned_aimd` and `aimd` space their futile probes: a
-/// probe past a capacity that holds queues a round trip of calls behind the one over it.
-/// Latency at the baseline keeps the limit growing by about `smoothing x queue_size` per round trip; latency
-/// twice the baseline cuts it once per round trip by `smoothing x (1 - tolerance / 2)`. A congestion outcome
-/// applies `min_gradient` (unless `failures_as_congestion` is false). `ignored` changes nothing.
+/// - A fall is skipped when the call started before the latest fall (it reports on the limit before it).
+///   Latency twice the baseline cuts once per round trip by `smoothing x (1 - tolerance / 2)`; a congestion
+///   outcome applies `min_gradient` unsmoothed (unless `failures_as_congestion` is false).
+/// - Until the first fall, slow start replaces the rise: one call per success within the allowed latency.
+/// - After a fall, the limit climbs back first to the level the fall found, one call below the calls out
+///   of the call that queued (those were too many; one fewer may not be): half the way per round trip, at
+///   least one call, spread over the round trip's samples, within the growth guard (BIC-TCP's binary
+///   search, as tuned_aimd's). A stall or a noisy call that cut below the capacity costs a round trip or
+///   two instead of `2 x (level - limit)` round trips of queue allowance; a level above a lower capacity is
+///   found again by the next fall, one call below its queued call.
+/// - Above the level, the rise: `pace` starts at 1 (`smoothing x queue_size` calls per round trip) and
+///   doubles every round trip without a fall, up to `1 / smoothing` (the whole way to the estimate per round
+///   trip, `queue_size` calls: never past it). After a fall that finds the level the fall before it found (a
+///   futile probe), it starts at `2^-k` instead, k such falls in a row: the limit stays at the level about
+///   one round trip longer per futile probe, at most 30 (about `aimd`'s longest wait, 31 round trips). CUBIC's
+///   plateau around the window of the last loss and its convex probe beyond (RFC 8312), as `tuned_aimd` and
+///   `aimd` space their futile probes: a probe past a capacity that holds queues a round trip of calls
+///   behind the one over it, while a capacity that grew is found at up to a call per round trip.
+/// - `ignored` changes nothing.
 ///
 /// Netflix feeds every sample, each one a short-term RTT; Envoy aggregates a time window into a percentile
 /// and updates once per window. rein updates per sample, like Gradient2, which needs no timer.
@@ -254,9 +259,9 @@ class basic_gradient {
     return base;
   }
 
-  // A rise is spread over the round trip: each sample moves the limit `smoothing / limit` of the way to its
-  // estimate, so the gain per round trip does not grow with the limit (Gradient2 moves `smoothing` per
-  // sample, i.e. `limit x smoothing` per round trip). A fall is taken at once, `smoothing` of the way, and
+  // A rise is spread over the round trip: each sample moves the limit `smoothing x pace / limit` of the way
+  // to its estimate, so the gain per round trip does not grow with the limit (Gradient2 moves `smoothing`
+  // per sample, i.e. `limit x smoothing` per round trip). A fall is taken at once, `smoothing` of the way, and
   // at most once per round trip (a slow call that started before the latest fall reports on the old limit).
   // The queue allowance goes only to a sample that did not queue (`queued`: slower than allowed, or a
   // congestion outcome). A fall `beyond` the clamp (or for a congestion outcome) is not smoothed.
@@ -287,8 +292,9 @@ class basic_gradient {
       return;
     }
     const double rounds = 1.0 / (current > 1.0 ? current : 1.0);
-    const double weight = options_.smoothing * rounds * pace_;
-    pace_ = pace_ * std::exp2(rounds) < 1.0 ? pace_ * std::exp2(rounds) : 1.0;
+    const double weight = options_.smoothing * pace_ * rounds;
+    const double most = 1.0 / options_.smoothing;  // the whole way to the estimate per round trip
+    pace_ = pace_ * std::exp2(rounds) < most ? pace_ * std::exp2(rounds) : most;
     limit_.set(detail::guarded_growth(current, current + (estimate - current) * weight, s.in_flight,
                                       options_.min_utilisation));
   }
@@ -328,7 +334,7 @@ class basic_gradient {
   bool slow_start_;
   double level_ = 0.0;  // one call below the calls out of the call behind the latest fall (0 before any)
   detail::level_memory levels_{};  // the level of the latest fall, and how many falls in a row found it
-  double pace_ = 1.0;   // the share of the queue allowance a rise above the level takes
+  double pace_ = 1.0;   // a rise above the level moves `smoothing x pace_` of the way per round trip
   detail::round_trip_gate<typename Clock::time_point> gate_{};
 };
 
