@@ -31,8 +31,10 @@ enum class gradient_baseline {
 ///
 /// Defaults are rein's, chosen on the worst case of a generated family of upstreams
 /// (`rein/testing/scenario_family.hpp`), with rein's rules (a rise spread over the round trip, one fall per
-/// round trip, the tested growth guard). Gradient2's own defaults (queue 4, tolerance 1.5, long average, failures as plain samples) keep a queue
-/// of about 4 calls inside the dependency, let the baseline drift up with the degradation, and take a fast
+/// round trip, the tested growth guard, no queue allowance for a queued sample, an unsmoothed fall past the
+/// clamp, slow start, the climb back to the level of a fall and the plateau above it; see
+/// `basic_gradient`). Gradient2's own defaults (queue 4, tolerance 1.5, long average, failures as plain
+/// samples) keep a queue of about 4 calls inside the dependency, let the baseline drift up with the degradation, and take a fast
 /// failure for a fast success. Gradient2's defaults are: `queue_size = 4`, `tolerance = 1.5`,
 /// `baseline = long_average`, `baseline_window = 600`, `smoothing = 0.2`, `failures_as_congestion = false`.
 /// Envoy's are: `baseline = minimum`, `tolerance = 1.25` (its 25 % minRTT buffer), `max_gradient = 2`,
