@@ -530,7 +530,9 @@ TEST_CASE("pid: invalid options name the type, field and value") {
 // ---------------------------------------------------------------------------------------------------------
 
 TEST_CASE("gradient: latency at the baseline grows the limit by the queue allowance, spread over a round trip") {
-  rein::algo::gradient g{};  // from 4, smoothing 0.5, tolerance 1.5, queue 1
+  rein::algo::gradient_options o;  // from 4, smoothing 0.5, tolerance 1.5, queue 1
+  o.slow_start = false;
+  rein::algo::gradient g{o};
   g.on_sample(ok(10ms));
   REQUIRE(g.last_gradient() == 1.0);  // 1.5 x 10 / 10, clamped to 1
   REQUIRE(g.limit() == 4.125);        // 4 + (4 + 1 - 4) x 0.5 / 4
@@ -553,16 +555,79 @@ TEST_CASE("gradient: the gradient is max(tolerance x baseline, baseline + noise_
 }
 
 TEST_CASE("gradient: the gain per round trip does not grow with the limit") {
-  // One round trip is `limit` samples: at 8 and at 32 a round at the baseline adds about smoothing x queue.
+  // One round trip is `limit` samples: at 8 and at 32 a round at the baseline adds about smoothing x queue,
+  // times the pace, which doubles over the round trip (0.5 / ln 2 = 0.72 calls for a smooth doubling).
   for (const double start : {8.0, 32.0}) {
     rein::algo::gradient_options o;
     o.initial_limit = start;
+    o.slow_start = false;
     rein::algo::gradient g{o};
     for (int i = 0; i < static_cast<int>(start); ++i) g.on_sample(ok(10ms));
     INFO(start);
-    REQUIRE(g.limit() - start > 0.45);
-    REQUIRE(g.limit() - start < 0.5);
+    REQUIRE(g.limit() - start > 0.65);
+    REQUIRE(g.limit() - start < 0.75);
   }
+}
+
+TEST_CASE("gradient: slow start adds one call per success until the first fall, within the growth guard") {
+  rein::algo::gradient g{};  // from 4
+  REQUIRE(g.in_slow_start());
+  for (std::size_t n = 4; n < 8; ++n) g.on_sample(ok(10ms, n));  // a round trip of calls doubles the limit
+  REQUIRE(g.limit() == 8.0);
+  g.on_sample(ok(10ms, 2));  // 2 out tested 3 calls at most
+  REQUIRE(g.limit() == 8.0);
+  g.on_sample(ok(10ms, 8));
+  REQUIRE(g.limit() == 9.0);
+  g.on_sample(ok(20ms, 9));  // queued: the fall ends slow start
+  REQUIRE(g.limit() == 7.875);  // 9 + (9 x 0.75 - 9) x 0.5
+  REQUIRE_FALSE(g.in_slow_start());
+  g.on_sample(ok(10ms, 7));
+  REQUIRE(g.limit() == 8.0);  // back to the level the fall found, one call below its 9 out
+}
+
+TEST_CASE("gradient: after a fall the limit climbs back half the way per round trip to below the queued call") {
+  rein::algo::gradient_options o;
+  o.initial_limit = 16;
+  o.slow_start = false;
+  rein::algo::gradient g{o};
+  g.on_sample(ok(10ms, 16));
+  g.on_sample(ok(40ms, 16));  // beyond the clamp: 16.03125 x 0.5; 16 calls out were too many, 15 may not be
+  REQUIRE(g.limit() == 8.015625);
+  g.on_sample(ok(10ms, 16));  // (15 - 8.015625) / 2 calls per round trip of 8.015625 samples
+  REQUIRE(g.limit() == Approx(8.015625 + (15 - 8.015625) / 2 / 8.015625).margin(1e-12));
+  int samples = 1;
+  while (g.limit() < 15.0 && samples < 1000) {
+    g.on_sample(ok(10ms, 16));
+    ++samples;
+  }
+  REQUIRE(samples == 55);  // about 4 round trips: 8 -> 11.5 -> 13.3 -> 14.1 -> 15, at least a call each
+  REQUIRE(g.limit() == 15.0);  // not past the level in this phase
+  g.on_sample(ok(10ms, 16));
+  REQUIRE(g.limit() == Approx(15.0 + 0.5 / 15.0).margin(1e-12));  // then the queue allowance
+  g.on_sample(ok(10ms, 2));   // the growth guard holds here too
+  REQUIRE(g.limit() == Approx(15.0 + 0.5 / 15.0).margin(1e-12));
+}
+
+TEST_CASE("gradient: a fall that finds the level of the fall before it halves the rise above the level") {
+  rein::algo::gradient_options o;
+  o.initial_limit = 16;
+  o.slow_start = false;
+  o.min_utilisation = 0;
+  rein::algo::gradient g{o};
+  g.on_sample(ok(10ms, 16));
+  g.on_sample(ok(20ms, 5));  // 5 out were too many: level 4, below the limit
+  const double first = g.limit();
+  REQUIRE(first == Approx(16.03125 * 0.875).margin(1e-12));  // half the way to x 0.75
+  g.on_sample(ok(10ms, 16));
+  REQUIRE(g.limit() == Approx(first + 0.5 / first).margin(1e-12));  // a new level: the whole allowance
+  g.on_sample(ok(20ms, 5));  // level 4 again: the probe was futile
+  const double second = g.limit();
+  g.on_sample(ok(10ms, 16));
+  REQUIRE(g.limit() == Approx(second + 0.5 * 0.5 / second).margin(1e-12));  // half of it
+  for (int i = 0; i < 60; ++i) g.on_sample(ok(10ms, 16));  // 4 round trips: the pace is at its most, 2
+  const double later = g.limit();
+  g.on_sample(ok(10ms, 16));
+  REQUIRE(g.limit() == Approx(later + 1.0 / later).margin(1e-12));  // the whole way to limit + 1 per round trip
 }
 
 TEST_CASE("gradient: latency twice the minimum scales the estimate by 1.5 / 2, at once") {
@@ -573,7 +638,23 @@ TEST_CASE("gradient: latency twice the minimum scales the estimate by 1.5 / 2, a
   const double before = g.limit();
   g.on_sample(ok(10ms, 1));
   REQUIRE(g.last_gradient() == 0.75);
-  REQUIRE(g.limit() == Approx(before + (before * 0.75 + 1 - before) * 0.5).margin(1e-12));
+  REQUIRE(g.limit() == Approx(before + (before * 0.75 - before) * 0.5).margin(1e-12));  // queued: no allowance
+}
+
+TEST_CASE("gradient: a sample that queued gets no queue allowance, so no call stays queued at capacity 1") {
+  // Capacity 1, latency the base plus one base per call over it: 2 calls out take 20 ms.
+  rein::algo::gradient_options o;
+  o.initial_limit = 2;
+  o.slow_start = false;
+  rein::algo::gradient g{o};
+  g.on_sample(ok(10ms, 2));
+  REQUIRE(g.limit() == 2.25);  // within the allowed latency: 2 + (2 + 1 - 2) x 0.5 / 2
+  g.on_sample(ok(20ms, 2));
+  REQUIRE(g.last_gradient() == 0.75);
+  // 2.25 x 0.75 = 1.6875, half the way: 1.96875 admits 1 call. With the allowance the estimate would be
+  // 2.6875, above the limit: a rise, and the second call would stay queued for good.
+  REQUIRE(g.limit() == 1.96875);
+  REQUIRE(g.decreases() == 1);
 }
 
 TEST_CASE("gradient: slow calls that started before the latest fall do not fall again") {
@@ -593,6 +674,22 @@ TEST_CASE("gradient: slow calls that started before the latest fall do not fall 
   REQUIRE(g.decreases() == 2);
 }
 
+TEST_CASE("gradient: a latency beyond the clamp falls all the way, one within it is smoothed") {
+  rein::algo::gradient_options o;
+  o.initial_limit = 16;
+  o.min_utilisation = 0;
+  o.slow_start = false;
+  rein::algo::gradient within{o}, beyond{o};
+  within.on_sample(ok(10ms));
+  beyond.on_sample(ok(10ms));
+  REQUIRE(within.limit() == 16.03125);  // 16 + 1 x 0.5 / 16
+  within.on_sample(ok(25ms));  // 15 / 25 = 0.6: half the way to 16.03125 x 0.6
+  REQUIRE(within.limit() == Approx(16.03125 * 0.8).margin(1e-12));
+  beyond.on_sample(ok(40ms));  // 15 / 40 = 0.375, clamped to 0.5: all the way
+  REQUIRE(beyond.last_gradient() == 0.5);
+  REQUIRE(beyond.limit() == 16.03125 * 0.5);
+}
+
 TEST_CASE("gradient: the gradient is clamped to [min_gradient, max_gradient]") {
   rein::algo::gradient g{};
   g.on_sample(ok(5ms));
@@ -603,7 +700,7 @@ TEST_CASE("gradient: the gradient is clamped to [min_gradient, max_gradient]") {
 TEST_CASE("gradient: congestion applies the minimum gradient at once, whatever the utilisation") {
   rein::algo::gradient g{};
   g.on_sample(congestion(5ms, 1));
-  REQUIRE(g.limit() == 3.5);  // 4 + (4 x 0.5 + 1 - 4) x 0.5
+  REQUIRE(g.limit() == 2.0);  // 4 x 0.5, not smoothed
   REQUIRE(g.decreases() == 1);
 }
 
@@ -612,7 +709,8 @@ TEST_CASE("gradient: with failures_as_congestion off a fast failure is just a fa
   o.failures_as_congestion = false;
   rein::algo::gradient g{o};
   g.on_sample(congestion(10ms));
-  REQUIRE(g.limit() == 4.125);
+  REQUIRE(g.limit() == 5.0);  // slow start: one call, as for a success
+  REQUIRE(g.decreases() == 0);
 }
 
 TEST_CASE("gradient: a success granted with few calls out lifts the limit at most to max(n + 1, n / 0.85)") {
@@ -648,12 +746,13 @@ TEST_CASE("gradient: Gradient2's long average is a plain mean over the warm-up")
   o.tolerance = 1.5;
   o.queue_size = 4;
   o.smoothing = 0.2;
+  o.slow_start = false;
   rein::algo::gradient g{o};
   g.on_sample(ok(10ms));
   REQUIRE(g.limit() == Approx(16.05).margin(1e-12));  // gradient 1: 16 + (20 - 16) x 0.2 / 16
   g.on_sample(ok(40ms));
   REQUIRE(g.last_gradient() == 0.9375);  // 1.5 x mean(10, 40) / 40
-  REQUIRE(g.limit() == Approx(16.05 + (16.05 * 0.9375 + 4 - 16.05) * 0.2 / 16.05).margin(1e-12));
+  REQUIRE(g.limit() == Approx(16.05 + (16.05 * 0.9375 - 16.05) * 0.2).margin(1e-12));  // queued: a fall
 }
 
 TEST_CASE("gradient: ignored samples change nothing") {
