@@ -8,7 +8,10 @@
 #include <rein/algo/aimd.hpp>
 #include <rein/algo/circuit.hpp>
 #include <rein/algo/gradient.hpp>
+#include <rein/algo/pid.hpp>
 #include <rein/algo/tuned_aimd.hpp>
+#include <rein/algo/vegas.hpp>
+#include <rein/algo/windowed_aimd.hpp>
 #include <rein/testing/scenario_family.hpp>
 
 #include "support/catch.hpp"
@@ -102,32 +105,56 @@ void check_family(const char* name, const family& f, const bounds& b, Make make)
 }
 
 // The bounds aimed at are 5 % slow calls in every scenario, makespan <= 1.15x the oracle's (median) and
-// <= 1.3x (worst), and <= 1.1x a fixed limit at the recovered capacity after a recovery. Measured over seeds
-// 1-1000 with the defaults (examples/adaptive_family): tuned_aimd 7.4 % / 1.132 / 1.616 / 1.012 / 1.304
-// (before the guard rounded up after slow start: 7.4 % / 1.132 / 1.616 / 1.014 / 1.322; before the probe
-// calls went on after a fast one, at twice the distance: 7.4 % / 1.136 / 1.616 / 1.014 /
-// 1.322; before a probe let one call in and held until it returned: 7.4 % / 1.184 / 1.682 / 1.046 / 1.340;
-// before the binary search back after a cut ended and futile probes were spaced out: 7.4 % / 1.207 /
-// 1.802 / 1.063 / 1.505). The start from 4 calls (the largest start that cannot burst past a hard limit of
-// 4), seeing a drop only when a call granted over it completes, and a slow call at every probe cost what
-// the oracle never pays. blind_reference, which pays only the start and
-// plays it as fast as is safe, is at 2.9 % / 1.043 / 1.317 / 0.925 / 1.203: the worst-case makespan and
-// recovery bounds are out of reach from a start of 4 without being told the capacity. The median
-// bounds are met; the others are the nearest bounds met.
+// <= 1.3x (worst), and <= 1.1x a fixed limit at the recovered capacity after a recovery. The start from 4
+// calls (the largest start that cannot burst past a hard limit of 4), seeing a drop only when a call granted
+// over it completes, and a slow call at every probe cost what the oracle never pays: blind_reference_late,
+// which pays only these and plays them as fast as is safe, is at 5.4 % / 1.066 / 1.531 / 0.947 / 1.203, so
+// the worst-case slow share, makespan and recovery bounds are out of reach without being told the capacity.
+// Each algorithm below is held, with its default options, to what it reaches over seeds 1-1000
+// (examples/adaptive_family), rounded up: a change that makes any worst case worse fails here.
+//
+// tuned_aimd, the recommended default: 7.4 % / 1.132 / 1.616 / 1.012 / 1.304 (before the guard rounded up
+// after slow start: 7.4 % / 1.132 / 1.616 / 1.014 / 1.322; before the probe calls went on after a fast one,
+// at twice the distance: 7.4 % / 1.136 / 1.616 / 1.014 / 1.322; before a probe let one call in and held
+// until it returned: 7.4 % / 1.184 / 1.682 / 1.046 / 1.340; before the binary search back after a cut ended
+// and futile probes were spaced out: 7.4 % / 1.207 / 1.802 / 1.063 / 1.505).
 constexpr bounds tuned_aimd_bounds{0.075, 1.14, 1.62, 1.02, 1.31};
+// aimd (latency_tolerance 1.75, noise floor 0.5 ms, plateau wait): 6.0 % / 1.228 / 1.646 / 1.066 / 1.481.
+constexpr bounds aimd_bounds{0.061, 1.23, 1.65, 1.07, 1.49};
 // gradient: 6.8 % / 1.221 / 1.716 / 1.067 / 1.387 (before slow start, the climb back to the level of a fall
-// and the plateau: 0.4 % / 1.355 / 2.618 / 1.152 / 1.832, with a queue allowance on every sample that
-// kept calls queued for good at capacities up to 3). Its worst cases: the first queued call of a deep drop
-// returns after as many base latencies as calls over the capacity, and slow start overshoots by up to
-// the growth guard's 17.6 %.
+// and the plateau: 61.1 % / 1.355 / 2.618 / 1.152 / 1.832). Its worst cases: the first queued call of a
+// deep drop returns after as many base latencies as calls over the capacity, and slow start overshoots by
+// up to the growth guard's 17.6 %.
 constexpr bounds gradient_bounds{0.07, 1.23, 1.72, 1.07, 1.39};
-// aimd with latency_tolerance 1.75 (not its default, see aimd_options): 6.5 % / 1.324 / 1.863 / 1.111 / 1.509.
-constexpr bounds aimd_bounds{0.07, 1.33, 1.9, 1.12, 1.55};
+// windowed_aimd: 4.3 % / 1.224 / 1.767 / 1.077 / 1.560 (before windows of a round trip judged on calls
+// after the last change, a step of one call, a cut by the queue estimate and the plateau wait: 38.1 % /
+// 1.514 / 2.723 / 1.326 / 2.474). Without slow start (off by default) its climb from 4 is slow.
+constexpr bounds windowed_aimd_bounds{0.044, 1.23, 1.77, 1.08, 1.57};
+// pid: 6.9 % / 1.321 / 1.870 / 1.136 / 1.648 (before slow start, round-trip windows, anti-windup and the
+// cut to the queue estimate: 68.0 % / 1.449 / 6.993 / 1.243 / 6.450).
+constexpr bounds pid_bounds{0.07, 1.33, 1.88, 1.14, 1.65};
+// vegas: 11.6 % / 1.269 / 1.806 / 1.106 / 1.658 (before slow start, the sized decrease, the hold after a
+// decrease and a probed baseline confirmed over two round trips: 70.2 % / 2.062 / 5.169 / 1.832 / 3.551,
+// and 4 failed calls in seed 47). A stalled call looks like a queue to it, and it regrows a call per round
+// trip.
+constexpr bounds vegas_bounds{0.117, 1.27, 1.81, 1.11, 1.66};
 
-rein::algo::aimd relative_aimd() {
-  rein::algo::aimd_options o;
-  o.latency_tolerance = 1.75;
-  return rein::algo::aimd{o};
+// Every adaptive algorithm with its default options.
+void check_defaults(const family& f) {
+  check_family("tuned_aimd", f, tuned_aimd_bounds, [] { return rein::algo::tuned_aimd{}; });
+  check_family("aimd", f, aimd_bounds, [] { return rein::algo::aimd{}; });
+  check_family("gradient", f, gradient_bounds, [] { return rein::algo::gradient{}; });
+  check_family("windowed_aimd", f, windowed_aimd_bounds, [] { return rein::algo::windowed_aimd{}; });
+  check_family("pid", f, pid_bounds, [] { return rein::algo::pid{}; });
+  check_family("vegas", f, vegas_bounds, [] { return rein::algo::vegas{}; });
+}
+
+template <class Make>
+void check_quiet(const char* name, const family& quiet, Make make) {
+  const auto s = evaluate(name, quiet, make);
+  INFO(name << " deepest cut in " << s.lowest_cut_at);
+  CHECK(s.lowest_cut >= 0.8);
+  CHECK(s.scenarios_with_failures == 0);
 }
 
 void check_noise(std::uint64_t seeds) {
@@ -137,18 +164,12 @@ void check_noise(std::uint64_t seeds) {
     quiet.scenarios.push_back(generate_noise_scenario(seed));
     quiet.marks.push_back(measure_yardsticks(quiet.scenarios.back()));
   }
-  const auto tuned = evaluate("tuned_aimd", quiet, [] { return rein::algo::tuned_aimd{}; });
-  INFO("tuned_aimd deepest cut in " << tuned.lowest_cut_at);
-  CHECK(tuned.lowest_cut >= 0.8);
-  CHECK(tuned.scenarios_with_failures == 0);
-  const auto gradient = evaluate("gradient", quiet, [] { return rein::algo::gradient{}; });
-  INFO("gradient deepest cut in " << gradient.lowest_cut_at);
-  CHECK(gradient.lowest_cut >= 0.8);
-  CHECK(gradient.scenarios_with_failures == 0);
-  const auto aimd = evaluate("aimd", quiet, relative_aimd);
-  INFO("aimd deepest cut in " << aimd.lowest_cut_at);
-  CHECK(aimd.lowest_cut >= 0.8);
-  CHECK(aimd.scenarios_with_failures == 0);
+  check_quiet("tuned_aimd", quiet, [] { return rein::algo::tuned_aimd{}; });
+  check_quiet("aimd", quiet, [] { return rein::algo::aimd{}; });
+  check_quiet("gradient", quiet, [] { return rein::algo::gradient{}; });
+  check_quiet("windowed_aimd", quiet, [] { return rein::algo::windowed_aimd{}; });
+  check_quiet("pid", quiet, [] { return rein::algo::pid{}; });
+  check_quiet("vegas", quiet, [] { return rein::algo::vegas{}; });
 }
 
 // An algorithm with a circuit beside it, fed as adaptive_limiter feeds its own (the sample first, then the
@@ -192,11 +213,8 @@ std::size_t circuit_openings(const family& f) {
 
 }  // namespace
 
-TEST_CASE("family, seeds 1-100: tuned_aimd and gradient (defaults) and aimd (latency_tolerance) never fail a call") {
-  const family f = family::generate(1, 100);
-  check_family("tuned_aimd", f, tuned_aimd_bounds, [] { return rein::algo::tuned_aimd{}; });
-  check_family("gradient", f, gradient_bounds, [] { return rein::algo::gradient{}; });
-  check_family("aimd, latency_tolerance 1.75", f, aimd_bounds, relative_aimd);
+TEST_CASE("family, seeds 1-100: every adaptive algorithm with its defaults never fails a call, within its bounds") {
+  check_defaults(family::generate(1, 100));
 }
 
 TEST_CASE("family, noise only, seeds 1-50: +-20 % jitter never cuts below 0.8 x the capacity") { check_noise(50); }
@@ -209,11 +227,9 @@ TEST_CASE("family, seeds 1-100: a circuit opening after 5 congestions at the flo
   CHECK(circuit_openings<rein::algo::gradient>(f) == 0);
 }
 
-TEST_CASE("family, seeds 1-1000: tuned_aimd and gradient (defaults) and aimd (latency_tolerance) never fail a call", "[.thorough]") {
-  const family f = family::generate(1, 1000);
-  check_family("tuned_aimd", f, tuned_aimd_bounds, [] { return rein::algo::tuned_aimd{}; });
-  check_family("gradient", f, gradient_bounds, [] { return rein::algo::gradient{}; });
-  check_family("aimd, latency_tolerance 1.75", f, aimd_bounds, relative_aimd);
+TEST_CASE("family, seeds 1-1000: every adaptive algorithm with its defaults never fails a call, within its bounds",
+          "[.thorough]") {
+  check_defaults(family::generate(1, 1000));
 }
 
 TEST_CASE("family, noise only, seeds 1-200: +-20 % jitter never cuts below 0.8 x the capacity", "[.thorough]") {
