@@ -319,10 +319,7 @@ class basic_pid {
     if (!detail::finite(o.kd) || o.kd < 0.0) detail::invalid_option(type, "kd", ">= 0 and finite", o.kd);
     detail::check_positive(type, "integral_limit", o.integral_limit);
     if (o.latency_target) detail::check_positive(type, "latency_target", *o.latency_target);
-    if (o.latency_tolerance && (!detail::finite(*o.latency_tolerance) || *o.latency_tolerance <= 1.0))
-      detail::invalid_option(type, "latency_tolerance", "> 1 and finite", *o.latency_tolerance);
-    if (o.noise_floor < std::chrono::nanoseconds::zero())
-      detail::invalid_option(type, "noise_floor", ">= 0", o.noise_floor);
+    detail::relative_latency::check(type, o.latency_tolerance, o.noise_floor);
     detail::check_open_unit(type, "backoff", o.backoff);
     if (!detail::finite(o.min_utilisation) || o.min_utilisation < 0.0 || o.min_utilisation > 1.0)
       detail::invalid_option(type, "min_utilisation", "in [0, 1]", o.min_utilisation);
