@@ -220,11 +220,15 @@ TEST_CASE("family, seeds 1-100: every adaptive algorithm with its defaults never
 TEST_CASE("family, noise only, seeds 1-50: +-20 % jitter never cuts below 0.8 x the capacity") { check_noise(50); }
 
 // Whether a circuit on by default would cost anything on the family: it opens only on congestion outcomes at
-// the floor, which the recommended defaults never meet there (no call fails), so it never fires.
-TEST_CASE("family, seeds 1-100: a circuit opening after 5 congestions at the floor never opens beside tuned_aimd or gradient") {
+// the floor, which no default meets there (no call fails, and none sits at its floor), so it never fires.
+TEST_CASE("family, seeds 1-100: a circuit opening after 5 congestions at the floor never opens beside any default") {
   const family f = family::generate(1, 100);
   CHECK(circuit_openings<rein::algo::tuned_aimd>(f) == 0);
+  CHECK(circuit_openings<rein::algo::aimd>(f) == 0);
   CHECK(circuit_openings<rein::algo::gradient>(f) == 0);
+  CHECK(circuit_openings<rein::algo::windowed_aimd>(f) == 0);
+  CHECK(circuit_openings<rein::algo::pid>(f) == 0);
+  CHECK(circuit_openings<rein::algo::vegas>(f) == 0);
 }
 
 TEST_CASE("family, seeds 1-1000: every adaptive algorithm with its defaults never fails a call, within its bounds",

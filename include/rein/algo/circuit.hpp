@@ -32,9 +32,10 @@ namespace rein::algo {
 /// Off by default (`open_after` 0): an open circuit turns waits into errors the caller sees
 /// (errc::upstream_unavailable), which is a change of contract only the caller can choose; and it is not free
 /// for every algorithm. On the generated family (rein::testing::family, seeds 1-1000, none of whose
-/// upstreams is ever down), a circuit with open_after 5 would never open beside the defaults of tuned_aimd,
-/// gradient, aimd, vegas or windowed_aimd, but would open in 242 scenarios beside pid's (10 with
-/// open_after 10), failing calls that would have been served.
+/// upstreams is ever down), a circuit with open_after 5 would never open beside the defaults of any of
+/// rein's algorithms; but an algorithm that sits at its floor while calls succeed slowly would trip it (pid
+/// did, in 242 scenarios, before its windows spanned a round trip), failing calls that would have been
+/// served.
 struct circuit_options {
   /// Consecutive congestion outcomes, each leaving the limit at its floor, that open the circuit. 0: never
   /// (the default). 5 is Envoy's `consecutive_5xx`.
