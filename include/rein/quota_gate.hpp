@@ -211,6 +211,11 @@ class basic_quota_gate {
   /// until the pause ends, before any jitter) or closed (after close()). `n` is ignored.
   try_result try_acquire(std::size_t n = 1) { return doors().try_acquire(n); }
 
+  /// As try_acquire(n), decided at `now` instead of at a clock read of its own (one reading shared by the
+  /// stages of a call). Precondition: `now` was read from `clock_type`; an earlier one only ends a pause
+  /// later.
+  try_result try_acquire(std::size_t n, time_point now) { return doors().try_acquire(n, &now); }
+
   /// Waits until the gate is open. The initiating function; every Asio completion token works.
   ///
   /// @param n     ignored (accepted so that the gate composes with weighted limiters).

@@ -192,6 +192,13 @@ class basic_rate_limiter {
   /// how long until the same request would be taken at the current rate (behind waiters, a lower bound).
   try_result try_acquire(std::size_t n = 1) { return doors().try_acquire(n); }
 
+  /// As try_acquire(n), decided at `now` instead of at a clock read of its own: callers that take from
+  /// several limiters at one instant read the clock once (as Go's x/time/rate `AllowN(t, n)` takes t).
+  /// Precondition: `now` was read from `clock_type` (a later instant would take units that have not arrived
+  /// yet). A `now` earlier than the limit's latest instant counts as that instant, so the limit never goes
+  /// back in time, whatever the order in which threads arrive with their readings.
+  try_result try_acquire(std::size_t n, time_point now) { return doors().try_acquire(n, &now); }
+
   /// Waits until n units can be taken, and takes them. The initiating function; every completion token works.
   ///
   /// @param n     units wanted (tokens, starts); at most the capacity. n == 0 takes nothing and is granted in

@@ -910,14 +910,16 @@ class throttle {
     run_ctx x{deadline, nullptr, {}};
     std::string copy;
     error_code failed;
+    time_point now = clock_type::now();
     try {
       pin_all(g.held_, key, x);
-      if (try_all(g) != npos) {
+      if (try_all(g, now) != npos) {
         give_back(g.held_);  // a refusal there took no rate units; the slots go back to be waited for
         copy.assign(key);
         key = copy;
         x.key = copy;
         co_await pass<false>(g, x);
+        now = clock_type::now();
       }
     } catch (const system_error& e) {
       failed = e.code();
@@ -926,7 +928,7 @@ class throttle {
       count_failed(failed);
       throw failure(failed, x.at, std::string(key));  // g gives back what it took
     }
-    admit(g);
+    admit(g, now);
     co_return std::move(g);
   }
 
@@ -979,10 +981,11 @@ class throttle {
   /// waits; a gate that is paused refuses.
   guard try_acquire(std::string_view key, rein::charge c = {}) {
     guard g(this, c);
+    const time_point now = clock_type::now();
     std::size_t refused = try_pin(g.held_, key);
-    if (refused == npos) refused = try_all(g);
+    if (refused == npos) refused = try_all(g, now);
     if (refused == npos) {
-      admit(g);
+      admit(g, now);
       return g;
     }
     count_refusal(kind_of(refused));
@@ -1094,9 +1097,17 @@ class throttle {
 
   // --- synchronous steps ---
 
-  // Tries the stage at position I now, recording what it took in `g`.
+  // One clock reading serves every stage of an admission: a limiter that can decide at a given instant
+  // (a gate, a local rate) is given it instead of reading the clock itself.
+  template <class L>
+  static auto try_take_at(L& l, std::size_t n, time_point now) {
+    if constexpr (requires { l.try_acquire(n, now); }) return l.try_acquire(n, now);
+    else return l.try_acquire(n);
+  }
+
+  // Tries the stage at position I at `now`, recording what it took in `g`.
   template <std::size_t I>
-  bool try_stage(guard& g) {
+  bool try_stage(guard& g, time_point now) {
     if constexpr (ranks_[I] == rank::none) {
       return true;
     } else {
@@ -1104,9 +1115,9 @@ class throttle {
       if (n == 0) return true;
       auto& l = limiter<I>(g.held_);
       if constexpr (ranks_[I] == rank::gate) {
-        return static_cast<bool>(l.try_acquire(std::size_t{1}));  // behind the gate's own waiters and jitter
+        return static_cast<bool>(try_take_at(l, 1, now));  // behind the gate's own waiters and jitter
       } else if constexpr (ranks_[I] == rank::rate) {
-        return try_rate<I>(g) == try_status::acquired;
+        return try_rate<I>(g, now) == try_status::acquired;
       } else {
         permit p = l.try_acquire(n);
         if (!p) return false;
@@ -1118,10 +1129,10 @@ class throttle {
 
   // Takes the rate stage's units now; why not if it cannot (a closed limiter says so, and is no "busy").
   template <std::size_t I>
-  try_status try_rate(guard& g) {
+  try_status try_rate(guard& g, time_point now) {
     const std::size_t n = units_of<I>(g.charge_);
     if (n == 0) return try_status::acquired;
-    const auto r = limiter<I>(g.held_).try_acquire(n);
+    const auto r = try_take_at(limiter<I>(g.held_), n, now);
     if (!static_cast<bool>(r)) {
       if constexpr (requires { r.status(); }) return r.status() == try_status::acquired ? try_status::busy : r.status();
       else return try_status::busy;
@@ -1132,7 +1143,8 @@ class throttle {
 
   bool try_at(std::size_t i, guard& g) {
     bool ok = true;
-    visit(i, [&](auto I) { ok = try_stage<I()>(g); });
+    const time_point now = clock_type::now();
+    visit(i, [&](auto I) { ok = try_stage<I()>(g, now); });
     return ok;
   }
 
@@ -1158,10 +1170,9 @@ class throttle {
   // first and takes only if every stage could give, so that a refusal rarely needs a refund (a sliding
   // window's refund cannot undo a take exactly). Returns the position of a stage that had no room (and then
   // holds no rate units at all, `held`'s included), or npos.
-  std::size_t take_rates(guard& g, std::size_t held, try_status* why = nullptr) {
+  std::size_t take_rates(guard& g, std::size_t held, time_point now, try_status* why = nullptr) {
     constexpr auto rates = at_rank<rank::rate>;
     if constexpr (rates.size() > 1) {
-      const time_point now = clock_type::now();
       for (std::size_t i : rates) {
         if (i == held) continue;
         bool ready = true;
@@ -1183,7 +1194,7 @@ class throttle {
       if (i == held) continue;
       try_status status = try_status::acquired;
       visit(i, [&](auto I) {
-        if constexpr (ranks_[I()] == rank::rate) status = try_rate<I()>(g);
+        if constexpr (ranks_[I()] == rank::rate) status = try_rate<I()>(g, now);
       });
       if (status != try_status::acquired) {
         if (why != nullptr) *why = status;
@@ -1194,22 +1205,22 @@ class throttle {
     return npos;
   }
 
-  // Everything now, in admission order (try_acquire, and every acquire's first attempt). Returns the
+  // Everything at `now`, in admission order (try_acquire, and every acquire's first attempt). Returns the
   // position of the stage that refused, or npos; what was taken stays in g (its owner gives it back).
-  std::size_t try_all(guard& g) {
-    if (const std::size_t i = try_rank<rank::gate>(g); i != npos) return i;
-    if (const std::size_t i = try_rank<rank::per_key_concurrency>(g); i != npos) return i;
-    if (const std::size_t i = try_rank<rank::global_concurrency>(g); i != npos) return i;
-    return take_rates(g, npos);
+  std::size_t try_all(guard& g, time_point now) {
+    if (const std::size_t i = try_rank<rank::gate>(g, now); i != npos) return i;
+    if (const std::size_t i = try_rank<rank::per_key_concurrency>(g, now); i != npos) return i;
+    if (const std::size_t i = try_rank<rank::global_concurrency>(g, now); i != npos) return i;
+    return take_rates(g, npos, now);
   }
 
   // Tries the stages of rank R in list order, unrolled at compile time (the fast path dispatches on no
   // runtime position); the position of the first that refused, or npos.
   template <rank R>
-  std::size_t try_rank(guard& g) {
+  std::size_t try_rank(guard& g, time_point now) {
     std::size_t refused = npos;
     [&]<std::size_t... K>(std::index_sequence<K...>) {
-      (void)((try_stage<at_rank<R>[K]>(g) || (refused = at_rank<R>[K], false)) && ...);
+      (void)((try_stage<at_rank<R>[K]>(g, now) || (refused = at_rank<R>[K], false)) && ...);
     }(std::make_index_sequence<at_rank<R>.size()>{});
     return refused;
   }
@@ -1290,11 +1301,12 @@ class throttle {
     std::apply([](auto&... handle) { (handle.reset(), ...); }, h.handles);
   }
 
-  // Every permit's service time counts from now, the moment of sending: a permit held while its caller
-  // waited at a later stage would otherwise teach an adaptive limiter that wait as latency.
-  void admit(guard& g) noexcept {
+  // Every permit's service time counts from `now`, the moment of sending (the reading the last stages
+  // decided at): a permit held while its caller waited at a later stage would otherwise teach an adaptive
+  // limiter that wait as latency.
+  void admit(guard& g, time_point now) noexcept {
     g.admitted_ = true;
-    g.admitted_at_ = clock_type::now();
+    g.admitted_at_ = now;
     const std::chrono::nanoseconds sent(detail::to_ns_saturated(g.admitted_at_));
     for (permit& p : g.held_.permits)
       if (p) detail::permit_access::restamp(p, sent);
@@ -1572,7 +1584,7 @@ class throttle {
         std::size_t held = npos;
         for (;;) {
           try_status why = try_status::busy;
-          const std::size_t missing = take_rates(g, held, &why);
+          const std::size_t missing = take_rates(g, held, clock_type::now(), &why);
           if (missing == npos) break;
           held = npos;
           x.at = missing;
@@ -1611,12 +1623,14 @@ class throttle {
     guard g(this, c);
     run_ctx x{deadline, cancellation.get(), key};
     error_code failed;
+    time_point now = clock_type::now();
     try {
       check_cancelled<Bound>(x);
       pin_all(g.held_, key, x);
-      if (try_all(g) != npos) {
+      if (try_all(g, now) != npos) {
         give_back(g.held_);  // a refusal there took no rate units; the slots go back to be waited for
         co_await pass<Bound>(g, x);
+        now = clock_type::now();
       }
     } catch (const system_error& e) {
       failed = e.code();
@@ -1629,7 +1643,7 @@ class throttle {
       empty.error_ = failed;
       co_return std::pair<error_code, guard>(failed, std::move(empty));  // g gives back what it took
     }
-    admit(g);
+    admit(g, now);
     co_return std::pair<error_code, guard>(error_code(), std::move(g));
   }
 

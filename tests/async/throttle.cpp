@@ -1056,3 +1056,51 @@ TEST_CASE("a key_weight with no global stage in fair order is refused when the t
   sem_type fair(io.get_executor(), 4, {.order = rein::queue_order::fair});
   CHECK_NOTHROW(rein::throttle(fair, options));
 }
+
+namespace {
+
+// The manual clock, counting its reads: how many times an admission looks at the time.
+struct counting_clock : manual_clock {
+  static inline int reads = 0;
+  static time_point now() noexcept {
+    ++reads;
+    return manual_clock::now();
+  }
+};
+
+}  // namespace
+
+template <>
+struct REIN_ASIO_NAMESPACE::wait_traits<counting_clock> : REIN_ASIO_NAMESPACE::wait_traits<manual_clock> {};
+
+TEST_CASE("an admission reads the clock once: the gate, the rate and the send share one reading",
+          "[throttle][fast_path]") {
+  rein_test::manual_clock_at_epoch epoch;
+  net::io_context io;
+  using counted_gate = rein::basic_quota_gate<executor, counting_clock>;
+  using counted_bucket = rein::basic_token_bucket<executor, counting_clock>;
+  using counted_sem = rein::basic_semaphore<executor, counting_clock>;
+  rein::keyed<counted_gate> gates(io.get_executor(), rein::keyed_options{}, no_jitter());
+  rein::keyed<counted_sem> per_key(io.get_executor(), rein::keyed_options{}, std::size_t{4});
+  counted_sem global(io.get_executor(), 10);
+  counted_bucket rate(io.get_executor(), rein::token_bucket_options{.rate = 100, .capacity = 100});
+  rein::throttle<rein::keyed<counted_gate>, rein::keyed<counted_sem>, counted_sem, counted_bucket> throttle(gates, per_key, global, rate);
+
+  auto first = throttle.try_acquire("K");  // makes K's gate and semaphore
+  REQUIRE(first);
+  manual_clock::advance(5ms);
+  counting_clock::reads = 0;
+  auto g = throttle.try_acquire("K");
+  REQUIRE(g);
+  CHECK(counting_clock::reads == 1);
+  CHECK(g.admitted_at() == counting_clock::time_point(5ms));
+
+  counting_clock::reads = 0;
+  std::optional<decltype(g)> awaited;
+  net::co_spawn(io, [&]() -> net::awaitable<void> { awaited.emplace(co_await throttle.acquire("K")); }, net::detached);
+  io.run();
+  REQUIRE(awaited);
+  REQUIRE(*awaited);
+  CHECK(counting_clock::reads == 1);  // the coroutine door's fast path too
+  CHECK(rate.tokens() == 97.5);       // 3 taken, 0.5 refilled over the 5 ms
+}

@@ -75,15 +75,16 @@ struct line_doors {
   /// The deadline `timeout` from now (time_point::max() when too far to represent: none).
   static time_point deadline_after(duration timeout) { return detail::deadline_after<typename Core::clock_type>(timeout); }
 
-  try_type try_acquire(std::size_t n) const {
+  /// `at`: the instant to decide at, read by the caller from the limiter's clock; null reads the clock.
+  try_type try_acquire(std::size_t n, const time_point* at = nullptr) const {
     std::chrono::nanoseconds stamp{};
     if constexpr (Core::with_permit) {
-      const try_status status = core->try_acquire(counter.try_count(n), stamp, nullptr, place.partition);
+      const try_status status = core->try_acquire(counter.try_count(n), stamp, nullptr, place.partition, at);
       if (status != try_status::acquired) return try_permit(status);
       return try_permit(core->make_permit(n, stamp, place.partition));
     } else {
       std::int64_t retry_ns = -1;
-      const try_status status = core->try_acquire(counter.try_count(n), stamp, &retry_ns);
+      const try_status status = core->try_acquire(counter.try_count(n), stamp, &retry_ns, 0, at);
       return try_result(status, retry_ns);
     }
   }

@@ -222,14 +222,15 @@ class limiter_core final : public permit_source,
   /// On success, `stamp` receives the grant time (nanoseconds since the clock's epoch; zero when the policy
   /// does not need time). When busy and `retry_ns` is given, it receives how long until the same request
   /// would be taken if nothing else changed (-1: unknown; INT64_MAX: never).
-  /// `partition` is the acquire's partition (0, the rest, without partitions).
+  /// `partition` is the acquire's partition (0, the rest, without partitions). `at`, when given, is the
+  /// instant the policy decides at instead of a clock read of its own (one read shared by several limiters).
   try_status try_acquire(std::size_t n, std::chrono::nanoseconds& stamp, std::int64_t* retry_ns = nullptr,
-                         std::uint8_t partition = 0) {
-    if (has_observer_) return try_acquire_observed(n, stamp, retry_ns, partition);
+                         std::uint8_t partition = 0, const time_point* at = nullptr) {
+    if (has_observer_) return try_acquire_observed(n, stamp, retry_ns, partition, at);
     std::lock_guard<Mutex> lock(mutex_);
     if (closed_) return try_status::closed;
     if (policy_.exceeds(n)) return try_status::exceeds_capacity;
-    const time_point now = policy_now();
+    const time_point now = at != nullptr ? *at : policy_now();
     if (refused_locked(n, now)) return try_status::unavailable;
     if (!queue_.empty()) return busy_locked(queued_units_, n, now, retry_ns);
     if (!policy_.try_take(n, now)) return busy_locked(0, n, now, retry_ns);
@@ -1026,10 +1027,11 @@ class limiter_core final : public permit_source,
 
   // try_acquire with an observer: the same, and what it found is delivered after the lock.
   REIN_NOINLINE try_status try_acquire_observed(std::size_t n, std::chrono::nanoseconds& stamp,
-                                                std::int64_t* retry_ns, std::uint8_t partition) {
+                                                std::int64_t* retry_ns, std::uint8_t partition,
+                                                const time_point* at) {
     event_sink done(this);
     std::lock_guard<Mutex> lock(mutex_);
-    const time_point now = policy_now();
+    const time_point now = at != nullptr ? *at : policy_now();
     observe_locked(now, done);
     if (closed_) return try_status::closed;
     if (policy_.exceeds(n)) return try_status::exceeds_capacity;
