@@ -7,6 +7,8 @@
 //   *_untimed, *_observed    the same with wait measurement off (no wait histogram), and with wait
 //                            measurement on and an observer set (semaphore_options::observer): the
 //                            observability model's cost next to none
+//   *_coarse                 the same timing its waits on the coarse clock (semaphore_options::
+//                            coarse_wait_clock), contended only
 //   *_lifo                   the same serving its newest waiter first (queue_order::lifo), contended only
 //   *_priority               the same in priority order, every other acquire at class 1 (so that a
 //                            newcomer's place is found by a walk from the back), contended only
@@ -128,6 +130,16 @@ class untimed : public Sem {
 using st_untimed = untimed<st_semaphore>;
 using ts_untimed = untimed<ts_semaphore>;
 
+/// A rein semaphore timing its waits on the kernel's coarse clock (semaphore_options::coarse_wait_clock).
+template <class Sem>
+class coarse : public Sem {
+ public:
+  coarse(const net::any_io_executor& ex, std::size_t permits) : Sem(ex, permits, {.coarse_wait_clock = true}) {}
+};
+
+using st_coarse = coarse<st_semaphore>;
+using ts_coarse = coarse<ts_semaphore>;
+
 /// A rein semaphore with wait measurement on (the default) and an observer set: every event goes to a
 /// counter (an uncontended acquire and release cause none; what is measured is the test for one).
 inline std::uint64_t observed_events = 0;
@@ -216,6 +228,7 @@ using ts_try_first = try_first<ts_semaphore>;
 template <class Sem>
 constexpr bool is_rein = std::is_same_v<Sem, st_semaphore> || std::is_same_v<Sem, ts_semaphore> ||
                          std::is_same_v<Sem, st_untimed> || std::is_same_v<Sem, ts_untimed> ||
+                         std::is_same_v<Sem, st_coarse> || std::is_same_v<Sem, ts_coarse> ||
                          std::is_same_v<Sem, st_observed> || std::is_same_v<Sem, ts_observed> ||
                          std::is_same_v<Sem, st_lifo> || std::is_same_v<Sem, ts_lifo> ||
                          std::is_same_v<Sem, st_priority> || std::is_same_v<Sem, ts_priority> ||
@@ -505,6 +518,8 @@ void register_timing(reactor mode) {
   contended_benchmark<ts_semaphore>(on(contended, mode, "rein_semaphore"), mode);
   contended_benchmark<st_untimed>(on(contended, mode, "rein_single_thread_semaphore_untimed"), mode);
   contended_benchmark<ts_untimed>(on(contended, mode, "rein_semaphore_untimed"), mode);
+  contended_benchmark<st_coarse>(on(contended, mode, "rein_single_thread_semaphore_coarse"), mode);
+  contended_benchmark<ts_coarse>(on(contended, mode, "rein_semaphore_coarse"), mode);
   contended_benchmark<st_observed>(on(contended, mode, "rein_single_thread_semaphore_observed"), mode);
   contended_benchmark<ts_observed>(on(contended, mode, "rein_semaphore_observed"), mode);
   contended_benchmark<st_lifo>(on(contended, mode, "rein_single_thread_semaphore_lifo"), mode);
@@ -592,6 +607,15 @@ void register_summary() {
                  c_on + ch, c_on + "rein_single_thread_semaphore_untimed", bound::at_least, 1);
     ratio_target(std::string("contended, reactor on: concurrent_") + ch + " / semaphore, measure_wait off",
                  c_on + "concurrent_" + ch, c_on + "rein_semaphore_untimed", bound::at_least, 1);
+  }
+
+  // What timing the waits costs a contended handoff: with steady_clock (the default) and with the coarse
+  // clock, against the same semaphore timing nothing (issue budget: 5%).
+  for (const char* sem : {"rein_single_thread_semaphore", "rein_semaphore"}) {
+    ratio_target(std::string("contended, reactor on: ") + sem + " / " + sem + "_untimed (wait timing's cost)",
+                 c_on + sem, c_on + sem + "_untimed", bound::at_most, 1.05);
+    ratio_target(std::string("contended, reactor on: ") + sem + "_coarse / " + sem + "_untimed (coarse timing's cost)",
+                 c_on + sem + "_coarse", c_on + sem + "_untimed", bound::at_most, 1.05);
   }
 
   // An observer set against none, side by side: each variant of a semaphore (observed, untimed, lifo,

@@ -6,6 +6,7 @@
 //   rein_handoff_count <idiom> <iterations> [reactor: 0|1, default 1]
 //   idioms: floor, single_thread_semaphore, semaphore, single_thread_semaphore_untimed, semaphore_untimed,
 //           single_thread_semaphore_observed, semaphore_observed (an observer set that counts events),
+//           single_thread_semaphore_coarse, semaphore_coarse (waits timed on the coarse clock),
 //           channel_async_send, channel_try_send_then_async_send, concurrent_channel_async_send,
 //           concurrent_channel_try_send_then_async_send
 #include "../support/channel_semaphore.hpp"
@@ -84,10 +85,11 @@ void run_channel(net::io_context& io) {
 long observed_events = 0;
 
 template <class Sem>
-void run_rein(net::io_context& io, bool measure_wait, bool observed = false) {
+void run_rein(net::io_context& io, bool measure_wait, bool observed = false, bool coarse = false) {
   rein::limiter_observer observer;
   if (observed) observer = [](const rein::limiter_event&) { ++observed_events; };
-  Sem sem(io.get_executor(), permits, {.measure_wait = measure_wait, .observer = std::move(observer)});
+  Sem sem(io.get_executor(), permits,
+          {.measure_wait = measure_wait, .coarse_wait_clock = coarse, .observer = std::move(observer)});
   run(io, sem, [](auto& s) { return rein_loop(s); });
 }
 
@@ -120,6 +122,10 @@ int main(int argc, char** argv) {
     run_rein<rein::single_thread_semaphore>(io, true, true);
   } else if (idiom == "semaphore_observed") {
     run_rein<rein::semaphore>(io, true, true);
+  } else if (idiom == "single_thread_semaphore_coarse") {
+    run_rein<rein::single_thread_semaphore>(io, true, false, true);
+  } else if (idiom == "semaphore_coarse") {
+    run_rein<rein::semaphore>(io, true, false, true);
   } else if (idiom == "channel_async_send") {
     run_channel<channel, false>(io);
   } else if (idiom == "channel_try_send_then_async_send") {

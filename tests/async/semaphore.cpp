@@ -919,6 +919,52 @@ TEST_CASE("a timed wait reads the clock at the acquire call and at the grant; an
   }
 }
 
+TEST_CASE("coarse_wait_clock is ignored on a clock other than steady_clock: waits stay exact",
+          "[semaphore][snapshot]") {
+  rein_test::manual_clock_at_epoch epoch;
+  net::io_context io;
+  counted_semaphore sem(io, 1, {.coarse_wait_clock = true});
+  counting_clock::reads = 0;
+  permit a = sem.try_acquire();
+  record_ptr b = start(sem, 1);
+  poll(io);
+  rein_test::advance_and_poll(io, 7ms);
+  a.release();
+  poll(io);
+  REQUIRE(granted(b, 1));
+  CHECK(counting_clock::reads == 2u);
+  CHECK(sem.snapshot().wait_total == 7ms);
+}
+
+TEST_CASE("coarse_wait_clock on steady_clock: every wait is counted, each off by less than a tick",
+          "[semaphore][snapshot]") {
+  // Real time, but nothing sleeps: the bounds hold however fast the machine runs.
+  const auto tick = rein::coarse_wait_resolution();
+  REQUIRE(tick > 0ns);
+  const auto before = std::chrono::steady_clock::now();
+  CHECK(rein::detail::coarse_steady_now() <= std::chrono::steady_clock::now());
+  net::io_context io;
+  rein::semaphore sem(io, 1, {.coarse_wait_clock = true});
+  permit held = sem.try_acquire();
+  std::vector<record_ptr> waiters;
+  for (int i = 0; i < 3; ++i) waiters.push_back(start(sem, 1));
+  poll(io);
+  held.release();
+  for (const record_ptr& w : waiters) {
+    poll(io);
+    REQUIRE(granted(w, 1));
+    w->get<1>().release();
+  }
+  poll(io);
+  const auto elapsed = std::chrono::steady_clock::now() - before;
+  const auto s = sem.snapshot();
+  CHECK(s.acquired_total == 4);
+  CHECK(s.wait.count() == 4);  // three waits and the immediate grant's zero
+  CHECK(s.wait_total >= 0ns);
+  CHECK(s.wait_max <= elapsed + tick);
+  CHECK(s.wait_total <= 3 * (elapsed + tick));
+}
+
 TEST_CASE("with measure_wait off, deadlines still expire on time and the waits stay untimed",
           "[semaphore][snapshot][deadline]") {
   rein_test::manual_clock_at_epoch epoch;

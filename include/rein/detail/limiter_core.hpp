@@ -105,6 +105,8 @@ struct line_options {
   queue_full_policy when_full = queue_full_policy::reject_newest;  ///< a full line refuses or evicts
   std::chrono::nanoseconds priority_aging = default_priority_aging;  ///< priority order: a class's handicap, >= 0
   partition_table partitions{};  ///< guaranteed shares (rein/partition.hpp); empty: none
+  bool coarse_wait_clock = false;  ///< time waits on coarse_steady_now() (a timeless policy on steady_clock
+                                   ///< outside priority order; otherwise ignored)
 };
 
 /// A policy whose limit can be split into partitions: `partition_limit()` is the limit in permits now.
@@ -180,6 +182,7 @@ class limiter_core final : public permit_source,
         evict_oldest_(options.when_full == queue_full_policy::evict_oldest),
         priority_aging_ns_(options.priority_aging.count()),
         measure_wait_(Policy::needs_time || options.measure_wait),
+        coarse_wait_(coarse_capable && options.coarse_wait_clock && options.order != queue_order::priority),
         has_observer_(static_cast<bool>(options.observer)),
         name_(options.name.empty() ? nullptr : std::make_shared<const std::string>(std::move(options.name))),
         observer_(std::move(options.observer)),
@@ -722,8 +725,20 @@ class limiter_core final : public permit_source,
   // The time for grants and expiries while ops may wait: needed by the policy, the wait statistics, or a
   // deadline. A clock read costs about a tenth of a contended handoff (two per waited acquire).
   time_point clock_now_locked() const {
-    if (measure_wait_ || !deadlines_.empty()) return Clock::now();
+    if (!deadlines_.empty()) return Clock::now();
+    if (measure_wait_) return wait_clock_now();
     return time_point{};
+  }
+
+  static constexpr bool coarse_capable =
+      !Policy::needs_time && std::is_same_v<Clock, std::chrono::steady_clock> && has_coarse_steady_clock;
+
+  // An instant for the wait statistics alone (line_options::coarse_wait_clock).
+  time_point wait_clock_now() const {
+    if constexpr (coarse_capable) {
+      if (coarse_wait_) return coarse_steady_now();
+    }
+    return Clock::now();
   }
 
   // Decides a new op's fate under the lock. Returns true if it was queued. If it throws (no memory for the
@@ -740,8 +755,8 @@ class limiter_core final : public permit_source,
     const bool first = queue_.empty();
     if (first && policy_.try_take(n, now)) return grant_at_once_locked(op, now, done), false;
     // A timeless policy read no clock above; the wait statistics, the deadline and a priority key need one.
-    if (!Policy::needs_time && (measure_wait_ || deadline != time_point::max() || order_ == queue_order::priority))
-      now = Clock::now();
+    if (!Policy::needs_time && (deadline != time_point::max() || order_ == queue_order::priority)) now = Clock::now();
+    else if (!Policy::needs_time && measure_wait_) now = wait_clock_now();
     op->stamp_ns = to_ns(now).count();
     // May throw (a new key, no memory) having moved only V up to the first waiter's tag, as any arrival does.
     if (op->fair) tag_fair_locked(*op, first);
@@ -1229,7 +1244,9 @@ class limiter_core final : public permit_source,
   void grant_locked(wait_op* op, time_point now, completions& done) noexcept {
     if constexpr (with_permit) ++holders_;
     if (measure_wait_) {
-      const std::chrono::nanoseconds waited(to_ns(now).count() - op->stamp_ns);
+      // Never negative: an arrival stamped on the precise clock (it had a deadline) may be granted at a coarse
+      // instant up to a tick earlier.
+      const std::chrono::nanoseconds waited(std::max<std::int64_t>(to_ns(now).count() - op->stamp_ns, 0));
       stats_.wait_total += waited;
       stats_.wait_max = std::max(stats_.wait_max, waited);
       stats_.wait.record(waited);
@@ -1340,6 +1357,9 @@ class limiter_core final : public permit_source,
   bool evict_oldest_;  // queue_full_policy::evict_oldest
   std::int64_t priority_aging_ns_;  // priority order: the key offset of one class
   bool measure_wait_;
+  // Waits are timed on the coarse clock: its instants are only compared with one another and with
+  // steady_clock's, never used for a deadline, a priority key or a policy.
+  bool coarse_wait_;
   bool has_observer_;
   std::size_t queued_units_ = 0;
   std::size_t in_flight_ops_ = 0;  // remote policies: queued ops whose request is out
