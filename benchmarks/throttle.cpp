@@ -5,6 +5,8 @@
 //   throttle/acquire/<n>_stages/...       `co_await acquire(key)` + completion, uncontended (nothing waits)
 //       floor_stage_try_acquire_sum       each stage's own try_acquire on a limiter fetched once (no key lookup),
 //                                         its permits released: the least the stages themselves cost
+//       floor_stage_acquire_sum           (acquire only) each stage's own `co_await acquire()` on a limiter
+//                                         fetched once: the stages' own coroutine fast paths
 //       idiom_by_hand                     what a user writes without the throttle: look the key up in each
 //                                         keyed registry and take every stage in turn (try_acquire, or co_await
 //                                         each limiter's acquire())
@@ -178,6 +180,24 @@ net::awaitable<void> acquire_floor(benchmark::State& state, stages& s, run_clock
 }
 
 template <int N>
+net::awaitable<void> acquire_floor_awaited(benchmark::State& state, stages& s, run_clock& clock,
+                                           allocation_count& allocs) {
+  auto key_sem = s.per_key.get(host);
+  auto gate = s.gates.get(host);
+  clock.start();
+  allocs.start();
+  for (auto _ : state) {
+    if constexpr (N == 4) co_await gate->acquire();
+    rein::permit key_permit = co_await key_sem->acquire();
+    rein::permit global_permit;
+    if constexpr (N == 4) global_permit = co_await s.global.acquire();
+    co_await s.rate.acquire();
+  }
+  allocs.stop(state);
+  clock.stop();
+}
+
+template <int N>
 net::awaitable<void> acquire_idiom(benchmark::State& state, stages& s, run_clock& clock, allocation_count& allocs) {
   clock.start();
   allocs.start();
@@ -209,7 +229,7 @@ net::awaitable<void> acquire_rein(benchmark::State& state, stages& s, run_clock&
   clock.stop();
 }
 
-enum class idiom { floor, by_hand, rein };
+enum class idiom { floor, floor_awaited, by_hand, rein };
 
 template <int N, idiom I>
 void throttle_benchmark(const std::string& name, bool awaiting) {
@@ -220,11 +240,12 @@ void throttle_benchmark(const std::string& name, bool awaiting) {
     run_clock clock(state, name);
     allocation_count allocs(name);
     if (!awaiting) {
-      if constexpr (I == idiom::floor) try_floor<N>(state, s, clock, allocs);
+      if constexpr (I == idiom::floor || I == idiom::floor_awaited) try_floor<N>(state, s, clock, allocs);
       else if constexpr (I == idiom::by_hand) try_idiom<N>(state, s, clock, allocs);
       else try_rein<N>(state, s, clock, allocs);
     } else {
       if constexpr (I == idiom::floor) io.run(acquire_floor<N>(state, s, clock, allocs));
+      else if constexpr (I == idiom::floor_awaited) io.run(acquire_floor_awaited<N>(state, s, clock, allocs));
       else if constexpr (I == idiom::by_hand) io.run(acquire_idiom<N>(state, s, clock, allocs));
       else io.run(acquire_rein<N>(state, s, clock, allocs));
     }
@@ -448,10 +469,12 @@ void keyed_benchmark(const std::string& name, std::size_t keys) {
       const std::string p = door + std::to_string(n) + "_stages/";
       if (n == 2) {
         throttle_benchmark<2, idiom::floor>(p + "floor_stage_try_acquire_sum", awaiting);
+        if (awaiting) throttle_benchmark<2, idiom::floor_awaited>(p + "floor_stage_acquire_sum", awaiting);
         throttle_benchmark<2, idiom::by_hand>(p + "idiom_by_hand", awaiting);
         throttle_benchmark<2, idiom::rein>(p + "rein_throttle", awaiting);
       } else {
         throttle_benchmark<4, idiom::floor>(p + "floor_stage_try_acquire_sum", awaiting);
+        if (awaiting) throttle_benchmark<4, idiom::floor_awaited>(p + "floor_stage_acquire_sum", awaiting);
         throttle_benchmark<4, idiom::by_hand>(p + "idiom_by_hand", awaiting);
         throttle_benchmark<4, idiom::rein>(p + "rein_throttle", awaiting);
       }
@@ -462,9 +485,12 @@ void keyed_benchmark(const std::string& name, std::size_t keys) {
                     p + "idiom_by_hand", bound::at_most, 1.0, {}});
     }
   }
-  r.add_target({"throttle/acquire/4 stages: rein_throttle / the stages' own fast paths (target)",
-                "throttle/acquire/4_stages/rein_throttle", "throttle/acquire/4_stages/floor_stage_try_acquire_sum",
-                bound::at_most, 1.5, {}});
+  for (const std::string door : {"try_acquire", "acquire"}) {
+    const std::string p = "throttle/" + door + "/4_stages/";
+    const std::string floor = p + (door == "acquire" ? "floor_stage_acquire_sum" : "floor_stage_try_acquire_sum");
+    r.add_target({"throttle/" + door + "/4 stages: rein_throttle / the stages' own fast paths (target)",
+                  p + "rein_throttle", floor, bound::at_most, 1.5, {}});
+  }
 
   for (const std::size_t n : key_counts) {
     const std::string p = "keyed/get_hit/" + std::to_string(n) + "_keys/";
