@@ -103,9 +103,10 @@ namespace detail {
 struct permit_access {
   // Measures the permit's service time (grant to outcome, which adaptive limiters learn from) from `stamp`
   // (nanoseconds since the limiter's clock's epoch) instead of its grant: a throttle that held the permit
-  // while it waited at a later stage starts the clock when the call is sent.
+  // while it waited at a later stage starts the clock when the call is sent. Only forward: a stamp before the
+  // grant would hand the limiter a grant it has not made yet (a half-open circuit would not know its probe).
   static void restamp(permit& p, std::chrono::nanoseconds stamp) noexcept {
-    if (p.source_ == nullptr || p.stamp_ == stamp) return;
+    if (p.source_ == nullptr || stamp <= p.stamp_) return;
     p.source_->restamp_permit(p.stamp_, stamp);
     p.stamp_ = stamp;
   }

@@ -1104,3 +1104,36 @@ TEST_CASE("an admission reads the clock once: the gate, the rate and the send sh
   CHECK(counting_clock::reads == 1);  // the coroutine door's fast path too
   CHECK(rate.tokens() == 97.5);       // 3 taken, 0.5 refilled over the 5 ms
 }
+
+namespace {
+
+// A permit source that records the stamps it is told of.
+struct stamp_log final : rein::detail::permit_source {
+  std::vector<std::pair<std::int64_t, std::int64_t>> restamps;
+  std::int64_t released_stamp = -1;
+  void release_permit(std::size_t, std::chrono::nanoseconds stamp, rein::outcome) noexcept override {
+    released_stamp = stamp.count();
+  }
+  void permit_split() noexcept override {}
+  void restamp_permit(std::chrono::nanoseconds from, std::chrono::nanoseconds to) noexcept override {
+    restamps.emplace_back(from.count(), to.count());
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a permit's stamp moves only forward: an admission reading older than the grant keeps the grant's",
+          "[throttle][fast_path]") {
+  // The throttle's one reading precedes the concurrency stages' own grants; a stamp moved back before its
+  // grant would show an adaptive limiter a grant it had not made yet (a half-open circuit loses its probe).
+  stamp_log source;
+  {
+    rein::permit p(&source, 1, 100ns);
+    rein::detail::permit_access::restamp(p, 50ns);
+    rein::detail::permit_access::restamp(p, 100ns);
+    CHECK(source.restamps.empty());
+    rein::detail::permit_access::restamp(p, 250ns);
+    CHECK(source.restamps == std::vector<std::pair<std::int64_t, std::int64_t>>{{100, 250}});
+  }
+  CHECK(source.released_stamp == 250);
+}
