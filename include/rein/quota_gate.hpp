@@ -212,9 +212,10 @@ class basic_quota_gate {
   try_result try_acquire(std::size_t n = 1) { return doors().try_acquire(n); }
 
   /// As try_acquire(n), decided at `now` instead of at a clock read of its own (one reading shared by the
-  /// stages of a call). Precondition: `now` was read from `clock_type`; an earlier one only ends a pause
-  /// later.
-  try_result try_acquire(std::size_t n, time_point now) { return doors().try_acquire(n, &now); }
+  /// stages of a call). Precondition: `now` is not later than `clock_type::now()`: a later one would let a
+  /// call through a pause that has not ended; an earlier one only ends a pause later. retry_after() counts
+  /// from `now`.
+  try_result try_acquire_at(std::size_t n, time_point now) { return doors().try_acquire(n, &now); }
 
   /// Waits until the gate is open. The initiating function; every Asio completion token works.
   ///

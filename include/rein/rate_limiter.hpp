@@ -194,10 +194,11 @@ class basic_rate_limiter {
 
   /// As try_acquire(n), decided at `now` instead of at a clock read of its own: callers that take from
   /// several limiters at one instant read the clock once (as Go's x/time/rate `AllowN(t, n)` takes t).
-  /// Precondition: `now` was read from `clock_type` (a later instant would take units that have not arrived
-  /// yet). A `now` earlier than the limit's latest instant counts as that instant, so the limit never goes
-  /// back in time, whatever the order in which threads arrive with their readings.
-  try_result try_acquire(std::size_t n, time_point now) { return doors().try_acquire(n, &now); }
+  /// Precondition: `now` is not later than `clock_type::now()` (a later instant would take units that have
+  /// not arrived yet). A `now` earlier than the limit's latest instant counts as that instant, so the limit
+  /// never goes back in time, whatever the order in which threads arrive with their readings. retry_after()
+  /// counts from `now`.
+  try_result try_acquire_at(std::size_t n, time_point now) { return doors().try_acquire(n, &now); }
 
   /// Waits until n units can be taken, and takes them. The initiating function; every completion token works.
   ///

@@ -1097,11 +1097,11 @@ class throttle {
 
   // --- synchronous steps ---
 
-  // One clock reading serves every stage of an admission: a limiter that can decide at a given instant
-  // (a gate, a local rate) is given it instead of reading the clock itself.
+  // One clock reading serves the gates and rates of an admission: a limiter that can decide at a given
+  // instant (try_acquire_at) is given it instead of reading the clock itself.
   template <class L>
   static auto try_take_at(L& l, std::size_t n, time_point now) {
-    if constexpr (requires { l.try_acquire(n, now); }) return l.try_acquire(n, now);
+    if constexpr (requires { l.try_acquire_at(n, now); }) return l.try_acquire_at(n, now);
     else return l.try_acquire(n);
   }
 

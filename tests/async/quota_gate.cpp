@@ -617,15 +617,15 @@ TEST_CASE("many threads pause, wait and poll the gate at once", "[quota_gate][th
   CHECK(gate.snapshot().waiting == 0);
 }
 
-TEST_CASE("try_acquire(n, now) decides at the caller's reading", "[quota_gate][fast_path]") {
+TEST_CASE("try_acquire_at(n, now) decides at the caller's reading", "[quota_gate][fast_path]") {
   rein_test::manual_clock_at_epoch epoch;
   net::io_context io;
   gate_t gate(io, no_jitter());
   gate.pause_for(1s);
   manual_clock::set(at(1s));
-  const rein::try_result early = gate.try_acquire(1, at(999ms));  // read while the pause still held
+  const rein::try_result early = gate.try_acquire_at(1, at(999ms));  // read while the pause still held
   CHECK_FALSE(early);
   CHECK(early.status() == rein::try_status::busy);
   CHECK(early.retry_after() == 1ms);
-  CHECK(gate.try_acquire(1, at(1s)));
+  CHECK(gate.try_acquire_at(1, at(1s)));
 }

@@ -920,19 +920,19 @@ TEST_CASE("acquire, try_acquire, refund and snapshot from several threads keep e
   CHECK(s.acquired_total == coroutines * rounds + tried.load());
 }
 
-TEST_CASE("try_acquire(n, now) decides at the caller's reading; an earlier one counts as the latest",
+TEST_CASE("try_acquire_at(n, now) decides at the caller's reading; an earlier one counts as the latest",
           "[token_bucket][fast_path]") {
   fixture f;
   bucket b(f.io, {.rate = 10, .capacity = 1});
-  CHECK(b.try_acquire(1, tick(0)));
+  CHECK(b.try_acquire_at(1, tick(0)));
   f.poll_at(tick(1));
-  const rein::try_result early = b.try_acquire(1, at(50ms));  // half a token had arrived by then
+  const rein::try_result early = b.try_acquire_at(1, at(50ms));  // half a token had arrived by then
   CHECK_FALSE(early);
   CHECK(early.status() == rein::try_status::busy);
   CHECK(early.retry_after() == 50ms);
-  CHECK(b.try_acquire(1, tick(1)));
+  CHECK(b.try_acquire_at(1, tick(1)));
   // 0.1 s is the bucket's latest instant, so nothing arrived since; the wait counts from the reading.
-  const rein::try_result before = b.try_acquire(1, tick(0));
+  const rein::try_result before = b.try_acquire_at(1, tick(0));
   CHECK_FALSE(before);
   CHECK(before.retry_after() == 200ms);
   CHECK(b.tokens() == 0.0);

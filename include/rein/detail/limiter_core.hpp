@@ -1046,8 +1046,10 @@ class limiter_core final : public permit_source,
                                                 const time_point* at) {
     event_sink done(this);
     std::lock_guard<Mutex> lock(mutex_);
-    const time_point now = at != nullptr ? *at : policy_now();
-    observe_locked(now, done);
+    // Observed at the lock's own reading: a caller's older one would replay events the observer has seen.
+    const time_point seen = policy_now();
+    const time_point now = at != nullptr ? *at : seen;
+    observe_locked(seen, done);
     if (closed_) return try_status::closed;
     if (policy_.exceeds(n)) return try_status::exceeds_capacity;
     if (refused_locked(n, now)) return try_status::unavailable;
@@ -1057,7 +1059,7 @@ class limiter_core final : public permit_source,
     if constexpr (with_permit) ++holders_;
     partition_granted_locked(partition, n);
     stamp = to_ns(now);
-    observe_locked(now, done);
+    observe_locked(seen, done);
     return try_status::acquired;
   }
 
