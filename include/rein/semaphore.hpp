@@ -67,14 +67,15 @@ struct semaphore_options {
 
   /// Whether waits are timed on the kernel's coarse monotonic clock (Linux's CLOCK_MONOTONIC_COARSE, the
   /// time of the last tick of the clock std::chrono::steady_clock reads) instead of Clock::now(). Its reads
-  /// cost about a tenth as much, which takes wait timing from about a tenth of a contended handoff to a
-  /// few percent (the README's benchmark table), at the tick's resolution, rein::coarse_wait_resolution()
-  /// (1 to 4 ms on common kernels): each wait is off by less than one tick, one shorter than a tick
-  /// reads as 0 or one tick, and over many waits the errors cancel out (the tick's phase is independent of
-  /// the waits), so wait_total and the mean stay unbiased while the histogram's buckets below a tick do not
-  /// mean anything. Only with Clock = std::chrono::steady_clock on Linux, and not in
-  /// queue_order::priority (whose aging needs each arrival's exact instant); otherwise ignored. Deadlines
-  /// are always timed on Clock. Default: false.
+  /// cost a fraction of a precise read's, which takes wait timing from a tenth or more of a contended
+  /// handoff to a few percent (README, "Benchmarks"), at the tick's resolution,
+  /// rein::coarse_wait_resolution() (1 to 10 ms, by the kernel's tick rate): both ends of a wait are read
+  /// on the coarse clock, so each wait reads as a whole number of ticks, off by less than one; one shorter
+  /// than a tick reads as 0 or one tick. Over many waits the errors cancel out (the tick's phase is
+  /// independent of the waits), so wait_total and the mean stay unbiased, while the histogram's buckets
+  /// below a tick mean nothing. Only with Clock = std::chrono::steady_clock on Linux, with measure_wait on,
+  /// and not in queue_order::priority (whose aging needs each arrival's exact instant); otherwise ignored.
+  /// Deadlines are always timed on Clock. Default: false.
   bool coarse_wait_clock = false;
 
   /// Names the semaphore in events, metrics and error messages (`rein::semaphore "db": ...`). Default: none.

@@ -725,8 +725,8 @@ class limiter_core final : public permit_source,
   // The time for grants and expiries while ops may wait: needed by the policy, the wait statistics, or a
   // deadline. A clock read costs about a tenth of a contended handoff (two per waited acquire).
   time_point clock_now_locked() const {
-    if (!deadlines_.empty()) return Clock::now();
-    if (measure_wait_) return wait_clock_now();
+    // A coarse-timed wait reads its end itself (grant_locked): one cheap read per grant, none here.
+    if (!deadlines_.empty() || (measure_wait_ && !coarse_wait_)) return Clock::now();
     return time_point{};
   }
 
@@ -757,7 +757,9 @@ class limiter_core final : public permit_source,
     // A timeless policy read no clock above; the wait statistics, the deadline and a priority key need one.
     if (!Policy::needs_time && (deadline != time_point::max() || order_ == queue_order::priority)) now = Clock::now();
     else if (!Policy::needs_time && measure_wait_) now = wait_clock_now();
-    op->stamp_ns = to_ns(now).count();
+    // A coarse-timed wait starts on the coarse clock even when a deadline made `now` precise: both of its
+    // ends are read on one clock (grant_locked), so its error stays below a tick and averages out.
+    op->stamp_ns = to_ns(coarse_wait_ && deadline != time_point::max() ? wait_clock_now() : now).count();
     // May throw (a new key, no memory) having moved only V up to the first waiter's tag, as any arrival does.
     if (op->fair) tag_fair_locked(*op, first);
     const place at = first ? place{nullptr, 0} : place_locked(op);
@@ -1246,9 +1248,10 @@ class limiter_core final : public permit_source,
   void grant_locked(wait_op* op, time_point now, completions& done) noexcept {
     if constexpr (with_permit) ++holders_;
     if (measure_wait_) {
-      // Never negative: an arrival stamped on the precise clock (it had a deadline) may be granted at a coarse
-      // instant up to a tick earlier.
-      const std::chrono::nanoseconds waited(std::max<std::int64_t>(to_ns(now).count() - op->stamp_ns, 0));
+      // A coarse-timed wait ends on the coarse clock too, whatever clock the dispatch read (a deadline's, a
+      // timer's, a change of permits).
+      const time_point end = coarse_wait_ ? wait_clock_now() : now;
+      const std::chrono::nanoseconds waited(to_ns(end).count() - op->stamp_ns);
       stats_.wait_total += waited;
       stats_.wait_max = std::max(stats_.wait_max, waited);
       stats_.wait.record(waited);
