@@ -214,7 +214,7 @@ class basic_quota_gate {
   /// As try_acquire(n), decided at `now` instead of at a clock read of its own (one reading shared by the
   /// stages of a call). Precondition: `now` is not later than `clock_type::now()`: a later one would let a
   /// call through a pause that has not ended; an earlier one only ends a pause later. retry_after() counts
-  /// from `now`.
+  /// from `now` (nanoseconds::max() when that distance does not fit, as from time_point::min()).
   try_result try_acquire_at(std::size_t n, time_point now) { return doors().try_acquire(n, &now); }
 
   /// Waits until the gate is open. The initiating function; every Asio completion token works.

@@ -197,7 +197,7 @@ class basic_rate_limiter {
   /// Precondition: `now` is not later than `clock_type::now()` (a later instant would take units that have
   /// not arrived yet). A `now` earlier than the limit's latest instant counts as that instant, so the limit
   /// never goes back in time, whatever the order in which threads arrive with their readings. retry_after()
-  /// counts from `now`.
+  /// counts from `now` (nanoseconds::max() when that distance does not fit, as from time_point::min()).
   try_result try_acquire_at(std::size_t n, time_point now) { return doors().try_acquire(n, &now); }
 
   /// Waits until n units can be taken, and takes them. The initiating function; every completion token works.

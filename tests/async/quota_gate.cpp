@@ -627,5 +627,6 @@ TEST_CASE("try_acquire_at(n, now) decides at the caller's reading", "[quota_gate
   CHECK_FALSE(early);
   CHECK(early.status() == rein::try_status::busy);
   CHECK(early.retry_after() == 1ms);
+  CHECK(gate.try_acquire_at(1, time_point::min()).retry_after() == std::chrono::nanoseconds::max());
   CHECK(gate.try_acquire_at(1, at(1s)));
 }

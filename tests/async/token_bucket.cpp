@@ -935,5 +935,10 @@ TEST_CASE("try_acquire_at(n, now) decides at the caller's reading; an earlier on
   const rein::try_result before = b.try_acquire_at(1, tick(0));
   CHECK_FALSE(before);
   CHECK(before.retry_after() == 200ms);
+  // The oldest reading there is: a wait too long to count from it in nanoseconds saturates (never 0, which
+  // would have the caller spin).
+  const rein::try_result oldest = b.try_acquire_at(1, time_point::min());
+  CHECK_FALSE(oldest);
+  CHECK(oldest.retry_after() == std::chrono::nanoseconds::max());
   CHECK(b.tokens() == 0.0);
 }

@@ -71,6 +71,13 @@ std::int64_t to_ns_saturated(TimePoint t) noexcept {
   return std::chrono::duration_cast<ns>(d).count();
 }
 
+/// a - b in nanoseconds, saturated at the int64 range (readings as far apart as time_point::min() and now).
+inline std::int64_t ns_between(std::int64_t a, std::int64_t b) noexcept {
+  if (b < 0 && a > INT64_MAX + b) return INT64_MAX;
+  if (b > 0 && a < INT64_MIN + b) return INT64_MIN;
+  return a - b;
+}
+
 /// `d` (floating point, e.g. a server's retry-after in microseconds) as a Duration, rounded up and
 /// saturated: at most Duration::max(); NaN and values <= 0 give zero.
 template <class Duration, class Period>

@@ -692,7 +692,7 @@ class limiter_core final : public permit_source,
       const std::optional<time_point> at =
           ahead == 0 ? std::optional<time_point>(policy_.ready_at(n, now)) : policy_.predict(ahead, n, now);
       if (at && *at == time_point::max()) *retry_ns = std::numeric_limits<std::int64_t>::max();
-      else if (at) *retry_ns = std::max<std::int64_t>(0, to_ns_saturated(*at) - to_ns_saturated(now));
+      else if (at) *retry_ns = std::max<std::int64_t>(0, ns_between(to_ns_saturated(*at), to_ns_saturated(now)));
     }
     return try_status::busy;
   }
