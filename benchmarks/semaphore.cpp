@@ -9,6 +9,9 @@
 //                            observability model's cost next to none
 //   *_coarse                 the same timing its waits on the coarse clock (semaphore_options::
 //                            coarse_wait_clock), contended only
+//   contended_64x4_2_threads/ the contended loop on an io_context run by two threads (reactor on), wall time
+//                            per handoff (manual time: the benchmark thread is one of the two), for the
+//                            thread-safe idioms only: floor_post, rein_semaphore, concurrent_channel_*
 //   *_lifo                   the same serving its newest waiter first (queue_order::lifo), contended only
 //   *_priority               the same in priority order, every other acquire at class 1 (so that a
 //                            newcomer's place is found by a walk from the back), contended only
@@ -67,12 +70,14 @@
 #include <boost/asio/use_awaitable.hpp>
 #endif
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <memory>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <utility>
 
@@ -368,6 +373,53 @@ void contended_benchmark(const std::string& name, reactor mode, int concurrency_
       ->Unit(benchmark::kNanosecond);
 }
 
+// ---- The contended loop on two threads ----------------------------------------------------------------
+
+// Handoffs per timed batch of the two-thread rows: each batch runs the io_context to completion on both
+// threads, so it is long enough that starting and joining the second thread is a small part of it.
+constexpr long two_thread_batch = 20'000;
+
+template <class Sem>
+net::awaitable<void> two_thread_loop(std::atomic<long>& left, Sem* sem) {
+  while (left.fetch_sub(1, std::memory_order_relaxed) > 0) {
+    if constexpr (std::is_same_v<Sem, floor_post>) {
+      co_await post_round_trip();
+    } else if constexpr (is_rein<Sem>) {
+      permit p = co_await sem->acquire();
+      co_await post_round_trip();
+    } else {
+      co_await sem->acquire();
+      co_await post_round_trip();
+      sem->release();
+    }
+  }
+}
+
+template <class Sem>
+void two_thread_benchmark(const std::string& name) {
+  benchmark::RegisterBenchmark(name.c_str(),
+                               [](benchmark::State& state) {
+                                 while (state.KeepRunningBatch(two_thread_batch)) {
+                                   bench_io io(reactor::on);
+                                   std::unique_ptr<Sem> sem;
+                                   if constexpr (!std::is_same_v<Sem, floor_post>)
+                                     sem = std::make_unique<Sem>(io.executor(), contended_permits);
+                                   std::atomic<long> left{two_thread_batch};
+                                   for (std::size_t i = 0; i < contended_coroutines; ++i)
+                                     io.spawn(two_thread_loop<Sem>(left, sem.get()));
+                                   const auto start = std::chrono::steady_clock::now();
+                                   std::thread second([&] { io.context().run(); });
+                                   io.context().run();
+                                   second.join();
+                                   const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+                                   io.run_all();  // nothing left to run: rethrows what a coroutine threw
+                                   state.SetIterationTime(took.count());  // the batch's: time per handoff
+                                 }
+                               })
+      ->UseManualTime()
+      ->Unit(benchmark::kNanosecond);
+}
+
 // ---- Memory: 100,000 parked waiters -----------------------------------------------------------------------
 
 /// Heap growth per parked waiter.
@@ -541,6 +593,15 @@ void register_timing(reactor mode) {
   if (mode == reactor::on) contended_benchmark<timer_semaphore>(on(contended, mode, "steady_timer_cancel_one"), mode);
 }
 
+void register_two_threads() {
+  const std::string p = "contended_64x4_2_threads/";
+  two_thread_benchmark<floor_post>(p + "floor_post");
+  two_thread_benchmark<ts_semaphore>(p + "rein_semaphore");
+  two_thread_benchmark<ts_coarse>(p + "rein_semaphore_coarse");
+  two_thread_benchmark<concurrent_channel_try_first>(p + "concurrent_channel_try_send_then_async_send");
+  two_thread_benchmark<concurrent_channel_async>(p + "concurrent_channel_async_send");
+}
+
 void register_memory() {
   memory_benchmark<park_lot>(memory + "frame_only_baseline", false);
   memory_benchmark<st_semaphore>(memory + "rein_single_thread_semaphore", false);
@@ -660,6 +721,7 @@ void register_summary() {
 [[maybe_unused]] const bool registered = [] {
   register_timing(reactor::on);
   register_timing(reactor::off);
+  register_two_threads();
   register_memory();
   register_summary();
   return true;
