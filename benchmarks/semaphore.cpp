@@ -35,11 +35,12 @@
 //                            turns the reactor on, so it has no reactor_off row
 //
 // Every idiom's acquire is a nested coroutine, as rein's `acquire()` is (what a small user-written wrapper
-// class looks like). Everything runs on the benchmark's one thread: the thread-safe variants show what their
-// locks cost, not scaling. Groups:
+// class looks like). Everything but the two-thread rows runs on the benchmark's one thread: the thread-safe
+// variants show what their locks cost, not scaling. Groups:
 //
 //   uncontended/<reactor>/<idiom>         one coroutine: acquire, release
 //   contended_64x4/<reactor>/<idiom>      64 coroutines, 4 permits: acquire, co_await post, release
+//   contended_64x4_2_threads/<idiom>      the same on an io_context run by two threads, reactor on
 //   memory/parked_100k/<idiom>            100,000 coroutines parked on the idiom; heap per waiter
 //
 // At exit the binary prints (stderr) Markdown tables of CPU-time medians with ratios to the floors, and the

@@ -34,6 +34,7 @@
 #include <cstdint>
 #include <ctime>
 #include <exception>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
@@ -96,14 +97,18 @@ class bench_io {
   }
 
  private:
+  // Locked: the two-thread rows end coroutines on both threads.
   struct failure_handler {
     bench_io* self;
     void operator()(std::exception_ptr e) const {
-      if (e && !self->failure_) self->failure_ = e;
+      if (!e) return;
+      std::lock_guard<std::mutex> lock(self->failure_mutex_);
+      if (!self->failure_) self->failure_ = e;
     }
   };
 
   reactor mode_;
+  std::mutex failure_mutex_;
   std::exception_ptr failure_;
   net::io_context io_;
   std::optional<net::steady_timer> reactor_timer_;

@@ -51,7 +51,8 @@ class try_result {
 
   /// For `busy` from a rate limit or a paused gate: how long from the call until the same request would
   /// be taken if nothing else changed (when others wait, a lower bound: they go first), in nanoseconds;
-  /// `nanoseconds::max()` when never at the current rate. nullopt for other statuses, and where only an event
+  /// `nanoseconds::max()` when never at the current rate, or when the wait is too long to count in
+  /// nanoseconds (as from a `try_acquire_at` reading of time_point::min()). nullopt for other statuses, and where only an event
   /// can help (a concurrency limiter waits for releases).
   constexpr std::optional<std::chrono::nanoseconds> retry_after() const noexcept {
     if (status_ != try_status::busy || retry_ns_ < 0) return std::nullopt;

@@ -182,7 +182,8 @@ class limiter_core final : public permit_source,
         evict_oldest_(options.when_full == queue_full_policy::evict_oldest),
         priority_aging_ns_(options.priority_aging.count()),
         measure_wait_(Policy::needs_time || options.measure_wait),
-        coarse_wait_(coarse_capable && options.coarse_wait_clock && options.order != queue_order::priority),
+        coarse_wait_(coarse_capable && options.coarse_wait_clock && options.measure_wait &&
+                     options.order != queue_order::priority),
         has_observer_(static_cast<bool>(options.observer)),
         name_(options.name.empty() ? nullptr : std::make_shared<const std::string>(std::move(options.name))),
         observer_(std::move(options.observer)),
@@ -1250,8 +1251,9 @@ class limiter_core final : public permit_source,
     if (measure_wait_) {
       // A coarse-timed wait ends on the coarse clock too, whatever clock the dispatch read (a deadline's, a
       // timer's, a change of permits).
+      // Never negative: a test clock may be set back.
       const time_point end = coarse_wait_ ? wait_clock_now() : now;
-      const std::chrono::nanoseconds waited(to_ns(end).count() - op->stamp_ns);
+      const std::chrono::nanoseconds waited(std::max<std::int64_t>(to_ns(end).count() - op->stamp_ns, 0));
       stats_.wait_total += waited;
       stats_.wait_max = std::max(stats_.wait_max, waited);
       stats_.wait.record(waited);
