@@ -145,6 +145,13 @@ inline std::ostream& operator<<(std::ostream& os, const semaphore_snapshot& s) {
 /// Asio's I/O objects, must not race with its own operations, their cancellation signals included).
 /// With null_mutex, all use must happen on one thread or strand.
 ///
+/// @par Fast path
+/// With std::mutex, while nobody waits the free permits sit in one atomic word, so an uncontended
+/// try_acquire, acquire and release are each one compare-and-swap and take no lock (the state word of Go's
+/// sync.Mutex and of tokio's Semaphore). Whenever the lock is taken (a waiter, a snapshot, add_permits,
+/// forget, close), the word is folded back first, so every rule above holds as with the lock alone: a
+/// waiter is never overtaken, and the counters are exact.
+///
 /// @par Lifetime
 /// Movable, not copyable. Destroying it completes every waiter with `net::error::operation_aborted`, also
 /// one whose permits were granted but whose handler has not run yet (it never receives a permit to a
@@ -247,7 +254,8 @@ class basic_semaphore {
   /// Waits for n permits inside a coroutine: `auto p = co_await sem.acquire();`.
   ///
   /// When the permits are free and nobody waits, it completes without suspending through the scheduler (the
-  /// cost of a nested `co_await` plus a lock). Otherwise it waits as async_acquire does. Throws
+  /// cost of a nested `co_await` plus, with std::mutex, one compare-and-swap: see "Fast path" above).
+  /// Otherwise it waits as async_acquire does. Throws
   /// `rein::system_error` with the errors listed for async_acquire.
   net::awaitable<permit> acquire(std::size_t n = 1) { return doors().acquire_until(n, time_point::max()); }
 

@@ -25,6 +25,11 @@
 //                                       Without it, a concurrency limiter's revoked grant goes back through
 //                                       on_release(n, stamp, outcome::ignored, now), and any other grant is
 //                                       not revocable (the handler gets it: the grant wins).
+//   static constexpr bool poolable = true, optional<size_t> lend(max) noexcept, void repay(n) noexcept
+//                                       the policy is a plain count of free permits, which a thread-safe
+//                                       line lends to a lock-free word between its locked calls
+//                                       (detail/permit_pool.hpp): lend moves up to `max` free permits out
+//                                       (nullopt: none may go through the word now), repay brings them back.
 //   bool refuses(n, now) noexcept       true: the request fails at once with errc::upstream_unavailable (an
 //                                       adaptive limiter's open circuit). Asked before try_take for every new
 //                                       acquire (try_acquire says try_status::unavailable) and for the head
@@ -62,6 +67,13 @@ concept revocable_policy = requires(P& p, std::size_t n, TimePoint now) {
 template <class P, class TimePoint>
 concept revocable_remote_policy = requires(P& p, std::size_t n, TimePoint now) {
   { p.on_revoke(n, now, now) } noexcept;
+};
+
+/// Whether the policy's free permits can be lent to a lock-free word (see poolable above).
+template <class P>
+concept poolable_policy = P::poolable && requires(P& p, std::size_t n) {
+  { p.lend(n) } noexcept -> std::same_as<std::optional<std::size_t>>;
+  { p.repay(n) } noexcept;
 };
 
 /// Whether the policy can refuse requests outright (see refuses above).

@@ -22,7 +22,8 @@
 // Lifetime: the public limiter owns the core through a shared_ptr; a pending timer wait holds another, and so
 // does the runner of a granted op (see wait_op.hpp), so completions already queued when the limiter is
 // destroyed still find the core alive. Permits hold plain pointers (no reference count on the fast path):
-// the core counts the permit objects it handed out (`holders_`, under the lock), and a core shut down with
+// the core counts the permit objects it handed out (`holders_`, under the lock, plus what went through the
+// lock-free word of a thread-safe semaphore, folded in whenever the lock is taken), and a core shut down with
 // permits out keeps itself alive (`self_`) until the last one comes back. At shutdown it destroys its timer
 // (while the execution context surely exists) and, with nobody waiting, holds no work guard, so a late
 // release touches no I/O object; it still holds a copy of the executor (harmless for an io_context's own
@@ -53,6 +54,7 @@
 #include <rein/detail/op_queue.hpp>
 #include <rein/detail/fair_schedule.hpp>
 #include <rein/detail/partition_table.hpp>
+#include <rein/detail/permit_pool.hpp>
 #include <rein/detail/permit_source.hpp>
 #include <rein/detail/remote_admission.hpp>
 #include <rein/detail/wait_op.hpp>
@@ -230,8 +232,14 @@ class limiter_core final : public permit_source,
   /// instant the policy decides at instead of a clock read of its own (one read shared by several limiters).
   try_status try_acquire(std::size_t n, std::chrono::nanoseconds& stamp, std::int64_t* retry_ns = nullptr,
                          std::uint8_t partition = 0, const time_point* at = nullptr) {
+    if constexpr (pooled) {
+      if (pool_.try_take(n)) {
+        stamp = to_ns(time_point{});  // a timeless policy's grant time, as on the locked path
+        return try_status::acquired;
+      }
+    }
     if (has_observer_) return try_acquire_observed(n, stamp, retry_ns, partition, at);
-    std::lock_guard<Mutex> lock(mutex_);
+    line_lock lock(*this);
     if (closed_) return try_status::closed;
     if (policy_.exceeds(n)) return try_status::exceeds_capacity;
     const time_point now = at != nullptr ? *at : policy_now();
@@ -270,7 +278,7 @@ class limiter_core final : public permit_source,
     }
     completions done(this);
     try {
-      std::lock_guard<Mutex> lock(mutex_);
+      line_lock lock(*this);
       // Connected first, so that a grant made at once can still be taken back by a cancellation that arrives
       // before the handler runs; under the lock, so that a cancellation finds the op decided (its handler
       // locks before it acts on a queued op).
@@ -299,7 +307,7 @@ class limiter_core final : public permit_source,
     op->drain = true;
     completions done(this);
     try {
-      std::lock_guard<Mutex> lock(mutex_);
+      line_lock lock(*this);
       op->connect_cancellation(this);
       try {
         admit_drain_locked(op, deadline, done);
@@ -322,7 +330,7 @@ class limiter_core final : public permit_source,
     requires remote
   void settle(Args&&... args) {
     completions done(this);
-    std::lock_guard<Mutex> lock(mutex_);
+    line_lock lock(*this);
     const time_point now = Clock::now();
     const remote_settled r = policy_.settle(std::forward<Args>(args)..., now);
     if (r.op != nullptr) {
@@ -350,7 +358,7 @@ class limiter_core final : public permit_source,
   template <class F>
   decltype(auto) update(F&& f) {
     completions done(this);  // posts after the lock below is released, also for a void f
-    std::lock_guard<Mutex> lock(mutex_);
+    line_lock lock(*this);
     // With nobody waiting and a timeless policy (a semaphore's release), the clock is not read.
     const time_point now = (Policy::needs_time || !queue_.empty()) ? Clock::now() : time_point{};
     struct dispatcher {
@@ -371,7 +379,7 @@ class limiter_core final : public permit_source,
   template <class F>
   void update_and_refuse(F&& f) {
     completions done(this);
-    std::lock_guard<Mutex> lock(mutex_);
+    line_lock lock(*this);
     const time_point now = clock_now_locked();
     bool refuse = true;
     if constexpr (std::is_same_v<std::invoke_result_t<F&, Policy&, time_point>, bool>) refuse = f(policy_, now);
@@ -392,7 +400,7 @@ class limiter_core final : public permit_source,
   /// The statistics are the core's own (valid during the call only), brought up to date first.
   template <class F>
   decltype(auto) inspect(F&& f) const {
-    std::lock_guard<Mutex> lock(mutex_);
+    line_lock lock(*this);
     stats_.waiting = queue_.size();
     // Grants made at once since the last inspect, as zero waits (see the top of the file).
     if (measure_wait_) {
@@ -413,7 +421,7 @@ class limiter_core final : public permit_source,
   /// Completes every waiter with errc::closed; later acquires fail the same way. Idempotent.
   void close() {
     completions done(this);
-    std::lock_guard<Mutex> lock(mutex_);
+    line_lock lock(*this);
     fail_all_locked(wait_status::closed, done);
   }
 
@@ -421,7 +429,7 @@ class limiter_core final : public permit_source,
   /// complete with operation_aborted too, the timer stops.
   void shutdown() noexcept {
     completions done(this);
-    std::lock_guard<Mutex> lock(mutex_);
+    line_lock lock(*this);
     fail_all_locked(wait_status::aborted, done);
     shut_down_.store(true, std::memory_order_release);
     cancel_timer_locked();
@@ -431,7 +439,7 @@ class limiter_core final : public permit_source,
   }
 
   bool is_closed() const {
-    std::lock_guard<Mutex> lock(mutex_);
+    line_lock lock(*this);
     return closed_;
   }
 
@@ -447,8 +455,12 @@ class limiter_core final : public permit_source,
   // A permit of n comes back, from `partition` if the line has partitions.
   void release(std::size_t n, std::chrono::nanoseconds stamp, outcome result,
                std::optional<std::uint8_t> partition) noexcept {
+    // The word is open only without partitions, so `partition` has nothing to count there.
+    if constexpr (pooled) {
+      if (pool_.try_give(n)) return;
+    }
     std::shared_ptr<limiter_core> last;  // the core's own reference after shutdown: dropped after the unlock
-    std::unique_lock<Mutex> lock(mutex_);
+    line_lock lock(*this);
     // More permits back than were handed out: a permit given back twice (GCC 12 destroys a co_await's result
     // twice inside a conditional expression; see the README).
     assert(holders_ != 0);
@@ -474,13 +486,13 @@ class limiter_core final : public permit_source,
   }
 
   void permit_split() noexcept override {
-    std::lock_guard<Mutex> lock(mutex_);
+    line_lock lock(*this);
     ++holders_;
   }
 
   void restamp_permit(std::chrono::nanoseconds from, std::chrono::nanoseconds to) noexcept override {
     if constexpr (requires { policy_.on_restamp(from, to); }) {
-      std::lock_guard<Mutex> lock(mutex_);
+      line_lock lock(*this);
       policy_.on_restamp(from, to);
     }
   }
@@ -492,7 +504,7 @@ class limiter_core final : public permit_source,
 
   /// Permit objects handed out and not yet given back (for tests and snapshots).
   std::size_t holders() const {
-    std::lock_guard<Mutex> lock(mutex_);
+    line_lock lock(*this);
     return holders_;
   }
 
@@ -500,7 +512,7 @@ class limiter_core final : public permit_source,
   void cancel_wait(wait_op* op) noexcept override {
     std::shared_ptr<limiter_core> last;  // the core's own reference after shutdown: dropped after the unlock
     completions done(this);
-    std::lock_guard<Mutex> lock(mutex_);
+    line_lock lock(*this);
     switch (op->status.load(std::memory_order_relaxed)) {
       case wait_status::queued:
         if (!op->drain) {  // a drain is not an acquire
@@ -524,7 +536,7 @@ class limiter_core final : public permit_source,
     // back to the server (nobody will use those tokens).
     if constexpr (remote) return abandon(n, stamp, partition), false;
     std::shared_ptr<limiter_core> last;
-    std::lock_guard<Mutex> lock(mutex_);
+    line_lock lock(*this);
     partition_released_locked(partition, n);
     if constexpr (with_permit) last = holder_gone_locked();
     return false;
@@ -559,6 +571,53 @@ class limiter_core final : public permit_source,
   using op_base = std::conditional_t<remote, remote_wait_op, wait_op>;
   static constexpr bool concurrent = !std::is_same_v<Mutex, null_mutex>;  // a cancellation may race a runner
   static constexpr bool partitionable = with_permit && !remote && partitionable_policy<Policy>;
+  // Whether uncontended acquires and releases go through a lock-free word (detail/permit_pool.hpp): a
+  // thread-safe line of permits counted by a plain number. A null_mutex line gains nothing from it.
+  static constexpr bool pooled = concurrent && with_permit && !remote && poolable_policy<Policy>;
+
+  // The line's lock. Taking it closes the lock-free word and brings what went through it into the line, so
+  // that every locked path sees the whole state; releasing it lends the free permits to the word again when
+  // nothing an uncontended call could meet needs the lock (see permit_pool.hpp). Without the word, a plain
+  // lock. Const paths (snapshots) reclaim too: the core itself is never const (it lives in a shared_ptr).
+  class line_lock {
+   public:
+    explicit line_lock(const limiter_core& core) noexcept : core_(const_cast<limiter_core&>(core)) {
+      core_.mutex_.lock();
+      core_.pool_reclaim_locked();
+    }
+    line_lock(const line_lock&) = delete;
+    line_lock& operator=(const line_lock&) = delete;
+    ~line_lock() {
+      if (owns_) unlock();
+    }
+    void unlock() noexcept {
+      core_.pool_lend_locked();
+      core_.mutex_.unlock();
+      owns_ = false;
+    }
+
+   private:
+    limiter_core& core_;
+    bool owns_ = true;
+  };
+
+  void pool_reclaim_locked() noexcept {
+    if constexpr (pooled) {
+      const permit_pool::taken t = pool_.reclaim();
+      policy_.repay(t.units);
+      stats_.acquired_total += t.acquires;
+      holders_ += static_cast<std::size_t>(t.holders);  // modulo 2^64: the sum is the true count, never negative
+    }
+  }
+
+  void pool_lend_locked() noexcept {
+    if constexpr (pooled) {
+      if (!queue_.empty() || !drainers_.empty() || closed_ || timer_armed_ || has_observer_ || partitioned() ||
+          shut_down_.load(std::memory_order_relaxed))
+        return;
+      if (const std::optional<std::size_t> lent = policy_.lend(permit_pool::max_units)) pool_.open(*lent);
+    }
+  }
 
   // Where a permit of one partition reports back: the line, told which partition it was.
   class partition_source final : public permit_source {
@@ -1048,7 +1107,7 @@ class limiter_core final : public permit_source,
                                                 std::int64_t* retry_ns, std::uint8_t partition,
                                                 const time_point* at) {
     event_sink done(this);
-    std::lock_guard<Mutex> lock(mutex_);
+    line_lock lock(*this);
     // Observed at the lock's own reading: a caller's older one would replay events the observer has seen.
     const time_point seen = policy_now();
     const time_point now = at != nullptr ? *at : seen;
@@ -1067,7 +1126,7 @@ class limiter_core final : public permit_source,
   }
 
   // The uncontended release with an observer: the limit may have moved (an adaptive limiter's sample).
-  REIN_NOINLINE void release_observed(std::unique_lock<Mutex>& lock, std::size_t n, std::chrono::nanoseconds stamp,
+  REIN_NOINLINE void release_observed(line_lock& lock, std::size_t n, std::chrono::nanoseconds stamp,
                                       outcome result) noexcept {
     event_sink done(this);
     const time_point now = policy_now();
@@ -1225,7 +1284,7 @@ class limiter_core final : public permit_source,
       for (;;) {
         outbox_type batch;
         {
-          std::lock_guard<Mutex> lock(mutex_);
+          line_lock lock(*this);
           if (pending_out_.empty()) break;
           std::swap(batch, pending_out_);
         }
@@ -1233,7 +1292,7 @@ class limiter_core final : public permit_source,
       }
       sending_.store(false, std::memory_order_release);
       // Queued after our last look but before the flag went down: its thread saw us sending and left.
-      std::lock_guard<Mutex> lock(mutex_);
+      line_lock lock(*this);
       if (pending_out_.empty()) return;
     }
   }
@@ -1320,7 +1379,7 @@ class limiter_core final : public permit_source,
 
   void on_timer(std::uint64_t generation) noexcept {
     completions done(this);
-    std::lock_guard<Mutex> lock(mutex_);
+    line_lock lock(*this);
     if (shut_down_.load(std::memory_order_relaxed) || generation != timer_generation_) return;  // superseded
     timer_armed_ = false;
     const time_point now = Clock::now();
@@ -1352,6 +1411,8 @@ class limiter_core final : public permit_source,
   }
 
   Executor executor_;
+  struct no_pool {};
+  [[no_unique_address]] std::conditional_t<pooled, permit_pool, no_pool> pool_;  // see line_lock
   mutable Mutex mutex_;
   std::optional<timer_type> timer_;  // made when first armed
   Policy policy_;

@@ -23,6 +23,19 @@ struct semaphore_policy {
 
   std::size_t in_flight() const noexcept { return permits + owed - available; }
 
+  // A thread-safe line lends free permits to a lock-free word (detail/permit_pool.hpp) between its locked
+  // calls. Lends up to `max` of them, or nothing while holders owe permits: their releases must pay that off
+  // first, which only the locked path does.
+  static constexpr bool poolable = true;
+  std::optional<std::size_t> lend(std::size_t max) noexcept {
+    if (owed != 0) return std::nullopt;
+    const std::size_t lent = std::min(max, available);
+    available -= lent;
+    return lent;
+  }
+  // The lent permits come back (the word was reclaimed), as free ones.
+  void repay(std::size_t n) noexcept { available += n; }
+
   // What partitions divide (rein/partition.hpp): the total.
   std::size_t partition_limit() const noexcept { return permits; }
 
