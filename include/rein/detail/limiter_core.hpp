@@ -274,7 +274,7 @@ class limiter_core final : public permit_source,
     op->partition = where.partition;
     if (op->fair) {
       op->fair_state().key = where.key;
-      op->fair_state().weight = where.weight;
+      op->fair_state().weight = std::max<std::uint32_t>(where.weight, 1);
     }
     completions done(this);
     try {
