@@ -125,50 +125,37 @@ class timer_semaphore {
 using st_semaphore = rein::single_thread_semaphore;
 using ts_semaphore = rein::semaphore;
 
-/// A rein semaphore with its wait timing off (semaphore_options::measure_wait = false): a handoff then reads
-/// no clock, and snapshot().wait_total stays zero, as in the other idioms, which time nothing.
-template <class Sem>
-class untimed : public Sem {
+/// A rein semaphore made with the options `Options()` returns instead of the default ones.
+template <class Sem, rein::semaphore_options (*Options)()>
+class configured : public Sem {
  public:
-  untimed(const net::any_io_executor& ex, std::size_t permits) : Sem(ex, permits, {.measure_wait = false}) {}
+  configured(const net::any_io_executor& ex, std::size_t permits) : Sem(ex, permits, Options()) {}
 };
 
-using st_untimed = untimed<st_semaphore>;
-using ts_untimed = untimed<ts_semaphore>;
+/// Wait timing off (semaphore_options::measure_wait = false): a handoff then reads no clock, and
+/// snapshot().wait_total stays zero, as in the other idioms, which time nothing.
+rein::semaphore_options untimed_options() { return {.measure_wait = false}; }
+using st_untimed = configured<st_semaphore, untimed_options>;
+using ts_untimed = configured<ts_semaphore, untimed_options>;
 
-/// A rein semaphore timing its waits on the kernel's coarse clock (semaphore_options::coarse_wait_clock).
-template <class Sem>
-class coarse : public Sem {
- public:
-  coarse(const net::any_io_executor& ex, std::size_t permits) : Sem(ex, permits, {.coarse_wait_clock = true}) {}
-};
+/// Waits timed on the kernel's coarse clock (semaphore_options::coarse_wait_clock).
+rein::semaphore_options coarse_options() { return {.coarse_wait_clock = true}; }
+using st_coarse = configured<st_semaphore, coarse_options>;
+using ts_coarse = configured<ts_semaphore, coarse_options>;
 
-using st_coarse = coarse<st_semaphore>;
-using ts_coarse = coarse<ts_semaphore>;
-
-/// A rein semaphore with wait measurement on (the default) and an observer set: every event goes to a
-/// counter (an uncontended acquire and release cause none; what is measured is the test for one).
+/// Wait measurement on (the default) and an observer set: every event goes to a counter (an uncontended
+/// acquire and release cause none; what is measured is the test for one).
 inline std::uint64_t observed_events = 0;
+rein::semaphore_options observed_options() {
+  return {.observer = [](const rein::limiter_event&) { ++observed_events; }};
+}
+using st_observed = configured<st_semaphore, observed_options>;
+using ts_observed = configured<ts_semaphore, observed_options>;
 
-template <class Sem>
-class observed : public Sem {
- public:
-  observed(const net::any_io_executor& ex, std::size_t permits)
-      : Sem(ex, permits, {.observer = [](const rein::limiter_event&) { ++observed_events; }}) {}
-};
-
-using st_observed = observed<st_semaphore>;
-using ts_observed = observed<ts_semaphore>;
-
-/// A rein semaphore serving its newest waiter first (semaphore_options::order = queue_order::lifo).
-template <class Sem>
-class lifo : public Sem {
- public:
-  lifo(const net::any_io_executor& ex, std::size_t permits) : Sem(ex, permits, {.order = rein::queue_order::lifo}) {}
-};
-
-using st_lifo = lifo<st_semaphore>;
-using ts_lifo = lifo<ts_semaphore>;
+/// The newest waiter served first (semaphore_options::order = queue_order::lifo).
+rein::semaphore_options lifo_options() { return {.order = rein::queue_order::lifo}; }
+using st_lifo = configured<st_semaphore, lifo_options>;
+using ts_lifo = configured<ts_semaphore, lifo_options>;
 
 /// A rein semaphore in priority order whose acquires alternate between class 0 and class 1.
 template <class Sem>
@@ -643,6 +630,11 @@ void register_summary() {
     ratio_target(std::string("uncontended, reactor on: concurrent_") + ch + " / semaphore",
                  u + "concurrent_" + ch, u + "rein_semaphore", bound::at_least, 30);
   }
+
+  // The lock-free word (detail/permit_pool.hpp): trying first on the thread-safe semaphore costs about what it
+  // costs on the single-threaded one (two locked sections made it 2.4 times as much).
+  ratio_target("uncontended, reactor on: semaphore_try_first / single_thread_semaphore_try_first",
+               u + "rein_semaphore_try_first", u + "rein_single_thread_semaphore_try_first", bound::at_most, 1.5);
 
   // The best any coroutine fast path could do against the channel's round trip on this machine: the floor.
   ratio_target("reference: channel_async_send / nested-awaitable floor (the most any fast path can reach)",
