@@ -793,11 +793,17 @@ TEST_CASE("gradient: invalid options name the type, field and value") {
 
 namespace {
 
-rein::algo::vegas no_probe_vegas() {
+// Netflix's start, and its utilisation factor: growth up to twice what was tested.
+rein::algo::vegas_options netflix_start() {
   rein::algo::vegas_options o;
+  o.initial_limit = 20;
+  o.min_utilisation = 0.5;
+  return o;
+}
+
+// A vegas that never probes for a lower no-load latency (a probe every million samples).
+rein::algo::vegas no_probe_vegas(rein::algo::vegas_options o = netflix_start()) {
   o.probe_multiplier = 1e6;
-  o.initial_limit = 20;    // Netflix's start
-  o.min_utilisation = 0.5;  // and its utilisation factor: growth up to twice what was tested
   return rein::algo::vegas{o};
 }
 
@@ -829,9 +835,8 @@ TEST_CASE("vegas: no queue grows by beta, a small one by a step, a large one shr
 
 TEST_CASE("vegas: below a limit of 14 the thresholds are shares of the limit, not whole calls") {
   rein::algo::vegas_options o;
-  o.probe_multiplier = 1e6;
   o.min_utilisation = 0.5;
-  rein::algo::vegas v{o};  // from 4: Netflix's thresholds 1, 3, 6 calls; shares 1/14, 3/14, 3/7
+  auto v = no_probe_vegas(o);  // from 4: Netflix's thresholds 1, 3, 6 calls; shares 1/14, 3/14, 3/7
   v.on_sample(ok(10ms, 4));
   v.on_sample(ok(20ms, 4));  // half the limit queued: 2 calls < alpha, but 0.5 > 3/7
   REQUIRE(v.limit() == 3.0);
@@ -901,10 +906,9 @@ TEST_CASE("vegas: growth waits a round trip after a decrease, longer at a level 
 
 TEST_CASE("vegas: plateau_rounds 0 never waits") {
   rein::algo::vegas_options o;
-  o.probe_multiplier = 1e6;
   o.initial_limit = 20;
   o.plateau_rounds = 0;
-  rein::algo::vegas v{o};
+  auto v = no_probe_vegas(o);
   v.on_sample(ok(10ms, 20));
   v.on_sample(ok(20ms, 20));
   v.on_sample(ok(10ms, 19));
@@ -931,10 +935,9 @@ TEST_CASE("vegas: a success granted with few calls out does not raise the limit 
 
 TEST_CASE("vegas: above 1000 the step is log10 of the limit") {
   rein::algo::vegas_options o;
-  o.probe_multiplier = 1e6;
   o.initial_limit = 1500;
   o.max_limit = 5000;
-  rein::algo::vegas v{o};
+  auto v = no_probe_vegas(o);
   v.on_sample(ok(10ms, 1500));
   v.on_sample(congestion(10ms, 1500));
   REQUIRE(v.limit() == 1497.0);  // L = floor(log10(1500)) = 3
