@@ -30,6 +30,8 @@
 //                                       line lends to a lock-free word between its locked calls
 //                                       (detail/permit_pool.hpp): lend moves up to `max` free permits out
 //                                       (nullopt: none may go through the word now), repay brings them back.
+//                                       Such a policy is timeless, never refuses, and its on_release adds
+//                                       the units back whenever lend would lend (the word does just that).
 //   bool refuses(n, now) noexcept       true: the request fails at once with errc::upstream_unavailable (an
 //                                       adaptive limiter's open circuit). Asked before try_take for every new
 //                                       acquire (try_acquire says try_status::unavailable) and for the head

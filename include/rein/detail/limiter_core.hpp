@@ -574,6 +574,9 @@ class limiter_core final : public permit_source,
   // Whether uncontended acquires and releases go through a lock-free word (detail/permit_pool.hpp): a
   // thread-safe line of permits counted by a plain number. A null_mutex line gains nothing from it.
   static constexpr bool pooled = concurrent && with_permit && !remote && poolable_policy<Policy>;
+  // The word grants at the epoch and asks the policy nothing: a timeless rule that never refuses.
+  static_assert(!pooled || (!Policy::needs_time && !refusing_policy<Policy, time_point>),
+                "rein: a poolable policy must be timeless and never refuse (detail/admission_policy.hpp)");
 
   // The line's lock. Taking it closes the lock-free word and brings what went through it into the line, so
   // that every locked path sees the whole state; releasing it lends the free permits to the word again when
@@ -581,7 +584,7 @@ class limiter_core final : public permit_source,
   // lock. Const paths (snapshots) reclaim too: the core itself is never const (it lives in a shared_ptr).
   class line_lock {
    public:
-    explicit line_lock(const limiter_core& core) noexcept : core_(const_cast<limiter_core&>(core)) {
+    explicit line_lock(const limiter_core& core) : core_(const_cast<limiter_core&>(core)) {
       core_.mutex_.lock();
       core_.pool_reclaim_locked();
     }
@@ -604,6 +607,8 @@ class limiter_core final : public permit_source,
   void pool_reclaim_locked() noexcept {
     if constexpr (pooled) {
       const permit_pool::taken t = pool_.reclaim();
+      // More permits back than were handed out: a permit given back twice (see release()).
+      assert(t.holders >= 0 || holders_ >= static_cast<std::size_t>(-t.holders));
       policy_.repay(t.units);
       stats_.acquired_total += t.acquires;
       holders_ += static_cast<std::size_t>(t.holders);  // modulo 2^64: the sum is the true count, never negative
