@@ -1464,16 +1464,12 @@ int pool_model_depth() { return rein_test::model_scope(6, 5, 7); }
 
 TEST_CASE("the lock-free fast path against the model, exhaustively: every sequence of 6 calls on 2 permits",
           "[semaphore][pool][model]") {
-  const int depth = pool_model_depth();
   constexpr int calls = 11;
-  int total = 1;
-  for (int i = 0; i < depth; ++i) total *= calls;
-  for (int code = 0; code < total; ++code) {
+  rein_test::for_each_sequence(pool_model_depth(), calls, [](long code, const std::vector<int>& sequence) {
     pool_run run;
-    int rest = code;
     INFO("calls (lowest digit first, base 11) " << code);
-    for (int i = 0; i < depth; ++i, rest /= calls) {
-      switch (rest % calls) {
+    for (int call : sequence) {
+      switch (call) {
         case 0: run.try_take(1); break;
         case 1: run.try_take(2); break;
         case 2: run.release_oldest(); break;
@@ -1489,7 +1485,7 @@ TEST_CASE("the lock-free fast path against the model, exhaustively: every sequen
     }
     run.check();
     run.drain();
-  }
+  });
 }
 
 TEST_CASE("a semaphore destroyed with permits taken through the lock-free word stays alive until they are back",

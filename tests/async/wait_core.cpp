@@ -1483,27 +1483,22 @@ TEST_CASE("partitions against the model, exhaustively: every sequence of 6 event
   // partitions at these limits, unit requests.
   const int depth = partition_model_depth();
   constexpr int events = 7;
-  std::size_t runs = 0;
+  long runs = 0;
   for (std::size_t limit : {2u, 3u}) {
     for (const std::vector<double>& shares : {std::vector<double>{0.5, 0.5}, std::vector<double>{0.34, 0.33}}) {
-      int total = 1;
-      for (int i = 0; i < depth; ++i) total *= events;
-      for (int code = 0; code < total; ++code) {
+      runs += rein_test::for_each_sequence(depth, events, [&](long, const std::vector<int>& sequence) {
         partitioned_line line(limit, shares);
-        int rest = code;
-        for (int i = 0; i < depth; ++i, rest /= events) {
-          const int e = rest % events;
+        for (int e : sequence) {
           bool acted = true;
           if (e < 3) line.acquire(static_cast<std::size_t>(e));
           else if (e < 6) acted = line.release(static_cast<std::size_t>(e - 3));
           else acted = line.cancel_first();
           if (acted) line.check();
         }
-        ++runs;
-      }
+      });
     }
   }
-  std::size_t per_setting = 1;
+  long per_setting = 1;
   for (int i = 0; i < depth; ++i) per_setting *= events;
   CHECK(runs == 4 * per_setting);
 }
@@ -1992,18 +1987,14 @@ TEST_CASE("fair order against the model, exhaustively: every sequence of 6 event
   // event (the same grants in the same order, the same number of waiters). What it covers: every
   // interleaving of up to 6 (8) arrivals, releases and cancellations by as many callers of three keys
   // with two weights and two request sizes, including the line emptying and starting again level.
-  const int depth = fair_model_depth();
   constexpr int events = 7;
   for (std::size_t permits : {1u, 2u}) {
-    int total = 1;
-    for (int i = 0; i < depth; ++i) total *= events;
-    for (int code = 0; code < total; ++code) {
+    rein_test::for_each_sequence(fair_model_depth(), events, [&](long code, const std::vector<int>& sequence) {
       fair_line line(permits);
-      int rest = code;
       INFO("permits " << permits << ", events (lowest digit first, base 7) " << code);
-      for (int i = 0; i < depth; ++i, rest /= events) {
+      for (int e : sequence) {
         bool acted = true;
-        switch (rest % events) {
+        switch (e) {
           case 0: line.acquire("a", 1, 1); break;
           case 1: line.acquire("b", 2, 1); break;
           case 2: line.acquire("a", 1, 2); break;
@@ -2014,7 +2005,7 @@ TEST_CASE("fair order against the model, exhaustively: every sequence of 6 event
         }
         if (acted) line.check();
       }
-    }
+    });
   }
 }
 

@@ -2,8 +2,11 @@
 // slower) and a thorough one run by hand with REIN_MODEL_THOROUGH=1.
 #pragma once
 
+#include <cstddef>
 #include <cstdlib>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace rein_test {
 
@@ -30,6 +33,21 @@ inline constexpr bool under_sanitizer = false;
 inline int model_scope(int quick, int sanitized, int thorough) {
   if (model_thorough()) return thorough;
   return under_sanitizer ? sanitized : quick;
+}
+
+/// Calls `visit(code, sequence)` once for each of the `events`^`depth` sequences of `depth` events, each
+/// event one of `events` kinds (0 to events - 1): the exhaustive enumeration of a model check. `code`
+/// numbers the sequence for a failure message: its events are code's digits in base `events`, lowest
+/// first. Returns how many sequences it visited.
+template <class Visit>
+long for_each_sequence(int depth, int events, Visit&& visit) {
+  std::vector<int> sequence(static_cast<std::size_t>(depth), 0);
+  for (long code = 0;; ++code) {
+    visit(code, std::as_const(sequence));
+    std::size_t digit = 0;  // the next sequence: add one, carrying
+    while (digit < sequence.size() && ++sequence[digit] == events) sequence[digit++] = 0;
+    if (digit == sequence.size()) return code + 1;
+  }
 }
 
 }  // namespace rein_test
