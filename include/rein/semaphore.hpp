@@ -146,11 +146,11 @@ inline std::ostream& operator<<(std::ostream& os, const semaphore_snapshot& s) {
 /// With null_mutex, all use must happen on one thread or strand.
 ///
 /// @par Fast path
-/// With std::mutex (any Mutex but null_mutex), while nobody waits the free permits sit in one atomic word, so an uncontended
-/// try_acquire, acquire and release are each one compare-and-swap and take no lock (the state word of Go's
-/// sync.Mutex and of tokio's Semaphore). Whenever the lock is taken (a waiter, a snapshot, add_permits,
-/// forget, close), the word is folded back first, so every rule above holds as with the lock alone: a
-/// waiter is never overtaken, and the counters are exact.
+/// With std::mutex (any Mutex but null_mutex), while nobody waits the free permits sit in one atomic
+/// word, so an uncontended try_acquire, acquire and release are each one compare-and-swap and take no lock
+/// (the state word of Go's sync.Mutex and of tokio's Semaphore). Whenever the lock is taken (a waiter, a
+/// snapshot, add_permits, forget, close), the word is folded back first, so every rule above holds as with
+/// the lock alone: a waiter is never overtaken, and the counters are exact.
 ///
 /// @par Lifetime
 /// Movable, not copyable. Destroying it completes every waiter with `net::error::operation_aborted`, also
