@@ -24,6 +24,10 @@
 //                            only
 //   *_try_first              the same called the hot-loop way: try_acquire() first, co_await acquire() only if
 //                            that fails, uncontended only
+//   floor_bare_semaphore     rein_bench::handoff_floor (support/floors.hpp): a count and a ring of parked
+//                            handlers, release() posting the oldest one's completion; nothing else (no
+//                            cancellation, deadline, statistic or lock). The least a semaphore that parks
+//                            coroutines can cost, fast path and handoff
 //   channel_*, concurrent_channel_*
 //                            net::experimental::channel<void(error_code)> (concurrent_channel: thread-safe) as a
 //                            semaphore with `permits` buffer slots: acquire = send, release = try_receive.
@@ -228,6 +232,7 @@ constexpr bool is_rein = std::is_same_v<Sem, st_semaphore> || std::is_same_v<Sem
                          std::is_same_v<Sem, st_fair> || std::is_same_v<Sem, ts_fair> ||
                          std::is_same_v<Sem, st_partitioned> || std::is_same_v<Sem, ts_partitioned> ||
                          std::is_same_v<Sem, st_try_first> || std::is_same_v<Sem, ts_try_first>;
+using bare_semaphore = handoff_floor;
 using channel_try_first = channel_semaphore<channel, true>;
 using channel_async = channel_semaphore<channel, false>;
 using concurrent_channel_try_first = channel_semaphore<concurrent_channel, true>;
@@ -545,6 +550,7 @@ void register_timing(reactor mode) {
   uncontended_benchmark<ts_untimed>(on(uncontended, mode, "rein_semaphore_untimed"), mode);
   uncontended_benchmark<st_observed>(on(uncontended, mode, "rein_single_thread_semaphore_observed"), mode);
   uncontended_benchmark<ts_observed>(on(uncontended, mode, "rein_semaphore_observed"), mode);
+  uncontended_benchmark<bare_semaphore>(on(uncontended, mode, "floor_bare_semaphore"), mode);
   uncontended_benchmark<channel_try_first>(on(uncontended, mode, "channel_try_send_then_async_send"), mode);
   uncontended_benchmark<channel_async>(on(uncontended, mode, "channel_async_send"), mode);
   uncontended_benchmark<concurrent_channel_try_first>(
@@ -573,6 +579,7 @@ void register_timing(reactor mode) {
   // io_context(1): the application says one thread runs the context (see the note at the end).
   contended_benchmark<floor_post>(on(contended, mode, "floor_post_hint1"), mode, 1);
   contended_benchmark<st_semaphore>(on(contended, mode, "rein_single_thread_semaphore_hint1"), mode, 1);
+  contended_benchmark<bare_semaphore>(on(contended, mode, "floor_bare_semaphore"), mode);
   contended_benchmark<channel_try_first>(on(contended, mode, "channel_try_send_then_async_send"), mode);
   contended_benchmark<channel_async>(on(contended, mode, "channel_async_send"), mode);
   contended_benchmark<concurrent_channel_try_first>(
@@ -645,11 +652,19 @@ void register_summary() {
                off + "floor_post", bound::at_most, 1.8);
   ratio_target("contended, reactor off: semaphore / post floor", off + "rein_semaphore", off + "floor_post",
                bound::at_most, 1.8);
-  // A handoff parks the waiter in an async operation and resumes it through the scheduler: Asio's own channel
-  // shows what that costs next to the same floor.
+  // A handoff parks the waiter in an async operation and resumes it through the scheduler: the bare semaphore
+  // (nothing but that) and Asio's own channel show what that costs next to the same floor.
   ratio_target("reference: channel_async_send / post floor, reactor off (Asio's own handoff)",
                off + "channel_async_send", off + "floor_post", bound::at_most, 1.8);
   const std::string c_on = contended + "reactor_on/";
+  ratio_target("reference: floor_bare_semaphore / post floor, reactor on (the least a parking handoff costs)",
+               c_on + "floor_bare_semaphore", c_on + "floor_post", bound::at_most, 2.5);
+  // What rein does beyond the least a parking semaphore must: queue order, cancellation, deadlines, wait
+  // statistics, shutdown.
+  ratio_target("contended, reactor on: single_thread_semaphore / bare semaphore", c_on + "rein_single_thread_semaphore",
+               c_on + "floor_bare_semaphore", bound::at_most, 1.5);
+  ratio_target("contended, reactor on: semaphore / bare semaphore", c_on + "rein_semaphore",
+               c_on + "floor_bare_semaphore", bound::at_most, 1.5);
   for (const char* ch : {"channel_try_send_then_async_send", "channel_async_send"}) {
     // "faster than": the channel's time over rein's must exceed 1.
     ratio_target(std::string("contended, reactor on: ") + ch + " / single_thread_semaphore (> 1: rein faster)",

@@ -4,7 +4,7 @@
 // by up to 15% between builds of the same code. instructions.sh runs it.
 //
 //   rein_handoff_count <idiom> <iterations> [reactor: 0|1, default 1]
-//   idioms: floor, single_thread_semaphore, semaphore, single_thread_semaphore_untimed, semaphore_untimed,
+//   idioms: floor, bare_semaphore (rein_bench::handoff_floor), single_thread_semaphore, semaphore, single_thread_semaphore_untimed, semaphore_untimed,
 //           single_thread_semaphore_observed, semaphore_observed (an observer set that counts events),
 //           single_thread_semaphore_coarse, semaphore_coarse (waits timed on the coarse clock),
 //           channel_async_send, channel_try_send_then_async_send, concurrent_channel_async_send,
@@ -62,7 +62,7 @@ net::awaitable<void> rein_loop(Sem& sem) {
 }
 
 template <class Sem>
-net::awaitable<void> channel_loop(Sem& sem) {
+net::awaitable<void> idiom_loop(Sem& sem) {
   while (next()) {
     co_await sem.acquire();
     co_await post_round_trip();
@@ -79,7 +79,7 @@ void run(net::io_context& io, Sem& sem, Loop loop) {
 template <class Channel, bool TrySendFirst>
 void run_channel(net::io_context& io) {
   channel_semaphore<Channel, TrySendFirst> sem(io.get_executor(), permits);
-  run(io, sem, [](auto& s) { return channel_loop(s); });
+  run(io, sem, [](auto& s) { return idiom_loop(s); });
 }
 
 long observed_events = 0;
@@ -110,6 +110,9 @@ int main(int argc, char** argv) {
   if (idiom == "floor") {
     for (int i = 0; i < coroutines; ++i) net::co_spawn(io, floor_loop(), net::detached);
     io.run();
+  } else if (idiom == "bare_semaphore") {
+    rein_bench::handoff_floor sem(io.get_executor(), permits);
+    run(io, sem, [](auto& s) { return idiom_loop(s); });
   } else if (idiom == "single_thread_semaphore") {
     run_rein<rein::single_thread_semaphore>(io, true);
   } else if (idiom == "semaphore") {
