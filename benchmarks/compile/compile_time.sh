@@ -1,0 +1,41 @@
+#!/bin/bash
+# CPU seconds (user + system) to compile each probe of benchmarks/compile/, the median of several runs, and
+# its multiple of Asio's header alone and of the timed-wait floor:
+#
+#   asio_only.cpp         #include <boost/asio.hpp>, nothing else
+#   timed_wait_floor.cpp  the least Asio a coroutine awaiting a timed wait instantiates
+#   semaphore.cpp         a coroutine awaiting one rein::semaphore
+#   throttle4.cpp         a coroutine using a four-stage throttle
+#
+#   benchmarks/compile/compile_time.sh [compiler, default g++] [runs, default 5] [flags, default "-O2 -DNDEBUG"]
+# Run from the repository's root, with nothing else running (compile times move with the machine's load).
+set -eu
+cxx=${1:-g++}
+runs=${2:-5}
+flags=${3:--O2 -DNDEBUG}
+dir=$(dirname "$0")
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+cpu_seconds() {  # one compile's user + system seconds
+  local TIMEFORMAT='%U %S'
+  # shellcheck disable=SC2086
+  { time "$cxx" -std=c++20 $flags -Iinclude -c "$dir/$1.cpp" -o "$out/$1.o"; } 2>&1 | awk '{print $1 + $2}'
+}
+
+median() {  # of the runs of one probe, interleaved with the others' runs
+  sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'
+}
+
+probes="asio_only timed_wait_floor semaphore throttle4"
+for ((i = 0; i < runs; ++i)); do
+  for p in $probes; do cpu_seconds "$p" >> "$out/$p.times"; done
+done
+declare -A m
+for p in $probes; do m[$p]=$(median < "$out/$p.times"); done
+printf '| probe (%s %s, median of %s) | CPU s | / asio_only | / timed_wait_floor |\n|---|---:|---:|---:|\n' \
+  "$cxx" "$flags" "$runs"
+for p in $probes; do
+  awk -v p="$p" -v t="${m[$p]}" -v a="${m[asio_only]}" -v f="${m[timed_wait_floor]}" \
+    'BEGIN {printf "| %s | %.2f | %.2f | %.2f |\n", p, t, t / a, t / f}'
+done
