@@ -1,6 +1,8 @@
 // rein::semaphore against what a user writes today, side by side, with the semaphore's design targets:
 //
 //   floor_nested_awaitable   co_await of a nested awaitable that returns at once (the fast path's floor)
+//   floor_nested_awaitable_permit
+//                            the same returning an empty rein::permit, as rein's acquire() returns one
 //   floor_post               co_await net::post(net::use_awaitable) (one scheduler round trip)
 //   rein_single_thread_semaphore, rein_semaphore
 //                            rein::single_thread_semaphore (null_mutex) and rein::semaphore (std::mutex)
@@ -249,6 +251,17 @@ net::awaitable<void> uncontended_nested_floor(benchmark::State& state, run_clock
   clock.stop();
 }
 
+/// The same returning an empty permit, as `co_await sem.acquire()` returns one: the floor's coroutine plus
+/// moving a permit out of the frame and destroying the moved-from one (an empty permit gives nothing back).
+net::awaitable<void> uncontended_nested_permit_floor(benchmark::State& state, run_clock& clock) {
+  clock.start();
+  for (auto _ : state) {
+    permit p = co_await ready_now<permit>(permit{});
+    benchmark::DoNotOptimize(p);
+  }
+  clock.stop();
+}
+
 net::awaitable<void> uncontended_post_floor(benchmark::State& state, run_clock& clock) {
   clock.start();
   for (auto _ : state) co_await post_round_trip();
@@ -328,6 +341,7 @@ void make_and_run_contended(bench_io& io, iteration_gate& gate) {
 // ---- Registration of the timing benchmarks ------------------------------------------------------------
 
 struct floor_nested {};
+struct floor_nested_permit {};
 struct floor_post {};
 
 template <class Sem>
@@ -339,6 +353,8 @@ void uncontended_benchmark(const std::string& name, reactor mode) {
                                  run_clock clock(state, name);
                                  if constexpr (std::is_same_v<Sem, floor_nested>)
                                    io.run(uncontended_nested_floor(state, clock));
+                                 else if constexpr (std::is_same_v<Sem, floor_nested_permit>)
+                                   io.run(uncontended_nested_permit_floor(state, clock));
                                  else if constexpr (std::is_same_v<Sem, floor_post>)
                                    io.run(uncontended_post_floor(state, clock));
                                  else
@@ -541,6 +557,7 @@ std::string on(const std::string& group, reactor mode, const char* idiom) {
 
 void register_timing(reactor mode) {
   uncontended_benchmark<floor_nested>(on(uncontended, mode, "floor_nested_awaitable"), mode);
+  uncontended_benchmark<floor_nested_permit>(on(uncontended, mode, "floor_nested_awaitable_permit"), mode);
   uncontended_benchmark<floor_post>(on(uncontended, mode, "floor_post"), mode);
   uncontended_benchmark<st_semaphore>(on(uncontended, mode, "rein_single_thread_semaphore"), mode);
   uncontended_benchmark<ts_semaphore>(on(uncontended, mode, "rein_semaphore"), mode);
@@ -637,6 +654,13 @@ void register_summary() {
     ratio_target(std::string("uncontended, reactor on: concurrent_") + ch + " / semaphore",
                  u + "concurrent_" + ch, u + "rein_semaphore", bound::at_least, 30);
   }
+
+  // What the door does beyond a nested coroutine that returns what it returns (a permit): the try and the
+  // release, through the lock-free word on the thread-safe semaphore.
+  ratio_target("uncontended, reactor on: single_thread_semaphore / nested-awaitable floor returning a permit",
+               u + "rein_single_thread_semaphore", u + "floor_nested_awaitable_permit", bound::at_most, 1.5);
+  ratio_target("uncontended, reactor on: semaphore / nested-awaitable floor returning a permit",
+               u + "rein_semaphore", u + "floor_nested_awaitable_permit", bound::at_most, 1.5);
 
   // The lock-free word (detail/permit_pool.hpp): trying first on the thread-safe semaphore costs about what it
   // costs on the single-threaded one (two locked sections made it 2.4 times as much).
