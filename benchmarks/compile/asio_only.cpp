@@ -1,5 +1,5 @@
-// Compile-time probe (compile_time.sh): Asio's whole header and nothing else, the unit of the issue's
-// "at most 2x <boost/asio.hpp>".
+// Compile-time probe (compile_time.sh): Asio's whole header and nothing else, the unit the other probes'
+// times are first given in.
 #include <rein/config.hpp>
 
 #if defined(REIN_STANDALONE_ASIO)

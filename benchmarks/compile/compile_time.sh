@@ -4,14 +4,20 @@
 #
 #   asio_only.cpp         #include <boost/asio.hpp>, nothing else
 #   timed_wait_floor.cpp  the least Asio a coroutine awaiting a timed wait instantiates
-#   semaphore.cpp         a coroutine awaiting one rein::semaphore
+#   semaphore.cpp         a coroutine awaiting one rein::semaphore (each probe includes only what it needs)
 #   throttle4.cpp         a coroutine using a four-stage throttle
 #
 #   benchmarks/compile/compile_time.sh [compiler, default g++] [runs, default 5] [flags, default "-O2 -DNDEBUG"]
 # Run from the repository's root, with nothing else running (compile times move with the machine's load).
-set -eu
+# Needs bash 4 (an associative array). A probe that fails to compile stops the script with its messages.
+set -euo pipefail
+export LC_ALL=C  # bash's `time` prints the locale's decimal point, which awk would misread
 cxx=${1:-g++}
 runs=${2:-5}
+if ((runs < 1)); then
+  echo "compile_time.sh: runs must be at least 1, got $runs" >&2
+  exit 2
+fi
 flags=${3:--O2 -DNDEBUG}
 dir=$(dirname "$0")
 out=$(mktemp -d)
@@ -20,7 +26,12 @@ trap 'rm -rf "$out"' EXIT
 cpu_seconds() {  # one compile's user + system seconds
   local TIMEFORMAT='%U %S'
   # shellcheck disable=SC2086
-  { time "$cxx" -std=c++20 $flags -Iinclude -c "$dir/$1.cpp" -o "$out/$1.o"; } 2>&1 | awk '{print $1 + $2}'
+  if ! { time "$cxx" -std=c++20 $flags -Iinclude -c "$dir/$1.cpp" -o "$out/$1.o" 2> "$out/$1.log"; } \
+      2> "$out/time"; then
+    cat "$out/$1.log" >&2
+    exit 1
+  fi
+  awk '{print $1 + $2}' "$out/time"
 }
 
 median() {  # of the runs of one probe, interleaved with the others' runs
