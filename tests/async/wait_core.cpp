@@ -1486,8 +1486,10 @@ TEST_CASE("partitions against the model, exhaustively: every sequence of 6 event
   long runs = 0;
   for (std::size_t limit : {2u, 3u}) {
     for (const std::vector<double>& shares : {std::vector<double>{0.5, 0.5}, std::vector<double>{0.34, 0.33}}) {
-      runs += rein_test::for_each_sequence(depth, events, [&](long, const std::vector<int>& sequence) {
+      rein_test::for_each_sequence(depth, events, [&](long code, const std::vector<int>& sequence) {
         partitioned_line line(limit, shares);
+        INFO("limit " << limit << ", events (lowest digit first, base 7) " << code);
+        ++runs;
         for (int e : sequence) {
           bool acted = true;
           if (e < 3) line.acquire(static_cast<std::size_t>(e));

@@ -2,6 +2,7 @@
 // slower) and a thorough one run by hand with REIN_MODEL_THOROUGH=1.
 #pragma once
 
+#include <cassert>
 #include <cstddef>
 #include <cstdlib>
 #include <string_view>
@@ -41,6 +42,7 @@ inline int model_scope(int quick, int sanitized, int thorough) {
 /// first. Returns how many sequences it visited.
 template <class Visit>
 long for_each_sequence(int depth, int events, Visit&& visit) {
+  assert(depth >= 0 && events >= 1);
   std::vector<int> sequence(static_cast<std::size_t>(depth), 0);
   for (long code = 0;; ++code) {
     visit(code, std::as_const(sequence));
