@@ -4,7 +4,8 @@
 // by up to 15% between builds of the same code. instructions.sh runs it.
 //
 //   rein_handoff_count <idiom> <iterations> [reactor: 0|1, default 1]
-//   idioms: floor, bare_semaphore (rein_bench::handoff_floor), single_thread_semaphore, semaphore, single_thread_semaphore_untimed, semaphore_untimed,
+//   idioms: floor, bare_semaphore (rein_bench::handoff_floor), single_thread_semaphore, semaphore,
+//           single_thread_semaphore_untimed, semaphore_untimed,
 //           single_thread_semaphore_observed, semaphore_observed (an observer set that counts events),
 //           single_thread_semaphore_coarse, semaphore_coarse (waits timed on the coarse clock),
 //           channel_async_send, channel_try_send_then_async_send, concurrent_channel_async_send,

@@ -12,7 +12,8 @@ count() {
     sed -n 's/.*Collected : \([0-9]*\).*/\1/p'
 }
 printf '| idiom (reactor %s) | instructions per iteration |\n|---|---:|\n' "$reactor"
-for idiom in floor bare_semaphore single_thread_semaphore single_thread_semaphore_untimed single_thread_semaphore_observed \
+for idiom in floor bare_semaphore single_thread_semaphore single_thread_semaphore_untimed \
+    single_thread_semaphore_observed \
     single_thread_semaphore_coarse semaphore semaphore_untimed semaphore_observed semaphore_coarse \
     channel_async_send channel_try_send_then_async_send concurrent_channel_async_send \
     concurrent_channel_try_send_then_async_send; do

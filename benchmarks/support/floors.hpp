@@ -122,7 +122,8 @@ class park_lot {
 /// beforehand; release() hands its permit to the oldest waiter by posting that waiter's completion to its
 /// executor. No cancellation, deadline, statistic, order other than arrival, allocation or thread safety.
 /// `acquire()` is a nested coroutine awaiting the operation as rein's `acquire()` does (deferred where
-/// Asio awaits it without a frame of its own), so the two differ only in what the primitive does.
+/// Asio awaits it without a frame of its own); it returns nothing, where rein's returns a permit (see the
+/// floor that returns one, benchmarks/semaphore.cpp).
 class handoff_floor {
  public:
   static constexpr std::size_t capacity = 256;  // waiters parked at once
