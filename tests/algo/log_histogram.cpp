@@ -1,12 +1,16 @@
 // rein::algo::log_histogram: layout, exact counts, nearest-rank percentiles and their error bound, merging.
 #include <rein/algo/log_histogram.hpp>
+#include <rein/detail/format.hpp>
 
 #include "support/catch.hpp"
 
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <ios>
 #include <limits>
+#include <sstream>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -259,4 +263,34 @@ TEST_CASE("log_histogram: merging adds blocks the other has, and equal buckets c
   same.record(5ns);
   zero_block.record(5ns);
   CHECK(same == zero_block);
+}
+
+TEST_CASE("snapshot lines write durations with three significant digits, whatever the stream's flags",
+          "[log_histogram][format]") {
+  // The stream's own flags (hex, showpos) must not reach the numbers: each is written by std::to_chars.
+  auto duration = [](std::chrono::nanoseconds d) {
+    std::ostringstream os;
+    os << std::hex << std::showpos;
+    rein::detail::write_duration(os, d);
+    return os.str();
+  };
+  CHECK(duration(0ns) == "0");
+  CHECK(duration(850ns) == "850ns");
+  CHECK(duration(-850ns) == "-850ns");
+  CHECK(duration(12'345ns) == "12.3us");
+  CHECK(duration(4'556'000ns) == "4.56ms");
+  CHECK(duration(1'234'000'000ns) == "1.23s");
+  CHECK(duration(754s) == "754s");
+  auto number = [](double v, int decimals) {
+    std::ostringstream os;
+    os << std::hex << std::showpos;
+    rein::detail::write_number(os, v, decimals);
+    return os.str();
+  };
+  CHECK(number(0.75, 2) == "0.75");
+  CHECK(number(100.0, 2) == "100");
+  CHECK(number(2.5, 2) == "2.5");
+  CHECK(number(1.0 / 3.0, 4) == "0.3333");
+  CHECK(number(0.0, 2) == "0");
+  CHECK(number(0.996, 2) == "1");
 }

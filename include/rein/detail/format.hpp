@@ -5,41 +5,57 @@
 #include <rein/observer.hpp>
 #include <rein/wait_stats.hpp>
 
+#include <charconv>
 #include <chrono>
 #include <cstdint>
-#include <iomanip>
-#include <ios>
 #include <ostream>
-#include <sstream>
-#include <string>
+#include <string_view>
+#include <system_error>
 
 namespace rein::detail {
+
+/// A number as text, whatever flags the caller's stream has: `v` in fixed notation with `decimals` (0 to
+/// 40) decimals, as printf's `%.*f` writes it, or an integer in decimal. std::to_chars, which no locale
+/// touches, rather than a string stream and <iomanip>, whose <locale> every unit including rein would parse.
+class number_text {
+ public:
+  number_text(double v, int decimals) noexcept
+      : end_(done(std::to_chars(buffer_, buffer_ + sizeof buffer_, v, std::chars_format::fixed, decimals))) {}
+  explicit number_text(std::int64_t v) noexcept : end_(done(std::to_chars(buffer_, buffer_ + sizeof buffer_, v))) {}
+  number_text(const number_text&) = delete;
+  number_text& operator=(const number_text&) = delete;
+
+  std::string_view view() const noexcept { return {buffer_, static_cast<std::size_t>(end_ - buffer_)}; }
+
+ private:
+  char* done(std::to_chars_result r) noexcept { return r.ec == std::errc{} ? r.ptr : buffer_; }
+
+  char buffer_[352];  // the longest double in fixed notation (309 digits) with a sign, a point and 40 decimals
+  char* end_;
+};
 
 /// A duration as a person reads it, with three significant digits: 0, 850ns, 12.3us, 4.56ms, 1.23s, 754s.
 inline void write_duration(std::ostream& os, std::chrono::nanoseconds d) {
   const auto ns = static_cast<double>(d.count());
   const double magnitude = ns < 0 ? -ns : ns;
-  std::ostringstream text;  // the caller's stream keeps its own flags
   auto out = [&](double v, const char* unit) {
     const int decimals = v >= 100 ? 0 : v >= 10 ? 1 : 2;
-    text << std::fixed << std::setprecision(decimals) << v << unit;
+    os << number_text(v, decimals).view() << unit;
   };
-  if (d.count() == 0) text << '0';
-  else if (magnitude < 1e3) text << d.count() << "ns";
+  if (d.count() == 0) os << '0';
+  else if (magnitude < 1e3) os << number_text(static_cast<std::int64_t>(d.count())).view() << "ns";
   else if (magnitude < 1e6) out(ns / 1e3, "us");
   else if (magnitude < 1e9) out(ns / 1e6, "ms");
   else out(ns / 1e9, "s");
-  os << text.str();
 }
 
-/// A number with at most `decimals` decimals, trailing zeros dropped: 0.75, 100, 2.5.
+/// A number with at most `decimals` decimals (0 to 40), trailing zeros dropped: 0.75, 100, 2.5.
 inline void write_number(std::ostream& os, double v, int decimals = 2) {
-  std::ostringstream text;
-  text << std::fixed << std::setprecision(decimals) << v;
-  std::string s = text.str();
-  if (s.find('.') != std::string::npos) {
-    while (!s.empty() && s.back() == '0') s.pop_back();
-    if (!s.empty() && s.back() == '.') s.pop_back();
+  const number_text text(v, decimals);
+  std::string_view s = text.view();
+  if (s.find('.') != std::string_view::npos) {
+    while (!s.empty() && s.back() == '0') s.remove_suffix(1);
+    if (!s.empty() && s.back() == '.') s.remove_suffix(1);
   }
   os << s;
 }
