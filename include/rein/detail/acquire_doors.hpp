@@ -135,8 +135,8 @@ struct line_doors {
   // The view comes apart into its fields, which travel in registers: a copy of the whole view goes through
   // the stack, where a compiler may reload it in wider words than it stored, stalling the store forwarding
   // (about a third of an uncontended acquire's own time on g++ 12).
-  // The counter comes last: an empty one then takes no padding of its own in the frame (16 bytes more per
-  // parked waiter when it came before the place).
+  // The counter comes last: an empty one then takes no padding of its own in the frame (with g++ 12, 16
+  // bytes more per parked waiter when it came before the place).
   static net::awaitable<result_type> wait(Core* line, std::string_view type_name, line_place where, std::size_t n,
                                           time_point deadline, Counter count) {
     if constexpr (!Core::remote) {
@@ -162,7 +162,7 @@ struct line_doors {
   }
 
   // The wait, made from the fields alone: a view kept as a local of wait() would sit in its frame beside
-  // them for as long as the waiter is parked (16 bytes per parked waiter).
+  // them for as long as the waiter is parked (16 bytes per parked waiter with g++ 12).
   static auto wait_operation(Core* line, line_place where, std::size_t n, time_point deadline, Counter count) {
     wait_token token{};
     return net::async_initiate<wait_token, signature>(initiate_acquire{line, count, where}, token, n, deadline);
