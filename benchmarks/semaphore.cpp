@@ -242,22 +242,15 @@ using concurrent_channel_async = channel_semaphore<concurrent_channel, false>;
 
 // ---- Uncontended: one coroutine, acquire + release per iteration ---------------------------------------
 
+/// `T` a number: the nested-awaitable floor. `T` a permit (empty), as `co_await sem.acquire()` returns one:
+/// the same coroutine plus moving the permit out of the frame and destroying the moved-from one (an empty
+/// permit gives nothing back).
+template <class T>
 net::awaitable<void> uncontended_nested_floor(benchmark::State& state, run_clock& clock) {
   clock.start();
   for (auto _ : state) {
-    std::size_t v = co_await ready_now<std::size_t>(1);
+    T v = co_await ready_now<T>(T{});
     benchmark::DoNotOptimize(v);
-  }
-  clock.stop();
-}
-
-/// The same returning an empty permit, as `co_await sem.acquire()` returns one: the floor's coroutine plus
-/// moving a permit out of the frame and destroying the moved-from one (an empty permit gives nothing back).
-net::awaitable<void> uncontended_nested_permit_floor(benchmark::State& state, run_clock& clock) {
-  clock.start();
-  for (auto _ : state) {
-    permit p = co_await ready_now<permit>(permit{});
-    benchmark::DoNotOptimize(p);
   }
   clock.stop();
 }
@@ -340,8 +333,14 @@ void make_and_run_contended(bench_io& io, iteration_gate& gate) {
 
 // ---- Registration of the timing benchmarks ------------------------------------------------------------
 
-struct floor_nested {};
-struct floor_nested_permit {};
+template <class T>
+struct floor_nested {
+  using value_type = T;
+};
+template <class>
+constexpr bool is_floor_nested = false;
+template <class T>
+constexpr bool is_floor_nested<floor_nested<T>> = true;
 struct floor_post {};
 
 template <class Sem>
@@ -351,10 +350,8 @@ void uncontended_benchmark(const std::string& name, reactor mode) {
                                [name, mode](benchmark::State& state) {
                                  bench_io io(mode);
                                  run_clock clock(state, name);
-                                 if constexpr (std::is_same_v<Sem, floor_nested>)
-                                   io.run(uncontended_nested_floor(state, clock));
-                                 else if constexpr (std::is_same_v<Sem, floor_nested_permit>)
-                                   io.run(uncontended_nested_permit_floor(state, clock));
+                                 if constexpr (is_floor_nested<Sem>)
+                                   io.run(uncontended_nested_floor<typename Sem::value_type>(state, clock));
                                  else if constexpr (std::is_same_v<Sem, floor_post>)
                                    io.run(uncontended_post_floor(state, clock));
                                  else
@@ -556,8 +553,8 @@ std::string on(const std::string& group, reactor mode, const char* idiom) {
 }
 
 void register_timing(reactor mode) {
-  uncontended_benchmark<floor_nested>(on(uncontended, mode, "floor_nested_awaitable"), mode);
-  uncontended_benchmark<floor_nested_permit>(on(uncontended, mode, "floor_nested_awaitable_permit"), mode);
+  uncontended_benchmark<floor_nested<std::size_t>>(on(uncontended, mode, "floor_nested_awaitable"), mode);
+  uncontended_benchmark<floor_nested<permit>>(on(uncontended, mode, "floor_nested_awaitable_permit"), mode);
   uncontended_benchmark<floor_post>(on(uncontended, mode, "floor_post"), mode);
   uncontended_benchmark<st_semaphore>(on(uncontended, mode, "rein_single_thread_semaphore"), mode);
   uncontended_benchmark<ts_semaphore>(on(uncontended, mode, "rein_semaphore"), mode);
