@@ -5,7 +5,11 @@
 #   asio_only.cpp         #include <boost/asio.hpp>, nothing else
 #   timed_wait_floor.cpp  the least Asio a coroutine awaiting a timed wait instantiates
 #   semaphore.cpp         a coroutine awaiting one rein::semaphore (each probe includes only what it needs)
+#   channel_idiom.cpp     the same with Asio's idiom instead: a concurrent channel used as a semaphore
 #   throttle4.cpp         a coroutine using a four-stage throttle
+#   throttle4_idiom.cpp   the same four stages written with Asio alone (maps, channels, timer waits)
+#
+# and, last, each rein probe's multiple of its Asio idiom.
 #
 #   benchmarks/compile/compile_time.sh [compiler, default g++] [runs, default 5] [flags, default "-O2 -DNDEBUG"]
 # Run from the repository's root, with nothing else running (compile times move with the machine's load).
@@ -38,7 +42,7 @@ median() {  # of the runs of one probe, interleaved with the others' runs
   sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'
 }
 
-probes="asio_only timed_wait_floor semaphore throttle4"
+probes="asio_only timed_wait_floor semaphore channel_idiom throttle4 throttle4_idiom"
 for ((i = 0; i < runs; ++i)); do
   for p in $probes; do cpu_seconds "$p" >> "$out/$p.times"; done
 done
@@ -49,4 +53,8 @@ printf '| probe (%s %s, median of %s) | CPU s | / asio_only | / timed_wait_floor
 for p in $probes; do
   awk -v p="$p" -v t="${m[$p]}" -v a="${m[asio_only]}" -v f="${m[timed_wait_floor]}" \
     'BEGIN {printf "| %s | %.2f | %.2f | %.2f |\n", p, t, t / a, t / f}'
+done
+for pair in semaphore:channel_idiom throttle4:throttle4_idiom; do
+  awk -v r="${pair%%:*}" -v i="${pair##*:}" -v t="${m[${pair%%:*}]}" -v u="${m[${pair##*:}]}" \
+    'BEGIN {printf "%s / %s: %.2f\n", r, i, t / u}'
 done
