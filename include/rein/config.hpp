@@ -3,6 +3,13 @@
 // Boost.Asio is the default. Define REIN_STANDALONE_ASIO to use standalone Asio (asio.hpp) instead.
 // Everything in rein names the library through `rein::net` and its error type through `rein::error_code`,
 // so one code base serves both flavours (as Tradias/asio-grpc does).
+//
+// rein is header-only. A program with many translation units may define REIN_SEPARATE_COMPILATION in all of
+// them and include <rein/impl/src.hpp> in exactly one (as Asio's ASIO_SEPARATE_COMPILATION): the waiting
+// line and the public class of `semaphore`, `quota_gate` and `token_bucket` (their default template
+// arguments) are then compiled in that unit only, and the others declare them `extern template`. Other
+// instantiations, and member templates such as the completion-token overloads, stay in the units that
+// use them.
 #pragma once
 
 #if defined(REIN_STANDALONE_ASIO)

@@ -617,4 +617,20 @@ class keyed {
   keyed_snapshot stats_{};
 };
 
+/// `keyed<limiter>` of a default limiter, compiled once with REIN_SEPARATE_COMPILATION (rein/config.hpp):
+/// declared extern by whichever of this header and the limiter's own comes second.
+#define REIN_DETAIL_KEYED_INSTANTIATION(kind, limiter) kind template class keyed<limiter>;
+
+#if defined(REIN_SEPARATE_COMPILATION)
+#if defined(REIN_DETAIL_SEMAPHORE_INSTANTIATIONS)
+REIN_DETAIL_KEYED_INSTANTIATION(extern, semaphore)
+#endif
+#if defined(REIN_DETAIL_QUOTA_GATE_INSTANTIATIONS)
+REIN_DETAIL_KEYED_INSTANTIATION(extern, quota_gate)
+#endif
+#if defined(REIN_DETAIL_TOKEN_BUCKET_INSTANTIATIONS)
+REIN_DETAIL_KEYED_INSTANTIATION(extern, token_bucket)
+#endif
+#endif
+
 }  // namespace rein

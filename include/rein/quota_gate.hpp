@@ -394,4 +394,18 @@ using quota_gate = basic_quota_gate<>;
 /// The single-threaded quota gate: no locking; use from one thread or strand only.
 using single_thread_quota_gate = basic_quota_gate<net::any_io_executor, std::chrono::steady_clock, null_mutex>;
 
+/// The instantiations behind `quota_gate`, compiled once with REIN_SEPARATE_COMPILATION (rein/config.hpp).
+#define REIN_DETAIL_QUOTA_GATE_INSTANTIATIONS(kind)                                                     \
+  kind template class detail::limiter_core<detail::quota_gate_policy<std::chrono::steady_clock>,         \
+                                           net::any_io_executor, std::chrono::steady_clock, std::mutex, \
+                                           void(error_code)>;                                           \
+  kind template class basic_quota_gate<>;
+
+#if defined(REIN_SEPARATE_COMPILATION)
+REIN_DETAIL_QUOTA_GATE_INSTANTIATIONS(extern)
+#if defined(REIN_DETAIL_KEYED_INSTANTIATION)  // rein/keyed.hpp came first
+REIN_DETAIL_KEYED_INSTANTIATION(extern, quota_gate)
+#endif
+#endif
+
 }  // namespace rein

@@ -414,4 +414,17 @@ using semaphore = basic_semaphore<>;
 /// The single-threaded semaphore: no locking; use from one thread or strand only.
 using single_thread_semaphore = basic_semaphore<net::any_io_executor, std::chrono::steady_clock, null_mutex>;
 
+/// The instantiations behind `semaphore`, compiled once with REIN_SEPARATE_COMPILATION (rein/config.hpp).
+#define REIN_DETAIL_SEMAPHORE_INSTANTIATIONS(kind)                                                              \
+  kind template class detail::limiter_core<detail::semaphore_policy, net::any_io_executor, std::chrono::steady_clock, \
+                                           std::mutex, void(error_code, permit)>;                               \
+  kind template class basic_semaphore<>;
+
+#if defined(REIN_SEPARATE_COMPILATION)
+REIN_DETAIL_SEMAPHORE_INSTANTIATIONS(extern)
+#if defined(REIN_DETAIL_KEYED_INSTANTIATION)  // rein/keyed.hpp came first
+REIN_DETAIL_KEYED_INSTANTIATION(extern, semaphore)
+#endif
+#endif
+
 }  // namespace rein

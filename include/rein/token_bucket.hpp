@@ -237,4 +237,19 @@ using token_bucket = basic_token_bucket<>;
 /// The single-threaded token bucket: no locking; use from one thread or strand only.
 using single_thread_token_bucket = basic_token_bucket<net::any_io_executor, std::chrono::steady_clock, null_mutex>;
 
+/// The instantiations behind `token_bucket`, compiled once with REIN_SEPARATE_COMPILATION (rein/config.hpp).
+#define REIN_DETAIL_TOKEN_BUCKET_INSTANTIATIONS(kind)                                                        \
+  kind template class detail::limiter_core<detail::rate_limit_policy<algo::basic_token_bucket<std::chrono::steady_clock>>, \
+                                           net::any_io_executor, std::chrono::steady_clock, std::mutex,      \
+                                           void(error_code)>;                                                \
+  kind template class basic_rate_limiter<algo::basic_token_bucket<std::chrono::steady_clock>>;               \
+  kind template class basic_token_bucket<>;
+
+#if defined(REIN_SEPARATE_COMPILATION)
+REIN_DETAIL_TOKEN_BUCKET_INSTANTIATIONS(extern)
+#if defined(REIN_DETAIL_KEYED_INSTANTIATION)  // rein/keyed.hpp came first
+REIN_DETAIL_KEYED_INSTANTIATION(extern, token_bucket)
+#endif
+#endif
+
 }  // namespace rein

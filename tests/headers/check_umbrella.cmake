@@ -2,12 +2,13 @@
 # it stands for, read from include/ at test time (no reconfigure needed to notice a new header).
 #   cmake -DINCLUDE_DIR=<include> -DUMBRELLA=<rein.hpp|rein/testing.hpp> -P check_umbrella.cmake
 #
-#   rein.hpp           every header under include/rein/ except detail/ (not API), prometheus/ and redis/ (need prometheus-cpp and hiredis,
+#   rein.hpp           every header under include/rein/ except detail/ (not API), impl/ (the separately
+#                      compiled part, one unit only), prometheus/ and redis/ (need prometheus-cpp and hiredis,
 #                      target rein::redis), testing/ (the test kit) and rein/testing.hpp
 #   rein/testing.hpp   every header under include/rein/testing/
 if(UMBRELLA STREQUAL "rein.hpp")
   file(GLOB_RECURSE paths RELATIVE "${INCLUDE_DIR}" "${INCLUDE_DIR}/rein/*.hpp")
-  list(FILTER paths EXCLUDE REGEX "^rein/(detail|prometheus|redis|testing)/")
+  list(FILTER paths EXCLUDE REGEX "^rein/(detail|impl|prometheus|redis|testing)/")
   list(REMOVE_ITEM paths rein/testing.hpp)
 elseif(UMBRELLA STREQUAL "rein/testing.hpp")
   file(GLOB_RECURSE paths RELATIVE "${INCLUDE_DIR}" "${INCLUDE_DIR}/rein/testing/*.hpp")

@@ -901,6 +901,10 @@ class limiter_core final : public permit_source,
 
   // Walks a remote line from the front: every op not in flight is offered to the policy, in order, until
   // one must wait (ops in flight are passed over: their verdict decides them).
+  // A template, as send_pending: an explicit instantiation of a local line (rein/impl/src.hpp) then skips
+  // it (clang 14 instantiates a member of an explicitly instantiated class despite an unmet requires).
+  template <bool Remote = remote>
+    requires Remote
   void serve_remote_locked(time_point now, completions& done) noexcept {
     for (wait_op* w = queue_.front(); w != nullptr;) {
       auto* op = static_cast<remote_wait_op*>(w);
@@ -1283,6 +1287,8 @@ class limiter_core final : public permit_source,
   // queue's head first, until the queue is empty; a thread that finds another sending leaves its messages
   // to it (also a send that completes a refused request and so queues more, on the same thread). Order
   // matters to a policy whose messages do not commute (a lease renewal states an absolute count).
+  template <bool Remote = remote>
+    requires Remote
   void send_pending() noexcept {
     for (;;) {
       if (sending_.exchange(true, std::memory_order_acq_rel)) return;  // the sender sends ours too

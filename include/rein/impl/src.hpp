@@ -1,0 +1,20 @@
+// The separately compiled part of rein: include this header in exactly one source file of a program built
+// with REIN_SEPARATE_COMPILATION defined (rein/config.hpp), as Asio's <asio/impl/src.hpp>.
+#pragma once
+
+#include <rein/config.hpp>
+#include <rein/keyed.hpp>
+#include <rein/quota_gate.hpp>
+#include <rein/semaphore.hpp>
+#include <rein/token_bucket.hpp>
+
+namespace rein {
+
+REIN_DETAIL_SEMAPHORE_INSTANTIATIONS()
+REIN_DETAIL_QUOTA_GATE_INSTANTIATIONS()
+REIN_DETAIL_TOKEN_BUCKET_INSTANTIATIONS()
+REIN_DETAIL_KEYED_INSTANTIATION(, semaphore)
+REIN_DETAIL_KEYED_INSTANTIATION(, quota_gate)
+REIN_DETAIL_KEYED_INSTANTIATION(, token_bucket)
+
+}  // namespace rein
