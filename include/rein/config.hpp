@@ -6,10 +6,12 @@
 //
 // rein is header-only. A program with many translation units may define REIN_SEPARATE_COMPILATION in all of
 // them and include <rein/impl/src.hpp> in exactly one (as Asio's ASIO_SEPARATE_COMPILATION): the waiting
-// line and the public class of `semaphore`, `quota_gate` and `token_bucket` (their default template
-// arguments) are then compiled in that unit only, and the others declare them `extern template`. Other
-// instantiations, and member templates such as the completion-token overloads, stay in the units that
-// use them.
+// lines and public classes of `semaphore`, `quota_gate` and `token_bucket` (with `basic_rate_limiter`, the
+// token bucket's base) and the `keyed` registries of the three are then compiled in that unit only, and
+// the others declare them `extern template`. Other instantiations, member templates such as the
+// completion-token overloads, and what the compiler copies in to inline stay in the units that use them.
+// The unit with src.hpp must be linked into the same binary (a shared library built with hidden
+// visibility does not export the instantiations).
 #pragma once
 
 #if defined(REIN_STANDALONE_ASIO)
@@ -66,6 +68,15 @@
 #define REIN_NOINLINE __declspec(noinline)
 #else
 #define REIN_NOINLINE
+#endif
+
+// With REIN_SEPARATE_COMPILATION, keeps a function that is declared extern out of line, so that a unit calls
+// it instead of generating its body again to inline it (a constructor that others delegate to, the line's
+// handler-independent part of an acquire). Header-only builds inline as they always did.
+#if defined(REIN_SEPARATE_COMPILATION)
+#define REIN_SEPARATE_NOINLINE REIN_NOINLINE
+#else
+#define REIN_SEPARATE_NOINLINE
 #endif
 
 #if defined(REIN_STANDALONE_ASIO)

@@ -174,7 +174,8 @@ class basic_quota_gate {
 
   /// Constructs an open gate, completing operations on `ex` by default.
   /// @throws std::invalid_argument naming the field and value when an option is out of range.
-  explicit basic_quota_gate(const executor_type& ex, const quota_gate_options& options = {})
+  REIN_SEPARATE_NOINLINE explicit basic_quota_gate(const executor_type& ex,
+                                                   const quota_gate_options& options = {})
       : tickets_(std::make_shared<tickets_type>()),
         core_(ex, detail::line_options{options.max_waiters, true, options.name, options.observer, validated_order(options),
                                         options.when_full},

@@ -158,7 +158,7 @@ class basic_rate_limiter {
   };
 
   /// Wraps `limit` (made at the clock's current time), completing operations on `ex` by default.
-  basic_rate_limiter(const executor_type& ex, Limit limit, rate_limiter_options options = {})
+  REIN_SEPARATE_NOINLINE basic_rate_limiter(const executor_type& ex, Limit limit, rate_limiter_options options = {})
       : basic_rate_limiter("rein::rate_limiter", ex, std::move(limit), std::move(options)) {}
 
   /// Wraps `limit`, on an execution context (an io_context).
@@ -284,7 +284,7 @@ class basic_rate_limiter {
 
   /// Gives back n units taken earlier and not used (the unused part of an estimate, a call never made),
   /// never beyond what the limit allows (see the limit's own `refund`). Waiters that now fit are granted.
-  void refund(std::size_t n) {
+  REIN_SEPARATE_NOINLINE void refund(std::size_t n) {
     const auto count = static_cast<std::int64_t>(std::min<std::uint64_t>(n, std::numeric_limits<std::int64_t>::max()));
     update([count](Limit& limit, time_point now) { limit.refund(count, now); });
   }

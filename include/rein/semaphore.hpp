@@ -179,7 +179,7 @@ class basic_semaphore {
   };
 
   /// Constructs a semaphore with `permits` free permits, completing operations on `ex` by default.
-  basic_semaphore(const executor_type& ex, std::size_t permits, semaphore_options options = {})
+  REIN_SEPARATE_NOINLINE basic_semaphore(const executor_type& ex, std::size_t permits, semaphore_options options = {})
       : core_(ex,
               line_of(options),
               permits) {}

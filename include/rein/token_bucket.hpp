@@ -161,7 +161,7 @@ class basic_token_bucket : public basic_rate_limiter<algo::basic_token_bucket<Cl
   /// @throws std::invalid_argument if the rate is not in (0, 1e9] (NaN and infinities included), the
   /// capacity not in [1, 1e15], or the initial tokens not in [0, capacity]; the message names the type, the
   /// field and the value ("rein::token_bucket: rate must be > 0, ..., got -1").
-  basic_token_bucket(const executor_type& ex, const options& o)
+  REIN_SEPARATE_NOINLINE basic_token_bucket(const executor_type& ex, const options& o)
       : base("rein::token_bucket", ex, make_bucket(o), detail::rate_options(o)) {}
 
   /// Makes a bucket on an execution context (an io_context).
@@ -238,11 +238,11 @@ using token_bucket = basic_token_bucket<>;
 using single_thread_token_bucket = basic_token_bucket<net::any_io_executor, std::chrono::steady_clock, null_mutex>;
 
 /// The instantiations behind `token_bucket`, compiled once with REIN_SEPARATE_COMPILATION (rein/config.hpp).
-#define REIN_DETAIL_TOKEN_BUCKET_INSTANTIATIONS(kind)                                                        \
-  kind template class detail::limiter_core<detail::rate_limit_policy<algo::basic_token_bucket<std::chrono::steady_clock>>, \
-                                           net::any_io_executor, std::chrono::steady_clock, std::mutex,      \
-                                           void(error_code)>;                                                \
-  kind template class basic_rate_limiter<algo::basic_token_bucket<std::chrono::steady_clock>>;               \
+#define REIN_DETAIL_TOKEN_BUCKET_INSTANTIATIONS(kind)                                                 \
+  kind template class detail::limiter_core<                                                           \
+      detail::rate_limit_policy<algo::basic_token_bucket<std::chrono::steady_clock>>, net::any_io_executor, \
+      std::chrono::steady_clock, std::mutex, void(error_code)>;                                       \
+  kind template class basic_rate_limiter<algo::basic_token_bucket<std::chrono::steady_clock>>;        \
   kind template class basic_token_bucket<>;
 
 #if defined(REIN_SEPARATE_COMPILATION)

@@ -808,7 +808,9 @@ class limiter_core final : public permit_source,
 
   // Decides a new op's fate under the lock. Returns true if it was queued. If it throws (no memory for the
   // work guard, the timer wait or a fair line's key table), it changed nothing.
-  bool admit_locked(wait_op* op, time_point deadline, completions& done) {
+  // With REIN_SEPARATE_COMPILATION, out of line: the bulk of an acquire that does not depend on its handler,
+  // generated in one unit and called from async_acquire in the others.
+  REIN_SEPARATE_NOINLINE bool admit_locked(wait_op* op, time_point deadline, completions& done) {
     const std::size_t n = op->count;
     if (closed_) return reject_locked(op, wait_status::closed, done), false;
     if (policy_.exceeds(n)) return reject_locked(op, wait_status::exceeds_capacity, done), false;
