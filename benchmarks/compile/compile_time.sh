@@ -8,6 +8,9 @@
 #   channel_idiom.cpp     the same with Asio's idiom instead: a concurrent channel used as a semaphore
 #   throttle4.cpp         a coroutine using a four-stage throttle
 #   throttle4_idiom.cpp   the same four stages written with Asio alone (maps, channels, timer waits)
+#   semaphore_separate, throttle4_separate
+#                         semaphore.cpp and throttle4.cpp with REIN_SEPARATE_COMPILATION defined
+#   impl_src.cpp          with it too: the one unit that compiles what those two leave out
 #
 # and, last, each rein probe's multiple of its Asio idiom.
 #
@@ -28,9 +31,13 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
 cpu_seconds() {  # one compile's user + system seconds
-  local TIMEFORMAT='%U %S'
+  local TIMEFORMAT='%U %S' source=$1 extra=""
+  case $1 in
+    *_separate) source=${1%_separate} extra=-DREIN_SEPARATE_COMPILATION ;;
+    impl_src) extra=-DREIN_SEPARATE_COMPILATION ;;
+  esac
   # shellcheck disable=SC2086
-  if ! { time "$cxx" -std=c++20 $flags -Iinclude -c "$dir/$1.cpp" -o "$out/$1.o" 2> "$out/$1.log"; } \
+  if ! { time "$cxx" -std=c++20 $flags $extra -Iinclude -c "$dir/$source.cpp" -o "$out/$1.o" 2> "$out/$1.log"; } \
       2> "$out/time"; then
     cat "$out/$1.log" >&2
     exit 1
@@ -42,7 +49,8 @@ median() {  # of the runs of one probe, interleaved with the others' runs
   sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'
 }
 
-probes="asio_only timed_wait_floor semaphore channel_idiom throttle4 throttle4_idiom"
+probes="asio_only timed_wait_floor semaphore semaphore_separate channel_idiom throttle4 throttle4_separate
+  throttle4_idiom impl_src"
 for ((i = 0; i < runs; ++i)); do
   for p in $probes; do cpu_seconds "$p" >> "$out/$p.times"; done
 done
@@ -54,7 +62,9 @@ for p in $probes; do
   awk -v p="$p" -v t="${m[$p]}" -v a="${m[asio_only]}" -v f="${m[timed_wait_floor]}" \
     'BEGIN {printf "| %s | %.2f | %.2f | %.2f |\n", p, t, t / a, t / f}'
 done
-for pair in semaphore:channel_idiom throttle4:throttle4_idiom; do
+echo  # a blank line ends the table
+for pair in semaphore:channel_idiom semaphore_separate:channel_idiom throttle4:throttle4_idiom \
+    throttle4_separate:throttle4_idiom; do
   awk -v r="${pair%%:*}" -v i="${pair##*:}" -v t="${m[${pair%%:*}]}" -v u="${m[${pair##*:}]}" \
     'BEGIN {printf "%s / %s: %.2f\n", r, i, t / u}'
 done
