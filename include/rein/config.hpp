@@ -70,13 +70,14 @@
 #define REIN_NOINLINE
 #endif
 
-// With REIN_SEPARATE_COMPILATION, keeps a function that is declared extern out of line, so that a unit calls
-// it instead of generating its body again to inline it (a constructor that others delegate to, the line's
-// handler-independent part of an acquire). Header-only builds inline as they always did.
+// Marks a member of a class template that is defined outside its class. Header-only builds make it inline,
+// as if defined in the class. With REIN_SEPARATE_COMPILATION it is not inline, so that a unit where its
+// class is declared extern neither instantiates it nor copies it in (the standard instantiates an inline
+// member of such a class anyway, and clang optimizes that copy before discarding it).
 #if defined(REIN_SEPARATE_COMPILATION)
-#define REIN_SEPARATE_NOINLINE REIN_NOINLINE
+#define REIN_SEPARATE_INLINE
 #else
-#define REIN_SEPARATE_NOINLINE
+#define REIN_SEPARATE_INLINE inline
 #endif
 
 #if defined(REIN_STANDALONE_ASIO)

@@ -312,13 +312,7 @@ class keyed {
   keyed(const keyed&) = delete;
   keyed& operator=(const keyed&) = delete;
 
-  ~keyed() {
-    std::lock_guard<Mutex> lock(mutex_);
-    for (auto& [key, e] : map_) {
-      (void)key;
-      assert(e.pins.load(std::memory_order_acquire) == 0 && "rein::keyed: a handle outlived its registry");
-    }
-  }
+  ~keyed();
 
   /// The executor given at construction.
   executor_type get_executor() const noexcept { return executor_; }
@@ -348,35 +342,13 @@ class keyed {
   /// allocating (for string keys under the default Hash and KeyEqual); a new key is copied once.
   /// @throws rein::system_error with errc::queue_full if `key` is new and max_keys are alive and busy; any
   ///         exception of the limiter's constructor.
-  handle get(key_view key) {
-    error_code ec;
-    handle h = get(key, ec);
-    if (ec) throw system_error(ec, options_.name.empty() ? std::string("rein::keyed::get")
-                                                          : "rein::keyed \"" + options_.name + "\"::get");
-    return h;
-  }
+  handle get(key_view key);
 
   /// The name given in the options (empty if none).
   const std::string& name() const noexcept { return options_.name; }
 
   /// As get(key), reporting a refusal through `ec` (errc::queue_full) and an empty handle.
-  handle get(key_view key, error_code& ec) {
-    ec = {};
-    events pending(this);
-    std::lock_guard<Mutex> lock(mutex_);
-    if (auto it = map_.find(key); it != map_.end()) return used(it->second);
-    examine_locked(options_.sweep_batch, pending);
-    if (map_.size() >= options_.max_keys) examine_locked(options_.max_scan, pending);
-    if (map_.size() >= options_.max_keys && timed())
-      examine_locked(options_.max_scan, pending, false, 1);  // the cap wins over the TTL, for one key
-    if (map_.size() >= options_.max_keys) {
-      ++stats_.rejected_total;
-      ec = errc::queue_full;
-      pending.refused(key);
-      return {};
-    }
-    return used(*create_locked(key));
-  }
+  handle get(key_view key, error_code& ec);
 
   /// The limiter of `key` if it is alive; an empty handle otherwise. Never makes one.
   handle find(key_view key) {
@@ -518,10 +490,7 @@ class keyed {
     };
   }
 
-  static factory checked(factory make, const executor_type& ex) {
-    (void)make(ex);  // throws for arguments no limiter can be made from
-    return make;
-  }
+  static factory checked(factory make, const executor_type& ex);
 
   entry* create_locked(key_view key) {
     auto factory_it = overrides_.find(key);
@@ -598,14 +567,7 @@ class keyed {
     return evicted;
   }
 
-  static const keyed_options& validated(const keyed_options& o) {
-    if (o.max_keys < 1) throw std::invalid_argument("rein::keyed: max_keys must be >= 1, got 0");
-    if (o.max_scan < 1) throw std::invalid_argument("rein::keyed: max_scan must be >= 1, got 0");
-    if (o.idle_ttl < std::chrono::nanoseconds::zero())
-      throw std::invalid_argument("rein::keyed: idle_ttl must be >= 0, got " + std::to_string(o.idle_ttl.count()) +
-                                  " ns");
-    return o;
-  }
+  static const keyed_options& validated(const keyed_options& o);
 
   executor_type executor_;
   keyed_options options_;
@@ -616,6 +578,63 @@ class keyed {
   entry* hand_ = nullptr;
   keyed_snapshot stats_{};
 };
+
+// Members defined outside the class, so that REIN_SEPARATE_COMPILATION compiles them in one unit only: a
+// unit that declares the class extern then neither instantiates them nor copies them in (config.hpp).
+template <class Limiter, class Key, class Mutex, class Hash, class KeyEqual>
+REIN_SEPARATE_INLINE auto keyed<Limiter, Key, Mutex, Hash, KeyEqual>::get(key_view key) -> handle {
+  error_code ec;
+  handle h = get(key, ec);
+  if (ec) throw system_error(ec, options_.name.empty() ? std::string("rein::keyed::get")
+                                                        : "rein::keyed \"" + options_.name + "\"::get");
+  return h;
+}
+
+template <class Limiter, class Key, class Mutex, class Hash, class KeyEqual>
+REIN_SEPARATE_INLINE auto keyed<Limiter, Key, Mutex, Hash, KeyEqual>::get(key_view key, error_code& ec) -> handle {
+  ec = {};
+  events pending(this);
+  std::lock_guard<Mutex> lock(mutex_);
+  if (auto it = map_.find(key); it != map_.end()) return used(it->second);
+  examine_locked(options_.sweep_batch, pending);
+  if (map_.size() >= options_.max_keys) examine_locked(options_.max_scan, pending);
+  if (map_.size() >= options_.max_keys && timed())
+    examine_locked(options_.max_scan, pending, false, 1);  // the cap wins over the TTL, for one key
+  if (map_.size() >= options_.max_keys) {
+    ++stats_.rejected_total;
+    ec = errc::queue_full;
+    pending.refused(key);
+    return {};
+  }
+  return used(*create_locked(key));
+}
+
+template <class Limiter, class Key, class Mutex, class Hash, class KeyEqual>
+REIN_SEPARATE_INLINE keyed<Limiter, Key, Mutex, Hash, KeyEqual>::~keyed() {
+  std::lock_guard<Mutex> lock(mutex_);
+  for (auto& [key, e] : map_) {
+    (void)key;
+    assert(e.pins.load(std::memory_order_acquire) == 0 && "rein::keyed: a handle outlived its registry");
+  }
+}
+
+template <class Limiter, class Key, class Mutex, class Hash, class KeyEqual>
+REIN_SEPARATE_INLINE auto keyed<Limiter, Key, Mutex, Hash, KeyEqual>::checked(factory make,
+                                                                              const executor_type& ex) -> factory {
+  (void)make(ex);  // throws for arguments no limiter can be made from
+  return make;
+}
+
+template <class Limiter, class Key, class Mutex, class Hash, class KeyEqual>
+REIN_SEPARATE_INLINE const keyed_options& keyed<Limiter, Key, Mutex, Hash, KeyEqual>::validated(
+    const keyed_options& o) {
+  if (o.max_keys < 1) throw std::invalid_argument("rein::keyed: max_keys must be >= 1, got 0");
+  if (o.max_scan < 1) throw std::invalid_argument("rein::keyed: max_scan must be >= 1, got 0");
+  if (o.idle_ttl < std::chrono::nanoseconds::zero())
+    throw std::invalid_argument("rein::keyed: idle_ttl must be >= 0, got " + std::to_string(o.idle_ttl.count()) +
+                                " ns");
+  return o;
+}
 
 /// `keyed<limiter>` of a default limiter, compiled once with REIN_SEPARATE_COMPILATION (rein/config.hpp):
 /// declared extern by whichever of this header and the limiter's own comes second.

@@ -174,13 +174,7 @@ class basic_quota_gate {
 
   /// Constructs an open gate, completing operations on `ex` by default.
   /// @throws std::invalid_argument naming the field and value when an option is out of range.
-  REIN_SEPARATE_NOINLINE explicit basic_quota_gate(const executor_type& ex,
-                                                   const quota_gate_options& options = {})
-      : tickets_(std::make_shared<tickets_type>()),
-        core_(ex, detail::line_options{options.max_waiters, true, options.name, options.observer, validated_order(options),
-                                        options.when_full},
-              validated_max_pause(options), validated_jitter(options), validated_max_jitter(options),
-              options.seed ? *options.seed : random_seed(), tickets_) {}
+  explicit basic_quota_gate(const executor_type& ex, const quota_gate_options& options = {});
 
   /// Constructs an open gate on an execution context (an io_context).
   template <class ExecutionContext>
@@ -388,6 +382,18 @@ class basic_quota_gate {
   std::shared_ptr<tickets_type> tickets_;  // shared with the policy, which may outlive this object
   detail::core_owner<core_type> core_;
 };
+
+// Members defined outside the class, so that REIN_SEPARATE_COMPILATION compiles them in one unit only: a
+// unit that declares the class extern then neither instantiates them nor copies them in (config.hpp).
+template <class Executor, class Clock, class Mutex>
+REIN_SEPARATE_INLINE basic_quota_gate<Executor, Clock, Mutex>::basic_quota_gate(const executor_type& ex,
+                                                                                const quota_gate_options& options)
+    : tickets_(std::make_shared<tickets_type>()),
+      core_(ex,
+            detail::line_options{options.max_waiters, true, options.name, options.observer,
+                                 validated_order(options), options.when_full},
+            validated_max_pause(options), validated_jitter(options), validated_max_jitter(options),
+            options.seed ? *options.seed : random_seed(), tickets_) {}
 
 /// The thread-safe quota gate on any I/O executor and std::chrono::steady_clock.
 using quota_gate = basic_quota_gate<>;

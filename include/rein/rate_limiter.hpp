@@ -158,8 +158,7 @@ class basic_rate_limiter {
   };
 
   /// Wraps `limit` (made at the clock's current time), completing operations on `ex` by default.
-  REIN_SEPARATE_NOINLINE basic_rate_limiter(const executor_type& ex, Limit limit, rate_limiter_options options = {})
-      : basic_rate_limiter("rein::rate_limiter", ex, std::move(limit), std::move(options)) {}
+  basic_rate_limiter(const executor_type& ex, Limit limit, rate_limiter_options options = {});
 
   /// Wraps `limit`, on an execution context (an io_context).
   template <class ExecutionContext>
@@ -284,10 +283,7 @@ class basic_rate_limiter {
 
   /// Gives back n units taken earlier and not used (the unused part of an estimate, a call never made),
   /// never beyond what the limit allows (see the limit's own `refund`). Waiters that now fit are granted.
-  REIN_SEPARATE_NOINLINE void refund(std::size_t n) {
-    const auto count = static_cast<std::int64_t>(std::min<std::uint64_t>(n, std::numeric_limits<std::int64_t>::max()));
-    update([count](Limit& limit, time_point now) { limit.refund(count, now); });
-  }
+  void refund(std::size_t n);
 
   /// Charges n units now whatever the limit holds, into debt if need be (the limit's `charge`: the cost of a
   /// call found to be larger than its estimate, charged after the fact). Never waits and never fails; n may
@@ -357,6 +353,20 @@ class basic_rate_limiter {
 
   detail::core_owner<core_type> core_;
 };
+
+// Members defined outside the class, so that REIN_SEPARATE_COMPILATION compiles them in one unit only: a
+// unit that declares the class extern then neither instantiates them nor copies them in (config.hpp).
+template <algo::rate_limit Limit, class Executor, class Mutex>
+REIN_SEPARATE_INLINE basic_rate_limiter<Limit, Executor, Mutex>::basic_rate_limiter(const executor_type& ex,
+                                                                                    Limit limit,
+                                                                                    rate_limiter_options options)
+    : basic_rate_limiter("rein::rate_limiter", ex, std::move(limit), std::move(options)) {}
+
+template <algo::rate_limit Limit, class Executor, class Mutex>
+REIN_SEPARATE_INLINE void basic_rate_limiter<Limit, Executor, Mutex>::refund(std::size_t n) {
+  const auto count = static_cast<std::int64_t>(std::min<std::uint64_t>(n, std::numeric_limits<std::int64_t>::max()));
+  update([count](Limit& limit, time_point now) { limit.refund(count, now); });
+}
 
 /// Several pure rate limits enforced together, all or nothing, behind one waiting line:
 /// `rein::rate_limits<algo::token_bucket, algo::sliding_window> limits(io, algo::all_of{...});`

@@ -179,10 +179,7 @@ class basic_semaphore {
   };
 
   /// Constructs a semaphore with `permits` free permits, completing operations on `ex` by default.
-  REIN_SEPARATE_NOINLINE basic_semaphore(const executor_type& ex, std::size_t permits, semaphore_options options = {})
-      : core_(ex,
-              line_of(options),
-              permits) {}
+  basic_semaphore(const executor_type& ex, std::size_t permits, semaphore_options options = {});
 
   /// Constructs a semaphore on an execution context (an io_context) with `permits` free permits.
   template <class ExecutionContext>
@@ -378,20 +375,7 @@ class basic_semaphore {
   }
 
   /// Counters and state, copied under the lock in O(1) (O(partitions) with partitions).
-  semaphore_snapshot snapshot() const {
-    return core_->inspect(
-        [](const detail::semaphore_policy& p, const wait_stats& w, const detail::partition_table& parts) {
-          semaphore_snapshot s;
-          static_cast<wait_stats&>(s) = w;
-          s.permits = p.permits;
-          s.available = p.available;
-          s.in_flight = p.in_flight();
-          s.limit = static_cast<double>(p.permits);
-          s.utilisation = static_cast<double>(s.in_flight) / std::max(1.0, s.limit);
-          if (!parts.empty()) s.partitions = parts.snapshot(p.partition_limit());
-          return s;
-        });
-  }
+  semaphore_snapshot snapshot() const;
 
  private:
   static detail::line_options line_of(semaphore_options& o) {
@@ -407,6 +391,30 @@ class basic_semaphore {
 
   detail::core_owner<core_type> core_;
 };
+
+// Members defined outside the class, so that REIN_SEPARATE_COMPILATION compiles them in one unit only: a
+// unit that declares the class extern then neither instantiates them nor copies them in (config.hpp).
+template <class Executor, class Clock, class Mutex>
+REIN_SEPARATE_INLINE basic_semaphore<Executor, Clock, Mutex>::basic_semaphore(const executor_type& ex,
+                                                                              std::size_t permits,
+                                                                              semaphore_options options)
+    : core_(ex, line_of(options), permits) {}
+
+template <class Executor, class Clock, class Mutex>
+REIN_SEPARATE_INLINE semaphore_snapshot basic_semaphore<Executor, Clock, Mutex>::snapshot() const {
+  return core_->inspect(
+      [](const detail::semaphore_policy& p, const wait_stats& w, const detail::partition_table& parts) {
+        semaphore_snapshot s;
+        static_cast<wait_stats&>(s) = w;
+        s.permits = p.permits;
+        s.available = p.available;
+        s.in_flight = p.in_flight();
+        s.limit = static_cast<double>(p.permits);
+        s.utilisation = static_cast<double>(s.in_flight) / std::max(1.0, s.limit);
+        if (!parts.empty()) s.partitions = parts.snapshot(p.partition_limit());
+        return s;
+      });
+}
 
 /// The thread-safe semaphore on any I/O executor.
 using semaphore = basic_semaphore<>;

@@ -161,8 +161,7 @@ class basic_token_bucket : public basic_rate_limiter<algo::basic_token_bucket<Cl
   /// @throws std::invalid_argument if the rate is not in (0, 1e9] (NaN and infinities included), the
   /// capacity not in [1, 1e15], or the initial tokens not in [0, capacity]; the message names the type, the
   /// field and the value ("rein::token_bucket: rate must be > 0, ..., got -1").
-  REIN_SEPARATE_NOINLINE basic_token_bucket(const executor_type& ex, const options& o)
-      : base("rein::token_bucket", ex, make_bucket(o), detail::rate_options(o)) {}
+  basic_token_bucket(const executor_type& ex, const options& o);
 
   /// Makes a bucket on an execution context (an io_context).
   template <class ExecutionContext>
@@ -203,19 +202,7 @@ class basic_token_bucket : public basic_rate_limiter<algo::basic_token_bucket<Cl
   }
 
   /// Tokens, rate, capacity and the waiting statistics, copied under the lock in O(1).
-  token_bucket_snapshot snapshot() const {
-    const time_point now = Clock::now();
-    return this->inspect([now](const limit_type& b, const wait_stats& w) {
-      token_bucket_snapshot s;
-      static_cast<wait_stats&>(s) = w;
-      s.tokens = b.tokens(now);
-      s.rate = b.rate();
-      s.capacity = b.capacity();
-      s.limit = s.rate;
-      s.utilisation = 1.0 - s.tokens / static_cast<double>(s.capacity);
-      return s;
-    });
-  }
+  token_bucket_snapshot snapshot() const;
 
  private:
   template <class F>
@@ -230,6 +217,28 @@ class basic_token_bucket : public basic_rate_limiter<algo::basic_token_bucket<Cl
     }, o.name);
   }
 };
+
+// Members defined outside the class, so that REIN_SEPARATE_COMPILATION compiles them in one unit only: a
+// unit that declares the class extern then neither instantiates them nor copies them in (config.hpp).
+template <class Executor, class Clock, class Mutex>
+REIN_SEPARATE_INLINE basic_token_bucket<Executor, Clock, Mutex>::basic_token_bucket(const executor_type& ex,
+                                                                                    const options& o)
+    : base("rein::token_bucket", ex, make_bucket(o), detail::rate_options(o)) {}
+
+template <class Executor, class Clock, class Mutex>
+REIN_SEPARATE_INLINE token_bucket_snapshot basic_token_bucket<Executor, Clock, Mutex>::snapshot() const {
+  const time_point now = Clock::now();
+  return this->inspect([now](const limit_type& b, const wait_stats& w) {
+    token_bucket_snapshot s;
+    static_cast<wait_stats&>(s) = w;
+    s.tokens = b.tokens(now);
+    s.rate = b.rate();
+    s.capacity = b.capacity();
+    s.limit = s.rate;
+    s.utilisation = 1.0 - s.tokens / static_cast<double>(s.capacity);
+    return s;
+  });
+}
 
 /// The thread-safe token bucket on any I/O executor and std::chrono::steady_clock.
 using token_bucket = basic_token_bucket<>;

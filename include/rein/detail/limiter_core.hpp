@@ -231,27 +231,7 @@ class limiter_core final : public permit_source,
   /// `partition` is the acquire's partition (0, the rest, without partitions). `at`, when given, is the
   /// instant the policy decides at instead of a clock read of its own (one read shared by several limiters).
   try_status try_acquire(std::size_t n, std::chrono::nanoseconds& stamp, std::int64_t* retry_ns = nullptr,
-                         std::uint8_t partition = 0, const time_point* at = nullptr) {
-    if constexpr (pooled) {
-      if (pool_.try_take(n)) {
-        stamp = to_ns(time_point{});  // a timeless policy's grant time, as on the locked path
-        return try_status::acquired;
-      }
-    }
-    if (has_observer_) return try_acquire_observed(n, stamp, retry_ns, partition, at);
-    line_lock lock(*this);
-    if (closed_) return try_status::closed;
-    if (policy_.exceeds(n)) return try_status::exceeds_capacity;
-    const time_point now = at != nullptr ? *at : policy_now();
-    if (refused_locked(n, now)) return try_status::unavailable;
-    if (!queue_.empty()) return busy_locked(queued_units_, n, now, retry_ns);
-    if (!policy_.try_take(n, now)) return busy_locked(0, n, now, retry_ns);
-    ++stats_.acquired_total;
-    if constexpr (with_permit) ++holders_;
-    partition_granted_locked(partition, n);
-    stamp = to_ns(now);
-    return try_status::acquired;
-  }
+                         std::uint8_t partition = 0, const time_point* at = nullptr);
 
   /// Whether anyone waited a moment ago, read without the lock: true means try_acquire would most likely
   /// fail, so a caller about to wait anyway can skip it (and its lock). Either answer may be stale.
@@ -427,16 +407,7 @@ class limiter_core final : public permit_source,
 
   /// For the limiter's destructor: waiters complete with operation_aborted, grants not yet delivered will
   /// complete with operation_aborted too, the timer stops.
-  void shutdown() noexcept {
-    completions done(this);
-    line_lock lock(*this);
-    fail_all_locked(wait_status::aborted, done);
-    shut_down_.store(true, std::memory_order_release);
-    cancel_timer_locked();
-    timer_.reset();  // while its execution context is surely alive; a pending wait completes aborted
-    if (holders_ != 0) self_ = this->shared_from_this();  // until the last permit comes back
-    has_observer_ = false;  // a permit given back later must not call an observer its owner may have freed
-  }
+  void shutdown() noexcept;
 
   bool is_closed() const {
     line_lock lock(*this);
@@ -448,9 +419,7 @@ class limiter_core final : public permit_source,
   static time_point deadline_after(duration timeout) { return detail::deadline_after<Clock>(timeout); }
 
   // permit_source
-  void release_permit(std::size_t n, std::chrono::nanoseconds stamp, outcome result) noexcept override {
-    release(n, stamp, result, std::nullopt);
-  }
+  void release_permit(std::size_t n, std::chrono::nanoseconds stamp, outcome result) noexcept override;
 
   // A permit of n comes back, from `partition` if the line has partitions.
   void release(std::size_t n, std::chrono::nanoseconds stamp, outcome result,
@@ -509,47 +478,11 @@ class limiter_core final : public permit_source,
   }
 
   // wait_owner
-  void cancel_wait(wait_op* op) noexcept override {
-    std::shared_ptr<limiter_core> last;  // the core's own reference after shutdown: dropped after the unlock
-    completions done(this);
-    line_lock lock(*this);
-    switch (op->status.load(std::memory_order_relaxed)) {
-      case wait_status::queued:
-        if (!op->drain) {  // a drain is not an acquire
-          ++stats_.cancelled_total;
-          if (done.observing()) done.buffer().reject(reject_reason::cancelled);
-        }
-        unlink_locked(op, wait_status::aborted, done);
-        break;
-      case wait_status::granted:
-        if (!revoke_locked(op, last)) return;
-        break;
-      default: return;  // final: someone else owns it
-    }
-    // The cancelled op may have been the head blocking smaller requests behind it, or its units are back.
-    dispatch_locked(Clock::now(), done);
-  }
+  void cancel_wait(wait_op* op) noexcept override;
 
-  bool deliver(std::size_t n, std::chrono::nanoseconds stamp, std::uint8_t partition) noexcept override {
-    if (!shut_down_.load(std::memory_order_acquire)) return true;
-    // Shut down between the grant and its runner: the grant never becomes a permit. A remote grant goes
-    // back to the server (nobody will use those tokens).
-    if constexpr (remote) return abandon(n, stamp, partition), false;
-    std::shared_ptr<limiter_core> last;
-    line_lock lock(*this);
-    partition_released_locked(partition, n);
-    if constexpr (with_permit) last = holder_gone_locked();
-    return false;
-  }
+  bool deliver(std::size_t n, std::chrono::nanoseconds stamp, std::uint8_t partition) noexcept override;
 
-  void abandon(std::size_t n, std::chrono::nanoseconds stamp, std::uint8_t partition) noexcept override {
-    std::shared_ptr<limiter_core> last;  // declared first: dropped after update's lock is released
-    update([&](Policy& p, time_point now) {
-      partition_released_locked(partition, n);
-      give_back(p, n, stamp, now);
-      if constexpr (with_permit) last = holder_gone_locked();
-    });
-  }
+  void abandon(std::size_t n, std::chrono::nanoseconds stamp, std::uint8_t partition) noexcept override;
 
   permit_source* source(std::uint8_t partition) noexcept override {
     if constexpr (!with_permit) {
@@ -682,15 +615,7 @@ class limiter_core final : public permit_source,
     explicit completions(limiter_core* core) noexcept : core_(core) {}
     completions(const completions&) = delete;
     completions& operator=(const completions&) = delete;
-    ~completions() {
-      std::shared_ptr<wait_owner> keep = std::move(keep_alive_);  // released last, after the posting
-      ready.complete_all(&core_->executor_, core_, keep);
-      if constexpr (remote) {
-        if (send) core_->send_pending();
-      }
-      if (events) [[unlikely]] deliver_events();
-      idle_work.reset();
-    }
+    ~completions();
 
     // Every op made ready goes through here, under the lock. The ops are posted after the lock is released,
     // when another thread may already have destroyed a limiter that became idle (rein::keyed evicts idle
@@ -810,74 +735,7 @@ class limiter_core final : public permit_source,
   // work guard, the timer wait or a fair line's key table), it changed nothing.
   // With REIN_SEPARATE_COMPILATION, out of line: the bulk of an acquire that does not depend on its handler,
   // generated in one unit and called from async_acquire in the others.
-  REIN_SEPARATE_NOINLINE bool admit_locked(wait_op* op, time_point deadline, completions& done) {
-    const std::size_t n = op->count;
-    if (closed_) return reject_locked(op, wait_status::closed, done), false;
-    if (policy_.exceeds(n)) return reject_locked(op, wait_status::exceeds_capacity, done), false;
-    time_point now = policy_now();
-    // A timeless policy read no clock: its state does not depend on time, so any instant observes it.
-    if (has_observer_) observe_locked(now, done);
-    if constexpr (remote) return admit_remote_locked(static_cast<remote_wait_op*>(op), deadline, now, done);
-    if (refused_locked(n, now)) return reject_locked(op, wait_status::unavailable, done), false;
-    const bool first = queue_.empty();
-    if (first && policy_.try_take(n, now)) return grant_at_once_locked(op, now, done), false;
-    // A timeless policy read no clock above; the wait statistics, the deadline and a priority key need one.
-    if (!Policy::needs_time && (deadline != time_point::max() || order_ == queue_order::priority)) now = Clock::now();
-    else if (!Policy::needs_time && measure_wait_) now = wait_clock_now();
-    // A coarse-timed wait starts on the coarse clock even when a deadline made `now` precise: both of its
-    // ends are read on one clock (grant_locked), so its error stays below a tick and averages out.
-    op->stamp_ns = to_ns(coarse_wait_ && deadline != time_point::max() ? wait_clock_now() : now).count();
-    // May throw (a new key, no memory) having moved only V up to the first waiter's tag, as any arrival does.
-    if (op->fair) tag_fair_locked(*op, first);
-    const place at = first ? place{nullptr, 0} : place_locked(op);
-    // A fair newcomer is tagged at or after the first waiter, so never placed ahead of it.
-    assert(!op->fair || first || at.after != nullptr);
-    // A newcomer placed at the head (lifo order, an urgent priority class) is served now if it fits,
-    // whoever waits behind it (with partitions, once queued: dispatch puts a partition below its
-    // guarantee first).
-    if (!first && at.after == nullptr && !partitioned() && policy_.try_take(n, now))
-      return grant_at_once_locked(op, now, done), false;
-    const bool full = queue_.size() >= max_waiters_;
-    // In a sorted order the evicted waiter is the last one: a newcomer that would be last is refused.
-    if (full && (!evict_oldest_ || first || (sorted() && at.after == queue_.back())))
-      return reject_locked(op, wait_status::queue_full, done), false;
-    if (deadline != time_point::max() && (deadline <= now || cannot_meet(n, deadline, now, at.ahead, full)))
-      return reject_locked(op, wait_status::timed_out, done), false;
-    if (first) {
-      if (!work_) work_.emplace(executor_);
-      waiting_.store(true, std::memory_order_relaxed);
-    }
-    queue_.insert_after(at.after, op);
-    queued_units_ += n;
-    if constexpr (partitionable) {
-      if (sources_) partitions_.queued(op->partition);
-    }
-    const bool timed = push_deadline_locked(op, deadline);
-    // The timer serves the head and the nearest deadline: an op queued behind others without a deadline
-    // changes neither (the common case under contention), so the timer needs no work if it is armed, or if
-    // nothing can need it (no time-based policy, no deadline). Otherwise an arm that failed before (see
-    // dispatch_locked) is retried here.
-    // A newcomer placed at the head changes the grant time the timer must serve.
-    if (at.after == nullptr || timed ||
-        !(timer_armed_ || (!Policy::needs_time && deadlines_.empty()))) {
-      try {
-        arm_timer_locked(now);
-      } catch (...) {
-        dequeue_locked(op, done);
-        throw;
-      }
-    }
-    // Only now that it is queued for good does its key's turn move (the table has its slot: start_tag).
-    if (op->fair) fair_admitted_locked(*op);
-    // With partitions, a newcomer at the head, or one whose partition is below its guarantee, may be served
-    // now (ahead of a head that does not fit): the line moves by the partition rule.
-    const bool serve_now = partitioned() && (at.after == nullptr || partition_starved_locked(op->partition));
-    if (!full && !serve_now) return true;
-    // Evicted only now that nothing can throw. A weighted head that left may let the next ones in.
-    if (full) evict_oldest_locked(done);
-    dispatch_locked(Policy::needs_time ? now : clock_now_locked(), done);
-    return op->status.load(std::memory_order_relaxed) == wait_status::queued;
-  }
+  bool admit_locked(wait_op* op, time_point deadline, completions& done);
 
   // A remote policy's new op joins the line, then the line moves: it may be sent, granted or refused at once.
   // Only the ops that wait their turn count against max_waiters, not those in flight.
@@ -1246,43 +1104,7 @@ class limiter_core final : public permit_source,
 
   // Grants from the head while the policy allows, expires deadlines, then arms the timer for what is next.
   // A grant and an expiry at the same instant: the grant wins (the deadline was "by then", inclusive).
-  void dispatch_locked(time_point now, completions& done) noexcept {
-    for (;;) {
-      if constexpr (remote) {
-        serve_remote_locked(now, done);
-      } else {
-        while (!queue_.empty()) {
-          wait_op* head = queue_.front();
-          if (refused_locked(head->count, now)) {  // an open circuit fails the line at once
-            count_rejection_locked(wait_status::unavailable, done);
-            unlink_locked(head, wait_status::unavailable, done);
-            continue;
-          }
-          if (partitioned()) {
-            const starved_step step = serve_starved_locked(now, done);
-            if (step == starved_step::granted) continue;
-            if (step == starved_step::hold) break;
-          }
-          if (policy_.try_take(head->count, now)) {
-            grant_locked(head, now, done);
-          } else {
-            break;
-          }
-        }
-      }
-      if (deadlines_.empty() || deadlines_.top()->deadline_ns > to_ns(now).count()) break;
-      wait_op* expired = deadlines_.top()->op;
-      if (!expired->drain) count_rejection_locked(wait_status::timed_out, done);  // a drain is no rejection
-      unlink_locked(expired, wait_status::timed_out, done);
-    }
-    if (holders_ == 0 && !drainers_.empty()) finish_drains_locked(done);
-    arm_timer_locked_noexcept(now);
-    if constexpr (remote) {
-      policy_.take_outbox(pending_out_);
-      // Sent after the unlock, when another thread may have destroyed the limiter: the batch keeps the core.
-      if (!pending_out_.empty()) done.keep_for_sending();
-    }
-  }
+  void dispatch_locked(time_point now, completions& done) noexcept;
 
   // Sends what remote policies queued, in the order of the locked steps that queued it, although each step
   // sends after its unlock and two threads may get there in either order: one thread at a time sends, the
@@ -1390,15 +1212,7 @@ class limiter_core final : public permit_source,
     void operator()(const error_code&) const noexcept { self->on_timer(generation); }
   };
 
-  void on_timer(std::uint64_t generation) noexcept {
-    completions done(this);
-    line_lock lock(*this);
-    if (shut_down_.load(std::memory_order_relaxed) || generation != timer_generation_) return;  // superseded
-    timer_armed_ = false;
-    const time_point now = Clock::now();
-    dispatch_locked(now, done);
-    if (has_observer_) observe_locked(now, done);
-  }
+  void on_timer(std::uint64_t generation) noexcept;
 
   // Fails every acquire waiting; drain waits too when the limiter goes away (not on close).
   void fail_all_locked(wait_status status, completions& done) noexcept {
@@ -1469,6 +1283,232 @@ class limiter_core final : public permit_source,
   std::size_t holders_ = 0;               // permit objects out (granted, not yet given back or taken back)
   std::shared_ptr<limiter_core> self_;    // set at shutdown while holders_ != 0
 };
+
+// Members defined outside the class, so that REIN_SEPARATE_COMPILATION compiles them in one unit only: a
+// unit that declares the class extern then neither instantiates them nor copies them in (config.hpp).
+template <class Policy, class Executor, class Clock, class Mutex, acquire_signature Signature>
+REIN_SEPARATE_INLINE try_status limiter_core<Policy, Executor, Clock, Mutex, Signature>::try_acquire(
+    std::size_t n, std::chrono::nanoseconds& stamp, std::int64_t* retry_ns, std::uint8_t partition,
+    const time_point* at) {
+  if constexpr (pooled) {
+    if (pool_.try_take(n)) {
+      stamp = to_ns(time_point{});  // a timeless policy's grant time, as on the locked path
+      return try_status::acquired;
+    }
+  }
+  if (has_observer_) return try_acquire_observed(n, stamp, retry_ns, partition, at);
+  line_lock lock(*this);
+  if (closed_) return try_status::closed;
+  if (policy_.exceeds(n)) return try_status::exceeds_capacity;
+  const time_point now = at != nullptr ? *at : policy_now();
+  if (refused_locked(n, now)) return try_status::unavailable;
+  if (!queue_.empty()) return busy_locked(queued_units_, n, now, retry_ns);
+  if (!policy_.try_take(n, now)) return busy_locked(0, n, now, retry_ns);
+  ++stats_.acquired_total;
+  if constexpr (with_permit) ++holders_;
+  partition_granted_locked(partition, n);
+  stamp = to_ns(now);
+  return try_status::acquired;
+}
+
+template <class Policy, class Executor, class Clock, class Mutex, acquire_signature Signature>
+REIN_SEPARATE_INLINE limiter_core<Policy, Executor, Clock, Mutex, Signature>::completions::~completions() {
+  std::shared_ptr<wait_owner> keep = std::move(keep_alive_);  // released last, after the posting
+  ready.complete_all(&core_->executor_, core_, keep);
+  if constexpr (remote) {
+    if (send) core_->send_pending();
+  }
+  if (events) [[unlikely]] deliver_events();
+  idle_work.reset();
+}
+
+template <class Policy, class Executor, class Clock, class Mutex, acquire_signature Signature>
+REIN_SEPARATE_INLINE void limiter_core<Policy, Executor, Clock, Mutex, Signature>::shutdown() noexcept {
+  completions done(this);
+  line_lock lock(*this);
+  fail_all_locked(wait_status::aborted, done);
+  shut_down_.store(true, std::memory_order_release);
+  cancel_timer_locked();
+  timer_.reset();  // while its execution context is surely alive; a pending wait completes aborted
+  if (holders_ != 0) self_ = this->shared_from_this();  // until the last permit comes back
+  has_observer_ = false;  // a permit given back later must not call an observer its owner may have freed
+}
+
+template <class Policy, class Executor, class Clock, class Mutex, acquire_signature Signature>
+REIN_SEPARATE_INLINE void limiter_core<Policy, Executor, Clock, Mutex, Signature>::release_permit(
+    std::size_t n, std::chrono::nanoseconds stamp, outcome result) noexcept {
+  release(n, stamp, result, std::nullopt);
+}
+
+template <class Policy, class Executor, class Clock, class Mutex, acquire_signature Signature>
+REIN_SEPARATE_INLINE void limiter_core<Policy, Executor, Clock, Mutex, Signature>::cancel_wait(wait_op* op) noexcept {
+  std::shared_ptr<limiter_core> last;  // the core's own reference after shutdown: dropped after the unlock
+  completions done(this);
+  line_lock lock(*this);
+  switch (op->status.load(std::memory_order_relaxed)) {
+    case wait_status::queued:
+      if (!op->drain) {  // a drain is not an acquire
+        ++stats_.cancelled_total;
+        if (done.observing()) done.buffer().reject(reject_reason::cancelled);
+      }
+      unlink_locked(op, wait_status::aborted, done);
+      break;
+    case wait_status::granted:
+      if (!revoke_locked(op, last)) return;
+      break;
+    default: return;  // final: someone else owns it
+  }
+  // The cancelled op may have been the head blocking smaller requests behind it, or its units are back.
+  dispatch_locked(Clock::now(), done);
+}
+
+template <class Policy, class Executor, class Clock, class Mutex, acquire_signature Signature>
+REIN_SEPARATE_INLINE bool limiter_core<Policy, Executor, Clock, Mutex, Signature>::deliver(
+    std::size_t n, std::chrono::nanoseconds stamp, std::uint8_t partition) noexcept {
+  if (!shut_down_.load(std::memory_order_acquire)) return true;
+  // Shut down between the grant and its runner: the grant never becomes a permit. A remote grant goes
+  // back to the server (nobody will use those tokens).
+  if constexpr (remote) return abandon(n, stamp, partition), false;
+  std::shared_ptr<limiter_core> last;
+  line_lock lock(*this);
+  partition_released_locked(partition, n);
+  if constexpr (with_permit) last = holder_gone_locked();
+  return false;
+}
+
+template <class Policy, class Executor, class Clock, class Mutex, acquire_signature Signature>
+REIN_SEPARATE_INLINE void limiter_core<Policy, Executor, Clock, Mutex, Signature>::abandon(
+    std::size_t n, std::chrono::nanoseconds stamp, std::uint8_t partition) noexcept {
+  std::shared_ptr<limiter_core> last;  // declared first: dropped after update's lock is released
+  update([&](Policy& p, time_point now) {
+    partition_released_locked(partition, n);
+    give_back(p, n, stamp, now);
+    if constexpr (with_permit) last = holder_gone_locked();
+  });
+}
+
+template <class Policy, class Executor, class Clock, class Mutex, acquire_signature Signature>
+REIN_SEPARATE_INLINE bool limiter_core<Policy, Executor, Clock, Mutex, Signature>::admit_locked(
+    wait_op* op, time_point deadline, completions& done) {
+  const std::size_t n = op->count;
+  if (closed_) return reject_locked(op, wait_status::closed, done), false;
+  if (policy_.exceeds(n)) return reject_locked(op, wait_status::exceeds_capacity, done), false;
+  time_point now = policy_now();
+  // A timeless policy read no clock: its state does not depend on time, so any instant observes it.
+  if (has_observer_) observe_locked(now, done);
+  if constexpr (remote) return admit_remote_locked(static_cast<remote_wait_op*>(op), deadline, now, done);
+  if (refused_locked(n, now)) return reject_locked(op, wait_status::unavailable, done), false;
+  const bool first = queue_.empty();
+  if (first && policy_.try_take(n, now)) return grant_at_once_locked(op, now, done), false;
+  // A timeless policy read no clock above; the wait statistics, the deadline and a priority key need one.
+  if (!Policy::needs_time && (deadline != time_point::max() || order_ == queue_order::priority)) now = Clock::now();
+  else if (!Policy::needs_time && measure_wait_) now = wait_clock_now();
+  // A coarse-timed wait starts on the coarse clock even when a deadline made `now` precise: both of its
+  // ends are read on one clock (grant_locked), so its error stays below a tick and averages out.
+  op->stamp_ns = to_ns(coarse_wait_ && deadline != time_point::max() ? wait_clock_now() : now).count();
+  // May throw (a new key, no memory) having moved only V up to the first waiter's tag, as any arrival does.
+  if (op->fair) tag_fair_locked(*op, first);
+  const place at = first ? place{nullptr, 0} : place_locked(op);
+  // A fair newcomer is tagged at or after the first waiter, so never placed ahead of it.
+  assert(!op->fair || first || at.after != nullptr);
+  // A newcomer placed at the head (lifo order, an urgent priority class) is served now if it fits,
+  // whoever waits behind it (with partitions, once queued: dispatch puts a partition below its
+  // guarantee first).
+  if (!first && at.after == nullptr && !partitioned() && policy_.try_take(n, now))
+    return grant_at_once_locked(op, now, done), false;
+  const bool full = queue_.size() >= max_waiters_;
+  // In a sorted order the evicted waiter is the last one: a newcomer that would be last is refused.
+  if (full && (!evict_oldest_ || first || (sorted() && at.after == queue_.back())))
+    return reject_locked(op, wait_status::queue_full, done), false;
+  if (deadline != time_point::max() && (deadline <= now || cannot_meet(n, deadline, now, at.ahead, full)))
+    return reject_locked(op, wait_status::timed_out, done), false;
+  if (first) {
+    if (!work_) work_.emplace(executor_);
+    waiting_.store(true, std::memory_order_relaxed);
+  }
+  queue_.insert_after(at.after, op);
+  queued_units_ += n;
+  if constexpr (partitionable) {
+    if (sources_) partitions_.queued(op->partition);
+  }
+  const bool timed = push_deadline_locked(op, deadline);
+  // The timer serves the head and the nearest deadline: an op queued behind others without a deadline
+  // changes neither (the common case under contention), so the timer needs no work if it is armed, or if
+  // nothing can need it (no time-based policy, no deadline). Otherwise an arm that failed before (see
+  // dispatch_locked) is retried here.
+  // A newcomer placed at the head changes the grant time the timer must serve.
+  if (at.after == nullptr || timed ||
+      !(timer_armed_ || (!Policy::needs_time && deadlines_.empty()))) {
+    try {
+      arm_timer_locked(now);
+    } catch (...) {
+      dequeue_locked(op, done);
+      throw;
+    }
+  }
+  // Only now that it is queued for good does its key's turn move (the table has its slot: start_tag).
+  if (op->fair) fair_admitted_locked(*op);
+  // With partitions, a newcomer at the head, or one whose partition is below its guarantee, may be served
+  // now (ahead of a head that does not fit): the line moves by the partition rule.
+  const bool serve_now = partitioned() && (at.after == nullptr || partition_starved_locked(op->partition));
+  if (!full && !serve_now) return true;
+  // Evicted only now that nothing can throw. A weighted head that left may let the next ones in.
+  if (full) evict_oldest_locked(done);
+  dispatch_locked(Policy::needs_time ? now : clock_now_locked(), done);
+  return op->status.load(std::memory_order_relaxed) == wait_status::queued;
+}
+
+template <class Policy, class Executor, class Clock, class Mutex, acquire_signature Signature>
+REIN_SEPARATE_INLINE void limiter_core<Policy, Executor, Clock, Mutex, Signature>::dispatch_locked(
+    time_point now, completions& done) noexcept {
+  for (;;) {
+    if constexpr (remote) {
+      serve_remote_locked(now, done);
+    } else {
+      while (!queue_.empty()) {
+        wait_op* head = queue_.front();
+        if (refused_locked(head->count, now)) {  // an open circuit fails the line at once
+          count_rejection_locked(wait_status::unavailable, done);
+          unlink_locked(head, wait_status::unavailable, done);
+          continue;
+        }
+        if (partitioned()) {
+          const starved_step step = serve_starved_locked(now, done);
+          if (step == starved_step::granted) continue;
+          if (step == starved_step::hold) break;
+        }
+        if (policy_.try_take(head->count, now)) {
+          grant_locked(head, now, done);
+        } else {
+          break;
+        }
+      }
+    }
+    if (deadlines_.empty() || deadlines_.top()->deadline_ns > to_ns(now).count()) break;
+    wait_op* expired = deadlines_.top()->op;
+    if (!expired->drain) count_rejection_locked(wait_status::timed_out, done);  // a drain is no rejection
+    unlink_locked(expired, wait_status::timed_out, done);
+  }
+  if (holders_ == 0 && !drainers_.empty()) finish_drains_locked(done);
+  arm_timer_locked_noexcept(now);
+  if constexpr (remote) {
+    policy_.take_outbox(pending_out_);
+    // Sent after the unlock, when another thread may have destroyed the limiter: the batch keeps the core.
+    if (!pending_out_.empty()) done.keep_for_sending();
+  }
+}
+
+template <class Policy, class Executor, class Clock, class Mutex, acquire_signature Signature>
+REIN_SEPARATE_INLINE void limiter_core<Policy, Executor, Clock, Mutex, Signature>::on_timer(
+    std::uint64_t generation) noexcept {
+  completions done(this);
+  line_lock lock(*this);
+  if (shut_down_.load(std::memory_order_relaxed) || generation != timer_generation_) return;  // superseded
+  timer_armed_ = false;
+  const time_point now = Clock::now();
+  dispatch_locked(now, done);
+  if (has_observer_) observe_locked(now, done);
+}
 
 /// How a public limiter owns its core: move-only, and the core is shut down when its owner is destroyed or
 /// assigned to (waiters complete with operation_aborted; permits already out stay valid, see the core's
