@@ -1,7 +1,7 @@
 # CTest separate.compilation.extern: the test units of tests/separate (not src.cpp) define no member of a
 # waiting line, so REIN_SEPARATE_COMPILATION did leave the lines to src.cpp; and each refers to a member
-# that src.cpp defines (which ones depends on the compiler: g++ calls the line's out-of-line admission
-# from each acquire, clang++ calls the limiter's own acquire).
+# that src.cpp defines (with g++ and clang++ alike, at least the limiters' constructors; which others depends
+# on what the compiler chose to inline).
 #   cmake -DNM=<nm> -DOBJECTS=<object;object> -P check_extern.cmake
 set(defined "")
 foreach(object IN LISTS OBJECTS)
