@@ -70,11 +70,12 @@
 #define REIN_NOINLINE
 #endif
 
-// Marks a member of a class template that is defined outside its class. Header-only builds make it inline,
-// as if defined in the class. With REIN_SEPARATE_COMPILATION it is not inline, so that a unit where its
-// class is declared extern neither instantiates it nor copies it in (the standard instantiates an inline
-// member of such a class anyway, and clang optimizes that copy before discarding it).
-#if defined(REIN_SEPARATE_COMPILATION)
+// Marks a member of a class template that is defined outside its class. With REIN_SEPARATE_COMPILATION it is
+// not inline, so that a unit where its class is declared extern neither instantiates it nor copies it in
+// (an extern declaration does not stop the compiler from instantiating an inline member, and clang optimizes
+// that copy before discarding it). Header-only builds generate what a definition in the class would: g++
+// treats both as inline, clang gives an inlining hint to the keyword only, so it gets none.
+#if defined(REIN_SEPARATE_COMPILATION) || defined(__clang__)
 #define REIN_SEPARATE_INLINE
 #else
 #define REIN_SEPARATE_INLINE inline

@@ -11,7 +11,7 @@ foreach(object IN LISTS OBJECTS)
   endif()
   # Members a unit would generate without the extern declarations: it uses each of them (a destructor
   # shuts its line down, an acquire is admitted, a grant dispatches).
-  string(REGEX MATCHALL " [TtWw] rein::detail::limiter_core<[^\n]*::(shutdown|admit_locked|dispatch_locked)\\("
+  string(REGEX MATCHALL " [TtWw] rein::detail::limiter_core<[^\n]*::(shutdown|admit_locked|dispatch_locked|on_timer|cancel_wait|deliver|abandon|release_permit|try_acquire)\\("
          found "${symbols}")
   list(APPEND defined ${found})
   string(REGEX MATCH " U rein::(detail::limiter_core|basic_semaphore|basic_quota_gate|basic_rate_limiter|keyed)<"

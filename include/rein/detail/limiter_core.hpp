@@ -732,9 +732,8 @@ class limiter_core final : public permit_source,
   }
 
   // Decides a new op's fate under the lock. Returns true if it was queued. If it throws (no memory for the
-  // work guard, the timer wait or a fair line's key table), it changed nothing.
-  // With REIN_SEPARATE_COMPILATION, out of line: the bulk of an acquire that does not depend on its handler,
-  // generated in one unit and called from async_acquire in the others.
+  // work guard, the timer wait or a fair line's key table), it changed nothing. The bulk of an acquire that
+  // does not depend on its handler: with REIN_SEPARATE_COMPILATION, compiled in one unit only.
   bool admit_locked(wait_op* op, time_point deadline, completions& done);
 
   // A remote policy's new op joins the line, then the line moves: it may be sent, granted or refused at once.
