@@ -403,9 +403,9 @@ using single_thread_quota_gate = basic_quota_gate<net::any_io_executor, std::chr
 
 /// The instantiations behind `quota_gate`, compiled once with REIN_SEPARATE_COMPILATION (rein/config.hpp).
 #define REIN_DETAIL_QUOTA_GATE_INSTANTIATIONS(kind)                                                     \
-  kind template class detail::limiter_core<detail::quota_gate_policy<std::chrono::steady_clock>,         \
-                                           net::any_io_executor, std::chrono::steady_clock, std::mutex, \
-                                           void(error_code)>;                                           \
+  REIN_DETAIL_LINE_INSTANTIATIONS(kind, detail::limiter_core<detail::quota_gate_policy<std::chrono::steady_clock>, \
+                                                            net::any_io_executor, std::chrono::steady_clock,     \
+                                                            std::mutex, void(error_code)>)                       \
   kind template class basic_quota_gate<>;
 
 #if defined(REIN_SEPARATE_COMPILATION)

@@ -424,8 +424,9 @@ using single_thread_semaphore = basic_semaphore<net::any_io_executor, std::chron
 
 /// The instantiations behind `semaphore`, compiled once with REIN_SEPARATE_COMPILATION (rein/config.hpp).
 #define REIN_DETAIL_SEMAPHORE_INSTANTIATIONS(kind)                                                              \
-  kind template class detail::limiter_core<detail::semaphore_policy, net::any_io_executor, std::chrono::steady_clock, \
-                                           std::mutex, void(error_code, permit)>;                               \
+  REIN_DETAIL_LINE_INSTANTIATIONS(kind, detail::limiter_core<detail::semaphore_policy, net::any_io_executor,   \
+                                                            std::chrono::steady_clock, std::mutex,             \
+                                                            void(error_code, permit)>)                         \
   kind template class basic_semaphore<>;
 
 #if defined(REIN_SEPARATE_COMPILATION)

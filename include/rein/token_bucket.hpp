@@ -248,9 +248,9 @@ using single_thread_token_bucket = basic_token_bucket<net::any_io_executor, std:
 
 /// The instantiations behind `token_bucket`, compiled once with REIN_SEPARATE_COMPILATION (rein/config.hpp).
 #define REIN_DETAIL_TOKEN_BUCKET_INSTANTIATIONS(kind)                                                 \
-  kind template class detail::limiter_core<                                                           \
+  REIN_DETAIL_LINE_INSTANTIATIONS(kind, detail::limiter_core<                                          \
       detail::rate_limit_policy<algo::basic_token_bucket<std::chrono::steady_clock>>, net::any_io_executor, \
-      std::chrono::steady_clock, std::mutex, void(error_code)>;                                       \
+      std::chrono::steady_clock, std::mutex, void(error_code)>)                                       \
   kind template class basic_rate_limiter<algo::basic_token_bucket<std::chrono::steady_clock>>;        \
   kind template class basic_token_bucket<>;
 

@@ -70,10 +70,16 @@
 #include <asio/basic_waitable_timer.hpp>
 #include <asio/executor_work_guard.hpp>
 #include <asio/wait_traits.hpp>
+#if defined(REIN_SEPARATE_COMPILATION)
+#include <asio/use_awaitable.hpp>
+#endif
 #else
 #include <boost/asio/basic_waitable_timer.hpp>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/wait_traits.hpp>
+#if defined(REIN_SEPARATE_COMPILATION)
+#include <boost/asio/use_awaitable.hpp>
+#endif
 #endif
 
 #include <algorithm>
@@ -244,36 +250,7 @@ class limiter_core final : public permit_source,
   /// the others).
   /// If this throws (no memory), nothing changed and the handler was destroyed uncalled.
   template <class Handler>
-  void async_acquire(Handler&& handler, std::size_t n, time_point deadline, line_place where = {}) {
-    using op_type = basic_wait_op<std::decay_t<Handler>, Executor, signature, concurrent, op_base>;
-    // Allocated before taking the lock, with a node if it has a deadline or its line is fair.
-    op_node node = deadline != time_point::max() ? op_node::deadline : op_node::none;
-    if (order_ == queue_order::fair) node = op_node::fair;
-    op_type* op = op_type::create(std::forward<Handler>(handler), n, node);
-    op->priority = where.priority;
-    op->partition = where.partition;
-    if (op->fair) {
-      op->fair_state().key = where.key;
-      op->fair_state().weight = std::max<std::uint32_t>(where.weight, 1);
-    }
-    completions done(this);
-    try {
-      line_lock lock(*this);
-      // Connected first, so that a grant made at once can still be taken back by a cancellation that arrives
-      // before the handler runs; under the lock, so that a cancellation finds the op decided (its handler
-      // locks before it acts on a queued op).
-      op->connect_cancellation(this);
-      try {
-        admit_locked(op, deadline, done);
-      } catch (...) {
-        op->disconnect_cancellation();
-        throw;
-      }
-    } catch (...) {
-      op->destroy();  // outside the lock: the handler's destructor is user code
-      throw;
-    }
-  }
+  void async_acquire(Handler&& handler, std::size_t n, time_point deadline, line_place where = {});
 
   /// Starts a wait for the moment no permit is out (holders() == 0), completing through `handler` with
   /// `void(error_code)`: at once if none is out; errc::timed_out at `deadline` (time_point::max(): none);
@@ -285,20 +262,7 @@ class limiter_core final : public permit_source,
     op_type* op =
         op_type::create(std::forward<Handler>(handler), 0, deadline != time_point::max() ? op_node::deadline : op_node::none);
     op->drain = true;
-    completions done(this);
-    try {
-      line_lock lock(*this);
-      op->connect_cancellation(this);
-      try {
-        admit_drain_locked(op, deadline, done);
-      } catch (...) {
-        op->disconnect_cancellation();
-        throw;
-      }
-    } catch (...) {
-      op->destroy();
-      throw;
-    }
+    start_wait(op, [&](completions& done) { admit_drain_locked(op, deadline, done); });
   }
 
   /// For a remote policy: where its outbox goes after each locked step. Set once, before the first acquire.
@@ -500,6 +464,29 @@ class limiter_core final : public permit_source,
   }
 
  private:
+  // Connects op's cancellation and admits it (`admit(done)`) under the lock. If that throws, nothing
+  // changed: op is destroyed uncalled and the exception goes on.
+  template <class Op, class Admit>
+  void start_wait(Op* op, Admit admit) {
+    completions done(this);
+    try {
+      line_lock lock(*this);
+      // Connected first, so that a grant made at once can still be taken back by a cancellation that arrives
+      // before the handler runs; under the lock, so that a cancellation finds the op decided (its handler
+      // locks before it acts on a queued op).
+      op->connect_cancellation(this);
+      try {
+        admit(done);
+      } catch (...) {
+        op->disconnect_cancellation();
+        throw;
+      }
+    } catch (...) {
+      op->destroy();  // outside the lock: the handler's destructor is user code
+      throw;
+    }
+  }
+
   using work_guard = net::executor_work_guard<Executor>;
   using op_base = std::conditional_t<remote, remote_wait_op, wait_op>;
   static constexpr bool concurrent = !std::is_same_v<Mutex, null_mutex>;  // a cancellation may race a runner
@@ -1286,6 +1273,24 @@ class limiter_core final : public permit_source,
 // Members defined outside the class, so that REIN_SEPARATE_COMPILATION compiles them in one unit only: a
 // unit that declares the class extern then neither instantiates them nor copies them in (config.hpp).
 template <class Policy, class Executor, class Clock, class Mutex, acquire_signature Signature>
+template <class Handler>
+REIN_SEPARATE_INLINE void limiter_core<Policy, Executor, Clock, Mutex, Signature>::async_acquire(
+    Handler&& handler, std::size_t n, time_point deadline, line_place where) {
+  using op_type = basic_wait_op<std::decay_t<Handler>, Executor, signature, concurrent, op_base>;
+  // Allocated before taking the lock, with a node if it has a deadline or its line is fair.
+  op_node node = deadline != time_point::max() ? op_node::deadline : op_node::none;
+  if (order_ == queue_order::fair) node = op_node::fair;
+  op_type* op = op_type::create(std::forward<Handler>(handler), n, node);
+  op->priority = where.priority;
+  op->partition = where.partition;
+  if (op->fair) {
+    op->fair_state().key = where.key;
+    op->fair_state().weight = std::max<std::uint32_t>(where.weight, 1);
+  }
+  start_wait(op, [&](completions& done) { admit_locked(op, deadline, done); });
+}
+
+template <class Policy, class Executor, class Clock, class Mutex, acquire_signature Signature>
 REIN_SEPARATE_INLINE try_status limiter_core<Policy, Executor, Clock, Mutex, Signature>::try_acquire(
     std::size_t n, std::chrono::nanoseconds& stamp, std::int64_t* retry_ns, std::uint8_t partition,
     const time_point* at) {
@@ -1541,3 +1546,39 @@ class core_owner {
 };
 
 }  // namespace rein::detail
+
+#if defined(REIN_SEPARATE_COMPILATION)
+namespace rein::detail {
+
+// The handlers with which a coroutine awaits a wait on the line `Core`: through use_awaitable, and (Asio
+// 1.26 on) as a deferred operation.
+template <class Core>
+using use_awaitable_handler = typename net::async_result<net::use_awaitable_t<typename Core::executor_type>,
+                                                         typename Core::signature>::handler_type;
+#if REIN_HAS_AWAIT_DEFERRED
+template <class Core>
+using await_deferred_handler =
+    net::detail::awaitable_async_op_handler<typename Core::signature, typename Core::executor_type>;
+#endif
+
+}  // namespace rein::detail
+
+// The instantiations of the line `...` (a limiter_core) that REIN_SEPARATE_COMPILATION compiles once: the
+// class, and its waits as coroutines await them, which every unit that co_awaits a limiter would otherwise
+// compile again (a waiting line's operation with its handler: about a tenth of such a unit's code).
+#define REIN_DETAIL_AWAIT_INSTANTIATION(kind, handler, ...)                                  \
+  kind template void __VA_ARGS__::async_acquire<detail::handler<__VA_ARGS__>>(                 \
+      detail::handler<__VA_ARGS__>&&, std::size_t, __VA_ARGS__::time_point, detail::line_place);
+#if REIN_HAS_AWAIT_DEFERRED
+#define REIN_DETAIL_LINE_INSTANTIATIONS(kind, ...)                           \
+  kind template class __VA_ARGS__;                                           \
+  REIN_DETAIL_AWAIT_INSTANTIATION(kind, use_awaitable_handler, __VA_ARGS__) \
+  REIN_DETAIL_AWAIT_INSTANTIATION(kind, await_deferred_handler, __VA_ARGS__)
+#else
+#define REIN_DETAIL_LINE_INSTANTIATIONS(kind, ...) \
+  kind template class __VA_ARGS__;                 \
+  REIN_DETAIL_AWAIT_INSTANTIATION(kind, use_awaitable_handler, __VA_ARGS__)
+#endif
+#else  // header-only: rein/impl/src.hpp still compiles, instantiating the classes
+#define REIN_DETAIL_LINE_INSTANTIATIONS(kind, ...) kind template class __VA_ARGS__;
+#endif
