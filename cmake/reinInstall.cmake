@@ -41,7 +41,7 @@ if(REIN_INSTALL)
   install(DIRECTORY "${PROJECT_SOURCE_DIR}/include/"
     DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}"
     COMPONENT rein
-    FILES_MATCHING PATTERN "*.hpp")
+    FILES_MATCHING PATTERN "*.hpp" PATTERN "*.ipp")
   install(FILES "${PROJECT_SOURCE_DIR}/LICENSE" DESTINATION "${CMAKE_INSTALL_DATADIR}/doc/rein" COMPONENT rein)
 
   configure_package_config_file("${PROJECT_SOURCE_DIR}/cmake/reinConfig.cmake.in"

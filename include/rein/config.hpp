@@ -81,6 +81,15 @@
 #define REIN_SEPARATE_INLINE inline
 #endif
 
+// Marks a function that is not a template, declared in a header and defined in rein/impl/*.ipp (as Asio's
+// ASIO_DECL): inline and included by its header in header-only builds; with REIN_SEPARATE_COMPILATION
+// compiled once, by rein/impl/src.hpp, so that other units neither compile it nor parse what it includes.
+#if defined(REIN_SEPARATE_COMPILATION)
+#define REIN_DECL
+#else
+#define REIN_DECL inline
+#endif
+
 #if defined(REIN_STANDALONE_ASIO)
 #include <asio/async_result.hpp>
 #if REIN_ASIO_VERSION >= 102400

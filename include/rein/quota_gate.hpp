@@ -8,6 +8,7 @@
 #include <rein/detail/invalid_option.hpp>
 #include <rein/detail/limiter_core.hpp>
 #include <rein/detail/quota_gate_policy.hpp>
+#include <rein/detail/random_seed.hpp>
 #include <rein/error.hpp>
 #include <rein/null_mutex.hpp>
 #include <rein/observer.hpp>
@@ -41,7 +42,6 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <random>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -344,11 +344,6 @@ class basic_quota_gate {
     return p.paused_until;
   }
 
-  static std::uint64_t random_seed() {
-    std::random_device device;
-    return (static_cast<std::uint64_t>(device()) << 32) ^ device();
-  }
-
   template <class Value>
   [[noreturn]] static void fail(std::string_view rule, Value got) {
     detail::throw_invalid("rein::quota_gate", rule, detail::show(got));
@@ -393,7 +388,7 @@ REIN_SEPARATE_INLINE basic_quota_gate<Executor, Clock, Mutex>::basic_quota_gate(
             detail::line_options{options.max_waiters, true, options.name, options.observer,
                                  validated_order(options), options.when_full},
             validated_max_pause(options), validated_jitter(options), validated_max_jitter(options),
-            options.seed ? *options.seed : random_seed(), tickets_) {}
+            options.seed ? *options.seed : detail::random_seed(), tickets_) {}
 
 /// The thread-safe quota gate on any I/O executor and std::chrono::steady_clock.
 using quota_gate = basic_quota_gate<>;

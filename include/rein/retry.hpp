@@ -7,6 +7,7 @@
 #include <rein/config.hpp>
 #include <rein/detail/format.hpp>
 #include <rein/detail/invalid_option.hpp>
+#include <rein/detail/random_seed.hpp>
 #include <rein/null_mutex.hpp>
 #include <rein/observer.hpp>
 
@@ -32,7 +33,6 @@
 #include <limits>
 #include <mutex>
 #include <optional>
-#include <random>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -248,7 +248,7 @@ class basic_retry_policy {
       : backoff_(detail::renaming_errors("rein::algo::backoff", {"rein::retry_policy", options.name},
                                          [&] { return algo::backoff(options.backoff); }, "backoff.")),
         random_(std::move(options.random)),
-        state_(options.seed ? *options.seed : random_seed()),
+        state_(options.seed ? *options.seed : detail::random_seed()),
         name_(std::move(options.name)) {
     if (!options.budget) return;
     detail::renaming_errors("rein::algo::retry_budget", {"rein::retry_policy", name_},
@@ -331,11 +331,6 @@ class basic_retry_policy {
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
     z ^= z >> 31;
     return static_cast<double>(z >> 11) * 0x1.0p-53;
-  }
-
-  static std::uint64_t random_seed() {
-    std::random_device device;
-    return (static_cast<std::uint64_t>(device()) << 32) ^ device();
   }
 
   algo::backoff backoff_;

@@ -262,6 +262,11 @@ class throttle_error : public system_error {
 
 namespace detail {
 
+/// The error of a failed throttle acquire, with a what() that says all of it: the throttle's `name` (none if
+/// empty), the stage's position (none if `stage` is SIZE_MAX) and kind, the key, the error.
+REIN_DECL throttle_error throttle_failure(const error_code& ec, std::string_view name, std::size_t stage,
+                                          throttle_stage kind, const std::string& key);
+
 template <class T>
 inline constexpr bool is_unlimited_v = std::is_same_v<std::remove_cvref_t<T>, unlimited_t>;
 
@@ -1068,11 +1073,7 @@ class throttle {
   }
 
   throttle_error failure(const error_code& ec, std::size_t stage, const std::string& key) const {
-    std::string what = options_.name.empty() ? std::string("rein::throttle::acquire")
-                                             : "rein::throttle \"" + options_.name + "\"::acquire";
-    if (stage != npos) what += ": stage " + std::to_string(stage) + " (" + to_string(kind_of(stage)) + ")";
-    what += ", key \"" + key + "\"";
-    return throttle_error(ec, what, stage, kind_of(stage), key);
+    return detail::throttle_failure(ec, options_.name, stage, kind_of(stage), key);
   }
 
   // Runs f(integral_constant<I>) for the stage at runtime position i.
@@ -1769,3 +1770,7 @@ throttle(S1&&, S2&&, S3&&, S4&&, S5&&, S6&&, throttle_options)
                 std::remove_cvref_t<S5>, std::remove_cvref_t<S6>>;
 
 }  // namespace rein
+
+#if !defined(REIN_SEPARATE_COMPILATION)
+#include <rein/impl/throttle.ipp>
+#endif

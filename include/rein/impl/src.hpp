@@ -3,6 +3,8 @@
 #pragma once
 
 #include <rein/config.hpp>
+#include <rein/impl/random_seed.ipp>
+#include <rein/impl/throttle.ipp>
 #include <rein/keyed.hpp>
 #include <rein/quota_gate.hpp>
 #include <rein/semaphore.hpp>
