@@ -1441,16 +1441,14 @@ class throttle {
     }
   }
 
-  // Waits on the stage's own line until it admits (a gate: until it opens; a concurrency or rate stage:
-  // until it grants, taking the units). A global stage in fair order is waited on as the caller's key.
+  // Waits on the stage's own line until it grants, taking the units (a concurrency or rate stage; a gate is
+  // waited on in wait_at). A global stage in fair order is waited on as the caller's key.
   template <bool Bound, std::size_t I>
   net::awaitable<void> wait_stage(guard& g, run_ctx& x) {
-    if constexpr (ranks_[I] != rank::none) {
+    if constexpr (ranks_[I] != rank::none && ranks_[I] != rank::gate) {
       auto& l = limiter<I>(g.held_);
       const std::size_t n = units_of<I>(g.charge_);
-      if constexpr (ranks_[I] == rank::gate) {
-        co_await l.async_acquire_until(n, x.deadline, token<Bound>(x));
-      } else if constexpr (ranks_[I] == rank::rate) {
+      if constexpr (ranks_[I] == rank::rate) {
         co_await acquire_on_line<Bound, I>(l, n, x);
         g.held_.units[I] = n;
       } else {
@@ -1510,7 +1508,12 @@ class throttle {
   template <bool Bound>
   net::awaitable<void> wait_at(std::size_t i, guard& g, run_ctx& x) {
     net::awaitable<void> a;
-    visit(i, [&](auto I) { a = wait_stage<Bound, I()>(g, x); });
+    visit(i, [&](auto I) {
+      if constexpr (ranks_[I()] == rank::gate)  // a gate's wait records nothing: awaited without a frame of ours
+        a = limiter<I()>(g.held_).async_acquire_until(units_of<I()>(g.charge_), x.deadline, token<Bound>(x));
+      else
+        a = wait_stage<Bound, I()>(g, x);
+    });
     return a;
   }
 
@@ -1547,30 +1550,34 @@ class throttle {
   template <bool Bound>
   net::awaitable<void> ready_at(std::size_t i, guard& g, run_ctx& x) {
     net::awaitable<void> a;
-    visit(i, [&](auto I) { a = wait_ready<Bound, I()>(g, x); });
+    visit(i, [&](auto I) {
+      if constexpr (ranks_[I()] == rank::rate) a = wait_ready<Bound, I()>(g, x);  // i is a rate stage
+    });
     return a;
   }
 
-  // Takes stage i now, or waits on its line.
+  // Takes stage i now (true), or says that it must be waited on (false). Not a coroutine of its own: the
+  // waiting path makes one frame fewer per stage it tries.
   template <bool Bound>
-  net::awaitable<void> take_or_wait(std::size_t i, guard& g, run_ctx& x) {
+  bool take_now(std::size_t i, guard& g, run_ctx& x) {
     x.at = i;
-    if (try_at(i, g)) co_return;
+    if (try_at(i, g)) return true;
     check_cancelled<Bound>(x);
-    co_await wait_at<Bound>(i, g, x);
+    return false;
   }
 
   // The waiting path (see the class comment for the steps and why).
   template <bool Bound>
   net::awaitable<void> pass(guard& g, run_ctx& x) {
     for (;;) {
-      for (std::size_t i : at_rank<rank::gate>) co_await take_or_wait<Bound>(i, g, x);
+      for (std::size_t i : at_rank<rank::gate>)
+        if (!take_now<Bound>(i, g, x)) co_await wait_at<Bound>(i, g, x);
       if constexpr (rates_first_) {
         for (std::size_t i : at_rank<rank::rate>)
-          if (g.held_.units[i] == 0) co_await take_or_wait<Bound>(i, g, x);
+          if (g.held_.units[i] == 0 && !take_now<Bound>(i, g, x)) co_await wait_at<Bound>(i, g, x);
       }
       for (std::size_t i : at_rank<rank::per_key_concurrency>)
-        if (!g.held_.permits[i]) co_await take_or_wait<Bound>(i, g, x);
+        if (!g.held_.permits[i] && !take_now<Bound>(i, g, x)) co_await wait_at<Bound>(i, g, x);
       if constexpr (!rates_first_) {
         for (std::size_t i : at_rank<rank::rate>) {
           if (!keyed_[i]) continue;
@@ -1579,7 +1586,7 @@ class throttle {
         }
       }
       for (std::size_t i : at_rank<rank::global_concurrency>)
-        if (!g.held_.permits[i]) co_await take_or_wait<Bound>(i, g, x);
+        if (!g.held_.permits[i] && !take_now<Bound>(i, g, x)) co_await wait_at<Bound>(i, g, x);
       if constexpr (!rates_first_) {
         bool back_to_key = false;
         std::size_t held = npos;
