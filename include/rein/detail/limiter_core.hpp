@@ -961,6 +961,15 @@ class limiter_core final : public permit_source,
     observe_locked(seen, done);
     if (closed_) return try_status::closed;
     if (policy_.exceeds(n)) return try_status::exceeds_capacity;
+    const try_status status = take_locked(n, now, stamp, retry_ns, partition);
+    if (status == try_status::acquired) observe_locked(seen, done);
+    return status;
+  }
+
+  // The rest of a synchronous try under the lock, once closed and capacity are checked: refused (a policy's
+  // own reason), behind waiters, or short of units at `now`; or taken, stamping the grant with `now`.
+  try_status take_locked(std::size_t n, time_point now, std::chrono::nanoseconds& stamp, std::int64_t* retry_ns,
+                         std::uint8_t partition) {
     if (refused_locked(n, now)) return try_status::unavailable;
     if (!queue_.empty()) return busy_locked(queued_units_, n, now, retry_ns);
     if (!policy_.try_take(n, now)) return busy_locked(0, n, now, retry_ns);
@@ -968,7 +977,6 @@ class limiter_core final : public permit_source,
     if constexpr (with_permit) ++holders_;
     partition_granted_locked(partition, n);
     stamp = to_ns(now);
-    observe_locked(seen, done);
     return try_status::acquired;
   }
 
@@ -1312,15 +1320,7 @@ REIN_SEPARATE_INLINE try_status limiter_core<Policy, Executor, Clock, Mutex, Sig
   line_lock lock(*this);
   if (closed_) return try_status::closed;
   if (policy_.exceeds(n)) return try_status::exceeds_capacity;
-  const time_point now = at != nullptr ? *at : policy_now();
-  if (refused_locked(n, now)) return try_status::unavailable;
-  if (!queue_.empty()) return busy_locked(queued_units_, n, now, retry_ns);
-  if (!policy_.try_take(n, now)) return busy_locked(0, n, now, retry_ns);
-  ++stats_.acquired_total;
-  if constexpr (with_permit) ++holders_;
-  partition_granted_locked(partition, n);
-  stamp = to_ns(now);
-  return try_status::acquired;
+  return take_locked(n, at != nullptr ? *at : policy_now(), stamp, retry_ns, partition);
 }
 
 template <class Policy, class Executor, class Clock, class Mutex, acquire_signature Signature>
