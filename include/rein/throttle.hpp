@@ -28,6 +28,7 @@
 #include <asio/basic_waitable_timer.hpp>
 #include <asio/bind_cancellation_slot.hpp>
 #include <asio/cancellation_signal.hpp>
+#include <asio/cancellation_state.hpp>
 #include <asio/co_spawn.hpp>
 #include <asio/error.hpp>
 #include <asio/this_coro.hpp>
@@ -42,6 +43,7 @@
 #include <boost/asio/basic_waitable_timer.hpp>
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/cancellation_state.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/error.hpp>
 #include <boost/asio/this_coro.hpp>
@@ -50,6 +52,7 @@
 #endif
 
 #include <algorithm>
+#include <cassert>
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -1049,6 +1052,9 @@ class throttle {
     detail::throttle_cancellation* cancellation;
     std::string_view key;  // the caller's key, in the frame of the coroutine that waits (a copy)
     std::size_t at = npos;
+    // acquire's waiting path: the awaiting coroutine's cancellation state, if it throws when cancelled (the
+    // default); none otherwise.
+    net::cancellation_state awaiting{};
   };
 
   using timer_type = net::basic_waitable_timer<clock_type, net::wait_traits<clock_type>, net::any_io_executor>;
@@ -1551,15 +1557,19 @@ class throttle {
   net::awaitable<void> ready_at(std::size_t i, guard& g, run_ctx& x) {
     net::awaitable<void> a;
     visit(i, [&](auto I) {
-      if constexpr (ranks_[I()] == rank::rate) a = wait_ready<Bound, I()>(g, x);  // i is a rate stage
+      if constexpr (ranks_[I()] == rank::rate) a = wait_ready<Bound, I()>(g, x);
     });
+    assert(a.valid() && "ready_at: i must be a rate stage (only they are waited on until ready)");
     return a;
   }
 
   // Takes stage i now (true), or says that it must be waited on (false). Not a coroutine of its own: the
-  // waiting path makes one frame fewer per stage it tries.
+  // waiting path makes one frame fewer per stage it tries. A cancelled coroutine fails before the stage, as
+  // it would at a co_await (the stage it was granted meanwhile is given back).
   template <bool Bound>
   bool take_now(std::size_t i, guard& g, run_ctx& x) {
+    if (x.awaiting.cancelled() != net::cancellation_type::none)
+      throw system_error(error_code(net::error::operation_aborted));
     x.at = i;
     if (try_at(i, g)) return true;
     check_cancelled<Bound>(x);
@@ -1569,6 +1579,9 @@ class throttle {
   // The waiting path (see the class comment for the steps and why).
   template <bool Bound>
   net::awaitable<void> pass(guard& g, run_ctx& x) {
+    if constexpr (!Bound) {
+      if (co_await net::this_coro::throw_if_cancelled()) x.awaiting = co_await net::this_coro::cancellation_state;
+    }
     for (;;) {
       for (std::size_t i : at_rank<rank::gate>)
         if (!take_now<Bound>(i, g, x)) co_await wait_at<Bound>(i, g, x);

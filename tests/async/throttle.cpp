@@ -195,6 +195,48 @@ TEST_CASE("cancelling the waiting coroutine gives back what earlier stages took"
   CHECK(s.per_key.snapshot("K")->waiting == 0);
 }
 
+TEST_CASE("a coroutine cancelled as its wait completes fails before the next stage", "[throttle][cancel]") {
+  // As at any co_await. The key's rate stage waits on a timer; the cancellation reaches the coroutine after
+  // the timer fired (co_spawn delivers it through the executor, and the expired timer's completion is
+  // already queued, so the timer has nothing left to cancel). The coroutine resumes from that wait with its
+  // state cancelled, and fails before it tries the global stage, holding nothing afterwards.
+  rein_test::manual_clock_at_epoch epoch;
+  net::io_context io;
+  rein::keyed<sem_type> per_key(io.get_executor(), rein::keyed_options{}, std::size_t{1});
+  sem_type global(io.get_executor(), 10);
+  rein::keyed<bucket_type> rate(io.get_executor(), rein::keyed_options{},
+                                rein::token_bucket_options{.rate = 1, .capacity = 1});
+  rein::throttle t(per_key, global, rate);
+  REQUIRE(t.try_acquire("K"));  // takes K's one token, and gives the slots back
+  net::cancellation_signal signal;
+  std::optional<rein::error_code> failed;
+  std::optional<std::size_t> failed_at;
+  bool admitted = false;
+  net::co_spawn(
+      io,
+      [&]() -> net::awaitable<void> {
+        try {
+          auto g = co_await t.acquire("K");
+          admitted = static_cast<bool>(g);
+        } catch (const rein::throttle_error& e) {
+          failed = e.code();
+          failed_at = e.stage();
+        }
+      },
+      net::bind_cancellation_slot(signal.slot(), net::detached));
+  rein_test::poll(io);
+  REQUIRE(per_key.snapshot("K")->in_flight == 1);  // K's slot, held while K's rate is waited for
+  signal.emit(net::cancellation_type::terminal);
+  advance_and_poll(io, 1s);
+  CHECK_FALSE(admitted);
+  REQUIRE(failed.has_value());
+  CHECK(*failed == net::error::operation_aborted);
+  CHECK(failed_at == std::size_t{2});  // the rate stage, the last one the coroutine waited on
+  CHECK(per_key.snapshot("K")->in_flight == 0);
+  CHECK(global.snapshot().in_flight == 0);
+  CHECK(rate.get("K")->tokens() == 1.0);  // the token that came back was not taken
+}
+
 TEST_CASE("reject pauses the key for every caller until Retry-After passes", "[throttle]") {
   rein_test::manual_clock_at_epoch epoch;
   stages s;
