@@ -8,10 +8,13 @@
 // them and include <rein/impl/src.hpp> in exactly one (as Asio's ASIO_SEPARATE_COMPILATION): the waiting
 // lines and public classes of `semaphore`, `quota_gate` and `token_bucket` (with `basic_rate_limiter`, the
 // token bucket's base) and the `keyed` registries of the three are then compiled in that unit only, and
-// the others declare them `extern template`. Other instantiations, member templates such as the
-// completion-token overloads, and what the compiler copies in to inline stay in the units that use them.
-// The unit with src.hpp must be linked into the same binary (a shared library built with hidden
-// visibility does not export the instantiations).
+// the others declare them `extern template`, with the waits that coroutines await on those lines (through
+// use_awaitable, bound or not to a cancellation slot, and as deferred operations). The functions that are not
+// templates (REIN_DECL, below) are compiled there too, so every unit that uses rein needs that one linked,
+// not only those using the three limiters. Other instantiations, member templates with other completion
+// tokens, and what the compiler copies in to inline stay in the units that use them. The unit with src.hpp
+// must be linked into the same binary (a shared library built with hidden visibility does not export the
+// instantiations).
 #pragma once
 
 #if defined(REIN_STANDALONE_ASIO)

@@ -10,6 +10,7 @@
 // After the limiters, so that keyed.hpp declares keyed<semaphore> and the others extern (src.hpp includes
 // it first, so that the limiters' headers do).
 #include <rein/keyed.hpp>
+#include <rein/throttle.hpp>
 
 #if defined(REIN_STANDALONE_ASIO)
 #include <asio/co_spawn.hpp>
@@ -23,6 +24,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <string>
 
 #if !defined(REIN_SEPARATE_COMPILATION)
 #error "tests/separate is built with REIN_SEPARATE_COMPILATION"
@@ -77,4 +79,31 @@ TEST_CASE("separately compiled keyed semaphores: one limiter per key", "[separat
   REQUIRE(per_host.get("b.example")->available() == 2);
   REQUIRE(per_host.size() == 2);
   REQUIRE(per_host.snapshot().created_total == 2);
+}
+
+TEST_CASE("separately compiled throttle: a failed wait names its stage", "[separate]") {
+  // The wait goes through the per-key line's use_awaitable wait and the error's message through
+  // detail::throttle_failure, both compiled in src.cpp only.
+  net::io_context io;
+  rein::keyed<rein::semaphore> per_host(io, {}, std::size_t{1});
+  rein::semaphore global(io, 4);
+  rein::throttle throttle(per_host, global);
+  std::string what;
+  rein::error_code failed;
+  net::co_spawn(
+      io,
+      [&]() -> net::awaitable<void> {
+        try {
+          co_await throttle.acquire("h", rein::charge{.requests = 2});  // more than the key's capacity of 1
+        } catch (const rein::throttle_error& e) {
+          failed = e.code();
+          what = e.what();
+        }
+      },
+      net::detached);
+  io.run();
+  REQUIRE(failed == rein::errc::exceeds_capacity);
+  const std::string prefix = "rein::throttle::acquire: stage 0 (per_key), key \"h\"";
+  REQUIRE(what.substr(0, prefix.size()) == prefix);
+  REQUIRE(global.available() == 4);
 }

@@ -71,6 +71,8 @@
 #include <asio/executor_work_guard.hpp>
 #include <asio/wait_traits.hpp>
 #if defined(REIN_SEPARATE_COMPILATION)
+#include <asio/bind_cancellation_slot.hpp>
+#include <asio/cancellation_signal.hpp>
 #include <asio/use_awaitable.hpp>
 #endif
 #else
@@ -78,6 +80,8 @@
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/wait_traits.hpp>
 #if defined(REIN_SEPARATE_COMPILATION)
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #endif
 #endif
@@ -1271,7 +1275,9 @@ class limiter_core final : public permit_source,
 };
 
 // Members defined outside the class, so that REIN_SEPARATE_COMPILATION compiles them in one unit only: a
-// unit that declares the class extern then neither instantiates them nor copies them in (config.hpp).
+// unit that declares the class extern then neither instantiates them nor copies them in (config.hpp). A
+// member template such as async_acquire is not covered by the class's declaration: only the specializations
+// declared extern by REIN_DETAIL_LINE_INSTANTIATIONS (below) are left to src.hpp.
 template <class Policy, class Executor, class Clock, class Mutex, acquire_signature Signature>
 template <class Handler>
 REIN_SEPARATE_INLINE void limiter_core<Policy, Executor, Clock, Mutex, Signature>::async_acquire(
@@ -1558,11 +1564,14 @@ class core_owner {
 #if defined(REIN_SEPARATE_COMPILATION)
 namespace rein::detail {
 
-// The handlers with which a coroutine awaits a wait on the line `Core`: through use_awaitable, and (Asio
-// 1.26 on) as a deferred operation.
+// The handlers with which a coroutine awaits a wait on the line `Core`: through use_awaitable, bound or not
+// to a cancellation slot (a throttle's async_acquire), and (Asio 1.26 on) as a deferred operation. The last
+// is named from Asio's detail namespace: a later Asio that renames it fails here, in src.hpp, loudly.
 template <class Core>
 using use_awaitable_handler = typename net::async_result<net::use_awaitable_t<typename Core::executor_type>,
                                                          typename Core::signature>::handler_type;
+template <class Core>
+using bound_awaitable_handler = net::cancellation_slot_binder<use_awaitable_handler<Core>, net::cancellation_slot>;
 #if REIN_HAS_AWAIT_DEFERRED
 template <class Core>
 using await_deferred_handler =
@@ -1578,14 +1587,16 @@ using await_deferred_handler =
   kind template void __VA_ARGS__::async_acquire<detail::handler<__VA_ARGS__>>(                 \
       detail::handler<__VA_ARGS__>&&, std::size_t, __VA_ARGS__::time_point, detail::line_place);
 #if REIN_HAS_AWAIT_DEFERRED
+#define REIN_DETAIL_LINE_INSTANTIATIONS(kind, ...)                             \
+  kind template class __VA_ARGS__;                                             \
+  REIN_DETAIL_AWAIT_INSTANTIATION(kind, use_awaitable_handler, __VA_ARGS__)   \
+  REIN_DETAIL_AWAIT_INSTANTIATION(kind, bound_awaitable_handler, __VA_ARGS__) \
+  REIN_DETAIL_AWAIT_INSTANTIATION(kind, await_deferred_handler, __VA_ARGS__)
+#else
 #define REIN_DETAIL_LINE_INSTANTIATIONS(kind, ...)                           \
   kind template class __VA_ARGS__;                                           \
   REIN_DETAIL_AWAIT_INSTANTIATION(kind, use_awaitable_handler, __VA_ARGS__) \
-  REIN_DETAIL_AWAIT_INSTANTIATION(kind, await_deferred_handler, __VA_ARGS__)
-#else
-#define REIN_DETAIL_LINE_INSTANTIATIONS(kind, ...) \
-  kind template class __VA_ARGS__;                 \
-  REIN_DETAIL_AWAIT_INSTANTIATION(kind, use_awaitable_handler, __VA_ARGS__)
+  REIN_DETAIL_AWAIT_INSTANTIATION(kind, bound_awaitable_handler, __VA_ARGS__)
 #endif
 #else  // header-only: rein/impl/src.hpp still compiles, instantiating the classes
 #define REIN_DETAIL_LINE_INSTANTIATIONS(kind, ...) kind template class __VA_ARGS__;
