@@ -3,6 +3,7 @@
 #pragma once
 
 #include <rein/config.hpp>
+#include <rein/detail/random_seed.hpp>
 #include <rein/permit.hpp>
 #include <rein/redis/connection.hpp>
 #include <rein/redis/detail/scripted_admission.hpp>
@@ -24,7 +25,6 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <random>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -143,12 +143,11 @@ return reply
 
 /// A lease id no other semaphore object uses: 128 random bits in hex.
 inline std::string random_lease_name() {
-  std::random_device device;
   std::string name;
   constexpr std::string_view digits = "0123456789abcdef";
-  for (int word = 0; word < 4; ++word) {
-    std::uint32_t bits = device();
-    for (int i = 0; i < 8; ++i, bits >>= 4) name.push_back(digits[bits & 0xf]);
+  for (int word = 0; word < 2; ++word) {
+    std::uint64_t bits = rein::detail::random_seed();
+    for (int i = 0; i < 16; ++i, bits >>= 4) name.push_back(digits[bits & 0xf]);
   }
   return name;
 }

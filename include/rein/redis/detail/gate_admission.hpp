@@ -5,6 +5,7 @@
 #include <rein/algo/rate_limit.hpp>
 #include <rein/config.hpp>
 #include <rein/detail/clock_time.hpp>
+#include <rein/detail/random_seed.hpp>
 #include <rein/redis/detail/scripted_admission.hpp>
 
 #include <algorithm>
@@ -97,7 +98,7 @@ class gate_model {
   }
 
   gate_model(const options_type& o, time_point)
-      : options_(o), random_(o.seed ? *o.seed : (std::uint64_t{std::random_device{}()} << 32) ^ std::random_device{}()) {}
+      : options_(o), random_(o.seed ? *o.seed : rein::detail::random_seed()) {}
 
   bool exceeds(std::size_t) const noexcept { return false; }
 
