@@ -52,9 +52,9 @@
 #endif
 
 #include <algorithm>
-#include <cassert>
 #include <array>
 #include <atomic>
+#include <cassert>
 #include <chrono>
 #include <concepts>
 #include <cstddef>
@@ -1442,10 +1442,11 @@ class throttle {
   template <bool Bound>
   static void check_cancelled(const run_ctx& x) {
     if constexpr (Bound) {
-      if (x.cancellation && x.cancellation->requested.load(std::memory_order_relaxed))
-        throw system_error(error_code(net::error::operation_aborted));
+      if (x.cancellation && x.cancellation->requested.load(std::memory_order_relaxed)) throw_aborted();
     }
   }
+
+  [[noreturn]] static void throw_aborted() { throw system_error(error_code(net::error::operation_aborted)); }
 
   // Waits on the stage's own line until it grants, taking the units (a concurrency or rate stage; a gate is
   // waited on in wait_at). A global stage in fair order is waited on as the caller's key.
@@ -1528,28 +1529,27 @@ class throttle {
   // say, or has waiters of its own, is waited on through its own line and given back at once.
   template <bool Bound, std::size_t I>
   net::awaitable<void> wait_ready(guard& g, run_ctx& x) {
-    if constexpr (ranks_[I] == rank::rate) {
-      using kind = typename detail::readiness<time_point>::kind;
-      const std::size_t n = units_of<I>(g.charge_);
-      if (n == 0) co_return;
-      auto& l = limiter<I>(g.held_);
-      for (;;) {
-        time_point when{};
-        const kind k = readiness_of<I>(g, clock_type::now(), &when);
-        if (k == kind::ready) co_return;
-        if (k == kind::exceeds) throw system_error(make_error_code(errc::exceeds_capacity));
-        check_cancelled<Bound>(x);
-        if (k == kind::queued || k == kind::unknown) {
-          co_await l.async_acquire_until(n, x.deadline, token<Bound>(x));
-          l.refund(n);
-          co_return;
-        }
-        if (k == kind::never) when = time_point::max();
-        if (when > x.deadline) throw system_error(make_error_code(errc::timed_out));  // judged at once
-        timer_type timer(co_await net::this_coro::executor);
-        timer.expires_at(when);
-        co_await timer.async_wait(token<Bound>(x));
+    static_assert(ranks_[I] == rank::rate, "wait_ready: only rate stages are waited on until ready");
+    using kind = typename detail::readiness<time_point>::kind;
+    const std::size_t n = units_of<I>(g.charge_);
+    if (n == 0) co_return;
+    auto& l = limiter<I>(g.held_);
+    for (;;) {
+      time_point when{};
+      const kind k = readiness_of<I>(g, clock_type::now(), &when);
+      if (k == kind::ready) co_return;
+      if (k == kind::exceeds) throw system_error(make_error_code(errc::exceeds_capacity));
+      check_cancelled<Bound>(x);
+      if (k == kind::queued || k == kind::unknown) {
+        co_await l.async_acquire_until(n, x.deadline, token<Bound>(x));
+        l.refund(n);
+        co_return;
       }
+      if (k == kind::never) when = time_point::max();
+      if (when > x.deadline) throw system_error(make_error_code(errc::timed_out));  // judged at once
+      timer_type timer(co_await net::this_coro::executor);
+      timer.expires_at(when);
+      co_await timer.async_wait(token<Bound>(x));
     }
   }
 
@@ -1568,8 +1568,7 @@ class throttle {
   // it would at a co_await (the stage it was granted meanwhile is given back).
   template <bool Bound>
   bool take_now(std::size_t i, guard& g, run_ctx& x) {
-    if (x.awaiting.cancelled() != net::cancellation_type::none)
-      throw system_error(error_code(net::error::operation_aborted));
+    if (x.awaiting.cancelled() != net::cancellation_type::none) throw_aborted();
     x.at = i;
     if (try_at(i, g)) return true;
     check_cancelled<Bound>(x);
