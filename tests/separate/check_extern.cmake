@@ -14,8 +14,9 @@ foreach(object IN LISTS OBJECTS)
   string(REGEX MATCHALL " [TtWw] rein::detail::limiter_core<[^\n]*::(shutdown|admit_locked|dispatch_locked|on_timer|cancel_wait|deliver|abandon|release_permit|try_acquire)\\("
          found "${symbols}")
   list(APPEND defined ${found})
-  # And the wait a coroutine awaits (co_await sem.acquire()), compiled with its handler in src.cpp.
-  string(REGEX MATCHALL " [TtWw] void rein::detail::limiter_core<[^\n]*::async_acquire<[a-z:]*detail::awaitable_[^\n]*"
+  # And the waits a coroutine awaits (co_await sem.acquire(), and the throttle's slot-bound waits), compiled
+  # with their handlers in src.cpp.
+  string(REGEX MATCHALL " [TtWw] void rein::detail::limiter_core<[^\n]*::async_acquire<[a-z:]*(cancellation_slot_binder<[a-z:]*)?detail::awaitable_[^\n]*"
          found "${symbols}")
   list(APPEND defined ${found})
   string(REGEX MATCH " U rein::(detail::limiter_core|basic_semaphore|basic_quota_gate|basic_rate_limiter|keyed)<"

@@ -81,29 +81,57 @@ TEST_CASE("separately compiled keyed semaphores: one limiter per key", "[separat
   REQUIRE(per_host.snapshot().created_total == 2);
 }
 
+namespace {
+
+// A key's capacity of 1 under a global 4: a charge of 2 requests fails at the key's stage, after its wait.
+struct per_host_and_global {
+  net::io_context io;
+  rein::keyed<rein::semaphore> per_host{io, {}, std::size_t{1}};
+  rein::semaphore global{io, 4};
+  rein::throttle<rein::keyed<rein::semaphore>, rein::semaphore> throttle{per_host, global};
+};
+
+}  // namespace
+
 TEST_CASE("separately compiled throttle: a failed wait names its stage", "[separate]") {
   // The wait goes through the per-key line's use_awaitable wait and the error's message through
   // detail::throttle_failure, both compiled in src.cpp only.
-  net::io_context io;
-  rein::keyed<rein::semaphore> per_host(io, {}, std::size_t{1});
-  rein::semaphore global(io, 4);
-  rein::throttle throttle(per_host, global);
+  per_host_and_global t;
   std::string what;
   rein::error_code failed;
   net::co_spawn(
-      io,
+      t.io,
       [&]() -> net::awaitable<void> {
         try {
-          co_await throttle.acquire("h", rein::charge{.requests = 2});  // more than the key's capacity of 1
+          co_await t.throttle.acquire("h", rein::charge{.requests = 2});  // more than the key's capacity of 1
         } catch (const rein::throttle_error& e) {
           failed = e.code();
           what = e.what();
         }
       },
       net::detached);
-  io.run();
+  t.io.run();
   REQUIRE(failed == rein::errc::exceeds_capacity);
   const std::string prefix = "rein::throttle::acquire: stage 0 (per_key), key \"h\"";
   REQUIRE(what.substr(0, prefix.size()) == prefix);
-  REQUIRE(global.available() == 4);
+  REQUIRE(t.global.available() == 4);
+}
+
+TEST_CASE("separately compiled throttle: async_acquire's slot-bound wait", "[separate]") {
+  // async_acquire's stage waits go through use_awaitable bound to a cancellation slot: another handler type,
+  // compiled in src.cpp only (check_extern.cmake fails if this unit defines that wait).
+  per_host_and_global t;
+  rein::error_code failed;
+  bool empty = false;
+  std::size_t stage = 99;
+  t.throttle.async_acquire("h", rein::charge{.requests = 2}, [&](rein::error_code ec, auto g) {
+    failed = ec;
+    empty = !g;
+    stage = g.rejected_stage();
+  });
+  t.io.run();
+  REQUIRE(failed == rein::errc::exceeds_capacity);
+  REQUIRE(empty);
+  REQUIRE(stage == 0);
+  REQUIRE(t.global.available() == 4);
 }

@@ -1587,17 +1587,16 @@ using await_deferred_handler =
   kind template void __VA_ARGS__::async_acquire<detail::handler<__VA_ARGS__>>(                 \
       detail::handler<__VA_ARGS__>&&, std::size_t, __VA_ARGS__::time_point, detail::line_place);
 #if REIN_HAS_AWAIT_DEFERRED
+#define REIN_DETAIL_DEFERRED_AWAIT_INSTANTIATION(kind, ...) \
+  REIN_DETAIL_AWAIT_INSTANTIATION(kind, await_deferred_handler, __VA_ARGS__)
+#else
+#define REIN_DETAIL_DEFERRED_AWAIT_INSTANTIATION(kind, ...)
+#endif
 #define REIN_DETAIL_LINE_INSTANTIATIONS(kind, ...)                             \
   kind template class __VA_ARGS__;                                             \
   REIN_DETAIL_AWAIT_INSTANTIATION(kind, use_awaitable_handler, __VA_ARGS__)   \
   REIN_DETAIL_AWAIT_INSTANTIATION(kind, bound_awaitable_handler, __VA_ARGS__) \
-  REIN_DETAIL_AWAIT_INSTANTIATION(kind, await_deferred_handler, __VA_ARGS__)
-#else
-#define REIN_DETAIL_LINE_INSTANTIATIONS(kind, ...)                           \
-  kind template class __VA_ARGS__;                                           \
-  REIN_DETAIL_AWAIT_INSTANTIATION(kind, use_awaitable_handler, __VA_ARGS__) \
-  REIN_DETAIL_AWAIT_INSTANTIATION(kind, bound_awaitable_handler, __VA_ARGS__)
-#endif
+  REIN_DETAIL_DEFERRED_AWAIT_INSTANTIATION(kind, __VA_ARGS__)
 #else  // header-only: rein/impl/src.hpp still compiles, instantiating the classes
 #define REIN_DETAIL_LINE_INSTANTIATIONS(kind, ...) kind template class __VA_ARGS__;
 #endif

@@ -1,4 +1,4 @@
-// A seed for jitter that differs between processes. Not API.
+// 64 random bits for seeds and ids. Not API.
 #pragma once
 
 #include <rein/config.hpp>
@@ -7,8 +7,11 @@
 
 namespace rein::detail {
 
-/// 64 bits drawn from std::random_device, so that processes sharing an upstream do not jitter in lockstep.
-/// Throws what std::random_device throws when the platform has no source.
+/// 64 bits drawn from std::random_device, each call anew: jitter seeds that differ between processes (so that
+/// processes sharing an upstream do not retry or resume in lockstep), and the Redis semaphore's lease names,
+/// which must not repeat across processes. Keep it a real source of entropy for the latter: a weaker
+/// fallback would make two processes' leases collide. Throws what std::random_device throws when the
+/// platform has no source.
 REIN_DECL std::uint64_t random_seed();
 
 }  // namespace rein::detail
