@@ -1597,6 +1597,4 @@ using await_deferred_handler =
   REIN_DETAIL_AWAIT_INSTANTIATION(kind, use_awaitable_handler, __VA_ARGS__)   \
   REIN_DETAIL_AWAIT_INSTANTIATION(kind, bound_awaitable_handler, __VA_ARGS__) \
   REIN_DETAIL_DEFERRED_AWAIT_INSTANTIATION(kind, __VA_ARGS__)
-#else  // header-only: rein/impl/src.hpp still compiles, instantiating the classes
-#define REIN_DETAIL_LINE_INSTANTIATIONS(kind, ...) kind template class __VA_ARGS__;
-#endif
+#endif  // header-only builds instantiate nothing ahead: rein/impl/src.hpp refuses to compile there

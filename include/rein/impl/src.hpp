@@ -2,6 +2,12 @@
 // with REIN_SEPARATE_COMPILATION defined (rein/config.hpp), as Asio's <asio/impl/src.hpp>.
 #pragma once
 
+// Without the define the other units compile rein header-only, and this unit would define what they
+// already define inline (or, with the define missing here only, leave the out-of-line functions undefined).
+#if !defined(REIN_SEPARATE_COMPILATION)
+#error "rein/impl/src.hpp: define REIN_SEPARATE_COMPILATION in every unit of the program, this one included"
+#endif
+
 #include <rein/config.hpp>
 #include <rein/impl/random_seed.ipp>
 #include <rein/impl/throttle.ipp>
