@@ -71,7 +71,7 @@ int main(int argc, char** argv) {
   rein::throttle throttle(gates, per_host, global, rate);         // in admission order; 40/s per host
 
   auto call = [&](std::string host) -> net::awaitable<void> {
-    auto guard = co_await throttle.acquire(host);                   // waits its turn at every stage
+    auto guard = co_await throttle.acquire(host);                   // waits until every stage has room
     auto response = co_await http_get(host, "/v1/items");           // your call
     if (response.status == 429) {
       guard.reject(response.retry_after);                           // pause the host, count congestion

@@ -738,7 +738,7 @@ class throttle_guard {
 /// rein::keyed<rein::token_bucket> rate(io, {}, rein::token_bucket_options{.rate = 40, .capacity = 5});
 /// rein::throttle throttle(gates, per_host, global, rate);         // in admission order; 40/s per host
 ///
-/// auto guard = co_await throttle.acquire(host);                   // waits its turn at every stage
+/// auto guard = co_await throttle.acquire(host);                   // waits until every stage has room
 /// auto response = co_await http_get(host, "/v1/items");           // your call
 /// if (response.status == 429) {
 ///   guard.reject(response.retry_after);                           // pause the host, count congestion
@@ -790,11 +790,13 @@ class throttle_guard {
 /// Order: the throttle as a whole is not first come, first served. Each stage's own line is (FIFO by
 /// default), but a caller that gives its global slots back at step 5 or 6 rejoins a line behind those who
 /// came later; a caller waiting at step 3 sleeps on its own timer until its key's rate could take it, so a
-/// newcomer of that key that finds room first (a refund, a reconfiguration) passes ahead of it; and callers
-/// of different keys pass the per-key stages independently. Likewise a stage's own snapshot counts every
-/// pass through it: its acquired_total includes the permits a caller took, gave back at step 5 or 6 and took
-/// again, and the units step 3 takes and refunds at once while waiting on a rate's line, so it can exceed the
-/// throttle's acquired_total (one per guard handed out).
+/// newcomer of that key that finds room first (a refund, a reconfiguration) passes ahead of it, and callers
+/// of one key whose timers are due at the same instant wake in the order Asio's timer queue picks (not
+/// their arrival order: 40 callers of a key limited to 100/s with a burst of 1 are admitted 10 ms apart, in
+/// no set order); and callers of different keys pass the per-key stages independently. Likewise a stage's
+/// own snapshot counts every pass through it: its acquired_total includes the permits a caller took, gave
+/// back at step 5 or 6 and took again, and the units step 3 takes and refunds at once while waiting on a
+/// rate's line, so it can exceed the throttle's acquired_total (one per guard handed out).
 ///
 /// @par Errors
 /// A waiting acquire fails with errc::timed_out (one deadline covers every stage), errc::closed,
