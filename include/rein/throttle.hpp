@@ -63,6 +63,7 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -203,6 +204,7 @@ struct throttle_snapshot {
   std::uint64_t acquired_total = 0;          ///< guards handed out (as every limiter's acquired_total)
   std::uint64_t admitted_total = 0;          ///< the same (the former name)
   std::size_t in_flight = 0;                 ///< admitted guards not yet completed or destroyed
+  std::size_t waiting = 0;                   ///< acquires waiting now (not admitted at once, not yet ended)
   std::uint64_t rejected_total = 0;          ///< the sum of the reasons for_each_rejected() lists
   std::uint64_t rejected_gate = 0;           ///< try_acquire refused at the gate
   std::uint64_t rejected_rate = 0;           ///< try_acquire refused at the rate stage
@@ -216,6 +218,11 @@ struct throttle_snapshot {
   std::uint64_t cancelled_total = 0;         ///< ... with operation_aborted (not a rejection)
   std::uint64_t failed_total = 0;            ///< waiting acquires that failed (any error, cancellation included)
   std::uint64_t rejections_reported = 0;     ///< guard.reject() calls (upstream 429s)
+  /// Every admission's wait, from the acquire call to admission across all stages: a zero for each guard
+  /// admitted at once (try_acquire, or an acquire that every stage admitted at once), the measured time for
+  /// each admitted after waiting. Its count() is acquired_total. (A stage's own snapshot times only the
+  /// waits on that stage's line.)
+  duration_histogram wait{};
 
   /// Calls f(reject_reason, std::uint64_t count) for each reason summed in rejected_total.
   template <class F>
@@ -232,11 +239,15 @@ struct throttle_snapshot {
   }
 };
 
-/// One line: `acquired=100 in_flight=4 rejected=7 (rate=5 timed_out=2) cancelled=0 failed=2 reported=1`.
+/// One line: `acquired=100 in_flight=4 waiting=1 rejected=7 (rate=5 timed_out=2) cancelled=0 failed=2
+/// reported=1 wait[n=100 p50=0 p90=2.00ms p99=9.00ms max=10.0ms]`.
 inline std::ostream& operator<<(std::ostream& os, const throttle_snapshot& s) {
-  os << "acquired=" << s.acquired_total << " in_flight=" << s.in_flight << ' ';
+  os << "acquired=" << s.acquired_total << " in_flight=" << s.in_flight << " waiting=" << s.waiting << ' ';
   detail::write_rejected(os, s);
-  os << " cancelled=" << s.cancelled_total << " failed=" << s.failed_total << " reported=" << s.rejections_reported;
+  os << " cancelled=" << s.cancelled_total << " failed=" << s.failed_total << " reported=" << s.rejections_reported
+     << " wait[";
+  detail::write_histogram(os, s.wait);
+  os << ']';
   return os;
 }
 
@@ -920,7 +931,8 @@ class throttle {
     run_ctx x{deadline, nullptr, {}};
     std::string copy;
     error_code failed;
-    time_point now = clock_type::now();
+    const time_point asked = clock_type::now();
+    time_point now = asked;
     try {
       pin_all(g.held_, key, x);
       if (try_all(g, now) != npos) {
@@ -928,6 +940,7 @@ class throttle {
         copy.assign(key);
         key = copy;
         x.key = copy;
+        const waiting_scope waiting(waiting_);
         co_await pass<false>(g, x);
         now = clock_type::now();
       }
@@ -938,7 +951,7 @@ class throttle {
       count_failed(failed);
       throw failure(failed, x.at, std::string(key));  // g gives back what it took
     }
-    admit(g, now);
+    admit(g, now, asked);
     co_return std::move(g);
   }
 
@@ -995,7 +1008,7 @@ class throttle {
     std::size_t refused = try_pin(g.held_, key);
     if (refused == npos) refused = try_all(g, now);
     if (refused == npos) {
-      admit(g, now);
+      admit(g, now, now);
       return g;
     }
     count_refusal(kind_of(refused));
@@ -1021,11 +1034,19 @@ class throttle {
     return std::get<I>(refs_).stage();
   }
 
-  /// Counters, read without blocking anyone.
+  /// Counters, read without blocking any admission made at once (the wait histogram is copied under a
+  /// lock that only admissions after waiting take).
   throttle_snapshot snapshot() const noexcept {
     throttle_snapshot s;
     const std::uint64_t finished = finished_.load(std::memory_order_relaxed);
-    s.admitted_total = admitted_.load(std::memory_order_relaxed);
+    {
+      // Under the lock every timed admission is in both admitted_ and waited_: the rest waited no time.
+      const std::lock_guard<std::mutex> lock(wait_mutex_);
+      s.admitted_total = admitted_.load(std::memory_order_relaxed);
+      s.wait = waited_;
+    }
+    s.wait.record(std::chrono::nanoseconds::zero(), s.admitted_total - s.wait.count());
+    s.waiting = waiting_.load(std::memory_order_relaxed);
     s.acquired_total = s.admitted_total;
     s.in_flight = static_cast<std::size_t>(s.admitted_total > finished ? s.admitted_total - finished : 0);
     s.timed_out_total = failures_[0].load(std::memory_order_relaxed);
@@ -1313,14 +1334,35 @@ class throttle {
   // Every permit's service time counts from `now`, the moment of sending (the reading the last stages
   // decided at): a permit held while its caller waited at a later stage would otherwise teach an adaptive
   // limiter that wait as latency.
-  void admit(guard& g, time_point now) noexcept {
+  // `asked`: when the acquire was called (now, for an admission made at once).
+  void admit(guard& g, time_point now, time_point asked) noexcept {
     g.admitted_ = true;
     g.admitted_at_ = now;
     const std::chrono::nanoseconds sent(detail::to_ns_saturated(g.admitted_at_));
     for (permit& p : g.held_.permits)
       if (p) detail::permit_access::restamp(p, sent);
+    if (now <= asked) {
+      admitted_.fetch_add(1, std::memory_order_relaxed);  // a zero wait: snapshot() counts it from admitted_
+      return;
+    }
+    const std::lock_guard<std::mutex> lock(wait_mutex_);
+    waited_.record(std::chrono::duration_cast<std::chrono::nanoseconds>(now - asked));
     admitted_.fetch_add(1, std::memory_order_relaxed);
   }
+
+  // Counts a caller as waiting while it is on the waiting path (however that path ends).
+  class waiting_scope {
+   public:
+    explicit waiting_scope(std::atomic<std::size_t>& n) noexcept : n_(n) {
+      n_.fetch_add(1, std::memory_order_relaxed);
+    }
+    waiting_scope(const waiting_scope&) = delete;
+    waiting_scope& operator=(const waiting_scope&) = delete;
+    ~waiting_scope() { n_.fetch_sub(1, std::memory_order_relaxed); }
+
+   private:
+    std::atomic<std::size_t>& n_;
+  };
 
   // An admitted guard's outcome, to every stage that learns from it; rate units stay spent. A rejection's
   // congestion reaches the global stages as throttle_options::rejections says.
@@ -1645,12 +1687,14 @@ class throttle {
     guard g(this, c);
     run_ctx x{deadline, cancellation.get(), key};
     error_code failed;
-    time_point now = clock_type::now();
+    const time_point asked = clock_type::now();
+    time_point now = asked;
     try {
       check_cancelled<Bound>(x);
       pin_all(g.held_, key, x);
       if (try_all(g, now) != npos) {
         give_back(g.held_);  // a refusal there took no rate units; the slots go back to be waited for
+        const waiting_scope waiting(waiting_);
         co_await pass<Bound>(g, x);
         now = clock_type::now();
       }
@@ -1665,7 +1709,7 @@ class throttle {
       empty.error_ = failed;
       co_return std::pair<error_code, guard>(failed, std::move(empty));  // g gives back what it took
     }
-    admit(g, now);
+    admit(g, now, asked);
     co_return std::pair<error_code, guard>(error_code(), std::move(g));
   }
 
@@ -1759,6 +1803,9 @@ class throttle {
   std::atomic<std::uint64_t> failures_[6] = {};
   std::atomic<std::uint64_t> finished_{0};
   std::atomic<std::uint64_t> rejections_{0};
+  std::atomic<std::size_t> waiting_{0};
+  mutable std::mutex wait_mutex_;
+  duration_histogram waited_;  // the timed waits (guards admitted after waiting some time); the rest are zeros
 };
 
 /// `rein::throttle t(gates, per_host, global, rate);` deduces the stage types (a class template, not a

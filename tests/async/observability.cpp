@@ -299,10 +299,62 @@ TEST_CASE("throttle: a refusal at the rate stage is a rejection with reason rate
   CHECK(s.in_flight == 1);
   CHECK(s.rejected_total == 1);
   CHECK(s.rejected_rate == 1);
-  CHECK(line(s) == "acquired=1 in_flight=1 rejected=1 (rate=1) cancelled=0 failed=0 reported=0");
+  CHECK(s.waiting == 0);
+  CHECK(s.wait.count() == 1);
+  CHECK(line(s) == "acquired=1 in_flight=1 waiting=0 rejected=1 (rate=1) cancelled=0 failed=0 reported=0 "
+                   "wait[n=1 p50=0 p90=0 p99=0 max=0]");
   g1.complete(rein::outcome::success);
   CHECK(t.snapshot().in_flight == 0);
   CHECK(*events == std::vector<std::string>{"rejected reason=rate count=1 name=out"});
+}
+
+TEST_CASE("throttle: waiting counts the callers past the fast path; wait times every admission, across stages",
+          "[observability][throttle]") {
+  rein_test::manual_clock_at_epoch epoch;
+  net::io_context io;
+  timed_semaphore global(io, 1);
+  timed_bucket rate(io, {.rate = 10, .capacity = 1});
+  rein::throttle t(global, rate);
+  auto first = t.try_acquire("k");  // at once: a zero wait
+  REQUIRE(first);
+  error_code waited_ec;
+  rein::throttle<timed_semaphore, timed_bucket>::guard waited;
+  t.async_acquire("k", [&](error_code ec, auto g) { waited_ec = ec, waited = std::move(g); });
+  bool timed_out = false;
+  net::co_spawn(
+      io,
+      [&]() -> net::awaitable<void> {
+        try {
+          co_await t.acquire_for("k", 5ms);
+        } catch (const rein::system_error& e) {
+          timed_out = e.code() == rein::errc::timed_out;
+        }
+      },
+      net::detached);
+  poll(io);
+  CHECK(t.snapshot().waiting == 2);
+  advance_and_poll(io, 5ms);
+  REQUIRE(timed_out);
+  CHECK(t.snapshot().waiting == 1);  // a failed wait leaves the count, and times nothing
+  advance_and_poll(io, 5ms);
+  first.complete(rein::outcome::success);  // at 10 ms: the global slot is free, the rate's next token at 100 ms
+  poll(io);
+  CHECK_FALSE(waited);
+  advance_and_poll(io, 90ms);
+  REQUIRE(waited);
+  CHECK_FALSE(waited_ec);
+
+  const rein::throttle_snapshot s = t.snapshot();
+  CHECK(s.acquired_total == 2);
+  CHECK(s.waiting == 0);
+  CHECK(s.timed_out_total == 1);
+  CHECK(s.wait.count() == 2);
+  CHECK(s.wait.bucket(0) == 1);
+  CHECK(s.wait.p50() == 0ns);
+  CHECK(s.wait.p90() == 99'614'720ns);  // 100 ms's bucket [98,566,144, 100,663,296), its midpoint
+  CHECK(s.wait.max() == 100ms);
+  CHECK(line(s) == "acquired=2 in_flight=1 waiting=0 rejected=1 (timed_out=1) cancelled=0 failed=1 reported=0 "
+                   "wait[n=2 p50=0 p90=99.6ms p99=99.6ms max=100ms]");
 }
 
 TEST_CASE("retry: snapshot() counts the calls that ended without success by reason", "[observability][retry]") {

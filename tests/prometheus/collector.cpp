@@ -153,7 +153,7 @@ TEST_CASE("collector: a keyed registry exports at most max_keys keys", "[prometh
   CHECK(metric(families, "rein_keys_created_total", {{"limiter", "per_host"}})->counter.value == 3.0);
 }
 
-TEST_CASE("collector: a throttle's rejections by stage", "[prometheus]") {
+TEST_CASE("collector: a throttle's rejections by stage, waiting and wait", "[prometheus]") {
   net::io_context io;
   rein::semaphore global(io, 1);
   rein::throttle t(global, {.name = "out"});
@@ -165,6 +165,11 @@ TEST_CASE("collector: a throttle's rejections by stage", "[prometheus]") {
   CHECK(metric(families, "rein_rejected_total", {{"limiter", "out"}, {"reason", "global"}})->counter.value == 1.0);
   CHECK(metric(families, "rein_acquired_total", {{"limiter", "out"}})->counter.value == 1.0);
   CHECK(metric(families, "rein_in_flight", {{"limiter", "out"}})->gauge.value == 1.0);
+  CHECK(metric(families, "rein_waiting", {{"limiter", "out"}})->gauge.value == 0.0);
+  const auto* wait = metric(families, "rein_wait_seconds", {{"limiter", "out"}});
+  REQUIRE(wait != nullptr);
+  CHECK(wait->histogram.sample_count == 1);  // the admission, at once
+  CHECK(wait->histogram.sample_sum == 0.0);
 }
 
 TEST_CASE("collector: an adaptive limiter's circuit state as a gauge, 0 closed, 1 half-open, 2 open",
