@@ -198,8 +198,9 @@ struct throttle_options {
   /// observer too. Default: none (no cost).
   limiter_observer observer{};
 };
-/// Counters of a throttle (each stage's own limiter has its own snapshot too), read without a lock: each
-/// counter is exact, two counters may be a moment apart.
+/// Counters of a throttle (each stage's own limiter has its own snapshot too), read without blocking an
+/// admission made at once (the wait histogram is copied under a lock that only admissions after waiting
+/// take): each counter is exact, two counters may be a moment apart, and wait.count() is acquired_total.
 struct throttle_snapshot {
   std::uint64_t acquired_total = 0;          ///< guards handed out (as every limiter's acquired_total)
   std::uint64_t admitted_total = 0;          ///< the same (the former name)
@@ -1334,7 +1335,7 @@ class throttle {
   // Every permit's service time counts from `now`, the moment of sending (the reading the last stages
   // decided at): a permit held while its caller waited at a later stage would otherwise teach an adaptive
   // limiter that wait as latency.
-  // `asked`: when the acquire was called (now, for an admission made at once).
+  // `asked`: when the acquire was called (now, for an admission made at once: a zero wait).
   void admit(guard& g, time_point now, time_point asked) noexcept {
     g.admitted_ = true;
     g.admitted_at_ = now;
@@ -1682,18 +1683,22 @@ class throttle {
   // a throttle_canceller; null if the caller's slot is not connected). Otherwise the waits see the awaiting
   // coroutine's own cancellation state, as any co_await does.
   template <bool Bound>
+  // `asked`: when async_acquire was called. A wait is timed from there (the coroutine's start on its executor
+  // included), as the deadline is; an admission at once is a zero wait, as a limiter's grant at once is.
   net::awaitable<std::pair<error_code, guard>> run(std::string key, rein::charge c, time_point deadline,
-                                                   std::shared_ptr<detail::throttle_cancellation> cancellation) {
+                                                   std::shared_ptr<detail::throttle_cancellation> cancellation,
+                                                   time_point asked) {
     guard g(this, c);
     run_ctx x{deadline, cancellation.get(), key};
     error_code failed;
-    const time_point asked = clock_type::now();
-    time_point now = asked;
+    time_point now = clock_type::now();
+    time_point waited_from = now;
     try {
       check_cancelled<Bound>(x);
       pin_all(g.held_, key, x);
       if (try_all(g, now) != npos) {
         give_back(g.held_);  // a refusal there took no rate units; the slots go back to be waited for
+        waited_from = asked;
         const waiting_scope waiting(waiting_);
         co_await pass<Bound>(g, x);
         now = clock_type::now();
@@ -1709,7 +1714,7 @@ class throttle {
       empty.error_ = failed;
       co_return std::pair<error_code, guard>(failed, std::move(empty));  // g gives back what it took
     }
-    admit(g, now, asked);
+    admit(g, now, waited_from);
     co_return std::pair<error_code, guard>(error_code(), std::move(g));
   }
 
@@ -1738,7 +1743,7 @@ class throttle {
         slot.template emplace<detail::throttle_canceller>(cancellation);
       }
       try {
-        auto stages = self->template run<true>(std::move(key), c, deadline, cancellation);
+        auto stages = self->template run<true>(std::move(key), c, deadline, cancellation, clock_type::now());
         detail::spawn_adapter<std::decay_t<Handler>> adapter{std::forward<Handler>(handler), cancellation};
         if constexpr (std::is_convertible_v<decltype(ex), net::any_io_executor>)
           net::co_spawn(std::move(ex), std::move(stages), std::move(adapter));

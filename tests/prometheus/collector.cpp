@@ -165,11 +165,21 @@ TEST_CASE("collector: a throttle's rejections by stage, waiting and wait", "[pro
   CHECK(metric(families, "rein_rejected_total", {{"limiter", "out"}, {"reason", "global"}})->counter.value == 1.0);
   CHECK(metric(families, "rein_acquired_total", {{"limiter", "out"}})->counter.value == 1.0);
   CHECK(metric(families, "rein_in_flight", {{"limiter", "out"}})->gauge.value == 1.0);
-  CHECK(metric(families, "rein_waiting", {{"limiter", "out"}})->gauge.value == 0.0);
   const auto* wait = metric(families, "rein_wait_seconds", {{"limiter", "out"}});
   REQUIRE(wait != nullptr);
   CHECK(wait->histogram.sample_count == 1);  // the admission, at once
   CHECK(wait->histogram.sample_sum == 0.0);
+
+  bool admitted = false;
+  t.async_acquire("k", [&](rein::error_code ec, auto g) { admitted = !ec && g; });
+  io.poll();
+  CHECK(metric(c.Collect(), "rein_waiting", {{"limiter", "out"}})->gauge.value == 1.0);
+  g1.complete(rein::outcome::success);
+  io.poll();
+  REQUIRE(admitted);
+  const auto after = c.Collect();
+  CHECK(metric(after, "rein_waiting", {{"limiter", "out"}})->gauge.value == 0.0);
+  CHECK(metric(after, "rein_wait_seconds", {{"limiter", "out"}})->histogram.sample_count == 2);
 }
 
 TEST_CASE("collector: an adaptive limiter's circuit state as a gauge, 0 closed, 1 half-open, 2 open",
