@@ -220,8 +220,9 @@ struct throttle_snapshot {
   std::uint64_t failed_total = 0;            ///< waiting acquires that failed (any error, cancellation included)
   std::uint64_t rejections_reported = 0;     ///< guard.reject() calls (upstream 429s)
   /// Every admission's wait, from the acquire call to admission across all stages: a zero for each guard
-  /// admitted at once (try_acquire, or an acquire that every stage admitted at once), the measured time for
-  /// each admitted after waiting. Its count() is acquired_total. (A stage's own snapshot times only the
+  /// admitted at once (try_acquire, or an acquire that every stage admitted at once, however long
+  /// async_acquire's coroutine waited to start on its executor), the measured time for each admitted after
+  /// waiting (that start included). Its count() is acquired_total. (A stage's own snapshot times only the
   /// waits on that stage's line.)
   duration_histogram wait{};
 
@@ -1682,9 +1683,11 @@ class throttle {
   // Bound: async_acquire's coroutine, whose stage waits are bound to `cancellation` (the caller's slot, through
   // a throttle_canceller; null if the caller's slot is not connected). Otherwise the waits see the awaiting
   // coroutine's own cancellation state, as any co_await does.
+  //
+  // `asked`: when the operation was initiated (at its call; at its launch, for a deferred token). A wait is
+  // timed from there, the coroutine's start on its executor included; an admission at once is a zero wait,
+  // as a limiter's grant at once is.
   template <bool Bound>
-  // `asked`: when async_acquire was called. A wait is timed from there (the coroutine's start on its executor
-  // included), as the deadline is; an admission at once is a zero wait, as a limiter's grant at once is.
   net::awaitable<std::pair<error_code, guard>> run(std::string key, rein::charge c, time_point deadline,
                                                    std::shared_ptr<detail::throttle_cancellation> cancellation,
                                                    time_point asked) {

@@ -1145,6 +1145,15 @@ TEST_CASE("an admission reads the clock once: the gate, the rate and the send sh
   REQUIRE(*awaited);
   CHECK(counting_clock::reads == 1);  // the coroutine door's fast path too
   CHECK(rate.tokens() == 97.5);       // 3 taken, 0.5 refilled over the 5 ms
+
+  counting_clock::reads = 0;
+  std::optional<decltype(g)> handed;
+  throttle.async_acquire("K", [&](rein::error_code, decltype(g) h) { handed.emplace(std::move(h)); });
+  io.restart();
+  io.run();
+  REQUIRE(handed);
+  REQUIRE(*handed);
+  CHECK(counting_clock::reads == 2);  // async_acquire's call reads it once more, to time a wait from there
 }
 
 namespace {
