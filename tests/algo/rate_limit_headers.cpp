@@ -196,6 +196,11 @@ TEST_CASE("read_response reads OpenAI's headers", "[rate_limit_headers]") {
   CHECK(r.tokens.remaining == opt_count{149984});
   CHECK(r.tokens.reset_after == opt_ns{6min});
   CHECK(r.requests.usable());
+  CHECK(r.dialect == rein::rate_limit_dialect::openai);
+  CHECK(r.requests.refill == rein::rate_limit_refill::continuous);  // OpenAI: reset = time until full
+  CHECK(r.tokens.refill == rein::rate_limit_refill::continuous);
+  CHECK(r.requests.limit == opt_count{60});
+  CHECK(r.tokens.limit == opt_count{150000});
 }
 
 TEST_CASE("read_response reads Anthropic's headers and a 429's Retry-After", "[rate_limit_headers]") {
@@ -212,6 +217,9 @@ TEST_CASE("read_response reads Anthropic's headers and a 429's Retry-After", "[r
   CHECK(r.requests.reset_after == opt_ns{7s});
   CHECK(r.tokens.remaining == opt_count{8000});
   CHECK(r.tokens.reset_after == opt_ns{59750ms});
+  CHECK(r.dialect == rein::rate_limit_dialect::anthropic);
+  CHECK(r.requests.refill == rein::rate_limit_refill::continuous);
+  CHECK(r.requests.limit == std::nullopt);
 }
 
 TEST_CASE("read_response: a 503 is too many requests only with a valid Retry-After", "[rate_limit_headers]") {
@@ -234,7 +242,8 @@ TEST_CASE("read_response: garbage values are absent, never zero, and the OpenAI 
   CHECK(r.requests.remaining == std::nullopt);  // the OpenAI field is there, unreadable: no fallback guess
   CHECK(r.requests.reset_after == std::nullopt);
   CHECK(r.tokens.remaining == opt_count{10});
-  CHECK_FALSE(r.tokens.usable());
+  CHECK(r.tokens.usable());  // a continuous refill needs only the count
+  CHECK_FALSE((rein::rate_limit_hint{.remaining = 10}.usable()));  // a window needs its reset too
 }
 
 namespace {
@@ -248,7 +257,7 @@ struct recording_limiter {
 };
 }  // namespace
 
-TEST_CASE("limit_remaining applies a hint only when both parts are known", "[rate_limit_headers]") {
+TEST_CASE("limit_remaining applies a window's hint only when both parts are known", "[rate_limit_headers]") {
   recording_limiter l;
   CHECK_FALSE(rein::limit_remaining(l, rein::rate_limit_hint{.remaining = 5}));
   CHECK_FALSE(l.called.has_value());
@@ -256,4 +265,112 @@ TEST_CASE("limit_remaining applies a hint only when both parts are known", "[rat
   REQUIRE(l.called.has_value());
   CHECK(l.called->first == 5);
   CHECK(l.called->second == 2s);
+}
+
+TEST_CASE("limit_remaining applies a continuous refill as the count now, with no reset", "[rate_limit_headers]") {
+  recording_limiter l;
+  const rein::rate_limit_hint hint{.remaining = 5, .reset_after = 6min, .refill = rein::rate_limit_refill::continuous};
+  CHECK(rein::limit_remaining(l, hint));
+  REQUIRE(l.called.has_value());
+  CHECK(l.called->first == 5);
+  CHECK(l.called->second == 0s);  // "6 minutes until full" is no window: no debt for it
+  l.called.reset();
+  CHECK(rein::limit_remaining(l, rein::rate_limit_hint{.remaining = 7, .refill = rein::rate_limit_refill::continuous}));
+  CHECK(l.called == std::optional<std::pair<std::int64_t, nanoseconds>>{{7, 0s}});
+}
+
+TEST_CASE("detect picks the dialect from the fields present, in a fixed order", "[rate_limit_headers][dialect]") {
+  using rein::rate_limit_dialect;
+  const auto dialect = [](map_lookup headers) { return rein::read_response(200, headers, now).dialect; };
+  CHECK(dialect({}) == rate_limit_dialect::none);
+  CHECK(dialect({{{"x-ratelimit-remaining-tokens", "1"}}}) == rate_limit_dialect::openai);
+  CHECK(dialect({{{"anthropic-ratelimit-requests-remaining", "1"}}}) == rate_limit_dialect::anthropic);
+  CHECK(dialect({{{"ratelimit", "\"d\";r=1;t=2"}}}) == rate_limit_dialect::ietf);
+  CHECK(dialect({{{"ratelimit-remaining", "1"}}}) == rate_limit_dialect::ietf);
+  CHECK(dialect({{{"x-ratelimit-remaining", "1"}}}) == rate_limit_dialect::github);
+  CHECK(dialect({{{"x-ratelimit-remaining", "1"}, {"ratelimit", "\"d\";r=1;t=2"}}}) == rate_limit_dialect::ietf);
+  CHECK(dialect({{{"x-ratelimit-remaining-requests", "1"}, {"anthropic-ratelimit-requests-remaining", "1"}}}) ==
+        rate_limit_dialect::openai);
+}
+
+TEST_CASE("a pinned dialect reads only its own fields", "[rate_limit_headers][dialect]") {
+  const map_lookup headers{{{"x-ratelimit-remaining", "4"},
+                            {"x-ratelimit-reset", "30"},
+                            {"x-ratelimit-remaining-requests", "9"},
+                            {"x-ratelimit-reset-requests", "1s"}}};
+  const rein::upstream_response github = rein::read_response(200, headers, rein::rate_limit_dialect::github, now);
+  CHECK(github.dialect == rein::rate_limit_dialect::github);
+  CHECK(github.requests.remaining == opt_count{4});
+  CHECK(github.requests.reset_after == opt_ns{30s});
+  const rein::upstream_response none = rein::read_response(429, headers, rein::rate_limit_dialect::none, now);
+  CHECK(none.too_many_requests);
+  CHECK(none.requests.remaining == std::nullopt);
+  CHECK(none.tokens.remaining == std::nullopt);
+}
+
+TEST_CASE("GitHub-style: a window with the reset in epoch seconds", "[rate_limit_headers][dialect]") {
+  // now is 2026-12-01T12:00:00.25Z = 1796126400 s + 250 ms after the epoch.
+  const map_lookup headers{{{"x-ratelimit-limit", "5000"},
+                            {"x-ratelimit-remaining", "4987"},
+                            {"x-ratelimit-used", "13"},
+                            {"x-ratelimit-reset", "1796126460"}}};
+  const rein::upstream_response r = rein::read_response(200, headers, now);
+  CHECK(r.dialect == rein::rate_limit_dialect::github);
+  CHECK(r.requests.refill == rein::rate_limit_refill::window);
+  CHECK(r.requests.limit == opt_count{5000});
+  CHECK(r.requests.remaining == opt_count{4987});
+  CHECK(r.requests.reset_after == opt_ns{59750ms});
+  CHECK(r.tokens.remaining == std::nullopt);
+  // An epoch already past resets now; a small integer is delta-seconds; garbage is absent.
+  const auto reset_of = [](std::string value) {
+    return rein::read_response(200, map_lookup{{{"x-ratelimit-remaining", "1"}, {"x-ratelimit-reset", value}}}, now)
+        .requests.reset_after;
+  };
+  CHECK(reset_of("1796126399") == opt_ns{0s});
+  CHECK(reset_of("1000000000") == opt_ns{0s});
+  CHECK(reset_of("999999999") == opt_ns{999999999s});
+  CHECK(reset_of(" 45 ") == opt_ns{45s});
+  CHECK(reset_of("1.5") == opt_ns{1500ms});
+  CHECK(reset_of("-3") == std::nullopt);
+  CHECK(reset_of("soon") == std::nullopt);
+}
+
+TEST_CASE("IETF RateLimit fields: the list form, the fewest remaining counts", "[rate_limit_headers][dialect]") {
+  const map_lookup headers{{{"ratelimit", "\"day\";r=900;t=40000, \"burst\";r=3;t=7;pk=:YWJj:"},
+                            {"ratelimit-policy", "\"burst\";q=10;w=60, \"day\";q=1000;w=86400"}}};
+  const rein::upstream_response r = rein::read_response(200, headers, now);
+  CHECK(r.dialect == rein::rate_limit_dialect::ietf);
+  CHECK(r.requests.refill == rein::rate_limit_refill::window);
+  CHECK(r.requests.remaining == opt_count{3});
+  CHECK(r.requests.reset_after == opt_ns{7s});
+  CHECK(r.requests.limit == opt_count{10});  // the policy of the same name
+  CHECK(r.tokens.remaining == std::nullopt);
+  // A comma or semicolon inside a quoted name does not split it.
+  const rein::upstream_response quoted =
+      rein::read_response(200, map_lookup{{{"ratelimit", "\"a,b;c\";r=5;t=1"}}}, now);
+  CHECK(quoted.requests.remaining == opt_count{5});
+  CHECK(quoted.requests.reset_after == opt_ns{1s});
+  CHECK(quoted.requests.limit == std::nullopt);
+}
+
+TEST_CASE("IETF RateLimit fields: the older dictionary and separate-field forms", "[rate_limit_headers][dialect]") {
+  const rein::upstream_response dictionary = rein::read_response(
+      200, map_lookup{{{"ratelimit", "limit=100, remaining=50, reset=30"}, {"ratelimit-policy", "100;w=60"}}}, now);
+  CHECK(dictionary.requests.remaining == opt_count{50});
+  CHECK(dictionary.requests.reset_after == opt_ns{30s});
+  CHECK(dictionary.requests.limit == opt_count{100});
+  const rein::upstream_response separate = rein::read_response(
+      200,
+      map_lookup{{{"ratelimit-limit", "10, 10;w=1, 1000;w=3600"}, {"ratelimit-remaining", "0"}, {"ratelimit-reset", "2"}}},
+      now);
+  CHECK(separate.dialect == rein::rate_limit_dialect::ietf);
+  CHECK(separate.requests.remaining == opt_count{0});
+  CHECK(separate.requests.reset_after == opt_ns{2s});
+  CHECK(separate.requests.limit == opt_count{10});
+  CHECK(separate.requests.usable());
+  // Malformed parameters are absent, never zero.
+  const rein::upstream_response bad =
+      rein::read_response(200, map_lookup{{{"ratelimit", "\"d\";r=-1;t=x, \"e\";t=5"}}}, now);
+  CHECK(bad.requests.remaining == std::nullopt);
+  CHECK_FALSE(bad.requests.usable());
 }

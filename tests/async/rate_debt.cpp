@@ -149,8 +149,17 @@ TEST_CASE("a provider's headers correct the bucket through rein::limit_remaining
   };
   const rein::upstream_response r = rein::read_response(200, lookup, now);
   CHECK(rein::limit_remaining(b, r.requests));
-  CHECK(b.tokens() == 1.0);  // 3 - 1 x 2
+  CHECK(b.tokens() == 3.0);  // OpenAI's count refills continuously: 3 now, and "2s" is the time until full
   CHECK_FALSE(rein::limit_remaining(b, r.tokens));  // no token headers: nothing to apply
+  // The same count as a window's (GitHub-style): at most 3 until the reset in 2 s, so 3 - 1/s x 2 s.
+  const auto window = [](std::string_view name) -> std::optional<std::string_view> {
+    if (name == "x-ratelimit-remaining") return "3";
+    if (name == "x-ratelimit-reset") return "2";
+    return std::nullopt;
+  };
+  bucket w(f.io, {.rate = 1, .capacity = 60});
+  CHECK(rein::limit_remaining(w, rein::read_response(200, window, now).requests));
+  CHECK(w.tokens() == 1.0);
 }
 
 TEST_CASE("sliding_window charge and limit_remaining on the async window", "[debt][sliding_window]") {

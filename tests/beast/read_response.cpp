@@ -82,3 +82,21 @@ TEST_CASE("a Beast response with unreadable values leaves them absent", "[beast]
   CHECK(r.requests.remaining == std::nullopt);
   CHECK(r.requests.reset_after == std::nullopt);
 }
+
+TEST_CASE("a Beast response read in a pinned dialect: the IETF fields, a GitHub-style window", "[beast]") {
+  http::response<http::empty_body> response{http::status::ok, 11};
+  response.set("RateLimit", "\"default\";r=50;t=30");
+  response.set("RateLimit-Policy", "\"default\";q=100;w=60");
+  response.set("X-RateLimit-Remaining", "7");
+  response.set("X-RateLimit-Reset", "1796126460");  // 2026-12-01T12:01:00Z
+  const rein::upstream_response ietf = rein::read_response(response, now);  // detected: IETF before GitHub
+  CHECK(ietf.dialect == rein::rate_limit_dialect::ietf);
+  CHECK(ietf.requests.remaining == opt_count{50});
+  CHECK(ietf.requests.reset_after == opt_ns{30s});
+  CHECK(ietf.requests.limit == opt_count{100});
+  const rein::upstream_response github = rein::read_response(response, rein::rate_limit_dialect::github, now);
+  CHECK(github.dialect == rein::rate_limit_dialect::github);
+  CHECK(github.requests.remaining == opt_count{7});
+  CHECK(github.requests.reset_after == opt_ns{60s});
+  CHECK(github.requests.refill == rein::rate_limit_refill::window);
+}
