@@ -3,6 +3,7 @@
 //
 //     adaptive_family [--seeds N] [--first SEED] [--noise-seeds N] [--worst] [--algorithm NAME]
 //     adaptive_family --show SEED | --show-noise SEED [--algorithm NAME]
+//     adaptive_family --shapes [--seeds N] [--first SEED] [--work-hints] [--algorithm NAME]
 //
 // Prints a Markdown table: per algorithm, in how many scenarios calls failed, the share of calls slower than
 // twice their unloaded service time, makespan over the oracle's, and after a recovery, makespan over a fixed
@@ -17,6 +18,11 @@
 // can reach on this family. blind_reference_late sees each later drop only when a call granted over the
 // new capacity completes, as a rule fed by completions must (rises still at once). --algorithm selects
 // either alone.
+//
+// --shapes scores the grown family's shapes instead (rein::testing::world_shapes: payload-shaped latency,
+// random failures): per algorithm and shape, the throughput over the oracle's (its makespan over this one's),
+// worst / median over the seeds, and the calls failed because of the load (random failures are not counted).
+// --work-hints gives every sample its call's payload factor as a work hint.
 #include "usage.hpp"
 
 #include <rein/algo/aimd.hpp>
@@ -48,6 +54,8 @@ struct arguments {
   std::optional<std::uint64_t> show{};
   bool show_noise = false;
   std::string algorithm;
+  bool shapes = false;
+  bool work_hints = false;
 };
 
 arguments parse(int argc, char** argv) {
@@ -70,6 +78,10 @@ arguments parse(int argc, char** argv) {
       a.show = value();
     else if (arg == "--show-noise")
       a.show = value(), a.show_noise = true;
+    else if (arg == "--shapes")
+      a.shapes = true;
+    else if (arg == "--work-hints")
+      a.work_hints = true;
     else if (arg == "--algorithm" && i + 1 < argc)
       a.algorithm = argv[++i];
     else
@@ -125,9 +137,47 @@ int show(const arguments& args) {
   return 0;
 }
 
+// One row of the shapes table: an algorithm's worst / median throughput over the oracle's on each shape.
+template <class Make>
+void shape_row(const char* name, std::span<const rein::testing::family> families, const arguments& args, Make make) {
+  if (!args.algorithm.empty() && args.algorithm != name) return;
+  std::cout << "| " << name;
+  std::size_t failed = 0;
+  for (const auto& f : families) {
+    const auto s = rein::testing::evaluate(name, f, make);
+    for (const auto& one : s.scores) failed += one.failed;
+    char buf[64];
+    std::snprintf(buf, sizeof buf, " | %.2f / %.2f", s.worst_throughput(), s.median_throughput());
+    std::cout << buf;
+  }
+  std::cout << " | " << failed << " |\n";
+}
+
+int shapes(const arguments& args) {
+  using namespace rein;
+  const auto all = testing::world_shapes();
+  std::vector<testing::family> families;
+  for (const auto& shape : all) families.push_back(testing::family::generate_shaped(shape, args.first, args.seeds, args.work_hints));
+  std::cout << "Throughput / oracle's, worst / median over seeds " << args.first << " to " << args.first + args.seeds - 1
+            << (args.work_hints ? ", with work hints" : "") << ", default options:\n\n| algorithm";
+  for (const auto& shape : all) std::cout << " | " << shape.name;
+  std::cout << " | calls failed by load |\n|---";
+  for (std::size_t i = 0; i <= all.size(); ++i) std::cout << "|---";
+  std::cout << "|\n";
+  shape_row("aimd", families, args, [] { return algo::aimd{}; });
+  shape_row("tuned_aimd", families, args, [] { return algo::tuned_aimd{}; });
+  shape_row("gradient", families, args, [] { return algo::gradient{}; });
+  shape_row("vegas", families, args, [] { return algo::vegas{}; });
+  shape_row("windowed_aimd", families, args, [] { return algo::windowed_aimd{}; });
+  shape_row("pid", families, args, [] { return algo::pid{}; });
+  shape_row("blind_reference", families, args, [](const testing::upstream_key& k) { return testing::blind_reference{k}; });
+  return 0;
+}
+
 int run(const arguments& args) {
   using namespace rein;
   if (args.show) return show(args);
+  if (args.shapes) return shapes(args);
   const auto f = testing::family::generate(args.first, args.seeds);
   testing::family quiet;
   for (std::size_t i = 0; i < args.noise_seeds; ++i) {
@@ -177,6 +227,7 @@ int run(const arguments& args) {
 constexpr const char* usage =
     "usage: adaptive_family [--help] [--seeds N] [--first SEED] [--noise-seeds N] [--worst] [--algorithm NAME]\n"
     "       adaptive_family --show SEED | --show-noise SEED [--algorithm NAME]\n"
+    "       adaptive_family --shapes [--seeds N] [--first SEED] [--work-hints] [--algorithm NAME]\n"
     "  every adaptive algorithm with its defaults on a generated family of upstreams, against an oracle,\n"
     "  and two idealised references (blind_reference, blind_reference_late) that are not told the capacity\n";
 

@@ -1,10 +1,15 @@
 // rein::testing's degrading-upstream simulation: the harness against the figures of an independent model of the
 // same experiment (reproduced exactly), then rein's default algorithms against the experiment's targets.
+#include <rein/testing/scenario_family.hpp>
 #include <rein/testing/upstream_sim.hpp>
 
 #include "support/catch.hpp"
 
+#include <algorithm>
+#include <array>
 #include <chrono>
+#include <cmath>
+#include <optional>
 #include <cstdio>
 #include <limits>
 #include <span>
@@ -185,6 +190,82 @@ TEST_CASE("upstream_model: noise scales each call's base within +-noise, repeata
   CHECK(during.service_time == 30ms);
   CHECK(during.unloaded == 25ms);
   CHECK(up.enter(130ms).service_time == 15ms);  // the stall is over; three inside
+}
+
+TEST_CASE("upstream_model: payload shapes keep a mean of 1; random failures come at their rate, whatever the load") {
+  upstream_model::options o;
+  o.base = 10ms;
+  o.capacity = 100000;
+  o.hard_cap = 200000;
+  o.noise_seed = 11;
+  const auto mean_and_extremes = [&](payload_shape shape, double spread) {
+    o.payload = shape;
+    o.payload_spread = spread;
+    upstream_model up{o};
+    double sum = 0.0, lo = 1e9, hi = 0.0;
+    for (int i = 0; i < 20000; ++i) {
+      const auto p = up.enter();
+      CHECK(p.unloaded == p.service_time);
+      CHECK(p.service_time.count() == std::llround(10e6 * p.work));  // the work hint is the payload factor
+      sum += p.work;
+      lo = std::min(lo, p.work);
+      hi = std::max(hi, p.work);
+    }
+    return std::array<double, 3>{sum / 20000.0, lo, hi};
+  };
+  const auto uniform = mean_and_extremes(payload_shape::uniform, 0.6);
+  CHECK(std::abs(uniform[0] - 1.0) < 0.01);
+  CHECK(uniform[1] >= 0.4);
+  CHECK(uniform[2] <= 1.6);
+  const auto lognormal = mean_and_extremes(payload_shape::lognormal, 1.0);
+  CHECK(std::abs(lognormal[0] - 1.0) < 0.03);
+  CHECK(lognormal[2] > 5.0);  // a long tail
+  const auto bimodal = mean_and_extremes(payload_shape::bimodal, 0.0);
+  CHECK(std::abs(bimodal[0] - 1.0) < 0.03);
+  CHECK(bimodal[1] == 0.5);
+  CHECK(bimodal[2] == 3.0);
+
+  upstream_model::options f;
+  f.capacity = 100000;
+  f.hard_cap = 200000;
+  f.failure_rate = 0.05;
+  f.failure_seed = 3;
+  upstream_model up{f};
+  int failed = 0;
+  for (int i = 0; i < 20000; ++i) {
+    const auto p = up.enter();
+    CHECK(p.ok == !p.random_failure);
+    failed += p.random_failure ? 1 : 0;
+  }
+  CHECK(failed > 900);
+  CHECK(failed < 1100);
+}
+
+TEST_CASE("simulation: random failures are reported apart, and work hints reach the samples") {
+  scenario sc = generate_shaped_scenario(5, world_shapes()[6]);  // failures 5%
+  rein::testing::oracle_limit oracle{sc.upstream.capacity};
+  const report r = simulate("oracle", oracle, sc);
+  CHECK(r.failed == r.failed_at_random);
+  CHECK(r.failed > 0);
+  CHECK(r.slow == 0);
+
+  struct recorder {
+    using sample_type = rein::algo::sample;
+    std::vector<std::optional<double>> work;
+    double limit() const { return 4.0; }
+    std::uint64_t decreases() const { return 0; }
+    void on_sample(const sample_type& s) { work.push_back(s.work); }
+  };
+  for (const bool hints : {false, true}) {
+    const scenario shaped = generate_shaped_scenario(5, world_shapes()[4], hints);  // bimodal
+    recorder rec;
+    (void)simulate("recorder", rec, shaped);
+    REQUIRE(rec.work.size() == shaped.calls());
+    for (const auto& w : rec.work) {
+      CHECK(w.has_value() == hints);
+      if (w) CHECK((*w == 0.5 || *w == 3.0));
+    }
+  }
 }
 
 TEST_CASE("simulation: keys behind a global limit; a key at its own limit does not hold the others back") {

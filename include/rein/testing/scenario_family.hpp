@@ -187,6 +187,49 @@ inline scenario generate_noise_scenario(std::uint64_t seed, double noise = 0.2) 
   return sc;
 }
 
+/// One shape of the world beyond today's family: how each call's service time follows its payload, and how
+/// often calls fail whatever the load. Real upstreams (LLM and other metered APIs) have both.
+struct world_shape {
+  std::string name;                                  ///< for tables ("lognormal cv 1")
+  payload_shape payload = payload_shape::none;       ///< how each call's base is drawn
+  double spread = 0.0;                               ///< the payload's spread (see `payload_shape`)
+  double noise = 0.0;                                ///< uniform noise when `payload` is none
+  double failure_rate = 0.0;                         ///< calls that fail at random, whatever the load
+};
+
+/// The shapes of the grown family: payload noise (uniform +-40 % and +-60 %, lognormal with a coefficient of
+/// variation of 0.5 and 1, bimodal short/long), random failures (1 % and 5 %, on +-10 % noise), and both at
+/// once (lognormal cv 1 with 5 % failures).
+inline std::vector<world_shape> world_shapes() {
+  return {
+      {"uniform 40%", payload_shape::uniform, 0.4, 0.0, 0.0},
+      {"uniform 60%", payload_shape::uniform, 0.6, 0.0, 0.0},
+      {"lognormal cv 0.5", payload_shape::lognormal, 0.5, 0.0, 0.0},
+      {"lognormal cv 1", payload_shape::lognormal, 1.0, 0.0, 0.0},
+      {"bimodal", payload_shape::bimodal, 0.0, 0.0, 0.0},
+      {"failures 1%", payload_shape::none, 0.0, 0.1, 0.01},
+      {"failures 5%", payload_shape::none, 0.0, 0.1, 0.05},
+      {"lognormal cv 1 + failures 5%", payload_shape::lognormal, 1.0, 0.0, 0.05},
+  };
+}
+
+/// An upstream of fixed capacity with the world's `shape`: capacity 2-40, base (the mean service time) 1-20
+/// ms, demand 1.2-2x the capacity (so a limiter sits at the capacity and hears every draw), 80 round trips'
+/// worth of calls, a hard cap of 2 x capacity + 2. The oracle is a fixed limit at the capacity; a limiter
+/// that reads payload noise as a queue, or random failures as congestion, sits far below it.
+/// With `work_hints`, each sample carries its call's payload factor (`scenario::work_hints`).
+inline scenario generate_shaped_scenario(std::uint64_t seed, const world_shape& shape, bool work_hints = false) {
+  scenario sc = generate_noise_scenario(seed, shape.noise);
+  sc.name = shape.name + " seed " + std::to_string(seed);
+  sc.upstream.payload = shape.payload;
+  sc.upstream.payload_spread = shape.spread;
+  sc.upstream.failure_rate = shape.failure_rate;
+  sc.upstream.failure_seed = sc.upstream.noise_seed ^ 0x5bd1e995u;
+  sc.work_hints = work_hints;
+  sc.description += "; " + shape.name;
+  return sc;
+}
+
 /// What a limiter is measured against on one scenario.
 struct yardsticks {
   /// The oracle's makespan: a limit equal to each key's true capacity at every instant.
@@ -316,7 +359,8 @@ inline yardsticks measure_yardsticks(const scenario& sc) {
 /// How one strategy did on one scenario.
 struct family_score {
   std::string scenario;                        ///< the scenario's name (its seed)
-  std::size_t failed = 0;                      ///< calls that failed
+  std::size_t failed = 0;                      ///< calls that failed because of the load (over a hard cap)
+  std::size_t failed_at_random = 0;            ///< calls that failed at random, whatever the limit
   double slow_fraction = 0.0;    ///< `report::slow` / calls
   double makespan_ratio = 0.0;   ///< makespan / the oracle's
   std::optional<double> recovery_ratio{};  ///< makespan / the fixed limit's at the recovered capacity
@@ -347,7 +391,8 @@ family_score score(const scenario& sc, const yardsticks& y, Make&& make) {
   const report r = simulate("", std::span{strategies}, sc);
   family_score s;
   s.scenario = sc.name;
-  s.failed = r.failed;
+  s.failed = r.failed - r.failed_at_random;
+  s.failed_at_random = r.failed_at_random;
   s.slow_fraction = static_cast<double>(r.slow) / static_cast<double>(sc.calls());
   s.makespan_ratio = static_cast<double>(r.makespan.count()) / static_cast<double>(y.oracle_makespan.count());
   if (y.fixed_makespan)
@@ -370,6 +415,17 @@ struct family {
     }
     return f;
   }
+
+  /// Seeds `first`, ..., `first + count - 1` of `generate_shaped_scenario(seed, shape, work_hints)`.
+  static family generate_shaped(const world_shape& shape, std::uint64_t first, std::size_t count,
+                                bool work_hints = false) {
+    family f;
+    for (std::size_t i = 0; i < count; ++i) {
+      f.scenarios.push_back(generate_shaped_scenario(first + i, shape, work_hints));
+      f.marks.push_back(measure_yardsticks(f.scenarios.back()));
+    }
+    return f;
+  }
 };
 
 /// Median and worst of each figure of one strategy over a family.
@@ -381,6 +437,10 @@ struct family_summary {
   double median_slow = 0.0;                  ///< median of family_score::slow_fraction
   double worst_slow = 0.0;                   ///< largest family_score::slow_fraction
   double median_makespan = 0.0;              ///< median of family_score::makespan_ratio
+  /// The lowest throughput over the oracle's: the oracle's makespan over this one's, 1 / worst_makespan.
+  double worst_throughput() const noexcept { return worst_makespan > 0.0 ? 1.0 / worst_makespan : 0.0; }
+  /// The median throughput over the oracle's, 1 / median_makespan.
+  double median_throughput() const noexcept { return median_makespan > 0.0 ? 1.0 / median_makespan : 0.0; }
   double worst_makespan = 0.0;               ///< largest family_score::makespan_ratio
   std::size_t recoveries = 0;  ///< scenarios with a recovery figure
   double median_recovery = 0.0;              ///< median of family_score::recovery_ratio

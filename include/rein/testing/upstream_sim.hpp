@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -54,13 +55,23 @@ struct stall {
   std::chrono::nanoseconds length;  ///< how long it lasts
 };
 
+/// How each call's own service time (its payload's) is drawn, as a factor of `base` with mean 1.
+enum class payload_shape {
+  none,       ///< every call takes `base` (or `base` with the uniform `noise`)
+  uniform,    ///< a factor uniform in [1 - spread, 1 + spread]; spread in [0, 1)
+  lognormal,  ///< a lognormal factor of mean 1 and coefficient of variation `spread` (> 0): long answers
+  bimodal,    ///< short or long: 0.5 for 80 % of the calls, 3 for the others (mean 1); `spread` unused
+};
+
 /// A dependency whose service time grows past its capacity and which fails past a hard cap.
 ///
 /// A call that enters while `n` calls are inside (itself included) takes `b x (1 + max(0, n - capacity))`;
 /// if `n > hard_cap` it takes `b` and then fails. `b` is `base`, or with `noise` set, `base` times a factor
-/// drawn uniformly from `[1 - noise, 1 + noise]` for each call (a seeded generator, so runs repeat). A call
-/// entering during a stall first waits for it to end. Capacity may change at any time; a call's service time
-/// is fixed when it enters.
+/// drawn uniformly from `[1 - noise, 1 + noise]` for each call (a seeded generator, so runs repeat), or with
+/// a `payload` shape, `base` times a factor drawn from it (the size of the call's answer: an LLM's tokens).
+/// With `failure_rate` p, each call also fails with probability p whatever the load (a random 503: not
+/// congestion), after the time it would have taken. A call entering during a stall first waits for it to
+/// end. Capacity may change at any time; a call's service time is fixed when it enters.
 class upstream_model {
  public:
   /// The upstream's parameters.
@@ -73,10 +84,18 @@ class upstream_model {
     std::chrono::nanoseconds overhead{0};
     /// Latency noise: each call's base is scaled by a factor uniform in [1 - noise, 1 + noise]; in [0, 1).
     double noise = 0.0;
-    /// Seed of the noise generator.
+    /// Seed of the noise generator (also draws the payload factors).
     std::uint64_t noise_seed = 0;
     /// Pauses, in any order (see `stall`).
     std::vector<stall> stalls{};
+    /// How each call's payload scales its base (see `payload_shape`); replaces `noise` when not `none`.
+    payload_shape payload = payload_shape::none;
+    /// The payload's spread: half-width for `uniform`, coefficient of variation for `lognormal`.
+    double payload_spread = 0.0;
+    /// Probability that a call fails whatever the load, in [0, 1): failures independent of the limit.
+    double failure_rate = 0.0;
+    /// Seed of the failure draws (a generator of their own, so failures do not move the payloads).
+    std::uint64_t failure_seed = 0;
   };
 
   /// What one call will do, decided when it enters.
@@ -87,10 +106,15 @@ class upstream_model {
     /// What the same call would have taken at or below capacity (noise and stall included): the yardstick
     /// of "slow" (`report::slow`).
     std::chrono::nanoseconds unloaded = service_time;
+    /// The call's payload factor (1 without a payload shape): the work hint an honest client would give.
+    double work = 1.0;
+    /// True if it failed at random (`failure_rate`), not over the hard cap.
+    bool random_failure = false;
   };
 
   /// An upstream with no call inside, at `o.capacity`.
-  explicit upstream_model(const options& o) noexcept : options_{o}, capacity_{o.capacity}, random_{o.noise_seed} {}
+  explicit upstream_model(const options& o) noexcept
+      : options_{o}, capacity_{o.capacity}, random_{o.noise_seed}, failures_{o.failure_seed} {}
 
   /// The service-time rule alone, for `n` calls inside (this one included), without noise or stalls.
   static call_plan plan(std::size_t n, std::size_t capacity, const options& o) noexcept {
@@ -101,15 +125,20 @@ class upstream_model {
   call_plan enter(std::chrono::nanoseconds now = {}) noexcept {
     ++inside_;
     peak_ = std::max(peak_, inside_);
+    const double factor = draw_factor();
     std::chrono::nanoseconds base = options_.base;
-    if (options_.noise > 0.0) {
-      const double factor = 1.0 + options_.noise * (2.0 * next_unit() - 1.0);
+    if (factor != 1.0)
       base = std::chrono::nanoseconds{static_cast<std::int64_t>(static_cast<double>(base.count()) * factor + 0.5)};
-    }
     std::chrono::nanoseconds wait{0};
     for (const auto& s : options_.stalls)
       if (now >= s.at && now < s.at + s.length) wait = std::max(wait, s.at + s.length - now);
-    return plan(inside_, capacity_, options_, base, wait);
+    call_plan p = plan(inside_, capacity_, options_, base, wait);
+    p.work = factor;
+    if (options_.failure_rate > 0.0 && unit(failures_) < options_.failure_rate && p.ok) {
+      p.ok = false;
+      p.random_failure = true;
+    }
+    return p;
   }
   /// A call inside completes (or fails).
   void leave() noexcept { --inside_; }
@@ -132,13 +161,33 @@ class upstream_model {
     return {wait + base * static_cast<std::int64_t>(1 + over) + o.overhead, true, n, unloaded};
   }
 
-  double next_unit() noexcept { return static_cast<double>(detail::splitmix64(random_) >> 11) * 0x1.0p-53; }
+  static double unit(std::uint64_t& state) noexcept {
+    return static_cast<double>(detail::splitmix64(state) >> 11) * 0x1.0p-53;
+  }
+
+  // The factor of this call's base: 1, the uniform noise, or a draw of the payload shape (mean 1).
+  double draw_factor() noexcept {
+    switch (options_.payload) {
+      case payload_shape::none: return options_.noise > 0.0 ? 1.0 + options_.noise * (2.0 * unit(random_) - 1.0) : 1.0;
+      case payload_shape::uniform: return 1.0 + options_.payload_spread * (2.0 * unit(random_) - 1.0);
+      case payload_shape::lognormal: {
+        // mean 1, CV c: sigma^2 = ln(1 + c^2), mu = -sigma^2 / 2; a normal draw by Box-Muller.
+        const double var = std::log1p(options_.payload_spread * options_.payload_spread);
+        const double u1 = 1.0 - unit(random_), u2 = unit(random_);
+        const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+        return std::exp(std::sqrt(var) * z - var / 2.0);
+      }
+      case payload_shape::bimodal: return unit(random_) < 0.8 ? 0.5 : 3.0;
+    }
+    return 1.0;
+  }
 
   options options_;
   std::size_t capacity_;
   std::size_t inside_ = 0;
   std::size_t peak_ = 0;
   std::uint64_t random_;
+  std::uint64_t failures_;
 };
 
 /// The upstream's capacity becomes `capacity` at `at` (from the start of the run).
@@ -200,6 +249,9 @@ struct scenario {
   std::size_t global_limit = 0;
   /// The interval of report::timeline.
   std::chrono::nanoseconds timeline_step = std::chrono::milliseconds{25};
+  /// Each sample carries its call's payload factor as a work hint (`sample::work`), as a client that knows
+  /// the size of each answer (an LLM's output tokens) would report it.
+  bool work_hints = false;
 
   /// Keys in the run: 1 plus more_keys.
   std::size_t keys() const noexcept { return 1 + more_keys.size(); }
@@ -251,6 +303,8 @@ struct call_record {
   std::size_t key = 0;                  ///< which upstream it called
   /// What it would have taken at or below capacity (`upstream_model::call_plan::unloaded`).
   std::chrono::nanoseconds unloaded{};
+  /// It failed at random (`upstream_model::options::failure_rate`), whatever the load.
+  bool random_failure = false;
 };
 
 /// The limit in force at `at`, next to the true capacity.
@@ -270,7 +324,8 @@ struct report {
   /// The scenario's name.
   std::string scenario;
   std::size_t completed = 0;  ///< calls that succeeded
-  std::size_t failed = 0;     ///< calls the upstream failed (over its hard cap)
+  std::size_t failed = 0;     ///< calls the upstream failed (over its hard cap, or at random)
+  std::size_t failed_at_random = 0;  ///< of those, the ones that failed at random, whatever the load
   /// Service time (grant to completion, failures included), nearest-rank percentiles.
   std::chrono::nanoseconds p50{}, p95{}, p99{}, max{};
   /// @var p95
@@ -309,14 +364,15 @@ inline void summarise_calls(report& r, std::span<const call_record> calls) {
   std::vector<std::chrono::nanoseconds> service, e2e;
   service.reserve(calls.size());
   e2e.reserve(calls.size());
-  r.completed = r.failed = r.slower_than_10ms = r.slow = 0;
+  r.completed = r.failed = r.failed_at_random = r.slower_than_10ms = r.slow = 0;
   r.makespan = {};
   for (const auto& c : calls) {
     service.push_back(c.finished - c.started);
     e2e.push_back(c.finished - c.arrived);
     (c.ok ? r.completed : r.failed) += 1;
+    if (c.random_failure) ++r.failed_at_random;
     if (service.back() > std::chrono::milliseconds{10}) ++r.slower_than_10ms;
-    if (!c.ok || service.back() > 2 * c.unloaded) ++r.slow;
+    if ((!c.ok && !c.random_failure) || service.back() > 2 * c.unloaded) ++r.slow;
     r.makespan = std::max(r.makespan, c.finished);
   }
   std::sort(service.begin(), service.end());
@@ -419,7 +475,7 @@ class simulation {
 
   simulation(std::span<Strategy* const> strategies, const scenario& sc)
       : strategies_{strategies.begin(), strategies.end()}, scenario_{sc}, calls_(sc.calls()),
-        granted_in_flight_(sc.calls()) {
+        granted_in_flight_(sc.calls()), work_(sc.calls(), 1.0) {
     if (strategies_.size() != sc.keys())
       throw std::invalid_argument("rein::testing::simulate: one strategy per key of the scenario is needed");
     for (std::size_t k = 0; k < sc.keys(); ++k) {
@@ -503,6 +559,8 @@ class simulation {
     calls_[id].started = now;
     calls_[id].ok = plan.ok;
     calls_[id].unloaded = plan.unloaded;
+    calls_[id].random_failure = plan.random_failure;
+    work_[id] = plan.work;
     granted_in_flight_[id] = key.in_flight;
     push(now + plan.service_time, event_kind::completion, id);
   }
@@ -517,6 +575,8 @@ class simulation {
     s.result = c.ok ? outcome::success : outcome::congestion;
     s.in_flight = granted_in_flight_[id];
     s.now = time_point{} + std::chrono::duration_cast<typename time_point::duration>(now);
+    if constexpr (requires { s.work = 1.0; })
+      if (scenario_.work_hints) s.work = work_[id];
     const double before = limit(c.key);
     strategies_[c.key]->on_sample(s);  // report, then release, as adaptive_limiter does
     if (const double after = limit(c.key); after < before)
@@ -580,6 +640,7 @@ class simulation {
   std::vector<std::pair<std::size_t, std::size_t>> changes_;  // key, capacity
   std::vector<call_record> calls_;
   std::vector<std::size_t> granted_in_flight_;
+  std::vector<double> work_;  // each call's payload factor, its work hint
   std::priority_queue<event, std::vector<event>, std::greater<>> events_;
   std::uint64_t next_seq_ = 0;
   std::size_t in_flight_ = 0;
