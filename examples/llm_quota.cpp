@@ -20,6 +20,7 @@
 #include "usage.hpp"
 
 #include <rein/keyed.hpp>
+#include <rein/quota.hpp>
 #include <rein/quota_gate.hpp>
 #include <rein/semaphore.hpp>
 #include <rein/throttle.hpp>
@@ -58,18 +59,20 @@ namespace {
 
 // The provider's published limits per model, per minute, and how much of a burst we allow ourselves (many
 // providers enforce the limit over short sub-windows).
-struct quota {
+struct model_quota {
   const char* model;
   double rpm;
   double tpm;
 };
-constexpr quota quotas[] = {{"small-model", 12'000, 3'000'000}, {"large-model", 6'000, 1'200'000}};
+constexpr model_quota quotas[] = {{"small-model", 12'000, 3'000'000}, {"large-model", 6'000, 1'200'000}};
 constexpr double burst_seconds = 0.1;
 constexpr int calls = 30;  // per model
 constexpr int max_tokens = 600;
 
+// The provider's per-minute quota as a bucket, with our own burst stated.
 rein::token_bucket_options per_second(double per_minute) {
-  return {.rate = per_minute / 60, .capacity = static_cast<std::int64_t>(per_minute / 60 * burst_seconds)};
+  const rein::quota q = rein::per_minute(per_minute);
+  return {.rate = q, .capacity = static_cast<std::int64_t>(q.per_second() * burst_seconds)};
 }
 
 struct request {
@@ -105,7 +108,7 @@ struct provider {
 
   provider() {
     const auto now = std::chrono::steady_clock::now();
-    for (const quota& q : quotas)
+    for (const model_quota& q : quotas)
       budgets.push_back(budget{rein::algo::token_bucket(pure(per_second(q.rpm)), now),
                                rein::algo::token_bucket(pure(per_second(q.tpm)), now)});
   }
@@ -158,7 +161,7 @@ struct client {
         rpm(io, {}, per_second(quotas[0].rpm)),
         tpm(io, {}, per_second(quotas[0].tpm)),
         throttle(gates, in_flight, rpm, rein::by_tokens(tpm)) {
-    for (const quota& q : quotas) {
+    for (const model_quota& q : quotas) {
       rpm.set_override(q.model, per_second(q.rpm));
       tpm.set_override(q.model, per_second(q.tpm));
     }

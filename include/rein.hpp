@@ -44,6 +44,7 @@
 #include <rein/permit.hpp>
 #include <rein/priority_view.hpp>
 #include <rein/queue_order.hpp>
+#include <rein/quota.hpp>
 #include <rein/quota_gate.hpp>
 #include <rein/rate_limit_headers.hpp>
 #include <rein/rate_limiter.hpp>
