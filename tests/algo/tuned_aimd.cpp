@@ -420,3 +420,80 @@ TEST_CASE("tuned_aimd: invalid options throw std::invalid_argument naming the ty
   o.min_limit = 8;
   REQUIRE(message(o) == "rein::algo::tuned_aimd: initial_limit must be in [min_limit, max_limit] = [8, 64], got 4");
 }
+
+TEST_CASE("tuned_aimd: failures at the rate seen whatever the load are not congestion; a burst above it is") {
+  tuned_aimd t;
+  // The first failure ever is congestion: nothing is known yet.
+  for (int i = 0; i < 20; ++i) t.on_sample(ok(5ms, std::chrono::milliseconds{10 + i}, 4));
+  const double before = t.limit();
+  t.on_sample(congestion(5ms, 100ms));
+  CHECK(t.limit() == before * 0.5);
+  CHECK(t.decreases() == 1);
+  // Then one failure in twenty (5 %): until 100 outcomes every failure counts, from then on none cuts.
+  std::uint64_t learned = 0;
+  for (int i = 0; i < 1000; ++i) {
+    const auto now = std::chrono::milliseconds{200 + 10 * i};
+    t.on_sample(i % 20 == 19 ? congestion(5ms, now) : ok(5ms, now, 4));
+    if (i == 99) learned = t.decreases();
+  }
+  CHECK(learned > 1);
+  CHECK(t.decreases() == learned);
+  // Ten failures in a row are far more than 5 % explains: congestion.
+  for (int i = 0; i < 10; ++i) t.on_sample(congestion(5ms, std::chrono::milliseconds{20000 + 10 * i}));
+  CHECK(t.decreases() > learned);
+
+  tuned_aimd_options textbook;
+  textbook.learn_failure_rate = false;
+  tuned_aimd every{textbook};
+  every.on_sample(congestion(5ms, 10ms));
+  every.on_sample(congestion(5ms, 20ms));  // started after the first cut: cuts again
+  CHECK(every.decreases() == 2);
+}
+
+TEST_CASE("tuned_aimd: tolerance unset switches the latency signal off; only congestion outcomes cut") {
+  tuned_aimd_options o;
+  o.tolerance.reset();
+  tuned_aimd t{o};
+  for (int i = 0; i < 50; ++i) t.on_sample(ok(i % 2 == 0 ? 5ms : 500ms, std::chrono::milliseconds{1000 + i}, 64));
+  CHECK(t.decreases() == 0);
+  CHECK(t.limit() > 4.0);
+  t.on_sample(congestion(5ms, 2000ms));
+  CHECK(t.decreases() == 1);
+}
+
+TEST_CASE("tuned_aimd: a work hint judges latency per unit of work; 0 is no judgement; bad hints are refused") {
+  tuned_aimd t;
+  for (int i = 0; i < 10; ++i) {
+    sample s = ok(5ms, std::chrono::milliseconds{10 + i}, 4);
+    s.work = 1.0;
+    t.on_sample(s);
+  }
+  // Three times the work in three times the time: an ordinary call, not a queue.
+  sample longer = ok(15ms, 100ms, 4);
+  longer.work = 3.0;
+  t.on_sample(longer);
+  CHECK(t.decreases() == 0);
+  // The same latency for the usual work is a queue.
+  sample queued = ok(15ms, 200ms, 4);
+  queued.work = 1.0;
+  t.on_sample(queued);
+  CHECK(t.decreases() == 1);
+  // Work 0: no work to judge the latency by; the call is neither judged nor learned.
+  sample empty = ok(500ms, 1000ms, 4);
+  empty.work = 0.0;
+  t.on_sample(empty);
+  CHECK(t.decreases() == 1);
+  const auto refused = [&](double w) {
+    sample s = ok(5ms, 2000ms, 4);
+    s.work = w;
+    try {
+      t.on_sample(s);
+    } catch (const std::invalid_argument& e) {
+      return std::string{e.what()};
+    }
+    return std::string{"no exception"};
+  };
+  CHECK(refused(-1.0) == "rein::algo::sample: work must be >= 0 and finite, got -1");
+  CHECK(refused(std::numeric_limits<double>::quiet_NaN()).find("work must be >= 0 and finite") != std::string::npos);
+  CHECK(refused(std::numeric_limits<double>::infinity()).find("work must be >= 0 and finite") != std::string::npos);
+}

@@ -46,7 +46,21 @@ struct basic_sample {
   std::size_t in_flight = 0;
   /// When the outcome was reported. The call therefore started at `now - latency`.
   time_point now{};
+  /// Optional work hint: how much work the call asked of the dependency (an answer's tokens, bytes), in any
+  /// unit, the same for every call of one limiter. Given, latency is judged per unit of work (scaled to the
+  /// work of the first hint, `detail::work_scale`), so that a long answer is not read as a queue. 0: a call
+  /// that did no work (a cached or empty answer) says nothing about queueing; its latency is neither judged
+  /// nor learned, its outcome still counts. Unset: latency is judged as it is. Negative, NaN or infinite:
+  /// refused with `std::invalid_argument` where the hint is given (`check_work`).
+  std::optional<double> work{};
 };
+
+/// Validates a work hint (`basic_sample::work`): finite and >= 0.
+/// @throws std::invalid_argument "rein::algo::sample: work must be >= 0 and finite, got <value>".
+inline void check_work(double work) {
+  if (!(work >= 0.0) || work == std::numeric_limits<double>::infinity())
+    rein::detail::throw_invalid("rein::algo::sample", "work must be >= 0 and finite", rein::detail::show(work));
+}
 
 /// `basic_sample` on `std::chrono::steady_clock`.
 using sample = basic_sample<>;
@@ -252,6 +266,72 @@ class relative_latency {
 
  private:
   sliding_minimum fastest_;
+};
+
+/// Latency per unit of work (`basic_sample::work`), scaled to the work of the first call that gave a hint so
+/// that it stays a latency in nanoseconds (noise floors and tolerances keep their meaning):
+/// `latency x first_work / work`. A fixed scale: one that followed the mean work would move every latency
+/// learned so far while the mean settles. No hint: the latency as it is. A hint of 0: nothing to judge
+/// (`std::nullopt`). A long answer that took three times the work and three times the latency is then an
+/// ordinary call, not a queue.
+class work_scale {
+ public:
+  /// The latency to judge, or nullopt for a call that did no work. Precondition: `work` passed `check_work`.
+  std::optional<std::chrono::nanoseconds> judged(std::chrono::nanoseconds latency, const std::optional<double>& work) noexcept {
+    if (!work) return latency;
+    if (*work <= 0.0) return std::nullopt;
+    if (unit_ == 0.0) unit_ = *work;
+    const double scaled = static_cast<double>(latency.count()) * unit_ / *work;
+    return std::chrono::nanoseconds{static_cast<std::int64_t>(scaled + 0.5)};
+  }
+
+ private:
+  double unit_ = 0.0;  // the first hint's work
+};
+
+/// Whether a failure is congestion: only when failures come faster than the rate the dependency has shown
+/// whatever the load. A dependency that fails 1-5 % of its calls at random (a flaky backend's 503s) fails them
+/// at any limit, and cutting for each one drives the limit to its floor for nothing; failures caused by too
+/// many calls come in bursts, as the limit crosses a hard cap. The rule: a failure counts when the failures of
+/// the last `short_window` outcomes (this one included) exceed the count the baseline rate explains by more
+/// than `z` standard deviations, `p n + z sqrt(p n)`, where p is the failure rate of the `long_window`
+/// outcomes before this one (a Poisson bound on the count of rare independent failures; the learned base
+/// rate as a detector of excess loss, as in Google's SRE client-side throttling, which tolerates the rate a
+/// backend normally rejects). So the first failure ever counts (nothing is known yet), and once a rate has
+/// been seen, failures at that rate do not. Before `warmup` outcomes every failure counts (a few calls
+/// say nothing about a rate). p is capped at `max_rate`, so a dependency that fails more and
+/// more is still read as congested.
+class failure_baseline {
+ public:
+  static constexpr std::size_t short_window = 50;   ///< outcomes whose failures are counted
+  static constexpr std::size_t long_window = 1000;  ///< outcomes the base rate is learned over
+  static constexpr double z = 3.0;                  ///< standard deviations of excess that count
+  static constexpr double max_rate = 0.2;           ///< the highest base rate learned
+  static constexpr std::size_t warmup = 100;       ///< outcomes seen before a rate is learned
+
+  /// Records one outcome (`failed`: a congestion outcome); true if it is a failure that counts as congestion.
+  bool congested(bool failed) {
+    // Before `warmup` outcomes no rate is known: every failure counts, as it always did.
+    const double n_long = static_cast<double>(outcomes_.size());
+    double p = outcomes_.size() >= warmup ? static_cast<double>(failures_) / n_long : 0.0;
+    if (p > max_rate) p = max_rate;
+    outcomes_.push_back(failed);
+    failures_ += failed ? 1 : 0;
+    if (outcomes_.size() > long_window) {
+      failures_ -= outcomes_.front() ? 1 : 0;
+      outcomes_.pop_front();
+    }
+    if (!failed) return false;
+    const std::size_t n = outcomes_.size() < short_window ? outcomes_.size() : short_window;
+    std::size_t recent = 0;
+    for (std::size_t i = outcomes_.size() - n; i < outcomes_.size(); ++i) recent += outcomes_[i] ? 1 : 0;
+    const double expected = p * static_cast<double>(n);
+    return static_cast<double>(recent) > expected + z * std::sqrt(expected);
+  }
+
+ private:
+  std::deque<bool> outcomes_;
+  std::size_t failures_ = 0;
 };
 
 /// Where the latest cut found the dependency's capacity, and how many cuts in a row before it found the same
