@@ -18,6 +18,7 @@
 #include <rein/algo/gradient.hpp>
 #include <rein/algo/limit_algorithm.hpp>
 #include <rein/algo/log_histogram.hpp>
+#include <rein/algo/pacing_margin.hpp>
 #include <rein/algo/pid.hpp>
 #include <rein/algo/rate_limit.hpp>
 #include <rein/algo/retry_budget.hpp>

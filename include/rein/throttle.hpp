@@ -1371,7 +1371,9 @@ class throttle {
   void finish(guard& g, outcome result, bool rejection = false, duration pause = duration::zero()) noexcept {
     holdings& h = g.held_;
     [&]<std::size_t... I>(std::index_sequence<I...>) {
-      (finish_one<I>(g, h, rejection && !learns_rejections<I>() ? outcome::ignored : result, pause), ...);
+      (finish_one<I>(g, h, rejection && !learns_rejections<I>() ? outcome::ignored : result,
+                     rejection && learns_rejections<I>(), pause),
+       ...);
     }(std::make_index_sequence<stage_count>{});
     finished_.fetch_add(1, std::memory_order_relaxed);
   }
@@ -1398,7 +1400,7 @@ class throttle {
   }
 
   template <std::size_t I>
-  void finish_one(guard& g, holdings& h, outcome result, duration pause) noexcept {
+  void finish_one(guard& g, holdings& h, outcome result, bool refused, duration pause) noexcept {
     if constexpr (ranks_[I] == rank::per_key_concurrency || ranks_[I] == rank::global_concurrency) {
       h.permits[I].complete(result);
     } else if constexpr (ranks_[I] == rank::rate) {
@@ -1407,6 +1409,10 @@ class throttle {
       try {  // a rate that learns from pauses is told the gates' one; others only the outcome
         if constexpr (requires { l.record(result, g.admitted_at_, pause); }) l.record(result, g.admitted_at_, pause);
         else if constexpr (requires { l.record(result, g.admitted_at_); }) l.record(result, g.admitted_at_);
+        // A rate that paces at a quota learns from a refusal that a send arrived early (a pacing margin).
+        if constexpr (requires { l.refused(g.admitted_at_); }) {
+          if (refused) l.refused(g.admitted_at_);
+        }
       } catch (...) {  // feedback is advice: a limit that cannot take it keeps its rate
       }
     }

@@ -1,10 +1,12 @@
 // An awaitable token bucket: bounds how many calls start per second, with bursts.
 #pragma once
 
+#include <rein/algo/pacing_margin.hpp>
 #include <rein/algo/token_bucket.hpp>
 #include <rein/config.hpp>
 #include <rein/detail/format.hpp>
 #include <rein/null_mutex.hpp>
+#include <rein/outcome.hpp>
 #include <rein/observer.hpp>
 #include <rein/queue_order.hpp>
 #include <rein/rate_limiter.hpp>
@@ -18,7 +20,9 @@
 #include <boost/asio/execution_context.hpp>
 #endif
 
+#include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -57,6 +61,11 @@ struct token_bucket_options {
   /// than c x priority_aging after it; see queue_order::priority. Default: 1 s; 0: arrival order;
   /// nanoseconds::max(): strict priority.
   std::chrono::nanoseconds priority_aging = default_priority_aging;
+
+  /// The pacing margin learned from the upstream's refusals (`refused()`, which rein::throttle calls for a
+  /// 429 or a 503 with Retry-After): each widens the gap between tokens, and the widening is forgotten
+  /// slowly (see rein::algo::basic_pacing_margin). A bucket that is never told of a refusal keeps its rate.
+  algo::pacing_margin_options margin{};
 };
 
 /// A token bucket's state, copied out under its lock.
@@ -67,6 +76,9 @@ struct token_bucket_snapshot : wait_stats {
   std::int64_t capacity = 0;  ///< the burst
   double limit = 0.0;         ///< the rate, as every limiter's `limit` (tokens per second)
   double utilisation = 0.0;   ///< share of the burst used: 1 - tokens / capacity (above 1 while in debt)
+  double quota = 0;           ///< the rate as set, before the margin: rate = quota / (1 + margin)
+  double margin = 0;          ///< the pacing margin now, a share of the interval 1 / quota
+  std::uint64_t refusals = 0; ///< refusals that widened the margin
 };
 
 /// One line: `tokens=2.5 limit=10/s capacity=20 utilisation=0.88 waiting=0 acquired=10 rejected=0 wait[...]`.
@@ -77,6 +89,11 @@ inline std::ostream& operator<<(std::ostream& os, const token_bucket_snapshot& s
   detail::write_number(os, s.rate);
   os << "/s capacity=" << s.capacity << " utilisation=";
   detail::write_number(os, s.utilisation);
+  if (s.refusals > 0) {
+    os << " margin=";
+    detail::write_number(os, s.margin);
+    os << " refusals=" << s.refusals;
+  }
   os << ' ';
   detail::write_wait_stats(os, s);
   return os;
@@ -171,9 +188,45 @@ class basic_token_bucket : public basic_rate_limiter<algo::basic_token_bucket<Cl
   /// Changes the rate (tokens per second) from now on: tokens up to now arrived at the old rate. Queued
   /// waiters are re-timed at once, earlier or later (Go's `SetLimit`).
   /// @throws std::invalid_argument as the constructor does, changing nothing.
+  ///
+  /// The rate is the quota: a pacing margin learned from refusals still applies on top of it.
   void set_rate(double rate) {
-    renamed([&] { this->update([rate](limit_type& b, time_point now) { b.set_rate(rate, now); }); },
-            this->name());
+    renamed([&] {
+      this->update([this, rate](limit_type& b, time_point now) {
+        b.set_rate(margin_.paced_rate(rate, now), now);
+        quota_ = rate;
+      });
+    }, this->name());
+  }
+
+  /// The upstream refused a call that this bucket admitted at `sent` because it arrived too early (a 429,
+  /// or a 503 with Retry-After): the pacing margin widens unless the call was sent before the latest
+  /// widening (see rein::algo::basic_pacing_margin), and queued waiters are re-timed at once. rein::throttle
+  /// calls it for the stages that learn a rejection (throttle_options::rejections).
+  /// @param sent when the refused call was admitted.
+  void refused(time_point sent) {
+    this->update([this, sent](limit_type& b, time_point now) {
+      if (margin_.on_refused(sent, now)) learning_.store(true, std::memory_order_relaxed);
+      pace(b, now);
+    });
+  }
+
+  /// Reports how a call ended: the pacing margin's decay is applied (a bucket that has learned no margin
+  /// does nothing here, and takes no lock). Refusals are reported with refused().
+  void record(outcome, time_point) {
+    if (!learning_.load(std::memory_order_relaxed)) return;
+    this->update([this](limit_type& b, time_point now) { pace(b, now); });
+  }
+
+  /// The rate as set (by the options or set_rate), before the pacing margin, tokens per second.
+  double quota() const {
+    return this->inspect([this](const limit_type&, const wait_stats&) { return quota_; });
+  }
+
+  /// The pacing margin now: a share of the interval 1 / quota() (0 until a refusal).
+  double margin() const {
+    const time_point now = Clock::now();
+    return this->inspect([this, now](const limit_type&, const wait_stats&) { return margin_.margin(now); });
   }
 
   /// Changes the capacity (burst) from now on; tokens above it are dropped. A waiter queued for more than the
@@ -211,6 +264,34 @@ class basic_token_bucket : public basic_rate_limiter<algo::basic_token_bucket<Cl
     return detail::renaming_errors("rein::algo::token_bucket", {"rein::token_bucket", name}, std::forward<F>(f));
   }
 
+  // Sets the bucket's rate to the quota paced by the margin at `now`, when it moved by more than 1/1024 of
+  // the interval (so that the decay does not re-time the waiters at every call); stops learning once the
+  // margin is back at its initial value. Under the limiter's lock.
+  void pace(limit_type& b, time_point now) {
+    const double paced = margin_.paced_rate(quota_, now);
+    if (std::fabs(paced - b.rate()) > b.rate() / 1024 || margin_.margin(now) <= margin_.get_options().initial) {
+      b.set_rate(paced, now);
+    }
+    if (margin_.margin(now) <= margin_.get_options().initial) learning_.store(false, std::memory_order_relaxed);
+  }
+
+  // The quota as set and the margin learned, guarded by the limiter's lock (written in update, read in
+  // inspect); `learning_` lets record() skip the lock while there is no margin to decay.
+  double quota_;
+  algo::basic_pacing_margin<Clock> margin_;
+  struct flag {  // an atomic that moves with the bucket (the bucket is movable, std::atomic is not)
+    std::atomic<bool> value{false};
+    flag() = default;
+    flag(flag&& other) noexcept : value(other.value.load(std::memory_order_relaxed)) {}
+    flag& operator=(flag&& other) noexcept {
+      value.store(other.value.load(std::memory_order_relaxed), std::memory_order_relaxed);
+      return *this;
+    }
+    bool load(std::memory_order order) const noexcept { return value.load(order); }
+    void store(bool v, std::memory_order order) noexcept { value.store(v, order); }
+  };
+  flag learning_;
+
   static limit_type make_bucket(const options& o) {
     return renamed([&] {
       return limit_type({.rate = o.rate, .capacity = o.capacity, .initial_tokens = o.initial_tokens}, Clock::now());
@@ -223,12 +304,18 @@ class basic_token_bucket : public basic_rate_limiter<algo::basic_token_bucket<Cl
 template <class Executor, class Clock, class Mutex>
 REIN_SEPARATE_INLINE basic_token_bucket<Executor, Clock, Mutex>::basic_token_bucket(const executor_type& ex,
                                                                                     const options& o)
-    : base("rein::token_bucket", ex, make_bucket(o), detail::rate_options(o)) {}
+    : base("rein::token_bucket", ex, make_bucket(o), detail::rate_options(o)),
+      quota_(o.rate),
+      margin_(detail::renaming_errors("rein::algo::pacing_margin", {"rein::token_bucket", o.name},
+                                      [&] { return algo::basic_pacing_margin<Clock>(o.margin, Clock::now()); },
+                                      "margin.")) {
+  if (o.margin.initial > 0) this->update([this](limit_type& b, time_point now) { pace(b, now); });
+}
 
 template <class Executor, class Clock, class Mutex>
 REIN_SEPARATE_INLINE token_bucket_snapshot basic_token_bucket<Executor, Clock, Mutex>::snapshot() const {
   const time_point now = Clock::now();
-  return this->inspect([now](const limit_type& b, const wait_stats& w) {
+  return this->inspect([this, now](const limit_type& b, const wait_stats& w) {
     token_bucket_snapshot s;
     static_cast<wait_stats&>(s) = w;
     s.tokens = b.tokens(now);
@@ -236,6 +323,9 @@ REIN_SEPARATE_INLINE token_bucket_snapshot basic_token_bucket<Executor, Clock, M
     s.capacity = b.capacity();
     s.limit = s.rate;
     s.utilisation = 1.0 - s.tokens / static_cast<double>(s.capacity);
+    s.quota = quota_;
+    s.margin = margin_.margin(now);
+    s.refusals = margin_.widenings();
     return s;
   });
 }

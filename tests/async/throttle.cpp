@@ -779,6 +779,34 @@ TEST_CASE("complete(response): provider headers lower the budget, a 429 pauses t
   CHECK(t.try_acquire("K").rejected_at() == rein::throttle_stage::gate);
 }
 
+TEST_CASE("a 429 widens the pacing margin of the key's bucket only", "[throttle][budget][margin]") {
+  rein_test::manual_clock_at_epoch epoch;
+  net::io_context io;
+  rein::keyed<bucket_type> rate(io.get_executor(), rein::keyed_options{},
+                                rein::token_bucket_options{.rate = 33, .capacity = 10});
+  rein::throttle t(rate);
+  {
+    auto g = t.try_acquire("A");
+    REQUIRE(g);
+    g.reject(std::optional<manual_clock::duration>(1s));
+  }
+  {
+    auto g = t.try_acquire("B");
+    REQUIRE(g);
+    g.complete(rein::outcome::success);
+  }
+  CHECK(rate.get("A")->rate() == 32.0);  // 33 / (1 + 1/32)
+  CHECK(rate.get("A")->snapshot().refusals == 1);
+  CHECK(rate.get("B")->rate() == 33.0);
+  CHECK(rate.get("B")->snapshot().refusals == 0);
+  {
+    auto g = t.try_acquire("B");
+    REQUIRE(g);
+    g.complete(rein::read_response(503, [](std::string_view) -> std::optional<std::string_view> { return std::nullopt; }));
+  }
+  CHECK(rate.get("B")->rate() == 33.0);  // a 503 without Retry-After is congestion, not an early arrival
+}
+
 TEST_CASE("the guard feeds an adaptive rate stage: a 429 cuts the rate", "[throttle][budget]") {
   rein_test::manual_clock_at_epoch epoch;
   net::io_context io;

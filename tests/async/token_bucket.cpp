@@ -41,6 +41,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -356,6 +357,79 @@ TEST_CASE("invalid options throw std::invalid_argument naming the type, the fiel
                     "rein::token_bucket: initial_tokens must be in [0, capacity], got 4");
   CHECK_THROWS_WITH(bucket(io, {.rate = 1, .capacity = 3, .initial_tokens = -1}),
                     "rein::token_bucket: initial_tokens must be in [0, capacity], got -1");
+}
+
+// ---- The pacing margin -----------------------------------------------------------------------------------
+
+TEST_CASE("a refusal widens the pacing margin and re-times a queued waiter at once", "[token_bucket][margin]") {
+  fixture f;
+  completion_log log;
+  bucket b(f.io, {.rate = 33, .capacity = 1});
+  CHECK(b.try_acquire());
+  b.async_acquire(1, log.handler(0));  // due at 1/33 s
+  b.refused(at(0ns));                  // margin 1/32: 33 / (1 + 1/32) = 32 per second
+  CHECK(b.rate() == 32.0);
+  CHECK(b.quota() == 33.0);
+  CHECK(b.margin() == 1.0 / 32);
+  f.poll_at(at(31'250'000ns) - 1ns);
+  CHECK(log.lines.empty());
+  f.poll_at(at(31'250'000ns));
+  CHECK(log.lines == std::vector<std::string>{"0 31250000ns ok"});
+  const rein::token_bucket_snapshot s = b.snapshot();
+  CHECK(s.quota == 33.0);
+  CHECK(s.margin == 1.0 / 32 * std::exp2(-0.03125 / 60));  // 31.25 ms of a 60 s half-life
+  CHECK(s.refusals == 1);
+  CHECK(s.rate == 32.0);  // the rate moves with the decay only when calls are reported
+}
+
+TEST_CASE("a refusal of a call sent before the latest widening changes nothing", "[token_bucket][margin]") {
+  fixture f;
+  bucket b(f.io, {.rate = 33, .capacity = 1});
+  f.poll_at(at(1s));
+  b.refused(at(1s));
+  f.poll_at(at(1s + 10ms));
+  b.refused(at(999ms));  // in flight when the margin widened: it reports on the old pace
+  CHECK(b.snapshot().refusals == 1);
+  b.refused(at(1s + 10ms));
+  CHECK(b.snapshot().refusals == 2);
+}
+
+TEST_CASE("the margin decays as calls are reported, and set_rate keeps it", "[token_bucket][margin]") {
+  fixture f;
+  bucket b(f.io, {.rate = 33, .capacity = 1, .margin = {.half_life = 10s}});
+  b.record(rein::outcome::success, at(0ns));  // no margin yet: nothing to do
+  CHECK(b.rate() == 33.0);
+  b.refused(at(0ns));
+  f.poll_at(at(10s));
+  CHECK(b.rate() == 32.0);                    // the decay reaches the rate only when a call is reported
+  b.record(rein::outcome::success, at(10s));  // half the margin: 1/64
+  CHECK(b.rate() == 33.0 / (1 + 1.0 / 64));
+  b.set_rate(65);
+  CHECK(b.rate() == 64.0);  // 65 / (1 + 1/64)
+  CHECK(b.quota() == 65.0);
+  f.poll_at(at(1000s));
+  b.record(rein::outcome::ignored, at(1000s));  // decayed to nothing: the quota again
+  CHECK(b.rate() == 65.0);
+  CHECK(b.margin() == 0.0);
+}
+
+TEST_CASE("an initial margin paces below the quota from the start", "[token_bucket][margin]") {
+  fixture f;
+  completion_log log;
+  bucket b(f.io, {.rate = 33, .capacity = 1, .margin = {.initial = 1.0 / 32}});
+  CHECK(b.rate() == 32.0);
+  CHECK(b.try_acquire());
+  b.async_acquire(1, log.handler(0));
+  f.run_to(at(40ms), 31'250'000ns);
+  CHECK(log.lines == std::vector<std::string>{"0 31250000ns ok"});
+}
+
+TEST_CASE("bad margin options name the bucket, the field and the value", "[token_bucket][margin][validation]") {
+  net::io_context io;
+  CHECK_THROWS_WITH(bucket(io, {.rate = 1, .capacity = 1, .margin = {.step = 0}}),
+                    "rein::token_bucket: margin.step must be in (0, max], got 0");
+  CHECK_THROWS_WITH(bucket(io, {.rate = 1, .capacity = 1, .name = "api", .margin = {.initial = -1}}),
+                    "rein::token_bucket \"api\": margin.initial must be in [0, max], got -1");
 }
 
 // ---- Refunds, snapshots, try_acquire ----------------------------------------------------------------------

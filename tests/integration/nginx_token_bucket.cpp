@@ -25,73 +25,17 @@ TEST_CASE("nginx: a token bucket at 0.95 R gets no 429 and at least 0.93 R throu
 
 #if REIN_HTTP_LOAD_AVAILABLE
 
+#include "support/hosts.hpp"
+
 #include <rein/keyed.hpp>
 #include <rein/quota_gate.hpp>
 #include <rein/throttle.hpp>
 #include <rein/token_bucket.hpp>
 
-#include <map>
-
-namespace {
-
-namespace net = http_load::net;
-namespace beast = http_load::beast;
-namespace http = http_load::http;
-
-// Two upstreams behind one throttle with a rate per host: each host's workers send GET /<host> on their own
-// keep-alive connections for `duration`, every request through the throttle keyed by host.
-struct two_hosts {
-  struct host_counts {
-    std::uint64_t sent = 0;
-    std::uint64_t ok = 0;
-    std::uint64_t too_many = 0;
-    std::uint64_t other = 0;
-  };
-  std::map<std::string, host_counts> counts;
-};
-
-template <class Throttle>
-net::awaitable<void> host_worker(Throttle& throttle, net::ip::tcp::endpoint endpoint, std::string host,
-                                 http_load::clock::time_point end, two_hosts& out) {
-  beast::tcp_stream stream(co_await net::this_coro::executor);
-  co_await stream.async_connect(endpoint, net::use_awaitable);
-  beast::flat_buffer buffer;
-  http::request<http::empty_body> req{http::verb::get, "/" + host, 11};
-  req.set(http::field::host, "127.0.0.1");
-  req.keep_alive(true);
-  for (;;) {
-    typename Throttle::guard g;
-    try {
-      g = co_await throttle.acquire_until(host, end);
-    } catch (const rein::throttle_error& e) {
-      if (e.code() == rein::errc::timed_out) break;
-      throw;
-    }
-    if (http_load::clock::now() >= end) break;
-    ++out.counts[host].sent;
-    co_await http::async_write(stream, req, net::use_awaitable);
-    http::response<http::string_body> res;
-    co_await http::async_read(stream, buffer, res, net::use_awaitable);
-    const int status = static_cast<int>(res.result_int());
-    if (status == 429) {
-      ++out.counts[host].too_many;
-      const auto field = res[http::field::retry_after];
-      g.reject(std::string_view(field.data(), field.size()));
-    } else {
-      (status == 200 ? out.counts[host].ok : out.counts[host].other)++;
-      g.complete_http(status);
-    }
-  }
-  beast::error_code ignored;
-  stream.socket().shutdown(net::ip::tcp::socket::shutdown_both, ignored);
-}
-
-}  // namespace
-
 TEST_CASE("nginx: two hosts with their own quotas behind one throttle with a rate per host",
           "[integration][nginx]") {
   rein_test::nginx_server nginx;
-  net::io_context io;
+  http_load::net::io_context io;
   rein::keyed<rein::quota_gate> gates(io);
   // 0.99 of each host's quota, with a burst of 2 (nginx allows 10): sends stay under it even when the
   // network bunches them a little.
@@ -100,31 +44,17 @@ TEST_CASE("nginx: two hosts with their own quotas behind one throttle with a rat
   rate.set_override("host_b", rein::token_bucket_options{.rate = 0.99 * nginx_limits::host_b, .capacity = 2});
   rein::throttle throttle(gates, rate);
 
-  const net::ip::tcp::endpoint endpoint(net::ip::make_address("127.0.0.1"), nginx.port());
-  const auto duration = 4s;
-  two_hosts out;
-  const auto start = http_load::clock::now();
-  const auto end = start + duration;
-  for (std::string host : {"host_a", "host_b"})
-    for (int i = 0; i < 8; ++i)
-      net::co_spawn(io, host_worker(throttle, endpoint, host, end, out), [](std::exception_ptr e) {
-        if (e) std::rethrow_exception(e);
-      });
-  io.run();
-  const double seconds = std::chrono::duration<double>(duration).count();
-  for (const auto& [host, quota] : {std::pair<std::string, double>{"host_a", nginx_limits::host_a},
-                                    std::pair<std::string, double>{"host_b", nginx_limits::host_b}}) {
-    const auto& c = out.counts[host];
-    const double achieved = static_cast<double>(c.ok) / seconds;
-    std::printf("%s: quota %.0f/s, sent %llu, 2xx %llu (%.1f/s, %.3f of the quota), 429 %llu\n", host.c_str(), quota,
-                static_cast<unsigned long long>(c.sent), static_cast<unsigned long long>(c.ok), achieved,
-                achieved / quota, static_cast<unsigned long long>(c.too_many));
-    INFO(host << ": " << achieved << "/s of " << quota << "/s");
+  const std::vector<rein_test::host_spec> hosts{{"host_a", nginx_limits::host_a, 8}, {"host_b", nginx_limits::host_b, 8}};
+  auto r = rein_test::run_hosts(io, throttle, nginx.port(), hosts, 4s);
+  rein_test::print_hosts("two hosts at 0.99 of their quotas, burst 2", hosts, r, 0, 4);
+  for (const auto& h : hosts) {
+    const double achieved = r[h.name].ok_rate(0, 4);
+    INFO(h.name << ": " << achieved << "/s of " << h.quota << "/s");
     INFO(nginx.log());
-    CHECK(c.too_many == 0);
-    CHECK(c.other == 0);
-    CHECK(achieved >= 0.99 * quota);
-    CHECK(achieved <= 1.01 * quota);
+    CHECK(r[h.name].refused(0, 4) == 0);
+    CHECK(r[h.name].other == 0);
+    CHECK(achieved >= 0.99 * h.quota);
+    CHECK(achieved <= 1.01 * h.quota);
   }
 }
 

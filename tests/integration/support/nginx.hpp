@@ -39,6 +39,9 @@ struct nginx_limits {
   static constexpr double host_a = 100;  ///< /host_a: limit_req, requests per second (burst 10, nodelay)
   static constexpr double host_b = 40;   ///< /host_b: limit_req, requests per second (burst 10, nodelay)
   static constexpr int connections = 8;  ///< /conn: limit_conn
+  static constexpr double exact_a = 20;  ///< /exact_a: limit_req, requests per second, no burst
+  static constexpr double exact_b = 50;  ///< /exact_b: limit_req, requests per second, no burst
+  static constexpr double burst1_a = 20;  ///< /burst1_a: limit_req, requests per second, burst 1 (nodelay)
 };
 
 /// Starts nginx in the constructor (throws std::runtime_error with nginx's own messages if it cannot) and
