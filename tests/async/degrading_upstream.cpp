@@ -14,6 +14,7 @@
 #include <rein/semaphore.hpp>
 #include <rein/testing/manual_clock.hpp>
 #include <rein/testing/upstream_sim.hpp>
+#include <rein/try_result.hpp>
 
 #include "support/catch.hpp"
 
@@ -40,14 +41,18 @@
 #include <cstdio>
 #include <deque>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <queue>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 using namespace std::chrono_literals;
 namespace net = rein::net;
 using rein::outcome;
+using rein::testing::call_record;
 using rein::testing::manual_clock;
 using rein::testing::report;
 using rein::testing::scenario;
@@ -108,26 +113,40 @@ struct event {
   }
 };
 
-/// What the driver needs to know of a limiter besides acquire(): its limit and decreases, and how to tell it
-/// of a capacity change (only the oracle listens).
+/// What the driver needs to know of the limiters besides acquire(): each key's limit, the decreases over all
+/// keys, and how to tell a key's limiter of a capacity change (only the oracle listens).
 struct strategy_hooks {
-  std::function<double()> limit;
+  std::function<double(std::size_t)> limit;
   std::function<std::uint64_t()> decreases;
-  std::function<void(std::size_t)> on_capacity = [](std::size_t) {};
+  std::function<void(std::size_t, std::size_t)> on_capacity = [](std::size_t, std::size_t) {};
 };
 
+// Runs a scenario of any shape the family makes: one limiter per key, the regular arrivals and the spikes of
+// every key, stalls, random failures, and a global limit over all keys.
+//
+// Without a global limit each call co_awaits its key's limiter, so the async wait line decides who goes next,
+// as in use. With one, a call must find room both in its key's limiter and under the global cap, and the
+// simulation's rule is "the earliest-arrived head among the keys with room" (a key never waits behind another
+// key's full limit): no pair of rein limiters co_awaited in some order does that (the call holding one slot
+// while it waits for the other shifts the in-flight counts the algorithms learn from), so there the driver
+// keeps the simulation's queues itself and takes each slot with try_acquire, still through the real limiter,
+// its permits and its reports.
 template <class Limiter>
 class async_experiment {
  public:
-  async_experiment(net::io_context& io, Limiter& limiter, strategy_hooks hooks, const scenario& sc)
-      : io_{io}, limiter_{limiter}, hooks_{std::move(hooks)}, scenario_{sc}, upstream_{sc.upstream}, calls_(sc.calls()) {
+  async_experiment(net::io_context& io, std::vector<Limiter*> limiters, strategy_hooks hooks, const scenario& sc)
+      : io_{io}, limiters_{std::move(limiters)}, hooks_{std::move(hooks)}, scenario_{sc}, calls_(sc.calls()),
+        slots_(sc.calls()) {
+    REQUIRE(limiters_.size() == sc.keys());
+    REQUIRE_FALSE(sc.work_hints);  // a permit cannot carry a work hint yet
+    for (std::size_t k = 0; k < sc.keys(); ++k) keys_.push_back(std::make_unique<key_state>(sc.key(k)));
     for (std::size_t i = 0; i < sc.calls(); ++i) wake_.push_back(std::make_unique<wake_timer>(io.get_executor()));
   }
 
   report run(std::string name) {
     manual_clock::reset();
     schedule_workload();
-    max_limit_ = hooks_.limit();
+    max_limit_ = hooks_.limit(0);
     while (!events_.empty()) {
       const event e = events_.top();
       events_.pop();
@@ -135,60 +154,138 @@ class async_experiment {
       manual_clock::set(manual_clock::time_point{e.at});
       fire(e);
       io_.poll();
-      max_limit_ = std::max(max_limit_, hooks_.limit());
+      max_limit_ = std::max(max_limit_, hooks_.limit(0));
     }
     return finish(std::move(name));
   }
 
  private:
+  struct key_state {
+    explicit key_state(rein::testing::upstream_key s) : spec{std::move(s)}, model{spec.upstream} {}
+    rein::testing::upstream_key spec;
+    rein::testing::upstream_model model;
+    std::deque<std::size_t> waiting{};  // only with a global limit: calls the driver has not admitted yet
+  };
+
+  bool global() const { return scenario_.global_limit != 0; }
+
   void push(std::chrono::nanoseconds at, event_kind kind, std::size_t subject) {
     events_.push(event{at, kind, next_seq_++, subject});
   }
 
+  // Calls and capacity changes numbered and scheduled in the simulation's order (key by key, phase by phase).
   void schedule_workload() {
     std::size_t id = 0;
-    for (std::size_t k = 0; k < scenario_.ticks; ++k)
-      for (std::size_t i = 0; i < scenario_.per_tick; ++i, ++id) {
-        calls_[id].arrived = scenario_.tick * static_cast<std::int64_t>(k);
-        push(calls_[id].arrived, event_kind::arrival, id);
+    for (std::size_t k = 0; k < keys_.size(); ++k)
+      for (const auto& phase : keys_[k]->spec.arrivals)
+        for (std::size_t t = 0; t < phase.ticks; ++t)
+          for (std::size_t i = 0; i < phase.per_tick; ++i, ++id) {
+            calls_[id].arrived = phase.start + phase.tick * static_cast<std::int64_t>(t);
+            calls_[id].key = k;
+            push(calls_[id].arrived, event_kind::arrival, id);
+          }
+    for (std::size_t k = 0; k < keys_.size(); ++k)
+      for (const auto& change : keys_[k]->spec.changes) {
+        push(change.at, event_kind::capacity, changes_.size());
+        changes_.push_back({k, change.capacity});
       }
-    for (const auto& change : scenario_.changes) push(change.at, event_kind::capacity, change.capacity);
   }
 
   void fire(const event& e) {
     switch (e.kind) {
       case event_kind::arrival: net::co_spawn(io_, call(e.subject), net::detached); break;
       case event_kind::completion: wake_[e.subject]->cancel(); break;
-      case event_kind::capacity:
-        upstream_.set_capacity(e.subject);
-        hooks_.on_capacity(e.subject);
+      case event_kind::capacity: {
+        const auto [k, capacity] = changes_[e.subject];
+        keys_[k]->model.set_capacity(capacity);
+        hooks_.on_capacity(k, capacity);
+        if (global()) drain();
         break;
+      }
     }
   }
 
   static std::chrono::nanoseconds elapsed() { return manual_clock::now().time_since_epoch(); }
 
+  // Waits on the call's own timer until the driver cancels it (the cancel is the wake-up, not an error).
+  net::awaitable<void> sleep(std::size_t id) {
+    wake_timer& wake = *wake_[id];
+    wake.expires_at(manual_clock::time_point::max());
+    rein::error_code cancelled;
+    co_await wake.async_wait(net::redirect_error(net::use_awaitable, cancelled));
+  }
+
   // One call: wait for a slot, enter the upstream, wait until the driver says the upstream is done with it,
   // report, release.
   net::awaitable<void> call(std::size_t id) {
-    rein::permit slot = co_await limiter_.acquire();
-    rein::testing::call_record& c = calls_[id];
-    c.started = elapsed();
-    const auto plan = upstream_.enter();
-    c.ok = plan.ok;
-    push(c.started + plan.service_time, event_kind::completion, id);
-    wake_timer& wake = *wake_[id];
-    wake.expires_at(manual_clock::time_point::max());
-    rein::error_code cancelled;  // the driver's cancel() is the wake-up, not an error
-    co_await wake.async_wait(net::redirect_error(net::use_awaitable, cancelled));
-    upstream_.leave();
+    key_state& key = *keys_[calls_[id].key];
+    if (!global()) {
+      slots_[id] = co_await limiters_[calls_[id].key]->acquire();
+      begin(id);
+    } else if (!(key.waiting.empty() && admit(id))) {
+      key.waiting.push_back(id);
+      co_await sleep(id);  // until drain() admits it
+    }
+    co_await sleep(id);  // until its completion event
+    call_record& c = calls_[id];
+    key.model.leave();
     c.finished = elapsed();
-    slot.complete(c.ok ? outcome::success : outcome::congestion);
+    const double before = hooks_.limit(c.key);
+    slots_[id].complete(c.ok ? outcome::success : outcome::congestion);
+    if (const double after = hooks_.limit(c.key); after < before)
+      lowest_cut_ = std::min(lowest_cut_, after / static_cast<double>(key.model.capacity()));
+    --in_flight_;
+    if (global()) drain();
+  }
+
+  // The call has its slot: it enters its key's upstream now.
+  void begin(std::size_t id) {
+    call_record& c = calls_[id];
+    ++in_flight_;
+    c.started = elapsed();
+    const auto plan = keys_[c.key]->model.enter(c.started);
+    c.ok = plan.ok;
+    c.unloaded = plan.unloaded;
+    c.random_failure = plan.random_failure;
+    push(c.started + plan.service_time, event_kind::completion, id);
+  }
+
+  // With a global limit: takes a slot of the call's key if the global cap and the key's limiter both have room.
+  bool admit(std::size_t id) {
+    if (in_flight_ >= scenario_.global_limit) return false;
+    rein::try_permit p = limiters_[calls_[id].key]->try_acquire();
+    if (!p) return false;
+    slots_[id] = std::move(p);
+    begin(id);
+    return true;
+  }
+
+  // The simulation's drain: repeatedly, of the keys whose head can be admitted, the head that arrived first
+  // (the lowest key on a tie).
+  void drain() {
+    for (;;) {
+      std::vector<std::size_t> order;
+      for (std::size_t k = 0; k < keys_.size(); ++k)
+        if (!keys_[k]->waiting.empty()) order.push_back(k);
+      std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+        return calls_[keys_[a]->waiting.front()].arrived < calls_[keys_[b]->waiting.front()].arrived;
+      });
+      bool admitted = false;
+      for (const std::size_t k : order) {
+        const std::size_t id = keys_[k]->waiting.front();
+        if (!admit(id)) continue;
+        keys_[k]->waiting.pop_front();
+        wake_[id]->cancel();
+        admitted = true;
+        break;
+      }
+      if (!admitted) return;
+    }
   }
 
   void record_timeline_before(std::chrono::nanoseconds t) {
     while (next_point_ < t) {
-      timeline_.push_back({next_point_, hooks_.limit(), upstream_.capacity()});
+      timeline_.push_back({next_point_, hooks_.limit(0), keys_[0]->model.capacity()});
       next_point_ += scenario_.timeline_step;
     }
   }
@@ -200,52 +297,91 @@ class async_experiment {
     rein::testing::summarise_calls(r, calls_);
     record_timeline_before(r.makespan + 1ns);
     r.timeline = std::move(timeline_);
-    r.final_limit = hooks_.limit();
+    r.final_limit = hooks_.limit(0);
     r.max_limit = max_limit_;
     r.decreases = hooks_.decreases();
-    r.peak_inside = upstream_.peak();
+    for (const auto& k : keys_) r.peak_inside = std::max(r.peak_inside, k->model.peak());
+    r.lowest_cut = lowest_cut_;
     return r;
   }
 
   net::io_context& io_;
-  Limiter& limiter_;
+  std::vector<Limiter*> limiters_;
   strategy_hooks hooks_;
   const scenario& scenario_;
-  rein::testing::upstream_model upstream_;
+  std::vector<std::unique_ptr<key_state>> keys_;
+  std::vector<std::pair<std::size_t, std::size_t>> changes_;  // key, capacity
   std::vector<rein::testing::call_record> calls_;
+  std::vector<rein::permit> slots_;
   std::vector<std::unique_ptr<wake_timer>> wake_;
   std::priority_queue<event, std::vector<event>, std::greater<>> events_;
   std::uint64_t next_seq_ = 0;
+  std::size_t in_flight_ = 0;  // over all keys
   double max_limit_ = 0.0;
+  double lowest_cut_ = std::numeric_limits<double>::infinity();
   std::chrono::nanoseconds next_point_{0};
   std::vector<rein::testing::timeline_point> timeline_;
 };
 
 template <class Limiter>
-report run_on(net::io_context& io, Limiter& limiter, strategy_hooks hooks, const scenario& sc, std::string name) {
+report run_on(net::io_context& io, std::vector<Limiter*> limiters, strategy_hooks hooks, const scenario& sc,
+              std::string name) {
   const auto work = net::make_work_guard(io);  // poll() stops an io_context that runs out of work
-  async_experiment<Limiter> experiment{io, limiter, std::move(hooks), sc};
+  async_experiment<Limiter> experiment{io, std::move(limiters), std::move(hooks), sc};
   return experiment.run(std::move(name));
 }
 
 report run_fixed(const scenario& sc) {
   net::io_context io;
-  semaphore_type sem{io.get_executor(), 16};
-  strategy_hooks hooks{[] { return rein::testing::experiment_fixed_limit; }, [] { return std::uint64_t{0}; }};
-  return run_on(io, sem, std::move(hooks), sc, "fixed(16)");
+  std::vector<std::unique_ptr<semaphore_type>> owned;
+  std::vector<semaphore_type*> limiters;
+  for (std::size_t k = 0; k < sc.keys(); ++k) {
+    owned.push_back(std::make_unique<semaphore_type>(io.get_executor(), 16));
+    limiters.push_back(owned.back().get());
+  }
+  strategy_hooks hooks{[](std::size_t) { return rein::testing::experiment_fixed_limit; }, [] { return std::uint64_t{0}; }};
+  return run_on(io, std::move(limiters), std::move(hooks), sc, "fixed(16)");
 }
 
+/// Runs `sc` on one async adaptive limiter per key, key k's algorithm made with `options_for(key k)`.
+template <class Algorithm, class OptionsFor>
+  requires std::is_invocable_v<OptionsFor&, const rein::testing::upstream_key&>
+report run_adaptive(const scenario& sc, OptionsFor options_for, std::string name) {
+  net::io_context io;
+  rein::adaptive_limiter_options lo;
+  // The simulation models the algorithm alone: no restart window after an idle spell (TCP's, which the
+  // limiter adds on its own).
+  lo.idle_restart = 0ns;
+  std::vector<std::unique_ptr<limiter_type<Algorithm>>> owned;
+  std::vector<limiter_type<Algorithm>*> limiters;
+  for (std::size_t k = 0; k < sc.keys(); ++k) {
+    owned.push_back(std::make_unique<limiter_type<Algorithm>>(io.get_executor(), options_for(sc.key(k)), lo));
+    limiters.push_back(owned.back().get());
+  }
+  strategy_hooks hooks{[&](std::size_t k) { return owned[k]->limit(); },
+                       [&] {
+                         std::uint64_t n = 0;
+                         for (const auto& l : owned) n += l->snapshot().decreases;
+                         return n;
+                       }};
+  if constexpr (requires(typename limiter_type<Algorithm>::algorithm_type& a) { a.on_capacity(std::size_t{}); })
+    hooks.on_capacity = [&](std::size_t k, std::size_t c) {
+      owned[k]->update_algorithm([c](auto& a) { a.on_capacity(c); });
+    };
+  report r = run_on(io, std::move(limiters), std::move(hooks), sc, std::move(name));
+  std::uint64_t acquired = 0;
+  for (const auto& l : owned) {
+    CHECK(l->in_flight() == 0);
+    acquired += l->snapshot().acquired_total;
+  }
+  CHECK(acquired == sc.calls());
+  return r;
+}
+
+/// The same options for every key.
 template <class Algorithm>
 report run_adaptive(const scenario& sc, const typename Algorithm::options& options, std::string name) {
-  net::io_context io;
-  limiter_type<Algorithm> limiter{io.get_executor(), options};
-  strategy_hooks hooks{[&] { return limiter.limit(); }, [&] { return limiter.snapshot().decreases; }};
-  if constexpr (requires(typename limiter_type<Algorithm>::algorithm_type& a) { a.on_capacity(std::size_t{}); })
-    hooks.on_capacity = [&](std::size_t c) { limiter.update_algorithm([c](auto& a) { a.on_capacity(c); }); };
-  report r = run_on(io, limiter, std::move(hooks), sc, std::move(name));
-  CHECK(limiter.in_flight() == 0);
-  CHECK(limiter.snapshot().acquired_total == sc.calls());
-  return r;
+  return run_adaptive<Algorithm>(sc, [&](const rein::testing::upstream_key&) { return options; }, std::move(name));
 }
 
 /// The experiment's five strategies on the async limiters, in the order of rein::testing::run_experiment.
@@ -256,7 +392,8 @@ std::vector<report> run_async_experiment(const scenario& sc) {
   out.push_back(run_adaptive<rein::algo::aimd>(sc, experiment_aimd_options(), "aimd"));
   out.push_back(run_adaptive<rein::algo::tuned_aimd>(sc, experiment_tuned_aimd_options(), "tuned_aimd"));
   out.push_back(run_adaptive<rein::algo::gradient>(sc, experiment_gradient_options(), "gradient"));
-  out.push_back(run_adaptive<oracle_algorithm<>>(sc, oracle_options{sc.upstream.capacity}, "oracle"));
+  out.push_back(run_adaptive<oracle_algorithm<>>(
+      sc, [](const rein::testing::upstream_key& k) { return oracle_options{k.upstream.capacity}; }, "oracle"));
   return out;
 }
 
@@ -273,6 +410,9 @@ void check_same(const report& async, const report& pure) {
   CHECK(async.strategy == pure.strategy);
   CHECK(async.completed == pure.completed);
   CHECK(async.failed == pure.failed);
+  CHECK(async.failed_at_random == pure.failed_at_random);
+  CHECK(async.slow == pure.slow);
+  CHECK(async.lowest_cut == pure.lowest_cut);
   CHECK(async.p50 == pure.p50);
   CHECK(async.p95 == pure.p95);
   CHECK(async.p99 == pure.p99);
