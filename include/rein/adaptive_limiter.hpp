@@ -190,9 +190,9 @@ inline std::ostream& operator<<(std::ostream& os, const adaptive_limiter_snapsho
 /// [min_limit, max_limit].
 ///
 /// Each sample also carries `in_flight` as it was right after that call's grant, this call included
-/// (Netflix concurrency-limits' convention, used by the algorithms' app-limited guards): the limiter files
-/// the count at each grant and finds it again by the permit's grant time. Calls granted at the same instant
-/// are matched first granted, first reported.
+/// (Netflix concurrency-limits' convention, used by the algorithms' app-limited guards): the permit carries
+/// the count from its grant, so calls granted at the same instant each report their own, in any order
+/// (a split permit's parts both report the whole grant's).
 ///
 /// @tparam Algorithm a rein::algo::limit_algorithm (algo::aimd, algo::tuned_aimd, algo::gradient,
 ///                   algo::vegas, algo::pid, algo::windowed_aimd, or your own), on any clock: the limiter

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -34,13 +35,18 @@ class permit {
  public:
   permit() noexcept = default;
 
-  /// Made by limiters; users receive permits from `acquire`/`try_acquire`.
-  permit(detail::permit_source* source, std::size_t count, std::chrono::nanoseconds stamp) noexcept
-      : source_(source), count_(count), stamp_(stamp) {}
+  /// Made by limiters; users receive permits from `acquire`/`try_acquire`. `note` is what the limiter noted
+  /// at the grant (see detail::permit_source::release_permit).
+  permit(detail::permit_source* source, std::size_t count, std::chrono::nanoseconds stamp,
+         std::uint64_t note = 0) noexcept
+      : source_(source), count_(count), stamp_(stamp), note_(note) {}
 
   /// Takes over `other`'s permits; `other` becomes empty (it releases nothing).
   permit(permit&& other) noexcept
-      : source_(std::exchange(other.source_, nullptr)), count_(std::exchange(other.count_, 0)), stamp_(other.stamp_) {}
+      : source_(std::exchange(other.source_, nullptr)),
+        count_(std::exchange(other.count_, 0)),
+        stamp_(other.stamp_),
+        note_(other.note_) {}
 
   /// Releases this permit's permits, then takes over `other`'s; `other` becomes empty.
   permit& operator=(permit&& other) noexcept {
@@ -49,6 +55,7 @@ class permit {
       source_ = std::exchange(other.source_, nullptr);
       count_ = std::exchange(other.count_, 0);
       stamp_ = other.stamp_;
+      note_ = other.note_;
     }
     return *this;
   }
@@ -66,7 +73,7 @@ class permit {
 
   /// Gives the slots back and reports how the call went (feeds adaptive limiters; a semaphore ignores it).
   void complete(outcome result) noexcept {
-    if (auto* source = std::exchange(source_, nullptr)) source->release_permit(std::exchange(count_, 0), stamp_, result);
+    if (auto* source = std::exchange(source_, nullptr)) source->release_permit(std::exchange(count_, 0), stamp_, note_, result);
   }
 
   /// Gives the slots back without an outcome (reported as `outcome::ignored`).
@@ -74,7 +81,8 @@ class permit {
 
   /// Moves n of this permit's slots into a new permit, so that they can be given back early and separately
   /// (tokio's `SemaphorePermit::split`; Go's x/sync `Release(n)` gives back part of a weighted acquire).
-  /// Both parts keep the grant time, and each reports its own outcome when it goes back. n == count() moves
+  /// Both parts keep the grant time (and what the limiter noted at the grant: an adaptive limiter's in-flight
+  /// count), and each reports its own outcome when it goes back. n == count() moves
   /// everything (this permit becomes empty); n == 0 returns an empty permit.
   ///
   /// @throws std::invalid_argument if n > count().
@@ -86,7 +94,7 @@ class permit {
     if (n == count_) return std::move(*this);
     source_->permit_split();
     count_ -= n;
-    return permit(source_, n, stamp_);
+    return permit(source_, n, stamp_, note_);
   }
 
  private:
@@ -95,6 +103,7 @@ class permit {
   detail::permit_source* source_ = nullptr;
   std::size_t count_ = 0;
   std::chrono::nanoseconds stamp_{};
+  std::uint64_t note_ = 0;
 };
 
 namespace detail {

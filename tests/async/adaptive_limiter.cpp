@@ -244,19 +244,53 @@ TEST_CASE("adaptive_limiter: a sample's in_flight is the count right after its o
   CHECK(s[3].latency == 0ms);
 }
 
-TEST_CASE("adaptive_limiter: calls granted at the same instant are matched first granted, first reported") {
+TEST_CASE("adaptive_limiter: calls granted at the same instant each report their own in-flight count") {
+  // Their stamps are equal; the count rides with each permit, so the order they report in does not matter
+  // (a lookup by stamp handed the first report the first grant's count: here, 1 to b and 2 to a).
   manual_clock::reset();
   net::io_context io;
   const auto work = net::make_work_guard(io);  // poll() stops an io_context that runs out of work
-  scripted_limiter limiter{io, {2, 1, 64}};
+  scripted_limiter limiter{io, {3, 1, 64}};
   rein::permit a = limiter.try_acquire();  // in flight 1
   rein::permit b = limiter.try_acquire();  // in flight 2, same stamp as a
-  b.complete(outcome::success);            // indistinguishable from a by its stamp
+  rein::permit c = limiter.try_acquire();  // in flight 3
+  b.complete(outcome::success);
   a.complete(outcome::success);
+  c.complete(outcome::success);
   const auto s = samples_of(limiter);
-  REQUIRE(s.size() == 2);
-  CHECK(s[0].in_flight == 1);
+  REQUIRE(s.size() == 3);
+  CHECK(s[0].in_flight == 2);
+  CHECK(s[1].in_flight == 1);
+  CHECK(s[2].in_flight == 3);
+}
+
+TEST_CASE("adaptive_limiter: waiters granted at one instant each report their own in-flight count") {
+  // A limit raised from 1 to 3 grants two waiters at once, at the instant the held call was granted; the
+  // three then finish in the reverse order of their grants.
+  manual_clock::reset();
+  net::io_context io;
+  const auto work = net::make_work_guard(io);  // poll() stops an io_context that runs out of work
+  scripted_limiter limiter{io, {1, 1, 64}};
+  rein::permit first = limiter.try_acquire();  // in flight 1
+  std::vector<rein::permit> granted;
+  for (int i = 0; i < 2; ++i)
+    limiter.async_acquire([&](rein::error_code ec, rein::permit p) {
+      REQUIRE_FALSE(ec);
+      granted.push_back(std::move(p));
+    });
+  io.poll();
+  limiter.update_algorithm([](auto& a) { a.set(3.0); });  // in flight 2, then 3, both at 0 ms
+  io.poll();
+  REQUIRE(granted.size() == 2);
+  manual_clock::advance(1ms);
+  granted[1].complete(outcome::success);
+  granted[0].complete(outcome::success);
+  first.complete(outcome::success);
+  const auto s = samples_of(limiter);
+  REQUIRE(s.size() == 3);
+  CHECK(s[0].in_flight == 3);
   CHECK(s[1].in_flight == 2);
+  CHECK(s[2].in_flight == 1);
 }
 
 TEST_CASE("adaptive_limiter: ignored outcomes and permits dropped without one feed no sample") {

@@ -1190,7 +1190,7 @@ namespace {
 struct stamp_log final : rein::detail::permit_source {
   std::vector<std::pair<std::int64_t, std::int64_t>> restamps;
   std::int64_t released_stamp = -1;
-  void release_permit(std::size_t, std::chrono::nanoseconds stamp, rein::outcome) noexcept override {
+  void release_permit(std::size_t, std::chrono::nanoseconds stamp, std::uint64_t, rein::outcome) noexcept override {
     released_stamp = stamp.count();
   }
   void permit_split() noexcept override {}

@@ -79,9 +79,10 @@ struct line_doors {
   try_type try_acquire(std::size_t n, const time_point* at = nullptr) const {
     std::chrono::nanoseconds stamp{};
     if constexpr (Core::with_permit) {
-      const try_status status = core->try_acquire(counter.try_count(n), stamp, nullptr, place.partition, at);
+      std::uint64_t note = 0;
+      const try_status status = core->try_acquire(counter.try_count(n), stamp, nullptr, place.partition, at, &note);
       if (status != try_status::acquired) return try_permit(status);
-      return try_permit(core->make_permit(n, stamp, place.partition));
+      return try_permit(core->make_permit(n, stamp, place.partition, note));
     } else {
       std::int64_t retry_ns = -1;
       const try_status status = core->try_acquire(counter.try_count(n), stamp, &retry_ns, 0, at);
@@ -144,8 +145,10 @@ struct line_doors {
       // the fast path, never correctness: the waiting path grants at once what is free).
       if (!line->waiting_hint()) {
         std::chrono::nanoseconds stamp{};
-        if (line->try_acquire(count.try_count(n), stamp, nullptr, where.partition) == try_status::acquired) {
-          if constexpr (Core::with_permit) co_return line->make_permit(n, stamp, where.partition);
+        std::uint64_t note = 0;
+        if (line->try_acquire(count.try_count(n), stamp, nullptr, where.partition, nullptr, &note) ==
+            try_status::acquired) {
+          if constexpr (Core::with_permit) co_return line->make_permit(n, stamp, where.partition, note);
           else co_return;
         }
       }

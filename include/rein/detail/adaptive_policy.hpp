@@ -13,49 +13,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
-#include <vector>
 
 namespace rein::detail {
-
-/// The in-flight count right after each outstanding grant, found again when its permit comes back.
-///
-/// A permit carries only its grant time (the stamp), so grants are filed by stamp. Several grants can share a
-/// stamp (one release that raises the limit admits several waiters at the same instant); among them the
-/// earliest grant is matched with the first report, which is exact whenever calls granted at the same instant
-/// report in the order they were granted, and otherwise off by the number of calls granted in between.
-/// Entries never outnumber the permits outstanding, which never exceed floor(max_limit).
-class grant_log {
- public:
-  explicit grant_log(std::size_t expected) { entries_.reserve(std::min<std::size_t>(expected, 4096)); }
-
-  /// Files a grant. If the log cannot grow (out of memory), the grant goes unrecorded and its report falls
-  /// back to the in-flight count at report time.
-  void record(std::int64_t stamp, std::size_t in_flight) noexcept {
-    try {
-      const auto at = std::upper_bound(entries_.begin(), entries_.end(), stamp,
-                                       [](std::int64_t s, const entry& e) { return s < e.stamp; });
-      entries_.insert(at, entry{stamp, in_flight});
-    } catch (...) {
-    }
-  }
-
-  /// Removes and returns the in-flight count of the earliest outstanding grant with this stamp.
-  std::optional<std::size_t> take(std::int64_t stamp) noexcept {
-    const auto at = std::lower_bound(entries_.begin(), entries_.end(), stamp,
-                                     [](const entry& e, std::int64_t s) { return e.stamp < s; });
-    if (at == entries_.end() || at->stamp != stamp) return std::nullopt;
-    const std::size_t in_flight = at->in_flight;
-    entries_.erase(at);
-    return in_flight;
-  }
-
- private:
-  struct entry {
-    std::int64_t stamp;
-    std::size_t in_flight;
-  };
-  std::vector<entry> entries_;  // ascending stamps; grant order among equal stamps
-};
 
 /// After an idle spell, fewer calls at once than the learned limit: the restart window of TCP (RFC 2861,
 /// "congestion window validation", as Linux's tcp_slow_start_after_idle applies it). A limit learned before
@@ -115,7 +74,6 @@ struct adaptive_policy {
   static constexpr bool needs_time = true;  // grants are stamped: latency runs from the grant
 
   Algorithm algorithm;
-  grant_log grants;
   std::size_t in_flight = 0;
   std::uint64_t successes = 0;
   std::uint64_t congestions = 0;
@@ -127,7 +85,7 @@ struct adaptive_policy {
 
   adaptive_policy(const typename Algorithm::options& o, const algo::circuit_options& c,
                   std::chrono::nanoseconds idle_restart)
-      : algorithm(o), grants(algo::admitted(algorithm.max_limit())), circuit(c), restart(idle_restart) {}
+      : algorithm(o), circuit(c), restart(idle_restart) {}
 
   /// The calls admitted at once now: floor(limit), or fewer in a restart window after an idle spell.
   std::size_t admitted() const noexcept { return restart.cap(algo::admitted(algorithm.limit())); }
@@ -148,10 +106,15 @@ struct adaptive_policy {
       return false;
     }
     in_flight += n;
-    grants.record(to_ns(now).count(), in_flight);
     circuit.on_grant(now);
     return true;
   }
+
+  // Noted at each grant and carried by its permit: the calls in flight right after it, which its sample
+  // reports (`sample::in_flight`). Carried, not filed by grant time: grants made at one instant (a release
+  // that raises the limit admits several waiters at once) share a stamp, and calls that then finish out of
+  // order would each be handed another's count.
+  std::uint64_t grant_note() const noexcept { return in_flight; }
 
   bool at_floor() const noexcept {
     return static_cast<double>(algo::admitted(algorithm.limit())) <= algorithm.min_limit();
@@ -160,15 +123,21 @@ struct adaptive_policy {
   time_point ready_at(std::size_t, time_point) const noexcept { return time_point::max(); }  // only a release helps
   std::optional<time_point> predict(std::size_t, std::size_t, time_point) const noexcept { return std::nullopt; }
 
-  // Report first, then release: the sample is taken with the call still counted in flight.
+  // A permit that carries no note (0: none of this policy's grants, which count their own call) reports the
+  // calls in flight now.
   void on_release(std::size_t n, std::chrono::nanoseconds stamp, outcome result, time_point now) noexcept {
-    const std::optional<std::size_t> at_grant = grants.take(stamp.count());
+    on_release(n, stamp, 0, result, now);
+  }
+
+  // Report first, then release: the sample is taken with the call still counted in flight.
+  void on_release(std::size_t n, std::chrono::nanoseconds stamp, std::uint64_t note, outcome result,
+                  time_point now) noexcept {
     count(result);
     if (result != outcome::ignored) {
       sample_type s;
       s.latency = std::max(to_ns(now) - stamp, std::chrono::nanoseconds::zero());
       s.result = result;
-      s.in_flight = at_grant.value_or(in_flight);
+      s.in_flight = note != 0 ? static_cast<std::size_t>(note) : in_flight;
       s.now = now;
       service.record(s.latency);
       feed(s);
@@ -179,12 +148,6 @@ struct adaptive_policy {
     if (result == outcome::success) restart.success(algo::admitted(algorithm.limit()));
     in_flight -= n;
     if (in_flight == 0) restart.idle(now);
-  }
-
-  // A permit whose latency now counts from `to` (see permit_source::restamp_permit) keeps its grant's
-  // in-flight count under its new stamp.
-  void on_restamp(std::chrono::nanoseconds from, std::chrono::nanoseconds to) noexcept {
-    if (const std::optional<std::size_t> at_grant = grants.take(from.count())) grants.record(to.count(), *at_grant);
   }
 
   // Where a restart window stops halving: the algorithm's starting limit when it has one (every rein

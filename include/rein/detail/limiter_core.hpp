@@ -240,8 +240,9 @@ class limiter_core final : public permit_source,
   /// would be taken if nothing else changed (-1: unknown; INT64_MAX: never).
   /// `partition` is the acquire's partition (0, the rest, without partitions). `at`, when given, is the
   /// instant the policy decides at instead of a clock read of its own (one read shared by several limiters).
+  /// `note`, when given, receives what the policy noted at the grant, for the permit to carry.
   try_status try_acquire(std::size_t n, std::chrono::nanoseconds& stamp, std::int64_t* retry_ns = nullptr,
-                         std::uint8_t partition = 0, const time_point* at = nullptr);
+                         std::uint8_t partition = 0, const time_point* at = nullptr, std::uint64_t* note = nullptr);
 
   /// Whether anyone waited a moment ago, read without the lock: true means try_acquire would most likely
   /// fail, so a caller about to wait anyway can skip it (and its lock). Either answer may be stale.
@@ -402,10 +403,11 @@ class limiter_core final : public permit_source,
   static time_point deadline_after(duration timeout) { return detail::deadline_after<Clock>(timeout); }
 
   // permit_source
-  void release_permit(std::size_t n, std::chrono::nanoseconds stamp, outcome result) noexcept override;
+  void release_permit(std::size_t n, std::chrono::nanoseconds stamp, std::uint64_t note,
+                      outcome result) noexcept override;
 
   // A permit of n comes back, from `partition` if the line has partitions.
-  void release(std::size_t n, std::chrono::nanoseconds stamp, outcome result,
+  void release(std::size_t n, std::chrono::nanoseconds stamp, std::uint64_t note, outcome result,
                std::optional<std::uint8_t> partition) noexcept {
     // The word is open only without partitions, so `partition` has nothing to count there.
     if constexpr (pooled) {
@@ -425,13 +427,13 @@ class limiter_core final : public permit_source,
     if (!remote && queue_.empty() && !timer_armed_ && (holders_ != 0 || drainers_.empty())) {
       // Nobody to grant and no timer to re-aim (the uncontended case, and every release after shutdown): no
       // dispatch, nothing to post.
-      if (has_observer_) return release_observed(lock, n, stamp, result);
-      policy_.on_release(n, stamp, result, policy_now());
+      if (has_observer_) return release_observed(lock, n, stamp, note, result);
+      policy_release(n, stamp, note, result, policy_now());
       return;
     }
     completions done(this);
     const time_point now = clock_now_locked();
-    policy_.on_release(n, stamp, result, now);
+    policy_release(n, stamp, note, result, now);
     dispatch_locked(now, done);
     if (has_observer_) observe_locked(now, done);
     lock.unlock();  // before `done` posts, although it was declared after the lock
@@ -449,9 +451,11 @@ class limiter_core final : public permit_source,
     }
   }
 
-  /// A permit for n just taken on the fast path (try_acquire counted its holder) in `partition`.
-  permit make_permit(std::size_t n, std::chrono::nanoseconds stamp, std::uint8_t partition = 0) noexcept {
-    return permit(source(partition), n, stamp);
+  /// A permit for n just taken on the fast path (try_acquire counted its holder) in `partition`, carrying
+  /// what the policy noted at the grant (try_acquire's `note`).
+  permit make_permit(std::size_t n, std::chrono::nanoseconds stamp, std::uint8_t partition = 0,
+                     std::uint64_t note = 0) noexcept {
+    return permit(source(partition), n, stamp, note);
   }
 
   /// Permit objects handed out and not yet given back (for tests and snapshots).
@@ -547,8 +551,9 @@ class limiter_core final : public permit_source,
       core_ = core;
       index_ = index;
     }
-    void release_permit(std::size_t n, std::chrono::nanoseconds stamp, outcome result) noexcept override {
-      core_->release(n, stamp, result, index_);
+    void release_permit(std::size_t n, std::chrono::nanoseconds stamp, std::uint64_t note,
+                        outcome result) noexcept override {
+      core_->release(n, stamp, note, result, index_);
     }
     void permit_split() noexcept override { core_->permit_split(); }
     void restamp_permit(std::chrono::nanoseconds from, std::chrono::nanoseconds to) noexcept override {
@@ -791,9 +796,26 @@ class limiter_core final : public permit_source,
     else return (void)n, (void)now, false;
   }
 
+  // What the policy noted at the grant it just made (an adaptive policy: the calls in flight), for the permit
+  // to carry back: the grant's stamp cannot tell apart grants made at one instant. 0 for the others.
+  std::uint64_t note_locked() const noexcept {
+    if constexpr (requires { policy_.grant_note(); }) return policy_.grant_note();
+    else return 0;
+  }
+
+  // A permit comes back to the policy, with its note if the policy reads one.
+  void policy_release(std::size_t n, std::chrono::nanoseconds stamp, std::uint64_t note, outcome result,
+                      time_point now) noexcept {
+    if constexpr (requires { policy_.on_release(n, stamp, note, result, now); })
+      policy_.on_release(n, stamp, note, result, now);
+    else
+      (void)note, policy_.on_release(n, stamp, result, now);
+  }
+
   // An op granted on arrival, without waiting.
   void grant_at_once_locked(wait_op* op, time_point now, completions& done) noexcept {
     op->stamp_ns = to_ns(now).count();
+    if constexpr (with_permit) op->note = note_locked();
     ++stats_.acquired_total;
     if constexpr (with_permit) ++holders_;
     partition_granted_locked(op->partition, op->count);
@@ -956,7 +978,7 @@ class limiter_core final : public permit_source,
   // try_acquire with an observer: the same, and what it found is delivered after the lock.
   REIN_NOINLINE try_status try_acquire_observed(std::size_t n, std::chrono::nanoseconds& stamp,
                                                 std::int64_t* retry_ns, std::uint8_t partition,
-                                                const time_point* at) {
+                                                const time_point* at, std::uint64_t* note) {
     event_sink done(this);
     line_lock lock(*this);
     // Observed at the lock's own reading: a caller's older one would replay events the observer has seen.
@@ -965,7 +987,7 @@ class limiter_core final : public permit_source,
     observe_locked(seen, done);
     if (closed_) return try_status::closed;
     if (policy_.exceeds(n)) return try_status::exceeds_capacity;
-    const try_status status = take_locked(n, now, stamp, retry_ns, partition);
+    const try_status status = take_locked(n, now, stamp, retry_ns, partition, note);
     if (status == try_status::acquired) observe_locked(seen, done);
     return status;
   }
@@ -973,7 +995,7 @@ class limiter_core final : public permit_source,
   // The rest of a synchronous try under the lock, once closed and capacity are checked: refused (a policy's
   // own reason), behind waiters, or short of units at `now`; or taken, stamping the grant with `now`.
   try_status take_locked(std::size_t n, time_point now, std::chrono::nanoseconds& stamp, std::int64_t* retry_ns,
-                         std::uint8_t partition) {
+                         std::uint8_t partition, std::uint64_t* note) {
     if (refused_locked(n, now)) return try_status::unavailable;
     if (!queue_.empty()) return busy_locked(queued_units_, n, now, retry_ns);
     if (!policy_.try_take(n, now)) return busy_locked(0, n, now, retry_ns);
@@ -981,15 +1003,16 @@ class limiter_core final : public permit_source,
     if constexpr (with_permit) ++holders_;
     partition_granted_locked(partition, n);
     stamp = to_ns(now);
+    if (note != nullptr) *note = note_locked();
     return try_status::acquired;
   }
 
   // The uncontended release with an observer: the limit may have moved (an adaptive limiter's sample).
   REIN_NOINLINE void release_observed(line_lock& lock, std::size_t n, std::chrono::nanoseconds stamp,
-                                      outcome result) noexcept {
+                                      std::uint64_t note, outcome result) noexcept {
     event_sink done(this);
     const time_point now = policy_now();
-    policy_.on_release(n, stamp, result, now);
+    policy_release(n, stamp, note, result, now);
     observe_locked(now, done);
     lock.unlock();  // before `done` delivers, although it was declared after the lock
   }
@@ -1146,6 +1169,7 @@ class limiter_core final : public permit_source,
     partition_granted_locked(op->partition, op->count);
     if (op->fair) fair_->advance(op->fair_tag());
     op->stamp_ns = to_ns(now).count();
+    if constexpr (with_permit) op->note = note_locked();
     unlink_locked(op, wait_status::granted, done);
   }
 
@@ -1315,18 +1339,18 @@ REIN_SEPARATE_INLINE void limiter_core<Policy, Executor, Clock, Mutex, Signature
 template <class Policy, class Executor, class Clock, class Mutex, acquire_signature Signature>
 REIN_SEPARATE_INLINE try_status limiter_core<Policy, Executor, Clock, Mutex, Signature>::try_acquire(
     std::size_t n, std::chrono::nanoseconds& stamp, std::int64_t* retry_ns, std::uint8_t partition,
-    const time_point* at) {
+    const time_point* at, std::uint64_t* note) {
   if constexpr (pooled) {
     if (pool_.try_take(n)) {
       stamp = to_ns(time_point{});  // a timeless policy's grant time, as on the locked path
       return try_status::acquired;
     }
   }
-  if (has_observer_) return try_acquire_observed(n, stamp, retry_ns, partition, at);
+  if (has_observer_) return try_acquire_observed(n, stamp, retry_ns, partition, at, note);
   line_lock lock(*this);
   if (closed_) return try_status::closed;
   if (policy_.exceeds(n)) return try_status::exceeds_capacity;
-  return take_locked(n, at != nullptr ? *at : policy_now(), stamp, retry_ns, partition);
+  return take_locked(n, at != nullptr ? *at : policy_now(), stamp, retry_ns, partition, note);
 }
 
 template <class Policy, class Executor, class Clock, class Mutex, acquire_signature Signature>
@@ -1354,8 +1378,8 @@ REIN_SEPARATE_INLINE void limiter_core<Policy, Executor, Clock, Mutex, Signature
 
 template <class Policy, class Executor, class Clock, class Mutex, acquire_signature Signature>
 REIN_SEPARATE_INLINE void limiter_core<Policy, Executor, Clock, Mutex, Signature>::release_permit(
-    std::size_t n, std::chrono::nanoseconds stamp, outcome result) noexcept {
-  release(n, stamp, result, std::nullopt);
+    std::size_t n, std::chrono::nanoseconds stamp, std::uint64_t note, outcome result) noexcept {
+  release(n, stamp, note, result, std::nullopt);
 }
 
 template <class Policy, class Executor, class Clock, class Mutex, acquire_signature Signature>

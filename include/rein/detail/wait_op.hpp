@@ -150,6 +150,7 @@ struct wait_op {
   wait_op* prev = nullptr;
   deadline_node* timer = nullptr;  // an op created with a deadline, or for a fair line, has one for its whole life
   std::int64_t stamp_ns = 0;       // enqueue time while queued, grant time once granted
+  std::uint64_t note = 0;          // what the policy noted at the grant (permit_source::release_permit)
   std::size_t count = 0;
   complete_fn complete = nullptr;
   std::atomic<wait_status> status{wait_status::queued};
@@ -411,12 +412,13 @@ class basic_wait_op final : public Base {
       if (status == wait_status::granted && !claim(op)) status = wait_status::aborted;  // revoked first
       const std::size_t n = op->count;
       const std::chrono::nanoseconds stamp(op->stamp_ns);
+      [[maybe_unused]] const std::uint64_t note = op->note;
       const std::uint8_t partition = op->partition;
       error_code ec = result_of(static_cast<const Base&>(*op), status);
       destroy(op, alloc_);  // the op's handler was moved from: use the allocator copied before
       if (status == wait_status::granted && !owner_->deliver(n, stamp, partition)) ec = net::error::operation_aborted;
       if constexpr (with_permit) {
-        permit p = !ec ? permit(owner_->source(partition), n, stamp) : permit();
+        permit p = !ec ? permit(owner_->source(partition), n, stamp, note) : permit();
         keep_.reset();
         std::move(handler)(ec, std::move(p));
       } else {
