@@ -38,6 +38,10 @@ struct adaptive_rate_limiter_snapshot : wait_stats {
   std::uint64_t decreases = 0;           ///< congestion signals that cut the rate
   std::uint64_t increases = 0;           ///< successes that raised it
   std::uint64_t stale_congestion = 0;    ///< congestion from requests sent before the latest cut, ignored
+  std::uint64_t margin_widenings = 0;    ///< congestion at a held level that widened the margin instead
+  std::uint64_t failed_probes = 0;       ///< probes above a held level that ended in congestion
+  double margin = 0;                     ///< the pacing margin below the held level now
+  std::chrono::nanoseconds hold{};       ///< how long a level found is held before the next probe
   bool at_floor = false;                 ///< rate == min_rate
   bool at_ceiling = false;               ///< rate == max_rate
   double limit = 0.0;                    ///< the rate, as every limiter's `limit` (tokens per second)
@@ -200,6 +204,10 @@ class basic_adaptive_rate_limiter : public basic_rate_limiter<algo::basic_adapti
       s.decreases = l.decreases();
       s.increases = l.increases();
       s.stale_congestion = l.stale_congestion();
+      s.margin_widenings = l.margin_widenings();
+      s.failed_probes = l.failed_probes();
+      s.margin = l.margin(now);
+      s.hold = l.hold();
       s.at_floor = l.rate() <= l.get_options().min_rate;
       s.at_ceiling = l.rate() >= l.get_options().max_rate;
       s.limit = s.rate;

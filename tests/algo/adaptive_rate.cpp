@@ -8,11 +8,13 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <deque>
 #include <functional>
 #include <limits>
 #include <optional>
 #include <queue>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -34,10 +36,13 @@ const time_point t0 = time_point{} + 1000h;
 // Doubles computed along the same formula in another order may differ in the last bits.
 Approx near(double v) { return Approx(v).epsilon(1e-12); }
 
+// CUBIC's curve as the SDKs run it, with no hold (the cases below test the curve and its cuts; the hold has
+// its own cases).
 adaptive_rate_options with_rate(double initial, std::int64_t burst = 1) {
   adaptive_rate_options o;
   o.initial_rate = initial;
   o.burst = burst;
+  o.hold = 0ns;
   return o;
 }
 
@@ -408,6 +413,10 @@ TEST_CASE("adaptive_rate: invalid options throw, naming the type, the field and 
       {[](auto& o) { o.measure_interval = 0ns; }, "measure_interval", "got 0"},
       {[](auto& o) { o.smoothing = 0; }, "smoothing", "got 0"},
       {[](auto& o) { o.max_growth = 0.5; }, "max_growth", "got 0.5"},
+      {[](auto& o) { o.hold = -1ns; }, "hold", "got -1 ns"},
+      {[](auto& o) { o.hold = 2s, o.max_hold = 1s; }, "max_hold", "got 1000000000 ns"},
+      {[](auto& o) { o.margin.step = 0; }, "margin.step", "got 0"},
+      {[](auto& o) { o.margin.half_life = 0s; }, "margin.half_life", "got 0 ns"},
   };
   for (const auto& c : cases) {
     adaptive_rate_options o = with_rate(10, 2);
@@ -464,15 +473,19 @@ struct run_totals {
 // Event by event, on explicit times only. With a `pause`, a quota gate: every 429 closes it for `pause` from
 // its answer (pauses only extend), nobody takes a token while it is closed, and the limiter is told the
 // pause (as rein::throttle's guard.reject() does) unless `tell` is false.
+// `server` is nginx's limit_req (/rate's 200 per second, burst 20, by default); `jitter`, if given, delays
+// each request on its way to the server by what it returns (the server sees it then, in the order of those
+// times only as far as its millisecond clock can tell).
 run_totals run_against_limit_req(adaptive_rate& limiter, int workers, std::chrono::nanoseconds latency, int seconds,
-                                 std::chrono::nanoseconds pause = {}, bool tell = true) {
+                                 std::chrono::nanoseconds pause = {}, bool tell = true,
+                                 limit_req_model server = {200, 20},
+                                 const std::function<std::chrono::nanoseconds()>& jitter = {}) {
   struct answer {
     time_point at;
     time_point sent;
     bool accepted;
     bool operator>(const answer& other) const { return at > other.at; }
   };
-  limit_req_model server{200, 20};
   std::priority_queue<answer, std::vector<answer>, std::greater<>> in_flight;
   int idle = workers;
   run_totals totals{std::vector<int>(static_cast<std::size_t>(seconds)), std::vector<int>(static_cast<std::size_t>(seconds)),
@@ -504,7 +517,7 @@ run_totals run_against_limit_req(adaptive_rate& limiter, int workers, std::chron
     if (now >= end) break;
     REQUIRE(limiter.try_take(1, now) == take_result::allowed);  // ready_at is exact
     --idle;
-    const bool accepted = server.admit(now);
+    const bool accepted = server.admit(jitter ? now + jitter() : now);
     const auto second = static_cast<std::size_t>((now - t0) / 1s);
     ++totals.sent[second];
     ++(accepted ? totals.accepted : totals.rejected)[second];
@@ -606,5 +619,42 @@ TEST_CASE("adaptive_rate: with a 1 s pause after each 429, the rate learns acros
     CHECK(limiter.decreases() == static_cast<std::uint64_t>(e.decreases));
     CHECK(sum(run.accepted, 0) >= 0.9 * 200 * unpaused);
     CHECK(sum(run.rejected, 2) * 100 < sum(run.sent, 2));
+  }
+}
+
+// The hold (the default): against a server with no burst allowance (limit_req 50 per second, burst 0) that
+// pauses the client for a second after each 429, with up to 1 ms of jitter on the way, a client that does
+// not know the quota finds it, then holds just below it (by the margin the jitter needs) and probes above it
+// once the hold is over (10 s, then 20 s, ...), each failed probe costing one pause and no cut. Without the
+// hold (CUBIC's curve, probing as soon as it is back at W) the same runs accept 725 and 752: each probe
+// into the quota costs a pause and a cut, every few seconds.
+TEST_CASE("adaptive_rate: with a hold, an unknown quota with no burst is found and held") {
+  const int seconds = 25;
+  struct expected {
+    double initial;
+    int accepted_later, accepted_without_hold;  // after the first 5 s, of the 1,000 the quota allows
+    int rejected_later;
+    std::uint64_t failed_probes;
+  };
+  for (const expected e : {expected{250, 818, 690, 2, 1}, expected{10, 879, 724, 1, 1}}) {
+    INFO("from " << e.initial << " per second");
+    const auto run_from = [](adaptive_rate& limiter) {
+      std::mt19937_64 random(42);
+      const auto jitter = [&random] { return std::chrono::nanoseconds(random() % 1'000'000); };
+      return run_against_limit_req(limiter, 8, 1ms, seconds, 1s, true, {50, 0}, jitter);
+    };
+    adaptive_rate_options o = with_rate(e.initial, 1);
+    o.hold = adaptive_rate_options{}.hold;  // the default
+    adaptive_rate limiter(o, t0);
+    const run_totals run = run_from(limiter);
+    adaptive_rate cubic(with_rate(e.initial, 1), t0);
+    const run_totals without = run_from(cubic);
+    CHECK(sum(run.accepted, 5) == e.accepted_later);
+    CHECK(sum(without.accepted, 5) == e.accepted_without_hold);
+    CHECK(sum(run.rejected, 5) == e.rejected_later);
+    CHECK(limiter.failed_probes() == e.failed_probes);
+    CHECK(limiter.hold() == 20s);  // doubled by the failed probe
+    CHECK(sum(run.accepted, 5) >= 0.8 * 50 * (seconds - 5));
+    CHECK(sum(run.rejected, 5) * 100 < sum(run.sent, 5));
   }
 }

@@ -1,6 +1,7 @@
 // A token bucket whose rate adapts to upstream rejections (CUBIC, as the AWS SDKs' "adaptive" retry mode).
 #pragma once
 
+#include <rein/algo/pacing_margin.hpp>
 #include <rein/algo/rate_limit.hpp>
 #include <rein/algo/token_bucket.hpp>
 #include <rein/outcome.hpp>
@@ -55,6 +56,18 @@ struct adaptive_rate_options {
   /// False: the SDKs' curve, `initial_rate + scale x t^3`, which takes cbrt(0.8 R / scale) seconds (7.4 s
   /// for R = 200 per second).
   bool slow_start = true;
+  /// How long the rate holds once back at a level found by a decrease, before it probes above it, >= 0. The
+  /// hold doubles after each probe that ends in congestion, up to `max_hold`, so that a quota once found is
+  /// probed rarely (each probe into a server that pauses the client costs a whole Retry-After). 0: no hold,
+  /// no margin: CUBIC's curve as the SDKs run it, probing as soon as it is back at W.
+  std::chrono::nanoseconds hold = std::chrono::seconds(10);
+  /// The longest hold, >= hold.
+  std::chrono::nanoseconds max_hold = std::chrono::minutes(5);
+  /// The pacing margin below a held level (see algo::basic_pacing_margin): the level held is
+  /// `W / (1 + margin)`, and congestion while holding (the level had been sent at without congestion for two
+  /// measuring windows) widens the margin instead of cutting the rate, as jitter on the way, not the quota,
+  /// made a send arrive early. Used only with a hold.
+  pacing_margin_options margin{};
 };
 
 /// A token bucket whose rate adapts to the upstream's throttling responses: it drops multiplicatively on a
@@ -81,6 +94,19 @@ struct adaptive_rate_options {
 /// quota gate holding every caller after a 429, an idle spell) across windows does not read as a slow
 /// sender; a window with a single take, or all at one instant, is no sample. A pause shorter than a window
 /// and inside it still lowers that window's rate. Until a window has been a sample the rate is unknown, and caps nothing.
+///
+/// Holding a level found (with `hold` > 0, the default), for servers that refuse early arrivals and pause the
+/// client for each refusal:
+/// - the curve does not pass `L = W / (1 + margin)` on its way back, and stays at L for `hold` once there
+///   (K seconds after the decrease); then it probes, `L + scale * (t - t_decrease - K - hold)^3`, gently;
+/// - congestion at a rate at or below a *confirmed* level (one the client sent at for two measuring
+///   windows without congestion) is jitter, not the quota: the margin doubles (algo::basic_pacing_margin)
+///   and the rate drops only to the new L, holding there from when sending resumes; the margin is
+///   forgotten with its half-life. Only when the margin is at its widest does such congestion cut;
+/// - congestion while probing (past the hold) has found the quota between L and the rate sent at, w: W
+///   becomes w, the margin widens, the rate drops to the new L at once (no multiplicative cut) and holds,
+///   and the hold doubles (up to `max_hold`), so that a quota once found is probed ever more rarely.
+/// With `hold` = 0 the curve is CUBIC's, probing as soon as it is back at W.
 ///
 /// Where rein departs from the SDKs, and why:
 /// - Congestion from a request sent before the latest decrease is ignored: it reports on the old rate, which
@@ -133,7 +159,10 @@ class basic_adaptive_rate {
         w_max_(o.initial_rate),
         epoch_ns_(detail::to_ns(now)),
         latest_ns_(epoch_ns_),
-        window_start_ns_(epoch_ns_) {}
+        window_start_ns_(epoch_ns_),
+        margin_(rein::detail::renaming_errors("rein::algo::pacing_margin", {type_name},
+                                              [&] { return basic_pacing_margin<Clock>(o.margin, now); }, "margin.")),
+        hold_ns_(o.hold.count()) {}
 
   // ---- rein::algo::rate_limit --------------------------------------------------------------------------
 
@@ -212,6 +241,7 @@ class basic_adaptive_rate {
   /// the growth cap, and never down. Returns true if the rate rose.
   bool on_success(time_point now) {
     const std::int64_t t = observe(now);
+    confirm(t);
     double next = std::clamp(curve(t), options_.min_rate, options_.max_rate);
     if (const auto sending = sending_rate(t); sending && next > rate_)
       next = std::min(next, std::max(rate_, options_.max_growth * *sending));
@@ -241,13 +271,23 @@ class basic_adaptive_rate {
   ///   did not get under the quota), `beta^2`, as RFC 6298 backs off again after a second timeout.
   bool on_congestion(time_point sent, time_point now, std::chrono::nanoseconds pause = {}) {
     const std::int64_t t = observe(now);
-    if (detail::to_ns(sent) < epoch_ns_ && decreases_ > 0) {
+    if (detail::to_ns(sent) < stale_before_ns_) {
       ++stale_;
       return false;
     }
     const bool paused = pause.count() > 0;
     const auto sending = sending_rate(t);
     const double w = sending ? std::min(rate_, *sending) : rate_;
+    const std::int64_t resume = paused && pause.count() < std::numeric_limits<std::int64_t>::max() - t
+                                    ? t + pause.count()
+                                : paused ? std::numeric_limits<std::int64_t>::max()
+                                         : t;
+    if (holding() && w <= confirmed_ && margin_.margin(now) < options_.margin.max) return widen_margin(sent, now, resume);
+    if (holding() && decreases_ > 0 && t >= epoch_ns_) {
+      const double x = static_cast<double>(t - epoch_ns_) / 1e9 - k_;
+      if (x > hold_seconds()) return failed_probe(w, sent, now, resume);
+    }
+    confirmed_ = std::min(confirmed_, w);  // a level that just failed is not confirmed
     // Near the previous decrease's W the quota is known, and the cut only has to take back the overshoot:
     // half the cut, when that still lands at or below the previous W.
     const double half_cut = (1.0 + options_.beta) / 2.0;
@@ -258,9 +298,8 @@ class basic_adaptive_rate {
     cut_to_ = beta * w;
     w_max_ = w;
     k_ = std::cbrt(w_max_ * (1.0 - beta) / options_.scale);
-    epoch_ns_ = paused && pause.count() < std::numeric_limits<std::int64_t>::max() - t ? t + pause.count()
-                : paused                                                                 ? std::numeric_limits<std::int64_t>::max()
-                                                                                         : t;
+    epoch_ns_ = resume;
+    stale_before_ns_ = resume;
     ++decreases_;
     apply(std::clamp(beta * w_max_, options_.min_rate, options_.max_rate), t);
     return true;
@@ -283,12 +322,23 @@ class basic_adaptive_rate {
   /// When the current curve started: the latest decrease (plus its pause, so possibly in the future), or
   /// construction.
   time_point curve_start() const noexcept { return at(epoch_ns_); }
-  /// Congestion signals that lowered the rate.
+  /// Congestion signals that cut the rate multiplicatively. Every congestion signal is counted once, in
+  /// decreases(), stale_congestion(), margin_widenings() or failed_probes().
   std::uint64_t decreases() const noexcept { return decreases_; }
   /// Successes that raised the rate.
   std::uint64_t increases() const noexcept { return increases_; }
   /// Congestion signals ignored because their request was sent before the latest decrease.
   std::uint64_t stale_congestion() const noexcept { return stale_; }
+  /// Congestion signals at a confirmed level that widened the pacing margin instead of cutting the rate.
+  std::uint64_t margin_widenings() const noexcept { return widenings_; }
+  /// Probes above a held level that ended in congestion (each doubled the hold).
+  std::uint64_t failed_probes() const noexcept { return probes_failed_; }
+  /// The pacing margin below the held level now (0 without a hold).
+  double margin(time_point t) const noexcept { return holding() ? margin_.margin(t) : 0.0; }
+  /// The hold now: how long the rate stays at a level found before probing above it.
+  std::chrono::nanoseconds hold() const noexcept { return std::chrono::nanoseconds(hold_ns_); }
+  /// The highest rate sent at for two measuring windows without congestion since the latest cut (0: none).
+  double confirmed_rate() const noexcept { return confirmed_; }
   /// The options in force (as validated at construction).
   const options& get_options() const noexcept { return options_; }
 
@@ -347,7 +397,62 @@ class basic_adaptive_rate {
     if (decreases_ == 0 && options_.slow_start)
       return options_.initial_rate * std::exp2(t * 1e9 / static_cast<double>(options_.measure_interval.count()));
     const double x = t - k_;
-    return options_.scale * x * x * x + w_max_;
+    if (!holding() || decreases_ == 0) return options_.scale * x * x * x + w_max_;
+    const double level = w_max_ / (1.0 + margin_.margin(at(now)));
+    if (x < 0) return std::min(options_.scale * x * x * x + w_max_, level);
+    const double probe = std::max(0.0, x - hold_seconds());
+    return level + options_.scale * probe * probe * probe;
+  }
+
+  bool holding() const noexcept { return options_.hold.count() > 0; }
+  double hold_seconds() const noexcept { return static_cast<double>(hold_ns_) / 1e9; }
+
+  // A rate sent at for two measuring windows since the latest congestion (or its pause) is confirmed; not
+  // before the first decrease (slow start's rate is a search, not a level).
+  void confirm(std::int64_t t) {
+    if (!holding() || decreases_ == 0) return;
+    if (t - std::max(epoch_ns_, congested_ns_) < 2 * options_.measure_interval.count()) return;
+    const auto sending = sending_rate(t);
+    confirmed_ = std::max(confirmed_, sending ? std::min(rate_, *sending) : rate_);
+  }
+
+  // Congestion while probing above the held level: the quota lies between that level and `w`, the rate
+  // sent at. W becomes `w`, the margin widens (the probe's sends were the early ones), the rate drops to the
+  // new level at once (no multiplicative cut: the level below was sent at without congestion) and holds
+  // there from `resume`, twice as long as before.
+  bool failed_probe(double w, time_point sent, time_point now, std::int64_t resume) {
+    hold_ns_ = std::min(2 * hold_ns_, options_.max_hold.count());
+    ++probes_failed_;
+    w_max_ = w;
+    margin_.on_refused(sent, now);
+    congested_ns_ = resume;
+    stale_before_ns_ = resume;
+    epoch_ns_ = restart_holding(resume);
+    apply(std::clamp(w_max_ / (1.0 + margin_.margin(now)), options_.min_rate, options_.max_rate), detail::to_ns(now));
+    return true;
+  }
+
+  // The curve's start that puts `resume` at the beginning of the hold (K seconds in).
+  std::int64_t restart_holding(std::int64_t resume) const noexcept {
+    if (resume == std::numeric_limits<std::int64_t>::max()) return resume;
+    return resume - static_cast<std::int64_t>(std::ceil(k_ * 1e9));
+  }
+
+  // Congestion at a confirmed level: the margin widens, the rate drops to the new level and holds there
+  // from `resume` (the curve restarted K seconds in); W, K and the hold stay.
+  bool widen_margin(time_point sent, time_point now, std::int64_t resume) {
+    const bool widened = margin_.on_refused(sent, now);
+    if (!widened) {
+      ++stale_;
+      return false;
+    }
+    ++widenings_;
+    congested_ns_ = resume;
+    stale_before_ns_ = resume;
+    epoch_ns_ = restart_holding(resume);
+    const double level = std::clamp(w_max_ / (1.0 + margin_.margin(now)), options_.min_rate, options_.max_rate);
+    apply(std::min(rate_, level), detail::to_ns(now));
+    return true;
   }
 
   void apply(double next, std::int64_t now) {
@@ -379,6 +484,8 @@ class basic_adaptive_rate {
     check(o.measure_interval.count() > 0, "measure_interval must be > 0 ns", show(o.measure_interval.count()));
     check(o.smoothing > 0 && o.smoothing <= 1, "smoothing must be in (0, 1]", show(o.smoothing));
     check(o.max_growth >= 1, "max_growth must be >= 1", show(o.max_growth));
+    check(o.hold.count() >= 0, "hold must be >= 0", show(o.hold));
+    check(o.max_hold >= o.hold, "max_hold must be >= hold", show(o.max_hold));
     return o;
   }
 
@@ -389,6 +496,9 @@ class basic_adaptive_rate {
   double k_ = 0;
   double cut_to_ = 0;
   std::int64_t epoch_ns_;
+  // Congestion from a request sent before this reported on a rate already reacted to (a cut, a widening,
+  // a failed probe; when sending resumed after its pause): stale.
+  std::int64_t stale_before_ns_ = std::numeric_limits<std::int64_t>::min();
   std::int64_t latest_ns_;
   std::int64_t window_start_ns_;
   std::int64_t sent_in_window_ = 0;
@@ -396,6 +506,12 @@ class basic_adaptive_rate {
   std::int64_t first_take_n_ = 0;
   std::int64_t last_take_ns_ = 0;
   std::optional<double> measured_{};
+  basic_pacing_margin<Clock> margin_;
+  std::int64_t hold_ns_;
+  double confirmed_ = 0;
+  std::int64_t congested_ns_ = std::numeric_limits<std::int64_t>::min();
+  std::uint64_t probes_failed_ = 0;
+  std::uint64_t widenings_ = 0;
   std::uint64_t decreases_ = 0;
   std::uint64_t increases_ = 0;
   std::uint64_t stale_ = 0;
