@@ -1,6 +1,6 @@
 // The test bed of emulated providers: the pure quota arithmetic with exact values, then the emulator over
 // real loopback sockets in each header dialect (the raw values, and what rein::read_response reads of them),
-// its 429s, burst 0, random 503s and latency, and the delay proxy. Real time, generous margins.
+// its 429s, burst 0, random 503s, latency and capacity, and the delay proxy. Real time, generous margins.
 #include "support/catch.hpp"
 
 #if !defined(REIN_STANDALONE_ASIO)  // Beast needs Boost.Asio
@@ -504,6 +504,47 @@ TEST_CASE("emulator: the service latency is a timer, not a sleeping thread", "[i
       longest = std::max(longest, round_trip);
     }
     CHECK(longest >= 100ms);  // drawn, not always the low end
+  }
+}
+
+TEST_CASE("emulator: past its capacity requests wait for a worker, past its hard cap they get a 503",
+          "[integration][provider]") {
+  // Capacity 2, 200 ms each: four callers at once are served two by two, the second pair after 400 ms; a
+  // hard cap of 3 then sends one of them a 503 (after its latency, without a worker).
+  const auto serve_four = [](provider_emulator& server) {
+    std::array<steady::duration, 4> round_trips{};
+    std::array<unsigned, 4> statuses{};
+    std::vector<std::thread> callers;
+    for (std::size_t i = 0; i < round_trips.size(); ++i) {
+      callers.emplace_back([&server, &round_trips, &statuses, i] {
+        client c(server.port());
+        const steady::time_point sent = steady::now();
+        statuses[i] = c.get().result_int();
+        round_trips[i] = steady::now() - sent;
+      });
+    }
+    for (std::thread& t : callers) t.join();
+    std::sort(round_trips.begin(), round_trips.end());
+    std::sort(statuses.begin(), statuses.end());
+    return std::pair{round_trips, statuses};
+  };
+  SECTION("capacity 2") {
+    provider_emulator server({.latency = {200ms, 200ms}, .capacity = 2});
+    const auto [round_trips, statuses] = serve_four(server);
+    CHECK(round_trips[1] < 200ms + 150ms);  // a thread that starts late only shortens its own wait
+    CHECK(round_trips[3] >= 400ms);
+    CHECK(round_trips[3] < 400ms + 300ms);
+    CHECK(statuses == std::array<unsigned, 4>{200, 200, 200, 200});
+    CHECK(server.peak_in_server() == 4);
+    CHECK(server.in_server() == 0);
+  }
+  SECTION("capacity 2, hard cap 3") {
+    provider_emulator server({.latency = {200ms, 200ms}, .capacity = 2, .hard_cap = 3});
+    const auto [round_trips, statuses] = serve_four(server);
+    CHECK(statuses == std::array<unsigned, 4>{200, 200, 200, 503});
+    CHECK(server.overloaded() == 1);
+    CHECK(server.failed() == 0);
+    CHECK(round_trips[3] >= 400ms);  // the third 200 waited for a worker
   }
 }
 

@@ -1,7 +1,7 @@
 // A metered API provider on loopback for the integration tests: a Boost.Beast HTTP/1.1 server (keep-alive)
 // that admits requests under a quota of requests and tokens per period, answers 200, 429 or a random 503
-// after a service latency, and announces its quota in one provider's header dialect (OpenAI, Anthropic,
-// GitHub, the IETF draft, or none). The quota arithmetic is a pure struct (provider_quota, time as an
+// after a service latency (longer past a concurrency capacity, if it has one), and announces its quota in
+// one provider's header dialect (OpenAI, Anthropic, GitHub, the IETF draft, or none). The quota arithmetic is a pure struct (provider_quota, time as an
 // argument) so that it can be tested without sockets. Boost.Asio only (Beast needs it).
 #pragma once
 
@@ -30,7 +30,9 @@
 #include <atomic>
 #include <charconv>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <iomanip>
 #include <limits>
 #include <mutex>
@@ -299,12 +301,22 @@ struct provider_options {
   double failure_share = 0;  ///< share of requests answered 503, drawn before the quota (they charge nothing)
   latency_range latency{};   ///< the delay before each answer, on an Asio timer
   std::uint64_t seed = 1;    ///< of the 503 draws and the latencies
+  /// Requests served at once (its workers, an LLM server's batch slots); 0: any number. A request that finds
+  /// every worker busy waits for one, first come first served, and then takes its drawn latency: a server
+  /// that queues what it cannot serve at once, so that a client sending more at once gains no throughput and
+  /// only waits longer (the latency it sees grows with the queue, which is what a limiter can learn from).
+  std::size_t capacity = 0;
+  /// More requests in the server than this (waiting for a worker or served, itself included): answered 503
+  /// after its drawn latency, without a worker, an overload; 0: never. Counted apart from the random 503s
+  /// (overloaded()).
+  std::size_t hard_cap = 0;
 };
 
 /// The emulated provider: listens on 127.0.0.1 at a free port from the constructor on, on a thread of its
 /// own, until the destructor. Every request (any method, any target) is answered, in this order:
-/// 400 if `x-tokens` is not a non-negative integer; 503 for a random share; 429 if the quota refuses it
-/// (with Retry-After if configured and the request can ever fit); else 200 with `x-usage-tokens: <cost>`.
+/// 400 if `x-tokens` is not a non-negative integer; 503 past the hard cap; 503 for a random share; 429 if the
+/// quota refuses it (with Retry-After if configured and the request can ever fit); else 200 with
+/// `x-usage-tokens: <cost>`. A request is in the server from when it has been read until its answer is sent.
 /// The quota is decided when the request has been read, on steady_clock; the latency comes after. Every
 /// answer but the 400 carries the dialect's headers, as of that decision.
 class provider_emulator {
@@ -337,6 +349,9 @@ class provider_emulator {
   std::uint64_t failed() const noexcept { return failed_.load(); }      ///< answered 503
   std::uint64_t bad_requests() const noexcept { return bad_.load(); }   ///< answered 400
   std::uint64_t tokens_accepted() const noexcept { return tokens_.load(); }  ///< tokens of the 200s
+  std::uint64_t overloaded() const noexcept { return overloaded_.load(); }   ///< 503s past the hard cap
+  std::size_t in_server() const noexcept { return inside_.load(); }  ///< requests in the server now
+  std::size_t peak_in_server() const noexcept { return peak_.load(); }  ///< the most in the server at once
 
   /// When each 200 was decided, in order (the instant its quota was charged).
   std::vector<clock::time_point> accepted_times() const {
@@ -395,11 +410,17 @@ class provider_emulator {
       request in;
       auto [read_error, read] = co_await http::async_read(stream, buffer, in, net::as_tuple(net::use_awaitable));
       if (read_error) break;
-      response out = answer(in);
+      const std::size_t inside = ++inside_;  // this thread's only writer; atomic for the readers
+      if (inside > peak_.load()) peak_ = inside;
+      response out = answer(in, inside);
+      const bool worker = options_.capacity != 0 && !overload(inside);
+      if (worker) co_await take_worker();
       if (const std::chrono::nanoseconds latency = draw_latency(); latency > latency.zero()) {
         service.expires_after(latency);
         co_await service.async_wait(net::as_tuple(net::use_awaitable));
       }
+      if (worker) release_worker();
+      --inside_;
       auto [write_error, written] = co_await http::async_write(stream, out, net::as_tuple(net::use_awaitable));
       if (write_error || !out.keep_alive()) break;
     }
@@ -407,7 +428,29 @@ class provider_emulator {
     stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
   }
 
-  response answer(const request& in) {
+  bool overload(std::size_t inside) const noexcept { return options_.hard_cap != 0 && inside > options_.hard_cap; }
+
+  // Waits until a worker is free, first come first served.
+  net::awaitable<void> take_worker() {
+    if (busy_ < options_.capacity && waiting_.empty()) {
+      ++busy_;
+      co_return;
+    }
+    net::steady_timer turn(co_await net::this_coro::executor, clock::time_point::max());
+    waiting_.push_back(&turn);
+    co_await turn.async_wait(net::as_tuple(net::use_awaitable));  // release_worker() hands its worker over
+  }
+
+  void release_worker() {
+    if (waiting_.empty()) {
+      --busy_;
+      return;
+    }
+    waiting_.front()->cancel();
+    waiting_.pop_front();
+  }
+
+  response answer(const request& in, std::size_t inside) {
     namespace http = boost::beast::http;
     response out{http::status::ok, in.version()};
     out.keep_alive(in.keep_alive());
@@ -417,6 +460,11 @@ class provider_emulator {
     if (!cost) {
       ++bad_;
       return finish(std::move(out), http::status::bad_request, R"({"error":"x-tokens is not a count"})");
+    }
+    if (overload(inside)) {
+      ++overloaded_;
+      announce(out, now);
+      return finish(std::move(out), http::status::service_unavailable, R"({"error":"overloaded"})");
     }
     if (options_.failure_share > 0 && std::bernoulli_distribution(options_.failure_share)(failures_)) {
       ++failed_;
@@ -535,7 +583,10 @@ class provider_emulator {
   provider_quota quota_;           // the server thread's only
   std::mt19937_64 failures_;       // the server thread's only
   std::mt19937_64 latencies_;      // the server thread's only
-  std::atomic<std::uint64_t> accepted_{0}, refused_{0}, failed_{0}, bad_{0}, tokens_{0};
+  std::atomic<std::uint64_t> accepted_{0}, refused_{0}, failed_{0}, bad_{0}, tokens_{0}, overloaded_{0};
+  std::atomic<std::size_t> inside_{0}, peak_{0};  // written by the server thread only
+  std::size_t busy_ = 0;                          // workers serving: the server thread's only
+  std::deque<net::steady_timer*> waiting_;        // requests waiting for a worker: the server thread's only
   mutable std::mutex mutex_;
   std::vector<clock::time_point> accepted_times_;  // under mutex_
   loopback_listener listener_;  // last: its thread stops before the members above are destroyed
