@@ -7,6 +7,7 @@
 #include "support/catch.hpp"
 
 #include <chrono>
+#include <cmath>
 #include <stdexcept>
 #include <string>
 
@@ -554,6 +555,35 @@ TEST_CASE("gradient: the gradient is max(tolerance x baseline, baseline + noise_
   REQUIRE(h.last_gradient() == 0.6);  // 1.5 x 200 / 500
 }
 
+TEST_CASE("gradient: with tolerance unset a slow success grows as one at the baseline; congestion still falls") {
+  rein::algo::gradient_options o;  // from 4, smoothing 0.5, queue 1
+  o.slow_start = false;
+  rein::algo::gradient judged{o};
+  o.tolerance.reset();
+  rein::algo::gradient g{o};
+  for (auto* a : {&judged, &g}) a->on_sample(ok(10ms));
+  REQUIRE(g.limit() == 4.125);  // 4 + (4 + 1 - 4) x 0.5 / 4, as at the baseline
+  for (auto* a : {&judged, &g}) a->on_sample(ok(100ms));
+  REQUIRE(judged.limit() == 2.0625);  // 1.5 x 10 / 100 is past the clamp: 4.125 x 0.5 at once
+  REQUIRE(g.last_gradient() == 1.0);
+  // A quarter of a round trip doubled the pace by 2^0.25: 4.125 + (5.125 - 4.125) x 0.5 x 2^0.25 / 4.125.
+  REQUIRE(g.limit() == Approx(4.125 + 0.5 * std::exp2(0.25) / 4.125).margin(1e-12));
+  const double before = g.limit();
+  g.on_sample(congestion());
+  REQUIRE(g.limit() == Approx(before * 0.5).margin(1e-12));  // min_gradient, unsmoothed
+}
+
+TEST_CASE("gradient: with tolerance unset slow start adds a call per success, however slow") {
+  rein::algo::gradient_options o;
+  o.tolerance.reset();
+  rein::algo::gradient g{o};
+  g.on_sample(ok(10ms));
+  g.on_sample(ok(100ms));
+  g.on_sample(ok(1s));
+  REQUIRE(g.limit() == 7.0);
+  REQUIRE(g.in_slow_start());
+}
+
 TEST_CASE("gradient: the gain per round trip does not grow with the limit") {
   // One round trip is `limit` samples: at 8 and at 32 a round at the baseline adds about smoothing x queue,
   // times the pace, which doubles over the round trip (0.5 / ln 2 = 0.72 calls for a smooth doubling).
@@ -902,6 +932,25 @@ TEST_CASE("vegas: growth waits a round trip after a decrease, longer at a level 
   REQUIRE(v.limit() == 20.0);
   v.on_sample(ok(20ms, 20));  // a third time: seven
   REQUIRE(v.waiting() == 7.0);
+}
+
+TEST_CASE("vegas: with judge_latency false every round trip grows as one without a queue; congestion shrinks") {
+  rein::algo::vegas judged = no_probe_vegas();  // from 20, growth up to twice the calls tested
+  rein::algo::vegas_options o = netflix_start();
+  o.judge_latency = false;
+  rein::algo::vegas v = no_probe_vegas(o);
+  for (auto* a : {&judged, &v}) a->on_sample(ok(5ms, 20));  // begins the first round trip
+  REQUIRE(v.limit() == 20.0);
+  for (auto* a : {&judged, &v}) a->on_sample(ok(50ms, 20));  // ends it, 10 x the first latency
+  REQUIRE(judged.limit() == 11.0);  // queued behind 9 calls: 20 - 9
+  REQUIRE(v.limit() == 26.0);       // slow start: 20 + beta 6 x L 1
+  v.on_sample(congestion(5ms, 26));  // one step down, and slow start ends
+  REQUIRE(v.limit() == 25.0);
+  REQUIRE_FALSE(v.in_slow_start());
+  v.on_sample(ok(50ms, 24));  // fewer calls out than the limit admits: the round trip did not test it
+  REQUIRE(v.limit() == 25.0);
+  v.on_sample(ok(50ms, 25));
+  REQUIRE(v.limit() == 26.0);  // a step
 }
 
 TEST_CASE("vegas: plateau_rounds 0 never waits") {

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <optional>
 #include <utility>
 
 namespace rein::algo {
@@ -59,8 +60,13 @@ struct gradient_options {
   /// count as "no queueing". Finite and >= 1. 1.5 (Gradient2's): the noise floor against a minimum
   /// baseline, which +-20 % jitter puts at 0.8 x the typical latency and the slowest unqueued call at 1.2 x,
   /// 1.5 x the minimum (Envoy's 1.25 takes that jitter for queueing); below 2, so one call over capacity in a
-  /// dependency whose latency doubles still counts.
-  double tolerance = 1.5;
+  /// dependency whose latency doubles still counts. Unset (`std::nullopt`): the latency signal is off, every
+  /// success reads as served at the baseline (gradient 1, with the queue allowance; one call more per success
+  /// in slow start), so only congestion outcomes lower the limit (with `failures_as_congestion`; without it
+  /// nothing does): for a dependency that refuses calls past its capacity without getting slower, or whose
+  /// latency follows the payload rather than a queue (as `aimd_options::latency_tolerance` and
+  /// `tuned_aimd_options::tolerance` switch theirs off).
+  std::optional<double> tolerance = 1.5;
   /// Jitter that does not scale with the latency, in nanoseconds; >= 0 (0: none). The gradient is `max(tolerance x
   /// baseline, baseline + noise_floor) / latency` (`detail::allowed_latency`): on a fast path (a 150 us loopback
   /// call) a scheduling delay of a few hundred microseconds is many times the fastest call, but no queueing at the
@@ -173,7 +179,7 @@ class exp_average {
 ///   plateau around the window of the last loss and its convex probe beyond (RFC 8312), as `tuned_aimd` and
 ///   `aimd` space their futile probes: a probe past a capacity that holds queues a round trip of calls
 ///   behind the one over it, while a capacity that grew is found at up to a call per round trip.
-/// - `ignored` changes nothing.
+/// - `ignored` changes nothing. With `tolerance` unset every success has gradient 1 (latency is not judged).
 ///
 /// Netflix feeds every sample, each one a short-term RTT; Envoy aggregates a time window into a percentile
 /// and updates once per window. rein updates per sample, like Gradient2, which needs no timer.
@@ -240,8 +246,12 @@ class basic_gradient {
     }
     // A zero latency (a clock too coarse for the call) would divide by zero; one nanosecond is as fast.
     const double latency = static_cast<double>(s.latency.count() > 0 ? s.latency.count() : 1);
-    const double base = baseline(latency);
-    const double allowed = detail::allowed_latency(base, options_.tolerance, options_.noise_floor);
+    const double base = baseline(latency);  // learned even when unjudged, for a tolerance set later
+    if (!options_.tolerance) {
+      apply(1.0, false, false, s);  // the latency signal is off: as fast as the baseline
+      return;
+    }
+    const double allowed = detail::allowed_latency(base, *options_.tolerance, options_.noise_floor);
     const double ratio = allowed / latency;
     apply(clamp(ratio, options_.min_gradient, options_.max_gradient), latency > allowed,
           ratio < options_.min_gradient, s);
@@ -309,8 +319,8 @@ class basic_gradient {
     detail::check_limits(type, o.min_limit, o.initial_limit, o.max_limit);
     if (!detail::finite(o.smoothing) || o.smoothing <= 0.0 || o.smoothing > 1.0)
       detail::invalid_option(type, "smoothing", "in (0, 1]", o.smoothing);
-    if (!detail::finite(o.tolerance) || o.tolerance < 1.0)
-      detail::invalid_option(type, "tolerance", ">= 1 and finite", o.tolerance);
+    if (o.tolerance && (!detail::finite(*o.tolerance) || *o.tolerance < 1.0))
+      detail::invalid_option(type, "tolerance", ">= 1 and finite", *o.tolerance);
     detail::check_non_negative(type, "noise_floor", o.noise_floor);
     if (!detail::finite(o.min_gradient) || o.min_gradient <= 0.0 || o.min_gradient > 1.0)
       detail::invalid_option(type, "min_gradient", "in (0, 1]", o.min_gradient);

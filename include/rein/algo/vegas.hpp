@@ -68,6 +68,14 @@ struct vegas_options {
   /// most `max(n + 1, n / min_utilisation)` (Netflix instead ignores samples below `limit / 2`, which lets
   /// the limit double the demand untested). In [0, 1]; 0 disables it.
   double min_utilisation = 0.85;
+  /// false: the latency signal is off. Every round trip reads as no queue, so the limit grows as below the
+  /// threshold (by `beta_factor x L` in slow start, then a step per round trip that tested the limit, after
+  /// the wait of `plateau_rounds`, within the growth guard), and only congestion outcomes shrink it (a step
+  /// each, at most once per round trip): for a dependency that refuses calls past its capacity without
+  /// getting slower, or whose latency follows the payload rather than a queue (as
+  /// `aimd_options::latency_tolerance` and `tuned_aimd_options::tolerance` switch theirs off). Vegas is a
+  /// latency rule, so without it what is left is AIMD by steps of L. true (the default): Vegas.
+  bool judge_latency = true;
 };
 
 /// Vegas: estimate the queue inside the dependency from how far the latency is above the no-load latency,
@@ -125,7 +133,8 @@ struct vegas_options {
 /// changes nothing else and takes no part in the round trip. A congestion outcome shrinks the limit by one
 /// step (Netflix's `didDrop`), after taking part in the no-load estimate as Netflix does, and starts a new
 /// round trip; like every decrease it is gated to one per round trip and ends slow start. `ignored` changes
-/// nothing.
+/// nothing. With `judge_latency` false no latency is judged: a round trip ends as above, and grows as one
+/// that read no queue, from the most calls out of its successes.
 /// Source: Brakmo and Peterson, "TCP Vegas" (1995); Linux net/ipv4/tcp_vegas.c; Netflix concurrency-limits'
 /// VegasLimit.
 ///
@@ -189,6 +198,10 @@ class basic_vegas {
   void on_sample(const sample_type& s) noexcept {
     if (s.result == outcome::ignored) return;
     const auto latency = s.latency > std::chrono::nanoseconds::zero() ? s.latency : std::chrono::nanoseconds{1};
+    if (!options_.judge_latency) {
+      unjudged(s, latency);
+      return;
+    }
     ++probe_count_;
     if (jitter_ * options_.probe_multiplier * limit_.value() <= static_cast<double>(probe_count_)) {
       jitter_ = next_jitter();
@@ -253,6 +266,23 @@ class basic_vegas {
     round_in_flight_ = 0;
   }
 
+  // The latency signal off: congestion outcomes shrink as always; a round trip ends with the first success
+  // that started after it began and grows as one that read no queue, from the most calls out of its
+  // successes (each showed no queue). The no-load latency is still learned, for a `judge_latency` set later.
+  void unjudged(const sample_type& s, std::chrono::nanoseconds latency) noexcept {
+    if (no_load_ == std::chrono::nanoseconds::zero() || latency < no_load_) no_load_ = latency;
+    if (s.result == outcome::congestion) {
+      congested(s);
+      return;
+    }
+    if (round_start_ == time_point::min()) round_start_ = s.now;
+    if (s.in_flight > round_in_flight_) round_in_flight_ = s.in_flight;
+    if (s.now - s.latency < round_start_) return;
+    const std::size_t tested = round_in_flight_;
+    start_round(s.now);
+    grow(limit_.value(), true, true, tested, s);
+  }
+
   void congested(const sample_type& s) noexcept {
     const double current = limit_.value();
     const double step = options_.step_factor * log10_root(std::floor(current));
@@ -263,7 +293,6 @@ class basic_vegas {
     const double current = limit_.value();
     const double l = log10_root(std::floor(current));
     const double step = options_.step_factor * l;
-    double next = current;
     const double f = options_.queue_share;  // the small-limit rule: at most this share of the limit queued
     double share = 1.0 - static_cast<double>(no_load_.count()) / static_cast<double>(latency.count());
     double queue = std::ceil(current * share);
@@ -298,23 +327,27 @@ class basic_vegas {
     const bool grow_fast =
         queue <= options_.threshold_factor * l && share <= f * options_.threshold_factor / options_.beta_factor;
     if (grow_fast || (queue < options_.alpha_factor * l && share < f * options_.alpha_factor / options_.beta_factor)) {
-      if (!slow_start_) {
-        // Congestion avoidance grows only from a round trip that tested the limit (its fastest success was
-        // granted with the limit's calls out), and not while it waits at the level of a decrease.
-        if (static_cast<double>(in_flight) < std::floor(current)) return;
-        if (waiting_ > 0.0) {
-          waiting_ -= 1.0;
-          return;
-        }
-      }
-      next = current + (grow_fast && confirmed && slow_start_ ? options_.beta_factor * l : step);
+      grow(current, grow_fast, confirmed, in_flight, s);
     } else if (queue > options_.beta_factor * l || share > f) {
       cut(current, std::min(unqueued_calls(latency, in_flight, current), current - step), s);
-      return;
-    } else {
-      return;
     }
-    set(current, next, in_flight, s);
+  }
+
+  // Growth from a round trip that read a queue below alpha (`fast`: below the threshold; `confirmed`: no
+  // tentative baseline), its fastest success granted with `in_flight` calls out.
+  void grow(double current, bool fast, bool confirmed, std::size_t in_flight, const sample_type& s) noexcept {
+    const double l = log10_root(std::floor(current));
+    if (!slow_start_) {
+      // Congestion avoidance grows only from a round trip that tested the limit (its fastest success was
+      // granted with the limit's calls out), and not while it waits at the level of a decrease.
+      if (static_cast<double>(in_flight) < std::floor(current)) return;
+      if (waiting_ > 0.0) {
+        waiting_ -= 1.0;
+        return;
+      }
+    }
+    set(current, current + (fast && confirmed && slow_start_ ? options_.beta_factor : options_.step_factor) * l,
+        in_flight, s);
   }
 
   /// The calls that a success granted with `in_flight` out (at most the limit's) and served in `latency`
