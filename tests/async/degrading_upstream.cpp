@@ -11,7 +11,9 @@
 // nothing is ready before taking the next one. Everything the event causes (the report, the release, the
 // grants to waiters and their entry into the upstream) happens in that poll, at that instant.
 #include <rein/adaptive_limiter.hpp>
+#include <rein/algo/pid.hpp>
 #include <rein/algo/vegas.hpp>
+#include <rein/algo/windowed_aimd.hpp>
 #include <rein/semaphore.hpp>
 #include <rein/testing/manual_clock.hpp>
 #include <rein/testing/scenario_family.hpp>
@@ -615,9 +617,11 @@ TEST_CASE("degrading upstream, async: every scenario of the family's CI seeds eq
     compare_on<rein::algo::gradient>(sc, rein::testing::experiment_gradient_options(), "gradient", differences);
     compare_on<rein::algo::aimd>(sc, rein::testing::experiment_aimd_options(), "aimd", differences);
     compare_on<rein::algo::vegas>(sc, rein::algo::vegas_options{}, "vegas", differences);
+    compare_on<rein::algo::windowed_aimd>(sc, rein::algo::windowed_aimd_options{}, "windowed_aimd", differences);
+    compare_on<rein::algo::pid>(sc, rein::algo::pid_options{}, "pid", differences);
   }
   std::string listed;
   for (const auto& d : differences) listed += d + "\n";
-  INFO(differences.size() << " of " << scenarios.size() * 4 << " runs differ:\n" << listed);
+  INFO(differences.size() << " of " << scenarios.size() * 6 << " runs differ:\n" << listed);
   CHECK(differences.empty());
 }
