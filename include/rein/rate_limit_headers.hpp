@@ -442,7 +442,8 @@ upstream_response read_response(int status, Lookup&& header,
 /// Applies a hint to a limiter that takes upstream corrections (rein::basic_rate_limiter over a token
 /// bucket, an adaptive rate, a sliding or fixed window) in the hint's meaning, never raising the limiter:
 /// - a window (`rate_limit_refill::window`): `limiter.limit_remaining(remaining, reset_after)`, so that until
-///   the reset it admits at most `remaining` more;
+///   the reset it admits at most `remaining` more (a token bucket caps itself until then, and goes on from
+///   its own balance at the reset);
 /// - a continuous refill: `limiter.limit_remaining(remaining, 0)`, so that it holds at most `remaining` now
 ///   and refills at its own rate from there (a bucket's balance becomes `min(balance, remaining)`). The
 ///   provider's "time until full" puts no debt on the bucket: reading it as a window's reset would make the

@@ -142,25 +142,44 @@ TEST_CASE("token_bucket charge is the same as a reserve of the same amount", "[d
 
 TEST_CASE("token_bucket limit_remaining admits at most remaining until the reset", "[remaining][token_bucket]") {
   bucket b({.rate = 10, .capacity = 100}, t0);  // full: it believes it has 100
-  // The provider: 5 left, reset in 1 s. Over that second the rate adds 10, so the balance becomes 5 - 10.
+  // The provider: 5 left, reset in 1 s. The bucket keeps its tokens; the cap holds until the reset.
   CHECK(b.limit_remaining(5, 1s, t0));
-  CHECK(b.tokens(t0) == -5.0);
+  CHECK(b.tokens(t0) == 100.0);
   int admitted = 0;
-  for (time_point t = t0; t <= t0 + 1s; t += 1ms) admitted += b.try_take(1, t) == allow ? 1 : 0;
+  for (time_point t = t0; t < t0 + 1s; t += 1ms) admitted += b.try_take(1, t) == allow ? 1 : 0;
   CHECK(admitted == 5);
-  CHECK(b.try_take(1, t0 + 1s + 99ms) == deny);
-  CHECK(b.try_take(1, t0 + 1s + 100ms) == allow);
+  CHECK(b.ready_at(1, t0 + 500ms) == opt_time{t0 + 1s});  // held until the reset, not in debt past it
+  CHECK(b.try_take(1, t0 + 1s) == allow);                  // the provider's next window: the bucket's own
+  CHECK(b.try_take(90, t0 + 1s) == allow);
 }
 
-TEST_CASE("token_bucket limit_remaining never raises the balance", "[remaining][token_bucket]") {
+TEST_CASE("token_bucket limit_remaining never raises what the bucket admits", "[remaining][token_bucket]") {
   bucket b({.rate = 10, .capacity = 100, .initial_tokens = 3}, t0);
-  CHECK_FALSE(b.limit_remaining(50, 1s, t0));  // 50 - 10 = 40 > 3
-  CHECK_FALSE(b.limit_remaining(13, 1s, t0));  // 13 - 10 = 3: already so
+  CHECK_FALSE(b.limit_remaining(50, 1s, t0));  // 50 >= 3 + 10: the bucket alone admits less
+  CHECK_FALSE(b.limit_remaining(13, 1s, t0));  // 13 >= 3 + 10: already so
   CHECK(b.tokens(t0) == 3.0);
   CHECK(b.last_time() == t0);
-  CHECK(b.limit_remaining(12, 1s, t0 + 0s));  // 12 - 10 = 2 < 3
-  CHECK(b.tokens(t0) == 2.0);
+  CHECK(b.limit_remaining(11, 1s, t0));  // 11 < 13
+  int admitted = 0;
+  for (time_point t = t0; t < t0 + 1s; t += 1ms) admitted += b.try_take(1, t) == allow ? 1 : 0;
+  CHECK(admitted == 11);
   CHECK_FALSE(b.limit_remaining(std::numeric_limits<std::int64_t>::max(), 0s, t0));
+}
+
+TEST_CASE("token_bucket limit_remaining: a later hint replaces the cap, an earlier one only lowers it",
+          "[remaining][token_bucket]") {
+  bucket b({.rate = 10, .capacity = 100}, t0);
+  CHECK(b.limit_remaining(5, 1s, t0));
+  CHECK(b.try_take(2, t0) == allow);             // 3 left under the cap
+  CHECK_FALSE(b.limit_remaining(4, 500ms, t0));  // an earlier reset that allows more: nothing
+  CHECK(b.limit_remaining(1, 500ms, t0));        // ... that allows less: 1 left, the cap still ends at 1 s
+  CHECK(b.try_take(2, t0) == deny);
+  CHECK(b.ready_at(2, t0) == opt_time{t0 + 1s});
+  CHECK(b.limit_remaining(20, 2s, t0 + 100ms));  // the provider's next count: until 2.1 s, 20 more
+  CHECK(b.try_take(20, t0 + 100ms) == allow);
+  CHECK(b.try_take(1, t0 + 100ms) == deny);
+  b.refund(1, t0 + 100ms);                       // a refund gives back to the cap too
+  CHECK(b.try_take(1, t0 + 100ms) == allow);
 }
 
 TEST_CASE("token_bucket limit_remaining with a zero reset caps the balance at remaining", "[remaining][token_bucket]") {
@@ -174,19 +193,22 @@ TEST_CASE("token_bucket limit_remaining with a zero reset caps the balance at re
 
 TEST_CASE("token_bucket limit_remaining is exact for a reset that is not a whole number of tokens",
           "[remaining][token_bucket]") {
-  bucket b({.rate = 10, .capacity = 100}, t0);
-  // 2 left until 250 ms: 2.5 tokens arrive, so the balance is -0.5 and the first token is there at 150 ms.
+  bucket b({.rate = 10, .capacity = 100, .initial_tokens = 0}, t0);
+  // 2 left until 250 ms: the bucket alone would admit 2.5, so the cap matters for a third.
   CHECK(b.limit_remaining(2, 250ms, t0));
-  CHECK(b.tokens(t0) == -0.5);
-  CHECK(b.ready_at(1, t0) == opt_time{t0 + 150ms});
-  CHECK(b.ready_at(2, t0) == opt_time{t0 + 250ms});
+  CHECK(b.ready_at(1, t0) == opt_time{t0 + 100ms});
+  CHECK(b.ready_at(2, t0) == opt_time{t0 + 200ms});
+  CHECK(b.try_take(2, t0 + 200ms) == allow);
+  CHECK(b.ready_at(1, t0 + 200ms) == opt_time{t0 + 300ms});  // at the rate: the cap has ended by then
+  CHECK(b.try_take(1, t0 + 249ms) == deny);
 }
 
 TEST_CASE("token_bucket limit_remaining with huge values neither overflows nor throws",
           "[remaining][token_bucket]") {
   bucket b({.rate = 1e9, .capacity = 10}, t0);
-  CHECK(b.limit_remaining(0, ns::max(), t0));  // far more debt than the bound: saturates
-  CHECK(b.tokens(t0) == -1e15);
+  CHECK(b.limit_remaining(0, ns::max(), t0));  // nothing more, for ever: the cap saturates at the clock's end
+  CHECK(b.tokens(t0) == 10.0);
+  CHECK(b.try_take(1, t0 + 1000h) == deny);
   bucket c({.rate = 1e-9, .capacity = 10}, t0);
   CHECK_FALSE(c.limit_remaining(std::numeric_limits<std::int64_t>::max(), ns::max(), t0));
   CHECK(c.tokens(t0) == 10.0);
@@ -201,7 +223,8 @@ TEST_CASE("token_bucket limit_remaining rejects negative arguments and names the
 }
 
 TEST_CASE("token_bucket limit_remaining bounds admissions for any reset, randomized", "[remaining][token_bucket]") {
-  // Property: after limit_remaining(r, d, t), greedy takes of 1 in [t, t + d] number at most r.
+  // Property: after limit_remaining(r, d, t), greedy takes of 1 in [t, t + d) number at most r (the reset
+  // instant belongs to the provider's next count), and nothing is admitted earlier than before.
   std::mt19937_64 random(7);
   for (int round = 0; round < 300; ++round) {
     const auto capacity = static_cast<std::int64_t>(random() % 40 + 1);
@@ -213,7 +236,7 @@ TEST_CASE("token_bucket limit_remaining bounds admissions for any reset, randomi
     b.limit_remaining(remaining, reset, t0);
     REQUIRE(b.ready_at(capacity, t0) >= before);  // never admits earlier
     std::int64_t admitted = 0;
-    for (time_point t = t0; t <= t0 + reset;) {
+    for (time_point t = t0; t < t0 + reset;) {
       if (b.try_take(1, t) == allow) {
         ++admitted;
         continue;
@@ -397,7 +420,8 @@ TEST_CASE("adaptive_rate charge and limit_remaining act on its bucket", "[debt][
   a.charge(15, t0);
   CHECK(a.tokens(t0) == -5.0);
   CHECK(a.ready_at(1, t0) == opt_time{t0 + 600ms});
-  CHECK(a.limit_remaining(0, 1s, t0));  // 0 - 10 = -10 < -5
-  CHECK(a.tokens(t0) == -10.0);
+  CHECK(a.limit_remaining(0, 1s, t0));  // nothing more until the reset in 1 s
+  CHECK(a.tokens(t0) == -5.0);
+  CHECK(a.ready_at(1, t0) == opt_time{t0 + 1s});  // the debt is repaid at 600 ms, the cap ends at 1 s
   CHECK_FALSE(a.limit_remaining(100, 1s, t0));
 }

@@ -127,12 +127,12 @@ TEST_CASE("limit_remaining lowers the bucket from a provider's count and re-time
   fixture f;
   completion_log log;
   bucket b(f.io, {.rate = 10, .capacity = 100});
-  CHECK(b.limit_remaining(2, 1s));  // 2 - 10: -8
-  CHECK(b.tokens() == -8.0);
+  CHECK(b.limit_remaining(2, 1s));  // 2 more until the reset in 1 s; the bucket keeps its 100
+  CHECK(b.tokens() == 100.0);
   for (int id = 0; id < 3; ++id) b.async_acquire(1, log.handler(id));
   f.run_to(at(1200ms), 50ms);
-  // Two within the provider's second (at 0.9 s and 1.0 s), the third after it.
-  CHECK(log.lines == std::vector<std::string>{"0 900ms ok", "1 1000ms ok", "2 1100ms ok"});
+  // Two at once within the provider's second, the third at its reset.
+  CHECK(log.lines == std::vector<std::string>{"0 0ms ok", "1 0ms ok", "2 1000ms ok"});
   CHECK_FALSE(b.limit_remaining(1000, 1s));
   CHECK(b.limit_remaining(-5, -1s));  // read as 0 left, reset now: the balance goes to at most 0
   CHECK(b.tokens() == 0.0);
@@ -151,7 +151,7 @@ TEST_CASE("a provider's headers correct the bucket through rein::limit_remaining
   CHECK(rein::limit_remaining(b, r.requests));
   CHECK(b.tokens() == 3.0);  // OpenAI's count refills continuously: 3 now, and "2s" is the time until full
   CHECK_FALSE(rein::limit_remaining(b, r.tokens));  // no token headers: nothing to apply
-  // The same count as a window's (GitHub-style): at most 3 until the reset in 2 s, so 3 - 1/s x 2 s.
+  // The same count as a window's (GitHub-style): at most 3 until the reset in 2 s, then the bucket's own.
   const auto window = [](std::string_view name) -> std::optional<std::string_view> {
     if (name == "x-ratelimit-remaining") return "3";
     if (name == "x-ratelimit-reset") return "2";
@@ -159,7 +159,11 @@ TEST_CASE("a provider's headers correct the bucket through rein::limit_remaining
   };
   bucket w(f.io, {.rate = 1, .capacity = 60});
   CHECK(rein::limit_remaining(w, rein::read_response(200, window, now).requests));
-  CHECK(w.tokens() == 1.0);
+  CHECK(w.tokens() == 60.0);
+  CHECK(w.try_acquire(3));
+  CHECK_FALSE(w.try_acquire(1));
+  f.poll_at(at(2s));
+  CHECK(w.try_acquire(57));
 }
 
 TEST_CASE("sliding_window charge and limit_remaining on the async window", "[debt][sliding_window]") {

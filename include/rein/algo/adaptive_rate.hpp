@@ -207,10 +207,9 @@ class basic_adaptive_rate {
     bucket_.charge(n, at(now));
   }
 
-  /// Lowers the tokens so that from t until `t + reset_after` at most `remaining` are admitted at the
-  /// current rate (see `basic_token_bucket::limit_remaining`; a later change of rate by feedback re-times
-  /// the debt, as for any balance).
-  /// @returns true if the tokens were lowered.
+  /// Caps what is admitted from t until `t + reset_after` at `remaining` (see
+  /// `basic_token_bucket::limit_remaining`; with `reset_after` = 0 the tokens drop to `remaining`).
+  /// @returns true if the bucket now admits less.
   /// @throws std::invalid_argument if remaining < 0 or reset_after < 0.
   bool limit_remaining(std::int64_t remaining, std::chrono::nanoseconds reset_after, time_point t) {
     const std::int64_t now = clamp(t);

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <optional>
 
 namespace rein::algo {
@@ -94,8 +95,9 @@ class basic_token_bucket {
     if (n == 0) return take_result::allowed;
     const std::int64_t now = clamp(t);
     const int128 available = units_at(now);
-    if (available < n * unit()) return take_result::denied;
+    if (available < n * unit() || n > capped(now)) return take_result::denied;
     commit(available - n * unit(), now);
+    spend_cap(n, now);
     return take_result::allowed;
   }
 
@@ -110,7 +112,9 @@ class basic_token_bucket {
     if (n > capacity_) return std::nullopt;
     const std::int64_t now = clamp(t);
     const int128 missing = n == 0 ? 0 : n * unit() - units_at(now);
-    return detail::from_ns<time_point>(now + wait_ns(missing));
+    const int128 ready = now + wait_ns(missing);
+    // A provider's cap (limit_remaining) that the n do not fit under holds them until it ends.
+    return detail::from_ns<time_point>(n > capped(now) && ready < cap_until_ns_ ? int128(cap_until_ns_) : ready);
   }
 
   /// Takes n tokens at t even if that leaves the bucket in debt, and says when the reservation is good:
@@ -130,8 +134,13 @@ class basic_token_bucket {
     const std::int64_t now = clamp(t);
     const int128 after = units_at(now) - n * unit();
     if (after < -max_capacity * unit()) return std::nullopt;
-    const auto ready = detail::from_ns<time_point>(now + wait_ns(-after));
-    if (ready) commit(after, now);
+    const int128 at_rate = now + wait_ns(-after);
+    const bool over_cap = n > capped(now);
+    const auto ready = detail::from_ns<time_point>(over_cap && at_rate < cap_until_ns_ ? int128(cap_until_ns_) : at_rate);
+    if (ready) {
+      commit(after, now);
+      if (!over_cap) spend_cap(n, now);
+    }
     return ready;
   }
 
@@ -154,23 +163,26 @@ class basic_token_bucket {
     const int128 floor = -max_capacity * unit();
     // Compare before multiplying: n * unit() could pass 2^127 for n near 2^63.
     commit(n >= detail::ceil_div(units - floor, unit()) ? floor : units - n * unit(), now);
+    spend_cap(n, now);
   }
 
-  /// Lowers the balance so that from t until `t + reset_after` the bucket admits at most `remaining`
-  /// tokens: an upstream's own count (the `x-ratelimit-remaining-*` and `x-ratelimit-reset-*` response
-  /// headers of OpenAI and Anthropic: "remaining units until the window resets") correcting a local bucket
-  /// that believes it has more. Over that interval the bucket can admit at most its balance at t plus what
-  /// the rate adds, `rate * reset_after`, so the balance becomes `min(balance, remaining - rate *
-  /// reset_after)`, computed exactly (no rounding), possibly negative (debt, bounded as in `charge`).
+  /// Caps what the bucket admits from t until `t + reset_after` at `remaining` tokens: an upstream's own count
+  /// of a window ("`remaining` more until the reset": GitHub's `x-ratelimit-remaining` / `-reset`, the IETF
+  /// RateLimit fields) correcting a local bucket that believes it has more. Until the reset, a request is
+  /// admitted only if the bucket has the tokens *and* it fits under what is left of the cap; at the reset the
+  /// cap ends and the bucket goes on from its own balance (it does not lend tokens against the next window,
+  /// and it is not put in debt for the refill it would have had meanwhile, which would make it wait past the
+  /// provider's reset). `reset_after` = 0 lowers the balance to `remaining` at once instead (a count that
+  /// holds now: a provider whose bucket refills continuously, such as OpenAI's and Anthropic's).
   ///
-  /// It never raises the balance: a provider that reports more room than the bucket has changes nothing,
-  /// so the local bound still holds. After `t + reset_after` the bucket refills at its own rate from
-  /// wherever the correction left it (it does not jump to the provider's reset; it may lag behind it,
-  /// never run ahead of it).
+  /// It never raises what the bucket admits: a hint that allows more than the balance plus what the rate adds
+  /// until the reset changes nothing. A hint for a later (or the same) reset replaces the cap in force (the
+  /// provider's newer count, which within a window only goes down); one for an earlier reset can only lower
+  /// it. Takes, reservations and charges before the reset count against the cap; refunds give back to it.
   ///
   /// @param remaining   units the provider will still admit before its reset, >= 0
   /// @param reset_after time from t until the provider's count resets, >= 0 (a reset already past is 0)
-  /// @returns true if the balance was lowered, false if it already satisfied the bound (nothing changed).
+  /// @returns true if the bucket now admits less, false if the hint changed nothing.
   /// @throws std::invalid_argument if remaining < 0 or reset_after < 0 (nothing changes).
   bool limit_remaining(std::int64_t remaining, std::chrono::nanoseconds reset_after, time_point t) {
     if (remaining < 0) detail::throw_invalid(type_name, "remaining must be >= 0", detail::show(remaining));
@@ -179,16 +191,26 @@ class basic_token_bucket {
     }
     const std::int64_t now = clamp(t);
     const int128 units = units_at(now);
-    // target = remaining * unit() - reset_after * p, written as whole * unit() - rest with rest in
-    // [0, unit()), so that neither product can overflow before the range checks.
-    const int128 arrived = int128(reset_after.count()) * fraction_.tokens;  // < 2^63 * 2^62
-    const int128 whole = int128(remaining) - arrived / unit();
-    const int128 rest = arrived % unit();
-    if (whole > capacity_) return false;  // target > full() >= units
-    const int128 floor = -max_capacity * unit();
-    const int128 target = whole < -max_capacity ? floor : std::max(floor, whole * unit() - rest);
-    if (target >= units) return false;
-    commit(target, now);
+    if (reset_after.count() == 0) {
+      if (remaining >= capacity_ || remaining * unit() >= units) return false;
+      commit(remaining * unit(), now);
+      return true;
+    }
+    // What the bucket alone would admit until the reset: its balance plus the rate's refill, at most.
+    const int128 arrived = int128(reset_after.count()) * fraction_.tokens;
+    if (int128(remaining) * unit() >= units + arrived) return false;
+    const std::int64_t until = reset_after.count() > std::numeric_limits<std::int64_t>::max() - now
+                                   ? std::numeric_limits<std::int64_t>::max()
+                                   : now + reset_after.count();
+    if (until >= cap_until_ns_ || now >= cap_until_ns_) {
+      cap_until_ns_ = until;
+      cap_left_ = remaining;
+    } else if (remaining < cap_left_) {
+      cap_left_ = remaining;
+    } else {
+      return false;
+    }
+    last_ns_ = now;
     return true;
   }
 
@@ -210,6 +232,7 @@ class basic_token_bucket {
     const int128 units = units_at(now);
     const int128 room = full() - units;
     commit(n >= detail::ceil_div(room, unit()) ? full() : units + n * unit(), now);
+    if (now < cap_until_ns_) cap_left_ = n > std::numeric_limits<std::int64_t>::max() - cap_left_ ? cap_left_ : cap_left_ + n;
   }
 
   /// Changes the rate from time t on: tokens up to t arrive at the old rate, later ones at the new one
@@ -328,11 +351,23 @@ class basic_token_bucket {
     last_ns_ = now;
   }
 
+  // What a provider's cap still allows at `now` (limit_remaining); unlimited when none is in force.
+  std::int64_t capped(std::int64_t now) const noexcept {
+    return now < cap_until_ns_ ? cap_left_ : std::numeric_limits<std::int64_t>::max();
+  }
+
+  void spend_cap(std::int64_t n, std::int64_t now) noexcept {
+    if (now < cap_until_ns_) cap_left_ = cap_left_ < std::numeric_limits<std::int64_t>::min() + n ? cap_left_ : cap_left_ - n;
+  }
+
   double rate_;
   fraction fraction_;
   std::int64_t capacity_;
   std::int64_t last_ns_;
   int128 units_ = 0;  // tokens x unit(); negative while reservations are in debt
+  // A provider's cap (limit_remaining): at most cap_left_ more tokens before cap_until_ns_.
+  std::int64_t cap_until_ns_ = std::numeric_limits<std::int64_t>::min();
+  std::int64_t cap_left_ = 0;
 };
 
 /// The token bucket on `std::chrono::steady_clock`.
