@@ -80,6 +80,16 @@ struct rate_limiter_options {
   /// than c x priority_aging after it; see queue_order::priority. Default: 1 s; 0: arrival order;
   /// nanoseconds::max(): strict priority.
   std::chrono::nanoseconds priority_aging = default_priority_aging;
+
+  /// Jittered wake-ups, >= 0: the timer that grants a waiter when the limit has room fires a random delay in
+  /// [0, wake_jitter] after that instant (drawn once per instant, from `jitter_seed`), so that replicas
+  /// waiting on one shared quota do not all ask at the same tick (governor's `until_ready_with_jitter`).
+  /// Units are taken at the grant, so the rate bound holds; each jittered wake-up leaves the limit's room
+  /// unused for that long. A grant that something else triggers (a refund, a rate change) is not delayed.
+  /// Default: 0, none.
+  std::chrono::nanoseconds wake_jitter{};
+  /// The seed of the wake-up jitter's draws: give each replica its own (its host name's hash, its PID).
+  std::uint64_t jitter_seed = 0;
 };
 
 /// A rate limiter's waiting statistics, copied out under its lock.
@@ -95,13 +105,22 @@ namespace detail {
 /// The line's options, checked (`type`: the limiter's name in messages).
 inline line_options rate_line(std::string_view type, rate_limiter_options& o) {
   const auto aging = checked_priority_aging({type, o.name}, o.priority_aging);
-  return line_options{o.max_waiters, true, std::move(o.name), std::move(o.observer), o.order, o.when_full, aging};
+  if (o.wake_jitter.count() < 0) throw_invalid(describe(type, o.name), "wake_jitter must be >= 0", show(o.wake_jitter));
+  line_options line{o.max_waiters, true, std::move(o.name), std::move(o.observer), o.order, o.when_full, aging};
+  line.wake_jitter = o.wake_jitter;
+  line.jitter_seed = o.jitter_seed;
+  return line;
 }
 
 /// The line's part of the options of a rate limiter built on basic_rate_limiter.
 template <class Options>
 rate_limiter_options rate_options(const Options& o) {
-  return rate_limiter_options{o.max_waiters, o.name, o.observer, o.order, o.when_full, o.priority_aging};
+  rate_limiter_options r{o.max_waiters, o.name, o.observer, o.order, o.when_full, o.priority_aging};
+  if constexpr (requires { o.wake_jitter; }) {
+    r.wake_jitter = o.wake_jitter;
+    r.jitter_seed = o.jitter_seed;
+  }
+  return r;
 }
 }  // namespace detail
 

@@ -66,6 +66,11 @@ struct token_bucket_options {
   /// 429 or a 503 with Retry-After): each widens the gap between tokens, and the widening is forgotten
   /// slowly (see rein::algo::basic_pacing_margin). A bucket that is never told of a refusal keeps its rate.
   algo::pacing_margin_options margin{};
+
+  /// Jittered wake-ups of waiters, >= 0 (see rein::rate_limiter_options::wake_jitter). Default: 0, none.
+  std::chrono::nanoseconds wake_jitter{};
+  /// The seed of the wake-up jitter: give each replica its own.
+  std::uint64_t jitter_seed = 0;
 };
 
 /// A token bucket's state, copied out under its lock.

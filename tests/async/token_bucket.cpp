@@ -432,6 +432,48 @@ TEST_CASE("bad margin options name the bucket, the field and the value", "[token
                     "rein::token_bucket \"api\": margin.initial must be in [0, max], got -1");
 }
 
+// ---- Jittered wake-ups ------------------------------------------------------------------------------------
+
+namespace {
+// Grant instants (ns) of three waiters on a bucket of 10/s, burst 1, emptied at 0, with the given jitter.
+std::vector<std::int64_t> jittered_grants(std::chrono::nanoseconds jitter, std::uint64_t seed) {
+  fixture f;
+  bucket b(f.io, {.rate = 10, .capacity = 1, .wake_jitter = jitter, .jitter_seed = seed});
+  REQUIRE(b.try_acquire());
+  std::vector<std::int64_t> grants;
+  for (int id = 0; id < 3; ++id) {
+    b.async_acquire(1, [&grants](error_code ec) {
+      REQUIRE_FALSE(ec);
+      grants.push_back(clock_type::now().time_since_epoch().count());
+    });
+  }
+  f.run_to(at(500ms), 1ms);  // 1 ms steps: each grant is logged at the step that follows its instant
+  return grants;
+}
+}  // namespace
+
+TEST_CASE("jittered wake-ups: each grant within [ready, ready + jitter], reproducible by seed",
+          "[token_bucket][jitter]") {
+  CHECK(jittered_grants(0ns, 1) == std::vector<std::int64_t>{100'000'000, 200'000'000, 300'000'000});
+  const std::vector<std::int64_t> a = jittered_grants(20ms, 1);
+  REQUIRE(a.size() == 3);
+  std::int64_t previous = 0;  // the first waiter's tokens are there at 100 ms, each next one 100 ms after a grant
+  for (const std::int64_t g : a) {
+    const std::int64_t ready = std::chrono::nanoseconds(100ms).count() + previous;
+    CHECK(g >= ready);
+    CHECK(g <= ready + std::chrono::nanoseconds(20ms + 1ms).count());  // the jitter, and the 1 ms step
+    previous = g;
+  }
+  CHECK(jittered_grants(20ms, 1) == a);  // the same seed, the same instants
+  CHECK(jittered_grants(20ms, 2) != a);  // another replica's seed, other instants
+}
+
+TEST_CASE("a negative wake_jitter is refused with the type, the field and the value", "[token_bucket][jitter]") {
+  net::io_context io;
+  CHECK_THROWS_WITH(bucket(io, {.rate = 1, .capacity = 1, .wake_jitter = -1ns}),
+                    "rein::token_bucket: wake_jitter must be >= 0, got -1 ns");
+}
+
 // ---- Refunds, snapshots, try_acquire ----------------------------------------------------------------------
 
 TEST_CASE("a refund wakes the head waiter at once when it makes room", "[token_bucket][refund]") {

@@ -119,6 +119,8 @@ struct line_options {
   partition_table partitions{};  ///< guaranteed shares (rein/partition.hpp); empty: none
   bool coarse_wait_clock = false;  ///< time waits on coarse_steady_now() (a timeless policy on steady_clock
                                    ///< outside priority order; otherwise ignored)
+  std::chrono::nanoseconds wake_jitter{};  ///< the timer wakes the head up to this much after it is ready, >= 0
+  std::uint64_t jitter_seed = 0;           ///< of the wake-up jitter's draws
 };
 
 /// A policy whose limit can be split into partitions: `partition_limit()` is the limit in permits now.
@@ -200,7 +202,9 @@ class limiter_core final : public permit_source,
         name_(options.name.empty() ? nullptr : std::make_shared<const std::string>(std::move(options.name))),
         observer_(std::move(options.observer)),
         partitions_(std::move(options.partitions)),
-        fair_(options.order == queue_order::fair ? std::make_unique<fair_schedule>() : nullptr) {
+        fair_(options.order == queue_order::fair ? std::make_unique<fair_schedule>() : nullptr),
+        wake_jitter_ns_(options.wake_jitter.count()),
+        jitter_state_(options.jitter_seed) {
     // A remote line serves in fifo order and refuses the newest (its requests are pipelined in order).
     assert(!remote || (order_ == queue_order::fifo && !evict_oldest_));
     assert(priority_aging_ns_ >= 0);  // the public types check it (checked_priority_aging)
@@ -815,7 +819,7 @@ class limiter_core final : public permit_source,
   // An op granted on arrival, without waiting.
   void grant_at_once_locked(wait_op* op, time_point now, completions& done) noexcept {
     op->stamp_ns = to_ns(now).count();
-    if constexpr (with_permit) op->note = note_locked();
+    if constexpr (with_permit) op->note = note_locked();  // in `prev`'s place: it never joined the line
     ++stats_.acquired_total;
     if constexpr (with_permit) ++holders_;
     partition_granted_locked(op->partition, op->count);
@@ -1169,8 +1173,9 @@ class limiter_core final : public permit_source,
     partition_granted_locked(op->partition, op->count);
     if (op->fair) fair_->advance(op->fair_tag());
     op->stamp_ns = to_ns(now).count();
-    if constexpr (with_permit) op->note = note_locked();
-    unlink_locked(op, wait_status::granted, done);
+    dequeue_locked(op, done);
+    if constexpr (with_permit) op->note = note_locked();  // in `prev`'s place, free once out of the line
+    finish_locked(op, wait_status::granted, done);
   }
 
   // One timer per limiter, armed for the earliest of: the head's grant time, the nearest deadline. It is
@@ -1185,12 +1190,31 @@ class limiter_core final : public permit_source,
       wake = policy_.ready_at(head->count, now);
       // A policy whose ready_at is not after now yet refused: retry one tick later rather than spin.
       if (wake <= now) wake = now + duration(1);
+      if (wake_jitter_ns_ > 0 && wake != time_point::max()) wake = jittered_locked(wake);
     }
     if (!deadlines_.empty()) wake = std::min(wake, time_point(std::chrono::duration_cast<duration>(
                                                       std::chrono::nanoseconds(deadlines_.top()->deadline_ns))));
     if (wake == time_point::max()) return cancel_timer_locked();
     if (timer_armed_ && timer_at_ <= wake) return;
     start_timer_locked(wake);
+  }
+
+  // The head's wake-up moved `draw` later, in [0, wake_jitter], drawn once per ready instant (re-arming for
+  // the same instant keeps its draw), so that lines on many replicas ready at one tick of a shared quota
+  // do not all ask at that tick (governor's until_ready_with_jitter). SplitMix64 on the seed: seeded and
+  // reproducible, no <random> in the core.
+  time_point jittered_locked(time_point ready) noexcept {
+    const std::int64_t at = to_ns(ready).count();
+    if (at != jitter_for_ns_) {
+      jitter_for_ns_ = at;
+      std::uint64_t z = (jitter_state_ += 0x9E3779B97F4A7C15ULL);
+      z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+      z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+      z ^= z >> 31;
+      jitter_draw_ns_ = static_cast<std::int64_t>(z % (static_cast<std::uint64_t>(wake_jitter_ns_) + 1));
+    }
+    const auto draw = std::chrono::duration_cast<duration>(std::chrono::nanoseconds(jitter_draw_ns_));
+    return ready > time_point::max() - draw ? time_point::max() : ready + draw;
   }
 
   // Out of line: the checks above run on every grant, this only when the wake-up moves earlier.
@@ -1293,6 +1317,10 @@ class limiter_core final : public permit_source,
   // queue_order::fair: the keys' finish tags and the virtual time; made only for a fair line, so that the
   // other lines (every key of a keyed registry among them) carry one pointer for it.
   std::unique_ptr<fair_schedule> fair_;
+  std::int64_t wake_jitter_ns_;  // guarded by the lock, as the timer (the three below too)
+  std::uint64_t jitter_state_;
+  std::int64_t jitter_for_ns_ = std::numeric_limits<std::int64_t>::min();  // the ready instant drawn for
+  std::int64_t jitter_draw_ns_ = 0;
   std::unique_ptr<partition_source[]> sources_;  // one per partition, made only with partitions
   std::size_t holders_ = 0;               // permit objects out (granted, not yet given back or taken back)
   std::shared_ptr<limiter_core> self_;    // set at shutdown while holders_ != 0
