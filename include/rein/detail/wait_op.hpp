@@ -147,10 +147,15 @@ struct wait_op {
 
   // FIFO links (op_queue).
   wait_op* next = nullptr;
-  wait_op* prev = nullptr;
+  union {
+    wait_op* prev = nullptr;
+    // Once granted, and so out of the line, `prev` is free: it carries what the policy noted at the grant to
+    // the permit (permit_source::release_permit), written by the grant after the op left the line. Sharing
+    // keeps a parked op at 56 bytes.
+    std::uint64_t note;
+  };
   deadline_node* timer = nullptr;  // an op created with a deadline, or for a fair line, has one for its whole life
   std::int64_t stamp_ns = 0;       // enqueue time while queued, grant time once granted
-  std::uint64_t note = 0;          // what the policy noted at the grant (permit_source::release_permit)
   std::size_t count = 0;
   complete_fn complete = nullptr;
   std::atomic<wait_status> status{wait_status::queued};
@@ -412,7 +417,10 @@ class basic_wait_op final : public Base {
       if (status == wait_status::granted && !claim(op)) status = wait_status::aborted;  // revoked first
       const std::size_t n = op->count;
       const std::chrono::nanoseconds stamp(op->stamp_ns);
-      [[maybe_unused]] const std::uint64_t note = op->note;
+      std::uint64_t note = 0;
+      if constexpr (with_permit) {
+        if (status == wait_status::granted) note = op->note;  // every grant of a permit line wrote it
+      }
       const std::uint8_t partition = op->partition;
       error_code ec = result_of(static_cast<const Base&>(*op), status);
       destroy(op, alloc_);  // the op's handler was moved from: use the allocator copied before
