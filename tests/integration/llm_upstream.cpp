@@ -163,7 +163,7 @@ TEST_CASE("llm upstream: the recommended limiter keeps the global limit >= 0.7 o
   CHECK(f.lowest >= 0.7 * static_cast<double>(capacity));
 }
 
-TEST_CASE("llm upstream: the limit of each tuning, measured", "[.measure]") {
+TEST_CASE("llm upstream: the limit of each tuning (measured)", "[.measure]") {
   run(rein::algo::tuned_aimd_options{}, 2500ms, 12s, "tuned_aimd defaults");
   rein::algo::tuned_aimd_options latency_off;
   latency_off.tolerance.reset();

@@ -507,7 +507,7 @@ TEST_CASE("emulator: the service latency is a timer, not a sleeping thread", "[i
   }
 }
 
-TEST_CASE("emulator: past its capacity requests wait for a worker, past its hard cap they get a 503",
+TEST_CASE("emulator: past its capacity requests wait for a worker; past its hard cap they get a 503",
           "[integration][provider]") {
   // Capacity 2, 200 ms each: four callers at once are served two by two, the second pair after 400 ms; a
   // hard cap of 3 then sends one of them a 503 (after its latency, without a worker).
