@@ -233,17 +233,25 @@ rate_limit_hint read_budget(Lookup& lookup, std::string_view limit, std::string_
 }
 
 // GitHub's `x-ratelimit-reset` is the window's end in epoch seconds; others who reuse the name send
-// delta-seconds. An integer of ten digits or more (from 2001-09-09 on) can only be an epoch.
+// delta-seconds, and some an epoch with a fraction ("1796126460.5"). A whole part of ten digits or more (from
+// 2001-09-09 on) can only be an epoch.
 inline std::optional<std::chrono::nanoseconds> epoch_or_delta(std::string_view value,
                                                               std::chrono::system_clock::time_point now) noexcept {
-  std::string_view s = detail::retry_after::trim(value);
+  namespace ra = detail::retry_after;
+  const std::string_view s = ra::trim(value);
   std::string_view rest = s;
-  const std::string_view digits = detail::retry_after::take_digits(rest);
-  if (!digits.empty() && rest.empty()) {
-    const std::int64_t n = detail::retry_after::digits_value(digits);
-    if (n >= 1'000'000'000) return detail::retry_after::until(std::chrono::sys_seconds{std::chrono::seconds{n}}, now);
+  const std::string_view whole = ra::take_digits(rest);
+  std::string_view fraction;
+  if (!rest.empty() && rest.front() == '.') {
+    rest.remove_prefix(1);
+    fraction = ra::take_digits(rest);
+    if (fraction.empty()) return std::nullopt;
   }
-  return parse_rate_limit_reset(s, now);
+  if (whole.empty() || !rest.empty() || ra::digits_value(whole) < 1'000'000'000) return parse_rate_limit_reset(s, now);
+  const std::chrono::nanoseconds until = ra::until(std::chrono::sys_seconds{std::chrono::seconds{ra::digits_value(whole)}}, now);
+  if (until.count() == 0 || fraction.empty()) return until;  // an instant past stays past
+  const std::int64_t part = ra::scaled_ceil({}, fraction, 1, 9);
+  return std::chrono::nanoseconds{ra::saturating_add(until.count(), part)};
 }
 
 // The next part of `s` up to `separator` outside a quoted string (structured fields, RFC 8941); `s` keeps
@@ -443,7 +451,7 @@ upstream_response read_response(int status, Lookup&& header,
 /// bucket, an adaptive rate, a sliding or fixed window) in the hint's meaning, never raising the limiter:
 /// - a window (`rate_limit_refill::window`): `limiter.limit_remaining(remaining, reset_after)`, so that until
 ///   the reset it admits at most `remaining` more (a token bucket caps itself until then, and goes on from
-///   its own balance at the reset);
+///   its own balance at the reset); a reset of 0 (now, or already past) changes nothing;
 /// - a continuous refill: `limiter.limit_remaining(remaining, 0)`, so that it holds at most `remaining` now
 ///   and refills at its own rate from there (a bucket's balance becomes `min(balance, remaining)`). The
 ///   provider's "time until full" puts no debt on the bucket: reading it as a window's reset would make the
@@ -456,6 +464,8 @@ template <class Limiter>
 bool limit_remaining(Limiter& limiter, const rate_limit_hint& hint) {
   if (!hint.usable()) return false;
   if (hint.refill == rate_limit_refill::continuous) return limiter.limit_remaining(*hint.remaining, std::chrono::nanoseconds{0});
+  // A window that resets now (or already did, by a clock ahead of the provider's) says nothing of the next.
+  if (hint.reset_after->count() == 0) return false;
   return limiter.limit_remaining(*hint.remaining, *hint.reset_after);
 }
 

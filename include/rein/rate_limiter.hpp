@@ -320,8 +320,8 @@ class basic_rate_limiter {
   }
 
   /// Corrects the limit downwards from an upstream's count: from now until `now + reset_after` it admits at
-  /// most `remaining` units (the limit's `limit_remaining`; e.g. from the `x-ratelimit-remaining-*` and
-  /// `x-ratelimit-reset-*` headers, parsed by rein::read_rate_limit_headers). Never raises what the limit
+  /// most `remaining` units (the limit's `limit_remaining`; e.g. a window's count from rein::read_response,
+  /// applied in its provider's meaning by rein::limit_remaining). Never raises what the limit
   /// admits. Queued waiters are re-timed at once. Present when `Limit` is an
   /// `algo::remaining_limited_rate_limit` (token bucket, adaptive rate; sliding window for resets shorter
   /// than its window).

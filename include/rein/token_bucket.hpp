@@ -135,10 +135,11 @@ inline std::ostream& operator<<(std::ostream& os, const token_bucket_snapshot& s
 /// Budgets whose true cost is known only afterwards (an LLM call's tokens) reserve an estimate, then settle:
 /// `refund(estimate - actual)` for an over-estimate, `charge(actual - estimate)` for an under-estimate, which
 /// takes the bucket below zero so that the next callers wait until the rate has repaid it (Go's
-/// `rate.Limiter` reservations also go below zero); never a silent overrun. A provider's own count
-/// (`x-ratelimit-remaining-tokens` with `x-ratelimit-reset-tokens`, read by rein::read_rate_limit_headers)
-/// lowers the bucket with `limit_remaining(remaining, reset_after)`: until the reset it admits at most
-/// `remaining`; it never raises the tokens.
+/// `rate.Limiter` reservations also go below zero); never a silent overrun. A provider's own count (read by
+/// rein::read_response, applied in its provider's meaning by rein::limit_remaining) lowers the bucket:
+/// `limit_remaining(remaining, reset_after)` caps it at `remaining` until a window's reset, and
+/// `limit_remaining(remaining, 0)` lowers its balance to `remaining` (a continuous refill); it never raises
+/// what the bucket admits.
 ///
 /// @tparam Executor the I/O executor; completions default to it.
 /// @tparam Clock    the clock of refill and deadlines; tick of a nanosecond or coarser
@@ -198,6 +199,8 @@ class basic_token_bucket : public basic_rate_limiter<algo::basic_token_bucket<Cl
   void set_rate(double rate) {
     renamed([&] {
       this->update([this, rate](limit_type& b, time_point now) {
+        // The rate given is checked, not the paced one (which a margin could bring back into range).
+        if (!(rate > 0 && rate <= limit_type::max_rate)) b.set_rate(rate, now);  // throws, naming `rate`
         b.set_rate(margin_.paced_rate(rate, now), now);
         quota_ = rate;
       });
@@ -228,7 +231,7 @@ class basic_token_bucket : public basic_rate_limiter<algo::basic_token_bucket<Cl
     return this->inspect([this](const limit_type&, const wait_stats&) { return quota_; });
   }
 
-  /// The pacing margin now: a share of the interval 1 / quota() (0 until a refusal).
+  /// The pacing margin now: a share of the interval 1 / quota() (`margin.initial` until a refusal).
   double margin() const {
     const time_point now = Clock::now();
     return this->inspect([this, now](const limit_type&, const wait_stats&) { return margin_.margin(now); });

@@ -166,20 +166,43 @@ TEST_CASE("token_bucket limit_remaining never raises what the bucket admits", "[
   CHECK_FALSE(b.limit_remaining(std::numeric_limits<std::int64_t>::max(), 0s, t0));
 }
 
-TEST_CASE("token_bucket limit_remaining: a later hint replaces the cap, an earlier one only lowers it",
-          "[remaining][token_bucket]") {
+TEST_CASE("token_bucket limit_remaining: while a cap holds, a hint only lowers it", "[remaining][token_bucket]") {
   bucket b({.rate = 10, .capacity = 100}, t0);
   CHECK(b.limit_remaining(5, 1s, t0));
   CHECK(b.try_take(2, t0) == allow);             // 3 left under the cap
-  CHECK_FALSE(b.limit_remaining(4, 500ms, t0));  // an earlier reset that allows more: nothing
-  CHECK(b.limit_remaining(1, 500ms, t0));        // ... that allows less: 1 left, the cap still ends at 1 s
+  CHECK_FALSE(b.limit_remaining(4, 500ms, t0));  // allows more: nothing
+  CHECK_FALSE(b.limit_remaining(5, 2s, t0 + 100ms));  // a later reset with more: nothing (it could raise)
+  CHECK(b.limit_remaining(1, 500ms, t0));        // allows less: 1 left, the cap still ends at 1 s
   CHECK(b.try_take(2, t0) == deny);
   CHECK(b.ready_at(2, t0) == opt_time{t0 + 1s});
-  CHECK(b.limit_remaining(20, 2s, t0 + 100ms));  // the provider's next count: until 2.1 s, 20 more
-  CHECK(b.try_take(20, t0 + 100ms) == allow);
-  CHECK(b.try_take(1, t0 + 100ms) == deny);
-  b.refund(1, t0 + 100ms);                       // a refund gives back to the cap too
-  CHECK(b.try_take(1, t0 + 100ms) == allow);
+  CHECK(b.limit_remaining(0, 2s, t0 + 100ms));   // less, with a later reset: 0 until 2.1 s
+  CHECK(b.try_take(1, t0 + 1s) == deny);
+  CHECK(b.ready_at(1, t0 + 1s) == opt_time{t0 + 2100ms});
+  CHECK(b.limit_remaining(20, 1s, t0 + 2100ms));  // the cap has ended: a new one
+  CHECK(b.try_take(20, t0 + 2100ms) == allow);
+  CHECK(b.try_take(1, t0 + 2100ms) == deny);
+  b.refund(1, t0 + 2100ms);                       // a refund gives back to the cap ...
+  CHECK(b.try_take(1, t0 + 2100ms) == allow);
+  b.refund(5, t0 + 2100ms);                       // ... never above the count it was set to
+  CHECK(b.try_take(2, t0 + 2100ms) == allow);
+  CHECK(b.try_take(1, t0 + 2100ms) == allow);
+}
+
+TEST_CASE("token_bucket limit_remaining keeps the refill that arrived before the hint", "[remaining][token_bucket]") {
+  bucket b({.rate = 1, .capacity = 10, .initial_tokens = 0}, t0);
+  CHECK(b.limit_remaining(3, 10s, t0 + 5s));
+  CHECK(b.tokens(t0 + 5s) == 5.0);
+  CHECK(b.try_take(3, t0 + 5s) == allow);
+  CHECK(b.try_take(1, t0 + 5s) == deny);
+}
+
+TEST_CASE("token_bucket limit_remaining: a refund of what was taken before the cap does not lift it",
+          "[remaining][token_bucket]") {
+  bucket b({.rate = 10, .capacity = 100}, t0);
+  CHECK(b.try_take(1, t0) == allow);
+  CHECK(b.limit_remaining(0, 10s, t0));
+  b.refund(1, t0);
+  CHECK(b.try_take(1, t0) == deny);
 }
 
 TEST_CASE("token_bucket limit_remaining with a zero reset caps the balance at remaining", "[remaining][token_bucket]") {

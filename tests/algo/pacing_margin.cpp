@@ -28,7 +28,7 @@ std::string message_of(const rein::algo::pacing_margin_options& o) {
 
 }  // namespace
 
-TEST_CASE("pacing margin: none until a refusal, then step, doubling per fresh refusal", "[pacing_margin]") {
+TEST_CASE("pacing margin: none until a refusal, then step, growing per fresh refusal", "[pacing_margin]") {
   margin_type m({}, t0);
   CHECK(m.margin(t0 + 1h) == 0.0);
   CHECK(m.paced_rate(20, t0) == 20.0);
@@ -39,9 +39,9 @@ TEST_CASE("pacing margin: none until a refusal, then step, doubling per fresh re
   CHECK_FALSE(m.on_refused(t0 + 999ms, t0 + 1100ms));
   CHECK(m.stale_refusals() == 1);
   CHECK(m.margin(t0 + 1100ms) == Approx(1.0 / 32 * std::exp2(-0.1 / 60)).epsilon(1e-15));
-  // A fresh one doubles the margin as it is then (decayed a little).
+  // A fresh one grows the margin as it is then (decayed a little) by 1.5.
   CHECK(m.on_refused(t0 + 2s, t0 + 2s));
-  CHECK(m.margin(t0 + 2s) == 2 * (1.0 / 32) * std::exp2(-1.0 / 60));
+  CHECK(m.margin(t0 + 2s) == 1.5 * ((1.0 / 32) * std::exp2(-1.0 / 60)));
   CHECK(m.widenings() == 2);
 }
 
@@ -56,7 +56,7 @@ TEST_CASE("pacing margin: halves every half-life, never below initial", "[pacing
 }
 
 TEST_CASE("pacing margin: held at max, where a refusal restarts its decay", "[pacing_margin]") {
-  margin_type m({.step = 0.25, .max = 0.5, .half_life = 1s}, t0);
+  margin_type m({.step = 0.25, .max = 0.5, .growth = 2, .half_life = 1s}, t0);
   CHECK(m.on_refused(t0, t0));
   CHECK(m.margin(t0) == 0.25);
   CHECK(m.on_refused(t0, t0));  // sent at the widening: not before it
@@ -67,6 +67,13 @@ TEST_CASE("pacing margin: held at max, where a refusal restarts its decay", "[pa
   CHECK(m.on_refused(t0 + 500ms, t0 + 500ms));  // back to max, and its decay starts again from 500 ms
   CHECK(m.margin(t0 + 1500ms) == 0.25);
   CHECK(m.widenings() == 3);
+}
+
+TEST_CASE("pacing margin: max 0 turns it off", "[pacing_margin]") {
+  margin_type m({.step = 0, .max = 0}, t0);  // step and initial are not used: not checked
+  CHECK_FALSE(m.on_refused(t0, t0));
+  CHECK(m.margin(t0 + 1s) == 0.0);
+  CHECK(m.widenings() == 0);
 }
 
 TEST_CASE("pacing margin: bad options name the field and the value", "[pacing_margin][errors]") {
@@ -80,4 +87,6 @@ TEST_CASE("pacing margin: bad options name the field and the value", "[pacing_ma
   CHECK(message_of({.max = nan}) ==
         "rein::algo::pacing_margin: max must be in [0, 8] (a share of the pacing interval), got nan");
   CHECK(message_of({.half_life = 0s}) == "rein::algo::pacing_margin: half_life must be > 0, got 0 ns");
+  CHECK(message_of({.growth = 1}) == "rein::algo::pacing_margin: growth must be in (1, 4], got 1");
+  CHECK(message_of({.growth = nan}) == "rein::algo::pacing_margin: growth must be in (1, 4], got nan");
 }

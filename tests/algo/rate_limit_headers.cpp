@@ -279,6 +279,12 @@ TEST_CASE("limit_remaining applies a continuous refill as the count now, with no
   CHECK(l.called == std::optional<std::pair<std::int64_t, nanoseconds>>{{7, 0s}});
 }
 
+TEST_CASE("limit_remaining: a window that resets now changes nothing", "[rate_limit_headers]") {
+  recording_limiter l;
+  CHECK_FALSE(rein::limit_remaining(l, rein::rate_limit_hint{.remaining = 0, .reset_after = 0s}));
+  CHECK_FALSE(l.called.has_value());
+}
+
 TEST_CASE("detect picks the dialect from the fields present, in a fixed order", "[rate_limit_headers][dialect]") {
   using rein::rate_limit_dialect;
   const auto dialect = [](map_lookup headers) { return rein::read_response(200, headers, now).dialect; };
@@ -331,6 +337,8 @@ TEST_CASE("GitHub-style: a window with the reset in epoch seconds", "[rate_limit
   CHECK(reset_of("999999999") == opt_ns{999999999s});
   CHECK(reset_of(" 45 ") == opt_ns{45s});
   CHECK(reset_of("1.5") == opt_ns{1500ms});
+  CHECK(reset_of("1796126460.5") == opt_ns{60250ms});  // an epoch with a fraction
+  CHECK(reset_of("1796126460.") == std::nullopt);
   CHECK(reset_of("-3") == std::nullopt);
   CHECK(reset_of("soon") == std::nullopt);
 }

@@ -76,7 +76,9 @@ struct world {
   sem_t global;
   double key_rate_value;
   rein::keyed<bucket_t> key_rate_stage;
-  bucket_t shared{io.get_executor(), rein::token_bucket_options{.rate = shared_rate, .capacity = burst}};
+  // The pacing margin is off: a 429 would change the rates, and the model's oracle keeps them fixed (the
+  // margin only ever lowers a rate, as set_rate does; tests/async/token_bucket.cpp covers it).
+  bucket_t shared{io.get_executor(), rein::token_bucket_options{.rate = shared_rate, .capacity = burst, .margin = {.max = 0}}};
 
   using throttle_type = std::conditional_t<
       RatesFirst,
@@ -89,7 +91,7 @@ struct world {
       : global(io.get_executor(), global_permits),
         key_rate_value(per_key_rate),
         key_rate_stage(io.get_executor(), rein::keyed_options{},
-                       rein::token_bucket_options{.rate = per_key_rate, .capacity = burst}) {
+                       rein::token_bucket_options{.rate = per_key_rate, .capacity = burst, .margin = {.max = 0}}) {
     if constexpr (RatesFirst)
       throttle = std::make_unique<throttle_type>(rein::detail::rates_first_t{}, gates, per_key, global, key_rate_stage,
                                                  shared);

@@ -81,7 +81,8 @@ TEST_CASE("nginx, no burst, no initial margin: the first 429s teach the margin, 
     CHECK(r[h.name].refused(0, 10) <= 2);
     CHECK(r[h.name].ok_rate(0, 10) >= 0.75 * h.quota);
     const std::size_t widenings = c.rate.get(h.name)->snapshot().refusals;
-    CHECK(widenings == r[h.name].refused(0, 10));
+    CHECK(widenings <= r[h.name].refused(0, 10));  // a 429 of a call sent before a widening is stale
+    if (r[h.name].refused(0, 10) > 0) CHECK(widenings >= 1);
   }
 }
 

@@ -2,7 +2,7 @@
 // Against the emulated provider of each dialect (a quota of 20 requests per second: a continuously
 // refilling bucket of 20 for OpenAI and Anthropic, windows of 20 per second for GitHub and the IETF
 // fields), a client whose own bucket believes in 25 per second (a guess above the quota, or a quota shared
-// with others) makes the same 100 calls twice: reading only the status and Retry-After, then the headers
+// with others) makes the same 200 calls twice: reading only the status and Retry-After, then the headers
 // too (`guard.complete(rein::read_response(response))`). A refused call waits out the host's pause and is
 // sent again, so every call ends in a 200. Real time, with margins.
 #include "support/catch.hpp"
@@ -39,7 +39,7 @@ namespace net = rein::net;
 namespace http = boost::beast::http;
 using steady = std::chrono::steady_clock;
 
-constexpr int calls = 100;
+constexpr int calls = 200;
 constexpr int workers = 8;
 
 struct run_result {

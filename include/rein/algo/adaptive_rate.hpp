@@ -318,15 +318,17 @@ class basic_adaptive_rate {
   double rate_at_decrease() const noexcept { return w_max_; }
   /// CUBIC's K: seconds from the latest decrease until the curve is back at rate_at_decrease().
   double recovery_seconds() const noexcept { return k_; }
-  /// When the current curve started: the latest decrease (plus its pause, so possibly in the future), or
-  /// construction.
+  /// When the current curve started: the latest decrease (plus its pause, so possibly in the future), K
+  /// seconds before sending resumed after a margin widening or a failed probe (the hold then starts at
+  /// once), or construction.
   time_point curve_start() const noexcept { return at(epoch_ns_); }
   /// Congestion signals that cut the rate multiplicatively. Every congestion signal is counted once, in
   /// decreases(), stale_congestion(), margin_widenings() or failed_probes().
   std::uint64_t decreases() const noexcept { return decreases_; }
   /// Successes that raised the rate.
   std::uint64_t increases() const noexcept { return increases_; }
-  /// Congestion signals ignored because their request was sent before the latest decrease.
+  /// Congestion signals ignored because their request was sent before the latest reaction to congestion (a
+  /// decrease, a margin widening or a failed probe; counted from when sending resumed after its pause).
   std::uint64_t stale_congestion() const noexcept { return stale_; }
   /// Congestion signals at a confirmed level that widened the pacing margin instead of cutting the rate.
   std::uint64_t margin_widenings() const noexcept { return widenings_; }
@@ -336,7 +338,9 @@ class basic_adaptive_rate {
   double margin(time_point t) const noexcept { return holding() ? margin_.margin(t) : 0.0; }
   /// The hold now: how long the rate stays at a level found before probing above it.
   std::chrono::nanoseconds hold() const noexcept { return std::chrono::nanoseconds(hold_ns_); }
-  /// The highest rate sent at for two measuring windows without congestion since the latest cut (0: none).
+  /// The highest rate sent at for two measuring windows without congestion (0: none yet), lowered to the
+  /// rate of any congestion above which it would otherwise stay; congestion at or below it widens the
+  /// margin instead of cutting.
   double confirmed_rate() const noexcept { return confirmed_; }
   /// The options in force (as validated at construction).
   const options& get_options() const noexcept { return options_; }
@@ -434,7 +438,11 @@ class basic_adaptive_rate {
   // The curve's start that puts `resume` at the beginning of the hold (K seconds in).
   std::int64_t restart_holding(std::int64_t resume) const noexcept {
     if (resume == std::numeric_limits<std::int64_t>::max()) return resume;
-    return resume - static_cast<std::int64_t>(std::ceil(k_ * 1e9));
+    // Saturating: K is a double that a tiny `scale` makes huge.
+    const double k_ns = std::ceil(k_ * 1e9);
+    constexpr double limit = 4.0e18;  // |resume| and k_ns both below it: their difference fits
+    if (k_ns < limit && resume > -static_cast<std::int64_t>(limit)) return resume - static_cast<std::int64_t>(k_ns);
+    return std::numeric_limits<std::int64_t>::min();
   }
 
   // Congestion at a confirmed level: the margin widens, the rate drops to the new level and holds there

@@ -23,7 +23,12 @@ struct pacing_margin_options {
   /// 3 % slower pace), so that sends 20 ms apart gain 0.625 ms, more than loopback's own jitter.
   double step = 1.0 / 32;
   /// The widest margin, in [step, 8]. Default 1: the pace never drops below half the rate on this account.
+  /// 0 turns the margin off: refusals change nothing (`step` and `initial` are then not used).
   double max = 1;
+  /// How much a fresh refusal widens the margin: it is multiplied by `growth` (at least to `step`), in
+  /// (1, 4]. Default 1.5: the margin learned is at most 1.5 times what the jitter needs, so a pace within
+  /// 0.96 of the best one the jitter allows, for a few more refusals while learning than doubling takes.
+  double growth = 1.5;
   /// How fast the margin is forgotten: it halves every `half_life` without a refusal, > 0. Default 60 s,
   /// so that a jitter that lasts costs about one refusal a minute, not one every few seconds.
   std::chrono::nanoseconds half_life = std::chrono::seconds(60);
@@ -40,14 +45,15 @@ struct pacing_margin_options {
 /// would have cost.
 ///
 /// The rule:
-/// - a refusal (429, or 503 with Retry-After) of a request sent after the latest widening doubles the
-///   margin, to at least `step` and at most `max` (RFC 6298 section 5.5 doubles a retransmission timeout
-///   the same way); a refusal of a request sent before it reports on the old pace and changes nothing
-///   (RFC 5681's one reduction per window of data);
+/// - a refusal (429, or 503 with Retry-After) of a request sent after the latest widening multiplies the
+///   margin by `growth`, to at least `step` and at most `max` (a multiplicative backoff, as RFC 6298
+///   section 5.5 backs off a retransmission timeout, with a smaller factor so that the margin learned
+///   overshoots what the jitter needs by at most that factor); a refusal of a request sent before it
+///   reports on the old pace and changes nothing (RFC 5681's one reduction per window of data);
 /// - between refusals the margin decays exponentially, halving every `half_life`, so that the client
 ///   forgets a jitter that has gone, slowly: with a steady jitter it pays about one refusal per half-life
-///   (one Retry-After pause a minute by default) and a pace `1 + m` times slower, with m at most twice what
-///   the jitter needs;
+///   (one Retry-After pause a minute by default) and a pace `1 + m` times slower, with m at most `growth`
+///   times what the jitter needs;
 /// - without jitter (no refusals) the margin stays at `initial`: the default costs nothing.
 ///
 /// The margin is a share of the interval, so it is the same for a stage charged by requests or by tokens.
@@ -72,7 +78,9 @@ class basic_pacing_margin {
   /// @throws std::invalid_argument naming the field and the value if an option is outside its range (NaN and
   /// infinities included).
   basic_pacing_margin(const options& o, time_point now)
-      : options_(validated(o)), widened_ns_(detail::to_ns(now)), at_widening_(o.initial) {}
+      : options_(validated(o)), widened_ns_(detail::to_ns(now)), at_widening_(o.max == 0 ? 0 : o.initial) {
+    if (options_.max == 0) options_.initial = options_.step = 0;
+  }
 
   /// The margin at t: the latest widening's margin, halved every half_life since; `initial` once that is
   /// within step / 1024 of it (so a margin is forgotten after log2(1024 x max / step) half-lives at most).
@@ -81,23 +89,24 @@ class basic_pacing_margin {
     const double halvings = static_cast<double>(since) / static_cast<double>(options_.half_life.count());
     const double decayed = at_widening_ * std::exp2(-halvings);
     // Within a thousandth of the step of `initial`, the margin is forgotten (an exponential never gets there).
-    return decayed - options_.initial < options_.step / 1024 ? options_.initial : decayed;
+    return decayed - options_.initial <= options_.step / 1024 ? options_.initial : decayed;
   }
 
   /// `rate / (1 + margin(t))`: the rate to pace at, for a quota of `rate` (any unit per second).
   double paced_rate(double rate, time_point t) const noexcept { return rate / (1.0 + margin(t)); }
 
   /// The server refused a request sent at `sent`, seen at `now`. Unless it was sent before the latest
-  /// widening, the margin doubles (to at least `step`, at most `max`) from `now` on.
+  /// widening, the margin grows by `growth` (to at least `step`, at most `max`) from `now` on.
   /// @returns true if the margin widened; false if the refusal was stale or the margin was at `max` (whose
   /// decay then starts again from `now`).
   bool on_refused(time_point sent, time_point now) {
+    if (options_.max == 0) return false;  // off
     if (detail::to_ns(sent) < widened_ns_ && widenings_ > 0) {
       ++stale_;
       return false;
     }
     const double before = margin(now);
-    const double next = std::min(options_.max, std::max(options_.step, 2 * before));
+    const double next = std::min(options_.max, std::max(options_.step, options_.growth * before));
     widened_ns_ = std::max(widened_ns_, detail::to_ns(now));
     at_widening_ = next;  // at `max`, this restarts its decay
     if (!(next > before)) return false;
@@ -122,8 +131,10 @@ class basic_pacing_margin {
   static const options& validated(const options& o) {
     using detail::show;
     check(o.max >= 0 && o.max <= 8, "max must be in [0, 8] (a share of the pacing interval)", show(o.max));
+    if (o.max == 0) return o;  // off
     check(o.step > 0 && o.step <= o.max, "step must be in (0, max]", show(o.step));
     check(o.initial >= 0 && o.initial <= o.max, "initial must be in [0, max]", show(o.initial));
+    check(o.growth > 1 && o.growth <= 4, "growth must be in (1, 4]", show(o.growth));
     check(o.half_life.count() > 0, "half_life must be > 0", show(o.half_life));
     return o;
   }

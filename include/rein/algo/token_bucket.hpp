@@ -176,9 +176,9 @@ class basic_token_bucket {
   /// holds now: a provider whose bucket refills continuously, such as OpenAI's and Anthropic's).
   ///
   /// It never raises what the bucket admits: a hint that allows more than the balance plus what the rate adds
-  /// until the reset changes nothing. A hint for a later (or the same) reset replaces the cap in force (the
-  /// provider's newer count, which within a window only goes down); one for an earlier reset can only lower
-  /// it. Takes, reservations and charges before the reset count against the cap; refunds give back to it.
+  /// until the reset changes nothing, and while a cap is in force a hint can only lower it (to its count,
+  /// keeping the later of the two resets). Takes, reservations and charges before the reset count against
+  /// the cap; refunds give back to it, never above the count it was set to.
   ///
   /// @param remaining   units the provider will still admit before its reset, >= 0
   /// @param reset_after time from t until the provider's count resets, >= 0 (a reset already past is 0)
@@ -196,21 +196,25 @@ class basic_token_bucket {
       commit(remaining * unit(), now);
       return true;
     }
-    // What the bucket alone would admit until the reset: its balance plus the rate's refill, at most.
+    // What the bucket alone would admit until the reset: its balance plus the rate's refill, at most. In
+    // whole tokens first, so that remaining * unit() below cannot overflow.
     const int128 arrived = int128(reset_after.count()) * fraction_.tokens;
-    if (int128(remaining) * unit() >= units + arrived) return false;
-    const std::int64_t until = reset_after.count() > std::numeric_limits<std::int64_t>::max() - now
-                                   ? std::numeric_limits<std::int64_t>::max()
-                                   : now + reset_after.count();
-    if (until >= cap_until_ns_ || now >= cap_until_ns_) {
-      cap_until_ns_ = until;
+    if (remaining > capacity_ + arrived / unit() || int128(remaining) * unit() >= units + arrived) return false;
+    const int128 end = int128(now) + reset_after.count();
+    const std::int64_t until = end > std::numeric_limits<std::int64_t>::max() ? std::numeric_limits<std::int64_t>::max()
+                                                                              : static_cast<std::int64_t>(end);
+    if (now < cap_until_ns_) {
+      // A cap in force: a hint can only lower it (another reset's count, or one that arrived out of order,
+      // cannot be told apart from this one's, so the lower count and the later end are kept).
+      if (remaining >= cap_left_) return false;
       cap_left_ = remaining;
-    } else if (remaining < cap_left_) {
-      cap_left_ = remaining;
+      cap_given_ = std::min(cap_given_, remaining);
+      cap_until_ns_ = std::max(cap_until_ns_, until);
     } else {
-      return false;
+      cap_until_ns_ = until;
+      cap_left_ = cap_given_ = remaining;
     }
-    last_ns_ = now;
+    commit(units, now);
     return true;
   }
 
@@ -232,7 +236,7 @@ class basic_token_bucket {
     const int128 units = units_at(now);
     const int128 room = full() - units;
     commit(n >= detail::ceil_div(room, unit()) ? full() : units + n * unit(), now);
-    if (now < cap_until_ns_) cap_left_ = n > std::numeric_limits<std::int64_t>::max() - cap_left_ ? cap_left_ : cap_left_ + n;
+    if (now < cap_until_ns_) cap_left_ = cap_left_ + std::min(n, cap_given_ - std::min(cap_left_, cap_given_));
   }
 
   /// Changes the rate from time t on: tokens up to t arrive at the old rate, later ones at the new one
@@ -368,6 +372,7 @@ class basic_token_bucket {
   // A provider's cap (limit_remaining): at most cap_left_ more tokens before cap_until_ns_.
   std::int64_t cap_until_ns_ = std::numeric_limits<std::int64_t>::min();
   std::int64_t cap_left_ = 0;
+  std::int64_t cap_given_ = 0;  // the count the cap was set to: refunds never lift it above
 };
 
 /// The token bucket on `std::chrono::steady_clock`.
