@@ -4,11 +4,12 @@
 // honour for the whole host. What the client must not do is keep causing those refusals: each rate stage
 // learns a pacing margin from them (rein::algo::basic_pacing_margin). Real time, with margins.
 #include "support/catch.hpp"
-#include "support/delay_proxy.hpp"
 #include "support/hosts.hpp"
 #include "support/nginx.hpp"
 
-#if REIN_HTTP_LOAD_AVAILABLE
+#if REIN_HTTP_LOAD_AVAILABLE  // Boost.Beast: Boost.Asio builds only
+
+#include "support/delay_proxy.hpp"
 
 #include <rein/keyed.hpp>
 #include <rein/quota_gate.hpp>
