@@ -274,13 +274,15 @@ constexpr std::string_view next_part(std::string_view& s, char separator) noexce
   return detail::retry_after::trim(part);
 }
 
-// `key=value` of a parameter or dictionary member; the key empty if there is no `=`.
+// `key=value` of a parameter or dictionary member; the key empty if there is no `=` before any quote (a
+// quoted item such as `"a=b"` is a name, not a key).
 struct key_value {
   std::string_view key, value;
 };
 
 constexpr key_value split_key(std::string_view part) noexcept {
   const std::size_t eq = part.find('=');
+  if (eq != std::string_view::npos && part.find('"') < eq) return {{}, part};
   if (eq == std::string_view::npos) return {{}, part};
   return {detail::retry_after::trim(part.substr(0, eq)), detail::retry_after::trim(part.substr(eq + 1))};
 }
@@ -326,14 +328,14 @@ inline std::optional<std::chrono::nanoseconds> seconds_of(std::optional<std::int
 inline std::optional<std::int64_t> policy_quota(std::optional<std::string_view> field, std::string_view name) noexcept {
   if (!field) return std::nullopt;
   std::string_view rest = *field;
-  std::optional<std::int64_t> first;
+  std::optional<std::optional<std::int64_t>> first;
   ietf_member unused;
   while (!rest.empty()) {
     const ietf_member policy = read_member(next_part(rest, ','), unused);
     if (!name.empty() && policy.name == name) return policy.quota;
     if (!first) first = policy.quota;
   }
-  return name.empty() ? first : std::nullopt;
+  return name.empty() && first ? *first : std::nullopt;
 }
 
 // The IETF fields: the `RateLimit` list (the member with the fewest remaining units), the older dictionary

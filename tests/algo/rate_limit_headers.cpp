@@ -359,6 +359,12 @@ TEST_CASE("IETF RateLimit fields: the list form, the fewest remaining counts", "
   CHECK(quoted.requests.remaining == opt_count{5});
   CHECK(quoted.requests.reset_after == opt_ns{1s});
   CHECK(quoted.requests.limit == std::nullopt);
+  // Nor does an `=` inside a quoted name make it a dictionary member.
+  const rein::upstream_response equals =
+      rein::read_response(200, map_lookup{{{"ratelimit", "\"a=b\";r=4;t=2"}, {"ratelimit-policy", "\"a=b\";q=8;w=2"}}}, now);
+  CHECK(equals.requests.remaining == opt_count{4});
+  CHECK(equals.requests.reset_after == opt_ns{2s});
+  CHECK(equals.requests.limit == opt_count{8});
 }
 
 TEST_CASE("IETF RateLimit fields: the older dictionary and separate-field forms", "[rate_limit_headers][dialect]") {
@@ -367,6 +373,14 @@ TEST_CASE("IETF RateLimit fields: the older dictionary and separate-field forms"
   CHECK(dictionary.requests.remaining == opt_count{50});
   CHECK(dictionary.requests.reset_after == opt_ns{30s});
   CHECK(dictionary.requests.limit == opt_count{100});
+  // A nameless count takes the first policy's quota, even when that policy states none.
+  const rein::upstream_response first_policy = rein::read_response(
+      200, map_lookup{{{"ratelimit", "limit=100, remaining=50, reset=30"}, {"ratelimit-policy", "w=60, 100;w=60"}}}, now);
+  CHECK(first_policy.requests.limit == opt_count{100});  // the dictionary's own limit
+  const rein::upstream_response no_limit = rein::read_response(
+      200, map_lookup{{{"ratelimit", "remaining=50, reset=30"}, {"ratelimit-policy", "\"x\";w=60, 100;w=60"}}}, now);
+  CHECK(no_limit.requests.remaining == opt_count{50});
+  CHECK(no_limit.requests.limit == std::nullopt);  // the first policy states no quota
   const rein::upstream_response separate = rein::read_response(
       200,
       map_lookup{{{"ratelimit-limit", "10, 10;w=1, 1000;w=3600"}, {"ratelimit-remaining", "0"}, {"ratelimit-reset", "2"}}},
