@@ -276,11 +276,11 @@ class basic_token_bucket : public basic_rate_limiter<algo::basic_token_bucket<Cl
   // the interval (so that the decay does not re-time the waiters at every call); stops learning once the
   // margin is back at its initial value. Under the limiter's lock.
   void pace(limit_type& b, time_point now) {
-    const double paced = margin_.paced_rate(quota_, now);
-    if (std::fabs(paced - b.rate()) > b.rate() / 1024 || margin_.margin(now) <= margin_.get_options().initial) {
-      b.set_rate(paced, now);
-    }
-    if (margin_.margin(now) <= margin_.get_options().initial) learning_.store(false, std::memory_order_relaxed);
+    const double margin = margin_.margin(now);
+    const bool settled = margin <= margin_.get_options().initial;
+    const double paced = quota_ / (1.0 + margin);
+    if (std::fabs(paced - b.rate()) > b.rate() / 1024 || settled) b.set_rate(paced, now);
+    if (settled) learning_.store(false, std::memory_order_relaxed);
   }
 
   // The quota as set and the margin learned, guarded by the limiter's lock (written in update, read in
