@@ -329,7 +329,7 @@ class basic_tuned_aimd {
     const double tolerance = *options_.tolerance;
     if (options_.median_window != 0 && noisy(s, latency, tolerance)) return judge_median(s, tolerance);
     if (const auto base = baseline()) {
-      if (latency > detail::allowed_latency(*base, tolerance, options_.noise_floor)) {
+      if (latency > detail::allowed_latency(*base, tolerance, scale_.floor(options_.noise_floor, s.work))) {
         // A slow call joins the baseline only if it was granted at the floor, where the limit can do no
         // more: there, a dependency that became slower for good becomes the new normal.
         if (static_cast<double>(s.in_flight) <= limit_.min()) baseline_.push(judged->count());
