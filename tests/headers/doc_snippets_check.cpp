@@ -1,8 +1,10 @@
 // CTest test doc_snippets: every code block in a doc comment under include/ (/// ``` ... /// ```) and every
-// C++ block of README.md (```cpp ... ```) is followed by a line "(From <file>..." naming a compiled example
-// or test (in the README the file name may be in backquotes), and each of its lines is found in that file
-// (leading and repeated spaces ignored), so a snippet cannot drift from the code that compiles it.
-//   doc_snippets_check <source dir>     (the checkout: include/, README.md and the named files are read there)
+// C++ block (```cpp ... ```) of README.md and of each docs/*.md page is followed by a line "(From <file>..."
+// naming a compiled example or test (in Markdown the file name may be in backquotes), and each of its lines
+// is found in that file (leading and repeated spaces ignored), so a snippet cannot drift from the code that
+// compiles it.
+//   doc_snippets_check <source dir>     (the checkout: include/, README.md, docs/ and the named files are read
+//                                        there)
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -35,7 +37,7 @@ std::vector<std::string> read_lines(const fs::path& path) {
 }
 
 // A line's text inside a block: for a header, what follows "///" (and one space), false for a line that is
-// not a doc comment; for the README, the line itself.
+// not a doc comment; for a Markdown page, the line itself.
 bool block_text(const std::string& line, bool header, std::string& text) {
   if (!header) {
     text = line;
@@ -115,10 +117,17 @@ int main(int argc, char** argv) {
   counts n;
   for (const auto& header : headers) check_file(root, header, true, n);
   const int header_blocks = n.blocks;
-  check_file(root, root / "README.md", false, n);
+  std::vector<fs::path> pages{root / "README.md"};
+  std::vector<fs::path> guides;
+  for (const auto& entry : fs::directory_iterator(root / "docs"))
+    if (entry.path().extension() == ".md") guides.push_back(entry.path());
+  std::sort(guides.begin(), guides.end());
+  pages.insert(pages.end(), guides.begin(), guides.end());
+  for (const auto& page : pages) check_file(root, page, false, n);
   const int blocks = n.blocks;
   const int failures = n.failures;
-  std::printf("%d code blocks in doc comments and %d in README.md; %d lines not found in their sources\n",
-              header_blocks, blocks - header_blocks, failures);
+  std::printf("%d code blocks in doc comments and %d in README.md and docs/*.md (%zu pages); "
+              "%d lines not found in their sources\n",
+              header_blocks, blocks - header_blocks, pages.size(), failures);
   return failures == 0 && header_blocks > 0 ? 0 : 1;
 }
