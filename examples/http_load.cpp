@@ -16,7 +16,7 @@
 // --no-gate ignores Retry-After; --no-limit sends as fast as the workers go (no gate either). --metrics serves
 // every limiter on /metrics for Prometheus during the run (built with the rein::prometheus component).
 // tests/integration/nginx.conf.in is an nginx with a limit_req of 200/s (/rate) and a limit_conn of 8 (/conn)
-// to run it against; the README shows how.
+// to run it against; docs/adaptive.md shows how.
 #include "http_load.hpp"
 #include "usage.hpp"
 

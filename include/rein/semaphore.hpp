@@ -60,15 +60,15 @@ struct semaphore_options {
   std::size_t max_waiters = std::numeric_limits<std::size_t>::max();
 
   /// Whether waits are timed for snapshot().wait_total and wait_max. Timing costs two Clock::now() calls
-  /// per acquire that has to wait (none when granted at once); the README's benchmark table gives their
-  /// cost next to a contended handoff. false: both fields stay zero, an acquire reads the clock only for its
-  /// own deadline, and a release only while some waiter has a deadline. Default: true.
+  /// per acquire that has to wait (none when granted at once); the semaphore table of docs/benchmarks.md
+  /// gives their cost next to a contended handoff. false: both fields stay zero, an acquire reads the clock
+  /// only for its own deadline, and a release only while some waiter has a deadline. Default: true.
   bool measure_wait = true;
 
   /// Whether waits are timed on the kernel's coarse monotonic clock (Linux's CLOCK_MONOTONIC_COARSE, the
   /// time of the last tick of the clock std::chrono::steady_clock reads) instead of Clock::now(). Its reads
   /// cost a fraction of a precise read's, which takes wait timing from a tenth or more of a contended
-  /// handoff to a few percent (README, "Benchmarks"), at the tick's resolution,
+  /// handoff to a few percent (docs/benchmarks.md, "Timing the waits"), at the tick's resolution,
   /// rein::coarse_wait_resolution() (1 to 10 ms, by the kernel's tick rate): both ends of a wait are read
   /// on the coarse clock, so each wait reads as a whole number of ticks, off by less than one; one shorter
   /// than a tick reads as 0 or one tick. Over many waits the errors cancel out (the tick's phase is

@@ -420,7 +420,7 @@ class limiter_core final : public permit_source,
     std::shared_ptr<limiter_core> last;  // the core's own reference after shutdown: dropped after the unlock
     line_lock lock(*this);
     // More permits back than were handed out: a permit given back twice (GCC 12 destroys a co_await's result
-    // twice inside a conditional expression; see the README).
+    // twice inside a conditional expression; see docs/building.md).
     assert(holders_ != 0);
     --holders_;
     if constexpr (partitionable) {
