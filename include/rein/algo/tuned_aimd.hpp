@@ -75,7 +75,8 @@ struct tuned_aimd_options {
   /// seeds 1-100). With a work hint per call the per-call rule needs no median (see `basic_sample::work`).
   std::size_t median_window = 0;
   /// true: a congestion outcome counts only when failures come faster than the rate learned so far
-  /// (`detail::failure_baseline`): 1-5 % of calls failing at random, whatever the limit, is not congestion.
+  /// (`detail::failure_baseline`, at least 15 %): 1-5 % of calls failing at random, whatever the limit, is
+  /// not congestion.
   /// false: every congestion outcome is (the textbook rule).
   bool learn_failure_rate = true;
   /// Jitter that does not scale with the latency, in nanoseconds; >= 0 (0: none). A success is congestion only when
@@ -174,7 +175,8 @@ class rolling_median {
 /// - Baseline: the `baseline_quantile` of the latencies of the last `window` uncongested successes (this one
 ///   included); slow calls join it only when granted at the floor, where a dependency that became slower for
 ///   good becomes the new normal. A success slower than `baseline x tolerance` is congestion; so is every
-///   `congestion` outcome. No judgement and no growth before `min_samples` successes.
+///   `congestion` outcome that `learn_failure_rate` counts. No judgement and no growth before `min_samples`
+///   successes.
 /// - At most one decrease per round trip (see `hold`); congestion inside the hold changes nothing (it neither
 ///   cuts nor grows). A congestion outcome multiplies the limit by `backoff`. A slow success of a call granted
 ///   with n calls out (n at most the limit) cuts to `n - floor(latency / baseline - 1)`: each call queued
