@@ -87,7 +87,10 @@ struct adaptive_rate_options {
 /// - success at time t: `rate = scale * (t - t_decrease - K)^3 + W`, concave up to W (reached K seconds after
 ///   the decrease), then convex beyond it, probing for more;
 /// - before any congestion, slow start: `initial_rate * 2^((t - t_start) / measure_interval)`; without it,
-///   `initial_rate + scale * (t - t_start)^3` (W = initial_rate, K = 0);
+///   `initial_rate + scale * (t - t_start)^3` (W = initial_rate, K = 0); the first congestion out of slow
+///   start, from a client using its allowance (the bucket not full), takes W as the curve's rate when the
+///   refused request was sent (capped by the rate), not the sending rate: that rate was past the quota, while the sending rate, averaged over windows in which the
+///   rate doubles, lags it by up to half and would leave the level held well below the quota;
 /// - the rate stays in [min_rate, max_rate], and a success never raises it above max(rate, max_growth x
 ///   the sending rate), and never lowers it.
 ///
@@ -279,8 +282,7 @@ class basic_adaptive_rate {
       return false;
     }
     const bool paused = pause.count() > 0;
-    const auto sending = sending_rate(t);
-    const double w = sending ? std::min(rate_, *sending) : rate_;
+    const double w = congested_rate(sent, t);
     const std::int64_t resume = paused && pause.count() < std::numeric_limits<std::int64_t>::max() - t
                                     ? t + pause.count()
                                 : paused ? std::numeric_limits<std::int64_t>::max()
@@ -397,6 +399,19 @@ class basic_adaptive_rate {
     if (!measured_) return std::nullopt;
     const auto partial = window_rate();
     return partial ? std::max(*measured_, *partial) : *measured_;
+  }
+
+  // W: the rate the client was sending at when a request sent at `sent` met congestion: the sending rate,
+  // capped by the rate. In slow start, while the client uses its allowance (the bucket is not full), the
+  // curve's rate when that request was sent: the refusal says that rate was past the quota, while the
+  // sending rate, averaged over windows in which the rate doubles, lags it by up to half.
+  double congested_rate(time_point sent, std::int64_t now) const {
+    const bool saturating = bucket_.tokens(at(now)) < static_cast<double>(bucket_.capacity());
+    if (decreases_ == 0 && options_.slow_start && saturating) {
+      return std::min(rate_, curve(std::clamp(detail::to_ns(sent), epoch_ns_, now)));
+    }
+    const auto sending = sending_rate(now);
+    return sending ? std::min(rate_, *sending) : rate_;
   }
 
   double curve(std::int64_t now) const noexcept {
