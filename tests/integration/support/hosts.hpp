@@ -149,6 +149,16 @@ inline void print_hosts(const char* title, const std::vector<host_spec>& hosts, 
   std::fflush(stdout);
 }
 
+/// Prints each second's 2xx/429 counts of one host over [0, seconds): where a run lost its quota.
+inline void print_seconds(const host_result& x, int seconds) {
+  for (int s = 0; s < seconds; ++s) {
+    std::printf("%d:%llu/%llu ", s, static_cast<unsigned long long>(x.ok_rate(s, s + 1)),
+                static_cast<unsigned long long>(x.refused(s, s + 1)));
+  }
+  std::printf("\n");
+  std::fflush(stdout);
+}
+
 }  // namespace rein_test
 
 #endif
