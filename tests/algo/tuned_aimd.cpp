@@ -502,3 +502,39 @@ TEST_CASE("tuned_aimd: a work hint judges latency per unit of work; 0 is no judg
   CHECK(refused(std::numeric_limits<double>::quiet_NaN()).find("work must be >= 0 and finite") != std::string::npos);
   CHECK(refused(std::numeric_limits<double>::infinity()).find("work must be >= 0 and finite") != std::string::npos);
 }
+
+TEST_CASE("tuned_aimd: the noisy rule reads a wide spread at one level as noise and a doubling as a queue") {
+  tuned_aimd_options o;
+  o.initial_limit = 8;
+  o.median_window = 200;
+  tuned_aimd t{o};
+  // Each call's own payload, 2 to 16 ms in steps of 2 (a fixed LCG), whatever the calls out: no queue. The
+  // per-call rule cuts on the first ones (16 ms against a fastest tenth of 2 ms); once the spread within a
+  // level is seen, the noisy rule forgets those cuts and grows by its step test, cutting a call now and then.
+  std::chrono::milliseconds now{0};
+  std::uint32_t lcg = 1;
+  const auto payload = [&] {
+    lcg = lcg * 1664525u + 1013904223u;
+    return std::chrono::milliseconds{2 + 2 * static_cast<int>((lcg >> 16) % 8)};
+  };
+  for (int i = 0; i < 800; ++i) {
+    now += 1ms;
+    t.on_sample(ok(payload(), now, rein::algo::admitted(t.limit())));
+  }
+  CHECK(t.limit() >= 16.0);  // the per-call rule alone: 1
+  // The same payloads, every one twice as long (a queue of one call): a cut within 30 calls.
+  const std::uint64_t cuts = t.decreases();
+  for (int i = 0; i < 30 && t.decreases() == cuts; ++i) {
+    now += 1ms;
+    t.on_sample(ok(2 * payload(), now, rein::algo::admitted(t.limit())));
+  }
+  CHECK(t.decreases() == cuts + 1);
+
+  tuned_aimd per_call{tuned_aimd_options{.initial_limit = 8}};
+  lcg = 1;
+  for (int i = 0; i < 800; ++i) {
+    now += 1ms;
+    per_call.on_sample(ok(payload(), now, rein::algo::admitted(per_call.limit())));
+  }
+  CHECK(per_call.limit() < 2.0);
+}

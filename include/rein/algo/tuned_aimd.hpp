@@ -58,21 +58,30 @@ struct tuned_aimd_options {
   /// floor: with +-20 % jitter the fastest tenth sit at about 0.84 x the base and the slowest unqueued call
   /// at 1.2 x (1.43 x the baseline, below 1.5), while a call queued behind another one at least doubles
   /// (1.6 x the base even at -20 %). Must stay below 2 for an upstream whose latency steps in
-  /// multiples of its base. Wider spreads (payload-shaped latency) switch to the median rule (see
+  /// multiples of its base. Wider spreads (payload-shaped latency) can switch to the noisy rule (see
   /// `median_window`). Unset (`std::nullopt`): latency is not judged at all, only congestion outcomes count
   /// (a dependency that refuses calls past a limit without getting slower), and growth needs no baseline.
   std::optional<double> tolerance = 1.5;
-  /// The median rule, for a dependency whose unqueued latencies spread wider than `tolerance` (their 90th
-  /// percentile above `tolerance x` their 10th, as when latency follows the payload): one slow call then says
-  /// nothing, since an unqueued long answer is as slow as a queued short one. Instead a queue is a rise of the
-  /// median of the last `median_window` latencies over the median of the unqueued ones, more than
-  /// `tolerance` allows (Netflix Gradient2 compares a short-window latency with a long-window one the same
-  /// way); a queue behind one call doubles every call, payload noise moves the median of 32 little (a
-  /// lognormal with a CV of 1: about +-20 %). 0 (the default): off, every call is judged on its own; else in
-  /// [4, 1000], 32 a reasonable choice. Off by default because it is not good enough yet: on the grown family
-  /// (`adaptive_family --shapes`, payload spreads without work hints) it keeps 0.25-0.46 of the oracle's
-  /// throughput where the per-call rule keeps 0.03, but lets calls fail past the hard cap (194 calls over
-  /// seeds 1-100). With a work hint per call the per-call rule needs no median (see `basic_sample::work`).
+  /// The noisy rule, for a dependency whose unqueued latencies spread wider than `tolerance` (as when latency
+  /// follows the payload): one slow call then says nothing, since an unqueued long answer is as slow as a
+  /// queued short one. It takes over once latencies granted at the same in-flight level spread wider than
+  /// `tolerance` (their 90th percentile over their 10th; a queue moves a level's calls together, a payload each
+  /// on its own), forgets the cuts made before as noise, and then judges how latency moves with the calls in
+  /// flight, not one call: a queue of one call doubles every call behind it, so at least 80 % of them land
+  /// above the median of the unqueued latencies, against half without a queue. A sign CUSUM (Page 1954) on
+  /// "above the median of the last `median_window` unqueued latencies" tells the two apart within a few
+  /// round trips whatever the payload's distribution; an alarm cuts by the queue it shows (at least a call,
+  /// at most `backoff`), and growth is a step test: a round trip of calls at the limit without an alarm, then
+  /// 15 % or a call (next to the level that last alarmed, one call after four round trips). Netflix Gradient2
+  /// compares a short-window latency with a long-window one in the same spirit; a sign test is used because
+  /// a mean or a median of a few heavy-tailed latencies (bimodal, lognormal) alarms on noise.
+  /// 0 (the default): off, every call is judged on its own; else in [4, 1000], the reference's size (200 a
+  /// reasonable choice). Measured on the grown family (`adaptive_family --shapes`, payload shapes without work
+  /// hints, seeds 1-100) with 200: 0.25-0.50 of the oracle's throughput in the worst seed, 0.62-0.71 median,
+  /// where the per-call rule keeps 0.03 / 0.05; no call failed by the load; today's family and its noise-only
+  /// upstreams are unchanged (the spread never reads as wide there). Off by default until it meets 0.8; it
+  /// does not change latencies with a work hint (their spread per unit of work is narrow), and with a hint
+  /// the per-call rule keeps 0.83-0.89 (see `basic_sample::work`).
   std::size_t median_window = 0;
   /// true: a congestion outcome counts only when failures come faster than the rate learned so far
   /// (`detail::failure_baseline`, at least 15 %): 1-5 % of calls failing at random, whatever the limit, is
@@ -195,6 +204,9 @@ class rolling_median {
 ///   slows every call that enters while it is inside, so a probe that kept the higher limit for the round
 ///   trip until its verdict slowed a round trip of calls; now a futile probe slows one, and growth past a
 ///   level found again overshoots by at most about as far as it has already climbed.
+/// - With `median_window` set, latencies that spread wider than `tolerance` within one in-flight level hand
+///   the judgement to the noisy rule (see `median_window`): a sign CUSUM against the median of the unqueued
+///   latencies, and a step test for growth.
 /// - `ignored` changes nothing and is not part of the baseline.
 ///
 /// @tparam Clock supplies the `time_point` of samples; time is only compared, never read.
@@ -216,7 +228,7 @@ class basic_tuned_aimd {
   /// @throws std::invalid_argument naming the field and value if `o` is invalid.
   explicit basic_tuned_aimd(const options& o = {})
       : options_{validated(o)}, limit_{o.min_limit, o.initial_limit, o.max_limit}, baseline_{o.window},
-        slow_start_{o.slow_start}, probe_{o.increase} {}
+        slow_start_{o.slow_start}, probe_{o.increase}, reference_{std::max<std::size_t>(o.median_window, 1)} {}
 
   /// The current limit, in calls (fractional; a call is admitted while in flight < floor(limit)). While a probe
   /// call is out, one call below the whole call it tests (see the class).
@@ -254,7 +266,9 @@ class basic_tuned_aimd {
   /// @throws std::invalid_argument naming the field and value if `o` is invalid.
   void set_options(const options& o) {
     validated(o);
-    if (o.window != options_.window) baseline_.resize(o.window);  // the only step that can throw
+    if (o.window != options_.window) baseline_.resize(o.window);  // the steps that can throw
+    if (o.median_window != options_.median_window) reference_.resize(std::max<std::size_t>(o.median_window, 1));
+    if (o.median_window == 0) wide_ = false;
     if (o.increase != options_.increase) probe_ = o.increase;
     if (!o.slow_start) slow_start_ = false;
     options_ = o;
@@ -278,6 +292,7 @@ class basic_tuned_aimd {
       return;
     }
     if (v == verdict::slow) return;
+    if (wide_ && v == verdict::fast) return grow_wide(s);
     if (v == verdict::fast || !options_.tolerance) grow(s);  // no growth before the baseline can tell a slow call
   }
 
@@ -345,46 +360,110 @@ class basic_tuned_aimd {
     return baseline() ? verdict::fast : verdict::unjudged;
   }
 
-  // Records the latency for the median rule and says whether unqueued latencies spread wider than the
-  // tolerance (their 90th percentile above `tolerance x` their 10th), so that one call cannot tell a queue.
-  // The unqueued ones: calls outside a round trip whose median shows a queue; of the calls the per-call rule
-  // finds slow, only those granted after the latest cut at or below the level it found, which no queue
-  // explains. So a queue (today's shapes) keeps the per-call rule, and payload noise switches to the median.
+  // The noisy rule (`median_window`). Records the latency and says whether latencies spread wider than the
+  // tolerance within one in-flight level (their 90th percentile above `tolerance x` their 10th, each latency
+  // over the median of the last 8 granted at its level, from the third on): a queue moves every call granted
+  // at a level together, payload noise moves each on its own. Then a one-sided CUSUM (Page 1954) on signs: a
+  // latency above the reference (the median of the last `median_window` unqueued latencies, plus 10 %) adds
+  // ln(0.8 / 0.5), any other subtracts ln(0.5 / 0.2); alarm past 3. That is the log-likelihood ratio of "at
+  // least 80 % of calls above the unqueued median" (a queue of one call doubles every call behind it; even
+  // a lognormal payload of CV 1 then puts 80 % above) against "half", whatever the payload's distribution, so
+  // a heavy tail (bimodal, lognormal) raises no alarm that a mean would. A run of latencies that falls back
+  // to 0 without an alarm was noise and joins the reference; one that alarms was a queue and does not.
   bool noisy(const sample_type& s, double latency, double tolerance) {
-    recent_.push_back(latency);
-    if (recent_.size() > options_.median_window) recent_.pop_front();
-    median_slow_ = false;
-    if (unqueued_.size() >= options_.min_samples && recent_.size() >= options_.median_window / 2) {
-      std::vector<double> sorted(recent_.begin(), recent_.end());
-      std::nth_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(sorted.size() / 2), sorted.end());
-      recent_median_ = sorted[sorted.size() / 2];
-      median_slow_ = recent_median_ > detail::allowed_latency(unqueued_.median(), tolerance, options_.noise_floor);
-    }
-    if (!median_slow_) unqueued_.push(static_cast<std::int64_t>(latency));
-    // The spread within one in-flight level: a queue moves every call granted at a level together, payload
-    // noise moves each on its own. Each latency over the median of the last calls granted at its level.
     const std::size_t level = std::min<std::size_t>(s.in_flight, 1000);
     if (by_level_.size() <= level) by_level_.resize(level + 1);
     auto& at = by_level_[level];
     at.push_back(latency);
     if (at.size() > 8) at.pop_front();
-    std::vector<double> sorted(at.begin(), at.end());
-    std::nth_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(sorted.size() / 2), sorted.end());
-    spread_.push(static_cast<std::int64_t>(1e6 * latency / sorted[sorted.size() / 2]));
-    return spread_.size() >= 100 && spread_.quantile(0.9) > tolerance * spread_.quantile(0.1);
+    if (at.size() >= 3) {  // one or two calls at a level are their own median
+      std::vector<double> sorted(at.begin(), at.end());
+      std::nth_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(sorted.size() / 2), sorted.end());
+      spread_.push(static_cast<std::int64_t>(1e6 * latency / sorted[sorted.size() / 2]));
+    }
+    const bool wide = spread_.size() >= spread_samples && spread_.quantile(0.9) > tolerance * spread_.quantile(0.1);
+    if (!wide_) seen_ = std::max(seen_, static_cast<double>(s.in_flight));
+    if (wide && !wide_) restart();
+    wide_ = wide;
+
+    alarm_ = false;
+    run_.push_back(latency);
+    if (run_.size() > max_run) run_.pop_front();  // the rise is the median of its newest calls
+    // A call granted at the floor was not queued behind this limiter's calls: it joins the reference with the
+    // run before it, whatever its latency (as the per-call rule's baseline learns at the floor).
+    if (reference_.size() < options_.min_samples || static_cast<double>(s.in_flight) <= limit_.min()) {
+      end_run(true);
+      return wide;
+    }
+    const double typical = reference_.median();
+    cusum_ += latency > typical * 1.1 ? std::log(0.8 / 0.5) : -std::log(0.5 / 0.2);
+    if (cusum_ <= 0.0) {
+      end_run(true);
+    } else if (cusum_ > 3.0) {
+      alarm_ = true;
+      std::vector<double> run(run_.begin(), run_.end());
+      std::nth_element(run.begin(), run.begin() + static_cast<std::ptrdiff_t>(run.size() / 2), run.end());
+      rise_ = run[run.size() / 2] / typical;  // the run's median over the unqueued one
+    }
+    return wide;
   }
 
-  // The median rule: a round trip whose median latency shows a queue cuts by the queue it shows (calls of
-  // the median over the unqueued median, less one), at most once per round trip; anything else is fast.
+  // Ends the run in progress; `noise`: it showed no queue, and its latencies join the reference.
+  void end_run(bool noise) {
+    if (noise)
+      for (const double v : run_) reference_.push(static_cast<std::int64_t>(v));
+    run_.clear();
+    cusum_ = 0.0;
+  }
+
+  // The latencies turned out to spread wider than the per-call rule can judge: the cuts it made so far were
+  // noise, not queues. Forget the levels they found, go back to the most calls granted before (a queue there
+  // raises an alarm within a few round trips), and grow by the step test from here (`grow_wide`).
+  void restart() noexcept {
+    slow_start_ = false;
+    levels_ = detail::level_memory{};
+    probe_ = options_.increase;
+    gap_ = 1.0;
+    next_probe_ = 0.0;
+    probe_call_ = probe_call::none;
+    tested_ = 0;
+    alarmed_at_ = 0.0;
+    limit_.set(std::max(limit_.value(), seen_));
+  }
+
+  // The noisy rule's verdict: an alarm cuts by the queue the run shows (its median over the unqueued one,
+  // less one call), at most once per round trip; inside the hold the evidence is kept for the first sample
+  // after it (growth waits). Anything else is fast.
   verdict judge_median(const sample_type& s, double) {
-    if (!median_slow_) return verdict::fast;
-    const double typical = unqueued_.median();
+    if (!alarm_) return verdict::fast;
+    if (holding(s)) return verdict::slow;
     const double n = std::min(static_cast<double>(s.in_flight), limit_.value());
-    const double queued = typical > 0.0 ? std::floor(recent_median_ / typical - 1.0) : n;
-    if (!holding(s)) recent_.clear();  // the next verdict is on calls after this cut
+    const double queued = std::floor(rise_ - 1.0);
+    alarmed_at_ = n;
+    end_run(false);
     cut(s, std::clamp(n - queued, n * options_.backoff, std::max(n - 1.0, n * options_.backoff)), n - 1.0);
     return verdict::slow;
   }
+
+  // Growth under the noisy rule, a step test: after a round trip of calls granted at the current whole limit
+  // (at least 2, at most `step_samples`) without an alarm, one step up, the growth guard's 15 % or one call,
+  // but not past the call below the level that last alarmed; onto that level, one call after four such round
+  // trips.
+  void grow_wide(const sample_type& s) noexcept {
+    const double whole = std::floor(limit_.value());
+    if (static_cast<double>(s.in_flight) < whole) return;
+    double next = whole + std::max(1.0, std::floor(whole * (1.0 / options_.min_utilisation - 1.0)));
+    const bool near = alarmed_at_ > 0.0 && whole + 1.0 >= alarmed_at_;
+    if (alarmed_at_ > 0.0) next = near ? whole + 1.0 : std::min(next, alarmed_at_ - 1.0);
+    const std::size_t round_trip = std::clamp<std::size_t>(static_cast<std::size_t>(whole), 2, step_samples);
+    if (++tested_ < (near ? 4 : 1) * round_trip) return;
+    tested_ = 0;
+    limit_.set(next);
+  }
+
+  static constexpr std::size_t spread_samples = 12;  // spread ratios before the spread is judged
+  static constexpr std::size_t step_samples = 8;   // calls at the limit per step test, at most
+  static constexpr std::size_t max_run = 1000;  // latencies of one run kept for its rise
 
   // While a probe call is armed or out. The sample after the one that armed it let it in (a completion
   // reports, then releases its slot, and waiting calls take it): from then on the limit holds a call below.
@@ -428,6 +507,7 @@ class basic_tuned_aimd {
     limit_.set(target);
     gap_ = 1.0;
     next_probe_ = level_found() + 1.0;
+    tested_ = 0;
     probe_call_ = probe_call::none;
   }
 
@@ -477,11 +557,16 @@ class basic_tuned_aimd {
   detail::work_scale scale_{};
   detail::failure_baseline failures_{};
   detail::rolling_median spread_{1000};   // latencies over their in-flight level's median: the noise
-  detail::rolling_median unqueued_{200};  // latencies of round trips whose median showed no queue
   std::vector<std::deque<double>> by_level_;  // the last 8 latencies granted at each in-flight level
-  std::deque<double> recent_;           // the last median_window latencies
-  double recent_median_ = 0.0;
-  bool median_slow_ = false;
+  detail::rolling_median reference_;  // the last median_window latencies of runs that raised no alarm
+  std::deque<double> run_;  // latencies of the run in progress (since the CUSUM was last 0)
+  double cusum_ = 0.0;
+  double rise_ = 1.0;        // the alarm's rise: the run's median over the reference
+  bool alarm_ = false;       // the latest latency raised an alarm
+  bool wide_ = false;        // the spread's latest verdict
+  double alarmed_at_ = 0.0;  // the calls out when the noisy rule last cut (0: not since the spread was found wide)
+  double seen_ = 0.0;        // the most calls out at a grant before the spread was found wide
+  std::size_t tested_ = 0;   // calls granted at the whole limit since the last step or cut
 };
 
 /// `basic_tuned_aimd` on `std::chrono::steady_clock`.
