@@ -15,7 +15,6 @@
 #endif
 
 #include <atomic>
-#include <cassert>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -218,8 +217,9 @@ struct idle_traits {
 /// destroyed on any thread. With null_mutex, all use must happen on one thread or strand.
 ///
 /// @par Lifetime
-/// Not copyable or movable. Every handle must be gone before the keyed object is destroyed (asserted in debug
-/// builds); destroying it destroys every limiter (their waiters complete with operation_aborted).
+/// Not copyable or movable. Destroying it destroys every limiter (their waiters complete with
+/// operation_aborted). A handle may outlive the keyed object (a throttle guard in a coroutine frame that the
+/// io_context destroys after the stages): it may then only be reset or destroyed, which is safe.
 template <class Limiter, class Key = std::string, class Mutex = std::mutex, class Hash = key_hash<Key>,
           class KeyEqual = key_equal<Key>>
 class keyed {
@@ -281,12 +281,12 @@ class keyed {
       if (entry_ == nullptr) return;
       entry* e = std::exchange(entry_, nullptr);
       if (use_ && e->timed) e->used_ns.store(now_ns(), std::memory_order_relaxed);  // ordered by the unpin
-      e->pins.fetch_sub(1, std::memory_order_release);
+      e->unpin();
     }
 
    private:
     friend class keyed;
-    handle(entry* e, bool use) noexcept : entry_(e), use_(use) { entry_->pins.fetch_add(1, std::memory_order_relaxed); }
+    handle(entry* e, bool use) noexcept : entry_(e), use_(use) { entry_->refs.fetch_add(1, std::memory_order_relaxed); }
     entry* entry_ = nullptr;
     bool use_ = false;  // its release is a use of the key (get and find; not for_each's pins)
   };
@@ -354,7 +354,7 @@ class keyed {
   handle find(key_view key) {
     std::lock_guard<Mutex> lock(mutex_);
     auto it = map_.find(key);
-    return it == map_.end() ? handle() : used(it->second);
+    return it == map_.end() ? handle() : used(*it->second);
   }
 
   /// `key`'s limiter's snapshot, or nullopt if it is not alive (an evicted key reads as a fresh one would).
@@ -362,7 +362,7 @@ class keyed {
     std::lock_guard<Mutex> lock(mutex_);
     auto it = map_.find(key);
     if (it == map_.end()) return std::nullopt;
-    return it->second.limiter->snapshot();
+    return it->second->limiter->snapshot();
   }
 
   /// Calls `f(const Key&, Limiter&)` for every live key (for metrics), without holding the registry's lock:
@@ -376,7 +376,7 @@ class keyed {
       pinned.reserve(map_.size());
       for (auto& [key, e] : map_) {
         (void)key;
-        pinned.push_back(handle(&e, false));
+        pinned.push_back(handle(e.get(), false));
       }
     }
     for (handle& h : pinned) f(h.key(), *h);
@@ -470,16 +470,25 @@ class keyed {
     std::vector<std::pair<event_kind, Key>> items_;
   };
 
-  // A live key. Entries live in the map's nodes (stable addresses) and form a circular list, the "clock"
-  // that eviction walks, so that successive examinations visit different keys.
+  // A live key. Entries form a circular list, the "clock" that eviction walks, so that successive
+  // examinations visit different keys. An entry is counted by the registry (one) and by each handle; the
+  // last of them deletes it, so that a handle that outlives the registry (a guard in a coroutine frame that
+  // the io_context destroys after the stages) unpins safely.
   struct entry {
     std::unique_ptr<Limiter> limiter;
-    std::atomic<std::size_t> pins{0};
+    std::atomic<std::size_t> refs{1};
     bool timed = false;                   // idle_ttl > 0: uses are timed
     std::atomic<std::int64_t> used_ns{0};  // the latest use, in clock_type's nanoseconds since its epoch
     const Key* key = nullptr;
     entry* prev = nullptr;
     entry* next = nullptr;
+
+    // Pinned by a handle: more than the registry's count.
+    bool pinned() const noexcept { return refs.load(std::memory_order_acquire) != 1; }
+    // Drops one count; the last one deletes the entry (the registry has let it go by then).
+    void unpin() noexcept {
+      if (refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+    }
   };
 
   template <class... Args>
@@ -495,9 +504,9 @@ class keyed {
   entry* create_locked(key_view key) {
     auto factory_it = overrides_.find(key);
     std::unique_ptr<Limiter> limiter = factory_it != overrides_.end() ? factory_it->second(executor_) : default_factory_(executor_);
-    auto [it, inserted] = map_.try_emplace(Key(key));  // the one copy of a new key
+    auto [it, inserted] = map_.try_emplace(Key(key), std::make_unique<entry>());  // the one copy of a new key
     (void)inserted;
-    entry& e = it->second;
+    entry& e = *it->second;
     e.limiter = std::move(limiter);
     e.key = &it->first;
     e.timed = timed();
@@ -552,10 +561,10 @@ class keyed {
          seen < budget && seen < live && hand_ != nullptr && evicted < most; ++seen) {
       entry* e = hand_;
       hand_ = e->next;
-      // pins is read first: a handle is only made under our lock, so a zero here stays zero, and the acquire
-      // pairs with the release of the last handle's reset (whatever it did to the limiter is visible, and so
-      // is the use it recorded).
-      if (e->pins.load(std::memory_order_acquire) != 0) continue;
+      // The count is read first: a handle is only made under our lock, so an unpinned entry stays so, and the
+      // acquire pairs with the release of the last handle's reset (whatever it did to the limiter is visible,
+      // and so is the use it recorded).
+      if (e->pinned()) continue;
       if (ttl && now - e->used_ns.load(std::memory_order_relaxed) < options_.idle_ttl.count()) continue;
       if (!idle_traits<Limiter>::idle(*e->limiter)) continue;
       unlink_locked(e);
@@ -573,7 +582,7 @@ class keyed {
   keyed_options options_;
   factory default_factory_;
   mutable Mutex mutex_;
-  std::unordered_map<Key, entry, Hash, KeyEqual> map_;
+  std::unordered_map<Key, std::unique_ptr<entry>, Hash, KeyEqual> map_;
   std::unordered_map<Key, factory, Hash, KeyEqual> overrides_;
   entry* hand_ = nullptr;
   keyed_snapshot stats_{};
@@ -595,7 +604,7 @@ REIN_SEPARATE_INLINE auto keyed<Limiter, Key, Mutex, Hash, KeyEqual>::get(key_vi
   ec = {};
   events pending(this);
   std::lock_guard<Mutex> lock(mutex_);
-  if (auto it = map_.find(key); it != map_.end()) return used(it->second);
+  if (auto it = map_.find(key); it != map_.end()) return used(*it->second);
   examine_locked(options_.sweep_batch, pending);
   if (map_.size() >= options_.max_keys) examine_locked(options_.max_scan, pending);
   if (map_.size() >= options_.max_keys && timed())
@@ -614,7 +623,9 @@ REIN_SEPARATE_INLINE keyed<Limiter, Key, Mutex, Hash, KeyEqual>::~keyed() {
   std::lock_guard<Mutex> lock(mutex_);
   for (auto& [key, e] : map_) {
     (void)key;
-    assert(e.pins.load(std::memory_order_acquire) == 0 && "rein::keyed: a handle outlived its registry");
+    e->limiter.reset();      // its waiters complete with operation_aborted, as before
+    e->key = nullptr;        // the key dies with the map
+    e.release()->unpin();    // a handle still out deletes the entry when it lets go
   }
 }
 

@@ -18,6 +18,8 @@
 #include <chrono>
 #include <cstddef>
 #include <map>
+#include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -102,6 +104,24 @@ TEST_CASE("idle keys are evicted lazily, when new keys are made", "[keyed][evict
   per_host.get("a");  // made again, indistinguishable from the first one
   CHECK(per_host.snapshot().created_total == 3);
   CHECK(per_host.snapshot("a")->available == 1);
+}
+
+TEST_CASE("a handle and a permit may outlive their registry", "[keyed][lifetime]") {
+  // As at a service's shutdown, where coroutine frames holding them are destroyed after the stages (run
+  // under ASan: the registry is on the heap, so a use of it once gone is reported).
+  net::io_context io;
+  auto per_host = std::make_unique<per_key_semaphore>(io, opts(100, 0), 1);
+  auto pinned = per_host->get("a");
+  rein::permit held = per_host->get("b")->try_acquire();
+  REQUIRE(held);
+  std::optional<error_code> waiter_ec;
+  per_host->get("b")->async_acquire(1, [&](error_code ec, rein::permit) { waiter_ec = ec; });
+  per_host.reset();  // every limiter destroyed: the waiter completes with operation_aborted
+  poll(io);
+  CHECK(waiter_ec == error_code(net::error::operation_aborted));
+  held.release();
+  pinned.reset();  // the last count on "a"'s entry: it goes now
+  CHECK_FALSE(pinned);
 }
 
 TEST_CASE("a key is kept while a permit is held, a waiter waits or a handle pins it", "[keyed][evict]") {
