@@ -278,6 +278,15 @@ class throttle_error : public system_error {
 
 namespace detail {
 
+// Whether a throttle still lives, shared with the guards it hands out: its destructor clears `owner`, so that
+// a guard that outlives it (in a coroutine frame the io_context destroys after the throttle) lets go of what
+// it holds without touching the throttle or its stages.
+template <class Throttle>
+struct throttle_life {
+  explicit throttle_life(Throttle* t) noexcept : owner(t) {}
+  std::atomic<Throttle*> owner;
+};
+
 /// The error of a failed throttle acquire, with a what() that says all of it: the throttle's `name` (none if
 /// empty), the stage's position (none if `stage` is SIZE_MAX) and kind, the key, the error.
 REIN_DECL throttle_error throttle_failure(const error_code& ec, std::string_view name, std::size_t stage,
@@ -577,6 +586,13 @@ namespace rein {
 ///
 /// @par Thread Safety
 /// One guard is used by one caller at a time; distinct guards from any threads.
+///
+/// @par Lifetime
+/// A guard may outlive its throttle and the throttle's stages (a coroutine frame that the io_context
+/// destroys after them, in the usual declaration order: io_context, stages, throttle). Once the throttle is
+/// gone, the guard is inert: destroying it, complete(), reject() and reconcile() release its permits and
+/// pins and touch neither the throttle nor its stages (the outcome reaches nobody). It must not be used
+/// concurrently with the throttle's destruction.
 template <class Throttle>
 class throttle_guard {
  public:
@@ -643,16 +659,18 @@ class throttle_guard {
   /// usable and pauses for default_pause, as an unparseable Retry-After field does (quota_gate's
   /// on_retry_after).
   void reject(std::optional<duration> retry_after = std::nullopt) {
-    if (!admitted_) return;
+    Throttle* owner = live_owner();
+    if (owner == nullptr) return;
     if (retry_after && *retry_after < duration::zero()) retry_after.reset();
-    complete_rejected(owner_->pause(held_, retry_after.value_or(owner_->default_pause())));
+    complete_rejected(*owner, owner->pause(held_, retry_after.value_or(owner->default_pause())));
   }
 
   /// As reject(), from the raw Retry-After field value (delta-seconds or an HTTP-date, RFC 9110 section
   /// 10.2.3; parsed by rein::parse_retry_after; absent or garbage means the default pause).
   void reject(std::string_view retry_after_value) {
-    if (!admitted_) return;
-    complete_rejected(owner_->pause(held_, retry_after_value));
+    Throttle* owner = live_owner();
+    if (owner == nullptr) return;
+    complete_rejected(*owner, owner->pause(held_, retry_after_value));
   }
 
   /// Reports the upstream's answer as rein::read_response reads it (rein/rate_limit_headers.hpp from a status
@@ -662,8 +680,9 @@ class throttle_guard {
   /// unit (`requests` for stages charged by requests, `tokens` for rein::by_tokens ones; never raised, see
   /// rein::limit_remaining), so the local budget never trusts itself over the provider's count.
   void complete(const upstream_response& response) {
-    if (!admitted_) return;
-    owner_->apply_hints(held_, response);
+    Throttle* owner = live_owner();
+    if (owner == nullptr) return;
+    owner->apply_hints(held_, response);
     if (response.too_many_requests) {
       std::optional<duration> pause;
       if (response.retry_after) pause = std::chrono::duration_cast<duration>(*response.retry_after);
@@ -682,8 +701,9 @@ class throttle_guard {
   /// that other calls hold, so the units stay spent (never an overrun). Concurrency stages keep their
   /// permits. Call it before complete() or reject(); on an empty guard it does nothing.
   void reconcile(const rein::charge& actual) {
-    if (!admitted_) return;
-    owner_->settle(held_, actual, admitted_at_);
+    Throttle* owner = live_owner();
+    if (owner == nullptr) return;
+    owner->settle(held_, actual, admitted_at_);
     charge_ = actual;
   }
 
@@ -691,24 +711,43 @@ class throttle_guard {
   friend Throttle;
   using holdings = typename Throttle::holdings;
 
-  throttle_guard(Throttle* owner, const rein::charge& c) noexcept : owner_(owner), charge_(c) {}
+  using life = detail::throttle_life<Throttle>;
+
+  throttle_guard(std::shared_ptr<life> l, const rein::charge& c) noexcept : life_(std::move(l)), charge_(c) {}
+
+  // The throttle of an admitted guard, or nullptr. A guard admitted by a throttle that is gone (a coroutine
+  // frame the io_context destroys after the throttle and its stages) lets go of what it holds, touching
+  // neither: its permits and pins are safe on their own.
+  Throttle* live_owner() noexcept {
+    if (!admitted_) return nullptr;
+    if (Throttle* owner = life_->owner.load(std::memory_order_acquire)) return owner;
+    orphan();
+    return nullptr;
+  }
+
+  void orphan() noexcept {
+    admitted_ = false;
+    life_.reset();
+    held_ = holdings{};
+  }
 
   void complete_as(outcome result, bool rejection, duration pause = duration::zero()) noexcept {
-    if (!admitted_) return;
-    owner_->finish(*this, result, rejection, pause);
+    Throttle* owner = live_owner();
+    if (owner == nullptr) return;
+    owner->finish(*this, result, rejection, pause);
     admitted_ = false;
-    owner_->unpin(held_);
+    owner->unpin(held_);
   }
 
   // Counted as a rejection; congestion to the stages that throttle_options::rejections names, with the pause
   // the gates applied (an adaptive rate restarts its curve when it ends).
-  void complete_rejected(duration pause) noexcept {
-    owner_->count_rejection();
+  void complete_rejected(Throttle& owner, duration pause) noexcept {
+    owner.count_rejection();
     complete_as(outcome::congestion, true, pause);
   }
 
   void take(throttle_guard& other) noexcept {
-    owner_ = std::exchange(other.owner_, nullptr);
+    life_ = std::move(other.life_);
     held_ = std::move(other.held_);  // leaves other's handles and permits empty
     other.held_.units = {};
     charge_ = other.charge_;
@@ -721,17 +760,20 @@ class throttle_guard {
 
   // Not admitted: whatever was taken goes back, rate units included. Admitted: permits report ignored.
   void reset() noexcept {
-    if (owner_ == nullptr) return;
+    if (life_ == nullptr) return;
+    Throttle* owner = life_->owner.load(std::memory_order_acquire);
+    if (owner == nullptr) return orphan();
     if (admitted_) {
-      owner_->finish(*this, outcome::ignored);
+      owner->finish(*this, outcome::ignored);
       admitted_ = false;
     } else {
-      owner_->give_back(held_);
+      owner->give_back(held_);
     }
-    owner_->unpin(held_);
+    owner->unpin(held_);
+    life_.reset();
   }
 
-  Throttle* owner_ = nullptr;
+  std::shared_ptr<life> life_;
   holdings held_{};
   rein::charge charge_{};
   time_point admitted_at_{};
@@ -823,6 +865,12 @@ class throttle_guard {
 ///
 /// @par Thread Safety
 /// Safe from many threads when the stages are (rein's default, std::mutex, variants are).
+///
+/// @par Lifetime
+/// The stages must outlive the throttle (it refers to them). Guards, and callers still waiting in a
+/// coroutine frame or an operation, may outlive both: when the io_context destroys them after the throttle
+/// and its stages, they release what they hold and touch neither (see throttle_guard). Like every Asio I/O
+/// object, the stages must be destroyed before their io_context.
 template <class... Stages>
 class throttle {
   using specs = std::tuple<detail::stage_spec<Stages>...>;
@@ -897,6 +945,10 @@ class throttle {
   throttle(const throttle&) = delete;
   throttle& operator=(const throttle&) = delete;
 
+  /// Guards still out (in coroutine frames not yet destroyed, say) become inert: destroying one releases its
+  /// permits and pins and touches nothing else.
+  ~throttle() { life_->owner.store(nullptr, std::memory_order_release); }
+
   /// Passes every stage for `key`, charged `c`, inside a coroutine: `auto guard = co_await
   /// throttle.acquire(host);`.
   ///
@@ -929,7 +981,7 @@ class throttle {
   /// view). Only a caller that must wait copies the key, once, so that the waits never depend on the
   /// caller's string.
   net::awaitable<guard> acquire_until(std::string_view key, rein::charge c, time_point deadline) {
-    guard g(this, c);
+    guard g(life_, c);
     run_ctx x{deadline, nullptr, {}};
     std::string copy;
     error_code failed;
@@ -942,7 +994,7 @@ class throttle {
         copy.assign(key);
         key = copy;
         x.key = copy;
-        const waiting_scope waiting(waiting_);
+        const waiting_scope waiting(life_);
         co_await pass<false>(g, x);
         now = clock_type::now();
       }
@@ -1005,7 +1057,7 @@ class throttle {
   /// rejected_stage() name the stage that refused. A refused request consumes nothing at any stage. Never
   /// waits; a gate that is paused refuses.
   guard try_acquire(std::string_view key, rein::charge c = {}) {
-    guard g(this, c);
+    guard g(life_, c);
     const time_point now = clock_type::now();
     std::size_t refused = try_pin(g.held_, key);
     if (refused == npos) refused = try_all(g, now);
@@ -1017,7 +1069,7 @@ class throttle {
     // g itself becomes the empty guard (one object in every path, so that it is returned in place).
     give_back(g.held_);
     unpin(g.held_);
-    g.owner_ = nullptr;
+    g.life_.reset();
     g.charge_ = {};
     g.rejected_at_ = kind_of(refused);
     g.rejected_stage_ = refused;
@@ -1352,18 +1404,21 @@ class throttle {
     admitted_.fetch_add(1, std::memory_order_relaxed);
   }
 
-  // Counts a caller as waiting while it is on the waiting path (however that path ends).
+  // Counts a caller as waiting while it is on the waiting path (however that path ends, the destruction of
+  // its frame after the throttle's included).
   class waiting_scope {
    public:
-    explicit waiting_scope(std::atomic<std::size_t>& n) noexcept : n_(n) {
-      n_.fetch_add(1, std::memory_order_relaxed);
+    explicit waiting_scope(const std::shared_ptr<detail::throttle_life<throttle>>& life) noexcept : life_(life) {
+      life_->owner.load(std::memory_order_relaxed)->waiting_.fetch_add(1, std::memory_order_relaxed);
     }
     waiting_scope(const waiting_scope&) = delete;
     waiting_scope& operator=(const waiting_scope&) = delete;
-    ~waiting_scope() { n_.fetch_sub(1, std::memory_order_relaxed); }
+    ~waiting_scope() {
+      if (throttle* t = life_->owner.load(std::memory_order_acquire)) t->waiting_.fetch_sub(1, std::memory_order_relaxed);
+    }
 
    private:
-    std::atomic<std::size_t>& n_;
+    std::shared_ptr<detail::throttle_life<throttle>> life_;
   };
 
   // An admitted guard's outcome, to every stage that learns from it; rate units stay spent. A rejection's
@@ -1697,7 +1752,7 @@ class throttle {
   net::awaitable<std::pair<error_code, guard>> run(std::string key, rein::charge c, time_point deadline,
                                                    std::shared_ptr<detail::throttle_cancellation> cancellation,
                                                    time_point asked) {
-    guard g(this, c);
+    guard g(life_, c);
     run_ctx x{deadline, cancellation.get(), key};
     error_code failed;
     time_point now = clock_type::now();
@@ -1708,7 +1763,7 @@ class throttle {
       if (try_all(g, now) != npos) {
         give_back(g.held_);  // a refusal there took no rate units; the slots go back to be waited for
         waited_from = asked;
-        const waiting_scope waiting(waiting_);
+        const waiting_scope waiting(life_);
         co_await pass<Bound>(g, x);
         now = clock_type::now();
       }
@@ -1810,6 +1865,7 @@ class throttle {
 
   std::tuple<detail::stage_ref<Stages>...> refs_;
   throttle_options options_;
+  std::shared_ptr<detail::throttle_life<throttle>> life_ = std::make_shared<detail::throttle_life<throttle>>(this);
   std::atomic<std::uint64_t> admitted_{0};
   std::atomic<std::uint64_t> refused_[4] = {};
   std::atomic<std::uint64_t> failed_{0};

@@ -1216,3 +1216,70 @@ TEST_CASE("a permit's stamp moves only forward: an admission reading older than 
   }
   CHECK(source.released_stamp == 250);
 }
+
+// ---- Shutdown -------------------------------------------------------------------------------------------
+// A service's usual declaration order: the io_context first, then the stages, then the throttle; so the
+// throttle goes first, then the stages, and the io_context last, destroying the coroutine frames still
+// suspended in it, with the guards and the half-taken admissions they hold. Each of those must then be safe
+// (it does nothing harmful and leaks nothing, checked under ASan), as a permit that outlives its limiter is.
+// Callers at every step: one admitted and in its call, two waiting for their key's permit (through
+// acquire() and through the initiating function), one waiting at its key's paused gate, one waiting for the
+// rate, and one waiting for a global slot.
+
+namespace {
+
+// Small stages, so that every step has a waiter: rate 1/s burst 1, global 2, per-key 1. Each object on the
+// heap, as a service's members usually are in effect, so that ASan sees a use of any of them once destroyed.
+struct shutdown_stages {
+  using throttle_type = rein::throttle<rein::keyed<gate_type>, rein::keyed<sem_type>, sem_type, bucket_type>;
+  std::unique_ptr<net::io_context> io_owner = std::make_unique<net::io_context>();
+  net::io_context& io = *io_owner;
+  std::unique_ptr<rein::keyed<gate_type>> gates_owner =
+      std::make_unique<rein::keyed<gate_type>>(io.get_executor(), rein::keyed_options{}, no_jitter());
+  std::unique_ptr<rein::keyed<sem_type>> per_key_owner =
+      std::make_unique<rein::keyed<sem_type>>(io.get_executor(), rein::keyed_options{}, std::size_t{1});
+  std::unique_ptr<sem_type> global_owner = std::make_unique<sem_type>(io.get_executor(), 2);
+  std::unique_ptr<bucket_type> rate_owner =
+      std::make_unique<bucket_type>(io.get_executor(), rein::token_bucket_options{.rate = 1, .capacity = 1});
+  rein::keyed<gate_type>& gates = *gates_owner;
+  rein::keyed<sem_type>& per_key = *per_key_owner;
+  sem_type& global = *global_owner;
+  std::unique_ptr<throttle_type> throttle_owner =
+      std::make_unique<throttle_type>(gates, per_key, global, *rate_owner);
+  throttle_type& throttle = *throttle_owner;
+};
+
+// Acquires for `key`, then stays in its call for an hour (it never ends within the test).
+net::awaitable<void> call_for_an_hour(shutdown_stages& s, std::string key, int& admitted) {
+  auto guard = co_await s.throttle.acquire(key);
+  ++admitted;
+  net::basic_waitable_timer<manual_clock> call(s.io, 1h);
+  co_await call.async_wait(net::use_awaitable);
+  guard.complete(rein::outcome::success);
+}
+
+}  // namespace
+
+TEST_CASE("shutdown in declaration order with callers at every step is safe", "[throttle][shutdown]") {
+  rein_test::manual_clock_at_epoch epoch;
+  int admitted = 0;
+  {
+    shutdown_stages s;
+    s.gates.get("paused")->pause_for(1h);
+    net::co_spawn(s.io, call_for_an_hour(s, "A", admitted), net::detached);       // admitted, in its call
+    net::co_spawn(s.io, call_for_an_hour(s, "A", admitted), net::detached);       // waits for A's permit
+    net::co_spawn(s.io, call_for_an_hour(s, "paused", admitted), net::detached);  // waits at its gate
+    net::co_spawn(s.io, call_for_an_hour(s, "B", admitted), net::detached);       // waits for the rate
+    s.throttle.async_acquire("A", [&](rein::error_code, auto) { ++admitted; });  // the initiating function
+    rein_test::poll(s.io);
+    CHECK(admitted == 1);
+    CHECK(s.per_key.get("A")->snapshot().waiting == 2);
+    CHECK(s.gates.get("paused")->snapshot().waiting == 1);
+    advance_and_poll(s.io, 1s);  // B takes the second token: both global slots are now held
+    CHECK(admitted == 2);
+    net::co_spawn(s.io, call_for_an_hour(s, "C", admitted), net::detached);  // waits for a global slot
+    rein_test::poll(s.io);
+    CHECK(s.global.snapshot().waiting == 1);
+  }  // the throttle, the stages, then the io_context with the six callers' frames
+  CHECK(admitted == 2);
+}
