@@ -3,6 +3,7 @@
 
 #include <rein/algo/adaptive_rate.hpp>
 #include <rein/config.hpp>
+#include <rein/detail/clock_time.hpp>
 #include <rein/detail/format.hpp>
 #include <rein/null_mutex.hpp>
 #include <rein/outcome.hpp>
@@ -168,7 +169,9 @@ class basic_adaptive_rate_limiter : public basic_rate_limiter<algo::basic_adapti
   void record(outcome result, time_point sent, duration pause) {
     if (result == outcome::ignored) return;
     this->update([this, result, sent, pause](limit_type& limit, time_point now) {
-      service_.record(std::chrono::duration_cast<std::chrono::nanoseconds>(now - sent));
+      // Saturated: a `sent` as far as time_point::min() must not overflow the subtraction.
+      service_.record(std::chrono::nanoseconds(
+          std::max<std::int64_t>(0, detail::ns_between(detail::to_ns_saturated(now), detail::to_ns_saturated(sent)))));
       limit.record(result, sent, now, std::max(std::chrono::duration_cast<std::chrono::nanoseconds>(pause),
                                                std::chrono::nanoseconds::zero()));
     });

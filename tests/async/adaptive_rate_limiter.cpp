@@ -137,6 +137,23 @@ TEST_CASE("adaptive_rate_limiter: congestion from before the latest cut is ignor
   CHECK(s.rate_at_decrease == 50);
 }
 
+TEST_CASE("adaptive_rate_limiter: any clock reading as the send time is safe, the extremes included") {
+  // Under UBSan: `now - sent` overflowed for time_point::min(). A send time in the future reads as no
+  // service time at all; one as far back as min() as the longest.
+  fixture f;
+  limiter l(f.io, options(100, 1));
+  f.poll_at(at(10ms));
+  l.record(outcome::success, time_point::min());
+  l.record(outcome::success, time_point::max());
+  l.record(outcome::congestion, time_point::max(), std::chrono::nanoseconds::max());
+  l.record(outcome::congestion, time_point::min(), std::chrono::nanoseconds::min());
+  const auto s = l.snapshot();
+  CHECK(s.service.count() == 4);
+  CHECK(s.service.max() == std::chrono::nanoseconds::max());
+  CHECK(s.decreases == 1);  // the send from max() cut; the one from min() is before that cut, stale
+  CHECK(s.stale_congestion == 1);
+}
+
 TEST_CASE("adaptive_rate_limiter: the snapshot shows rate, tokens, burst, bounds and waiting") {
   fixture f;
   completion_log log;
