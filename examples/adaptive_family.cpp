@@ -4,6 +4,7 @@
 //     adaptive_family [--seeds N] [--first SEED] [--noise-seeds N] [--worst] [--algorithm NAME]
 //     adaptive_family --show SEED | --show-noise SEED [--algorithm NAME]
 //     adaptive_family --shapes [--seeds N] [--first SEED] [--work-hints] [--algorithm NAME]
+//     ... [--median-window N]
 //
 // Prints a Markdown table: per algorithm, in how many scenarios calls failed, the share of calls slower than
 // twice their unloaded service time, makespan over the oracle's, and after a recovery, makespan over a fixed
@@ -23,6 +24,9 @@
 // random failures): per algorithm and shape, the throughput over the oracle's (its makespan over this one's),
 // worst / median over the seeds, and the calls failed because of the load (random failures are not counted).
 // --work-hints gives every sample its call's payload factor as a work hint.
+//
+// --median-window N sets tuned_aimd's `median_window` (its noisy rule; 0: off) instead of its default, in
+// every mode, to compare values of it on the same seeds.
 #include "usage.hpp"
 
 #include <rein/algo/aimd.hpp>
@@ -42,6 +46,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -56,6 +61,7 @@ struct arguments {
   std::string algorithm;
   bool shapes = false;
   bool work_hints = false;
+  std::optional<std::size_t> median_window{};  // tuned_aimd's, instead of its default
 };
 
 arguments parse(int argc, char** argv) {
@@ -82,6 +88,8 @@ arguments parse(int argc, char** argv) {
       a.shapes = true;
     else if (arg == "--work-hints")
       a.work_hints = true;
+    else if (arg == "--median-window")
+      a.median_window = value();
     else if (arg == "--algorithm" && i + 1 < argc)
       a.algorithm = argv[++i];
     else
@@ -91,11 +99,29 @@ arguments parse(int argc, char** argv) {
   return a;
 }
 
+// An algorithm with its default options; tuned_aimd's median_window from --median-window if given.
+template <class Algorithm>
+Algorithm make_default(const arguments& args) {
+  if constexpr (std::is_same_v<Algorithm, rein::algo::tuned_aimd>) {
+    rein::algo::tuned_aimd_options o;
+    if (args.median_window) o.median_window = *args.median_window;
+    return Algorithm{o};
+  } else {
+    (void)args;
+    return Algorithm{};
+  }
+}
+
+// What the tables' headings add when --median-window replaces tuned_aimd's default.
+std::string window_note(const arguments& args) {
+  return args.median_window ? " (tuned_aimd: median_window " + std::to_string(*args.median_window) + ")" : "";
+}
+
 template <class Algorithm>
 void add(std::vector<rein::testing::family_summary>& rows, std::vector<rein::testing::family_summary>& noise,
          const char* name, const rein::testing::family& f, const rein::testing::family& quiet, const arguments& args) {
   if (!args.algorithm.empty() && args.algorithm != name) return;
-  const auto make = [] { return Algorithm{}; };
+  const auto make = [&args] { return make_default<Algorithm>(args); };
   rows.push_back(rein::testing::evaluate(name, f, make));
   noise.push_back(rein::testing::evaluate(name, quiet, make));
 }
@@ -105,7 +131,7 @@ template <class Algorithm>
 void show_one(const char* name, const rein::testing::scenario& sc, const arguments& args,
               std::vector<rein::testing::report>& reports) {
   if (!args.algorithm.empty() && args.algorithm != name) return;
-  std::vector<Algorithm> keys(sc.keys());
+  std::vector<Algorithm> keys(sc.keys(), make_default<Algorithm>(args));
   reports.push_back(rein::testing::simulate(name, std::span{keys}, sc));
 }
 
@@ -159,13 +185,14 @@ int shapes(const arguments& args) {
   std::vector<testing::family> families;
   for (const auto& shape : all) families.push_back(testing::family::generate_shaped(shape, args.first, args.seeds, args.work_hints));
   std::cout << "Throughput / oracle's, worst / median over seeds " << args.first << " to " << args.first + args.seeds - 1
-            << (args.work_hints ? ", with work hints" : "") << ", default options:\n\n| algorithm";
+            << (args.work_hints ? ", with work hints" : "") << ", default options" << window_note(args)
+            << ":\n\n| algorithm";
   for (const auto& shape : all) std::cout << " | " << shape.name;
   std::cout << " | calls failed by load |\n|---";
   for (std::size_t i = 0; i <= all.size(); ++i) std::cout << "|---";
   std::cout << "|\n";
   shape_row("aimd", families, args, [] { return algo::aimd{}; });
-  shape_row("tuned_aimd", families, args, [] { return algo::tuned_aimd{}; });
+  shape_row("tuned_aimd", families, args, [&args] { return make_default<algo::tuned_aimd>(args); });
   shape_row("gradient", families, args, [] { return algo::gradient{}; });
   shape_row("vegas", families, args, [] { return algo::vegas{}; });
   shape_row("windowed_aimd", families, args, [] { return algo::windowed_aimd{}; });
@@ -200,7 +227,7 @@ int run(const arguments& args) {
   }
 
   std::cout << args.seeds << " generated scenarios (seeds " << args.first << " to " << args.first + args.seeds - 1
-            << "), default options:\n\n";
+            << "), default options" << window_note(args) << ":\n\n";
   testing::print_family_table(std::cout, rows);
   std::cout << "\nLatency noise +-20 %, no capacity change (" << args.noise_seeds
             << " seeds): the deepest cut, as a fraction of the capacity\n\n| strategy | deepest cut | makespan / oracle, "
@@ -228,6 +255,7 @@ constexpr const char* usage =
     "usage: adaptive_family [--help] [--seeds N] [--first SEED] [--noise-seeds N] [--worst] [--algorithm NAME]\n"
     "       adaptive_family --show SEED | --show-noise SEED [--algorithm NAME]\n"
     "       adaptive_family --shapes [--seeds N] [--first SEED] [--work-hints] [--algorithm NAME]\n"
+    "       ... [--median-window N]: tuned_aimd's median_window (0: off) instead of its default\n"
     "  every adaptive algorithm with its defaults on a generated family of upstreams, against an oracle,\n"
     "  and two idealised references (blind_reference, blind_reference_late) that are not told the capacity\n";
 
