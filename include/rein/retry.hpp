@@ -84,9 +84,13 @@ class attempt {
     return attempt(attempt_kind::success, {}, std::nullopt, std::monostate{});
   }
 
-  /// A failure worth retrying. `retry_after` (>= 0) is the upstream's requested wait, if it sent one
+  /// A failure worth retrying. `retry_after` is the upstream's requested wait, if it sent one
   /// (rein::parse_retry_after); the next delay is then at least that much, up to backoff's max_retry_after.
+  /// A negative one is the server's word with nothing usable in it, and reads as none (as a Retry-After field
+  /// that does not parse, and as throttle_guard::reject and quota_gate::on_retry_after read one), rather than
+  /// an error at the retry's decision.
   static attempt retryable(error_code error, std::optional<std::chrono::nanoseconds> retry_after = std::nullopt) {
+    if (retry_after && *retry_after < std::chrono::nanoseconds::zero()) retry_after.reset();
     return attempt(attempt_kind::retryable, error, retry_after, std::nullopt);
   }
 
@@ -173,7 +177,9 @@ struct retry_options {
   /// Seed of the jitter; nullopt: drawn from std::random_device.
   std::optional<std::uint64_t> seed{};
   /// Replaces the seeded generator: returns a number in [0, 1] per delay (tests pass a constant; 1.0 gives
-  /// plain exponential backoff without jitter).
+  /// plain exponential backoff without jitter). A function cannot be checked where it is given: a draw
+  /// outside [0, 1] (NaN included) throws std::invalid_argument naming rein::retry_policy, `random` and the
+  /// value at the decision that drew it, before anything is counted or charged to the budget.
   std::function<double()> random{};
   /// Names the policy in metrics. Default: none.
   std::string name{};
@@ -282,8 +288,8 @@ class basic_retry_policy {
       case attempt_kind::retryable: break;
     }
     if (!backoff_.may_retry(attempt_number)) return stop_locked(retry_stop::attempts_exhausted, stats_.attempts_exhausted_total);
-    // The delay first: it throws on a bad jitter draw or a negative Retry-After, and then nothing may have
-    // been charged to the budget or counted as a retry. (A retry the budget then refuses has still drawn its
+    // The delay first: it throws on a bad jitter draw, and then nothing may have been charged to the budget
+    // or counted as a retry. (A retry the budget then refuses has still drawn its
     // jitter: a seeded sequence moves on.)
     const std::chrono::nanoseconds delay = detail::renaming_errors(
         "rein::algo::backoff", {"rein::retry_policy", name_},
@@ -324,7 +330,13 @@ class basic_retry_policy {
   }
 
   double draw_locked() {
-    if (random_) return random_();
+    if (random_) {
+      const double draw = random_();
+      if (!(draw >= 0.0 && draw <= 1.0))
+        detail::throw_invalid(detail::describe("rein::retry_policy", name_), "random must return a number in [0, 1]",
+                              detail::show(draw));
+      return draw;
+    }
     // SplitMix64: one 64-bit state, full period, good enough to decorrelate clients.
     std::uint64_t z = (state_ += 0x9E3779B97F4A7C15ULL);
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;

@@ -18,6 +18,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -328,26 +329,33 @@ TEST_CASE("invalid options are rejected with the field and the value", "[retry][
   CHECK_THROWS_WITH(policy_t(o), "rein::retry_policy \"payments\": backoff.cap must be >= base (2000000 ns), got 1000000 ns");
 }
 
-TEST_CASE("a bad jitter draw or a negative Retry-After throws and charges nothing", "[retry][validation]") {
+TEST_CASE("a bad jitter draw throws and charges nothing; a negative Retry-After reads as none",
+          "[retry][validation]") {
   rein_test::manual_clock_at_epoch epoch;
-  rein::retry_options nan_draw = fixed(std::numeric_limits<double>::quiet_NaN());
-  nan_draw.budget = rein::algo::retry_budget_options{};
-  policy_t drawing(nan_draw);
-  const std::int64_t available = drawing.retries_available();
-  REQUIRE(available == 100);  // the budget's reserve: 10 per second over its 10 s window
-  CHECK_THROWS_WITH(drawing.on_attempt(1, busy()), "rein::retry_policy: delay: uniform01 must be in [0, 1], got nan");
-  CHECK(drawing.retries_available() == available);
-  CHECK(drawing.stats().retries_total == 0);
-  CHECK(drawing.stats().attempts_total == 0);
+  const std::pair<double, std::string> draws[] = {
+      {std::numeric_limits<double>::quiet_NaN(), "nan"}, {2.0, "2"}, {-0.5, "-0.5"}};
+  for (const auto& [bad, shown] : draws) {
+    rein::retry_options o = fixed(bad);
+    o.budget = rein::algo::retry_budget_options{};
+    o.name = "payments";
+    policy_t drawing(o);
+    const std::int64_t available = drawing.retries_available();
+    REQUIRE(available == 100);  // the budget's reserve: 10 per second over its 10 s window
+    CHECK_THROWS_WITH(drawing.on_attempt(1, busy()),
+                      "rein::retry_policy \"payments\": random must return a number in [0, 1], got " + shown);
+    CHECK(drawing.retries_available() == available);
+    CHECK(drawing.stats().retries_total == 0);
+    CHECK(drawing.stats().attempts_total == 0);
+  }
 
+  // The server's negative Retry-After says nothing usable: the attempt carries none, and the delay is the
+  // jittered one (u = 0.5 of the first window of 100 ms).
+  CHECK(busy(-1s).retry_after() == std::nullopt);
+  CHECK(busy(0s).retry_after() == std::optional<ns>(0s));
   rein::retry_options negative = fixed(0.5);
   negative.budget = rein::algo::retry_budget_options{};
   policy_t told(negative);
-  CHECK_THROWS_WITH(told.on_attempt(1, busy(-1s)), "rein::retry_policy: delay: retry_after must be >= 0, got -1000000000 ns");
-  CHECK(told.retries_available() == available);
-  CHECK(told.stats().retries_total == 0);
-  const auto next = told.on_attempt(1, busy(1s));  // a valid one is charged as before
-  CHECK(next.delay == 1s);
-  CHECK(told.retries_available() == available - 1);
+  CHECK(told.on_attempt(1, busy(-1s)).delay == 50ms);
   CHECK(told.stats().retries_total == 1);
+  CHECK(told.on_attempt(2, busy(1s)).delay == 1s);  // a valid one is honoured as before
 }
