@@ -362,6 +362,7 @@ namespace detail {
 template <class>
 struct attempt_awaitable_traits {
   static constexpr bool valid = false;
+  using value_type = void;
 };
 
 template <class T, class Executor>
@@ -378,6 +379,15 @@ auto invoke_attempt(Op& op, std::uint32_t attempt_number) {
 
 template <class Op>
 using attempt_awaitable_t = decltype(invoke_attempt(std::declval<Op&>(), std::uint32_t{}));
+
+// What an op passed to retry returns: valid, with the attempt's value type, only for a callable op(n) or op()
+// returning net::awaitable<attempt<T>>; anything else is said in one sentence by retry's static_assert.
+template <class Op>
+struct op_attempt : attempt_awaitable_traits<void> {};
+
+template <class Op>
+  requires std::is_invocable_v<Op&, std::uint32_t> || std::is_invocable_v<Op&>
+struct op_attempt<Op> : attempt_awaitable_traits<std::remove_cvref_t<attempt_awaitable_t<Op>>> {};
 
 }  // namespace detail
 
@@ -403,18 +413,23 @@ using attempt_awaitable_t = decltype(invoke_attempt(std::declval<Op&>(), std::ui
 /// calling coroutine (terminal, partial or total, per its cancellation state's filter) ends the sleep and
 /// retry throws `net::error::operation_aborted`; an attempt in progress sees the cancellation itself.
 template <class Clock, class Mutex, class Op>
-  requires detail::attempt_awaitable_traits<detail::attempt_awaitable_t<Op>>::valid
 auto retry(basic_retry_policy<Clock, Mutex>& policy, Op op)
-    -> net::awaitable<retry_result<typename detail::attempt_awaitable_traits<detail::attempt_awaitable_t<Op>>::value_type>> {
-  using timer_type = net::basic_waitable_timer<Clock, net::wait_traits<Clock>, net::any_io_executor>;
-  timer_type timer(co_await net::this_coro::executor);
-  policy.on_request();
-  for (std::uint32_t n = 1;; ++n) {
-    auto result = co_await detail::invoke_attempt(op, n);
-    const auto next = policy.on_attempt(n, result);
-    if (next.stop) co_return retry_result<typename decltype(result)::value_type>{std::move(result), n, *next.stop};
-    timer.expires_after(std::chrono::ceil<typename Clock::duration>(next.delay));
-    co_await timer.async_wait(net::use_awaitable);
+    -> net::awaitable<retry_result<typename detail::op_attempt<Op>::value_type>> {
+  static_assert(detail::op_attempt<Op>::valid,
+                "rein::retry: op must be callable as op(std::uint32_t attempt_number) or op(), and return "
+                "net::awaitable<rein::attempt<T>> (co_return rein::attempt<T>::success(value), ::retryable(ec) or "
+                "::permanent(ec))");
+  if constexpr (detail::op_attempt<Op>::valid) {
+    using timer_type = net::basic_waitable_timer<Clock, net::wait_traits<Clock>, net::any_io_executor>;
+    timer_type timer(co_await net::this_coro::executor);
+    policy.on_request();
+    for (std::uint32_t n = 1;; ++n) {
+      auto result = co_await detail::invoke_attempt(op, n);
+      const auto next = policy.on_attempt(n, result);
+      if (next.stop) co_return retry_result<typename decltype(result)::value_type>{std::move(result), n, *next.stop};
+      timer.expires_after(std::chrono::ceil<typename Clock::duration>(next.delay));
+      co_await timer.async_wait(net::use_awaitable);
+    }
   }
 }
 
