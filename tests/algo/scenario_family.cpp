@@ -286,7 +286,11 @@ TEST_CASE("world shapes, seeds 1-50: tuned_aimd's noisy rule never fails a call 
   }
 }
 
-// Today's family and its noise-only upstreams never read as wide, so the noisy rule changes nothing there.
+// On seeds 1-100 of today's family and 1-50 of its noise-only upstreams the spread never reads as wide, so
+// the noisy rule changes nothing there. Not so on seeds 1-1000 (the [.thorough] tier), with any window from
+// 64 to 400: seed 581's drifting capacity reads as wide, the rule goes back to the calls slow start granted,
+// twice the capacity by then (10.4 % slow calls, 1.97 x the oracle's makespan, against 7.5 % and 1.62), and
+// noise seed 150 cuts to 0.80 of the capacity. So the rule stays off by default; no thorough case for it.
 TEST_CASE("family, seeds 1-100: tuned_aimd's noisy rule keeps the default's bounds") {
   rein::algo::tuned_aimd_options o;
   o.median_window = 200;
