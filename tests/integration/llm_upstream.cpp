@@ -11,7 +11,14 @@
 //   defaults:                        limit 1 throughout (median 1), 19 answers/s of the 320 the capacity serves
 //   tolerance unset (latency off):   median 9.8-19, lowest 4, 244-280 answers/s (three runs)
 //   tolerance 2.5:                   median 22, lowest 4, 292 answers/s
-//   median_window 32:                median 18.6, lowest 1 (at the floor for the first 5 s), 208 answers/s
+//   median_window 32:                median 20, lowest 10, 314 answers/s, 65 overload 503s (since the noisy
+//                                    rule's sign CUSUM; before it: median 18.6, lowest 1, 208 answers/s)
+//   median_window 200:               median 21, lowest 11, 318 answers/s, no overload 503s, but up to 34
+//                                    requests in the server (its hard cap): the limit sits above the capacity
+// With median_window 200 as the default, this target case met 0.7 in three runs of three (lowest 14, 12 and
+// 13 against 11.2, median 17-18, 316-321 answers/s), but the 12 s run above dipped to 11; and the default
+// stays off because it breaks today's family on seeds 1-1000 (see `tuned_aimd_options::median_window`), so
+// the tag stays.
 // Two causes: with latency judged at tolerance 1.5, the spread of 30-70 ms alone reads as a queue (the
 // family's "uniform 40%" shape, where tuned_aimd keeps 0.03-0.05 of the oracle); and the failure baseline
 // counts every failure for the first 100 outcomes, so the 5 % random 503s cut the limit while it learns, and
@@ -174,6 +181,8 @@ TEST_CASE("llm upstream: the limit of each tuning (measured)", "[.measure]") {
   rein::algo::tuned_aimd_options median;
   median.median_window = 32;
   run(median, 2500ms, 12s, "tuned_aimd, median_window 32");
+  median.median_window = 200;
+  run(median, 2500ms, 12s, "tuned_aimd, median_window 200");
 }
 
 #endif
