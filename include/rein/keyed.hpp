@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <iterator>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -354,7 +355,7 @@ class keyed {
   handle find(key_view key) {
     std::lock_guard<Mutex> lock(mutex_);
     auto it = map_.find(key);
-    return it == map_.end() ? handle() : used(*it->second);
+    return it == map_.end() ? handle() : used(it->second);
   }
 
   /// `key`'s limiter's snapshot, or nullopt if it is not alive (an evicted key reads as a fresh one would).
@@ -362,7 +363,7 @@ class keyed {
     std::lock_guard<Mutex> lock(mutex_);
     auto it = map_.find(key);
     if (it == map_.end()) return std::nullopt;
-    return it->second->limiter->snapshot();
+    return it->second.limiter->snapshot();
   }
 
   /// Calls `f(const Key&, Limiter&)` for every live key (for metrics), without holding the registry's lock:
@@ -376,7 +377,7 @@ class keyed {
       pinned.reserve(map_.size());
       for (auto& [key, e] : map_) {
         (void)key;
-        pinned.push_back(handle(e.get(), false));
+        pinned.push_back(handle(&e, false));
       }
     }
     for (handle& h : pinned) f(h.key(), *h);
@@ -470,13 +471,16 @@ class keyed {
     std::vector<std::pair<event_kind, Key>> items_;
   };
 
-  // A live key. Entries form a circular list, the "clock" that eviction walks, so that successive
-  // examinations visit different keys. An entry is counted by the registry (one) and by each handle; the
-  // last of them deletes it, so that a handle that outlives the registry (a guard in a coroutine frame that
-  // the io_context destroys after the stages) unpins safely.
+  // A live key. Entries live in the map's nodes (stable addresses) and form a circular list, the "clock"
+  // that eviction walks, so that successive examinations visit different keys. An entry is counted by the
+  // registry (one) and by each handle. A registry destroyed while handles are out moves each pinned entry's
+  // node out of the map into `holder`, and the last handle deletes it, so that a handle that outlives the
+  // registry (a guard in a coroutine frame that the io_context destroys after the stages) unpins safely.
   struct entry {
     std::unique_ptr<Limiter> limiter;
     std::atomic<std::size_t> refs{1};
+    void* holder = nullptr;                 // the node, once the registry is gone
+    void (*drop_holder)(void*) = nullptr;
     bool timed = false;                   // idle_ttl > 0: uses are timed
     std::atomic<std::int64_t> used_ns{0};  // the latest use, in clock_type's nanoseconds since its epoch
     const Key* key = nullptr;
@@ -485,9 +489,9 @@ class keyed {
 
     // Pinned by a handle: more than the registry's count.
     bool pinned() const noexcept { return refs.load(std::memory_order_acquire) != 1; }
-    // Drops one count; the last one deletes the entry (the registry has let it go by then).
+    // Drops one count; the last one deletes the entry's node (the registry has let it go by then).
     void unpin() noexcept {
-      if (refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+      if (refs.fetch_sub(1, std::memory_order_acq_rel) == 1) drop_holder(holder);
     }
   };
 
@@ -504,9 +508,9 @@ class keyed {
   entry* create_locked(key_view key) {
     auto factory_it = overrides_.find(key);
     std::unique_ptr<Limiter> limiter = factory_it != overrides_.end() ? factory_it->second(executor_) : default_factory_(executor_);
-    auto [it, inserted] = map_.try_emplace(Key(key), std::make_unique<entry>());  // the one copy of a new key
+    auto [it, inserted] = map_.try_emplace(Key(key));  // the one copy of a new key
     (void)inserted;
-    entry& e = *it->second;
+    entry& e = it->second;
     e.limiter = std::move(limiter);
     e.key = &it->first;
     e.timed = timed();
@@ -582,7 +586,8 @@ class keyed {
   keyed_options options_;
   factory default_factory_;
   mutable Mutex mutex_;
-  std::unordered_map<Key, std::unique_ptr<entry>, Hash, KeyEqual> map_;
+  using map_type = std::unordered_map<Key, entry, Hash, KeyEqual>;
+  map_type map_;
   std::unordered_map<Key, factory, Hash, KeyEqual> overrides_;
   entry* hand_ = nullptr;
   keyed_snapshot stats_{};
@@ -604,7 +609,7 @@ REIN_SEPARATE_INLINE auto keyed<Limiter, Key, Mutex, Hash, KeyEqual>::get(key_vi
   ec = {};
   events pending(this);
   std::lock_guard<Mutex> lock(mutex_);
-  if (auto it = map_.find(key); it != map_.end()) return used(*it->second);
+  if (auto it = map_.find(key); it != map_.end()) return used(it->second);
   examine_locked(options_.sweep_batch, pending);
   if (map_.size() >= options_.max_keys) examine_locked(options_.max_scan, pending);
   if (map_.size() >= options_.max_keys && timed())
@@ -620,12 +625,20 @@ REIN_SEPARATE_INLINE auto keyed<Limiter, Key, Mutex, Hash, KeyEqual>::get(key_vi
 
 template <class Limiter, class Key, class Mutex, class Hash, class KeyEqual>
 REIN_SEPARATE_INLINE keyed<Limiter, Key, Mutex, Hash, KeyEqual>::~keyed() {
+  using node = typename map_type::node_type;
   std::lock_guard<Mutex> lock(mutex_);
-  for (auto& [key, e] : map_) {
-    (void)key;
-    e->limiter.reset();      // its waiters complete with operation_aborted, as before
-    e->key = nullptr;        // the key dies with the map
-    e.release()->unpin();    // a handle still out deletes the entry when it lets go
+  for (auto it = map_.begin(); it != map_.end();) {
+    entry& e = it->second;
+    if (!e.pinned()) {
+      ++it;  // goes with the map
+      continue;
+    }
+    e.limiter.reset();  // its waiters complete with operation_aborted, as every other key's do
+    auto next = std::next(it);
+    e.holder = new node(map_.extract(it));  // the entry stays where it is, in its node
+    e.drop_holder = [](void* n) { delete static_cast<node*>(n); };
+    e.unpin();  // the registry's count: a handle still out deletes the node when it lets go
+    it = next;
   }
 }
 
