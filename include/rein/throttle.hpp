@@ -1001,6 +1001,9 @@ class throttle {
     } catch (const system_error& e) {
       failed = e.code();
     }
+    if (gone(g)) {  // destroyed while this caller waited: its stages' waits were aborted
+      throw detail::throttle_failure(error_code(net::error::operation_aborted), {}, x.at, kind_of(x.at), copy);
+    }
     if (failed) {
       count_failed(failed);
       throw failure(failed, x.at, std::string(key));  // g gives back what it took
@@ -1555,6 +1558,14 @@ class throttle {
 
   [[noreturn]] static void throw_aborted() { throw system_error(error_code(net::error::operation_aborted)); }
 
+  // Whether the throttle was destroyed while `g`'s caller waited. Read on the waiting path before anything of
+  // the throttle's is touched after a resumption (each stage's take_now, each wake of wait_ready, the rates'
+  // and the gates' last checks): the stages, if they live on, may still grant.
+  static bool gone(const guard& g) noexcept { return g.life_->owner.load(std::memory_order_acquire) == nullptr; }
+  static void stop_if_gone(const guard& g) {
+    if (gone(g)) throw_aborted();
+  }
+
   // Waits on the stage's own line until it grants, taking the units (a concurrency or rate stage; a gate is
   // waited on in wait_at). A global stage in fair order is waited on as the caller's key.
   template <bool Bound, std::size_t I>
@@ -1642,6 +1653,7 @@ class throttle {
     if (n == 0) co_return;
     auto& l = limiter<I>(g.held_);
     for (;;) {
+      stop_if_gone(g);
       time_point when{};
       const kind k = readiness_of<I>(g, clock_type::now(), &when);
       if (k == kind::ready) co_return;
@@ -1675,6 +1687,7 @@ class throttle {
   // it would at a co_await (the stage it was granted meanwhile is given back).
   template <bool Bound>
   bool take_now(std::size_t i, guard& g, run_ctx& x) {
+    stop_if_gone(g);
     if (x.awaiting.cancelled() != net::cancellation_type::none) throw_aborted();
     x.at = i;
     if (try_at(i, g)) return true;
@@ -1710,6 +1723,7 @@ class throttle {
         bool back_to_key = false;
         std::size_t held = npos;
         for (;;) {
+          stop_if_gone(g);
           try_status why = try_status::busy;
           const std::size_t missing = take_rates(g, held, clock_type::now(), &why);
           if (missing == npos) break;
@@ -1729,6 +1743,7 @@ class throttle {
         }
         if (back_to_key) continue;
       }
+      stop_if_gone(g);
       if (gates_open(g)) co_return;
       // Paused while this caller waited: back to the gate, holding nothing global meanwhile.
       if constexpr (rates_first_) {
@@ -1769,6 +1784,14 @@ class throttle {
       }
     } catch (const system_error& e) {
       failed = e.code();
+    }
+    if (gone(g)) {  // destroyed while this caller waited: its stages' waits were aborted
+      const error_code aborted(net::error::operation_aborted);
+      guard empty;
+      empty.rejected_at_ = kind_of(x.at);
+      empty.rejected_stage_ = x.at;
+      empty.error_ = aborted;
+      co_return std::pair<error_code, guard>(aborted, std::move(empty));
     }
     if (failed) {
       count_failed(failed);

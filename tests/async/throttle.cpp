@@ -1222,9 +1222,10 @@ TEST_CASE("a permit's stamp moves only forward: an admission reading older than 
 // throttle goes first, then the stages, and the io_context last, destroying the coroutine frames still
 // suspended in it, with the guards and the half-taken admissions they hold. Each of those must then be safe
 // (it does nothing harmful and leaks nothing, checked under ASan), as a permit that outlives its limiter is.
-// Callers at every step: one admitted and in its call, two waiting for their key's permit (through
-// acquire() and through the initiating function), one waiting at its key's paused gate, one waiting for the
-// rate, and one waiting for a global slot.
+// Callers at every step: two admitted and in their call (one after waiting for the rate), two waiting for
+// their key's permit (through acquire() and through the initiating function), one waiting at its key's
+// paused gate, and one waiting for a global slot. (A caller waiting for the rate when the throttle goes is
+// the next test's.)
 
 namespace {
 
@@ -1269,7 +1270,7 @@ TEST_CASE("shutdown in declaration order with callers at every step is safe", "[
     net::co_spawn(s.io, call_for_an_hour(s, "A", admitted), net::detached);       // admitted, in its call
     net::co_spawn(s.io, call_for_an_hour(s, "A", admitted), net::detached);       // waits for A's permit
     net::co_spawn(s.io, call_for_an_hour(s, "paused", admitted), net::detached);  // waits at its gate
-    net::co_spawn(s.io, call_for_an_hour(s, "B", admitted), net::detached);       // waits for the rate
+    net::co_spawn(s.io, call_for_an_hour(s, "B", admitted), net::detached);       // waits for the rate, then in
     s.throttle.async_acquire("A", [&](rein::error_code, auto) { ++admitted; });  // the initiating function
     rein_test::poll(s.io);
     CHECK(admitted == 1);
@@ -1282,4 +1283,44 @@ TEST_CASE("shutdown in declaration order with callers at every step is safe", "[
     CHECK(s.global.snapshot().waiting == 1);
   }  // the throttle, the stages, then the io_context with the six callers' frames
   CHECK(admitted == 2);
+}
+
+namespace {
+
+// As call_for_an_hour, recording how a waiting acquire ended.
+net::awaitable<void> call_or_record(shutdown_stages& s, std::string key, std::vector<rein::error_code>& ended) {
+  try {
+    auto guard = co_await s.throttle.acquire(key);
+    net::basic_waitable_timer<manual_clock> call(s.io, 1h);
+    co_await call.async_wait(net::use_awaitable);
+  } catch (const rein::throttle_error& e) {
+    ended.push_back(e.code());
+  }
+}
+
+}  // namespace
+
+TEST_CASE("a throttle destroyed while the io_context runs on ends its waiting callers", "[throttle][shutdown]") {
+  rein_test::manual_clock_at_epoch epoch;
+  std::vector<rein::error_code> ended;
+  std::optional<rein::error_code> callback_ended;
+  shutdown_stages s;
+  net::co_spawn(s.io, call_or_record(s, "A", ended), net::detached);  // admitted, in its call
+  net::co_spawn(s.io, call_or_record(s, "A", ended), net::detached);  // waits for A's permit
+  net::co_spawn(s.io, call_or_record(s, "B", ended), net::detached);  // waits for the rate, on a timer
+  s.throttle.async_acquire("A", [&](rein::error_code ec, auto) { callback_ended = ec; });
+  rein_test::poll(s.io);
+  REQUIRE(s.per_key.get("A")->snapshot().waiting == 2);
+
+  s.throttle_owner.reset();      // the stages live on
+  advance_and_poll(s.io, 1s);    // B's rate is ready: its waiter wakes to a throttle that is gone
+  REQUIRE(ended.size() == 1);
+  CHECK(ended[0] == rein::error_code(net::error::operation_aborted));
+  s.per_key_owner.reset();       // A's waiters are aborted by their stage
+  rein_test::poll(s.io);
+  REQUIRE(ended.size() == 2);
+  CHECK(ended[1] == rein::error_code(net::error::operation_aborted));
+  REQUIRE(callback_ended.has_value());
+  CHECK(*callback_ended == rein::error_code(net::error::operation_aborted));
+  CHECK(s.global.snapshot().in_flight == 1);  // the caller in its call still holds its slot
 }
