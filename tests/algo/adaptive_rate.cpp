@@ -331,7 +331,16 @@ TEST_CASE("adaptive_rate: a pause across windows does not read as a slow sender"
   CHECK(r.rate() == near(70));
 }
 
-TEST_CASE("adaptive_rate: a client sending below its allowance is cut from what it sent") {
+TEST_CASE("adaptive_rate: a client sending below its allowance is cut from what it sent, whatever its burst") {
+  {
+    // Burst 1: the bucket is short of full for 10 ms after every take, but the client took after 40 ms idle.
+    auto o = with_rate(100, 1);
+    o.measure_interval = 500ms;
+    adaptive_rate r(o, t0);
+    take_every(r, t0, 24, 50ms);  // 20 per second while allowed 100, through slow start
+    REQUIRE(r.on_congestion(t0 + 1150ms, t0 + 1155ms));
+    CHECK(r.rate_at_decrease() == near(20));
+  }
   auto o = with_rate(100, 100);
   o.measure_interval = 500ms;
   adaptive_rate r(o, t0);
@@ -409,6 +418,30 @@ TEST_CASE("adaptive_rate: refund gives tokens back and un-counts them from the s
   s.refund(2, t0 + 600ms);  // after the first take: 3 - 2 = 1 token in 0.5 s
   s.refund(0, t0 + 1s);
   CHECK(s.measured_rate() == near(2));
+}
+
+// A clock coarser than a nanosecond: its min() and max() lie beyond what nanoseconds hold.
+struct microsecond_clock {
+  using duration = std::chrono::microseconds;
+  using rep = duration::rep;
+  using period = duration::period;
+  using time_point = std::chrono::time_point<microsecond_clock>;
+  static constexpr bool is_steady = true;
+  static time_point now() noexcept { return time_point{}; }
+};
+
+TEST_CASE("adaptive_rate: any reading of a coarse clock is safe, its min() and max() included") {
+  // Under UBSan: converting min() of a microsecond clock to nanoseconds overflowed; readings now saturate.
+  using coarse = rein::algo::basic_adaptive_rate<microsecond_clock>;
+  using tp = microsecond_clock::time_point;
+  coarse r(with_rate(10, 1), tp{});
+  r.record(outcome::success, tp::min(), tp{});
+  r.record(outcome::congestion, tp::min(), tp{}, std::chrono::nanoseconds::max());
+  CHECK(r.try_take(1, tp::min()) == take_result::allowed);  // clamped to the latest time, when a token is there
+  r.record(outcome::congestion, tp::max(), tp::max());
+  // The rule's time ends where nanoseconds do: max() reads as the last instant it can hold.
+  CHECK(r.last_time() == tp(std::chrono::ceil<std::chrono::microseconds>(std::chrono::nanoseconds::max())));
+  CHECK(r.decreases() == 2);
 }
 
 TEST_CASE("adaptive_rate: invalid options throw, naming the type, the field and the value") {

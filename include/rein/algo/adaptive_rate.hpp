@@ -70,7 +70,9 @@ struct adaptive_rate_options {
   /// measuring windows) widens the margin instead of cutting the rate, as jitter on the way, not the quota,
   /// made a send arrive early. Used only with a hold. The margin starts at 1/32 here (the known-quota
   /// default is 0): W is a rate at which the server refused, so a level held exactly at W is one already
-  /// known to fail whenever a send arrives a little early.
+  /// known to fail whenever a send arrives a little early. Setting the struct anew (`.margin = {.step = x}`)
+  /// starts it from 0 again unless `.initial` is given too, and a `max` below 1/32 needs an `initial` at or
+  /// below it.
   pacing_margin_options margin{.initial = 1.0 / 32};
 };
 
@@ -88,9 +90,10 @@ struct adaptive_rate_options {
 ///   the decrease), then convex beyond it, probing for more;
 /// - before any congestion, slow start: `initial_rate * 2^((t - t_start) / measure_interval)`; without it,
 ///   `initial_rate + scale * (t - t_start)^3` (W = initial_rate, K = 0); the first congestion out of slow
-///   start, from a client using its allowance (the bucket not full), takes W as the curve's rate when the
-///   refused request was sent (capped by the rate), not the sending rate: that rate was past the quota, while the sending rate, averaged over windows in which the
-///   rate doubles, lags it by up to half and would leave the level held well below the quota;
+///   start, from a client using its allowance (its latest take came as soon as the bucket could give it),
+///   takes W as the curve's rate when the refused request was sent (capped by the rate), not the sending
+///   rate: that rate was past the quota, while the sending rate, averaged over windows in which the rate
+///   doubles, lags it by up to half and would leave the level held well below the quota;
 /// - the rate stays in [min_rate, max_rate], and a success never raises it above max(rate, max_growth x
 ///   the sending rate), and never lowers it.
 ///
@@ -178,8 +181,10 @@ class basic_adaptive_rate {
   /// @throws std::invalid_argument if n < 0.
   take_result try_take(std::int64_t n, time_point t) {
     const std::int64_t now = clamp(t);
+    const bool waited = took_when_ready(now);
     const take_result result = bucket_.try_take(n, at(now));
     if (result == take_result::allowed) {
+      last_take_waited_ = waited;
       observe(at(now));
       if (sent_in_window_ == 0) first_take_ns_ = now, first_take_n_ = n;
       last_take_ns_ = now;
@@ -401,13 +406,22 @@ class basic_adaptive_rate {
     return partial ? std::max(*measured_, *partial) : *measured_;
   }
 
+  // Whether a take at `now` uses the allowance: the bucket was not full, or became full less than half an
+  // interval (0.5 / rate) ago, so the client took about as soon as it could rather than after an idle spell.
+  bool took_when_ready(std::int64_t now) const {
+    const auto full = bucket_.ready_at(bucket_.capacity(), bucket_.last_time());
+    if (!full) return true;
+    const double half_interval_ns = 0.5e9 / rate_;
+    return static_cast<double>(now - detail::to_ns(*full)) < half_interval_ns;
+  }
+
   // W: the rate the client was sending at when a request sent at `sent` met congestion: the sending rate,
-  // capped by the rate. In slow start, while the client uses its allowance (the bucket is not full), the
-  // curve's rate when that request was sent: the refusal says that rate was past the quota, while the
-  // sending rate, averaged over windows in which the rate doubles, lags it by up to half.
+  // capped by the rate. In slow start, while the client uses its allowance (its latest take came as soon as
+  // the bucket could give it), the curve's rate when that request was sent: the refusal says that rate was
+  // past the quota, while the sending rate, averaged over windows in which the rate doubles, lags it by up
+  // to half.
   double congested_rate(time_point sent, std::int64_t now) const {
-    const bool saturating = bucket_.tokens(at(now)) < static_cast<double>(bucket_.capacity());
-    if (decreases_ == 0 && options_.slow_start && saturating) {
+    if (decreases_ == 0 && options_.slow_start && last_take_waited_) {
       return std::min(rate_, curve(std::clamp(detail::to_ns(sent), epoch_ns_, now)));
     }
     const auto sending = sending_rate(now);
@@ -532,6 +546,7 @@ class basic_adaptive_rate {
   std::int64_t first_take_n_ = 0;
   std::int64_t last_take_ns_ = 0;
   std::optional<double> measured_{};
+  bool last_take_waited_ = false;  // the latest take came as soon as the bucket could give it
   basic_pacing_margin<Clock> margin_;
   std::int64_t hold_ns_;
   double confirmed_ = 0;

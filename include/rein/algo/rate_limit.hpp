@@ -108,9 +108,20 @@ inline constexpr std::int64_t ns_per_second = 1'000'000'000;
 template <class Clock>
 inline constexpr bool tick_at_least_a_nanosecond = std::ratio_greater_equal_v<typename Clock::period, std::nano>;
 
+// Nanoseconds since the epoch, saturated: a clock coarser than a nanosecond holds instants (its min() and
+// max()) that nanoseconds cannot.
 template <class TimePoint>
 std::int64_t to_ns(TimePoint t) noexcept {
-  return std::chrono::floor<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+  using ns = std::chrono::nanoseconds;
+  using duration = typename TimePoint::duration;
+  const duration d = t.time_since_epoch();
+  if constexpr (!std::ratio_less_equal_v<typename duration::period, std::nano>) {
+    constexpr duration most = std::chrono::floor<duration>(ns::max());
+    constexpr duration least = std::chrono::ceil<duration>(ns::min());
+    if (d >= most) return ns::max().count();
+    if (d <= least) return ns::min().count();
+  }
+  return std::chrono::floor<ns>(d).count();
 }
 
 /// The first time point at or after `ns` nanoseconds since the epoch, or nullopt past the clock's range.
