@@ -332,6 +332,7 @@ inline std::optional<std::int64_t> policy_quota(std::optional<std::string_view> 
   ietf_member unused;
   while (!rest.empty()) {
     const ietf_member policy = read_member(next_part(rest, ','), unused);
+    if (policy.name.empty()) continue;  // a `key=value` member is no policy
     if (!name.empty() && policy.name == name) return policy.quota;
     if (!first) first = policy.quota;
   }

@@ -377,6 +377,9 @@ TEST_CASE("IETF RateLimit fields: the older dictionary and separate-field forms"
   const rein::upstream_response first_policy = rein::read_response(
       200, map_lookup{{{"ratelimit", "limit=100, remaining=50, reset=30"}, {"ratelimit-policy", "w=60, 100;w=60"}}}, now);
   CHECK(first_policy.requests.limit == opt_count{100});  // the dictionary's own limit
+  const rein::upstream_response behind_a_key = rein::read_response(
+      200, map_lookup{{{"ratelimit", "remaining=50, reset=30"}, {"ratelimit-policy", "w=60, 100;w=60"}}}, now);
+  CHECK(behind_a_key.requests.limit == opt_count{100});  // `w=60` alone is no policy
   const rein::upstream_response no_limit = rein::read_response(
       200, map_lookup{{{"ratelimit", "remaining=50, reset=30"}, {"ratelimit-policy", "\"x\";w=60, 100;w=60"}}}, now);
   CHECK(no_limit.requests.remaining == opt_count{50});

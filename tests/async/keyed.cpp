@@ -113,15 +113,19 @@ TEST_CASE("a handle and a permit may outlive their registry", "[keyed][lifetime]
   auto per_host = std::make_unique<per_key_semaphore>(io, opts(100, 0), 1);
   auto pinned = per_host->get("a");
   rein::permit held = per_host->get("b")->try_acquire();
+  rein::permit held_on_pinned = pinned->try_acquire();
   REQUIRE(held);
-  std::optional<error_code> waiter_ec;
+  REQUIRE(held_on_pinned);
+  std::optional<error_code> waiter_ec, pinned_waiter_ec;
   per_host->get("b")->async_acquire(1, [&](error_code ec, rein::permit) { waiter_ec = ec; });
-  per_host.reset();  // every limiter destroyed: the waiter completes with operation_aborted
+  pinned->async_acquire(1, [&](error_code ec, rein::permit) { pinned_waiter_ec = ec; });
+  per_host.reset();  // every limiter destroyed, the pinned one too: their waiters complete with operation_aborted
   poll(io);
   CHECK(waiter_ec == error_code(net::error::operation_aborted));
+  CHECK(pinned_waiter_ec == error_code(net::error::operation_aborted));
   held.release();
-  pinned.reset();  // the last count on "a"'s entry: it goes now
-  CHECK_FALSE(pinned);
+  held_on_pinned.release();
+  pinned.reset();  // the last count on "a"'s entry: its node goes now (ASan: no leak, no use after free)
 }
 
 TEST_CASE("a key is kept while a permit is held, a waiter waits or a handle pins it", "[keyed][evict]") {
