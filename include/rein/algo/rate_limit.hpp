@@ -2,6 +2,7 @@
 // `algo::all_of` and the async layer are written against, and the integer time arithmetic they share.
 #pragma once
 
+#include <rein/detail/clock_time.hpp>
 #include <rein/detail/invalid_option.hpp>
 
 #include <chrono>
@@ -112,16 +113,7 @@ inline constexpr bool tick_at_least_a_nanosecond = std::ratio_greater_equal_v<ty
 // max()) that nanoseconds cannot.
 template <class TimePoint>
 std::int64_t to_ns(TimePoint t) noexcept {
-  using ns = std::chrono::nanoseconds;
-  using duration = typename TimePoint::duration;
-  const duration d = t.time_since_epoch();
-  if constexpr (!std::ratio_less_equal_v<typename duration::period, std::nano>) {
-    constexpr duration most = std::chrono::floor<duration>(ns::max());
-    constexpr duration least = std::chrono::ceil<duration>(ns::min());
-    if (d >= most) return ns::max().count();
-    if (d <= least) return ns::min().count();
-  }
-  return std::chrono::floor<ns>(d).count();
+  return rein::detail::to_ns_saturated(t);
 }
 
 /// The first time point at or after `ns` nanoseconds since the epoch, or nullopt past the clock's range.
