@@ -728,7 +728,8 @@ TEST_CASE("adaptive_rate: the hold's defaults over a family of unknown quotas, w
         for (std::uint64_t seed = 1; seed <= 5; ++seed) {
           std::mt19937_64 random(seed);
           std::function<std::chrono::nanoseconds()> jitter;
-          if (spread_us > 0) jitter = [&] { return std::chrono::nanoseconds(random() % (spread_us * 1000)); };
+          const auto spread_ns = static_cast<std::uint64_t>(spread_us) * 1000;
+          if (spread_ns > 0) jitter = [&] { return std::chrono::nanoseconds(static_cast<std::int64_t>(random() % spread_ns)); };
           adaptive_rate limiter({.initial_rate = start * static_cast<double>(quota), .burst = 1}, t0);
           const run_totals run =
               run_against_limit_req(limiter, quota >= 200 ? 16 : 8, 1ms, seconds, 1s, true, {quota, 0}, jitter);
