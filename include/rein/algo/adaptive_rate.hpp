@@ -89,11 +89,7 @@ struct adaptive_rate_options {
 /// - success at time t: `rate = scale * (t - t_decrease - K)^3 + W`, concave up to W (reached K seconds after
 ///   the decrease), then convex beyond it, probing for more;
 /// - before any congestion, slow start: `initial_rate * 2^((t - t_start) / measure_interval)`; without it,
-///   `initial_rate + scale * (t - t_start)^3` (W = initial_rate, K = 0); the first congestion out of slow
-///   start, from a client using its allowance (its latest take came as soon as the bucket could give it),
-///   takes W as the curve's rate when the refused request was sent (capped by the rate), not the sending
-///   rate: that rate was past the quota, while the sending rate, averaged over windows in which the rate
-///   doubles, lags it by up to half and would leave the level held well below the quota;
+///   `initial_rate + scale * (t - t_start)^3` (W = initial_rate, K = 0);
 /// - the rate stays in [min_rate, max_rate], and a success never raises it above max(rate, max_growth x
 ///   the sending rate), and never lowers it.
 ///
@@ -181,10 +177,8 @@ class basic_adaptive_rate {
   /// @throws std::invalid_argument if n < 0.
   take_result try_take(std::int64_t n, time_point t) {
     const std::int64_t now = clamp(t);
-    const bool waited = took_when_ready(now);
     const take_result result = bucket_.try_take(n, at(now));
     if (result == take_result::allowed) {
-      last_take_waited_ = waited;
       observe(at(now));
       if (sent_in_window_ == 0) first_take_ns_ = now, first_take_n_ = n;
       last_take_ns_ = now;
@@ -287,7 +281,7 @@ class basic_adaptive_rate {
       return false;
     }
     const bool paused = pause.count() > 0;
-    const double w = congested_rate(sent, t);
+    const double w = congested_rate(t);
     const std::int64_t resume = paused && pause.count() < std::numeric_limits<std::int64_t>::max() - t
                                     ? t + pause.count()
                                 : paused ? std::numeric_limits<std::int64_t>::max()
@@ -406,24 +400,8 @@ class basic_adaptive_rate {
     return partial ? std::max(*measured_, *partial) : *measured_;
   }
 
-  // Whether a take at `now` uses the allowance: the bucket was not full, or became full less than half an
-  // interval (0.5 / rate) ago, so the client took about as soon as it could rather than after an idle spell.
-  bool took_when_ready(std::int64_t now) const {
-    const auto full = bucket_.ready_at(bucket_.capacity(), bucket_.last_time());
-    if (!full) return true;
-    const double half_interval_ns = 0.5e9 / rate_;
-    return static_cast<double>(now - detail::to_ns(*full)) < half_interval_ns;
-  }
-
-  // W: the rate the client was sending at when a request sent at `sent` met congestion: the sending rate,
-  // capped by the rate. In slow start, while the client uses its allowance (its latest take came as soon as
-  // the bucket could give it), the curve's rate when that request was sent: the refusal says that rate was
-  // past the quota, while the sending rate, averaged over windows in which the rate doubles, lags it by up
-  // to half.
-  double congested_rate(time_point sent, std::int64_t now) const {
-    if (decreases_ == 0 && options_.slow_start && last_take_waited_) {
-      return std::min(rate_, curve(std::clamp(detail::to_ns(sent), epoch_ns_, now)));
-    }
+  // W: the rate the client was sending at when congestion came: the sending rate, capped by the rate.
+  double congested_rate(std::int64_t now) const {
     const auto sending = sending_rate(now);
     return sending ? std::min(rate_, *sending) : rate_;
   }
@@ -546,7 +524,6 @@ class basic_adaptive_rate {
   std::int64_t first_take_n_ = 0;
   std::int64_t last_take_ns_ = 0;
   std::optional<double> measured_{};
-  bool last_take_waited_ = false;  // the latest take came as soon as the bucket could give it
   basic_pacing_margin<Clock> margin_;
   std::int64_t hold_ns_;
   double confirmed_ = 0;
