@@ -40,6 +40,9 @@ struct token_bucket_options {
   std::int64_t capacity = 0;                     ///< the burst: most tokens the bucket holds, in [1, 1e15]
   std::optional<std::int64_t> initial_tokens{};  ///< tokens at construction, in [0, capacity]; default full
                                                  ///< (start lower to avoid a burst at every deploy)
+  /// A cold bucket refills at rate / warmup.cold_factor, speeding up to the rate over warmup.period of use
+  /// and cooling back when idle (Guava's SmoothWarmingUp; see rein::algo::token_bucket_warmup). Default: off.
+  algo::token_bucket_warmup warmup{};
   /// How many operations may wait at once; one more completes at once with errc::queue_full. Default:
   /// unbounded.
   std::size_t max_waiters = std::numeric_limits<std::size_t>::max();
@@ -302,7 +305,9 @@ class basic_token_bucket : public basic_rate_limiter<algo::basic_token_bucket<Cl
 
   static limit_type make_bucket(const options& o) {
     return renamed([&] {
-      return limit_type({.rate = o.rate, .capacity = o.capacity, .initial_tokens = o.initial_tokens}, Clock::now());
+      return limit_type(
+          {.rate = o.rate, .capacity = o.capacity, .initial_tokens = o.initial_tokens, .warmup = o.warmup},
+          Clock::now());
     }, o.name);
   }
 };

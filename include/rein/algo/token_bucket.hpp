@@ -12,6 +12,38 @@
 
 namespace rein::algo {
 
+/// Warm-up of a token bucket: a cold bucket refills slower than its rate and speeds up as it is used (Guava's
+/// `SmoothWarmingUp`, the shape of `RateLimiter.create(permitsPerSecond, warmupPeriod)`). Off by default.
+///
+/// The rule. The bucket keeps a coldness c, in nanoseconds, in [0, period]; a new bucket is cold (c = period,
+/// as Guava's starts). Time the bucket spends full (its tokens unused: idle) adds to c, one for one, so an
+/// idle bucket is cold again after `period`; each token taken (a take, a reservation, a charge) removes
+/// P / M of it, where M = P x rate x (f + 5) / (2 (f + 1)) is Guava's maxPermits (f = `cold_factor`, P =
+/// `period`; M = P x rate for f = 3, so one token is 1 / rate seconds of coldness), rounded down to the
+/// nanosecond; a refund puts it back. Below the threshold T = P (f + 1) / (f + 5) (Guava's thresholdPermits:
+/// P / 2 for f = 3) the refill rate is the stable `rate`; above it the interval between tokens grows
+/// linearly in c, to f / rate at c = P: the refill rate is
+///
+///     rate x (P - T) / ((P - T) + (f - 1) x (c - T)).
+///
+/// So a bucket used at full speed from cold reaches its stable rate after `period` (the area under
+/// Guava's trapezoid; whole tokens make it a little less: 9.9 s of a 10 s warm-up at 10 per second), and
+/// goes on at it. Unlike Guava, the bucket's `capacity` is still a burst: a cold bucket still hands out
+/// what it holds at once, and warm-up governs only how fast it refills (capacity 1 gives Guava's
+/// behaviour, which has no burst).
+///
+/// The refill rate changes only when the state changes (a take, reservation, charge, refund or setter),
+/// so `ready_at` stays exact; it is re-expressed in the bucket's integer units as `set_rate` does,
+/// dropping less than 1e-9 token each time. With warm-up off (`period` 0) none of this runs and the
+/// bucket's arithmetic is exactly that of the plain bucket.
+struct token_bucket_warmup {
+  /// How long a bucket used at full speed takes to go from its cold rate to its stable one, and how long
+  /// an idle one takes to go back; in nanoseconds, >= 0. 0 (the default): no warm-up.
+  std::chrono::nanoseconds period{};
+  /// The cold rate is rate / cold_factor; in [1, 1000]. Default 3, Guava's `coldFactor`.
+  double cold_factor = 3.0;
+};
+
 /// Construction options of `basic_token_bucket` (and of the async `rein::token_bucket`).
 ///
 /// Write them with designated initializers: `{.rate = 10, .capacity = 3}`, `{.rate = 1, .capacity = 10,
@@ -20,6 +52,7 @@ struct token_bucket_options {
   double rate = 0;                                ///< tokens per second, in (0, 1e9]
   std::int64_t capacity = 0;                      ///< the burst: most tokens the bucket holds, in [1, 1e15]
   std::optional<std::int64_t> initial_tokens{};   ///< tokens at construction, in [0, capacity]; default full
+  token_bucket_warmup warmup{};                   ///< a cold bucket refills slower (Guava); default off
 };
 
 /// A token bucket: tokens flow in at `rate` per second up to `capacity`; a request for n tokens is admitted
@@ -70,16 +103,22 @@ class basic_token_bucket {
   /// Makes a bucket holding `o.initial_tokens` (default: full) at time `now`.
   ///
   /// @throws std::invalid_argument if the rate is not in (0, 1e9] (NaN and infinities included), the
-  /// capacity not in [1, 1e15], or the initial tokens not in [0, capacity]; the message names the field
-  /// and the value.
+  /// capacity not in [1, 1e15], the initial tokens not in [0, capacity], `warmup.period` < 0 or
+  /// `warmup.cold_factor` not in [1, 1000]; the message names the field and the value.
   basic_token_bucket(const options& o, time_point now)
       : rate_(checked_rate(o.rate)),
         fraction_(to_fraction(o.rate)),
         capacity_(checked_capacity(o.capacity)),
-        last_ns_(detail::to_ns(now)) {
+        last_ns_(detail::to_ns(now)),
+        warmup_(checked_warmup(o.warmup)),
+        cold_ns_(warmup_.period.count()) {
     const std::int64_t initial = o.initial_tokens.value_or(capacity_);
     if (initial < 0 || initial > capacity_) {
       detail::throw_invalid(type_name, "initial_tokens must be in [0, capacity]", detail::show(initial));
+    }
+    if (warming()) {  // a new bucket is cold, as Guava's is
+      current_rate_ = warm_rate();
+      fraction_ = to_fraction(current_rate_);
     }
     units_ = initial * unit();
   }
@@ -96,7 +135,7 @@ class basic_token_bucket {
     const std::int64_t now = clamp(t);
     const int128 available = units_at(now);
     if (available < n * unit() || n > capped(now)) return take_result::denied;
-    commit(available - n * unit(), now);
+    commit(available - n * unit(), now, n);
     spend_cap(n, now);
     return take_result::allowed;
   }
@@ -138,7 +177,7 @@ class basic_token_bucket {
     const bool over_cap = n > capped(now);
     const auto ready = detail::from_ns<time_point>(over_cap && at_rate < cap_until_ns_ ? int128(cap_until_ns_) : at_rate);
     if (ready) {
-      commit(after, now);
+      commit(after, now, n);
       if (!over_cap) spend_cap(n, now);
     }
     return ready;
@@ -162,7 +201,7 @@ class basic_token_bucket {
     const int128 units = units_at(now);
     const int128 floor = -max_capacity * unit();
     // Compare before multiplying: n * unit() could pass 2^127 for n near 2^63.
-    commit(n >= detail::ceil_div(units - floor, unit()) ? floor : units - n * unit(), now);
+    commit(n >= detail::ceil_div(units - floor, unit()) ? floor : units - n * unit(), now, n);
     spend_cap(n, now);
   }
 
@@ -235,23 +274,24 @@ class basic_token_bucket {
     const std::int64_t now = clamp(t);
     const int128 units = units_at(now);
     const int128 room = full() - units;
-    commit(n >= detail::ceil_div(room, unit()) ? full() : units + n * unit(), now);
+    commit(n >= detail::ceil_div(room, unit()) ? full() : units + n * unit(), now, -n);
     if (now < cap_until_ns_) cap_left_ = cap_left_ + std::min(n, cap_given_ - std::min(cap_left_, cap_given_));
   }
 
   /// Changes the rate from time t on: tokens up to t arrive at the old rate, later ones at the new one
-  /// (Go's `SetLimitAt`).
+  /// (Go's `SetLimitAt`). With warm-up, this is the stable rate; the coldness stays as it is.
   /// @throws std::invalid_argument as the constructor, and leaves the bucket unchanged.
   void set_rate(double rate, time_point t) {
     const fraction next = to_fraction(checked_rate(rate));
     const std::int64_t now = clamp(t);
     const int128 units = units_at(now);
-    // Re-express the balance in the new unit, rounding down so that a change of rate never adds tokens.
-    const int128 whole = detail::floor_div(units, unit());
-    const int128 rest = units - whole * unit();
-    commit(whole * unit_of(next) + detail::floor_div(rest * next.per_seconds, fraction_.per_seconds), now);
-    fraction_ = next;
     rate_ = rate;
+    if (warming()) {
+      commit(units, now);  // re-rates from the coldness and the new stable rate
+      return;
+    }
+    commit(in_unit_of(next, units), now);
+    fraction_ = next;
   }
 
   /// Changes the capacity from time t on; tokens above the new capacity are dropped, and a larger
@@ -260,13 +300,19 @@ class basic_token_bucket {
   void set_capacity(std::int64_t capacity, time_point t) {
     checked_capacity(capacity);
     const std::int64_t now = clamp(t);
-    const int128 units = units_at(now);
+    commit(units_at(now), now);  // under the old capacity: a warm-up's idle time is the time it was full
     capacity_ = capacity;
-    commit(units < full() ? units : full(), now);
+    units_ = std::min(units_, full());
   }
 
-  /// The rate as given, in tokens per second.
+  /// The rate as given, in tokens per second (with warm-up: the stable rate, reached when warm).
   double rate() const noexcept { return rate_; }
+  /// The rate at which the bucket refills from `last_time()` on, in tokens per second: `rate()` without
+  /// warm-up, between rate() / cold_factor and rate() with it.
+  double current_rate() const noexcept { return warming() ? current_rate_ : rate_; }
+  /// The warm-up's coldness at `last_time()`, in [0, warmup.period] (see token_bucket_warmup); 0 without
+  /// warm-up.
+  std::chrono::nanoseconds coldness() const noexcept { return std::chrono::nanoseconds(warming() ? cold_ns_ : 0); }
   /// The capacity (burst) in tokens: the largest n a single request may ask for.
   std::int64_t capacity() const noexcept { return capacity_; }
   /// The latest time at which the state changed (an allowed take, a reservation, a charge, a refund, a
@@ -296,6 +342,14 @@ class basic_token_bucket {
       detail::throw_invalid(type_name, "capacity must be in [1, 1e15] tokens", detail::show(capacity));
     }
     return capacity;
+  }
+
+  static token_bucket_warmup checked_warmup(const token_bucket_warmup& w) {
+    if (w.period.count() < 0) detail::throw_invalid(type_name, "warmup.period must be >= 0", detail::show(w.period));
+    if (!(w.cold_factor >= 1 && w.cold_factor <= 1000)) {
+      detail::throw_invalid(type_name, "warmup.cold_factor must be in [1, 1000]", detail::show(w.cold_factor));
+    }
+    return w;
   }
 
   // The first continued-fraction convergent of `rate` within 2^-50 relative (so decimal rates get their
@@ -350,9 +404,66 @@ class basic_token_bucket {
   // Nanoseconds until `missing` units have arrived (0 if none are missing).
   int128 wait_ns(int128 missing) const noexcept { return missing <= 0 ? 0 : detail::ceil_div(missing, fraction_.tokens); }
 
-  void commit(int128 units, std::int64_t now) noexcept {
+  // The balance at `now`, in another unit, rounded down so that a change of rate never adds tokens.
+  int128 in_unit_of(fraction next, int128 units) const noexcept {
+    const int128 whole = detail::floor_div(units, unit());
+    const int128 rest = units - whole * unit();
+    return whole * unit_of(next) + detail::floor_div(rest * next.per_seconds, fraction_.per_seconds);
+  }
+
+  // Records the balance at `now`. With warm-up, `taken` tokens (negative: refunded) and the time since the
+  // last change that the bucket spent full move the coldness, and the refill rate follows it.
+  void commit(int128 units, std::int64_t now, std::int64_t taken = 0) noexcept {
+    if (warming()) cool(now, taken);
     units_ = units;
     last_ns_ = now;
+    if (warming()) rerate();
+  }
+
+  // --- warm-up (token_bucket_warmup) ---
+
+  bool warming() const noexcept { return warmup_.period.count() != 0; }
+
+  // Idle time (the bucket full) since last_ns_ cools; tokens taken warm, tokens refunded cool back.
+  void cool(std::int64_t now, std::int64_t taken) noexcept {
+    const int128 period = warmup_.period.count();
+    const int128 elapsed = int128(now) - last_ns_;
+    const int128 filling = units_ >= full() ? 0 : wait_ns(full() - units_);
+    // Capped before the tokens count, as Guava caps its stored permits before a take spends them.
+    int128 cold = std::min(period, cold_ns_ + (elapsed > filling ? elapsed - filling : 0));
+    const int128 worth = coldness_of(taken < 0 ? -int128(taken) : int128(taken));
+    cold = taken < 0 ? cold + worth : cold - worth;
+    cold_ns_ = static_cast<std::int64_t>(std::clamp(cold, int128(0), period));
+  }
+
+  // The coldness n tokens are worth: P / M each (M, Guava's maxPermits, is P x rate x (f + 5) / (2 (f + 1))),
+  // rounded down; at most the period.
+  int128 coldness_of(int128 n) const noexcept {
+    const double f = warmup_.cold_factor;
+    const double ns = static_cast<double>(n) * 1e9 / (rate_ * ((f + 5) / (2 * (f + 1))));
+    const double period = static_cast<double>(warmup_.period.count());
+    return ns >= period ? int128(warmup_.period.count()) : int128(std::floor(ns));
+  }
+
+  // The refill rate at the coldness: stable up to the threshold T, then 1 / rate grows linearly to f / rate
+  // at the period P. One division of exact integers (for whole-number rates), so decimal steps stay exact.
+  double warm_rate() const noexcept {
+    const double f = warmup_.cold_factor;
+    const double period = static_cast<double>(warmup_.period.count());
+    const double threshold = period * (f + 1) / (f + 5);
+    const double excess = static_cast<double>(cold_ns_) - threshold;
+    if (excess <= 0) return rate_;
+    const double span = period - threshold;
+    return rate_ * span / (span + (f - 1) * excess);
+  }
+
+  void rerate() noexcept {
+    const double next_rate = warm_rate();
+    if (next_rate == current_rate_) return;
+    const fraction next = to_fraction(next_rate);
+    units_ = in_unit_of(next, units_);
+    fraction_ = next;
+    current_rate_ = next_rate;
   }
 
   // What a provider's cap still allows at `now` (limit_remaining); unlimited when none is in force.
@@ -373,6 +484,9 @@ class basic_token_bucket {
   std::int64_t cap_until_ns_ = std::numeric_limits<std::int64_t>::min();
   std::int64_t cap_left_ = 0;
   std::int64_t cap_given_ = 0;  // the count the cap was set to: refunds never lift it above
+  token_bucket_warmup warmup_;
+  std::int64_t cold_ns_;       // the warm-up's coldness at last_ns_, in [0, warmup_.period]
+  double current_rate_ = 0;    // with warm-up: the refill rate fraction_ holds
 };
 
 /// The token bucket on `std::chrono::steady_clock`.
