@@ -9,7 +9,9 @@
 
 #include <rein/adaptive_limiter.hpp>
 #include <rein/adaptive_rate_limiter.hpp>
+#include <rein/admission_throttle.hpp>
 #include <rein/algo/adaptive_rate.hpp>
+#include <rein/algo/admission_throttle.hpp>
 #include <rein/algo/aimd.hpp>
 #include <rein/algo/all_of.hpp>
 #include <rein/algo/backoff.hpp>

@@ -27,6 +27,7 @@ enum class reject_reason : std::uint8_t {
   attempts_exhausted,  ///< the last allowed attempt failed
   permanent,         ///< an attempt failed permanently
   unavailable,       ///< an adaptive limiter's circuit was open (errc::upstream_unavailable), at once
+  admission,         ///< refused locally by client-side adaptive throttling (rein::admission_throttle)
 };
 
 /// The reason's name, as in metrics labels: "queue_full", "timed_out", ...
@@ -46,6 +47,7 @@ constexpr std::string_view to_string(reject_reason r) noexcept {
     case reject_reason::attempts_exhausted: return "attempts_exhausted";
     case reject_reason::permanent: return "permanent";
     case reject_reason::unavailable: return "unavailable";
+    case reject_reason::admission: return "admission";
   }
   return "unknown";
 }

@@ -4,6 +4,7 @@
 #include "support/catch.hpp"
 
 #include <rein/adaptive_limiter.hpp>
+#include <rein/admission_throttle.hpp>
 #include <rein/algo/aimd.hpp>
 #include <rein/keyed.hpp>
 #include <rein/outcome.hpp>
@@ -256,4 +257,20 @@ TEST_CASE("collector: limiters without a circuit export no circuit state", "[pro
   const auto families = c.Collect();
   CHECK(find(families, "rein_circuit_state") == nullptr);
   CHECK(find(families, "rein_circuit_opens_total") == nullptr);
+}
+
+TEST_CASE("collector: an admission throttle's admissions and its refusals, reason admission", "[prometheus]") {
+  rein_test::manual_clock_at_epoch epoch;
+  rein::basic_admission_throttle<manual_clock> admit({.window = 10s, .name = "search"});
+  CHECK(admit.try_acquire());
+  for (int i = 0; i < 100; ++i) admit.record(rein::outcome::congestion);
+  int refused = 0;
+  for (int i = 0; i < 10; ++i) refused += admit.try_acquire() ? 0 : 1;  // admitted ones are never recorded here
+  rein::prometheus::collector c;
+  c.add(admit);
+  const auto families = c.Collect();
+  CHECK(metric(families, "rein_acquired_total", {{"limiter", "search"}})->counter.value == 11 - refused);
+  CHECK(metric(families, "rein_rejected_total", {{"limiter", "search"}, {"reason", "admission"}})->counter.value ==
+        refused);
+  CHECK(refused > 0);
 }

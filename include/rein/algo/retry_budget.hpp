@@ -3,6 +3,7 @@
 // is the same idea with a different bookkeeping). Pure: time is an argument.
 #pragma once
 
+#include <rein/detail/epoch_slices.hpp>
 #include <rein/detail/invalid_option.hpp>
 
 #include <array>
@@ -127,12 +128,7 @@ class basic_retry_budget {
     return counts_[slot_of(current_)];
   }
 
-  std::int64_t slice_index(time_point now) const noexcept {
-    const auto ticks = now.time_since_epoch().count();
-    const auto width = slice_.count();
-    const auto q = ticks / width;
-    return static_cast<std::int64_t>(q - ((ticks % width != 0 && ticks < 0) ? 1 : 0));
-  }
+  std::int64_t slice_index(time_point now) const noexcept { return rein::detail::slice_index(now, slice_); }
 
   // later - earlier for later > earlier, saturating instead of overflowing (the true difference fits u64).
   static std::int64_t distance(std::int64_t earlier, std::int64_t later) noexcept {
@@ -145,11 +141,7 @@ class basic_retry_budget {
   }
 
   static duration slice_width(std::chrono::nanoseconds ttl) {
-    const auto ticks = std::chrono::duration_cast<duration>(ttl);
-    if (ttl <= ttl.zero() || std::chrono::duration_cast<std::chrono::nanoseconds>(ticks) != ttl ||
-        ticks.count() % slices != 0)
-      fail("ttl must be a positive multiple of 10 clock ticks", std::chrono::nanoseconds(ttl));
-    return ticks / slices;
+    return rein::detail::slice_width<duration>("rein::algo::retry_budget", "ttl", ttl, slices);
   }
 
   static std::int64_t per_request(double ratio) {
