@@ -50,8 +50,8 @@ void run_case(unsigned short port, double start, const char* title) {
   rein_test::print_hosts(title, hosts, r, 5, 25);
   rein_test::print_seconds(r["exact_b"], 25);
   const auto s = c.rate.get("exact_b")->snapshot();
-  std::printf("rate now %.2f/s, decreases %llu, margin widenings %llu, failed probes %llu\n", s.rate,
-              static_cast<unsigned long long>(s.decreases), static_cast<unsigned long long>(s.margin_widenings),
+  std::printf("rate now %.2f/s, W %.2f/s, decreases %llu, margin widenings %llu, failed probes %llu\n", s.rate,
+              s.rate_at_decrease, static_cast<unsigned long long>(s.decreases), static_cast<unsigned long long>(s.margin_widenings),
               static_cast<unsigned long long>(s.failed_probes));
   CHECK(r["exact_b"].ok_rate(5, 25) >= 0.85 * nginx_limits::exact_b);
   CHECK(r["exact_b"].refused_share(5, 25) < 0.02);

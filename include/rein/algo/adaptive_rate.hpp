@@ -7,6 +7,7 @@
 #include <rein/outcome.hpp>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -15,6 +16,42 @@
 #include <string>
 
 namespace rein::algo {
+
+namespace detail {
+
+// The rate of the latest few takes: the tokens taken after the oldest of them over the span from it to the
+// newest; nothing until two takes at distinct times.
+class recent_takes {
+ public:
+  void add(std::int64_t at_ns, std::int64_t n) noexcept {
+    takes_[next_] = {at_ns, n};
+    next_ = (next_ + 1) % size;
+    count_ = std::min(count_ + 1, size);
+  }
+
+  std::optional<double> rate() const noexcept {
+    if (count_ < 2) return std::nullopt;
+    const std::size_t oldest = count_ < size ? 0 : next_;
+    const std::size_t newest = (next_ + size - 1) % size;
+    std::int64_t after_oldest = 0;
+    for (std::size_t i = 1; i < count_; ++i) after_oldest += takes_[(oldest + i) % size].n;
+    const std::int64_t span = takes_[newest].at_ns - takes_[oldest].at_ns;
+    if (span <= 0) return std::nullopt;
+    return static_cast<double>(after_oldest) * 1e9 / static_cast<double>(span);
+  }
+
+ private:
+  static constexpr std::size_t size = 8;
+  struct take {
+    std::int64_t at_ns = 0;
+    std::int64_t n = 0;
+  };
+  std::array<take, size> takes_{};
+  std::size_t next_ = 0;
+  std::size_t count_ = 0;
+};
+
+}  // namespace detail
 
 /// Construction options of `basic_adaptive_rate` (and of the async `rein::adaptive_rate_limiter`).
 ///
@@ -82,7 +119,9 @@ struct adaptive_rate_options {
 ///
 /// The control law is CUBIC (RFC 8312, section 4.1) applied to a sending rate, as the AWS SDKs' "adaptive"
 /// retry mode does (botocore `ClientRateLimiter` with `CubicCalculator`, `RateClocker` and `TokenBucket`):
-/// - congestion at time t: `W = min(rate, sending rate)`, `rate = b * W`, `K = cbrt(W * (1 - b) / scale)`,
+/// - congestion at time t: `W = min(rate, sending rate)` (out of slow start, the sending rate is at least
+///   the rate of the latest 8 takes, up to 1.44 times the window's: a doubling rate runs ahead of the
+///   window's average by up to 1 / ln 2), `rate = b * W`, `K = cbrt(W * (1 - b) / scale)`,
 ///   and the curve restarts at t; b is `beta`, or `(1 + beta) / 2` on the plateau (below); congestion that
 ///   comes with a pause the upstream ordered (a Retry-After) restarts the curve when the pause ends, with
 ///   other cuts (see on_congestion);
@@ -183,6 +222,7 @@ class basic_adaptive_rate {
       if (sent_in_window_ == 0) first_take_ns_ = now, first_take_n_ = n;
       last_take_ns_ = now;
       sent_in_window_ += n;
+      recent_.add(now, n);
     }
     return result;
   }
@@ -400,9 +440,14 @@ class basic_adaptive_rate {
     return partial ? std::max(*measured_, *partial) : *measured_;
   }
 
-  // W: the rate the client was sending at when congestion came: the sending rate, capped by the rate.
+  // W: the rate the client was sending at when congestion came: the sending rate, capped by the rate. In
+  // slow start the rate doubles every window, so the window's average lags the rate it had reached by up to
+  // 1 / ln 2 (1.44): the rate of the latest few takes reads it.
   double congested_rate(std::int64_t now) const {
-    const auto sending = sending_rate(now);
+    auto sending = sending_rate(now);
+    if (sending && decreases_ == 0 && options_.slow_start) {
+      if (const auto latest = recent_.rate()) sending = std::max(*sending, std::min(*latest, 1.44 * *sending));
+    }
     return sending ? std::min(rate_, *sending) : rate_;
   }
 
@@ -524,6 +569,7 @@ class basic_adaptive_rate {
   std::int64_t first_take_n_ = 0;
   std::int64_t last_take_ns_ = 0;
   std::optional<double> measured_{};
+  detail::recent_takes recent_{};
   basic_pacing_margin<Clock> margin_;
   std::int64_t hold_ns_;
   double confirmed_ = 0;
