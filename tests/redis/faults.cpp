@@ -1,5 +1,5 @@
 // Fault injection between the Redis-backed limiters and a real redis-server: Redis made slow, unreachable
-// or cut off by a proxy (fault_proxy.hpp), and killed and restarted. What each case shows is in its name.
+// or cut off by a proxy (fault_proxy.hpp), stopped (SIGSTOP: hung), and killed and restarted. What each case shows is in its name.
 // Real time with generous margins (`slack`): each case takes a few seconds.
 #include "fault_proxy.hpp"
 #include "semaphore_support.hpp"
@@ -223,6 +223,77 @@ TEST_CASE("slow Redis, fail_open bucket: acquires are granted by the local rule 
   CHECK(r.slow.unavailable_total == 0);
   CHECK(r.end.remote_allowed >= r.slow.remote_allowed + 20);
   CHECK_FALSE(r.end.degraded);
+}
+
+// ---- Hung Redis -------------------------------------------------------------------------------------------
+
+TEST_CASE("hung Redis (SIGSTOP), fail_open bucket at share 0.5: after at most one request_timeout the local "
+          "rule admits >= 0.9 of its rate for the whole hang; Redis admits again once it resumes") {
+  redis_server server;
+  net::io_context io;
+  rein::redis::connection c(io, local(server.port()));
+  constexpr double local_rate = 50;  // rate 100 per second at share 0.5
+  constexpr double local_burst = 5;  // capacity 10 at share 0.5
+  shared_token_bucket bucket(
+      c, {.key = unique_key("hung"), .rate = 100, .capacity = 10, .on_failure = failure_policy::fail_open,
+          .fail_open_share = 0.5});
+  std::optional<rein::error_code> first;
+  bucket.async_acquire(1, [&](rein::error_code ec) { first = ec; });
+  REQUIRE(run_until(io, [&] { return first.has_value(); }));
+  REQUIRE(*first == rein::error_code{});
+
+  // Three clients want more than the local rule gives, so its rate is what they get.
+  bool stop = false;
+  int running = 3;
+  std::array<std::vector<attempt>, 3> logs;
+  for (auto& log : logs) net::co_spawn(io, keep_acquiring(io, bucket, patient_deadline, log, stop, running), net::detached);
+  run_for(io, ms(100));
+  server.pause();  // connected, its kernel still accepts connections, it answers nothing
+  const auto paused_at = steady::now();
+  run_for(io, ms(3000));
+  const auto hung = bucket.snapshot();
+  const auto hung_connection = c.snapshot();
+  server.resume();
+  const auto resumed_at = steady::now();
+  REQUIRE(run_until(io, [&] { return bucket.snapshot().remote_allowed >= hung.remote_allowed + 20; }, std::chrono::seconds(5)));
+  const auto back_after = steady::now() - resumed_at;
+  stop = true;
+  REQUIRE(run_until(io, [&] { return running == 0; }));
+
+  // Switch-over: the requests on the wire at the pause end with request_timeout; from then on nobody waits
+  // for Redis (the circuit refuses at once), so no attempt takes longer than that.
+  const auto switched_by = paused_at + request_timeout + slack;
+  std::size_t granted = 0;
+  std::optional<steady::time_point> first_local;
+  for (const auto& log : logs) {
+    for (const auto& a : log) {
+      if (a.end < paused_at || a.start >= resumed_at) continue;
+      CHECK(a.ec == rein::error_code{});  // fail_open: never unavailable
+      CHECK(a.end - a.start <= request_timeout + slack);
+      if (a.ec || a.end >= resumed_at) continue;
+      if (!first_local || a.end < *first_local) first_local = a.end;
+      if (a.end >= switched_by) ++granted;
+    }
+  }
+  REQUIRE(first_local.has_value());
+  CHECK(*first_local <= switched_by);
+  // After the switch-over, the local rate: at most its burst above rate * time, and at least 0.9 of the rate.
+  const double seconds = std::chrono::duration<double>(resumed_at - switched_by).count();
+  INFO("granted " << granted << " locally in " << seconds << " s after the switch-over; Redis used again "
+                  << std::chrono::duration_cast<ms>(back_after).count() << " ms after the resume");
+  CHECK(static_cast<double>(granted) >= 0.9 * local_rate * seconds + local_burst);
+  CHECK(static_cast<double>(granted) <= local_rate * seconds + local_burst + 1);
+  CHECK(hung.unavailable_total == 0);
+  CHECK(hung.local_admitted >= granted);
+  // One timeout opened the circuit; the probes that followed timed out without any caller waiting on them.
+  CHECK(hung_connection.circuit_open);
+  CHECK(hung_connection.circuit_opens == 1);
+  CHECK_FALSE(hung_connection.connected);
+  CHECK(hung_connection.probes >= 1);
+  // Used again within reconnect_cap + connect_timeout and a round trip of the resume (plus the limiter's
+  // recheck_interval of 100 ms and the 20 admissions waited for, 200 ms at 100 per second).
+  CHECK(back_after <= ms(100) + ms(500) + ms(100) + ms(200) + slack);
+  CHECK_FALSE(c.snapshot().circuit_open);
 }
 
 // ---- Unreachable Redis ----------------------------------------------------------------------------------

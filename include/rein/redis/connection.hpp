@@ -80,7 +80,8 @@ struct connection_options {
   std::chrono::milliseconds connect_timeout{1000};
   /// The oldest request still unanswered after this long means the server is gone (stopped, partitioned):
   /// the connection is dropped, every pending request fails with errc::unavailable, and it reconnects. It
-  /// bounds how long anything can wait on Redis. Must be > 0.
+  /// bounds how long anything can wait on Redis. A timeout also opens the circuit (see basic_connection):
+  /// commands are refused at once until a probe is answered. Must be > 0.
   std::chrono::milliseconds request_timeout{1000};
   /// Reconnection delays: exponential backoff with full jitter (rein::algo::backoff): after the k-th failed
   /// attempt in a row, a uniform draw from [0, min(reconnect_cap, reconnect_base * 2^(k-1))).
@@ -100,6 +101,11 @@ struct connection_snapshot {
   std::uint64_t replies = 0;             ///< replies received
   std::uint64_t failed_requests = 0;     ///< commands failed because the connection failed or closed
   std::uint64_t startup_errors = 0;      ///< error replies to startup commands (e.g. a SCRIPT LOAD refused)
+  /// True while the circuit is open: a request or connection attempt timed out and no reply came since;
+  /// commands are refused at once, and each new connection sends a probe (PING) to close it.
+  bool circuit_open = false;
+  std::uint64_t circuit_opens = 0;       ///< times the circuit opened (a timeout while it was closed)
+  std::uint64_t probes = 0;              ///< probes sent while the circuit was open
   std::size_t pending = 0;               ///< accepted, not answered yet
   std::chrono::nanoseconds round_trip_last{0};   ///< submit to reply, last reply
   std::chrono::nanoseconds round_trip_total{0};  ///< summed over replies (mean = total / replies)
@@ -250,6 +256,13 @@ inline connection_options validated(connection_options o) {
 // once (returns false) so callers can apply their failure policy without waiting; while connecting it
 // queues, and the queued commands are written once the handshake is written.
 //
+// The circuit: a timeout (request_timeout, connect_timeout) opens it. A hung server (SIGSTOP, a stalled
+// VM) still accepts TCP connections in its kernel, so reconnecting succeeds at once and, without the
+// circuit, every caller would wait out another request_timeout after every reconnect. While it is open,
+// submit refuses in every state and connected() says no; each new connection sends its handshake and a
+// PING (the probe) and nothing else, and the first reply on it closes the circuit. A probe that times out
+// fails the connection as any request would (backoff, reconnect, probe again).
+//
 // Generations: every connection attempt and every failure bumps `generation_`; a completion handler
 // carrying an older generation belongs to a socket or timer wait that no longer matters and does nothing.
 template <class Executor>
@@ -285,12 +298,13 @@ class connection_core final : public command_link, public std::enable_shared_fro
   const Executor& get_executor() const noexcept { return executor_; }
   const connection_options& options() const noexcept { return options_; }
 
-  /// Lock-free: true while a connection is established (its handshake written).
+  /// Lock-free: true while a connection is established (its handshake written) and the circuit is closed.
   bool connected() const noexcept { return connected_.load(std::memory_order_acquire); }
   bool connected() noexcept override { return connected_.load(std::memory_order_acquire); }
 
   /// Queues one encoded command; `node` is completed with its reply. Returns false, leaving `node`
-  /// untouched, when the connection is backing off after a failure or closed. The first submit connects.
+  /// untouched, when the connection is backing off after a failure, its circuit is open or it is closed.
+  /// The first submit connects.
   bool submit(std::string_view command, request_node* node) override { return submit_pair({}, nullptr, command, node); }
 
   /// As submit, for a command that must follow another with nothing between them (Redis Cluster's ASKING):
@@ -300,7 +314,7 @@ class connection_core final : public command_link, public std::enable_shared_fro
     bool flush_now = false;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (state_ == state::closed || state_ == state::backing_off) return false;
+      if (state_ == state::closed || state_ == state::backing_off || circuit_open_) return false;
       out_.reserve(out_.size() + first.size() + command.size());  // the only throw: before anything changes
       const auto now = clock::now();
       if (first_node != nullptr) {
@@ -380,7 +394,8 @@ class connection_core final : public command_link, public std::enable_shared_fro
   connection_snapshot snapshot() const override {
     std::lock_guard<std::mutex> lock(mutex_);
     connection_snapshot s = stats_;
-    s.connected = state_ == state::connected;
+    s.connected = state_ == state::connected && !circuit_open_;
+    s.circuit_open = circuit_open_;
     s.pending = pending_.size();
     return s;
   }
@@ -505,10 +520,14 @@ class connection_core final : public command_link, public std::enable_shared_fro
       }
       if (options_.database != 0) add(encode_command({"SELECT", std::to_string(options_.database)}), true);
       for (const std::string& command : startup_) add(command, false);
+      if (circuit_open_) {  // its reply (or any before it) closes the circuit; nothing else is queued meanwhile
+        add(encode_command({"PING"}), false);
+        ++stats_.probes;
+      }
       out_.insert(0, bytes);
       pending_.splice_front(hello);
       state_ = state::connected;
-      connected_.store(true, std::memory_order_release);
+      connected_.store(!circuit_open_, std::memory_order_release);
       ++stats_.connects;
     }
     start_read(generation);
@@ -535,6 +554,10 @@ class connection_core final : public command_link, public std::enable_shared_fro
       if (state_ == state::connected) ++stats_.disconnects;
       else ++stats_.connect_failures;
       stats_.last_error = cause;
+      if (cause == net::error::timed_out && !circuit_open_) {
+        circuit_open_ = true;
+        ++stats_.circuit_opens;
+      }
       state_ = state::backing_off;
       connected_.store(false, std::memory_order_release);
       next_generation = ++generation_;
@@ -664,7 +687,13 @@ class connection_core final : public command_link, public std::enable_shared_fro
         ++stats_.replies;
         answered.push_back(node);
       }
-      if (!replies_.empty()) failures_ = 0;  // the server answers: the next failure starts backoff afresh
+      if (!replies_.empty()) {
+        failures_ = 0;  // the server answers: the next failure starts backoff afresh
+        if (circuit_open_ && state_ == state::connected) {  // a probe (or the handshake before it) answered
+          circuit_open_ = false;
+          connected_.store(true, std::memory_order_release);
+        }
+      }
     }
     // More replies than commands: the stream is out of step (a push message, or a bug); start over.
     malformed = malformed || answered.size() < replies_.size();
@@ -703,6 +732,7 @@ class connection_core final : public command_link, public std::enable_shared_fro
   bool writing_ = false;
   bool flush_posted_ = false;
   bool watchdog_armed_ = false;
+  bool circuit_open_ = false;  // see "The circuit" above
   connection_snapshot stats_{};
 
   std::atomic<bool> connected_{false};
@@ -759,6 +789,16 @@ void start_execute(Handler&& handler, const IoExecutor& io, Submit&& submit) {
 /// connection is closed. While it backs off, commands fail at once with errc::unavailable rather than wait.
 /// Commands issued while a connection attempt is in progress wait for it (at most `connect_timeout`).
 ///
+/// Circuit: a timeout (a request unanswered for `request_timeout`, or an attempt longer than
+/// `connect_timeout`) opens the circuit: from then on commands fail at once with errc::unavailable and
+/// `connected()` is false, whatever the TCP state, until a probe is answered. Each connection made while it
+/// is open sends only its handshake and one PING; the first reply on it closes the circuit. So a hung
+/// server (stopped, whose kernel still accepts connections) costs callers one `request_timeout` in all, not
+/// one per reconnection: at most `request_timeout` after the oldest pending command was sent, every command
+/// fails and later ones are refused without waiting. A server that answers again is used again at most
+/// `reconnect_cap + connect_timeout` and one round trip after it resumed (a probe pending then is answered
+/// at once; otherwise the next attempt sends one).
+///
 /// @par Thread Safety
 /// Every member function may be called concurrently, except destruction. Socket work runs on a strand.
 ///
@@ -800,7 +840,7 @@ class basic_connection {
   /// The executor given at construction.
   executor_type get_executor() const noexcept { return core_->get_executor(); }
 
-  /// True while a connection is established.
+  /// True while a connection is established and its circuit closed (commands are sent, not refused).
   bool connected() const noexcept { return core_->connected(); }
 
   /// Closes for good; pending commands complete with operation_aborted. Idempotent.
