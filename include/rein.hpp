@@ -45,7 +45,6 @@
 #include <rein/outcome.hpp>
 #include <rein/partition.hpp>
 #include <rein/permit.hpp>
-#include <rein/priority_view.hpp>
 #include <rein/queue_order.hpp>
 #include <rein/quota.hpp>
 #include <rein/quota_gate.hpp>

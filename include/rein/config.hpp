@@ -42,20 +42,6 @@
 #error "rein needs Asio 1.22 or newer (Boost 1.81 or newer)"
 #endif
 
-// Associated immediate executors arrived in Asio 1.28 (Boost 1.82).
-#if REIN_ASIO_VERSION >= 102800
-#define REIN_HAS_IMMEDIATE_EXECUTOR 1
-#else
-#define REIN_HAS_IMMEDIATE_EXECUTOR 0
-#endif
-
-// asio::cancel_after arrived in Asio 1.32 (Boost 1.86).
-#if REIN_ASIO_VERSION >= 103200
-#define REIN_HAS_CANCEL_AFTER 1
-#else
-#define REIN_HAS_CANCEL_AFTER 0
-#endif
-
 // co_await of an async operation (a deferred one) inside net::awaitable<>: Asio 1.26 (Boost 1.81) has it;
 // older versions await only awaitables (use_awaitable).
 #if REIN_ASIO_VERSION >= 102600

@@ -88,9 +88,6 @@ inline std::ostream& operator<<(std::ostream& os, const keyed_snapshot& s) {
   return os;
 }
 
-/// The former name of keyed_snapshot.
-using keyed_stats [[deprecated("use rein::keyed_snapshot")]] = keyed_snapshot;
-
 namespace detail {
 
 /// The clock a keyed registry times idle keys with: the limiter's own (`clock_type`), else the steady clock.

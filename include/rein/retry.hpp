@@ -219,9 +219,6 @@ inline std::ostream& operator<<(std::ostream& os, const retry_snapshot& s) {
   return os;
 }
 
-/// The former name of retry_snapshot (kept: examples and users spell it so).
-using retry_stats = retry_snapshot;
-
 /// The shared part of retrying calls to one dependency: backoff settings, the retry budget (which must be
 /// shared to mean anything: it limits retries to a fraction of all recent requests), the jitter generator
 /// and counters. Pass it to rein::retry.
@@ -351,7 +348,7 @@ class basic_retry_policy {
   std::string name_;
   mutable Mutex mutex_;
   std::optional<algo::basic_retry_budget<Clock>> budget_;
-  retry_stats stats_{};
+  retry_snapshot stats_{};
 };
 
 /// The retry policy on std::chrono::steady_clock.
