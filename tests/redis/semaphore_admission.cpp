@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -38,8 +39,13 @@ void renew_now(semaphore& s) {
   s.line->update([](policy& p, tp) { p.renew(); });
 }
 
-void renewal_answer(semaphore& s, std::int64_t tag, const verdict& v) {
-  s.line->update([&](policy& p, tp now) { p.on_renewed(tag, v, now); });
+// The answer to a renewal sent at `sent` (default: now, answered at once).
+void renewal_answer(semaphore& s, std::int64_t tag, const verdict& v, std::optional<tp> sent = std::nullopt) {
+  s.line->update([&](policy& p, tp now) { p.on_renewed(tag, v, sent.value_or(now), now); });
+}
+
+bool lease_held(semaphore& s) {
+  return s.line->inspect([](const policy& p, const rein::wait_stats&) { return p.model().lease_held(manual_clock::now()); });
 }
 
 }  // namespace
@@ -173,6 +179,101 @@ TEST_CASE("semaphore admission: an acquire Redis answers with \"lost\" is asked 
   CHECK(second.ec == error_code{});
   CHECK(s.snapshot().leases_lost == 1);
   CHECK(s.snapshot().held == 1);
+}
+
+TEST_CASE("semaphore admission: a grant read a lease or more after its request left is given back and asked "
+          "again; one read a nanosecond sooner is honoured",
+          "[redis][semaphore]") {
+  auto o = limit_of(2);
+  o.lease = 300ms;
+  semaphore s(o);
+  result in_time, stalled;
+  s.acquire(in_time, 1);
+  advance_and_poll(s.io, 300ms - 1ns);  // the reply sat in the socket while the process stalled
+  s.settle(0, allowed(1));
+  poll(s.io);
+  REQUIRE(in_time.ec == error_code{});
+  s.acquire(stalled, 1);
+  CHECK(s.sent().back() == message{admission, 1, 1, 2});
+  advance_and_poll(s.io, 300ms);  // a lease: Redis may have expired the lease and given its permits away
+  s.settle(1, allowed(0));
+  poll(s.io);
+  CHECK_FALSE(stalled.done);
+  // Given back under the lease it was granted to, then asked again (Redis says whether the lease lives).
+  CHECK(s.sent() == messages{{admission, 0, 1, 3}, {admission, 1, 1, 2}, {refund, 0, 1, 2}, {admission, 2, 1, 2}});
+  auto snap = s.snapshot();
+  CHECK(snap.stale_grants == 1);
+  CHECK(snap.held == 1);
+  CHECK(snap.refunds == 1);
+  s.settle(2, lost());  // it had expired: the next lease starts
+  poll(s.io);
+  CHECK(s.sent().back() == message{admission, 3, 1, 5});
+  advance_and_poll(s.io, 10ms);
+  s.settle(3, allowed(1));
+  poll(s.io);
+  CHECK(stalled.ec == error_code{});
+  CHECK(stalled.permit.count() == 1);
+  snap = s.snapshot();
+  CHECK(snap.stale_grants == 1);
+  CHECK(snap.held == 1);  // only the new lease's: in_time's permit no longer counts anywhere
+  CHECK(snap.leases_lost == 1);
+  CHECK(s.line->holders() == 2);
+}
+
+TEST_CASE("semaphore admission: a grant made under a lease lost since is given back under that lease and asked "
+          "again under the new one",
+          "[redis][semaphore]") {
+  semaphore s(limit_of(4));
+  result first, late;
+  s.acquire(first, 1);
+  s.settle(0, allowed(3));
+  poll(s.io);
+  s.acquire(late, 1);
+  CHECK(s.sent().back() == message{admission, 1, 1, 2});
+  renewal_answer(s, 2, lost());  // e.g. by another route, before the acquire's answer
+  s.settle(1, allowed(2));
+  poll(s.io);
+  CHECK_FALSE(late.done);
+  CHECK(s.sent() == messages{{admission, 0, 1, 3}, {admission, 1, 1, 2}, {refund, 0, 1, 2}, {admission, 2, 1, 5}});
+  s.settle(2, allowed(2));
+  poll(s.io);
+  CHECK(late.ec == error_code{});
+  const auto snap = s.snapshot();
+  CHECK(snap.stale_grants == 1);
+  CHECK(snap.held == 1);
+  CHECK(snap.lease == 2);
+}
+
+TEST_CASE("semaphore admission: the lease is held from a reply until a lease after its request left, renewals "
+          "extend it, a loss ends it",
+          "[redis][semaphore]") {
+  auto o = limit_of(2);
+  o.lease = 300ms;
+  semaphore s(o);
+  CHECK_FALSE(lease_held(s));  // nothing confirmed yet
+  result r;
+  s.acquire(r, 1);
+  const tp sent = manual_clock::now();
+  advance_and_poll(s.io, 20ms);
+  CHECK_FALSE(lease_held(s));
+  s.settle(0, allowed(1));
+  poll(s.io);
+  CHECK(lease_held(s));
+  advance_and_poll(s.io, 280ms - 1ns);
+  CHECK(lease_held(s));  // sent + 300 ms - 1 ns
+  advance_and_poll(s.io, 1ns);
+  CHECK_FALSE(lease_held(s));  // sent + 300 ms: Redis may have expired it
+  renewal_answer(s, 2, allowed(1), sent + 100ms);  // a renewal sent at sent + 100 ms, answered now
+  CHECK(lease_held(s));
+  advance_and_poll(s.io, 100ms - 1ns);
+  CHECK(lease_held(s));
+  advance_and_poll(s.io, 1ns);
+  CHECK_FALSE(lease_held(s));
+  renewal_answer(s, 2, allowed(1));
+  CHECK(lease_held(s));
+  renewal_answer(s, 2, lost());
+  CHECK_FALSE(lease_held(s));
+  CHECK(r.permit.count() == 1);  // the holder still has it: lease_held() is how it learns it no longer counts
 }
 
 TEST_CASE("semaphore admission: a grant Redis makes to a cancelled request goes back under the lease it was "

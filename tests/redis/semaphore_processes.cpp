@@ -1,6 +1,7 @@
 // Several processes, one shared semaphore: four worker processes (fork/exec of tools/shared_worker.cpp)
 // hold permits of one limit, and the bound is checked from the spans every process logged; a process
-// killed with SIGKILL while holding permits gives them back through its lease's end.
+// killed with SIGKILL while holding permits gives them back through its lease's end; a process stopped
+// (SIGSTOP) with a grant on its way finds it stale on waking and does not take it.
 #include "support.hpp"
 
 #include "redis/processes.hpp"
@@ -10,8 +11,10 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -142,4 +145,64 @@ TEST_CASE("a process killed with SIGKILL while holding permits gives them back w
   const auto back_after = std::chrono::duration_cast<std::chrono::milliseconds>(steady::now() - killed);
   INFO("the killed process's permits came back after " << back_after.count() << " ms (lease " << lease_ms << " ms)");
   CHECK(back_after.count() <= lease_ms + 100);  // one lease after its last renewal, plus a poll and a margin
+}
+
+TEST_CASE("a process stopped longer than its lease with a grant in its socket gives it back on waking: the "
+          "fleet never holds more than the limit") {
+  redis_server server;
+  const std::string key = unique_key("stalled");
+  constexpr long limit = 2;
+  constexpr auto lease = std::chrono::milliseconds(300);
+  const auto at = std::chrono::system_clock::now() + std::chrono::milliseconds(800);
+  const auto at_us = std::chrono::duration_cast<std::chrono::microseconds>(at.time_since_epoch()).count();
+  child staller = spawn(REIN_REDIS_SHARED_WORKER, {"staller", std::to_string(server.port()), key, std::to_string(limit),
+                                                   std::to_string(lease.count()), std::to_string(at_us)});
+  net::io_context io;
+  rein::redis::connection c(io, local(server.port()));
+  rein::redis::shared_semaphore sem(c, {.key = key, .limit = limit, .lease = lease});
+  CHECK(execute(io, c, {"PING"}).text == "PONG");
+
+  // Redis stopped across the staller's request; the staller stopped before Redis answers it.
+  std::this_thread::sleep_until(at - std::chrono::milliseconds(200));
+  server.pause();
+  std::this_thread::sleep_until(at + std::chrono::milliseconds(200));  // its acquire is in Redis's socket now
+  ::kill(staller.pid, SIGSTOP);
+  server.resume();  // Redis grants it (2 free) and extends its lease by 300 ms; the reply waits in its socket
+
+  // The lease runs out while it sleeps: this process takes every permit (asked once its lease is gone).
+  run_for(io, lease + std::chrono::milliseconds(100));
+  std::optional<rein::error_code> all;
+  rein::permit mine;
+  sem.async_acquire_for(limit, std::chrono::seconds(3), [&](rein::error_code ec, rein::permit p) {
+    all = ec;
+    mine = std::move(p);
+  });
+  REQUIRE(run_until(io, [&] { return all.has_value(); }));
+  REQUIRE(*all == rein::error_code{});
+
+  ::kill(staller.pid, SIGCONT);  // it reads the grant, a lease and more after its request left
+  run_for(io, std::chrono::milliseconds(300));  // running: this process's renewals keep its own lease
+  CHECK(sem.lease_held());  // so its permits still count until the release below
+  const auto released_us =
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  mine.release();
+  run_for(io, std::chrono::milliseconds(300));  // the release goes out; the staller polls, takes one, ends
+  pump({&staller}, {}, steady::now() + std::chrono::seconds(5));
+  const int status = reap(staller);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+
+  INFO("staller said: " << staller.output);
+  long long granted_us = 0;
+  int held = -1;
+  unsigned long long stale = 0, lost = 0;
+  REQUIRE(std::sscanf(staller.output.c_str(), "granted %lld lease_held %d\nstale_grants %llu leases_lost %llu", &granted_us,
+                      &held, &stale, &lost) == 4);
+  CHECK(stale == 1);       // the grant it found on waking, given back
+  CHECK(lost == 1);        // asked again under its lease, Redis said it had expired: a new one
+  CHECK(granted_us >= released_us);  // its permit only after this process's were given back: never 3 held
+  CHECK(granted_us - released_us < 200'000);  // by that release (polling every 10 ms), not a lease's end
+  CHECK(held == 1);
+  const auto left = execute(io, c, {"GET", "rein:{" + key + "}:sem:total"});
+  CHECK(left.text == "0");
 }

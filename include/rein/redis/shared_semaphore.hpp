@@ -273,6 +273,14 @@ class lease_keeper : public std::enable_shared_from_this<lease_keeper<Line, Exec
 /// Each renewal also tells the server the most this process can hold, which corrects releases the server
 /// never received (sent while Redis was unreachable).
 ///
+/// Stale grants: a grant is honoured only if its reply is read less than `lease` after its request left
+/// (on `Clock`, from before the request was handed to the connection, so its age is overestimated) and
+/// under the lease still current. A process that stalled longer (a GC pause, SIGSTOP) with a grant in its
+/// socket may find its lease expired and every permit held by others since: it gives the grant back (a
+/// release under that lease, which Redis ignores if the lease is gone) and asks again, never honours it
+/// (`snapshot().stale_grants`). This assumes the local clock and Redis's run at the same rate. A holder
+/// asks `lease_held()` whether its lease (and so its permits) surely still counts.
+///
 /// Bound: at every instant, the permits the server counts number at most `limit`, and every permit a
 /// process holds is counted from before its grant until after its release, as long as its lease holds and
 /// Redis keeps its data. Redis restarted without persistence forgets every lease: the permits then held
@@ -388,6 +396,18 @@ class basic_shared_semaphore : public detail::semaphore_base<Executor, Clock, Mu
 
   /// Counters and state, including round-trip latency and the lease, copied under the lock.
   shared_semaphore_snapshot snapshot() const { return this->scripted_snapshot(); }
+
+  /// Whether this process's lease surely still holds now: Redis confirmed it (any reply to an acquire or a
+  /// renewal) in answer to a request sent less than `lease` ago on the local clock, and no reply since said
+  /// it was lost. While true, every permit granted since the last loss (`snapshot().leases_lost` unchanged
+  /// since before its acquire) is counted by Redis; once false, a holder doing work that must not overlap
+  /// with other processes' should stop or re-acquire. The renewals (every `lease / 3`) keep it true as long
+  /// as each is answered within `2 * lease / 3` of being sent. Conservative: it assumes the local clock and
+  /// Redis's run at the same rate, and is false when unsure (before the first reply, after a stall or an
+  /// outage longer than the lease). Thread-safe (under the semaphore's lock).
+  bool lease_held() const {
+    return this->line().inspect([](const auto& p, const wait_stats&) { return p.model().lease_held(Clock::now()); });
+  }
 
  private:
   void start_renewals() {

@@ -11,6 +11,10 @@
 //      for the semaphore one per permit: "held <granted us> <released us>"
 //   rein_redis_shared_worker holder <port> <key> <limit> <lease ms> <permits>
 //   -> takes <permits> permits of a shared semaphore, prints "holding", and keeps them until killed
+//   rein_redis_shared_worker staller <port> <key> <limit> <lease ms> <acquire at: unix us>
+//   -> connects, asks for one permit at the given time (the test stops it while the reply is on its way),
+//      prints "granted <unix us> lease_held <0|1>" once it holds it, releases it, then prints
+//      "stale_grants <n> leases_lost <n>"
 //
 // A bucket's admission counts when its reply came back before start + duration and its request left after
 // start, so every counted admission was decided by Redis inside the duration. The window's workers acquire
@@ -20,6 +24,7 @@
 // microseconds by this machine's clock, the one Redis reads.
 #include "support/asio.hpp"
 
+#include <rein/permit.hpp>
 #include <rein/redis/connection.hpp>
 #include <rein/redis/shared_quota_gate.hpp>
 #include <rein/redis/shared_semaphore.hpp>
@@ -71,9 +76,43 @@ int hold_until_killed(char** argv) {
   return 1;
 }
 
+// Asks for one permit at a given time, while the test has Redis stopped, and is itself stopped by the test
+// before Redis answers: the grant waits in its socket longer than the lease. The request timeout is longer
+// than the stall, so that the reply, not the connection's watchdog, is what it finds on waking.
+int stall_with_grant_on_wire(char** argv) {
+  net::io_context io;
+  rein::redis::connection_options options;
+  options.port = static_cast<std::uint16_t>(std::stoi(argv[2]));
+  options.request_timeout = std::chrono::seconds(10);
+  rein::redis::connection connection(io, options);
+  rein::redis::shared_semaphore sem(
+      connection, {.key = argv[3], .limit = std::stoll(argv[4]), .lease = std::chrono::milliseconds(std::stoll(argv[5]))});
+  const system_clock::time_point at{std::chrono::microseconds(std::stoll(argv[6]))};
+  net::co_spawn(io, [&]() -> net::awaitable<void> {
+    static constexpr std::array<std::string_view, 1> ping{"PING"};
+    co_await connection.async_execute(ping, net::use_awaitable);  // connected, script loaded
+    net::steady_timer timer(io, at - system_clock::now());
+    co_await timer.async_wait(net::use_awaitable);
+    rein::permit permit = co_await sem.acquire(1);
+    std::printf("granted %lld lease_held %d\n", unix_us(system_clock::now()), sem.lease_held() ? 1 : 0);
+    permit.release();
+    const auto s = sem.snapshot();
+    sem.close();
+    co_await connection.async_execute(ping, net::use_awaitable);  // the release reached Redis
+    connection.close();
+    std::printf("stale_grants %llu leases_lost %llu\n", static_cast<unsigned long long>(s.stale_grants),
+                static_cast<unsigned long long>(s.leases_lost));
+  }, [](std::exception_ptr e) {
+    if (e) std::rethrow_exception(e);
+  });
+  io.run();
+  return 0;
+}
+
 int main(int argc, char** argv) {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the test
   if (argc == 7 && std::string_view(argv[1]) == "holder") return hold_until_killed(argv);
+  if (argc == 7 && std::string_view(argv[1]) == "staller") return stall_with_grant_on_wire(argv);
   if (argc != 9) {
     std::fprintf(stderr, "usage: %s bucket|window|gate|semaphore port key start_unix_us duration_ms coroutines a b\n", argv[0]);
     return 2;

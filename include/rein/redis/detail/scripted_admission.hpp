@@ -213,6 +213,9 @@ class free_places_model {
 ///
 /// Giving back: a verdict "allowed" for a ticket whose op left the line (cancelled, timed out, closed), and a
 /// revoked grant, send a refund of their units (best effort), if the model has something to give back.
+/// For a holding model, so does a stale grant (one the model's `fresh` refuses: its request left longer
+/// than a lease ago, or under a lease since replaced): its op is not granted but asked again, so a process
+/// that stalled with a grant in its socket never counts a permit its lease may no longer hold.
 ///
 /// The Model (one per limiter) holds what the replies taught about the server's state:
 ///   using options_type; using snapshot_type (derived from shared_limiter_snapshot); using local_type
@@ -233,8 +236,10 @@ class free_places_model {
 /// and, for a model whose grants are held until released (a shared semaphore: `static constexpr bool holds`):
 ///   std::int64_t tag()                            what every message carries (its lease), read when sent
 ///   bool owns(granted_at)                         whether a grant made then still counts on the server
-///   bool on_reply(tag, const verdict&, now)       an answer to a message sent with `tag`; true: the
-///                                                 lease is lost (nothing is held any more)
+///   bool fresh(tag, sent, now)                    whether a grant asked for at `sent` with `tag` may be
+///                                                 honoured now (false: given back and asked again)
+///   bool on_reply(tag, const verdict&, sent, now) an answer to a message sent at `sent` with `tag`; true:
+///                                                 the lease is lost (nothing is held any more)
 ///   std::optional<std::int64_t> renewal()         the tag a lease renewal is sent with (none: no renewal)
 template <class Clock, class Model>
 class scripted_admission {
@@ -372,19 +377,23 @@ class scripted_admission {
     rein::detail::wait_op* op = t.op;
     const std::int64_t n = t.n;
     const std::int64_t tag = t.tag;
+    const time_point sent = t.sent;
     retire(t);
     learn(v, now);
+    bool stale = false;  // a holding model's grant that may have outlived its lease: given back, asked again
     if constexpr (holding) {
-      if (model_.on_reply(tag, v, now)) held_units_ = 0;
-      if (v.what == kind::allowed && op != nullptr) held_units_ += n;
+      stale = v.what == kind::allowed && op != nullptr && !model_.fresh(tag, sent, now);
+      if (model_.on_reply(tag, v, sent, now)) held_units_ = 0;
+      if (v.what == kind::allowed && op != nullptr && !stale) held_units_ += n;
     } else {
-      (void)tag;
+      (void)tag, (void)sent;
     }
     pending_hold_.reset();
     const std::int64_t granted = v.what == kind::allowed && v.units > 0 ? v.units : n;
-    if (op == nullptr) {
+    if (op == nullptr || stale) {
       if (v.what == kind::allowed) send_refund(granted, holding ? tag : 0);  // under the lease it was granted to
-      return {};
+      if (stale) ++stale_grants_;
+      return {op, remote_step::wait()};  // a stale grant's op asks again, after the refund
     }
     if constexpr (batches) {
       if (v.what == kind::allowed && granted > n) model_.stock(granted - n);
@@ -454,8 +463,8 @@ class scripted_admission {
     }
   }
 
-  /// The answer to a renewal sent with `tag` (unavailable when it got none: the lease runs on).
-  void on_renewed(std::int64_t tag, const verdict& v, time_point now) {
+  /// The answer to a renewal sent at `sent` with `tag` (unavailable when it got none: the lease runs on).
+  void on_renewed(std::int64_t tag, const verdict& v, time_point sent, time_point now) {
     if constexpr (holding) {
       if (v.what == verdict::kind::unavailable) return;
       if (v.what == verdict::kind::no_script) {  // the server lost its scripts: load, the next renewal works
@@ -467,9 +476,9 @@ class scripted_admission {
         ++stats_.server_errors;
         return;
       }
-      if (model_.on_reply(tag, v, now)) held_units_ = 0;
+      if (model_.on_reply(tag, v, sent, now)) held_units_ = 0;
     } else {
-      (void)tag, (void)v, (void)now;
+      (void)tag, (void)v, (void)sent, (void)now;
     }
   }
 
@@ -479,7 +488,10 @@ class scripted_admission {
     static_cast<shared_limiter_snapshot&>(s) = stats_;
     s.in_flight = in_flight_;
     s.degraded = degraded_;
-    if constexpr (holding) s.held = held_units_;
+    if constexpr (holding) {
+      s.held = held_units_;
+      s.stale_grants = stale_grants_;
+    }
     model_.fill(s, now);
     return s;
   }
@@ -657,6 +669,7 @@ class scripted_admission {
   std::size_t in_flight_ = 0;       // tickets not yet settled, forgotten ones included
   std::int64_t in_flight_units_ = 0;  // what those tickets ask for
   std::int64_t held_units_ = 0;     // a holding model: granted by the server, not given back (current lease)
+  std::uint64_t stale_grants_ = 0;  // a holding model: grants refused as stale (see `fresh`)
   message_list outbox_;
 
   time_point hold_until_ = time_point::min();

@@ -189,17 +189,20 @@ class scripted_transport final : public rein::detail::remote_transport<message_l
     std::shared_ptr<line_type> line_;
   };
 
-  // A lease renewal: its answer may say the lease was lost.
+  // A lease renewal: its answer may say the lease was lost, or how long the lease surely holds (from
+  // `sent`, taken before the connection had the command: no later than Redis read it).
   class renewal_node final : public request_node {
    public:
-    renewal_node(std::shared_ptr<line_type> line, std::int64_t tag) noexcept : line_(std::move(line)), tag_(tag) {}
+    renewal_node(std::shared_ptr<line_type> line, std::int64_t tag, typename Clock::time_point sent) noexcept
+        : line_(std::move(line)), tag_(tag), sent_(sent) {}
     void complete(const error_code& ec, const ::redisReply* reply) noexcept override {
       const std::shared_ptr<line_type> line = std::move(line_);
       const std::int64_t tag = tag_;
+      const typename Clock::time_point sent = sent_;
       delete this;
       try {
         const verdict v = read_verdict(ec, reply);
-        line->update([&](Policy& p, typename Clock::time_point now) { p.on_renewed(tag, v, now); });
+        line->update([&](Policy& p, typename Clock::time_point now) { p.on_renewed(tag, v, sent, now); });
       } catch (...) {  // no memory: the next renewal asks again
       }
     }
@@ -207,6 +210,7 @@ class scripted_transport final : public rein::detail::remote_transport<message_l
    private:
     std::shared_ptr<line_type> line_;
     std::int64_t tag_;
+    typename Clock::time_point sent_;
   };
 
   // Hands one request to the connection. False: the connection refused it (down or closed).
@@ -217,7 +221,7 @@ class scripted_transport final : public rein::detail::remote_transport<message_l
       return hand_over(commands_.command(m, sha_), std::move(node));
     }
     if (m.what == message::kind::renew)
-      return hand_over(commands_.command(m, sha_), std::make_unique<renewal_node>(line, m.extra));
+      return hand_over(commands_.command(m, sha_), std::make_unique<renewal_node>(line, m.extra, Clock::now()));
     if (m.what == message::kind::script_load) return hand_over(load_command_, std::make_unique<side_node>(line));
     return hand_over(commands_.command(m, sha_), std::make_unique<side_node>(line));
   }

@@ -4,6 +4,7 @@
 
 #include <rein/algo/rate_limit.hpp>
 #include <rein/config.hpp>
+#include <rein/detail/clock_time.hpp>
 #include <rein/redis/detail/scripted_admission.hpp>
 
 #include <algorithm>
@@ -64,6 +65,10 @@ struct shared_semaphore_snapshot : shared_limiter_snapshot {
   std::uint64_t lease = 0;         ///< the number of this process's current lease (1, then 2 after a loss, ...)
   std::uint64_t leases_lost = 0;   ///< leases Redis had expired when this process next spoke to it
   std::uint64_t renewals = 0;      ///< lease renewals sent
+  /// Grants Redis made that this process refused as stale: read a lease or more after their request left
+  /// (the process stalled, e.g. a GC pause or SIGSTOP, with the reply in its socket), or made under a lease
+  /// lost since. Each was given back (a release under its lease) and its caller asked again.
+  std::uint64_t stale_grants = 0;
 };
 
 namespace detail {
@@ -147,20 +152,37 @@ class semaphore_model : public free_places_model<Clock, shared_semaphore_options
   /// Whether a grant made at `granted_at` still counts on the server: made after the last lease was lost.
   bool owns(time_point granted_at) const noexcept { return granted_at > lost_at_; }
 
-  /// An answer to a message sent under `tag`. Returns true when it says the current lease is lost (the
-  /// next lease starts, with nothing held).
-  bool on_reply(std::int64_t tag, const verdict& v, time_point now) noexcept {
+  /// Whether a grant to a request sent at `sent` under `tag` may be honoured at `now`: made under the
+  /// current lease, and read less than `lease` after the request left. Redis extended the lease to its own
+  /// time of the request plus `lease`, and that came after `sent`, so the grant surely still counts now (if
+  /// both clocks run at the same rate). A grant read later may have outlived its lease while this process
+  /// stalled, and other processes may hold every permit since.
+  bool fresh(std::int64_t tag, time_point sent, time_point now) const noexcept {
+    return static_cast<std::uint64_t>(tag / 2) == lease_ && now - sent < lease_length();
+  }
+
+  /// An answer to a message sent at `sent` under `tag`. Returns true when it says the current lease is lost
+  /// (the next lease starts, with nothing held).
+  bool on_reply(std::int64_t tag, const verdict& v, time_point sent, time_point now) noexcept {
     if (static_cast<std::uint64_t>(tag / 2) != lease_) return false;  // about a lease already replaced
     if (v.what == verdict::kind::lost) {
       ++leases_lost_;
       ++lease_;
       confirmed_ = false;
       lost_at_ = now;
+      held_until_ = time_point::min();
       return true;
     }
-    if (v.what == verdict::kind::allowed || v.what == verdict::kind::denied) confirmed_ = true;
+    if (v.what == verdict::kind::allowed || v.what == verdict::kind::denied) {  // Redis extended the lease
+      confirmed_ = true;
+      held_until_ = std::max(held_until_, rein::detail::add_saturated(sent, lease_length()));
+    }
     return false;
   }
+
+  /// Whether the current lease surely still counts this process's permits at `now`: Redis confirmed it in
+  /// answer to a request sent less than `lease` ago, and nothing said since that it is lost.
+  bool lease_held(time_point now) const noexcept { return confirmed_ && now < held_until_; }
 
   /// The tag of a renewal: none until Redis made the lease (a renewal cannot create one).
   std::optional<std::int64_t> renewal() noexcept {
@@ -170,9 +192,14 @@ class semaphore_model : public free_places_model<Clock, shared_semaphore_options
   }
 
  private:
+  typename Clock::duration lease_length() const noexcept {
+    return std::chrono::duration_cast<typename Clock::duration>(this->options().lease);  // truncated: shorter
+  }
+
   std::uint64_t lease_ = 1;
   bool confirmed_ = false;  // Redis has answered a request of this lease (it exists there)
   time_point lost_at_ = time_point::min();
+  time_point held_until_ = time_point::min();  // the lease surely counts until then (see lease_held)
   std::uint64_t leases_lost_ = 0;
   std::uint64_t renewals_ = 0;
 };
