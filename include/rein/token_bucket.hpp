@@ -81,6 +81,8 @@ struct token_bucket_snapshot : wait_stats {
   double tokens = 0;          ///< in the bucket now (fractional, negative while a charge is in debt;
                               ///< decisions are exact, this reading is rounded)
   double rate = 0;            ///< tokens per second
+  double current_rate = 0;    ///< the refill rate now: with `warmup`, between rate / cold_factor and rate
+                              ///< as the bucket warms (as of its last change); otherwise `rate`
   std::int64_t capacity = 0;  ///< the burst
   double limit = 0.0;         ///< the rate, as every limiter's `limit` (tokens per second)
   double utilisation = 0.0;   ///< share of the burst used: 1 - tokens / capacity (above 1 while in debt)
@@ -333,6 +335,7 @@ REIN_SEPARATE_INLINE token_bucket_snapshot basic_token_bucket<Executor, Clock, M
     static_cast<wait_stats&>(s) = w;
     s.tokens = b.tokens(now);
     s.rate = b.rate();
+    s.current_rate = b.current_rate();
     s.capacity = b.capacity();
     s.limit = s.rate;
     s.utilisation = 1.0 - s.tokens / static_cast<double>(s.capacity);

@@ -31,6 +31,8 @@ TEST_CASE("token_bucket warm-up: waiters are granted at the cold intervals", "[t
     });
   rein_test::poll(io);
   CHECK(granted == std::vector<manual_clock::duration>{0ms});
+  CHECK(b.snapshot().rate == 10);
+  CHECK(b.snapshot().current_rate == 1000.0 / 296);  // 9.9 s of coldness left: 296 ms a token
   // 296 ms after a take that leaves 9.9 s of coldness, then 292 ms (see tests/algo/token_bucket_warmup.cpp).
   rein_test::advance_and_poll(io, 296ms - 1ns);
   CHECK(granted.size() == 1);

@@ -34,7 +34,9 @@ namespace rein::algo {
 ///
 /// The refill rate changes only when the state changes (a take, reservation, charge, refund or setter),
 /// so `ready_at` stays exact; it is re-expressed in the bucket's integer units as `set_rate` does,
-/// dropping less than 1e-9 token each time. With warm-up off (`period` 0) none of this runs and the
+/// dropping less than 1e-9 token each time. `reserve` times a reservation at the rate before the
+/// reservation warms the bucket: never early, but a later reservation behind a deep debt, repaid at the
+/// warmer rate, may be given an earlier time than the one before it. With warm-up off (`period` 0) none of this runs and the
 /// bucket's arithmetic is exactly that of the plain bucket.
 struct token_bucket_warmup {
   /// How long a bucket used at full speed takes to go from its cold rate to its stable one, and how long
