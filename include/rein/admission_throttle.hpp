@@ -3,6 +3,7 @@
 #pragma once
 
 #include <rein/algo/admission_throttle.hpp>
+#include <rein/detail/format.hpp>
 #include <rein/detail/invalid_option.hpp>
 #include <rein/observer.hpp>
 #include <rein/outcome.hpp>
@@ -11,6 +12,7 @@
 #include <chrono>
 #include <cstdint>
 #include <mutex>
+#include <ostream>
 #include <string>
 #include <string_view>
 
@@ -47,6 +49,15 @@ struct admission_throttle_snapshot {
     f(reject_reason::admission, rejected_total);
   }
 };
+
+/// One line: `requests=100 accepts=30 rejection_probability=0.396 acquired=12 rejected=5 (admission=5)`.
+inline std::ostream& operator<<(std::ostream& os, const admission_throttle_snapshot& s) {
+  os << "requests=" << s.requests << " accepts=" << s.accepts << " rejection_probability=";
+  detail::write_number(os, s.rejection_probability, 3);
+  os << " acquired=" << s.acquired_total << ' ';
+  detail::write_rejected(os, s);
+  return os;
+}
 
 /// Client-side adaptive throttling: refuses locally, at once, a share
 /// p = max(0, (requests - K x accepts) / (requests + 1)) of new calls, counted over a trailing window, so

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <sstream>
 #include <stdexcept>
 #include <vector>
 
@@ -104,4 +105,13 @@ TEST_CASE("admission_throttle: a bad option names the throttle, the field and th
                     "rein::admission_throttle \"search\": multiplier must be in [1, 1000], got 0.5");
   CHECK_THROWS_WITH(throttle({.window = 0s}),
                     "rein::admission_throttle: window must be a positive multiple of 10 clock ticks, got 0 ns");
+}
+
+TEST_CASE("admission_throttle: a snapshot prints as one line", "[admission_throttle]") {
+  std::ostringstream out;
+  out << rein::admission_throttle_snapshot{100, 30, 40.0 / 101, 12, 5};
+  CHECK(out.str() == "requests=100 accepts=30 rejection_probability=0.396 acquired=12 rejected=5 (admission=5)");
+  std::ostringstream none;
+  none << rein::admission_throttle_snapshot{};
+  CHECK(none.str() == "requests=0 accepts=0 rejection_probability=0 acquired=0 rejected=0");
 }
