@@ -281,8 +281,7 @@ class work_scale {
     if (!work) return latency;
     if (*work <= 0.0) return std::nullopt;
     if (unit_ == 0.0) unit_ = *work;
-    const double scaled = static_cast<double>(latency.count()) * unit_ / *work;
-    return std::chrono::nanoseconds{static_cast<std::int64_t>(scaled + 0.5)};
+    return rounded_ns(static_cast<double>(latency.count()) * unit_ / *work);
   }
 
   /// A noise floor (jitter that does not scale with the work, `allowed_latency`) as it shows in a latency
@@ -291,7 +290,13 @@ class work_scale {
   /// hide a queue of five 1 ms calls). Precondition: `judged` was called with a hint of `work` > 0 first.
   std::chrono::nanoseconds floor(std::chrono::nanoseconds noise_floor, const std::optional<double>& work) const noexcept {
     if (!work || *work <= 0.0 || unit_ == 0.0) return noise_floor;
-    return std::chrono::nanoseconds{static_cast<std::int64_t>(static_cast<double>(noise_floor.count()) * unit_ / *work + 0.5)};
+    return rounded_ns(static_cast<double>(noise_floor.count()) * unit_ / *work);
+  }
+
+  // Nanoseconds, rounded to the nearest, saturated: a tiny work hint scales a latency past any duration.
+  static std::chrono::nanoseconds rounded_ns(double ns) noexcept {
+    constexpr double most = 9.0e18;  // below the largest int64, exactly representable as a double
+    return std::chrono::nanoseconds{ns < most ? std::llround(ns) : static_cast<std::int64_t>(most)};
   }
 
  private:
