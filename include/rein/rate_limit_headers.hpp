@@ -125,7 +125,7 @@ inline std::optional<instant> rfc3339(std::string_view s) noexcept {
         minutes > 59) {
       return std::nullopt;
     }
-    offset = (east ? 1 : -1) * (hours * 3600 + minutes * 60);
+    offset = (east ? 1 : -1) * (std::int64_t{hours} * 3600 + std::int64_t{minutes} * 60);
   }
   const std::optional<std::chrono::sys_seconds> local = ra::to_time(f);
   if (!local) return std::nullopt;

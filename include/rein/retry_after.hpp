@@ -205,7 +205,7 @@ inline int full_year(int yy, const date_fields& f, std::chrono::system_clock::ti
   int y = limit_year - floor_mod(limit_year - yy, 100);
   if (y == limit_year) {
     const auto now_seconds = duration_cast<seconds>(time_of_day).count();
-    const auto date_seconds = static_cast<std::int64_t>(f.hour) * 3600 + f.minute * 60 + f.second;
+    const auto date_seconds = static_cast<std::int64_t>(f.hour) * 3600 + std::int64_t{f.minute} * 60 + f.second;
     const unsigned now_month = static_cast<unsigned>(ymd.month());
     const unsigned now_day = static_cast<unsigned>(ymd.day());
     const auto date_month = static_cast<unsigned>(f.month);
