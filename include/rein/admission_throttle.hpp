@@ -37,11 +37,11 @@ struct admission_throttle_options {
 /// An admission throttle's counters, copied out under its lock (rein::prometheus::collector exports
 /// `acquired_total` and the rejections as rein_acquired_total and rein_rejected_total{reason="admission"}).
 struct admission_throttle_snapshot {
-  std::int64_t requests = 0;           ///< in the window now: refused ones and admitted ones recorded
-  std::int64_t accepts = 0;            ///< in the window now: recorded outcomes other than congestion
-  double rejection_probability = 0;    ///< what a call asking now is refused with
-  std::uint64_t acquired_total = 0;    ///< try_acquire calls admitted since construction
-  std::uint64_t rejected_total = 0;    ///< try_acquire calls refused locally since construction
+  std::int64_t requests = 0;         ///< in the window now: refused ones and admitted ones recorded
+  std::int64_t accepts = 0;          ///< in the window now: recorded outcomes other than congestion
+  double rejection_probability = 0;  ///< what a call asking now is refused with
+  std::uint64_t acquired_total = 0;  ///< try_acquire calls admitted since construction
+  std::uint64_t rejected_total = 0;  ///< try_acquire calls refused locally since construction
 
   /// Calls f(reason, count) for the one reason a throttle refuses: reject_reason::admission.
   template <class F>
@@ -98,10 +98,12 @@ class basic_admission_throttle {
   /// @throws std::invalid_argument naming the throttle, the field and the value when an option is out of
   /// range ("rein::admission_throttle \"search\": multiplier must be in [1, 1000], got 0.5").
   explicit basic_admission_throttle(const options& o = {})
-      : rule_(detail::renaming_errors("rein::algo::admission_throttle", {"rein::admission_throttle", o.name}, [&] {
-          return algo::basic_admission_throttle<Clock>(
-              {.window = o.window, .multiplier = o.multiplier, .max_rejection = o.max_rejection});
-        })),
+      : rule_(detail::renaming_errors(
+            "rein::algo::admission_throttle", {"rein::admission_throttle", o.name},
+            [&] {
+              return algo::basic_admission_throttle<Clock>(
+                  {.window = o.window, .multiplier = o.multiplier, .max_rejection = o.max_rejection});
+            })),
         random_(o.seed),
         name_(o.name),
         observer_(o.observer) {}

@@ -143,7 +143,7 @@ TEST_CASE("admission_throttle: against an upstream that accepts 20 a second, the
   const double share = static_cast<double>(refused) / static_cast<double>(asked);
   INFO("refused " << refused << " of " << asked << ", sent " << sent << ", accepted " << accepted);
   CHECK(asked == 6000);
-  CHECK(accepted == 60 * 20);
+  CHECK(accepted == std::int64_t{60} * 20);
   CHECK(std::fabs(share - expected) < 0.02);
   CHECK(std::fabs(static_cast<double>(sent) / 60 - 40) < 2);
   CHECK(std::fabs(t.rejection_probability(t0 + 120s) - expected) < 0.03);

@@ -164,8 +164,9 @@ TEST_CASE("token_bucket warm-up: bad options are refused, naming field and value
                     "rein::algo::token_bucket: warmup.cold_factor must be in [1, 1000], got 0.5");
   CHECK_THROWS_WITH(bucket({.rate = 1, .capacity = 1, .warmup = {.period = 1s, .cold_factor = 1001}}, t0),
                     "rein::algo::token_bucket: warmup.cold_factor must be in [1, 1000], got 1001");
-  CHECK_THROWS_AS(bucket({.rate = 1, .capacity = 1,
-                          .warmup = {.period = 1s, .cold_factor = std::numeric_limits<double>::quiet_NaN()}},
-                         t0),
-                  std::invalid_argument);
+  CHECK_THROWS_AS(
+      bucket(
+          {.rate = 1, .capacity = 1, .warmup = {.period = 1s, .cold_factor = std::numeric_limits<double>::quiet_NaN()}},
+          t0),
+      std::invalid_argument);
 }

@@ -65,6 +65,7 @@ TEST_CASE("admission_throttle: refuses the rule's share, reports each refusal", 
       rein::basic_admission_throttle<manual_clock, rein::null_mutex> u({.window = 10s, .seed = 99});
       for (int i = 0; i < 20; ++i) u.record(outcome::congestion);
       std::vector<bool> decisions;
+      decisions.reserve(64);
       for (int i = 0; i < 64; ++i) decisions.push_back(static_cast<bool>(u.try_acquire()));
       return decisions;
     };

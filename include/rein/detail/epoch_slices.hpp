@@ -28,8 +28,9 @@ Duration slice_width(std::string_view type, std::string_view field, std::chrono:
   const auto ticks = std::chrono::duration_cast<Duration>(window);
   if (window <= window.zero() || std::chrono::duration_cast<std::chrono::nanoseconds>(ticks) != window ||
       ticks.count() % slices != 0)
-    throw_invalid(type, std::string(field) + " must be a positive multiple of " + std::to_string(slices) +
-                            " clock ticks", show(window));
+    throw_invalid(type,
+                  std::string(field) + " must be a positive multiple of " + std::to_string(slices) + " clock ticks",
+                  show(window));
   return ticks / slices;
 }
 
