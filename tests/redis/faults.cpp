@@ -1,6 +1,6 @@
 // Fault injection between the Redis-backed limiters and a real redis-server: Redis made slow, unreachable
-// or cut off by a proxy (fault_proxy.hpp), stopped (SIGSTOP: hung), and killed and restarted. What each case shows is in its name.
-// Real time with generous margins (`slack`): each case takes a few seconds.
+// or cut off by a proxy (fault_proxy.hpp), stopped (SIGSTOP: hung), and killed and restarted. What each case
+// shows is in its name. Real time with generous margins (`slack`): each case takes a few seconds.
 #include "fault_proxy.hpp"
 #include "semaphore_support.hpp"
 #include "support.hpp"
@@ -246,7 +246,9 @@ TEST_CASE("hung Redis (SIGSTOP), fail_open bucket at share 0.5: after at most on
   bool stop = false;
   int running = 3;
   std::array<std::vector<attempt>, 3> logs;
-  for (auto& log : logs) net::co_spawn(io, keep_acquiring(io, bucket, patient_deadline, log, stop, running), net::detached);
+  for (auto& log : logs) {
+    net::co_spawn(io, keep_acquiring(io, bucket, patient_deadline, log, stop, running), net::detached);
+  }
   run_for(io, ms(100));
   server.pause();  // connected, its kernel still accepts connections, it answers nothing
   const auto paused_at = steady::now();
@@ -255,7 +257,8 @@ TEST_CASE("hung Redis (SIGSTOP), fail_open bucket at share 0.5: after at most on
   const auto hung_connection = c.snapshot();
   server.resume();
   const auto resumed_at = steady::now();
-  REQUIRE(run_until(io, [&] { return bucket.snapshot().remote_allowed >= hung.remote_allowed + 20; }, std::chrono::seconds(5)));
+  const auto redis_admits = [&] { return bucket.snapshot().remote_allowed >= hung.remote_allowed + 20; };
+  REQUIRE(run_until(io, redis_admits, std::chrono::seconds(5)));
   const auto back_after = steady::now() - resumed_at;
   stop = true;
   REQUIRE(run_until(io, [&] { return running == 0; }));

@@ -45,7 +45,8 @@ void renewal_answer(semaphore& s, std::int64_t tag, const verdict& v, std::optio
 }
 
 bool lease_held(semaphore& s) {
-  return s.line->inspect([](const policy& p, const rein::wait_stats&) { return p.model().lease_held(manual_clock::now()); });
+  return s.line->inspect(
+      [](const policy& p, const rein::wait_stats&) { return p.model().lease_held(manual_clock::now()); });
 }
 
 }  // namespace

@@ -183,8 +183,8 @@ TEST_CASE("a process stopped longer than its lease with a grant in its socket gi
   ::kill(staller.pid, SIGCONT);  // it reads the grant, a lease and more after its request left
   run_for(io, std::chrono::milliseconds(300));  // running: this process's renewals keep its own lease
   CHECK(sem.lease_held());  // so its permits still count until the release below
-  const auto released_us =
-      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const auto released = std::chrono::system_clock::now().time_since_epoch();
+  const auto released_us = std::chrono::duration_cast<std::chrono::microseconds>(released).count();
   mine.release();
   run_for(io, std::chrono::milliseconds(300));  // the release goes out; the staller polls, takes one, ends
   pump({&staller}, {}, steady::now() + std::chrono::seconds(5));
@@ -196,8 +196,8 @@ TEST_CASE("a process stopped longer than its lease with a grant in its socket gi
   long long granted_us = 0;
   int held = -1;
   unsigned long long stale = 0, lost = 0;
-  REQUIRE(std::sscanf(staller.output.c_str(), "granted %lld lease_held %d\nstale_grants %llu leases_lost %llu", &granted_us,
-                      &held, &stale, &lost) == 4);
+  REQUIRE(std::sscanf(staller.output.c_str(), "granted %lld lease_held %d\nstale_grants %llu leases_lost %llu",
+                      &granted_us, &held, &stale, &lost) == 4);
   CHECK(stale == 1);       // the grant it found on waking, given back
   CHECK(lost == 1);        // asked again under its lease, Redis said it had expired: a new one
   CHECK(granted_us >= released_us);  // its permit only after this process's were given back: never 3 held

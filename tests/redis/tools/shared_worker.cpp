@@ -85,8 +85,9 @@ int stall_with_grant_on_wire(char** argv) {
   options.port = static_cast<std::uint16_t>(std::stoi(argv[2]));
   options.request_timeout = std::chrono::seconds(10);
   rein::redis::connection connection(io, options);
-  rein::redis::shared_semaphore sem(
-      connection, {.key = argv[3], .limit = std::stoll(argv[4]), .lease = std::chrono::milliseconds(std::stoll(argv[5]))});
+  rein::redis::shared_semaphore sem(connection, {.key = argv[3],
+                                                 .limit = std::stoll(argv[4]),
+                                                 .lease = std::chrono::milliseconds(std::stoll(argv[5]))});
   const system_clock::time_point at{std::chrono::microseconds(std::stoll(argv[6]))};
   net::co_spawn(io, [&]() -> net::awaitable<void> {
     static constexpr std::array<std::string_view, 1> ping{"PING"};
