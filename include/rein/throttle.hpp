@@ -54,6 +54,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <bitset>
 #include <cassert>
 #include <chrono>
 #include <concepts>
@@ -70,6 +71,7 @@
 #include <tuple>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 namespace rein {
 
@@ -198,12 +200,59 @@ struct throttle_options {
   /// observer too. Default: none (no cost).
   limiter_observer observer{};
 };
+
+/// What a throttle did at one place of its stage list (throttle_snapshot::stages). Each acquisition the
+/// throttle made there is counted once, as one of four: the take an admitted call kept (`admitted`), a
+/// re-take (`readmitted`), the first take of an acquire that ended without admission (`abandoned`), or an
+/// extra take by guard.reconcile() (`reconciled`). Their sum, acquired(), is this throttle's share of the
+/// stage's own `acquired_total` (for a rein::keyed stage, the sum over its keys' limiters).
+struct throttle_stage_counts {
+  std::size_t position = 0;                    ///< the place in the throttle's stage list (0 for the first)
+  throttle_stage kind = throttle_stage::none;  ///< the stage's kind (none for a rein::unlimited place)
+  /// Admissions that took this stage: the throttle's admitted_total less those whose charge here was 0
+  /// (a concurrency or rate stage charged 0 is passed without being asked; a gate is always asked).
+  std::uint64_t admitted = 0;
+  /// Re-takes: acquisitions by a caller that had already taken this stage in the same acquire and given
+  /// it back (a concurrency or rate stage), or passed it in an earlier round (a gate, which holds nothing).
+  /// The throttle gives back and takes again when a later stage has no room: its first try found one
+  /// full, a key's rate had no room once the global slots were taken, or a gate paused meanwhile.
+  std::uint64_t readmitted = 0;
+  /// Acquires that took this stage and ended without admission (a try_acquire refused at a later stage, a
+  /// waiting acquire that failed or was cancelled): one each, for its first take.
+  std::uint64_t abandoned = 0;
+  /// Takes by guard.reconcile() for an under-estimated charge on a rate stage that cannot go into debt
+  /// (no `charge(n)`: it is asked with try_acquire instead).
+  std::uint64_t reconciled = 0;
+  /// Takes given back before any admission: permits released, rate units refunded. Always 0 at a gate
+  /// (a pass holds nothing). Once no acquire is under way, given_back = readmitted + abandoned at a
+  /// concurrency or rate stage: every take but the one an admission keeps is given back.
+  std::uint64_t given_back = 0;
+
+  /// admitted + readmitted + abandoned + reconciled: every acquisition this throttle made at the stage.
+  std::uint64_t acquired() const noexcept { return admitted + readmitted + abandoned + reconciled; }
+};
+
 /// Counters of a throttle (each stage's own limiter has its own snapshot too), read without blocking an
 /// admission made at once (the wait histogram is copied under a lock that only admissions after waiting
 /// take): each counter is exact, two counters may be a moment apart, and wait.count() is acquired_total.
+///
+/// Admissions, re-admissions and give-backs are counted apart. acquired_total counts guards handed out,
+/// one per call however many times it passed a stage; a stage's own acquired_total counts every grant it
+/// made, the throttle's re-takes included, so it can be larger. The sum rule, per place `i` of the list,
+/// exact once no acquire of the throttle is under way (waiting == 0 and no try_acquire running) and when
+/// nothing but this throttle acquires from the stage:
+///
+///     stage(i).snapshot().acquired_total == stages[i].acquired()
+///         == stages[i].admitted + stages[i].readmitted + stages[i].abandoned + stages[i].reconciled
+///     stages[i].admitted == acquired_total  (when no call's charge at stage i is 0)
+///
+/// (An acquire under way has its re-takes counted at once, and its first take when it ends: in `admitted`
+/// or in `abandoned`.)
 struct throttle_snapshot {
   std::uint64_t acquired_total = 0;          ///< guards handed out (as every limiter's acquired_total)
   std::uint64_t admitted_total = 0;          ///< the same (the former name)
+  std::uint64_t readmitted_total = 0;        ///< re-takes at every stage: the sum of stages[i].readmitted
+  std::uint64_t given_back_total = 0;        ///< takes given back before admission: the sum of stages[i].given_back
   std::size_t in_flight = 0;                 ///< admitted guards not yet completed or destroyed
   std::size_t waiting = 0;                   ///< acquires waiting now (not admitted at once, not yet ended)
   std::uint64_t rejected_total = 0;          ///< the sum of the reasons for_each_rejected() lists
@@ -218,7 +267,13 @@ struct throttle_snapshot {
   std::uint64_t unavailable_total = 0;       ///< ... with errc::upstream_unavailable (a stage's open circuit)
   std::uint64_t cancelled_total = 0;         ///< ... with operation_aborted (not a rejection)
   std::uint64_t failed_total = 0;            ///< waiting acquires that failed (any error, cancellation included)
-  std::uint64_t rejections_reported = 0;     ///< guard.reject() calls (upstream 429s)
+  /// Upstream rejections the caller reported: guard.reject() calls and complete(response) with a 429 (or a
+  /// 503 with Retry-After), each pausing the key's gates; printed as `reported=`. Not a refusal of the
+  /// throttle's (those are rejected_total): the call was admitted and sent, and the upstream refused it.
+  std::uint64_t rejections_reported = 0;
+  /// One entry per place of the stage list, in list order (a rein::unlimited place included, all zero):
+  /// what the throttle took and gave back there (see throttle_stage_counts and the sum rule above).
+  std::vector<throttle_stage_counts> stages{};
   /// Every admission's wait, from the acquire call to admission across all stages: a zero for each guard
   /// admitted at once (try_acquire, or an acquire that every stage admitted at once, however long
   /// async_acquire's coroutine waited to start on its executor), the measured time for each admitted after
@@ -242,12 +297,13 @@ struct throttle_snapshot {
 };
 
 /// One line: `acquired=100 in_flight=4 waiting=1 rejected=7 (rate=5 timed_out=2) cancelled=0 failed=2
-/// reported=1 wait[n=100 p50=0 p90=2.00ms p99=9.00ms max=10.0ms]`.
+/// reported=1 readmitted=26 given_back=30 wait[n=100 p50=0 p90=2.00ms p99=9.00ms max=10.0ms]` (reported:
+/// the upstream's rejections, rejections_reported; readmitted and given_back: summed over the stages).
 inline std::ostream& operator<<(std::ostream& os, const throttle_snapshot& s) {
   os << "acquired=" << s.acquired_total << " in_flight=" << s.in_flight << " waiting=" << s.waiting << ' ';
   detail::write_rejected(os, s);
   os << " cancelled=" << s.cancelled_total << " failed=" << s.failed_total << " reported=" << s.rejections_reported
-     << " wait[";
+     << " readmitted=" << s.readmitted_total << " given_back=" << s.given_back_total << " wait[";
   detail::write_histogram(os, s.wait);
   os << ']';
   return os;
@@ -767,7 +823,7 @@ class throttle_guard {
       owner->finish(*this, outcome::ignored);
       admitted_ = false;
     } else {
-      owner->give_back(held_);
+      owner->abandon(held_);
     }
     owner->unpin(held_);
     life_.reset();
@@ -851,7 +907,9 @@ class throttle_guard {
 /// no set order); and callers of different keys pass the per-key stages independently. Likewise a stage's
 /// own snapshot counts every pass through it: its acquired_total includes the permits a caller took, gave
 /// back at step 5 or 6 and took again, and the units step 3 takes and refunds at once while waiting on a
-/// rate's line, so it can exceed the throttle's acquired_total (one per guard handed out).
+/// rate's line, so it can exceed the throttle's acquired_total (one per guard handed out). The throttle's
+/// snapshot().stages says which of a stage's grants were admissions, re-takes or abandoned, with the rule
+/// that adds them up to the stage's own count (rein::throttle_snapshot).
 ///
 /// @par Errors
 /// A waiting acquire fails with errc::timed_out (one deadline covers every stage), errc::closed,
@@ -912,6 +970,15 @@ class throttle {
   static_assert(std::find(placeholder_.begin(), placeholder_.end(), false) != placeholder_.end(),
                 "rein::throttle: the stage list is empty");
 
+  // The places that hold a stage: an admission that took them all took every stage (up to 64; a longer
+  // list compares unequal, and count_skipped looks at each place).
+  static constexpr std::bitset<stage_count> every_stage_{[] {
+    unsigned long long bits = 0;
+    for (std::size_t i = 0; i < stage_count && i < 64; ++i)
+      if (!placeholder_[i]) bits |= 1ULL << i;
+    return bits;
+  }()};
+
   template <rank R>
   static constexpr auto at_rank = detail::positions<R, detail::count_rank<R>(ranks_)>(ranks_);
   static constexpr std::size_t first_stage_ = [] {
@@ -929,6 +996,8 @@ class throttle {
     std::array<permit, stage_count> permits{};
     /// The units taken from each rate stage.
     std::array<std::size_t, stage_count> units{};
+    /// Each stage this acquire has taken at least once (a second take is a re-take); cleared at admission.
+    std::bitset<stage_count> taken{};
   };
 
   /// Composes the stages, listed in admission order (references; they must outlive the throttle).
@@ -1070,7 +1139,7 @@ class throttle {
     }
     count_refusal(kind_of(refused));
     // g itself becomes the empty guard (one object in every path, so that it is returned in place).
-    give_back(g.held_);
+    abandon(g.held_);
     unpin(g.held_);
     g.life_.reset();
     g.charge_ = {};
@@ -1092,8 +1161,8 @@ class throttle {
   }
 
   /// Counters, read without blocking any admission made at once (the wait histogram is copied under a
-  /// lock that only admissions after waiting take).
-  throttle_snapshot snapshot() const noexcept {
+  /// lock that only admissions after waiting take). @throws std::bad_alloc (the list of stages' counts).
+  throttle_snapshot snapshot() const {
     throttle_snapshot s;
     const std::uint64_t finished = finished_.load(std::memory_order_relaxed);
     {
@@ -1119,12 +1188,34 @@ class throttle {
     s.failed_total = failed_.load(std::memory_order_relaxed);
     s.rejections_reported = rejections_.load(std::memory_order_relaxed);
     s.for_each_rejected([&s](reject_reason, std::uint64_t n) { s.rejected_total += n; });
+    s.stages.reserve(stage_count);
+    for (std::size_t i = 0; i < stage_count; ++i) {
+      s.stages.push_back(stage_counts(i, s.admitted_total));
+      s.readmitted_total += s.stages.back().readmitted;
+      s.given_back_total += s.stages.back().given_back;
+    }
     return s;
   }
 
  private:
   friend guard;
   static constexpr std::size_t npos = guard::npos;
+
+  // The counts of the stage at i, given the admissions counted (a place left empty counts nothing).
+  throttle_stage_counts stage_counts(std::size_t i, std::uint64_t admitted) const noexcept {
+    throttle_stage_counts c;
+    c.position = i;
+    c.kind = kind_of(i);
+    if (placeholder_[i]) return c;
+    const stage_tally& t = tallies_[i];
+    const std::uint64_t skipped = t.skipped.load(std::memory_order_relaxed);
+    c.admitted = admitted > skipped ? admitted - skipped : 0;  // read a moment apart: never below zero
+    c.readmitted = t.readmitted.load(std::memory_order_relaxed);
+    c.abandoned = t.abandoned.load(std::memory_order_relaxed);
+    c.reconciled = t.reconciled.load(std::memory_order_relaxed);
+    c.given_back = t.given_back.load(std::memory_order_relaxed);
+    return c;
+  }
 
   // Where a waiting acquire is, so that a failure can say which stage it came from.
   struct run_ctx {
@@ -1202,13 +1293,16 @@ class throttle {
       if (n == 0) return true;
       auto& l = limiter<I>(g.held_);
       if constexpr (ranks_[I] == rank::gate) {
-        return static_cast<bool>(try_take_at(l, 1, now));  // behind the gate's own waiters and jitter
+        if (!static_cast<bool>(try_take_at(l, 1, now))) return false;  // behind the gate's own waiters and jitter
+        note_take(g, I);
+        return true;
       } else if constexpr (ranks_[I] == rank::rate) {
         return try_rate<I>(g, now) == try_status::acquired;
       } else {
         permit p = l.try_acquire(n);
         if (!p) return false;
         g.held_.permits[I] = std::move(p);
+        note_take(g, I);
         return true;
       }
     }
@@ -1225,6 +1319,7 @@ class throttle {
       else return try_status::busy;
     }
     g.held_.units[I] = n;
+    note_take(g, I);
     return try_status::acquired;
   }
 
@@ -1365,6 +1460,7 @@ class throttle {
         if constexpr (ranks_[I()] == rank::rate) {
           const std::size_t n = std::exchange(h.units[I()], 0);
           if (n == 0) return;
+          tallies_[I()].given_back.fetch_add(1, std::memory_order_relaxed);
           try {
             limiter<I()>(h).refund(n);  // a take of this instant or of a moment ago: see refund_anytime
           } catch (...) {  // a refund only adds units back; losing one under memory exhaustion is harmless
@@ -1374,14 +1470,58 @@ class throttle {
     }
   }
 
+  // Gives back the permit of the stage at i, if held, counted as a give-back.
+  void release_permit(holdings& h, std::size_t i) noexcept {
+    if (!h.permits[i]) return;
+    h.permits[i].release();
+    tallies_[i].given_back.fetch_add(1, std::memory_order_relaxed);
+  }
+
   void release_global(holdings& h) noexcept {
-    for (std::size_t i : at_rank<rank::global_concurrency>) h.permits[i].release();
+    for (std::size_t i : at_rank<rank::global_concurrency>) release_permit(h, i);
+  }
+
+  void release_permits(holdings& h) noexcept {
+    for (std::size_t i = 0; i < stage_count; ++i) release_permit(h, i);
   }
 
   // A guard not admitted: everything back, rate units refunded.
   void give_back(holdings& h) noexcept {
     refund_rates(h);
-    for (permit& p : h.permits) p.release();
+    release_permits(h);
+  }
+
+  // An acquire that ends without admission: everything back, and each stage it took counted abandoned.
+  void abandon(holdings& h) noexcept {
+    give_back(h);
+    if (h.taken.none()) return;  // a completed guard's, or one refused before any stage
+    for (std::size_t i = 0; i < stage_count; ++i)
+      if (h.taken[i]) tallies_[i].abandoned.fetch_add(1, std::memory_order_relaxed);
+    h.taken.reset();
+  }
+
+  // An admission that did not take every stage (a stage charged 0 there): `skipped` for those it did not.
+  REIN_NOINLINE void count_skipped(const std::bitset<stage_count>& taken) noexcept {
+    for (std::size_t i = 0; i < stage_count; ++i)
+      if (!taken[i] && !placeholder_[i]) tallies_[i].skipped.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  // A take at the stage at i: the first of this acquire, or a re-take. Static: read after a resumption, when
+  // the throttle may be gone (its owner pointer then says so).
+  static void note_take(guard& g, std::size_t i) noexcept {
+    auto bit = g.held_.taken[i];
+    if (!bit) {
+      bit = true;
+      return;
+    }
+    if (throttle* t = g.life_->owner.load(std::memory_order_acquire))
+      t->tallies_[i].readmitted.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  // A take given back after a resumption (the throttle may be gone).
+  static void note_given_back(guard& g, std::size_t i) noexcept {
+    if (throttle* t = g.life_->owner.load(std::memory_order_acquire))
+      t->tallies_[i].given_back.fetch_add(1, std::memory_order_relaxed);
   }
 
   void unpin(holdings& h) noexcept {
@@ -1395,6 +1535,8 @@ class throttle {
   void admit(guard& g, time_point now, time_point asked) noexcept {
     g.admitted_ = true;
     g.admitted_at_ = now;
+    if (g.held_.taken != every_stage_) count_skipped(g.held_.taken);
+    g.held_.taken.reset();
     const std::chrono::nanoseconds sent(detail::to_ns_saturated(g.admitted_at_));
     for (permit& p : g.held_.permits)
       if (p) detail::permit_access::restamp(p, sent);
@@ -1512,8 +1654,12 @@ class throttle {
         // the admission (the units then stay spent, never an overrun).
         if (detail::refunds_anytime<limiter_type<I>>() || clock_type::now() == admitted_at) l.refund(was - now);
       } else if (now > was) {
-        if constexpr (requires { l.charge(now - was); }) l.charge(now - was);
-        else if (!static_cast<bool>(l.try_acquire(now - was))) return;
+        if constexpr (requires { l.charge(now - was); }) {
+          l.charge(now - was);
+        } else {
+          if (!static_cast<bool>(l.try_acquire(now - was))) return;
+          tallies_[I].reconciled.fetch_add(1, std::memory_order_relaxed);
+        }
       }
       h.units[I] = now;
     }
@@ -1579,6 +1725,7 @@ class throttle {
       } else {
         g.held_.permits[I] = co_await acquire_on_line<Bound, I>(l, n, x);
       }
+      note_take(g, I);
     }
   }
 
@@ -1661,7 +1808,9 @@ class throttle {
       check_cancelled<Bound>(x);
       if (k == kind::queued || k == kind::unknown) {
         co_await l.async_acquire_until(n, x.deadline, token<Bound>(x));
+        note_take(g, I);
         l.refund(n);
+        note_given_back(g, I);
         co_return;
       }
       if (k == kind::never) when = time_point::max();
@@ -1702,8 +1851,11 @@ class throttle {
       if (co_await net::this_coro::throw_if_cancelled()) x.awaiting = co_await net::this_coro::cancellation_state;
     }
     for (;;) {
-      for (std::size_t i : at_rank<rank::gate>)
-        if (!take_now<Bound>(i, g, x)) co_await wait_at<Bound>(i, g, x);
+      for (std::size_t i : at_rank<rank::gate>) {
+        if (take_now<Bound>(i, g, x)) continue;
+        co_await wait_at<Bound>(i, g, x);  // a gate's wait, awaited without a frame of ours: noted here
+        note_take(g, i);
+      }
       if constexpr (rates_first_) {
         for (std::size_t i : at_rank<rank::rate>)
           if (g.held_.units[i] == 0 && !take_now<Bound>(i, g, x)) co_await wait_at<Bound>(i, g, x);
@@ -1747,7 +1899,7 @@ class throttle {
       if (gates_open(g)) co_return;
       // Paused while this caller waited: back to the gate, holding nothing global meanwhile.
       if constexpr (rates_first_) {
-        for (permit& p : g.held_.permits) p.release();
+        release_permits(g.held_);
       } else {
         refund_rates(g.held_);
         release_global(g.held_);
@@ -1897,6 +2049,15 @@ class throttle {
   std::atomic<std::uint64_t> finished_{0};
   std::atomic<std::uint64_t> rejections_{0};
   std::atomic<std::size_t> waiting_{0};
+  // What the throttle did at each stage (throttle_stage_counts; `admitted` is admitted_ less `skipped`).
+  struct stage_tally {
+    std::atomic<std::uint64_t> skipped{0};  // admissions that did not take the stage (charged 0 there)
+    std::atomic<std::uint64_t> readmitted{0};
+    std::atomic<std::uint64_t> abandoned{0};
+    std::atomic<std::uint64_t> reconciled{0};
+    std::atomic<std::uint64_t> given_back{0};
+  };
+  std::array<stage_tally, stage_count> tallies_{};
   mutable std::mutex wait_mutex_;
   duration_histogram waited_;  // the timed waits (guards admitted after waiting some time); the rest are zeros
 };

@@ -302,7 +302,7 @@ TEST_CASE("throttle: a refusal at the rate stage is a rejection with reason rate
   CHECK(s.waiting == 0);
   CHECK(s.wait.count() == 1);
   CHECK(line(s) == "acquired=1 in_flight=1 waiting=0 rejected=1 (rate=1) cancelled=0 failed=0 reported=0 "
-                   "wait[n=1 p50=0 p90=0 p99=0 max=0]");
+                   "readmitted=0 given_back=0 wait[n=1 p50=0 p90=0 p99=0 max=0]");
   g1.complete(rein::outcome::success);
   CHECK(t.snapshot().in_flight == 0);
   CHECK(*events == std::vector<std::string>{"rejected reason=rate count=1 name=out"});
@@ -356,7 +356,7 @@ TEST_CASE("throttle: waiting counts the callers past the fast path; wait times e
   CHECK(s.wait.p90() == 99'614'720ns);  // 100 ms's bucket [98,566,144, 100,663,296), its midpoint
   CHECK(s.wait.max() == 100ms);  // from the call at 0, not from the coroutine's start at 1 ms
   CHECK(line(s) == "acquired=2 in_flight=1 waiting=0 rejected=1 (timed_out=1) cancelled=0 failed=1 reported=0 "
-                   "wait[n=2 p50=0 p90=99.6ms p99=99.6ms max=100ms]");
+                   "readmitted=0 given_back=0 wait[n=2 p50=0 p90=99.6ms p99=99.6ms max=100ms]");
 }
 
 TEST_CASE("retry: snapshot() counts the calls that ended without success by reason", "[observability][retry]") {

@@ -183,6 +183,52 @@ TEST_CASE("collector: a throttle's rejections by stage, waiting and wait", "[pro
   CHECK(metric(after, "rein_wait_seconds", {{"limiter", "out"}})->histogram.sample_count == 2);
 }
 
+TEST_CASE("collector: a throttle's takes per stage, each under one `as`, and its give-backs", "[prometheus]") {
+  net::io_context io;
+  rein::keyed<rein::semaphore> per_key(io, {}, std::size_t{2});
+  rein::semaphore global(io, 1);
+  rein::throttle t(per_key, global, {.name = "out"});
+  auto g1 = t.try_acquire("k");
+  REQUIRE(g1);
+  auto refused = t.try_acquire("k");  // takes the key's permit, finds no global slot: abandoned, given back
+  REQUIRE_FALSE(refused);
+  bool admitted = false;
+  // Its first try gives the key's permit back; its waiting path takes it again, then waits for the slot.
+  t.async_acquire("k", [&](rein::error_code ec, auto g) { admitted = !ec && g; });
+  io.poll();
+  g1.complete(rein::outcome::success);
+  io.poll();
+  REQUIRE(admitted);
+
+  rein::prometheus::collector c;
+  c.add(t);
+  c.add(global, "global");
+  const auto families = c.Collect();
+  CHECK(find(families, "rein_throttle_stage_acquired_total")->type == prometheus::MetricType::Counter);
+  auto taken = [&](const std::string& stage, const std::string& as) {
+    const auto* m = metric(families, "rein_throttle_stage_acquired_total",
+                           {{"limiter", "out"}, {"stage", stage}, {"as", as}});
+    REQUIRE(m != nullptr);
+    return m->counter.value;
+  };
+  CHECK(metric(families, "rein_acquired_total", {{"limiter", "out"}})->counter.value == 2.0);
+  CHECK(taken("0", "admitted") == 2.0);
+  CHECK(taken("0", "readmitted") == 1.0);
+  CHECK(taken("0", "abandoned") == 1.0);
+  CHECK(taken("0", "reconciled") == 0.0);
+  CHECK(metric(families, "rein_throttle_stage_given_back_total", {{"limiter", "out"}, {"stage", "0"}, {"kind", "per_key"}})
+            ->counter.value == 2.0);
+  CHECK(taken("1", "admitted") == 2.0);
+  CHECK(taken("1", "readmitted") == 0.0);
+  CHECK(taken("1", "abandoned") == 0.0);
+  CHECK(metric(families, "rein_throttle_stage_given_back_total", {{"limiter", "out"}, {"stage", "1"}, {"kind", "global"}})
+            ->counter.value == 0.0);
+  // Summed over `as`, the global stage's series is its own rein_acquired_total: nothing counted twice.
+  CHECK(metric(families, "rein_acquired_total", {{"limiter", "global"}})->counter.value ==
+        taken("1", "admitted") + taken("1", "readmitted") + taken("1", "abandoned") + taken("1", "reconciled"));
+  CHECK(find(families, "rein_throttle_stage_acquired_total")->metric.size() == 8);  // 2 stages x 4 `as`
+}
+
 TEST_CASE("collector: an adaptive limiter's circuit state as a gauge, 0 closed, 1 half-open, 2 open",
           "[prometheus]") {
   rein_test::manual_clock_at_epoch epoch;

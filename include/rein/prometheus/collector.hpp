@@ -57,8 +57,19 @@ namespace rein::prometheus {
 // | rein_keys_evicted_total         | counter   | ... idle limiters dropped                              |
 // | rein_keys_unexported            | gauge     | ... live keys left out by the cardinality cap          |
 // | rein_upstream_rejections_total  | counter   | a throttle's guard.reject() calls (upstream 429s)      |
+// | rein_throttle_stage_acquired_total{stage,kind,as} | counter | a throttle's acquisitions at each  |
+// |                                 |           | stage, each counted once, as: admitted, readmitted,   |
+// |                                 |           | abandoned, reconciled (throttle_stage_counts)          |
+// | rein_throttle_stage_given_back_total{stage,kind} | counter | ... takes given back before admission |
 // | rein_retry_attempts_total       | counter   | a retry policy's attempts (first ones included)        |
 // | rein_retries_total              | counter   | ... attempts after a failure                           |
+//
+// A throttle's own rein_acquired_total counts admissions (one per guard); a stage's counts every grant it
+// made, the throttle's re-takes included. The throttle's per-stage series say which is which without
+// counting anything twice: summed over `as`, rein_throttle_stage_acquired_total{stage="i"} is the stage's
+// rein_acquired_total (when only this throttle acquires from it), and its `as="admitted"` series is the
+// honest count of calls that passed the stage. `stage` is the place in the list ("0" for the first), `kind`
+// its rein::throttle_stage (gate, per_key, global, rate); a rein::unlimited place has no series.
 //
 // Histogram buckets are exact: every `le` is a bucket boundary of rein::algo::log_histogram (a power of
 // two of nanoseconds), so `rein_wait_seconds_bucket` counts are the limiter's own, not estimates.
@@ -277,6 +288,29 @@ class collector : public ::prometheus::Collectable {
     }
   }
 
+  // A throttle's counts per stage (rein::throttle_stage_counts): each acquisition under one `as`.
+  template <class StageCounts>
+  static void export_throttle_stages(sink& out, const labels& l, const std::vector<StageCounts>& stages) {
+    for (const StageCounts& c : stages) {
+      if (c.kind == decltype(c.kind)::none) continue;  // a place left empty
+      labels at = l;
+      at.push_back({"stage", std::to_string(c.position)});
+      at.push_back({"kind", to_string(c.kind)});
+      const std::pair<const char*, std::uint64_t> parts[] = {
+          {"admitted", c.admitted}, {"readmitted", c.readmitted}, {"abandoned", c.abandoned}, {"reconciled", c.reconciled}};
+      for (const auto& [as, n] : parts) {
+        labels with_as = at;
+        with_as.push_back({"as", as});
+        out.counter("rein_throttle_stage_acquired_total",
+                    "A throttle's acquisitions at a stage, each once: kept by an admission, re-taken, or taken by an "
+                    "acquire that was not admitted, or by reconcile.",
+                    with_as, static_cast<double>(n));
+      }
+      out.counter("rein_throttle_stage_given_back_total", "A throttle's takes at a stage given back before admission.",
+                  at, static_cast<double>(c.given_back));
+    }
+  }
+
   template <class Snapshot>
   static void export_snapshot(sink& out, const labels& l, const Snapshot& s) {
     if constexpr (requires { s.acquired_total; })
@@ -311,6 +345,7 @@ class collector : public ::prometheus::Collectable {
     if constexpr (requires { s.rejections_reported; })
       out.counter("rein_upstream_rejections_total", "Upstream rejections reported through a throttle guard.", l,
                   static_cast<double>(s.rejections_reported));
+    if constexpr (requires { s.stages.front().acquired(); }) export_throttle_stages(out, l, s.stages);
     if constexpr (requires { s.retries_total; s.attempts_total; }) {
       out.counter("rein_retry_attempts_total", "Attempts made, first ones included.", l,
                   static_cast<double>(s.attempts_total));
