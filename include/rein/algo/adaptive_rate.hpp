@@ -145,7 +145,7 @@ struct adaptive_rate_options {
 /// - the curve does not pass `L = W / (1 + margin)` on its way back, and stays at L for `hold` once there
 ///   (K seconds after the decrease); then it probes, `L + scale * (t - t_decrease - K - hold)^3`, gently;
 /// - congestion at a rate at or below a *confirmed* level (one the client sent at for two measuring
-///   windows without congestion) is jitter, not the quota: the margin doubles (algo::basic_pacing_margin)
+///   windows without congestion) is jitter, not the quota: the margin widens (algo::basic_pacing_margin)
 ///   and the rate drops only to the new L, holding there from when sending resumes; the margin is
 ///   forgotten with its half-life. Only when the margin is at its widest does such congestion cut;
 /// - congestion while probing (past the hold) has found the quota between L and the rate sent at, w: W
