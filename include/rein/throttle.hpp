@@ -66,6 +66,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -756,7 +757,9 @@ class throttle_guard {
   /// an over-estimate back only in the instant of the admission: later, a window's refund would free room
   /// that other calls hold, so the units stay spent (never an overrun). Concurrency stages keep their
   /// permits. Call it before complete() or reject(); on an empty guard it does nothing.
+  /// @throws std::invalid_argument if `actual.tokens` is not 0 and no stage charges tokens (as acquire).
   void reconcile(const rein::charge& actual) {
+    Throttle::check_charge(actual);
     Throttle* owner = live_owner();
     if (owner == nullptr) return;
     owner->settle(held_, actual, admitted_at_);
@@ -968,7 +971,14 @@ class throttle {
   static constexpr std::array<bool, stage_count> placeholder_{
       detail::is_placeholder_v<typename detail::stage_spec<Stages>::stage>...};
   static_assert(std::find(placeholder_.begin(), placeholder_.end(), false) != placeholder_.end(),
-                "rein::throttle: the stage list is empty");
+                "rein::throttle: the stage list is empty; to name a throttle's type where its stages cannot be "
+                "deduced (a class member), write rein::throttle_for<decltype(stage)...> with the stages in "
+                "admission order");
+
+  // Whether a stage may charge charge::tokens: a rein::by_tokens one, or a rein::weighted one (its weight is
+  // any function of the charge). Without one, a charge's tokens would be charged nowhere.
+  static constexpr bool reads_tokens_ =
+      (!std::is_same_v<typename detail::stage_spec<Stages>::weight, by_requests_t> || ...);
 
   // The places that hold a stage: an admission that took them all took every stage (up to 64; a longer
   // list compares unequal, and count_skipped looks at each place).
@@ -1026,6 +1036,12 @@ class throttle {
   /// earlier stages took: a terminal cancellation by default, partial and total too once the caller widens
   /// its filter (`co_await net::this_coro::reset_cancellation_state(net::enable_total_cancellation())`), as
   /// for any awaitable operation. Throws rein::throttle_error (see the class's Errors).
+  ///
+  /// Throws std::invalid_argument, before taking anything, if `c.tokens` is not 0 and no stage charges
+  /// tokens (none is wrapped in rein::by_tokens or rein::weighted): the tokens would be charged nowhere and
+  /// each call only its requests. Checked as the acquire starts, not at compile time: which stages charge
+  /// tokens is known from the throttle's type, but a charge's tokens only from its value. The other doors
+  /// (acquire_for, acquire_until, async_acquire, try_acquire) and guard.reconcile() check the same.
   net::awaitable<guard> acquire(std::string_view key, rein::charge c = {}) {
     return acquire_until(key, c, time_point::max());
   }
@@ -1050,6 +1066,7 @@ class throttle {
   /// view). Only a caller that must wait copies the key, once, so that the waits never depend on the
   /// caller's string.
   net::awaitable<guard> acquire_until(std::string_view key, rein::charge c, time_point deadline) {
+    check_charge(c);
     guard g(life_, c);
     run_ctx x{deadline, nullptr, {}};
     std::string copy;
@@ -1090,6 +1107,9 @@ class throttle {
   /// has started (it starts on the handler's executor) ends it before it takes anything. If a stage's grant
   /// raced with the cancellation and won, the operation still fails at the next stage that would wait, or
   /// completes admitted if no stage has to wait any more (the grant won).
+  ///
+  /// @throws std::invalid_argument from the initiation if `c.tokens` is not 0 and no stage charges tokens
+  /// (see acquire).
   template <REIN_COMPLETION_TOKEN_FOR(void(error_code, guard)) Token = default_token_t>
   auto async_acquire(std::string key, Token&& token = Token{}) {
     return async_acquire_until(std::move(key), rein::charge{}, time_point::max(), std::forward<Token>(token));
@@ -1128,7 +1148,9 @@ class throttle {
   /// Passes every stage now or not at all: an admitted guard, or an empty one whose rejected_at() and
   /// rejected_stage() name the stage that refused. A refused request consumes nothing at any stage. Never
   /// waits; a gate that is paused refuses.
+  /// @throws std::invalid_argument if `c.tokens` is not 0 and no stage charges tokens (see acquire).
   guard try_acquire(std::string_view key, rein::charge c = {}) {
+    check_charge(c);
     guard g(life_, c);
     const time_point now = clock_type::now();
     std::size_t refused = try_pin(g.held_, key);
@@ -1229,6 +1251,16 @@ class throttle {
   };
 
   using timer_type = net::basic_waitable_timer<clock_type, net::wait_traits<clock_type>, net::any_io_executor>;
+
+  // A charge's tokens with no stage to charge them is a mistake to say now, not a silent charge of requests.
+  static void check_charge(const rein::charge& c) {
+    if constexpr (!reads_tokens_) {
+      if (c.tokens != 0)
+        throw std::invalid_argument("rein::throttle: a charge of " + std::to_string(c.tokens) +
+                                    " tokens needs a stage that charges tokens: wrap the stage that counts them in "
+                                    "rein::by_tokens (or rein::weighted), or leave charge::tokens 0");
+    }
+  }
 
   static throttle_options validated(throttle_options o) {
     if (o.default_pause <= std::chrono::nanoseconds::zero())
@@ -1974,6 +2006,7 @@ class throttle {
     // stages admit at once).
     template <class Handler>
     void operator()(Handler&& handler, std::string key, rein::charge c, time_point deadline) const {
+      check_charge(c);  // thrown by the initiation, before anything started
       auto ex = net::get_associated_executor(handler, self->executor());
       std::shared_ptr<detail::throttle_cancellation> cancellation;
       auto slot = net::get_associated_cancellation_slot(handler);
@@ -2090,6 +2123,29 @@ template <class S1, class S2, class S3, class S4, class S5, class S6>
 throttle(S1&&, S2&&, S3&&, S4&&, S5&&, S6&&, throttle_options)
     -> throttle<std::remove_cvref_t<S1>, std::remove_cvref_t<S2>, std::remove_cvref_t<S3>, std::remove_cvref_t<S4>,
                 std::remove_cvref_t<S5>, std::remove_cvref_t<S6>>;
+
+/// The throttle of a stage list, named where its stages cannot be deduced: a class member, a return type.
+/// The same type `rein::throttle t(stages...)` deduces: each entry is the type of a constructor argument
+/// (a limiter, a rein::keyed registry, `decltype(rein::by_tokens(x))`, rein::unlimited_t), references and
+/// const dropped, so `decltype` of the members names it without spelling any stage's type:
+///
+/// ```
+/// struct upstream {
+///   explicit upstream(net::io_context& io) : global(io, 4), rpm(io, {.rate = 10, .capacity = 10}),
+///                                            tpm(io, {.rate = 1'000, .capacity = 10'000}) {}
+///
+///   rein::semaphore global;
+///   rein::token_bucket rpm;
+///   rein::token_bucket tpm;
+///   rein::throttle_for<decltype(global), decltype(rpm), decltype(rein::by_tokens(tpm))> throttle{
+///       global, rpm, rein::by_tokens(tpm)};
+/// };
+/// ```
+/// (From tests/async/throttle_misuse.cpp, which compiles and runs it.) The members are listed in admission
+/// order and declared before the throttle (they are built first). A stage given by rein::weighted with a
+/// lambda cannot be named so (each lambda is its own type): give it a named function object instead.
+template <class... Stages>
+using throttle_for = throttle<std::remove_cvref_t<Stages>...>;
 
 }  // namespace rein
 
