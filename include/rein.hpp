@@ -30,9 +30,11 @@
 #include <rein/algo/tuned_aimd.hpp>
 #include <rein/algo/vegas.hpp>
 #include <rein/algo/windowed_aimd.hpp>
-// Boost.Beast's response reader: with Boost.Asio only (Beast is part of Boost), when Beast is installed.
+// Boost.Beast's response reader and request admission: with Boost.Asio only (Beast is part of Boost), when
+// Beast is installed.
 #if !defined(REIN_STANDALONE_ASIO) && __has_include(<boost/beast/http/message.hpp>)
 #include <rein/beast.hpp>
+#include <rein/beast/server.hpp>
 #endif
 #include <rein/bounded.hpp>
 #include <rein/config.hpp>

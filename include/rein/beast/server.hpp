@@ -1,0 +1,475 @@
+// The server side of rate limits: each incoming Boost.Beast request passes a keyed token bucket and a
+// semaphore, and a refusal is a ready 429 or 503 with Retry-After and the IETF RateLimit fields.
+// Optional: needs Boost.Beast (part of Boost), so it is not part of the standalone-Asio build.
+#pragma once
+
+#include <rein/config.hpp>
+#include <rein/detail/invalid_option.hpp>
+#include <rein/error.hpp>
+#include <rein/keyed.hpp>
+#include <rein/permit.hpp>
+#include <rein/semaphore.hpp>
+#include <rein/token_bucket.hpp>
+#include <rein/try_result.hpp>
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/cancellation_type.hpp>
+#include <boost/asio/compose.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/http/field.hpp>
+#include <boost/beast/http/message.hpp>
+#include <boost/beast/http/status.hpp>
+#include <boost/beast/http/string_body.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+
+namespace rein::beast {
+
+namespace http = boost::beast::http;
+
+/// Why a request was not admitted.
+enum class refusal : std::uint8_t {
+  none,         ///< admitted
+  rate,         ///< its key's token bucket had no token within the wait bound: 429 Too Many Requests
+  concurrency,  ///< no concurrency slot within the wait bound (load shedding): 503 Service Unavailable
+  keys,         ///< a new key while `max_keys` keys are alive and busy (a key spray): 503
+  closed,       ///< the admission was closed (shutting down): 503
+};
+
+/// A readable name for a refusal ("none", "rate", "concurrency", "keys", "closed").
+constexpr const char* to_string(refusal r) noexcept {
+  switch (r) {
+    case refusal::none:
+      return "none";
+    case refusal::rate:
+      return "rate";
+    case refusal::concurrency:
+      return "concurrency";
+    case refusal::keys:
+      return "keys";
+    case refusal::closed:
+      return "closed";
+  }
+  return "unknown";
+}
+
+/// Options of rein::beast::basic_admission. Write them with designated initializers:
+/// `{.rate = 100, .burst = 20, .concurrency = 64, .max_wait = 50ms}`.
+struct admission_options {
+  /// Requests per second admitted per key (the token bucket's rate), in (0, 1e9].
+  double rate = 0;
+  /// Requests a key may send at once after an idle spell (the bucket's capacity), in [1, 1e15].
+  std::int64_t burst = 0;
+  /// Requests admitted and not yet answered, over all keys (the semaphore's permits), >= 1.
+  std::size_t concurrency = 0;
+  /// The longest a request waits for a token and a slot together, >= 0; 0 refuses at once. A request that
+  /// the bucket cannot serve within it is refused at once, not after waiting (the bucket knows when its
+  /// next token comes). Default: 0.
+  std::chrono::nanoseconds max_wait{0};
+  /// The Retry-After of a 503 (a concurrency, key or closed refusal, where no limiter knows when room comes
+  /// back), >= 1 s; sent in whole seconds, rounded up. Default: 1 s.
+  std::chrono::nanoseconds shed_retry_after = std::chrono::seconds{1};
+  /// The policy's name in the RateLimit and RateLimit-Policy fields (an sf-string: printable ASCII without
+  /// `"` or `\`), not empty. Default: "default".
+  std::string policy = "default";
+  /// The key of a request (a client address, an API key header, a route); called by admit(request) before
+  /// anything is taken. Default: none, every request shares the key "" (one bucket for the server). A key
+  /// from a field the client writes can be sprayed: `max_keys` then bounds memory, and `concurrency` the
+  /// total in flight.
+  std::function<std::string(const http::request_header<>&)> key{};
+  /// Most keys alive at once (rein::keyed_options::max_keys), >= 1. Default: 10,000.
+  std::size_t max_keys = 10'000;
+  /// Names the admission in error messages and its limiters' events. Default: none.
+  std::string name{};
+};
+
+/// Delay-seconds as RFC 9110 section 10.2.3 writes them: whole seconds, rounded up, never negative
+/// (saturating at the largest count of seconds a nanosecond duration holds).
+inline std::int64_t delay_seconds(std::chrono::nanoseconds d) noexcept {
+  constexpr std::int64_t second = 1'000'000'000;
+  if (d.count() <= 0) return 0;
+  return d.count() / second + (d.count() % second != 0 ? 1 : 0);
+}
+
+/// What the IETF fields (draft-ietf-httpapi-ratelimit-headers) say of a key's token bucket at one instant,
+/// in the numbers the fields carry; rein::read_response reads them back (rate_limit_dialect::ietf).
+///
+/// A token bucket of `rate` per second and `burst` maps on the draft's window quota so: the window `w` is
+/// the time the bucket takes to refill from empty, `ceil(burst / rate)` seconds (at least 1), and the quota
+/// `q` what it refills in one window, `floor(rate * w)` (so q >= burst >= r: the sustained rate, whose
+/// burst shows in r). `r` is the whole tokens left after this request, and `t` the seconds until the next
+/// whole token (rounded up; 0 when the bucket is full): until then at most r more are admitted, the
+/// draft's promise for a window's remaining units.
+struct rate_limit_state {
+  std::int64_t quota = 0;           ///< q, requests per window
+  std::int64_t window_seconds = 0;  ///< w, seconds
+  std::int64_t remaining = 0;       ///< r, requests admitted now without waiting
+  std::int64_t reset_seconds = 0;   ///< t, seconds until one more is
+
+  /// `"<policy>";q=<quota>;w=<window>`, the RateLimit-Policy field's value.
+  std::string policy_field(std::string_view policy) const {
+    return quoted(policy) + ";q=" + std::to_string(quota) + ";w=" + std::to_string(window_seconds);
+  }
+
+  /// `"<policy>";r=<remaining>;t=<reset>`, the RateLimit field's value.
+  std::string limit_field(std::string_view policy) const {
+    return quoted(policy) + ";r=" + std::to_string(remaining) + ";t=" + std::to_string(reset_seconds);
+  }
+
+  /// Sets RateLimit-Policy and RateLimit on `fields` (a response, or its header), replacing any.
+  template <class Fields>
+  void set_fields(Fields& fields, std::string_view policy) const {
+    fields.set("RateLimit-Policy", policy_field(policy));
+    fields.set("RateLimit", limit_field(policy));
+  }
+
+  friend bool operator==(const rate_limit_state&, const rate_limit_state&) = default;
+
+ private:
+  static std::string quoted(std::string_view policy) { return '"' + std::string(policy) + '"'; }
+};
+
+/// The fields of a token bucket of `rate` and `burst` holding `tokens` (whole ones count), whose next
+/// whole token comes `next_token` from now (ignored when it is full; see rein::beast::rate_limit_state).
+inline rate_limit_state bucket_state(double rate, std::int64_t burst, double tokens,
+                                     std::chrono::nanoseconds next_token) {
+  rate_limit_state s;
+  s.window_seconds = std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(static_cast<double>(burst) / rate)));
+  s.quota = static_cast<std::int64_t>(std::floor(rate * static_cast<double>(s.window_seconds)));
+  s.remaining = std::clamp<std::int64_t>(static_cast<std::int64_t>(std::floor(tokens)), 0, burst);
+  s.reset_seconds = s.remaining >= burst ? 0 : delay_seconds(next_token);
+  return s;
+}
+
+template <class Clock = std::chrono::steady_clock>
+class basic_admission;
+
+/// What admit() decided: admitted, holding a concurrency slot until destroyed; or refused, with the
+/// response to send.
+class admission_result {
+ public:
+  /// True if admitted.
+  explicit operator bool() const noexcept { return why_ == refusal::none; }
+  /// none if admitted, else why not.
+  refusal why() const noexcept { return why_; }
+  /// The concurrency slot of an admitted request: given back when this result (or the permit moved out of
+  /// it) is destroyed or released. Empty for a refusal.
+  rein::permit& permit() noexcept { return permit_; }
+  /// The key's bucket after this decision; nullopt for a key or closed refusal (no bucket was asked). Set
+  /// it on a success response too with `result.state()->set_fields(response, policy)`.
+  const std::optional<rate_limit_state>& state() const noexcept { return state_; }
+  /// How long admit() waited, on the admission's clock.
+  std::chrono::nanoseconds waited() const noexcept { return waited_; }
+  /// A refusal's response: 429 (rate) or 503 (the others) with Retry-After (delay-seconds, rounded up),
+  /// RateLimit-Policy and RateLimit (when the bucket was asked), `Content-Type: text/plain`, a one-line
+  /// body, the request's HTTP version and keep-alive, payload prepared. Empty (a 200 with no fields) if
+  /// admitted.
+  http::response<http::string_body>& response() noexcept { return response_; }
+
+ private:
+  template <class Clock>
+  friend class basic_admission;
+
+  refusal why_ = refusal::none;
+  rein::permit permit_{};
+  std::optional<rate_limit_state> state_{};
+  std::chrono::nanoseconds waited_{};
+  http::response<http::string_body> response_{};
+};
+
+/// A refusal's response for a request of HTTP `version` (11 for 1.1) and `keep_alive`: the status of `why`
+/// (429 for refusal::rate, 503 otherwise), Retry-After of `retry_after` in delay-seconds (rounded up, at
+/// least 1: a 0 would invite an immediate retry), the IETF fields of `state` under `policy` when given.
+inline http::response<http::string_body> refusal_response(refusal why, unsigned version, bool keep_alive,
+                                                          std::chrono::nanoseconds retry_after,
+                                                          const std::optional<rate_limit_state>& state,
+                                                          std::string_view policy) {
+  const bool rate = why == refusal::rate;
+  http::response<http::string_body> r{rate ? http::status::too_many_requests : http::status::service_unavailable,
+                                      version};
+  r.set(http::field::retry_after, std::to_string(std::max<std::int64_t>(1, delay_seconds(retry_after))));
+  if (state) state->set_fields(r, policy);
+  r.set(http::field::content_type, "text/plain");
+  r.keep_alive(keep_alive);
+  r.body() = rate ? "Too Many Requests\n" : "Service Unavailable\n";
+  r.prepare_payload();
+  return r;
+}
+
+/// Admits incoming HTTP requests through a token bucket per key (rein::keyed<rein::basic_token_bucket>) and
+/// a semaphore over all keys, waiting up to `max_wait` or refusing at once, and prepares each refusal's
+/// response from the limiters' state at the instant of the decision. In a Beast session coroutine:
+///
+/// ```
+/// rein::beast::admission_result admitted;
+/// if (request.find("X-API-Key") == request.end()) admitted = co_await admission.admit(request, address);
+/// else admitted = co_await admission.admit(request);
+/// if (!admitted) {
+///   co_await http::async_write(stream, admitted.response(), net::use_awaitable);
+///   continue;
+/// }
+/// ```
+/// (From examples/ingress.cpp, which tests/beast/ingress.cpp drives with ab.)
+///
+/// Order: the key's bucket first, then the semaphore, so that a request refused for concurrency gives its
+/// token back (`refund`) and a request waiting for a token holds no slot. Both waits share one deadline,
+/// `max_wait` after admit() began.
+///
+/// @tparam Clock the clock of the buckets and deadlines (std::chrono::steady_clock;
+///               rein::testing::manual_clock in tests).
+///
+/// @par Thread Safety
+/// Every member function may be called concurrently (the limiters use std::mutex), except destruction,
+/// which must not race with admit() operations. Results may be destroyed on any thread.
+///
+/// @par Lifetime
+/// Not copyable or movable (admit() operations point at it). Destroying it completes waiting admit()
+/// operations with operation_aborted; permits already handed out may outlive it.
+template <class Clock>
+class basic_admission {
+ public:
+  /// The executor that runs completion handlers without an associated executor of their own.
+  using executor_type = net::any_io_executor;
+  /// The clock of the buckets and deadlines.
+  using clock_type = Clock;
+  /// The per-key rate limiter.
+  using bucket_type = basic_token_bucket<executor_type, Clock>;
+  /// The concurrency limiter.
+  using semaphore_type = basic_semaphore<executor_type, Clock>;
+
+  /// Makes the limiters; nothing runs until the first admit().
+  /// @throws std::invalid_argument naming the type ("rein::beast::admission"), the field and the value when
+  ///         an option is out of range (rate, burst, concurrency, max_wait, shed_retry_after, policy,
+  ///         max_keys).
+  basic_admission(const executor_type& ex, admission_options options)
+      : options_(checked(std::move(options))),
+        buckets_(ex, keyed_options{.max_keys = options_.max_keys, .name = options_.name},
+                 token_bucket_options{.rate = options_.rate, .capacity = options_.burst, .name = options_.name}),
+        slots_(ex, options_.concurrency, semaphore_options{.name = options_.name}) {}
+
+  basic_admission(const basic_admission&) = delete;
+  basic_admission& operator=(const basic_admission&) = delete;
+
+  /// Completes waiting admit() operations with operation_aborted (through their executors).
+  ~basic_admission() { *alive_ = false; }
+
+  /// The executor given at construction.
+  executor_type get_executor() const noexcept { return buckets_.get_executor(); }
+
+  /// The options in force.
+  const admission_options& options() const noexcept { return options_; }
+
+  /// Admits `request` under the key `options().key(request)` (or "" without a key function). The
+  /// initiating function; every completion token works; signature `void(error_code, admission_result)`.
+  ///
+  /// A refusal is not an error: it completes with success and a result whose response() is ready to send.
+  /// Errors: `net::error::operation_aborted` (cancelled, or the admission was destroyed), with nothing held.
+  /// The key function is called here, before anything is taken: what it throws propagates from this call.
+  /// The handler is never invoked from inside this function: it goes through its associated executor.
+  ///
+  /// @par Per-Operation Cancellation
+  /// terminal, partial and total, as the limiters' own waits: a waiting admit() is removed and completes
+  /// with operation_aborted; a token it had taken goes back to its bucket.
+  template <class Body, class Fields,
+            REIN_COMPLETION_TOKEN_FOR(void(error_code, admission_result)) Token = default_token_t>
+  auto async_admit(const http::request<Body, Fields>& request, Token&& token = Token{}) {
+    return async_admit(request, key_of(request), std::forward<Token>(token));
+  }
+
+  /// As async_admit(request, token) under the key `key` (a client address the session knows), without
+  /// calling the key function.
+  template <class Body, class Fields,
+            REIN_COMPLETION_TOKEN_FOR(void(error_code, admission_result)) Token = default_token_t>
+  auto async_admit(const http::request<Body, Fields>& request, std::string_view key, Token&& token = Token{}) {
+    return net::async_compose<Token, void(error_code, admission_result)>(
+        op{this, alive_, std::string(key), request.version(), request.keep_alive()}, token, get_executor());
+  }
+
+  /// Admits `request` inside a coroutine: `auto admitted = co_await admission.admit(request);`. As
+  /// async_admit; throws rein::system_error for its errors (operation_aborted).
+  template <class Body, class Fields>
+  net::awaitable<admission_result> admit(const http::request<Body, Fields>& request) {
+    return async_admit(request, net::use_awaitable);
+  }
+
+  /// As admit(request) under the key `key`.
+  template <class Body, class Fields>
+  net::awaitable<admission_result> admit(const http::request<Body, Fields>& request, std::string_view key) {
+    return async_admit(request, key, net::use_awaitable);
+  }
+
+  /// The IETF fields of `key`'s bucket now, for a response to an admitted request that did not keep its
+  /// result; a key with no live bucket reads as a full one.
+  rate_limit_state state(std::string_view key) {
+    if (auto bucket = buckets_.find(key)) return state_of(*bucket, Clock::now());
+    return bucket_state(options_.rate, options_.burst, static_cast<double>(options_.burst), {});
+  }
+
+  /// Refuses every waiting and later admit() with refusal::closed (a 503), as a server that shuts down
+  /// does; requests already admitted keep their slots.
+  void close() { slots_.close(); }
+
+  /// The per-key buckets (for metrics: `for_each_snapshot`).
+  keyed<bucket_type>& buckets() noexcept { return buckets_; }
+  /// The concurrency limiter (for metrics, and for `async_drain` at shutdown).
+  semaphore_type& slots() noexcept { return slots_; }
+
+ private:
+  using time_point = typename Clock::time_point;
+
+  static admission_options checked(admission_options o) {
+    const std::string who = detail::describe("rein::beast::admission", o.name);
+    if (!(o.rate > 0 && o.rate <= 1e9))
+      detail::throw_invalid(who, "rate must be in (0, 1e9] per second", detail::show(o.rate));
+    if (o.burst < 1 || o.burst > 1'000'000'000'000'000)
+      detail::throw_invalid(who, "burst must be in [1, 1e15]", detail::show(o.burst));
+    if (o.concurrency < 1) detail::throw_invalid(who, "concurrency must be >= 1", detail::show(o.concurrency));
+    if (o.max_wait.count() < 0) detail::throw_invalid(who, "max_wait must be >= 0", detail::show(o.max_wait));
+    if (o.shed_retry_after < std::chrono::seconds{1})
+      detail::throw_invalid(who, "shed_retry_after must be >= 1 s", detail::show(o.shed_retry_after));
+    if (o.max_keys < 1) detail::throw_invalid(who, "max_keys must be >= 1", detail::show(o.max_keys));
+    const bool printable = std::all_of(o.policy.begin(), o.policy.end(),
+                                       [](char c) { return c >= 0x20 && c <= 0x7e && c != '"' && c != '\\'; });
+    if (o.policy.empty() || !printable)
+      detail::throw_invalid(who, "policy must be printable ASCII without '\"' or '\\', not empty",
+                            '"' + o.policy + '"');
+    return o;
+  }
+
+  template <class Body, class Fields>
+  std::string key_of(const http::request<Body, Fields>& request) const {
+    return options_.key ? options_.key(request) : std::string();
+  }
+
+  rate_limit_state state_of(const bucket_type& bucket, time_point now) const {
+    return bucket.inspect([&](const typename bucket_type::limit_type& b, const wait_stats&) {
+      const double tokens = b.tokens(now);
+      const auto whole = static_cast<std::int64_t>(std::max(0.0, std::floor(tokens)));
+      const auto next = whole < b.capacity() ? b.ready_at(whole + 1, now) : std::nullopt;
+      const auto until =
+          next ? std::chrono::duration_cast<std::chrono::nanoseconds>(*next - now) : std::chrono::nanoseconds{0};
+      return bucket_state(b.rate(), b.capacity(), tokens, until);
+    });
+  }
+
+  // One admit(): the key's bucket, then a slot, each tried at once and then, within the deadline, waited
+  // for. `stage` says which completion a resumption is.
+  struct op {
+    basic_admission* self;
+    std::shared_ptr<const bool> alive;  // false once `self` is gone: an aborted wait then refunds nothing
+    std::string key;
+    unsigned version;
+    bool keep_alive;
+    enum class stage : std::uint8_t { start, bucket, slot, done } at = stage::start;
+    time_point started{};
+    time_point deadline{};
+    typename keyed<bucket_type>::handle bucket{};
+    admission_result result{};
+
+    // The rate limiter's completion, and the first call.
+    template <class Self>
+    void operator()(Self& s, error_code ec = {}) {
+      if (at == stage::done) return s.complete(error_code{}, std::move(result));
+      if (at == stage::start) return start(s);
+      // A bucket wait ended.
+      if (ec == net::error::operation_aborted) return s.complete(ec, admission_result{});
+      if (ec) return refuse(s, refusal::rate, Clock::now());
+      take_slot(s, Clock::now());
+    }
+
+    // The semaphore's completion.
+    template <class Self>
+    void operator()(Self& s, error_code ec, rein::permit p) {
+      if (ec && *alive) bucket->refund(1);  // the request was not served: its token was not used
+      if (ec == net::error::operation_aborted) return s.complete(ec, admission_result{});
+      if (ec == errc::closed) return refuse(s, refusal::closed, Clock::now());
+      if (ec) return refuse(s, refusal::concurrency, Clock::now());
+      admit(s, std::move(p), Clock::now());
+    }
+
+    template <class Self>
+    void start(Self& s) {
+      // async_compose passes on terminal cancellation only; the limiters' waits honour all three kinds.
+      s.reset_cancellation_state(net::enable_total_cancellation());
+      started = Clock::now();
+      deadline = started + std::chrono::duration_cast<typename Clock::duration>(self->options_.max_wait);
+      error_code ec;
+      bucket = self->buckets_.get(key, ec);
+      if (ec) return refuse(s, refusal::keys, started);
+      const try_result taken = bucket->try_acquire_at(1, started);
+      if (taken) return take_slot(s, started);
+      const auto wait = taken.retry_after();
+      if (self->options_.max_wait.count() == 0 || !wait || *wait > self->options_.max_wait)
+        return refuse(s, refusal::rate, started, wait);
+      at = stage::bucket;
+      bucket->async_acquire_until(1, deadline, std::move(s));
+    }
+
+    template <class Self>
+    void take_slot(Self& s, time_point now) {
+      try_permit p = self->slots_.try_acquire();
+      if (p) return admit(s, std::move(p), now);
+      if (p.status() == try_status::closed || now >= deadline) {
+        bucket->refund(1);
+        return refuse(s, p.status() == try_status::closed ? refusal::closed : refusal::concurrency, now);
+      }
+      at = stage::slot;
+      self->slots_.async_acquire_until(1, deadline, std::move(s));
+    }
+
+    template <class Self>
+    void admit(Self& s, rein::permit p, time_point now) {
+      result.permit_ = std::move(p);
+      result.state_ = self->state_of(*bucket, now);
+      finish(s, now);
+    }
+
+    // A refusal; `wait` is the bucket's own retry_after when it said one.
+    template <class Self>
+    void refuse(Self& s, refusal why, time_point now, std::optional<std::chrono::nanoseconds> wait = std::nullopt) {
+      result.why_ = why;
+      std::chrono::nanoseconds retry = self->options_.shed_retry_after;
+      if (bucket && why != refusal::closed) {
+        result.state_ = self->state_of(*bucket, now);
+        if (why == refusal::rate) retry = wait ? *wait : std::chrono::seconds{result.state_->reset_seconds};
+      }
+      result.response_ = refusal_response(why, version, keep_alive, retry, result.state_, self->options_.policy);
+      finish(s, now);
+    }
+
+    // Completes through the handler's executor, never inside async_admit itself.
+    template <class Self>
+    void finish(Self& s, time_point now) {
+      result.waited_ = std::chrono::duration_cast<std::chrono::nanoseconds>(now - started);
+      const bool immediate = at == stage::start;
+      at = stage::done;
+      bucket.reset();
+      if (immediate) return net::post(std::move(s));
+      s.complete(error_code{}, std::move(result));
+    }
+  };
+
+  admission_options options_;
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+  keyed<bucket_type> buckets_;
+  semaphore_type slots_;
+};
+
+/// The admission on std::chrono::steady_clock.
+using admission = basic_admission<>;
+
+}  // namespace rein::beast

@@ -1,0 +1,189 @@
+// examples/ingress under real load (integration, real time): ab overloads it on loopback, then a Beast client
+// reads the refusals' fields back. The served count must follow the configured rate (within 2 % plus the
+// burst), every 429 must carry the bucket's Retry-After and RateLimit fields, and no request may wait past
+// --max-wait. CMake passes the example's path in REIN_INGRESS (tests/CMakeLists.txt).
+#include "support/catch.hpp"
+#include "support/child_server.hpp"
+
+#include <rein/beast.hpp>
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http/empty_body.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <boost/beast/http/write.hpp>
+
+#include <fcntl.h>
+#include <spawn.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <optional>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+extern char** environ;
+
+namespace {
+
+using namespace std::chrono_literals;
+namespace http = boost::beast::http;
+using tcp = boost::asio::ip::tcp;
+
+constexpr double rate = 200;  // per second, per key
+constexpr std::int64_t burst = 20;
+constexpr int max_wait_ms = 20;
+
+// examples/ingress as a child process on a free port, its stdout in a file; SIGTERM makes it print its tally.
+class ingress_server {
+ public:
+  ingress_server() : dir_("ingress"), port_(rein_test::free_loopback_port("ingress")) {
+    const char* program = std::getenv("REIN_INGRESS");
+    if (program == nullptr) throw std::runtime_error("REIN_INGRESS is not set: run this test through ctest");
+    const std::string out = (dir_.path() / "stdout").string();
+    std::vector<std::string> args{program,
+                                  "--port",
+                                  std::to_string(port_),
+                                  "--rate",
+                                  std::to_string(rate),
+                                  "--burst",
+                                  std::to_string(burst),
+                                  "--concurrency",
+                                  "64",
+                                  "--max-wait",
+                                  std::to_string(max_wait_ms)};
+    std::vector<char*> argv;
+    argv.reserve(args.size() + 1);
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    ::posix_spawn_file_actions_init(&actions);
+    ::posix_spawn_file_actions_addopen(&actions, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int failed = ::posix_spawn(&pid_, program, &actions, nullptr, argv.data(), environ);
+    ::posix_spawn_file_actions_destroy(&actions);
+    if (failed != 0) throw std::runtime_error(std::string("ingress: cannot start ") + program);
+    const auto give_up = std::chrono::steady_clock::now() + 10s;
+    while (!rein_test::accepts_connections(port_)) {
+      if (std::chrono::steady_clock::now() > give_up) throw std::runtime_error("ingress: no listener after 10 s");
+      std::this_thread::sleep_for(10ms);
+    }
+  }
+  ingress_server(const ingress_server&) = delete;
+  ingress_server& operator=(const ingress_server&) = delete;
+  ~ingress_server() { rein_test::stop_child(pid_); }
+
+  unsigned short port() const noexcept { return port_; }
+
+  /// Stops it and returns what it printed.
+  std::string stop() {
+    rein_test::stop_child(pid_);
+    std::ifstream in(dir_.path() / "stdout");
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+  }
+
+ private:
+  rein_test::temp_dir dir_;
+  unsigned short port_;
+  pid_t pid_ = -1;
+};
+
+// A number that `text` states after `label` (ab's report, the server's tally line).
+double number_after(const std::string& text, const std::string& label) {
+  std::smatch m;
+  if (!std::regex_search(text, m, std::regex(label + R"(\s*([0-9.]+))"))) {
+    FAIL("no '" << label << "' in:\n" << text);
+  }
+  return std::stod(m[1]);
+}
+
+std::string run(const std::string& command) {
+  std::string out;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  char buffer[4096];
+  while (const std::size_t n = std::fread(buffer, 1, sizeof buffer, pipe)) out.append(buffer, n);
+  CHECK(::pclose(pipe) == 0);
+  return out;
+}
+
+std::string field(const http::response<http::string_body>& r, const char* name) {
+  const auto it = r.find(name);
+  return it == r.end() ? std::string("<absent>") : std::string(it->value());
+}
+
+}  // namespace
+
+TEST_CASE("ingress under ab: the served rate is the configured one, refusals carry the bucket's fields",
+          "[beast][integration]") {
+  ingress_server server;
+  const std::string url = "http://127.0.0.1:" + std::to_string(server.port()) + "/";
+
+  // Phase 1: overload from 8 keep-alive connections for 3 s, all under one API key.
+  const std::string report = run("ab -k -c 8 -t 3 -n 10000000 -H 'X-API-Key: load' " + url + " 2>&1");
+  const double complete = number_after(report, "Complete requests:");
+  const double non_2xx = number_after(report, "Non-2xx responses:");
+  const double seconds = number_after(report, "Time taken for tests:");
+  const double served = complete - non_2xx;
+  const double allowed = rate * seconds;  // the refill over the run; the burst comes on top
+  INFO(report);
+  CHECK(complete >= 4 * allowed);  // the load is at least 4x the rate
+  CHECK(served <= allowed + static_cast<double>(burst) + 1);
+  CHECK(served >= 0.98 * allowed);
+
+  // Phase 2: one Beast connection under a fresh key: the burst, then 429s whose fields rein's client reads.
+  boost::asio::io_context io;
+  tcp::socket socket(io);
+  socket.connect({boost::asio::ip::make_address("127.0.0.1"), server.port()});
+  boost::beast::flat_buffer buffer;
+  int ok = 0, refused = 0;
+  const auto started = std::chrono::steady_clock::now();
+  for (int i = 0; i < 60; ++i) {
+    http::request<http::empty_body> request{http::verb::get, "/", 11};
+    request.set(http::field::host, "127.0.0.1");
+    request.set("X-API-Key", "probe");
+    http::write(socket, request);
+    http::response<http::string_body> response;
+    http::read(socket, buffer, response);
+    const rein::upstream_response read = rein::read_response(response);
+    INFO("response " << i << ": " << response.base());
+    CHECK(field(response, "RateLimit-Policy") == "\"default\";q=200;w=1");
+    CHECK(read.requests.limit == std::optional<std::int64_t>{200});
+    if (response.result() == http::status::ok) {
+      ++ok;
+      CHECK(read.requests.remaining <= std::optional<std::int64_t>{burst - 1});
+      continue;
+    }
+    ++refused;
+    REQUIRE(response.result() == http::status::too_many_requests);
+    // At 200 per second the next token is at most 5 ms away: one second, rounded up, in both fields.
+    CHECK(field(response, "Retry-After") == "1");
+    CHECK(field(response, "RateLimit") == "\"default\";r=0;t=1");
+    CHECK(read.retry_after == std::optional<std::chrono::nanoseconds>{1s});
+    CHECK(read.requests.remaining == std::optional<std::int64_t>{0});
+  }
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  CHECK(ok >= burst);
+  CHECK(ok <= burst + static_cast<int>(rate * elapsed) + 1);
+  CHECK(refused == 60 - ok);
+
+  // The server's own count: what it admitted is what the clients saw, plus at most one request per ab
+  // connection that ab abandoned at its time limit; and no wait passed the bound (plus 25 ms for a loaded
+  // machine's timer latency).
+  const std::string tally = server.stop();
+  INFO(tally);
+  const double admitted = number_after(tally, "admitted=");
+  CHECK(admitted >= served + ok);
+  CHECK(admitted <= served + ok + 8);
+  CHECK(number_after(tally, "max_wait_us=") <= (max_wait_ms + 25) * 1000);
+}
