@@ -128,7 +128,7 @@ class upstream_model {
     const double factor = draw_factor();
     std::chrono::nanoseconds base = options_.base;
     if (factor != 1.0)
-      base = std::chrono::nanoseconds{static_cast<std::int64_t>(static_cast<double>(base.count()) * factor + 0.5)};
+      base = std::chrono::nanoseconds{std::llround(static_cast<double>(base.count()) * factor)};
     std::chrono::nanoseconds wait{0};
     for (const auto& s : options_.stalls)
       if (now >= s.at && now < s.at + s.length) wait = std::max(wait, s.at + s.length - now);
