@@ -58,6 +58,7 @@
 #include <rein/sliding_window.hpp>
 #include <rein/throttle.hpp>
 #include <rein/token_bucket.hpp>
+#include <rein/token_reservation.hpp>
 #include <rein/try_result.hpp>
 #include <rein/version.hpp>
 #include <rein/wait_stats.hpp>

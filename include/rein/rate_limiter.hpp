@@ -298,6 +298,9 @@ class basic_rate_limiter {
   /// How messages name this limiter's type ("rein::token_bucket", ...).
   std::string_view type_name_;
 
+  /// The waiter core, for a derived type's own steps under its lock (a token bucket's reservations).
+  core_type* core() const noexcept { return core_.get(); }
+
  public:
 
   /// Gives back n units taken earlier and not used (the unused part of an estimate, a call never made),

@@ -10,6 +10,7 @@
 #include <rein/observer.hpp>
 #include <rein/queue_order.hpp>
 #include <rein/rate_limiter.hpp>
+#include <rein/token_reservation.hpp>
 #include <rein/wait_stats.hpp>
 
 #if defined(REIN_STANDALONE_ASIO)
@@ -26,6 +27,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -127,7 +129,9 @@ inline std::ostream& operator<<(std::ostream& os, const token_bucket_snapshot& s
 /// waiting costs nothing, and a cancellation that arrives after the grant but before the handler ran gives the
 /// tokens back. Waiters are served in FIFO order (or the order the options choose: rein::queue_order), each at
 /// the exact instant its tokens are there, by one timer per bucket; `set_rate` and `set_capacity` move the
-/// grant times of waiters already queued, earlier or later, at once.
+/// grant times of waiters already queued, earlier or later, at once. Go's own model is there too:
+/// `reserve(n)` takes the tokens now and says how long until they are the caller's, to wait for, act on
+/// elsewhere, or cancel (rein::basic_token_reservation).
 ///
 /// Compared with `rein::sliding_window` of the same average rate: 2 per 10 s (window) grants five waiters
 /// started at 0.00 .. 0.04 s at 0.00, 0.01, 10.00, 10.01, 20.00; a bucket of 0.2 per second with burst 2
@@ -184,6 +188,9 @@ class basic_token_bucket : public basic_rate_limiter<algo::basic_token_bucket<Cl
     using other = basic_token_bucket<OtherExecutor, Clock, Mutex>;
   };
 
+  /// What reserve() returns.
+  using reservation = basic_token_reservation<Executor, Clock, Mutex>;
+
   /// Makes a bucket holding `o.initial_tokens` (default: full) now, completing operations on `ex` by default.
   ///
   /// @throws std::invalid_argument if the rate is not in (0, 1e9] (NaN and infinities included), the
@@ -195,6 +202,23 @@ class basic_token_bucket : public basic_rate_limiter<algo::basic_token_bucket<Cl
   template <class ExecutionContext>
     requires std::is_convertible_v<ExecutionContext&, net::execution_context&>
   basic_token_bucket(ExecutionContext& context, const options& o) : basic_token_bucket(context.get_executor(), o) {}
+
+  /// Reserves n tokens now and says when they are the caller's (Go's `ReserveN`): they are taken at once,
+  /// leaving the bucket in debt if it holds fewer, and the reservation's `delay()` is how long until the
+  /// rate has repaid that debt. Then `co_await r.wait()`, act at `r.time_to_act()`, or `r.cancel()` to give
+  /// them back; see rein::basic_token_reservation. Never waits, never blocks anyone already waiting.
+  ///
+  /// The line's rule: a reservation never overtakes a waiter. While anyone waits on the line (an acquire,
+  /// in any queue_order), reserve takes nothing and returns a reservation that is not ok, status busy (ask
+  /// try_acquire().retry_after() when the line may be through). Acquires that come after a reservation
+  /// queue behind its debt, and later reservations are timed after it: FIFO between reservations and
+  /// acquires alike.
+  ///
+  /// Not ok, with nothing taken: exceeds_capacity if n > capacity(), closed after close(), busy as above
+  /// or if the debt would pass 1e15 tokens. Synchronous because reserving takes no time: only the wait does.
+  /// @par Thread Safety
+  /// As every member: safe concurrently with std::mutex.
+  reservation reserve(std::size_t n = 1) { return reservation::reserve(*this->core(), book_, n); }
 
   /// Changes the rate (tokens per second) from now on: tokens up to now arrived at the old rate. Queued
   /// waiters are re-timed at once, earlier or later (Go's `SetLimit`).
@@ -304,6 +328,8 @@ class basic_token_bucket : public basic_rate_limiter<algo::basic_token_bucket<Cl
     void store(bool v, std::memory_order order) noexcept { value.store(v, order); }
   };
   flag learning_;
+  // The reservations not yet acted (token_reservation.hpp), made by the first reserve; under the line's lock.
+  std::shared_ptr<detail::reservation_book<time_point>> book_;
 
   static limit_type make_bucket(const options& o) {
     return renamed([&] {

@@ -162,9 +162,10 @@ class basic_token_bucket {
   /// the instant the balance is back to zero (Go's `ReserveN`). Later requests queue behind the debt, so
   /// successive reservations are granted in FIFO order, each as early as the rate allows.
   ///
-  /// A reservation that will not be used should be handed back with `refund(n, t)`. The async layer does
-  /// not reserve (a queued waiter must cost nothing until granted); this is for callers that want Go's
-  /// model, and as the model of a FIFO's grant times.
+  /// A reservation that will not be used should be handed back with `refund(n, t)`. The async layer's
+  /// waiters do not reserve (a queued waiter must cost nothing until granted); `rein::token_bucket::reserve`
+  /// is built on this, with Go's model and its cancel rule (rein::basic_token_reservation). It is also the
+  /// model of a FIFO's grant times.
   ///
   /// @returns the time from which the n tokens are the caller's; `std::nullopt` with nothing taken if
   /// n > capacity(), if that time lies beyond the clock's range, or if the debt would pass max_capacity.
@@ -266,6 +267,12 @@ class basic_token_bucket {
     const int128 units = units_at(clamp(t));
     const int128 whole = detail::floor_div(units, unit());
     return static_cast<double>(whole) + static_cast<double>(units - whole * unit()) / static_cast<double>(unit());
+  }
+
+  /// The tokens in the bucket at t rounded up to a whole token (negative while in debt): the exact reading
+  /// that `tokens(t)` rounds to a double. Reads only.
+  std::int64_t tokens_rounded_up(time_point t) const {
+    return static_cast<std::int64_t>(detail::ceil_div(units_at(clamp(t)), unit()));
   }
 
   /// Gives back n tokens at t (the unused part of an estimate, or a reservation not used); the bucket

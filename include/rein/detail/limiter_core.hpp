@@ -341,6 +341,16 @@ class limiter_core final : public permit_source,
     return std::forward<F>(f)(policy_, now);
   }
 
+  /// As update(f), with f(policy, now, waiting, closed): whether anyone waits on the line and whether it
+  /// was closed, seen under the same lock, for a rule that must not overtake the line (a token bucket's
+  /// reservation takes nothing while anyone waits).
+  template <class F>
+  decltype(auto) update_seeing_line(F&& f) {
+    return update([&](Policy& p, time_point now) -> decltype(auto) {
+      return std::forward<F>(f)(p, now, first_waiting_locked() != nullptr, closed_);
+    });
+  }
+
   /// As update(f), and then every waiter whose request the policy now exceeds (a semaphore's total lowered
   /// below it, or a gate opened to less) completes with errc::exceeds_capacity: it could only wait forever.
   /// O(waiters); an f that returns bool skips the scan when it returns false (nothing can exceed now).

@@ -1,0 +1,341 @@
+// rein::token_bucket::reserve (Go's ReserveN / Reservation): exact delays and wait completions on the manual
+// clock, cancel's refunds against Go's CancelAt (where Go gives back too little, too much, or twice), the
+// line's rule (a reservation never overtakes a waiter), bad input, and cancellation through a slot.
+#include "support/asio.hpp"
+#include "support/catch.hpp"
+#include "support/manual_time.hpp"
+
+#include <rein/error.hpp>
+#include <rein/token_bucket.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+namespace {
+
+using namespace std::chrono_literals;
+namespace net = rein::net;
+using rein_test::manual_clock;
+using rein_test::since_epoch;
+using bucket_type = rein::basic_token_bucket<net::any_io_executor, manual_clock>;
+using rein::error_code;
+using rein::try_status;
+
+manual_clock::time_point at(manual_clock::duration d) { return manual_clock::time_point{} + d; }
+
+// Each case starts at the manual clock's epoch with an io_context of its own.
+struct on_manual_clock {
+  rein_test::manual_clock_at_epoch epoch;
+  net::io_context io;
+};
+
+// Where and how a wait completed.
+struct waited {
+  std::optional<error_code> ec;
+  manual_clock::duration when{};
+  auto handler() {
+    return [this](error_code e) {
+      ec = e;
+      when = since_epoch();
+    };
+  }
+};
+
+// The example of rein::basic_token_reservation's documentation.
+net::awaitable<void> reserve_or_go_elsewhere(bucket_type& bucket) {
+  auto r = bucket.reserve(3);
+  if (r && r.delay() < 200ms) co_await r.wait();  // at time_to_act(), on the bucket's executor
+  else r.cancel();                                // tokens back; try elsewhere
+}
+
+}  // namespace
+
+TEST_CASE_METHOD(on_manual_clock, "reserve: the delay is the debt's repayment, and the wait completes exactly then",
+                 "[token_bucket][reserve]") {
+  bucket_type b(io, {.rate = 10, .capacity = 10});
+  bucket_type::reservation first = b.reserve(10);
+  bucket_type::reservation second = b.reserve(5);
+  CHECK(first.ok());
+  CHECK(first.delay() == 0ns);
+  CHECK(second.ok());
+  CHECK(second.tokens() == 5);
+  CHECK(second.time_to_act() == at(500ms));
+  CHECK(second.delay() == 500ms);
+  CHECK(second.delay_from(at(200ms)) == 300ms);
+  CHECK(b.tokens() == -5);
+  waited w1, w2;
+  first.async_wait(w1.handler());
+  second.async_wait(w2.handler());
+  CHECK(!w1.ec);  // never from inside async_wait
+  rein_test::poll(io);
+  CHECK(w1.ec == error_code());
+  CHECK(w1.when == 0ms);
+  rein_test::advance_and_poll(io, 500ms - 1ns);
+  CHECK(!w2.ec);
+  rein_test::advance_and_poll(io, 1ns);
+  CHECK(w2.ec == error_code());
+  CHECK(w2.when == 500ms);
+  CHECK(second.delay() == 0ns);
+}
+
+TEST_CASE_METHOD(on_manual_clock, "reserve: co_await r.wait() resumes at the time to act", "[token_bucket][reserve]") {
+  bucket_type b(io, {.rate = 4, .capacity = 1, .initial_tokens = 0});
+  std::optional<manual_clock::duration> resumed;
+  net::co_spawn(
+      io,
+      [&]() -> net::awaitable<void> {
+        bucket_type::reservation r = b.reserve();
+        co_await r.wait();
+        resumed = since_epoch();
+      },
+      net::detached);
+  rein_test::advance_and_poll(io, 250ms - 1ns);
+  CHECK(!resumed);
+  rein_test::advance_and_poll(io, 1ns);
+  CHECK(resumed == 250ms);
+}
+
+TEST_CASE_METHOD(on_manual_clock,
+                 "reserve: cancel gives back what later reservations leave free, more than Go's CancelAt",
+                 "[token_bucket][reserve][cancel]") {
+  bucket_type b(io, {.rate = 1, .capacity = 3, .initial_tokens = 0});
+  bucket_type::reservation r1 = b.reserve(2);
+  bucket_type::reservation r2 = b.reserve(1);
+  CHECK(r1.time_to_act() == at(2s));
+  CHECK(r2.time_to_act() == at(3s));
+  // Go keeps back (3 s - 2 s) x 1/s = 1 token for r2 and gives back 1. The capacity of 3 has room for
+  // r2's token and two more at 3 s, so both come back here.
+  CHECK(r1.cancel() == 2);
+  CHECK(b.tokens() == -1);
+  CHECK(r1.cancel() == 0);  // once only (Go's CancelAt gives back again)
+  CHECK(b.tokens() == -1);
+  bucket_type::reservation r3 = b.reserve(2);
+  CHECK(r3.time_to_act() == at(3s));  // with r2 at 3 s: 3 tokens at one instant, the capacity
+  CHECK(r2.time_to_act() == at(3s));
+  // r2 is cancelled with r3 standing after it at the same instant: its token comes back, and a new
+  // reservation of 1 lands at 3 s again, never 4 tokens at once.
+  CHECK(r2.cancel() == 1);
+  CHECK(b.reserve(1).time_to_act() == at(3s));
+  CHECK(b.reserve(1).time_to_act() == at(4s));
+}
+
+TEST_CASE_METHOD(on_manual_clock, "reserve: an earlier cancel keeps back what the latest reservation needs",
+                 "[token_bucket][reserve][cancel]") {
+  bucket_type b(io, {.rate = 1, .capacity = 3, .initial_tokens = 0});
+  SECTION("cancelled from the middle") {
+    bucket_type::reservation r1 = b.reserve(3), r2 = b.reserve(3), r3 = b.reserve(1);
+    CHECK(r3.time_to_act() == at(7s));
+    // r3 takes its token at 7 s: the bucket may hold at most 2 others then, so 2 of r2's 3 come back.
+    CHECK(r2.cancel() == 2);
+    CHECK(b.tokens() == -5);
+    CHECK(r1.cancel() == 0);  // r3 needs the bucket no fuller than -5 now (2 at 7 s)
+    CHECK(b.tokens() == -5);
+    CHECK(r3.cancel() == 1);
+    CHECK(b.tokens() == -4);
+  }
+  SECTION("cancelled latest first: everything comes back") {
+    bucket_type::reservation r1 = b.reserve(3), r2 = b.reserve(3), r3 = b.reserve(1);
+    CHECK(r3.cancel() == 1);
+    CHECK(r2.cancel() == 3);
+    CHECK(r1.cancel() == 3);
+    CHECK(b.tokens() == 0);
+  }
+}
+
+TEST_CASE_METHOD(on_manual_clock, "reserve: after a rate increase, cancel gives back nothing a later reservation needs",
+                 "[token_bucket][reserve][cancel]") {
+  bucket_type b(io, {.rate = 1, .capacity = 2, .initial_tokens = 0});
+  bucket_type::reservation r1 = b.reserve(2);
+  CHECK(r1.time_to_act() == at(2s));
+  b.set_rate(2);
+  bucket_type::reservation r2 = b.reserve(2);
+  CHECK(r2.time_to_act() == at(2s));
+  // Go counts the gap (2 s - 2 s) at r1's rate: nothing reserved after, all 2 back, and a newcomer would
+  // act at 2 s beside r2: 4 tokens at one instant with a capacity of 2. Here nothing comes back.
+  CHECK(r1.cancel() == 0);
+  CHECK(b.tokens() == -4);
+  CHECK(b.reserve(1).time_to_act() == at(2500ms));
+}
+
+TEST_CASE_METHOD(on_manual_clock,
+                 "reserve: past its time to act a reservation is spent; destroying one gives nothing back",
+                 "[token_bucket][reserve][cancel]") {
+  bucket_type b(io, {.rate = 10, .capacity = 10, .initial_tokens = 0});
+  SECTION("cancelled at its time to act: all back (as Go's CancelAt)") {
+    bucket_type::reservation r = b.reserve(5);
+    rein_test::advance_and_poll(io, 500ms);
+    CHECK(r.cancel() == 5);
+    CHECK(b.tokens() == 5);
+  }
+  SECTION("cancelled after it: nothing") {
+    bucket_type::reservation r = b.reserve(5);
+    rein_test::advance_and_poll(io, 600ms);
+    CHECK(r.cancel() == 0);
+    CHECK(b.tokens() == 1);
+  }
+  SECTION("destroyed unused: spent") {
+    { bucket_type::reservation r = b.reserve(4); }
+    CHECK(b.tokens() == -4);
+    CHECK(b.reserve(1).time_to_act() == at(500ms));
+  }
+}
+
+TEST_CASE_METHOD(on_manual_clock, "reserve: a reservation never overtakes a waiter, and acquires queue behind it",
+                 "[token_bucket][reserve][line]") {
+  bucket_type b(io, {.rate = 10, .capacity = 1});
+  std::vector<manual_clock::duration> granted;
+  auto record = [&](error_code ec) {
+    CHECK(!ec);
+    granted.push_back(since_epoch());
+  };
+  b.async_acquire(1, record);  // takes the token
+  b.async_acquire(1, record);  // waits until 100 ms
+  rein_test::poll(io);
+  bucket_type::reservation refused = b.reserve(1);
+  CHECK(!refused.ok());
+  CHECK(refused.status() == try_status::busy);
+  CHECK(refused.delay() == manual_clock::duration::max());
+  CHECK(refused.time_to_act() == manual_clock::time_point::max());
+  waited w;
+  refused.async_wait(w.handler());
+  rein_test::poll(io);
+  CHECK(w.ec == error_code(net::error::would_block));
+  CHECK(b.tokens() == 0);  // took nothing
+  rein_test::advance_and_poll(io, 100ms);
+  CHECK(granted == std::vector<manual_clock::duration>{0ms, 100ms});
+  bucket_type::reservation r = b.reserve(1);  // the line is empty again
+  CHECK(r.time_to_act() == at(200ms));
+  b.async_acquire(1, record);  // behind the reservation's debt
+  rein_test::advance_and_poll(io, 200ms - 1ns);
+  CHECK(granted.size() == 2);
+  rein_test::advance_and_poll(io, 1ns);
+  CHECK(granted == std::vector<manual_clock::duration>{0ms, 100ms, 300ms});
+}
+
+TEST_CASE_METHOD(on_manual_clock, "reserve: cancel grants the waiters that now fit, at once or re-timed",
+                 "[token_bucket][reserve][cancel]") {
+  bucket_type b(io, {.rate = 1, .capacity = 5, .initial_tokens = 0});
+  bucket_type::reservation r = b.reserve(3);
+  waited w;
+  b.async_acquire(2, w.handler());  // behind the debt: at 5 s
+  rein_test::advance_and_poll(io, 1s);
+  CHECK(r.cancel() == 3);  // at 1 s the bucket holds -2 + 3 = 1: the waiter needs 1 s more
+  rein_test::advance_and_poll(io, 1s - 1ns);
+  CHECK(!w.ec);
+  rein_test::advance_and_poll(io, 1ns);
+  CHECK(w.ec == error_code());
+  CHECK(w.when == 2s);
+}
+
+TEST_CASE_METHOD(on_manual_clock, "reserve: bad input is refused and takes nothing",
+                 "[token_bucket][reserve][errors]") {
+  bucket_type b(io, {.rate = 1, .capacity = 2});
+  waited over, negative, closed;
+  bucket_type::reservation too_many = b.reserve(3);
+  CHECK(too_many.status() == try_status::exceeds_capacity);
+  CHECK(!too_many);
+  CHECK(too_many.cancel() == 0);
+  too_many.async_wait(over.handler());
+  const int minus_one = -1;  // a negative count converts to the largest std::size_t
+  bucket_type::reservation below_zero = b.reserve(static_cast<std::size_t>(minus_one));
+  CHECK(below_zero.status() == try_status::exceeds_capacity);
+  below_zero.async_wait(negative.handler());
+  b.close();
+  bucket_type::reservation after_close = b.reserve(1);
+  CHECK(after_close.status() == try_status::closed);
+  after_close.async_wait(closed.handler());
+  rein_test::poll(io);
+  CHECK(over.ec == error_code(rein::errc::exceeds_capacity));
+  CHECK(negative.ec == error_code(rein::errc::exceeds_capacity));
+  CHECK(closed.ec == error_code(rein::errc::closed));
+  CHECK(b.tokens() == 2);
+}
+
+TEST_CASE_METHOD(on_manual_clock,
+                 "reserve: a wait cancelled through its slot completes aborted and gives the tokens back",
+                 "[token_bucket][reserve][cancel]") {
+  const auto type =
+      GENERATE(net::cancellation_type::terminal, net::cancellation_type::partial, net::cancellation_type::total);
+  bucket_type b(io, {.rate = 10, .capacity = 10});
+  bucket_type::reservation all = b.reserve(10);
+  bucket_type::reservation r = b.reserve(5);
+  net::cancellation_signal signal;
+  waited w;
+  r.async_wait(net::bind_cancellation_slot(signal.slot(), w.handler()));
+  rein_test::advance_and_poll(io, 100ms);
+  CHECK(!w.ec);
+  signal.emit(type);
+  rein_test::poll(io);
+  CHECK(w.ec == error_code(net::error::operation_aborted));
+  CHECK(w.when == 100ms);
+  CHECK(b.tokens() == 1);  // -4 at 100 ms, and the 5 back
+  CHECK(r.cancel() == 0);  // already given back
+  CHECK(b.reserve(1).time_to_act() == at(100ms));
+}
+
+TEST_CASE_METHOD(on_manual_clock, "reserve: cancel() ends pending waits and later ones with operation_aborted",
+                 "[token_bucket][reserve][cancel]") {
+  bucket_type b(io, {.rate = 1, .capacity = 1, .initial_tokens = 0});
+  bucket_type::reservation r = b.reserve(1);
+  waited before, after;
+  r.async_wait(before.handler());
+  CHECK(r.cancel() == 1);
+  r.async_wait(after.handler());
+  rein_test::poll(io);
+  CHECK(before.ec == error_code(net::error::operation_aborted));
+  CHECK(after.ec == error_code(net::error::operation_aborted));
+  CHECK(before.when == 0ms);
+  CHECK(b.tokens() == 0);
+}
+
+TEST_CASE_METHOD(on_manual_clock, "reserve: the documentation's example waits when the delay is short, else cancels",
+                 "[token_bucket][reserve]") {
+  const auto initial = GENERATE(std::int64_t{1}, std::int64_t{2});
+  bucket_type b(io, {.rate = 10, .capacity = 3, .initial_tokens = initial});
+  std::optional<manual_clock::duration> done;
+  net::co_spawn(
+      io,
+      [&]() -> net::awaitable<void> {
+        co_await reserve_or_go_elsewhere(b);
+        done = since_epoch();
+      },
+      net::detached);
+  rein_test::poll(io);
+  rein_test::advance_and_poll(io, 100ms);
+  if (initial == 1) {  // 200 ms away: cancelled at once, the token back
+    CHECK(done == 0ms);
+    CHECK(b.tokens() == 2);
+  } else {  // 100 ms away: waited
+    CHECK(done == 100ms);
+    CHECK(b.tokens() == 0);
+  }
+}
+
+TEST_CASE_METHOD(on_manual_clock, "reserve: a wait outlives its reservation, and a reservation its bucket",
+                 "[token_bucket][reserve][lifetime]") {
+  std::optional<bucket_type> b(std::in_place, io, bucket_type::options{.rate = 10, .capacity = 1, .initial_tokens = 0});
+  waited w;
+  { b->reserve(1).async_wait(w.handler()); }
+  bucket_type::reservation orphan = b->reserve(1);
+  CHECK(orphan.time_to_act() == at(200ms));
+  b.reset();
+  CHECK(orphan.cancel() == 0);  // no bucket to give back to
+  rein_test::advance_and_poll(io, 100ms - 1ns);
+  CHECK(!w.ec);
+  rein_test::advance_and_poll(io, 1ns);
+  CHECK(w.ec == error_code());
+  CHECK(w.when == 100ms);
+}
+
+TEST_CASE("reserve: the algorithm's whole-token reading rounds up, in debt too", "[token_bucket][reserve][algo]") {
+  rein::algo::basic_token_bucket<manual_clock> a({.rate = 10, .capacity = 10, .initial_tokens = 0}, at(0ms));
+  a.charge(1, at(0ms));
+  CHECK(a.tokens_rounded_up(at(0ms)) == -1);
+  CHECK(a.tokens_rounded_up(at(50ms)) == 0);  // -0.5
+  CHECK(a.tokens_rounded_up(at(100ms)) == 0);
+  CHECK(a.tokens_rounded_up(at(100ms + 1ns)) == 1);
+  CHECK(a.tokens_rounded_up(at(5s)) == 10);  // full
+}
