@@ -1,7 +1,8 @@
 // examples/ingress under real load (integration, real time): ab overloads it on loopback, then a Beast client
 // reads the refusals' fields back. The served count must follow the configured rate (within 2 % plus the
 // burst), every 429 must carry the bucket's Retry-After and RateLimit fields, and no request may wait past
-// --max-wait. CMake passes the example's path in REIN_INGRESS (tests/CMakeLists.txt).
+// --max-wait. Past its concurrency it must shed at once with a 503 carrying the same fields. CMake passes the
+// example's path in REIN_INGRESS (tests/CMakeLists.txt).
 #include "support/catch.hpp"
 #include "support/child_server.hpp"
 
@@ -46,21 +47,13 @@ constexpr int max_wait_ms = 20;
 // examples/ingress as a child process on a free port, its stdout in a file; SIGTERM makes it print its tally.
 class ingress_server {
  public:
-  ingress_server() : dir_("ingress"), port_(rein_test::free_loopback_port("ingress")) {
+  explicit ingress_server(const std::vector<std::string>& options)
+      : dir_("ingress"), port_(rein_test::free_loopback_port("ingress")) {
     const char* program = std::getenv("REIN_INGRESS");
     if (program == nullptr) throw std::runtime_error("REIN_INGRESS is not set: run this test through ctest");
     const std::string out = (dir_.path() / "stdout").string();
-    std::vector<std::string> args{program,
-                                  "--port",
-                                  std::to_string(port_),
-                                  "--rate",
-                                  std::to_string(rate),
-                                  "--burst",
-                                  std::to_string(burst),
-                                  "--concurrency",
-                                  "64",
-                                  "--max-wait",
-                                  std::to_string(max_wait_ms)};
+    std::vector<std::string> args{program, "--port", std::to_string(port_)};
+    args.insert(args.end(), options.begin(), options.end());
     std::vector<char*> argv;
     argv.reserve(args.size() + 1);
     for (std::string& a : args) argv.push_back(a.data());
@@ -117,6 +110,27 @@ std::string run(const std::string& command) {
   return out;
 }
 
+// One request under `api_key` on a connection of a Beast client.
+void send(tcp::socket& socket, const char* api_key) {
+  http::request<http::empty_body> request{http::verb::get, "/", 11};
+  request.set(http::field::host, "127.0.0.1");
+  request.set("X-API-Key", api_key);
+  http::write(socket, request);
+}
+
+http::response<http::string_body> receive(tcp::socket& socket) {
+  boost::beast::flat_buffer buffer;  // one response per read: nothing is pipelined behind it
+  http::response<http::string_body> response;
+  http::read(socket, buffer, response);
+  return response;
+}
+
+tcp::socket connected(boost::asio::io_context& io, unsigned short port) {
+  tcp::socket socket(io);
+  socket.connect({boost::asio::ip::make_address("127.0.0.1"), port});
+  return socket;
+}
+
 std::string field(const http::response<http::string_body>& r, const char* name) {
   const auto it = r.find(name);
   return it == r.end() ? std::string("<absent>") : std::string(it->value());
@@ -126,7 +140,8 @@ std::string field(const http::response<http::string_body>& r, const char* name) 
 
 TEST_CASE("ingress under ab: the served rate is the configured one, refusals carry the bucket's fields",
           "[beast][integration]") {
-  ingress_server server;
+  ingress_server server({"--rate", std::to_string(rate), "--burst", std::to_string(burst), "--concurrency", "64",
+                         "--max-wait", std::to_string(max_wait_ms)});
   const std::string url = "http://127.0.0.1:" + std::to_string(server.port()) + "/";
 
   // Phase 1: overload from 8 keep-alive connections for 3 s, all under one API key.
@@ -143,18 +158,12 @@ TEST_CASE("ingress under ab: the served rate is the configured one, refusals car
 
   // Phase 2: one Beast connection under a fresh key: the burst, then 429s whose fields rein's client reads.
   boost::asio::io_context io;
-  tcp::socket socket(io);
-  socket.connect({boost::asio::ip::make_address("127.0.0.1"), server.port()});
-  boost::beast::flat_buffer buffer;
+  tcp::socket socket = connected(io, server.port());
   int ok = 0, refused = 0;
   const auto started = std::chrono::steady_clock::now();
   for (int i = 0; i < 60; ++i) {
-    http::request<http::empty_body> request{http::verb::get, "/", 11};
-    request.set(http::field::host, "127.0.0.1");
-    request.set("X-API-Key", "probe");
-    http::write(socket, request);
-    http::response<http::string_body> response;
-    http::read(socket, buffer, response);
+    send(socket, "probe");
+    const http::response<http::string_body> response = receive(socket);
     const rein::upstream_response read = rein::read_response(response);
     INFO("response " << i << ": " << response.base());
     CHECK(field(response, "RateLimit-Policy") == "\"default\";q=200;w=1");
@@ -186,4 +195,34 @@ TEST_CASE("ingress under ab: the served rate is the configured one, refusals car
   CHECK(admitted >= served + ok);
   CHECK(admitted <= served + ok + 8);
   CHECK(number_after(tally, "max_wait_us=") <= (max_wait_ms + 25) * 1000);
+}
+
+TEST_CASE("ingress past its concurrency: a 503 with the shedding Retry-After and the key's fields",
+          "[beast][integration]") {
+  // Two slots, each held for a second of work: a third request finds none and is shed at once.
+  ingress_server server({"--rate", "1000", "--burst", "1000", "--concurrency", "2", "--work", "1000"});
+  boost::asio::io_context io;
+  tcp::socket first = connected(io, server.port()), second = connected(io, server.port());
+  tcp::socket third = connected(io, server.port());
+  send(first, "a");
+  send(second, "b");
+  std::this_thread::sleep_for(200ms);  // both admitted and working
+  const auto sent = std::chrono::steady_clock::now();
+  send(third, "c");
+  const http::response<http::string_body> shed = receive(third);
+  CHECK(std::chrono::steady_clock::now() - sent < 500ms);  // refused at once, not after the work
+  CHECK(shed.result() == http::status::service_unavailable);
+  CHECK(field(shed, "Retry-After") == "1");
+  // Key "c"'s bucket: its token went back, so it is full again (r = burst, t = 0).
+  CHECK(field(shed, "RateLimit") == "\"default\";r=1000;t=0");
+  CHECK(field(shed, "RateLimit-Policy") == "\"default\";q=1000;w=1");
+  const rein::upstream_response read = rein::read_response(shed);
+  CHECK(read.too_many_requests);
+  CHECK(read.retry_after == std::optional<std::chrono::nanoseconds>{1s});
+  CHECK(receive(first).result() == http::status::ok);
+  CHECK(receive(second).result() == http::status::ok);
+  const std::string tally = server.stop();
+  INFO(tally);
+  CHECK(number_after(tally, "admitted=") == 2);
+  CHECK(number_after(tally, "shed=") == 1);
 }
