@@ -796,6 +796,7 @@ class throttle_guard {
     owner->finish(*this, result, rejection, pause);
     admitted_ = false;
     owner->unpin(held_);
+    life_.reset();  // holds nothing any more: the destructor need not look (nor count it abandoned)
   }
 
   // Counted as a rejection; congestion to the stages that throttle_options::rejections names, with the pause
