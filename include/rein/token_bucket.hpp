@@ -91,6 +91,9 @@ struct token_bucket_snapshot : wait_stats {
   double quota = 0;           ///< the rate as set, before the margin: rate = quota / (1 + margin)
   double margin = 0;          ///< the pacing margin now, a share of the interval 1 / quota
   std::uint64_t refusals = 0; ///< refusals that widened the margin
+  std::uint64_t reserved_total = 0;  ///< reservations taken by reserve() (ok ones; of any count but 0)
+  std::uint64_t reservations_cancelled_total = 0;  ///< of those, cancelled before their time to act
+  std::uint64_t reserved_returned_total = 0;  ///< tokens those cancellations gave back (see reserve())
 };
 
 /// One line: `tokens=2.5 limit=10/s capacity=20 utilisation=0.88 waiting=0 acquired=10 rejected=0 wait[...]`.
@@ -105,6 +108,10 @@ inline std::ostream& operator<<(std::ostream& os, const token_bucket_snapshot& s
     os << " margin=";
     detail::write_number(os, s.margin);
     os << " refusals=" << s.refusals;
+  }
+  if (s.reserved_total > 0) {
+    os << " reserved=" << s.reserved_total << " (cancelled=" << s.reservations_cancelled_total
+       << " returned=" << s.reserved_returned_total << ')';
   }
   os << ' ';
   detail::write_wait_stats(os, s);
@@ -368,6 +375,11 @@ REIN_SEPARATE_INLINE token_bucket_snapshot basic_token_bucket<Executor, Clock, M
     s.quota = quota_;
     s.margin = margin_.margin(now);
     s.refusals = margin_.widenings();
+    if (book_) {
+      s.reserved_total = book_->totals().reserved;
+      s.reservations_cancelled_total = book_->totals().cancelled;
+      s.reserved_returned_total = book_->totals().returned;
+    }
     return s;
   });
 }

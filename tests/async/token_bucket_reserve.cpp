@@ -12,6 +12,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <sstream>
+#include <string>
 #include <vector>
 
 namespace {
@@ -338,4 +340,23 @@ TEST_CASE("reserve: the algorithm's whole-token reading rounds up, in debt too",
   CHECK(a.tokens_rounded_up(at(100ms)) == 0);
   CHECK(a.tokens_rounded_up(at(100ms + 1ns)) == 1);
   CHECK(a.tokens_rounded_up(at(5s)) == 10);  // full
+}
+
+TEST_CASE_METHOD(on_manual_clock, "reserve: the snapshot counts reservations, cancellations and tokens returned",
+                 "[token_bucket][reserve][snapshot]") {
+  bucket_type b(io, {.rate = 1, .capacity = 3, .initial_tokens = 0});
+  CHECK(b.snapshot().reserved_total == 0);
+  bucket_type::reservation r1 = b.reserve(2), r2 = b.reserve(1);
+  CHECK(b.reserve(0).ok());  // takes nothing: not counted
+  CHECK(r1.cancel() == 2);
+  CHECK(r1.cancel() == 0);  // not cancelled twice
+  rein_test::advance_and_poll(io, 4s);
+  CHECK(r2.cancel() == 0);  // past its time: spent, not a cancellation
+  const rein::token_bucket_snapshot s = b.snapshot();
+  CHECK(s.reserved_total == 2);
+  CHECK(s.reservations_cancelled_total == 1);
+  CHECK(s.reserved_returned_total == 2);
+  std::ostringstream line;
+  line << s;
+  CHECK(line.str().find(" reserved=2 (cancelled=1 returned=2) ") != std::string::npos);
 }

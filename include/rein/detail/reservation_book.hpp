@@ -48,6 +48,7 @@ class reservation_book {
     const auto place =
         std::upper_bound(live_.begin(), live_.end(), at, [](TimePoint t, const entry& e) { return t < e.at; });
     live_.insert(place, entry{++last_id_, n, at});  // within the capacity make_room() reserved: no throw
+    ++counts_.reserved;
     return last_id_;
   }
 
@@ -65,10 +66,19 @@ class reservation_book {
       standing += e->n;
       back = std::min(back, room(bucket, standing, e->at));
     }
-    return std::max<std::int64_t>(0, std::min(back, room(bucket, standing, now)));
+    back = std::max<std::int64_t>(0, std::min(back, room(bucket, standing, now)));
+    ++counts_.cancelled;
+    counts_.returned += static_cast<std::uint64_t>(back);
+    return back;
   }
 
-  std::size_t size() const noexcept { return live_.size(); }
+  /// Reservations recorded, those cancelled before their time, and the tokens those gave back.
+  struct counts {
+    std::uint64_t reserved = 0;
+    std::uint64_t cancelled = 0;
+    std::uint64_t returned = 0;
+  };
+  const counts& totals() const noexcept { return counts_; }
 
  private:
   struct entry {
@@ -92,6 +102,7 @@ class reservation_book {
 
   std::vector<entry> live_;  // sorted by `at`
   std::uint64_t last_id_ = 0;
+  counts counts_;
 };
 
 }  // namespace rein::detail
