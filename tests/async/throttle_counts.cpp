@@ -168,7 +168,8 @@ TEST_CASE("counts: a key's rate refuses, others admit; every take is an admissio
   // back from the rate a third time; the timed-out one twice.
   check_stage(snap, 0, rein::throttle_stage::gate, {.admitted = 4, .readmitted = 4, .abandoned = 2, .given_back = 0});
   // Each key's permit: as the gate, less the third pass (the permit is kept while the key's rate is awaited).
-  check_stage(snap, 1, rein::throttle_stage::per_key, {.admitted = 4, .readmitted = 3, .abandoned = 2, .given_back = 5});
+  check_stage(snap, 1, rein::throttle_stage::per_key,
+              {.admitted = 4, .readmitted = 3, .abandoned = 2, .given_back = 5});
   // The global slot: a, refused, f, each waiter's grant on the line, and the re-take of the one sent back.
   check_stage(snap, 2, rein::throttle_stage::global, {.admitted = 4, .readmitted = 1, .abandoned = 1, .given_back = 2});
   // The rate: taken once per admission; the refusal took nothing.
@@ -191,7 +192,8 @@ TEST_CASE("counts: a key's rate refuses, others admit; every take is an admissio
   }
 }
 
-TEST_CASE("counts: a stage charged 0 is not taken, and reconcile's extra take counts apart", "[throttle][observability]") {
+TEST_CASE("counts: a stage charged 0 is not taken, and reconcile's extra take counts apart",
+          "[throttle][observability]") {
   rein_test::manual_clock_at_epoch epoch;
   net::io_context io;
   sem_type global(io.get_executor(), 2);

@@ -21,14 +21,14 @@ namespace {
 
 // The snippet of rein::throttle_for's doc comment, verbatim.
 struct upstream {
-  explicit upstream(net::io_context& io) : global(io, 4), rpm(io, {.rate = 10, .capacity = 10}),
-                                           tpm(io, {.rate = 1'000, .capacity = 10'000}) {}
+  explicit upstream(net::io_context& io)
+      : global(io, 4), rpm(io, {.rate = 10, .capacity = 10}), tpm(io, {.rate = 1'000, .capacity = 10'000}) {}
 
   rein::semaphore global;
   rein::token_bucket rpm;
   rein::token_bucket tpm;
-  rein::throttle_for<decltype(global), decltype(rpm), decltype(rein::by_tokens(tpm))> throttle{
-      global, rpm, rein::by_tokens(tpm)};
+  rein::throttle_for<decltype(global), decltype(rpm), decltype(rein::by_tokens(tpm))> throttle{global, rpm,
+                                                                                               rein::by_tokens(tpm)};
 };
 
 using timed_bucket = rein::basic_token_bucket<net::any_io_executor, manual_clock>;
@@ -48,8 +48,8 @@ const std::string no_token_stage =
 TEST_CASE("throttle_for names the type the constructor deduces, for a class member", "[throttle]") {
   net::io_context io;
   upstream u(io);
-  STATIC_REQUIRE(std::is_same_v<decltype(u.throttle),
-                                decltype(rein::throttle(u.global, u.rpm, rein::by_tokens(u.tpm)))>);
+  STATIC_REQUIRE(
+      std::is_same_v<decltype(u.throttle), decltype(rein::throttle(u.global, u.rpm, rein::by_tokens(u.tpm)))>);
   auto g = u.throttle.try_acquire("model", {.requests = 1, .tokens = 1'200});
   REQUIRE(g);
   CHECK(u.global.snapshot().in_flight == 1);
@@ -65,8 +65,7 @@ TEST_CASE("throttle_for names the type the constructor deduces, for a class memb
                                 rein::throttle<rein::semaphore, rein::token_bucket>>);
 }
 
-TEST_CASE("a charge's tokens with no stage that charges tokens: every door says so and takes nothing",
-          "[throttle]") {
+TEST_CASE("a charge's tokens with no stage that charges tokens: every door says so and takes nothing", "[throttle]") {
   rein_test::manual_clock_at_epoch epoch;
   const rein::charge tokens{.requests = 1, .tokens = 5};
   net::io_context io;

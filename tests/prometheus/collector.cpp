@@ -206,8 +206,8 @@ TEST_CASE("collector: a throttle's takes per stage, each under one `as`, and its
   const auto families = c.Collect();
   CHECK(find(families, "rein_throttle_stage_acquired_total")->type == prometheus::MetricType::Counter);
   auto taken = [&](const std::string& stage, const std::string& as) {
-    const auto* m = metric(families, "rein_throttle_stage_acquired_total",
-                           {{"limiter", "out"}, {"stage", stage}, {"as", as}});
+    const auto* m =
+        metric(families, "rein_throttle_stage_acquired_total", {{"limiter", "out"}, {"stage", stage}, {"as", as}});
     REQUIRE(m != nullptr);
     return m->counter.value;
   };
@@ -216,13 +216,15 @@ TEST_CASE("collector: a throttle's takes per stage, each under one `as`, and its
   CHECK(taken("0", "readmitted") == 1.0);
   CHECK(taken("0", "abandoned") == 1.0);
   CHECK(taken("0", "reconciled") == 0.0);
-  CHECK(metric(families, "rein_throttle_stage_given_back_total", {{"limiter", "out"}, {"stage", "0"}, {"kind", "per_key"}})
+  CHECK(metric(families, "rein_throttle_stage_given_back_total",
+               {{"limiter", "out"}, {"stage", "0"}, {"kind", "per_key"}})
             ->counter.value == 2.0);
   CHECK(taken("1", "admitted") == 2.0);
   CHECK(taken("1", "readmitted") == 0.0);
   CHECK(taken("1", "abandoned") == 0.0);
-  CHECK(metric(families, "rein_throttle_stage_given_back_total", {{"limiter", "out"}, {"stage", "1"}, {"kind", "global"}})
-            ->counter.value == 0.0);
+  CHECK(
+      metric(families, "rein_throttle_stage_given_back_total", {{"limiter", "out"}, {"stage", "1"}, {"kind", "global"}})
+          ->counter.value == 0.0);
   // Summed over `as`, the global stage's series is its own rein_acquired_total: nothing counted twice.
   CHECK(metric(families, "rein_acquired_total", {{"limiter", "global"}})->counter.value ==
         taken("1", "admitted") + taken("1", "readmitted") + taken("1", "abandoned") + taken("1", "reconciled"));

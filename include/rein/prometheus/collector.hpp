@@ -296,8 +296,10 @@ class collector : public ::prometheus::Collectable {
       labels at = l;
       at.push_back({"stage", std::to_string(c.position)});
       at.push_back({"kind", to_string(c.kind)});
-      const std::pair<const char*, std::uint64_t> parts[] = {
-          {"admitted", c.admitted}, {"readmitted", c.readmitted}, {"abandoned", c.abandoned}, {"reconciled", c.reconciled}};
+      const std::pair<const char*, std::uint64_t> parts[] = {{"admitted", c.admitted},
+                                                             {"readmitted", c.readmitted},
+                                                             {"abandoned", c.abandoned},
+                                                             {"reconciled", c.reconciled}};
       for (const auto& [as, n] : parts) {
         labels with_as = at;
         with_as.push_back({"as", as});
