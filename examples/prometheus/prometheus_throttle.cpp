@@ -4,7 +4,8 @@
 //
 // Eight workers call `throttle.try_acquire(host)` over three hosts for S seconds (default 2): a token bucket
 // of 50 per second (burst 5), at most 2 calls per host and 4 overall; an admitted call "runs" 5 ms. Refusals
-// are counted by the stage that refused (rein_rejected_total{reason="rate"}, "per_key", "global"). Then the
+// are counted by the stage that refused (rein_rejected_total{reason="rate"}, "per_key", "global"), and each
+// stage's grants by what became of them (rein_throttle_stage_acquired_total{as=...}). Then the
 // load stops, the final counts are printed (the lines a test compares with what Prometheus scraped), and
 // /metrics stays up for T more seconds (default 0: exit at once; -1: until killed).
 //
@@ -113,8 +114,17 @@ int main(int argc, char** argv) {
   s.for_each_rejected([](rein::reject_reason why, std::uint64_t n) {
     std::cout << "rein_rejected_total{limiter=\"outbound\",reason=\"" << rein::to_string(why) << "\"} " << n << '\n';
   });
-  std::cout << "rein_acquired_total{limiter=\"outbound\"} " << s.acquired_total << '\n'
-            << "done" << std::endl;
+  std::cout << "rein_acquired_total{limiter=\"outbound\"} " << s.acquired_total << '\n';
+  // Each stage's grants, told apart: a grant to a call refused at a later stage (the rate, mostly) is
+  // abandoned, not admitted; summed over `as` they are the stage's own rein_acquired_total.
+  for (const rein::throttle_stage_counts& c : s.stages) {
+    const std::string series = "rein_throttle_stage_acquired_total{limiter=\"outbound\",stage=\"" +
+                               std::to_string(c.position) + "\",kind=\"" + rein::to_string(c.kind) + "\",as=\"";
+    std::cout << series << "admitted\"} " << c.admitted << '\n'
+              << series << "readmitted\"} " << c.readmitted << '\n'
+              << series << "abandoned\"} " << c.abandoned << '\n';
+  }
+  std::cout << "done" << std::endl;
 
   if (args.serve_seconds < 0) {
     for (;;) std::this_thread::sleep_for(1h);

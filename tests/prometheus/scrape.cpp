@@ -86,4 +86,13 @@ TEST_CASE("Prometheus scrapes a throttle's metrics with the values the program p
   CHECK(wait_for(server, "rein_in_flight{limiter=\"outbound\"}") == 0.0);
   CHECK(wait_for(server, "rein_keys{limiter=\"per_host\"}") == 3.0);
   CHECK(wait_for(server, "rein_limit{limiter=\"per_host\",key=\"host-0\"}") == 2.0);
+  // The sum rule: the global stage's grants, summed over `as`, are its own count; those kept are admissions.
+  const std::optional<double> global_grants =
+      wait_for(server, "sum without (as) (rein_throttle_stage_acquired_total{limiter=\"outbound\",stage=\"1\"})");
+  const std::optional<double> global_kept =
+      wait_for(server, "rein_throttle_stage_acquired_total{limiter=\"outbound\",stage=\"1\",as=\"admitted\"}");
+  REQUIRE(global_grants);
+  REQUIRE(global_kept);
+  CHECK(*global_grants == wait_for(server, "rein_acquired_total{limiter=\"global\"}"));
+  CHECK(*global_kept == wait_for(server, "rein_acquired_total{limiter=\"outbound\"}"));
 }
