@@ -163,7 +163,16 @@ TEST_CASE("counts: a key's rate refuses, others admit; every take is an admissio
   CHECK(snap.timed_out_total == 1);
   CHECK(snap.failed_total == 1);
   CHECK(snap.rejected_total == 2);
+  CHECK(snap.rejected_gate == 0);
+  CHECK(snap.rejected_per_key == 0);
+  CHECK(snap.rejected_global == 0);
+  CHECK(snap.queue_full_total == 0);
+  CHECK(snap.closed_total == 0);
+  CHECK(snap.exceeds_capacity_total == 0);
+  CHECK(snap.unavailable_total == 0);
+  CHECK(snap.cancelled_total == 0);
   CHECK(snap.rejections_reported == 0);
+  CHECK(snap.wait.count() == 4);
   // The gate: a, refused, f once; each waiter twice (its first try and its waiting path), and the one sent
   // back from the rate a third time; the timed-out one twice.
   check_stage(snap, 0, rein::throttle_stage::gate, {.admitted = 4, .readmitted = 4, .abandoned = 2, .given_back = 0});
