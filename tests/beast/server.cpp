@@ -179,6 +179,20 @@ TEST_CASE("admission: a wait within max_wait is served at the token's instant; a
   CHECK(waiting.result.state()->limit_field("default") == "\"default\";r=0;t=1");
 }
 
+TEST_CASE("admission: a max_wait too long to represent is no bound", "[beast][server]") {
+  fixture f({.rate = 0.5, .burst = 1, .concurrency = 1, .max_wait = std::chrono::nanoseconds::max()});
+  f.advance(1h);  // a deadline of now + max_wait would overflow the clock here
+  CHECK(f.admit().result);
+  outcome waiting;
+  start(f.a, get(), waiting);
+  f.advance(1999ms);
+  CHECK_FALSE(waiting.done);
+  f.advance(1ms);
+  REQUIRE(waiting.done);
+  CHECK(waiting.result);
+  CHECK(waiting.result.waited() == 2s);
+}
+
 TEST_CASE("admission: a slot wait shares the deadline; timing out refunds the token", "[beast][server]") {
   fixture f({.rate = 1, .burst = 5, .concurrency = 1, .max_wait = 300ms});
   outcome held = f.admit();

@@ -53,16 +53,11 @@ enum class refusal : std::uint8_t {
 /// A readable name for a refusal ("none", "rate", "concurrency", "keys", "closed").
 constexpr const char* to_string(refusal r) noexcept {
   switch (r) {
-    case refusal::none:
-      return "none";
-    case refusal::rate:
-      return "rate";
-    case refusal::concurrency:
-      return "concurrency";
-    case refusal::keys:
-      return "keys";
-    case refusal::closed:
-      return "closed";
+    case refusal::none: return "none";
+    case refusal::rate: return "rate";
+    case refusal::concurrency: return "concurrency";
+    case refusal::keys: return "keys";
+    case refusal::closed: return "closed";
   }
   return "unknown";
 }
@@ -78,7 +73,7 @@ struct admission_options {
   std::size_t concurrency = 0;
   /// The longest a request waits for a token and a slot together, >= 0; 0 refuses at once. A request that
   /// the bucket cannot serve within it is refused at once, not after waiting (the bucket knows when its
-  /// next token comes). Default: 0.
+  /// next token comes). nanoseconds::max(): no bound. Default: 0.
   std::chrono::nanoseconds max_wait{0};
   /// The Retry-After of a 503 (a concurrency, key or closed refusal, where no limiter knows when room comes
   /// back), >= 1 s; sent in whole seconds, rounded up. Default: 1 s.
@@ -350,6 +345,13 @@ class basic_admission {
     return o;
   }
 
+  // `started + wait`, saturating: a bound too long to represent (nanoseconds::max()) means none.
+  static time_point deadline_after(time_point started, std::chrono::nanoseconds wait) {
+    const auto room = time_point::max() - started;
+    if (wait >= room) return time_point::max();
+    return started + std::chrono::duration_cast<typename Clock::duration>(wait);
+  }
+
   template <class Body, class Fields>
   std::string key_of(const http::request<Body, Fields>& request) const {
     return options_.key ? options_.key(request) : std::string();
@@ -406,7 +408,7 @@ class basic_admission {
       // async_compose passes on terminal cancellation only; the limiters' waits honour all three kinds.
       s.reset_cancellation_state(net::enable_total_cancellation());
       started = Clock::now();
-      deadline = started + std::chrono::duration_cast<typename Clock::duration>(self->options_.max_wait);
+      deadline = deadline_after(started, self->options_.max_wait);
       error_code ec;
       bucket = self->buckets_.get(key, ec);
       if (ec) return refuse(s, refusal::keys, started);
