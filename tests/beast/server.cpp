@@ -72,6 +72,17 @@ struct fixture {
   explicit fixture(rein::beast::admission_options o) : a(io.get_executor(), std::move(o)) {}
   outcome admit(const http::request<http::empty_body>& req = get()) { return admit_now(io, a, req); }
   void advance(std::chrono::nanoseconds d) { rein_test::advance_and_poll(io, d); }
+
+  // An admit that completes exactly `d` after it starts: not 1 ms before.
+  outcome completing_after(std::chrono::nanoseconds d) {
+    outcome o;
+    start(a, get(), o);
+    advance(d - 1ms);
+    CHECK_FALSE(o.done);
+    advance(1ms);
+    REQUIRE(o.done);
+    return o;
+  }
 };
 
 }  // namespace
@@ -183,12 +194,7 @@ TEST_CASE("admission: a max_wait too long to represent is no bound", "[beast][se
   fixture f({.rate = 0.5, .burst = 1, .concurrency = 1, .max_wait = std::chrono::nanoseconds::max()});
   f.advance(1h);  // a deadline of now + max_wait would overflow the clock here
   CHECK(f.admit().result);
-  outcome waiting;
-  start(f.a, get(), waiting);
-  f.advance(1999ms);
-  CHECK_FALSE(waiting.done);
-  f.advance(1ms);
-  REQUIRE(waiting.done);
+  outcome waiting = f.completing_after(2s);
   CHECK(waiting.result);
   CHECK(waiting.result.waited() == 2s);
 }
@@ -197,12 +203,7 @@ TEST_CASE("admission: a slot wait shares the deadline; timing out refunds the to
   fixture f({.rate = 1, .burst = 5, .concurrency = 1, .max_wait = 300ms});
   outcome held = f.admit();
   REQUIRE(held.result);
-  outcome waiting;
-  start(f.a, get(), waiting);
-  f.advance(299ms);
-  CHECK_FALSE(waiting.done);
-  f.advance(1ms);
-  REQUIRE(waiting.done);
+  outcome waiting = f.completing_after(300ms);
   CHECK(waiting.result.why() == refusal::concurrency);
   CHECK(waiting.result.waited() == 300ms);
   CHECK(f.a.state("").remaining == 4);  // 3 after both took one, 3.3 at 300 ms, 4.3 with the waiter's refund
