@@ -78,8 +78,8 @@ struct admission_options {
   /// The Retry-After of a 503 (a concurrency, key or closed refusal, where no limiter knows when room comes
   /// back), >= 1 s; sent in whole seconds, rounded up. Default: 1 s.
   std::chrono::nanoseconds shed_retry_after = std::chrono::seconds{1};
-  /// The policy's name in the RateLimit and RateLimit-Policy fields (an sf-string: printable ASCII without
-  /// `"` or `\`), not empty. Default: "default".
+  /// The policy's name in the RateLimit and RateLimit-Policy fields (an sf-string: printable ASCII without a
+  /// double quote or a backslash), not empty. Default: "default".
   std::string policy = "default";
   /// The key of a request (a client address, an API key header, a route); called by admit(request) before
   /// anything is taken. Default: none, every request shares the key "" (one bucket for the server). A key
@@ -132,6 +132,7 @@ struct rate_limit_state {
     fields.set("RateLimit", limit_field(policy));
   }
 
+  /// Equal when every number is.
   friend bool operator==(const rate_limit_state&, const rate_limit_state&) = default;
 
  private:
