@@ -72,10 +72,14 @@ inline std::ostream& operator<<(std::ostream& os, const admission_throttle_snaps
 ///
 /// ```
 /// rein::admission_throttle admit({.seed = replica_id, .name = "search"});
-/// if (!admit.try_acquire()) co_return fail_fast();
-/// const int status = co_await send(request);
-/// admit.record(rein::classify_http_status(status));
+/// const auto call = [&](int request) {
+///   if (!admit.try_acquire()) return fail_fast();
+///   const int status = send(request);
+///   admit.record(rein::classify_http_status(status));
+///   return status;
+/// };
 /// ```
+/// (From tests/async/admission_throttle.cpp, which runs it against a backend that refuses every call.)
 ///
 /// A refusal costs nothing but a draw: there is no line and no waiting, so it needs no executor. Each
 /// refusal is reported to the observer as `rejected` with reason `admission` (the `rein_rejected_total`

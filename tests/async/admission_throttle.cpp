@@ -116,3 +116,27 @@ TEST_CASE("admission_throttle: a snapshot prints as one line", "[admission_throt
   none << rein::admission_throttle_snapshot{};
   CHECK(none.str() == "requests=0 accepts=0 rejection_probability=0 acquired=0 rejected=0");
 }
+
+// The header's example, run against a backend that answers every call 429: with no accepts a call is refused
+// locally with p = requests / (requests + 1), and local refusals count as requests too, so after three 429s
+// (p = 3/4, then 4/5, ...) the seeded draws send none of the other 97.
+TEST_CASE("admission_throttle: the header's example sends less and less to a backend that refuses all") {
+  const std::uint64_t replica_id = 3;
+  int sent = 0;
+  const auto fail_fast = [] { return -1; };
+  const auto send = [&](int status) {
+    ++sent;
+    return status;
+  };
+  rein::admission_throttle admit({.seed = replica_id, .name = "search"});
+  const auto call = [&](int request) {
+    if (!admit.try_acquire()) return fail_fast();
+    const int status = send(request);
+    admit.record(rein::classify_http_status(status));
+    return status;
+  };
+  int refused_locally = 0;
+  for (int i = 0; i < 100; ++i) refused_locally += call(429) == -1 ? 1 : 0;
+  CHECK(sent + refused_locally == 100);
+  CHECK(sent == 3);
+}

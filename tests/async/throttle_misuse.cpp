@@ -21,14 +21,16 @@ namespace {
 
 // The snippet of rein::throttle_for's doc comment, verbatim.
 struct upstream {
-  explicit upstream(net::io_context& io)
-      : global(io, 4), rpm(io, {.rate = 10, .capacity = 10}), tpm(io, {.rate = 1'000, .capacity = 10'000}) {}
+  // clang-format off: the lines of the throttle_for example in throttle.hpp and docs/throttle.md
+  explicit upstream(net::io_context& io) : global(io, 4), rpm(io, {.rate = 10, .capacity = 10}),
+                                           tpm(io, {.rate = 1'000, .capacity = 10'000}) {}
 
   rein::semaphore global;
   rein::token_bucket rpm;
   rein::token_bucket tpm;
-  rein::throttle_for<decltype(global), decltype(rpm), decltype(rein::by_tokens(tpm))> throttle{global, rpm,
-                                                                                               rein::by_tokens(tpm)};
+  rein::throttle_for<decltype(global), decltype(rpm), decltype(rein::by_tokens(tpm))> throttle{
+      global, rpm, rein::by_tokens(tpm)};
+  // clang-format on
 };
 
 using timed_bucket = rein::basic_token_bucket<net::any_io_executor, manual_clock>;
