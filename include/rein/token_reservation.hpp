@@ -70,8 +70,8 @@ class basic_token_bucket;
 /// would pass 1e15 tokens).
 ///
 /// @par Cancellation
-/// `cancel()` gives the tokens back as Go's `CancelAt` does, where Go was reported wrong done right: see
-/// `cancel()`. A wait cancelled through its completion token's cancellation slot (terminal, partial or
+/// `cancel()` gives the tokens back as Go's `CancelAt` does, right where Go's refund was reported wrong (see
+/// `cancel()`). A wait cancelled through its completion token's cancellation slot (terminal, partial or
 /// total) completes with `net::error::operation_aborted` and cancels the reservation the same way; so does
 /// every wait pending or started after `cancel()`.
 ///
@@ -207,14 +207,10 @@ class basic_token_reservation {
 
     error_code outcome() const {
       switch (status) {
-        case try_status::acquired:
-          return cancelled ? error_code(net::error::operation_aborted) : error_code();
-        case try_status::closed:
-          return errc::closed;
-        case try_status::exceeds_capacity:
-          return errc::exceeds_capacity;
-        default:
-          return net::error::would_block;
+        case try_status::acquired: return cancelled ? error_code(net::error::operation_aborted) : error_code();
+        case try_status::closed: return errc::closed;
+        case try_status::exceeds_capacity: return errc::exceeds_capacity;
+        default: return net::error::would_block;
       }
     }
   };
