@@ -8,12 +8,15 @@
 #include <rein/error.hpp>
 #include <rein/token_bucket.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <sstream>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -359,4 +362,32 @@ TEST_CASE_METHOD(on_manual_clock, "reserve: the snapshot counts reservations, ca
   std::ostringstream line;
   line << s;
   CHECK(line.str().find(" reserved=2 (cancelled=1 returned=2) ") != std::string::npos);
+}
+
+TEST_CASE_METHOD(on_manual_clock, "reserve: threads reserving and cancelling at once lose no token",
+                 "[token_bucket][reserve][threads]") {
+  // The clock stands still, so nothing refills: what the bucket holds at the end is exactly its capacity,
+  // less every reservation, plus every refund, whatever the interleaving.
+  bucket_type b(io, {.rate = 1, .capacity = 10});
+  constexpr int threads = 4, rounds = 500;
+  std::atomic<std::size_t> given_back{0};
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      std::vector<bucket_type::reservation> kept;
+      for (int i = 0; i < rounds; ++i) {
+        bucket_type::reservation r = b.reserve(1);
+        if ((i + t) % 2 == 0) given_back += r.cancel();
+        else kept.push_back(std::move(r));
+      }
+      for (std::size_t i = 0; i < kept.size(); i += 3) given_back += kept[i].cancel();
+    });
+  }
+  for (std::thread& w : workers) w.join();
+  const rein::token_bucket_snapshot s = b.snapshot();
+  CHECK(s.reserved_total == threads * rounds);
+  CHECK(s.reservations_cancelled_total == threads * (rounds / 2 + (rounds / 2 + 2) / 3));
+  CHECK(s.reserved_returned_total == given_back.load());
+  CHECK(b.tokens() == 10.0 - threads * rounds + static_cast<double>(given_back.load()));
+  CHECK(given_back.load() > 0);
 }
