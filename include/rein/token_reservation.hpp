@@ -105,8 +105,10 @@ class basic_token_reservation {
   /// A duration of `clock_type`.
   using duration = typename Clock::duration;
 
+  /// Moves the reservation: its tokens, time and waits go with it.
   basic_token_reservation(basic_token_reservation&&) noexcept = default;
-  basic_token_reservation& operator=(basic_token_reservation&&) noexcept = default;
+  /// Drops this reservation as the destructor does (nothing given back), then takes `other`'s.
+  basic_token_reservation& operator=(basic_token_reservation&& other) noexcept = default;
   basic_token_reservation(const basic_token_reservation&) = delete;
   basic_token_reservation& operator=(const basic_token_reservation&) = delete;
   /// Gives nothing back (see the class).
