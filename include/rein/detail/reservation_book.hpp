@@ -14,7 +14,8 @@
 // times B rises and P stays, so those are the worst instants). Then no one can ever act in a standing
 // reservation's tokens, at any rate of later calls, and everything that does not stand in their way comes
 // back. B(t) is read rounded up to a whole token (the bucket's exact units), so a fraction of a token is
-// kept rather than lent.
+// kept rather than lent. The projection holds at the rate of the moment: a rate changed later moves B for
+// everyone, while reservations keep their times (as Go's SetLimit says of its reservations).
 //
 // Go's refunds were reported wrong (golang/go#56924, "CancelAt returns less than expected tokens"; #69419).
 // This differs from Go's in three ways:
