@@ -104,6 +104,14 @@ TEST_CASE("a token bucket's window quota: w refills it from empty, q is what w r
   CHECK(bucket_state(3, 10, 2.9, 34ms) == state{.quota = 12, .window_seconds = 4, .remaining = 2, .reset_seconds = 1});
   CHECK(bucket_state(0.25, 2, 0.5, 2s) == state{.quota = 2, .window_seconds = 8, .remaining = 0, .reset_seconds = 2});
   CHECK(bucket_state(0.25, 2, -3, 14s) == state{.quota = 2, .window_seconds = 8, .remaining = 0, .reset_seconds = 14});
+  // floor(rate x w) rounds below the burst here (0.7 x 90 = 62.99...): q is the burst.
+  CHECK(bucket_state(0.7, 63, 0, 1s).quota == 63);
+  CHECK(bucket_state(0.009, 27, 0, 1s) == state{.quota = 27, .window_seconds = 3000, .remaining = 0, .reset_seconds = 1});
+  // A rate so low that burst / rate leaves the range of int64: the window is written as 1e12 s, no overflow.
+  CHECK(bucket_state(1e-5, 1'000'000'000'000'000, 0, 1s) ==
+        state{.quota = 1'000'000'000'000'000, .window_seconds = 1'000'000'000'000, .remaining = 0, .reset_seconds = 1});
+  CHECK(bucket_state(1e-300, 1, 0, std::chrono::nanoseconds::max()) ==
+        state{.quota = 1, .window_seconds = 1'000'000'000'000, .remaining = 0, .reset_seconds = 9'223'372'037});
   const state s = bucket_state(0.25, 2, 1, 4s);
   CHECK(s.policy_field("api") == "\"api\";q=2;w=8");
   CHECK(s.limit_field("api") == "\"api\";r=1;t=4");
@@ -226,6 +234,8 @@ TEST_CASE("admission: cancelling a waiting admit completes it with operation_abo
   rein_test::poll(f.io);
   REQUIRE(cancelled.done);
   CHECK(cancelled.ec == net::error::operation_aborted);
+  CHECK_FALSE(cancelled.result);  // a handler that reads only the result must not serve the request
+  CHECK(cancelled.result.why() == rein::beast::refusal::aborted);
   CHECK_FALSE(cancelled.result.permit());
   CHECK(f.a.state("").remaining == 1);  // the waiter's token went back
 }

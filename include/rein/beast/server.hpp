@@ -48,9 +48,10 @@ enum class refusal : std::uint8_t {
   concurrency,  ///< no concurrency slot within the wait bound (load shedding): 503 Service Unavailable
   keys,         ///< a new key while `max_keys` keys are alive and busy (a key spray): 503
   closed,       ///< the admission was closed (shutting down): 503
+  aborted,      ///< the admit was cancelled, or its admission destroyed (operation_aborted): nothing to send
 };
 
-/// A readable name for a refusal ("none", "rate", "concurrency", "keys", "closed").
+/// A readable name for a refusal ("none", "rate", "concurrency", "keys", "closed", "aborted").
 constexpr const char* to_string(refusal r) noexcept {
   switch (r) {
     case refusal::none: return "none";
@@ -58,6 +59,7 @@ constexpr const char* to_string(refusal r) noexcept {
     case refusal::concurrency: return "concurrency";
     case refusal::keys: return "keys";
     case refusal::closed: return "closed";
+    case refusal::aborted: return "aborted";
   }
   return "unknown";
 }
@@ -105,8 +107,9 @@ inline std::int64_t delay_seconds(std::chrono::nanoseconds d) noexcept {
 ///
 /// A token bucket of `rate` per second and `burst` maps on the draft's window quota so: the window `w` is
 /// the time the bucket takes to refill from empty, `ceil(burst / rate)` seconds (at least 1), and the quota
-/// `q` what it refills in one window, `floor(rate * w)` (so q >= burst >= r: the sustained rate, whose
-/// burst shows in r). `r` is the whole tokens left after this request, and `t` the seconds until the next
+/// `q` what it refills in one window, `floor(rate * w)`, at least the burst (so q >= burst >= r: the
+/// sustained rate, whose burst shows in r). A window longer than 1e12 s (a rate far below one token in
+/// thirty thousand years) is written as 1e12 s. `r` is the whole tokens left after this request, and `t` the seconds until the next
 /// whole token (rounded up; 0 when the bucket is full): until then at most r more are admitted, the
 /// draft's promise for a window's remaining units.
 struct rate_limit_state {
@@ -144,8 +147,13 @@ struct rate_limit_state {
 inline rate_limit_state bucket_state(double rate, std::int64_t burst, double tokens,
                                      std::chrono::nanoseconds next_token) {
   rate_limit_state s;
-  s.window_seconds = std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(static_cast<double>(burst) / rate)));
-  s.quota = static_cast<std::int64_t>(std::floor(rate * static_cast<double>(s.window_seconds)));
+  // In doubles and clamped before the casts: burst / rate may leave the range of int64 (a tiny rate).
+  constexpr double longest_window = 1e12;
+  const double window = std::clamp(std::ceil(static_cast<double>(burst) / rate), 1.0, longest_window);
+  s.window_seconds = static_cast<std::int64_t>(window);
+  // floor(rate * w) can round below the burst (rate 0.7, burst 63: w = 90, 62.99...), and w is at least
+  // burst / rate, so the burst is the floor of q.
+  s.quota = std::max(burst, static_cast<std::int64_t>(std::min(std::floor(rate * window), 1e18)));
   s.remaining = std::clamp<std::int64_t>(static_cast<std::int64_t>(std::floor(tokens)), 0, burst);
   s.reset_seconds = s.remaining >= burst ? 0 : delay_seconds(next_token);
   return s;
@@ -180,7 +188,7 @@ class admission_result {
   template <class Clock>
   friend class basic_admission;
 
-  refusal why_ = refusal::none;
+  refusal why_ = refusal::aborted;  // until admit() or refuse() decides: an aborted result is no admission
   rein::permit permit_{};
   std::optional<rate_limit_state> state_{};
   std::chrono::nanoseconds waited_{};
@@ -363,8 +371,10 @@ class basic_admission {
       const double tokens = b.tokens(now);
       const auto whole = static_cast<std::int64_t>(std::max(0.0, std::floor(tokens)));
       const auto next = whole < b.capacity() ? b.ready_at(whole + 1, now) : std::nullopt;
-      const auto until =
-          next ? std::chrono::duration_cast<std::chrono::nanoseconds>(*next - now) : std::chrono::nanoseconds{0};
+      // No next token within the clock's range (a tiny rate): as far off as a delay can say, not "now".
+      const auto until = next                    ? std::chrono::duration_cast<std::chrono::nanoseconds>(*next - now)
+                         : whole < b.capacity() ? std::chrono::nanoseconds::max()
+                                                : std::chrono::nanoseconds{0};
       return bucket_state(b.rate(), b.capacity(), tokens, until);
     });
   }
@@ -436,6 +446,7 @@ class basic_admission {
 
     template <class Self>
     void admit(Self& s, rein::permit p, time_point now) {
+      result.why_ = refusal::none;
       result.permit_ = std::move(p);
       result.state_ = self->state_of(*bucket, now);
       finish(s, now);
