@@ -57,6 +57,8 @@
 #include <rein/semaphore.hpp>
 #include <rein/sliding_window.hpp>
 #include <rein/throttle.hpp>
+#include <rein/throttle_charge.hpp>
+#include <rein/throttle_guard.hpp>
 #include <rein/token_bucket.hpp>
 #include <rein/token_reservation.hpp>
 #include <rein/try_result.hpp>
