@@ -1199,9 +1199,7 @@ class throttle {
 
   template <std::size_t I>
   bool fair_stage_at() const noexcept {
-    if constexpr (ranks_[I] == rank::none || ranks_[I] == rank::gate) {
-      return false;
-    } else if constexpr (fair_capable<I>) {
+    if constexpr (ranks_[I] != rank::none && ranks_[I] != rank::gate && fair_capable<I>) {
       return std::get<I>(refs_).stage().order() == queue_order::fair;
     } else {
       return false;
