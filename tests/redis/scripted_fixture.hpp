@@ -109,3 +109,13 @@ struct scripted_fixture {
 using messages = std::vector<message>;
 
 }  // namespace rein_test::scripted
+
+// A message as CHECK prints it: {kind, ticket, n, extra, wanted}.
+template <>
+struct Catch::StringMaker<rein::redis::detail::message> {
+  static std::string convert(const rein::redis::detail::message& m) {
+    const auto text = [](auto v) { return std::to_string(v); };
+    return "{" + text(static_cast<int>(m.what)) + ", " + text(m.ticket) + ", " + text(m.n) + ", " + text(m.extra) +
+           ", " + text(m.wanted) + "}";
+  }
+};

@@ -4,6 +4,7 @@
 #include <rein/error.hpp>
 #include <rein/redis/shared_sliding_window.hpp>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -29,8 +30,8 @@ TEST_CASE("the window admits its limit at once, then the next when the oldest ad
   const auto start = steady::now();
   for (std::size_t i = 0; i < 5; ++i) window.async_acquire(1, r.handler(i));
   REQUIRE(run_until(io, [&] { return r.completed() == 3; }));
-  CHECK(execute(io, c, {"ZCARD", "rein:{" + options.key + "}:window"}).integer == 3);
-  CHECK(execute(io, c, {"GET", "rein:{" + options.key + "}:window:seq"}).text == "3");
+  // Three stamps (and, below score 0, this process once its fourth request was denied: the fleet queue).
+  CHECK(execute(io, c, {"ZCOUNT", "rein:{" + options.key + "}:window", "0", "+inf"}).integer == 3);
   REQUIRE(run_until(io, [&] { return r.all_done(); }));
   CHECK(r.succeeded() == 5);
   CHECK(r.order == std::vector<std::size_t>{0, 1, 2, 3, 4});  // FIFO
@@ -125,8 +126,132 @@ TEST_CASE("set_limit changes the window's limit for every process at its next re
   a.async_acquire(3, r.handler(5));
   REQUIRE(run_until(io, [&] { return r.all_done(); }));
   CHECK_FALSE(r.results[5]->ec);
-  CHECK(execute(io, c2, {"ZCARD", "rein:{" + options.key + "}:window"}).integer == 5);
+  CHECK(execute(io, c2, {"ZCOUNT", "rein:{" + options.key + "}:window", "0", "+inf"}).integer == 5);  // stamps
   CHECK_THROWS_WITH(a.set_limit(0), "rein::redis::shared_sliding_window: limit must be in [1, 2^27] admissions, got 0");
   CHECK_THROWS_WITH(a.set_limit((std::int64_t{1} << 27) + 1),
                     "rein::redis::shared_sliding_window: limit must be in [1, 2^27] admissions, got 134217729");
+}
+
+namespace {
+
+// The window's script run by hand (EVAL) as the process `name`: {allowed, retry_after us, free places}.
+struct script_runner {
+  net::io_context& io;
+  rein::redis::connection& c;
+  std::string key;
+  std::string window_us;
+  std::string limit;
+  std::string grace_us;
+
+  // `patience`: how long the caller will wait, microseconds (0: no deadline); `wanted`: the units its
+  // process waits for in all (0: n).
+  std::vector<long long> ask(const std::string& name, long long n, long long patience = 0, long long wanted = 0) const {
+    const std::string log = "rein:{" + key + "}:window";
+    const std::string seq = log + ":seq";
+    const std::string stored_limit = log + ":limit";
+    const std::string script(rein::redis::detail::sliding_window_script);
+    const auto r = execute(io, c, {"EVAL", script, "3", log, seq, stored_limit, window_us, limit, std::to_string(n),
+                                   name, grace_us, std::to_string(patience), std::to_string(wanted)});
+    std::vector<long long> out;
+    for (const auto& e : r.elements) out.push_back(e.integer);
+    return out;
+  }
+
+  // The queued processes, first denial first: "name served wanted".
+  std::vector<std::string> queue() const {
+    const auto r = execute(io, c, {"ZRANGEBYSCORE", "rein:{" + key + "}:window", "-inf", "(0"});
+    std::vector<std::string> entries;
+    for (const auto& e : r.elements) {
+      std::string entry = e.text.substr(2, e.text.rfind(':') - 2);  // without "q:" and the expiry
+      std::replace(entry.begin(), entry.end(), ':', ' ');
+      entries.push_back(entry);
+    }
+    return entries;
+  }
+};
+
+using reply_of = std::vector<long long>;
+using entries = std::vector<std::string>;
+
+}  // namespace
+
+TEST_CASE("the fleet queue: a freed place goes to the process denied first, not to the one asking first") {
+  redis_server server;
+  net::io_context io;
+  rein::redis::connection c(io, local(server.port()));
+  const script_runner s{io, c, unique_key("fleet"), "60000000", "2", "60000000"};  // nothing leaves by itself
+  CHECK(s.ask("a", 1) == reply_of{1, 0, 1});
+  CHECK(s.ask("a", 1) == reply_of{1, 0, 0});  // a counts 2 served, wants no more
+  CHECK(s.ask("b", 1)[0] == 0);  // full: b is queued, then c, both joining at the least count served
+  CHECK(s.ask("c", 1)[0] == 0);
+  CHECK(s.queue() == entries{"a 2 0", "b 2 1", "c 2 1"});
+  CHECK(s.ask("a", -1) == reply_of{1, 0, 1});  // a refund frees one place
+  // The place is b's: c, queued behind b, and d, not queued, are denied though it is free. d's turn comes
+  // only after b and c took theirs, a window from now at the earliest.
+  const auto behind = s.ask("c", 1);
+  CHECK(behind[0] == 0);
+  CHECK(behind[2] == 0);
+  // e will not wait that long (its deadline comes first): denied, not queued, nobody waits for it.
+  CHECK(s.ask("e", 1, 59999999) == reply_of{0, 60000000, 0});
+  CHECK(s.ask("d", 1, 60000000) == reply_of{0, 60000000, 0});
+  CHECK(s.queue() == entries{"a 2 0", "b 2 1", "c 2 1", "d 2 1"});
+  // b takes it; what is left free to its next unit is nothing: c and d are owed one each first.
+  CHECK(s.ask("b", 1) == reply_of{1, 0, 0});
+  CHECK(s.queue() == entries{"a 2 0", "b 3 0", "c 2 1", "d 2 1"});
+  CHECK(s.ask("b", 1)[0] == 0);  // b's second unit comes after c's and d's first
+  CHECK(s.ask("a", -2) == reply_of{1, 0, 2});
+  CHECK(s.ask("b", 1)[0] == 0);  // two free places, both owed
+  CHECK(s.ask("d", 1) == reply_of{1, 0, 0});
+  CHECK(s.ask("c", 1) == reply_of{1, 0, 0});
+  CHECK(s.queue() == entries{"a 2 0", "b 3 1", "c 3 0", "d 3 0"});
+  // Two stamps and four processes; the counter numbered 5 admissions and 4 first appearances.
+  CHECK(execute(io, c, {"ZCARD", "rein:{" + s.key + "}:window"}).integer == 6);
+  CHECK(execute(io, c, {"GET", "rein:{" + s.key + "}:window:seq"}).text == "9");
+}
+
+TEST_CASE("the fleet queue: a burst of freed places is shared, not taken by whoever asks first") {
+  redis_server server;
+  net::io_context io;
+  rein::redis::connection c(io, local(server.port()));
+  const script_runner s{io, c, unique_key("burst"), "60000000", "12", "60000000"};
+  CHECK(s.ask("a", 12) == reply_of{1, 0, 0});
+  for (const char* name : {"b", "c", "d"}) CHECK(s.ask(name, 1, 0, 8)[0] == 0);  // each waits for 8
+  CHECK(s.ask("a", -12) == reply_of{1, 0, 12});  // 12 places free at once
+  // b asks first, and again and again: it gets its share, 4 (c and d are owed as many before its next).
+  CHECK(s.ask("b", 1, 0, 8) == reply_of{1, 0, 9});
+  CHECK(s.ask("b", 1, 0, 7) == reply_of{1, 0, 6});
+  CHECK(s.ask("b", 1, 0, 6) == reply_of{1, 0, 3});
+  CHECK(s.ask("b", 1, 0, 5) == reply_of{1, 0, 0});
+  CHECK(s.ask("b", 1, 0, 4)[0] == 0);
+  CHECK(s.ask("d", 1, 0, 8) == reply_of{1, 0, 5});  // c is owed 2 before d's next
+  CHECK(s.queue() == entries{"a 12 0", "b 16 4", "c 12 8", "d 13 7"});
+}
+
+TEST_CASE("the fleet queue: a queued process that stops asking loses its place its grace after its retry-after") {
+  redis_server server;
+  net::io_context io;
+  rein::redis::connection c(io, local(server.port()));
+  const script_runner s{io, c, unique_key("grace"), "300000", "1", "300000"};  // window 300 ms, grace 300 ms
+  const auto start = steady::now();
+  const auto at = [&](std::chrono::milliseconds t) {
+    run_for(io, std::chrono::duration_cast<std::chrono::milliseconds>(start + t - steady::now()));
+  };
+  CHECK(s.ask("a", 1) == reply_of{1, 0, 0});
+  const auto b = s.ask("b", 1);  // queued until a's stamp leaves (300 ms) and its grace more: about 600 ms
+  CHECK(b[0] == 0);
+  CHECK(b[1] > 250000);
+  CHECK(b[1] <= 300000);
+  at(std::chrono::milliseconds(400));
+  // a's stamp left, and the place is b's though b does not ask: d, behind it, is denied, told to ask again
+  // when b's time is up (unless b asked meanwhile).
+  const auto d = s.ask("d", 1);
+  CHECK(d[0] == 0);
+  CHECK(d[1] > 100000);
+  CHECK(d[1] <= 200000);
+  CHECK(d[2] == 0);
+  at(std::chrono::milliseconds(700));
+  // b's time is up: d, queued at 400 ms, is first now.
+  CHECK(s.queue() == entries{"b 1 1", "d 1 1"});  // (dropped by the next call; a was, at 400 ms)
+  CHECK(s.ask("d", 1) == reply_of{1, 0, 0});
+  CHECK(s.queue() == entries{"d 2 0"});
 }

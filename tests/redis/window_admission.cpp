@@ -35,14 +35,15 @@ TEST_CASE("window admission: as many requests fly as places are free; a denial h
   result r[3];
   for (auto& x : r) w.acquire(x, 1);
   // Before any reply the window is believed empty: 2 requests fly, the third waits for a reply.
-  CHECK(w.sent() == messages{{admission, 0, 1}, {admission, 1, 1}});
+  // Each says how many units this process waits for: the second counts the first, on the wire.
+  CHECK(w.sent() == messages{{admission, 0, 1, 0, 1}, {admission, 1, 1, 0, 2}});
   w.settle(0, allowed(1));
   w.settle(1, allowed(0));
   poll(w.io);
   CHECK(r[0].ec == error_code{});
   CHECK(r[1].ec == error_code{});
   // No place is free, but only a denial says when one frees: one request asks.
-  CHECK(w.sent() == messages{{admission, 0, 1}, {admission, 1, 1}, {admission, 2, 1}});
+  CHECK(w.sent() == messages{{admission, 0, 1, 0, 1}, {admission, 1, 1, 0, 2}, {admission, 2, 1, 0, 1}});
   w.settle(2, denied(400000, 0));  // the oldest admission leaves in 400 ms
   poll(w.io);
   CHECK_FALSE(r[2].done);
@@ -51,7 +52,7 @@ TEST_CASE("window admission: as many requests fly as places are free; a denial h
   advance_and_poll(w.io, 399ms);
   CHECK(w.sent().size() == 3);
   advance_and_poll(w.io, 1ms);
-  CHECK(w.sent().back() == message{admission, 3, 1});
+  CHECK(w.sent().back() == message{admission, 3, 1, 0, 1});
   w.settle(3, allowed(0));
   poll(w.io);
   CHECK(r[2].ec == error_code{});
@@ -73,7 +74,9 @@ TEST_CASE("window admission: a deadline before the denial's hold fails at once; 
   CHECK(soon.ec == rein::errc::timed_out);
   w.acquire(late, 1, manual_clock::now() + 300ms);
   advance_and_poll(w.io, 250ms);
-  CHECK(w.sent() == messages{{admission, 0, 1}, {admission, 1, 1}});
+  // Each admission says how long its caller will still wait (microseconds), so that Redis queues in the
+  // fleet queue only a caller still waiting at its turn (and how many units its process waits for: 1).
+  CHECK(w.sent() == messages{{admission, 0, 1, 100000, 1}, {admission, 1, 1, 50000, 1}});
   w.settle(1, allowed(0));
   poll(w.io);
   CHECK(late.ec == error_code{});
@@ -88,7 +91,7 @@ TEST_CASE("window admission: n above the limit is refused at once; n = 0 needs n
   poll(w.io);
   CHECK(big.ec == rein::errc::exceeds_capacity);
   CHECK(zero.ec == error_code{});
-  CHECK(w.sent() == messages{{admission, 0, 3}});
+  CHECK(w.sent() == messages{{admission, 0, 3, 0, 3}});
 }
 
 TEST_CASE("window admission: late and revoked grants are refunded, at most the limit", "[redis][window]") {
@@ -100,7 +103,7 @@ TEST_CASE("window admission: late and revoked grants are refunded, at most the l
   poll(w.io);
   CHECK(on_wire.ec == net::error::operation_aborted);
   w.settle(0, allowed(1));  // Redis recorded an admission for nobody
-  CHECK(w.sent() == messages{{admission, 0, 1}, {refund, 0, 1}});
+  CHECK(w.sent() == messages{{admission, 0, 1, 0, 1}, {refund, 0, 1}});
 
   w.acquire(granted, 2, granted_signal);
   w.settle(1, allowed(0));  // granted: the completion is posted, not run
@@ -131,7 +134,7 @@ TEST_CASE("window admission: fail_closed fails waiting and new ops while Redis c
   CHECK(w.snapshot().degraded);
   advance_and_poll(w.io, 100ms);
   w.acquire(after, 1);
-  CHECK(w.sent() == messages{{admission, 0, 1}, {admission, 1, 1}});
+  CHECK(w.sent() == messages{{admission, 0, 1, 0, 1}, {admission, 1, 1, 0, 1}});
   w.settle(1, allowed(1));
   poll(w.io);
   CHECK(after.ec == error_code{});
@@ -171,7 +174,7 @@ TEST_CASE("window admission: close completes waiting and in-flight ops with clos
   CHECK(on_wire.ec == rein::errc::closed);
   CHECK(waiting.ec == rein::errc::closed);
   w.settle(0, allowed(4));
-  CHECK(w.sent() == messages{{admission, 0, 1}, {refund, 0, 1}});
+  CHECK(w.sent() == messages{{admission, 0, 1, 0, 1}, {refund, 0, 1}});
 }
 
 TEST_CASE("window admission: invalid options name the type, the field and the value", "[redis][window]") {
@@ -191,6 +194,10 @@ TEST_CASE("window admission: invalid options name the type, the field and the va
         "rein::redis::shared_sliding_window: key must not contain '{' or '}' (it becomes the hash tag), got \"a{b}\"");
   CHECK(message_of({.key = "api", .limit = 1, .window = 1s, .fail_open_share = 0}) ==
         "rein::redis::shared_sliding_window: fail_open_share must be in (0, 1], got 0");
+  CHECK(message_of({.key = "api", .limit = 1, .window = 1s, .queue_grace = 0ms}) ==
+        "rein::redis::shared_sliding_window: queue_grace must be in [1 ms, 1 h], got 0ms");
+  CHECK(message_of({.key = "api", .limit = 1, .window = 1s, .queue_grace = 1h + 1ms}) ==
+        "rein::redis::shared_sliding_window: queue_grace must be in [1 ms, 1 h], got 3600001ms");
 }
 
 TEST_CASE("window admission: a refund ends a denial's hold; the head asks again right after it", "[redis][window]") {
@@ -203,9 +210,32 @@ TEST_CASE("window admission: a refund ends a denial's hold; the head asks again 
   poll(w.io);
   CHECK_FALSE(second.done);
   w.line->update([](window::policy_type& p, tp) { p.refund(1); });  // what shared_sliding_window::refund does
-  CHECK(w.sent() == messages{{admission, 0, 1}, {admission, 1, 1}, {refund, 0, 1}, {admission, 2, 1}});
+  CHECK(w.sent() ==
+        messages{{admission, 0, 1, 0, 1}, {admission, 1, 1, 0, 1}, {refund, 0, 1}, {admission, 2, 1, 0, 1}});
   w.settle(2, allowed(0));
   poll(w.io);
   CHECK(second.ec == error_code{});
   CHECK(w.snapshot().wait_total == 0ms);
+}
+
+TEST_CASE("window admission: each admission says how many units this process waits for from it on",
+          "[redis][window]") {
+  window w(per_second(5, 1));  // one request on the wire at a time
+  result r[3];
+  w.acquire(r[0], 1);  // sent at once, alone in the line
+  w.acquire(r[1], 2);
+  w.acquire(r[2], 1);
+  w.settle(0, denied(1000, 0));
+  advance_and_poll(w.io, 1ms);
+  // The fleet queue holds places for everything waiting here: 1 + 2 + 1 from the head on, then what follows.
+  CHECK(w.sent() == messages{{admission, 0, 1, 0, 1}, {admission, 1, 1, 0, 4}});
+  w.settle(1, allowed(4));
+  poll(w.io);
+  CHECK(w.sent().back() == message{admission, 2, 2, 0, 3});
+  w.settle(2, allowed(2));
+  poll(w.io);
+  CHECK(w.sent().back() == message{admission, 3, 1, 0, 1});
+  w.settle(3, allowed(1));
+  poll(w.io);
+  CHECK(r[2].ec == error_code{});
 }

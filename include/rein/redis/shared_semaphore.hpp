@@ -3,9 +3,9 @@
 #pragma once
 
 #include <rein/config.hpp>
-#include <rein/detail/random_seed.hpp>
 #include <rein/permit.hpp>
 #include <rein/redis/connection.hpp>
+#include <rein/redis/detail/random_name.hpp>
 #include <rein/redis/detail/scripted_admission.hpp>
 #include <rein/redis/detail/scripted_transport.hpp>
 #include <rein/redis/detail/semaphore_admission.hpp>
@@ -141,17 +141,6 @@ for i = 1, 5 do redis.call('PEXPIRE', KEYS[i], ttl) end
 return reply
 )lua";
 
-/// A lease id no other semaphore object uses: 128 random bits in hex.
-inline std::string random_lease_name() {
-  std::string name;
-  constexpr std::string_view digits = "0123456789abcdef";
-  for (int word = 0; word < 2; ++word) {
-    std::uint64_t bits = rein::detail::random_seed();
-    for (int i = 0; i < 16; ++i, bits >>= 4) name.push_back(digits[bits & 0xf]);
-  }
-  return name;
-}
-
 /// How the semaphore's messages become commands: EVALSHA of shared_semaphore_script on its six keys, as
 /// the lease the message's tag names (lease number tag / 2; an odd tag is the first request of a lease).
 struct semaphore_commands {
@@ -164,7 +153,7 @@ struct semaphore_commands {
         queue(tagged_key(o, ":sem:queue")),
         seen(tagged_key(o, ":sem:seen")),
         stored_limit(tagged_key(o, ":sem:limit")),
-        name(random_lease_name()),
+        name(random_name()),  // a lease id no other semaphore object uses
         lease(std::to_string(std::chrono::duration_cast<std::chrono::microseconds>(o.lease).count())),
         limit(std::to_string(o.limit)),
         poll(std::to_string(std::chrono::duration_cast<std::chrono::microseconds>(o.poll_interval).count())) {}

@@ -4,6 +4,7 @@
 
 #include <rein/config.hpp>
 #include <rein/redis/connection.hpp>
+#include <rein/redis/detail/random_name.hpp>
 #include <rein/redis/detail/scripted_admission.hpp>
 #include <rein/redis/detail/scripted_transport.hpp>
 #include <rein/redis/detail/window_admission.hpp>
@@ -21,53 +22,121 @@ namespace rein::redis {
 
 namespace detail {
 
-/// The Lua script: the sliding log. KEYS[1] is a sorted set of admission stamps (score: the server's TIME in
-/// microseconds; member: a number from the counter KEYS[2], so that admissions in the same microsecond
-/// stay apart). Each call first drops the stamps that left the window (score <= now - window), then admits
-/// n if count + n <= limit, adding n stamps. A denial says when the k-th oldest stamp leaves, k = count + n -
-/// limit: then n fit. Only the server's clock is read (TIME; effects replication, as the token bucket's
-/// script), so clients' clock skew does not matter. A negative n gives |n| places back by removing the
-/// oldest stamps: never more admissions in a window than without the refund. Both keys expire a window
-/// after the last admission, so idle windows cost no memory. KEYS[3], when set (set_limit), holds the limit
-/// for the whole fleet, which replaces ARGV's; a request for more than it gets an error reply (it could only
-/// wait forever).
+/// The Lua script: the sliding log and the fleet's queue. KEYS[1] is a sorted set of admission stamps
+/// (score: the server's TIME in microseconds; member: a number from the counter KEYS[2], so that admissions
+/// in the same microsecond stay apart) and, below score 0, of the processes that asked lately: member
+/// "q:<name>:<served>:<wanted>:<kept until, microseconds>", score the counter's value at the process's
+/// first request - 2^52, so the queue ranks processes by arrival and sorts before every stamp. (In the
+/// stamps' key rather than a key of its own: a script on a migrating Cluster slot runs only where all its
+/// keys exist, and a queue key would not always.) Each call first drops the stamps that left the window
+/// (0 < score <= now - window) and the processes whose time is up. Then places go round-robin, one unit a
+/// turn (start-time fair queuing): `served` counts a process's units admitted since it joined (it joins at
+/// the least count of those queued), and the caller's units number served .. served + n - 1. Every other
+/// process is owed its units numbered up to the caller's last (that one too if it ranks first), at most
+/// what it waits for (`wanted`). n is admitted if the free places (limit - stamps) hold n and everything
+/// owed (ahead): a place freed goes to whoever is owed it even when another process asks first, and a
+/// process that wakes first in a burst of freed places takes its share, not the burst. An admission adds
+/// n stamps and keeps the caller's entry `grace` (ARGV[5]) from now, its count raised by n. A denial says
+/// when the k-th oldest stamp leaves, k = stamps + n + ahead - limit (a window from now if k > stamps:
+/// those places are not taken yet; sooner if the entry of a process owed some ends first), and keeps the
+/// caller's entry until then plus `grace`, unless the caller said it will not wait that long (its deadline
+/// comes first: it fails at once). Only the server's clock is read (TIME; effects replication, as the token
+/// bucket's script), so clients' clock skew does not matter. A negative n gives |n| places back by
+/// removing the oldest stamps: never more admissions in a window than without the refund. Both keys expire
+/// when the newest stamp leaves the window and the last entry's time is up, so idle windows cost no memory.
+/// KEYS[3], when set (set_limit), holds the limit for the whole fleet, which replaces ARGV's; a request for
+/// more than it gets an error reply (it could only wait forever).
 ///
-/// ARGV: window (microseconds), limit, n. Returns {allowed (1/0), retry_after (microseconds until n would
-/// fit; 0 if allowed), free places after the decision}.
+/// ARGV: window (microseconds), limit, n, the caller's name, grace (microseconds), how long the caller will
+/// wait (microseconds; 0: no deadline), the units its process waits for in all (at least n is read).
+/// Returns {allowed (1/0), retry_after (microseconds until n would fit after what others are owed; 0 if
+/// allowed), free places left to the caller's next unit after the decision (net of what others are owed
+/// before it)}.
 inline constexpr std::string_view sliding_window_script = R"lua(
 if redis.replicate_commands then redis.replicate_commands() end
 local window = tonumber(ARGV[1])
 local limit = tonumber(redis.call('GET', KEYS[3]) or ARGV[2])
 local n = tonumber(ARGV[3])
+local me = ARGV[4]
 if n > limit then
   return redis.error_reply('ERR rein: the window asks for ' .. n .. ' places, above the limit of ' .. limit)
 end
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
-local count = redis.call('ZCARD', KEYS[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], 0, now - window)
+local raw = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(0', 'WITHSCORES')
+local others, mine, least, queued, keep = {}, nil, nil, 0, 0
+for i = 1, #raw, 2 do
+  local name, served, wanted, til = string.match(raw[i], '^q:([^:]*):(%d+):(%d+):(%d+)$')
+  til = tonumber(til or '0')
+  if til <= now then
+    redis.call('ZREM', KEYS[1], raw[i])
+  else
+    local e = {member = raw[i], rank = tonumber(raw[i + 1]), served = tonumber(served), wanted = tonumber(wanted)}
+    e.til = til
+    if name == me then mine = e else others[#others + 1] = e end
+    if not least or e.served < least then least = e.served end
+    queued = queued + 1
+    keep = math.max(keep, til - now)
+  end
+end
+local count = redis.call('ZCARD', KEYS[1]) - queued
 if n < 0 then
   local back = math.min(-n, count)
-  if back > 0 then redis.call('ZPOPMIN', KEYS[1], back) end
+  if back > 0 then redis.call('ZREMRANGEBYRANK', KEYS[1], queued, queued + back - 1) end
   return {1, 0, limit - count + back}
 end
-if count + n > limit then
-  local k = count + n - limit
-  local stamp = redis.call('ZRANGE', KEYS[1], k - 1, k - 1, 'WITHSCORES')
-  return {0, tonumber(stamp[2]) + window - now, limit - count}
+local served = mine and mine.served or (least or 0)
+local function owed(last)
+  local sum, soonest = 0, nil
+  for _, e in ipairs(others) do
+    local first = (not mine or e.rank < mine.rank) and 1 or 0
+    local units = math.max(0, math.min(last - e.served + first, e.wanted))
+    if units > 0 and (not soonest or e.til < soonest) then soonest = e.til end
+    sum = sum + units
+  end
+  return sum, soonest
 end
-local last = redis.call('INCRBY', KEYS[2], n)
-for i = 1, n do
-  redis.call('ZADD', KEYS[1], now, last - n + i)
+local wants = math.min(math.max(n, tonumber(ARGV[7])), limit)
+local free = limit - count
+local ahead, soonest = owed(served + n - 1)
+local reply, entry
+if n + ahead > free then
+  local k = count + n + ahead - limit
+  local wait = window
+  if k <= count then
+    local stamp = redis.call('ZRANGE', KEYS[1], queued + k - 1, queued + k - 1, 'WITHSCORES')
+    wait = tonumber(stamp[2]) + window - now
+  end
+  if soonest then wait = math.max(1, math.min(wait, soonest - now)) end
+  local patience = tonumber(ARGV[6])
+  if patience == 0 or patience >= wait then entry = {served, wants, now + wait + tonumber(ARGV[5])} end
+  local newest = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+  if newest[2] and tonumber(newest[2]) > 0 then keep = math.max(keep, tonumber(newest[2]) + window - now) end
+  reply = {0, wait, math.max(0, free - owed(served))}
+else
+  local last = redis.call('INCRBY', KEYS[2], n)
+  for i = 1, n do
+    redis.call('ZADD', KEYS[1], now, last - n + i)
+  end
+  entry = {served + n, wants - n, now + tonumber(ARGV[5])}
+  keep = math.max(keep, window)
+  reply = {1, 0, math.max(0, free - n - owed(served + n))}
 end
-local ttl = math.ceil(window / 1000) + 1
+if entry then
+  local rank = mine and mine.rank or redis.call('INCR', KEYS[2]) - 2 ^ 52
+  if mine then redis.call('ZREM', KEYS[1], mine.member) end
+  redis.call('ZADD', KEYS[1], rank, string.format('q:%s:%d:%d:%d', me, entry[1], entry[2], entry[3]))
+  keep = math.max(keep, entry[3] - now)
+end
+local ttl = math.ceil(keep / 1000) + 1
 redis.call('PEXPIRE', KEYS[1], ttl)
 redis.call('PEXPIRE', KEYS[2], ttl)
-return {1, 0, limit - count - n}
+return reply
 )lua";
 
-/// How the window's messages become commands: EVALSHA of sliding_window_script on the window's two keys (a
-/// refund is a negative n).
+/// How the window's messages become commands: EVALSHA of sliding_window_script on the window's three keys
+/// (a refund is a negative n), as this limiter object's name in the fleet's queue.
 struct window_commands {
   static constexpr std::string_view script = sliding_window_script;
 
@@ -76,14 +145,17 @@ struct window_commands {
         seq(tagged_key(o, ":window:seq")),
         stored_limit(tagged_key(o, ":window:limit")),
         window(std::to_string(std::chrono::duration_cast<std::chrono::microseconds>(o.window).count())),
-        limit(std::to_string(o.limit)) {}
+        limit(std::to_string(o.limit)),
+        name(random_name()),
+        grace(std::to_string(std::chrono::duration_cast<std::chrono::microseconds>(o.queue_grace).count())) {}
 
   /// The key whose Redis Cluster slot holds every key of the script.
   const std::string& routing_key() const noexcept { return log; }
 
   std::string command(const message& m, std::string_view sha) const {
     const std::int64_t n = m.what == message::kind::refund ? -m.n : m.n;
-    return encode_command({"EVALSHA", sha, "3", log, seq, stored_limit, window, limit, std::to_string(n)});
+    return encode_command({"EVALSHA", sha, "3", log, seq, stored_limit, window, limit, std::to_string(n), name, grace,
+                           std::to_string(m.extra), std::to_string(m.wanted)});
   }
 
   std::string log;
@@ -91,6 +163,8 @@ struct window_commands {
   std::string stored_limit;
   std::string window;
   std::string limit;
+  std::string name;  // this window object's name in the fleet's queue
+  std::string grace;
 };
 
 template <class Executor, class Clock, class Mutex>
@@ -111,15 +185,38 @@ using window_base = basic_scripted_limiter<window_admission<Clock>, window_comma
 /// token bucket there is no burst above it, and unlike a fixed window no doubling at a window's edge.
 ///
 /// Waiting is local: a denied caller waits in this process, FIFO with head-of-line blocking, until the
-/// moment Redis said the needed places free up (when the oldest admissions leave the window), on the same
-/// wait line as every rein limiter (one timer, deadlines, cancellation, completions); then the head asks
-/// again. While that hold lasts, a caller whose deadline comes before its end fails at once with
-/// rein::errc::timed_out. Order holds within a process; between processes, whoever asks first after a place
-/// frees gets it.
+/// moment Redis said its turn comes (when the admissions that must leave before it do), on the same wait
+/// line as every rein limiter (one timer, deadlines, cancellation, completions); then the head asks again.
+/// While that hold lasts, a caller whose deadline comes before its end fails at once with
+/// rein::errc::timed_out.
+///
+/// Order between processes (the fleet queue): every process that asks is entered in a queue kept in Redis,
+/// ranked by its first request, with the units it was admitted since it joined and the units it waits for.
+/// Places go round-robin, one unit a turn: a request is admitted only if the free places hold it and
+/// everything the other waiting processes are owed before it (each its units up to the count this request
+/// would bring its process to, one more if it ranks first, at most what it waits for). So a place freed goes
+/// to the process owed it even if another asks first, a request ranked beyond the free places is denied
+/// though a place is free, and a process that wakes first in a burst of freed places takes its share of
+/// them, not the burst. Each denial tells its process when its turn comes (when the admissions that must
+/// leave before it do, those owed to others counted), so waiting processes ask one after another. Order
+/// holds within a process as well. Guaranteed: no process is admitted a unit while another waiting process
+/// that has been admitted fewer since both joined (or as many, and joined first) waits for one, as far as
+/// each keeps asking. Not guaranteed: the admissions made before a process joined (it joins at the least
+/// count of those in the queue), e.g. what processes starting together got before the window first filled.
+/// A process that stops asking (it died, gave up, or wants no more) keeps its entry until `queue_grace`
+/// (200 ms) past the retry-after Redis last gave it (after an admission, `queue_grace` from then): the
+/// places it waited for stay free that long after they free up, then go to the others; one slower than
+/// that to ask again (a stalled event loop) joins anew. A caller whose deadline comes before its turn fails
+/// at once and is not queued. Extra Redis cost per call: one range read of the queue and a pass over it
+/// (O(log N + W), W processes that asked within their grace), and one entry rewritten (ZREM, ZADD; the first
+/// time, a number from the counter); a member of about 60 characters per process in the sorted set. The
+/// queue lives in the stamps' sorted set, below score 0, so the window keeps its three keys in one Cluster
+/// slot.
 ///
 /// Rule from: the sliding log kept in a Redis sorted set (ZREMRANGEBYSCORE, ZCARD, ZADD in one script), the
 /// classic Redis sliding-log pattern, as in Redisson's RRateLimiter (a sorted set of permits pruned by
-/// score in a script); the waiter discipline is that of every rein limiter.
+/// score in a script); the waiter discipline is that of every rein limiter; the fleet queue is the shared
+/// semaphore's (waiting processes ranked by first denial, dropped when they stop asking).
 ///
 /// Failures (see failure_policy): while Redis cannot be asked, `fail_closed` completes waiting and new
 /// acquires with errc::unavailable and admits nothing; `fail_open` admits from a local

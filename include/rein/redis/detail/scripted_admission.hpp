@@ -102,8 +102,12 @@ struct message {
   std::int64_t n = 0;        ///< admission: units wanted; refund: units given back; pause: microseconds
   /// pause: the jitter added to the release, microseconds; admission, refund and renew: the model's tag
   /// (a shared semaphore's lease, see Model::tag below), or for an admission of a batching model the most
-  /// units to take (0: n exactly).
+  /// units to take (0: n exactly), or for an admission of a queueing model the microseconds its caller
+  /// will still wait (at least 1; 0: no deadline).
   std::int64_t extra = 0;
+  /// admission of a queueing model: the units its process waits for (those on the wire, this op's and those
+  /// of the ops behind it in the line, 64 ops at most), which the server's queue holds places for.
+  std::int64_t wanted = 0;
   friend bool operator==(const message&, const message&) = default;
 };
 
@@ -241,6 +245,10 @@ class free_places_model {
 ///   bool on_reply(tag, const verdict&, sent, now) an answer to a message sent at `sent` with `tag`; true:
 ///                                                 the lease is lost (nothing is held any more)
 ///   std::optional<std::int64_t> renewal()         the tag a lease renewal is sent with (none: no renewal)
+/// and, for a model whose server ranks the waiting processes (a shared window's fleet queue: `static
+/// constexpr bool queues`): each admission carries how long its caller will still wait (until its deadline),
+/// so that the server queues only a caller still waiting at its turn, not one that gives up before, and
+/// how many units this process waits for in all, so that the server holds places for all of them.
 template <class Clock, class Model>
 class scripted_admission {
   using remote_step = rein::detail::remote_step;
@@ -329,10 +337,10 @@ class scripted_admission {
       const time_point at = remote_ready_at(count, now);
       if (in_flight_ >= model_.window(now) || at > now) return remote_step::wait();
       const std::uint64_t ticket = first_ticket_ + tickets_.size();
-      const std::int64_t tag = batch_ask(n);
+      const std::int64_t tag = queues ? patience_us(*op, now) : batch_ask(n);
       try {
         tickets_.push_back(pending{op, n, now, tag, 0, false});
-        outbox_.push({message::kind::admission, ticket, n, tag});
+        outbox_.push({message::kind::admission, ticket, n, tag, queues ? in_flight_units_ + demand(*op) : 0});
       } catch (...) {
         if (tickets_.size() > ticket - first_ticket_) tickets_.pop_back();
         return remote_step::fail(net::error::no_memory);
@@ -518,6 +526,26 @@ class scripted_admission {
 
   // A model that takes units in batches (see the class comment).
   static constexpr bool batches = requires(Model& m) { m.spend(std::int64_t{}); };
+
+  // A model whose server ranks the waiting processes (see the class comment).
+  static constexpr bool queues = requires { requires Model::queues; };
+
+  // How long `op` will still wait, in microseconds: at least 1 (a deadline due now), 0 without a deadline.
+  static std::int64_t patience_us(const rein::detail::wait_op& op, time_point now) noexcept {
+    const std::int64_t deadline_ns = op.deadline_ns();
+    if (deadline_ns == rein::detail::no_deadline) return 0;
+    return std::max<std::int64_t>(1, rein::detail::ns_between(deadline_ns, rein::detail::to_ns_saturated(now)) / 1000);
+  }
+
+  // The units waiting from `op` on: its own and those of the ops behind it in the line (a remote line is
+  // FIFO), 64 ops at most, so that a long line costs no long walk. Those on the wire come on top.
+  static std::int64_t demand(const rein::detail::wait_op& op) noexcept {
+    std::int64_t units = 0;
+    int ops = 0;
+    for (const rein::detail::wait_op* w = &op; w != nullptr && ops < 64; w = w->next, ++ops)
+      units += static_cast<std::int64_t>(w->count);
+    return units;
+  }
 
   // An admission's tag: a holding model's lease, or the batch to ask for (0: n exactly).
   std::int64_t batch_ask(std::int64_t n) const noexcept {

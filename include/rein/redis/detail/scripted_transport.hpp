@@ -103,7 +103,7 @@ class scripted_transport final : public rein::detail::remote_transport<message_l
         commands_(o),
         sha_(sha1_hex(Commands::script)),
         load_command_(encode_command({"SCRIPT", "LOAD", Commands::script})),
-        take_one_command_(commands_.command(message{message::kind::admission, 0, 1, 0}, sha_)) {
+        take_one_command_(commands_.command(message{message::kind::admission, 0, 1, 0, 1}, sha_)) {
     // "SCRIPT LOAD once": on this and every later connection, before any EVALSHA.
     connection_->add_startup_command(load_command_);
   }
@@ -217,7 +217,8 @@ class scripted_transport final : public rein::detail::remote_transport<message_l
   bool submit(const std::shared_ptr<line_type>& line, const message& m) {
     if (m.what == message::kind::admission) {
       auto node = std::make_unique<admission_node>(line, m.ticket);
-      if (m.n == 1 && m.extra == 0) return hand_over(take_one_command_, std::move(node));  // made once, at construction
+      // Made once, at construction: one unit, no tag, wanting no more (0 and 1 read alike: at least n).
+      if (m.n == 1 && m.extra == 0 && m.wanted <= 1) return hand_over(take_one_command_, std::move(node));
       return hand_over(commands_.command(m, sha_), std::move(node));
     }
     if (m.what == message::kind::renew)

@@ -22,14 +22,20 @@ namespace rein::redis {
 /// and window: Redis stores the admissions' stamps, and each call applies the caller's limit and window.
 struct shared_sliding_window_options {
   /// The name of the window, the Redis hash tag: the keys are `prefix + "{" + key + "}:window"` (a sorted
-  /// set of admission stamps) and `... + ":window:seq"` (a counter naming them), both in one Cluster slot.
-  /// Not empty, no braces.
+  /// set of admission stamps and of the fleet's waiting processes), `... + ":window:seq"` (a counter naming
+  /// and ranking them) and `... + ":window:limit"` (set_limit's), all in one Cluster slot. Not empty, no
+  /// braces.
   std::string key;
   std::string prefix = "rein:";  ///< what the keys start with (no braces)
   std::int64_t limit = 0;        ///< most admissions in any window, fleet-wide, in [1, 2^27]
   /// The window's length, in (0, 1e9 s]. Redis keeps microseconds: a window of w admits at most `limit`
   /// with stamps in any half-open interval (t - w, t].
   std::chrono::milliseconds window{0};
+  /// How long a process keeps its entry in the fleet's queue past the retry-after Redis last gave it (past
+  /// its last admission: this long), in [1 ms, 1 h]. A process that dies (or stops asking) while waiting
+  /// holds back the places it was owed that long after they free up; one slower than that to ask again (a
+  /// stalled event loop) joins the queue anew, at its end and at the least count served.
+  std::chrono::milliseconds queue_grace{200};
   /// What to do while Redis cannot be asked (see failure_policy).
   failure_policy on_failure = failure_policy::fail_closed;
   /// With fail_open: the local window's share of the limit, in (0, 1] (its limit is at least 1).
@@ -46,16 +52,18 @@ struct shared_sliding_window_options {
 
 /// A shared_sliding_window's counters and state, copied under its lock (see shared_limiter_snapshot).
 struct shared_sliding_window_snapshot : shared_limiter_snapshot {
-  /// Free places in the window as of the last reply (blind to other processes since); `limit` before the
-  /// first reply.
+  /// Free places this process may take as of the last reply (blind to other processes since): the window's
+  /// free places less those the processes queued ahead of it asked for; `limit` before the first reply.
   std::int64_t free = 0;
 };
 
 namespace detail {
 
-/// What the sliding window's replies teach: its free places after the decision (the script's third
-/// number), so no more requests go on the wire than there are places (at least one). A denial says when
-/// the oldest admission that must leave leaves; that is the scripted admission's hold.
+/// What the sliding window's replies teach: the free places left to this process after the decision (the
+/// script's third number: net of what the fleet's queued processes ahead of it asked for), so no more
+/// requests go on the wire than there are places for it (at least one), and a process just admitted does
+/// not pipeline a burst past the others' turns. A denial says when the admission that must leave before its
+/// turn leaves; that is the scripted admission's hold.
 template <class Clock>
 class window_model : public free_places_model<Clock, shared_sliding_window_options> {
  public:
@@ -65,6 +73,8 @@ class window_model : public free_places_model<Clock, shared_sliding_window_optio
   using snapshot_type = shared_sliding_window_snapshot;
   using local_type = algo::basic_sliding_window<Clock>;
   using time_point = typename Clock::time_point;
+  /// Redis ranks the waiting processes (the fleet queue): admissions say how long their callers will wait.
+  static constexpr bool queues = true;
 
   /// The options, checked: std::invalid_argument naming the type, the field and the value.
   static options_type validated(options_type o) {
@@ -75,6 +85,8 @@ class window_model : public free_places_model<Clock, shared_sliding_window_optio
       fail("limit must be in [1, 2^27] admissions, got " + std::to_string(o.limit));
     if (o.window.count() < 1 || o.window > std::chrono::seconds(1'000'000'000))
       fail("window must be in [1 ms, 1e9 s], got " + std::to_string(o.window.count()) + "ms");
+    if (o.queue_grace.count() < 1 || o.queue_grace > std::chrono::hours(1))
+      fail("queue_grace must be in [1 ms, 1 h], got " + std::to_string(o.queue_grace.count()) + "ms");
     return o;
   }
 
