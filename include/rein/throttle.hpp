@@ -393,7 +393,7 @@ class throttle {
       (!std::is_same_v<typename detail::stage_spec<Stages>::weight, by_requests_t> || ...);
 
   // The places that hold a stage: an admission that took them all took every stage (up to 64; a longer
-  // list compares unequal, and count_skipped looks at each place).
+  // list compares unequal, and count_partly looks at each place).
   static constexpr std::bitset<stage_count> every_stage_{[] {
     unsigned long long bits = 0;
     for (std::size_t i = 0; i < stage_count && i < 64; ++i)
@@ -598,11 +598,14 @@ class throttle {
   /// lock that only admissions after waiting take). @throws std::bad_alloc (the list of stages' counts).
   throttle_snapshot snapshot() const {
     throttle_snapshot s;
+    std::uint64_t full = 0;  // admissions that took every stage
     const std::uint64_t finished = finished_.load(std::memory_order_relaxed);
     {
-      // Under the lock every timed admission is in both admitted_ and waited_: the rest waited no time.
+      // Under the lock every timed admission is in waited_ and in admitted_ or partial_: the rest waited
+      // no time.
       const std::lock_guard<std::mutex> lock(wait_mutex_);
-      s.admitted_total = admitted_.load(std::memory_order_relaxed);
+      full = admitted_.load(std::memory_order_relaxed);
+      s.admitted_total = full + partial_.load(std::memory_order_relaxed);
       s.wait = waited_;
     }
     s.wait.record(std::chrono::nanoseconds::zero(), s.admitted_total - s.wait.count());
@@ -624,7 +627,7 @@ class throttle {
     s.for_each_rejected([&s](reject_reason, std::uint64_t n) { s.rejected_total += n; });
     s.stages.reserve(stage_count);
     for (std::size_t i = 0; i < stage_count; ++i) {
-      s.stages.push_back(stage_counts(i, s.admitted_total));
+      s.stages.push_back(stage_counts(i, full));
       s.readmitted_total += s.stages.back().readmitted;
       s.given_back_total += s.stages.back().given_back;
     }
@@ -635,15 +638,16 @@ class throttle {
   friend guard;
   static constexpr std::size_t npos = guard::npos;
 
-  // The counts of the stage at i, given the admissions counted (a place left empty counts nothing).
-  throttle_stage_counts stage_counts(std::size_t i, std::uint64_t admitted) const noexcept {
+  // The counts of the stage at i, given the admissions that took every stage (a place left empty counts
+  // nothing). Each term only grows, so each count does from one snapshot to the next (a Prometheus counter);
+  // a difference of two counters read a moment apart would not.
+  throttle_stage_counts stage_counts(std::size_t i, std::uint64_t full) const noexcept {
     throttle_stage_counts c;
     c.position = i;
     c.kind = kind_of(i);
     if (placeholder_[i]) return c;
     const stage_tally& t = tallies_[i];
-    const std::uint64_t skipped = t.skipped.load(std::memory_order_relaxed);
-    c.admitted = admitted > skipped ? admitted - skipped : 0;  // read a moment apart: never below zero
+    c.admitted = full + t.partly.load(std::memory_order_relaxed);
     c.readmitted = t.readmitted.load(std::memory_order_relaxed);
     c.abandoned = t.abandoned.load(std::memory_order_relaxed);
     c.reconciled = t.reconciled.load(std::memory_order_relaxed);
@@ -944,10 +948,10 @@ class throttle {
     h.taken.reset();
   }
 
-  // An admission that did not take every stage (a stage charged 0 there): `skipped` for those it did not.
-  REIN_NOINLINE void count_skipped(const std::bitset<stage_count>& taken) noexcept {
+  // An admission that did not take every stage (a stage charged 0 there): `partly` for those it did.
+  REIN_NOINLINE void count_partly(const std::bitset<stage_count>& taken) noexcept {
     for (std::size_t i = 0; i < stage_count; ++i)
-      if (!taken[i] && !placeholder_[i]) tallies_[i].skipped.fetch_add(1, std::memory_order_relaxed);
+      if (taken[i]) tallies_[i].partly.fetch_add(1, std::memory_order_relaxed);
   }
 
   // A take at the stage at i: the first of this acquire, or a re-take. Static: read after a resumption, when
@@ -979,18 +983,20 @@ class throttle {
   void admit(guard& g, time_point now, time_point asked) noexcept {
     g.admitted_ = true;
     g.admitted_at_ = now;
-    if (g.held_.taken != every_stage_) count_skipped(g.held_.taken);
+    const bool full = g.held_.taken == every_stage_;
+    if (!full) count_partly(g.held_.taken);
+    std::atomic<std::uint64_t>& admissions = full ? admitted_ : partial_;
     g.held_.taken.reset();
     const std::chrono::nanoseconds sent(detail::to_ns_saturated(g.admitted_at_));
     for (permit& p : g.held_.permits)
       if (p) detail::permit_access::restamp(p, sent);
     if (now <= asked) {
-      admitted_.fetch_add(1, std::memory_order_relaxed);  // a zero wait: snapshot() counts it from admitted_
+      admissions.fetch_add(1, std::memory_order_relaxed);  // a zero wait: snapshot() counts it from these
       return;
     }
     const std::lock_guard<std::mutex> lock(wait_mutex_);
     waited_.record(std::chrono::duration_cast<std::chrono::nanoseconds>(now - asked));
-    admitted_.fetch_add(1, std::memory_order_relaxed);
+    admissions.fetch_add(1, std::memory_order_relaxed);
   }
 
   // Counts a caller as waiting while it is on the waiting path (however that path ends, the destruction of
@@ -1484,7 +1490,8 @@ class throttle {
   std::tuple<detail::stage_ref<Stages>...> refs_;
   throttle_options options_;
   std::shared_ptr<detail::throttle_life<throttle>> life_ = std::make_shared<detail::throttle_life<throttle>>(this);
-  std::atomic<std::uint64_t> admitted_{0};
+  std::atomic<std::uint64_t> admitted_{0};  // admissions that took every stage
+  std::atomic<std::uint64_t> partial_{0};   // the others (a stage charged 0 there)
   std::atomic<std::uint64_t> refused_[4] = {};
   std::atomic<std::uint64_t> failed_{0};
   // timed_out, queue_full, closed, exceeds_capacity, cancelled, unavailable
@@ -1492,9 +1499,9 @@ class throttle {
   std::atomic<std::uint64_t> finished_{0};
   std::atomic<std::uint64_t> rejections_{0};
   std::atomic<std::size_t> waiting_{0};
-  // What the throttle did at each stage (throttle_stage_counts; `admitted` is admitted_ less `skipped`).
+  // What the throttle did at each stage (throttle_stage_counts; `admitted` is admitted_ plus `partly`).
   struct stage_tally {
-    std::atomic<std::uint64_t> skipped{0};  // admissions that did not take the stage (charged 0 there)
+    std::atomic<std::uint64_t> partly{0};  // admissions that took this stage but not every one
     std::atomic<std::uint64_t> readmitted{0};
     std::atomic<std::uint64_t> abandoned{0};
     std::atomic<std::uint64_t> reconciled{0};

@@ -584,3 +584,42 @@ TEST_CASE("one key's backlog never holds the global slots that many other keys n
   CHECK(global.available() == global_slots);
   CHECK(per_key.snapshot("hot")->in_flight == 0);
 }
+
+// A stage's admitted count is a counter (Prometheus exports it as one): read while another thread admits
+// calls that skip the stage (charged 0 tokens there), it never goes down. It was once computed as the
+// throttle's admissions less the stage's skips, two counters read a moment apart, and fell as low as 0
+// between snapshots. Covers: one admitting thread, one reading thread, 100,000 snapshots.
+TEST_CASE("a stage's admitted count never decreases while calls that skip it are admitted",
+          "[throttle][stress][threads]") {
+  net::io_context io;
+  rein::semaphore global(io.get_executor(), 1000);
+  rein::token_bucket tpm(io.get_executor(), {.rate = 1e9, .capacity = 1'000'000'000});
+  rein::throttle t(global, rein::by_tokens(tpm));
+  for (int i = 0; i < 100; ++i) {
+    auto g = t.try_acquire("", {.requests = 1, .tokens = 1});
+    REQUIRE(g);
+    g.complete(rein::outcome::success);
+  }
+  REQUIRE(t.snapshot().stages[1].admitted == 100);
+  std::atomic<bool> stop{false};
+  std::thread admitting([&] {
+    while (!stop.load(std::memory_order_relaxed)) {
+      auto g = t.try_acquire("", {.requests = 1, .tokens = 0});
+      g.complete(rein::outcome::success);
+    }
+  });
+  std::uint64_t lowest = 100, decreases = 0, previous = 100;
+  for (int i = 0; i < 100'000; ++i) {
+    const std::uint64_t now = t.snapshot().stages[1].admitted;
+    lowest = std::min(lowest, now);
+    decreases += now < previous ? 1 : 0;
+    previous = now;
+  }
+  stop = true;
+  admitting.join();
+  CHECK(decreases == 0);
+  CHECK(lowest == 100);
+  const rein::throttle_snapshot s = t.snapshot();
+  CHECK(s.stages[1].admitted == 100);              // the others charged it nothing
+  CHECK(s.stages[0].admitted == s.admitted_total);  // the global stage took every one
+}
