@@ -221,6 +221,33 @@ TEST_CASE("semaphore admission: a grant read a lease or more after its request l
   CHECK(s.line->holders() == 2);
 }
 
+// A slow but live server: replies take longer than a lease, yet a renewal confirmed since the request left
+// holds the lease past the grant's reading, so the grant still counts (as lease_held() says) and is honoured;
+// before, every such grant was given back and asked again until the caller's deadline.
+TEST_CASE("semaphore admission: a grant read a lease after its request left is honoured while a later "
+          "confirmation holds the lease",
+          "[redis][semaphore]") {
+  auto o = limit_of(2);
+  o.lease = 300ms;
+  semaphore s(o);
+  result first, slow;
+  s.acquire(first, 1);
+  s.settle(0, allowed(1));  // at 0: the lease is held until 300 ms
+  poll(s.io);
+  REQUIRE(first.ec == error_code{});
+  advance_and_poll(s.io, 10ms);
+  s.acquire(slow, 1);  // sent at 10 ms
+  advance_and_poll(s.io, 240ms);
+  renewal_answer(s, 2, allowed(1), manual_clock::now() - 50ms);  // a renewal sent at 200 ms: held until 500 ms
+  advance_and_poll(s.io, 150ms);  // 400 ms: read 390 ms after the request left
+  s.settle(1, allowed(0));
+  poll(s.io);
+  CHECK(slow.ec == error_code{});
+  CHECK(slow.permit.count() == 1);
+  CHECK(s.snapshot().stale_grants == 0);
+  CHECK(s.snapshot().held == 2);
+}
+
 TEST_CASE("semaphore admission: a grant made under a lease lost since is given back under that lease and asked "
           "again under the new one",
           "[redis][semaphore]") {

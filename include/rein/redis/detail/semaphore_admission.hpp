@@ -153,12 +153,15 @@ class semaphore_model : public free_places_model<Clock, shared_semaphore_options
   bool owns(time_point granted_at) const noexcept { return granted_at > lost_at_; }
 
   /// Whether a grant to a request sent at `sent` under `tag` may be honoured at `now`: made under the
-  /// current lease, and read less than `lease` after the request left. Redis extended the lease to its own
-  /// time of the request plus `lease`, and that came after `sent`, so the grant surely still counts now (if
-  /// both clocks run at the same rate). A grant read later may have outlived its lease while this process
+  /// current lease, and read less than `lease` after the request left, or while a later confirmation still
+  /// holds the lease (lease_held: a slow but live server whose replies take longer than a lease would
+  /// otherwise have every grant given back). Redis extended the lease to its own time of the request plus
+  /// `lease`, and that came after `sent`, so the grant surely still counts now (if both clocks run at the same
+  /// rate). A grant read later, with no confirmation since, may have outlived its lease while this process
   /// stalled, and other processes may hold every permit since.
   bool fresh(std::int64_t tag, time_point sent, time_point now) const noexcept {
-    return static_cast<std::uint64_t>(tag / 2) == lease_ && now - sent < lease_length();
+    if (static_cast<std::uint64_t>(tag / 2) != lease_) return false;
+    return now - sent < lease_length() || now < held_until_;
   }
 
   /// An answer to a message sent at `sent` under `tag`. Returns true when it says the current lease is lost
