@@ -523,7 +523,7 @@ class cluster_core final : public std::enable_shared_from_this<cluster_core<Exec
       static const std::string asking = encode_command({"ASKING"});
       auto first = std::make_unique<discard_node>();
       if (!target->submit_pair(asking, first.get(), r->command(), r.get())) return false;
-      first.release();
+      (void)first.release();  // the connection owns it now
     }
     r.release();
     return true;

@@ -715,7 +715,7 @@ class connection_core final : public command_link, public std::enable_shared_fro
   timer_type watchdog_;     // request_timeout of the oldest pending command
   const connection_options options_;
   const algo::backoff backoff_;
-  std::array<char, 16 * 1024> read_buffer_{};
+  std::array<char, std::size_t{16} * 1024> read_buffer_{};
   std::string writing_buffer_;
   std::vector<::redisReply*> replies_;
   ::redisReader* reader_;

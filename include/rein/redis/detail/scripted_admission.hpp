@@ -411,8 +411,9 @@ class scripted_admission {
       case kind::denied:
         pending_hold_ = rein::detail::add_saturated(now, from_us(v.retry_after_us));
         return {op, remote_step::wait()};
-      case kind::unavailable: return {op, remote_step::wait()};  // the failure policy applies to it in line order
-      case kind::lost: return {op, remote_step::wait()};         // asked again as the model's new tag says
+      case kind::unavailable:  // the failure policy applies to it in line order
+      case kind::lost:         // asked again as the model's new tag says
+        return {op, remote_step::wait()};
       case kind::no_script:
       case kind::server_error: break;
     }
