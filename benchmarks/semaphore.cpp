@@ -11,6 +11,9 @@
 //                            observability model's cost next to none
 //   *_coarse                 the same timing its waits on the coarse clock (semaphore_options::
 //                            coarse_wait_clock), contended only
+//   *_direct                 the same handing a released permit to a waiter on the releasing thread's executor
+//                            in place (semaphore_options::direct_handoff: dispatch instead of post),
+//                            contended only
 //   contended_64x4_2_threads/ the contended loop on an io_context run by two threads (reactor on), wall time
 //                            per handoff (manual time: the benchmark thread is one of the two), for the
 //                            thread-safe idioms only: floor_post, rein_semaphore, concurrent_channel_*
@@ -149,6 +152,11 @@ rein::semaphore_options coarse_options() { return {.coarse_wait_clock = true}; }
 using st_coarse = configured<st_semaphore, coarse_options>;
 using ts_coarse = configured<ts_semaphore, coarse_options>;
 
+/// A release resumes a waiter on its own executor in place (semaphore_options::direct_handoff).
+rein::semaphore_options direct_options() { return {.direct_handoff = true}; }
+using st_direct = configured<st_semaphore, direct_options>;
+using ts_direct = configured<ts_semaphore, direct_options>;
+
 /// Wait measurement on (the default) and an observer set: every event goes to a counter (an uncontended
 /// acquire and release cause none; what is measured is the test for one).
 inline std::uint64_t observed_events = 0;
@@ -228,6 +236,7 @@ template <class Sem>
 constexpr bool is_rein = std::is_same_v<Sem, st_semaphore> || std::is_same_v<Sem, ts_semaphore> ||
                          std::is_same_v<Sem, st_untimed> || std::is_same_v<Sem, ts_untimed> ||
                          std::is_same_v<Sem, st_coarse> || std::is_same_v<Sem, ts_coarse> ||
+                         std::is_same_v<Sem, st_direct> || std::is_same_v<Sem, ts_direct> ||
                          std::is_same_v<Sem, st_observed> || std::is_same_v<Sem, ts_observed> ||
                          std::is_same_v<Sem, st_lifo> || std::is_same_v<Sem, ts_lifo> ||
                          std::is_same_v<Sem, st_priority> || std::is_same_v<Sem, ts_priority> ||
@@ -580,6 +589,8 @@ void register_timing(reactor mode) {
   contended_benchmark<ts_untimed>(on(contended, mode, "rein_semaphore_untimed"), mode);
   contended_benchmark<st_coarse>(on(contended, mode, "rein_single_thread_semaphore_coarse"), mode);
   contended_benchmark<ts_coarse>(on(contended, mode, "rein_semaphore_coarse"), mode);
+  contended_benchmark<st_direct>(on(contended, mode, "rein_single_thread_semaphore_direct"), mode);
+  contended_benchmark<ts_direct>(on(contended, mode, "rein_semaphore_direct"), mode);
   contended_benchmark<st_observed>(on(contended, mode, "rein_single_thread_semaphore_observed"), mode);
   contended_benchmark<ts_observed>(on(contended, mode, "rein_semaphore_observed"), mode);
   contended_benchmark<st_lifo>(on(contended, mode, "rein_single_thread_semaphore_lifo"), mode);
@@ -607,6 +618,7 @@ void register_two_threads() {
   two_thread_benchmark<floor_post>(p + "floor_post");
   two_thread_benchmark<ts_semaphore>(p + "rein_semaphore");
   two_thread_benchmark<ts_coarse>(p + "rein_semaphore_coarse");
+  two_thread_benchmark<ts_direct>(p + "rein_semaphore_direct");
   two_thread_benchmark<concurrent_channel_try_first>(p + "concurrent_channel_try_send_then_async_send");
   two_thread_benchmark<concurrent_channel_async>(p + "concurrent_channel_async_send");
 }

@@ -8,6 +8,7 @@
 //           single_thread_semaphore_untimed, semaphore_untimed,
 //           single_thread_semaphore_observed, semaphore_observed (an observer set that counts events),
 //           single_thread_semaphore_coarse, semaphore_coarse (waits timed on the coarse clock),
+//           single_thread_semaphore_direct, semaphore_direct (semaphore_options::direct_handoff),
 //           channel_async_send, channel_try_send_then_async_send, concurrent_channel_async_send,
 //           concurrent_channel_try_send_then_async_send
 #include "../support/channel_semaphore.hpp"
@@ -86,11 +87,15 @@ void run_channel(net::io_context& io) {
 long observed_events = 0;
 
 template <class Sem>
-void run_rein(net::io_context& io, bool measure_wait, bool observed = false, bool coarse = false) {
+void run_rein(net::io_context& io, bool measure_wait, bool observed = false, bool coarse = false,
+              bool direct = false) {
   rein::limiter_observer observer;
   if (observed) observer = [](const rein::limiter_event&) { ++observed_events; };
   Sem sem(io.get_executor(), permits,
-          {.measure_wait = measure_wait, .coarse_wait_clock = coarse, .observer = std::move(observer)});
+          {.measure_wait = measure_wait,
+           .coarse_wait_clock = coarse,
+           .observer = std::move(observer),
+           .direct_handoff = direct});
   run(io, sem, [](auto& s) { return rein_loop(s); });
 }
 
@@ -130,6 +135,10 @@ int main(int argc, char** argv) {
     run_rein<rein::single_thread_semaphore>(io, true, false, true);
   } else if (idiom == "semaphore_coarse") {
     run_rein<rein::semaphore>(io, true, false, true);
+  } else if (idiom == "single_thread_semaphore_direct") {
+    run_rein<rein::single_thread_semaphore>(io, true, false, false, true);
+  } else if (idiom == "semaphore_direct") {
+    run_rein<rein::semaphore>(io, true, false, false, true);
   } else if (idiom == "channel_async_send") {
     run_channel<channel, false>(io);
   } else if (idiom == "channel_try_send_then_async_send") {

@@ -14,7 +14,8 @@ count() {
 printf '| idiom (reactor %s) | instructions per iteration |\n|---|---:|\n' "$reactor"
 for idiom in floor bare_semaphore single_thread_semaphore single_thread_semaphore_untimed \
     single_thread_semaphore_observed \
-    single_thread_semaphore_coarse semaphore semaphore_untimed semaphore_observed semaphore_coarse \
+    single_thread_semaphore_coarse single_thread_semaphore_direct semaphore semaphore_untimed \
+    semaphore_observed semaphore_coarse semaphore_direct \
     channel_async_send channel_try_send_then_async_send concurrent_channel_async_send \
     concurrent_channel_try_send_then_async_send; do
   a=$(count "$idiom" 20000)

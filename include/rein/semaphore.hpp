@@ -102,6 +102,21 @@ struct semaphore_options {
   /// Splits the permits into partitions with guaranteed shares (`{{"live", 0.7}, {"batch", 0.3}}`), which
   /// acquires name through partition(name); see rein::partition for the rule. Default: none.
   std::vector<partition> partitions{};
+
+  /// Whether a release hands its permits to a waiter directly (dispatch instead of post): when the waiter's
+  /// handler would run on the executor the releasing code is running on (its associated executor's
+  /// running_in_this_thread(): an io_context's executor, a strand, or an any_io_executor holding an
+  /// io_context's executor), the handler runs inside the release, after the semaphore's lock is released,
+  /// instead of going through the scheduler, so a contended handoff costs one scheduler round trip instead
+  /// of two (docs/benchmarks.md). The ordering changes: the waiter may run before the code after
+  /// `release()` or the permit's destruction, and a coroutine waiting in `co_await acquire()` resumes there.
+  /// A handler that releases in turn hands off directly again, up to a small depth per thread
+  /// (detail::direct_handoff_max_depth), past which grants are posted, so the stack stays bounded. Grants to
+  /// handlers bound to other executors or threads, grants made by anything but a release (an acquire, a
+  /// timer, add_permits) and every failure are posted as without it; an exception thrown by a handler run
+  /// in place is rethrown from its executor's run(), as from a posted handler. Default: false (every
+  /// handler is posted).
+  bool direct_handoff = false;
 };
 
 /// A semaphore's state, copied out under its lock.
@@ -220,8 +235,8 @@ class basic_semaphore {
   /// Errors: errc::exceeds_capacity (n above a non-zero total, at once; a semaphore made with 0 permits is a
   /// gate: its waiters wait for add_permits), errc::queue_full (max_waiters reached,
   /// at once), errc::closed, `net::error::operation_aborted` (cancelled, or the semaphore was destroyed).
-  /// The handler is never invoked from inside this function or from inside a release: it goes through its
-  /// associated executor. While it waits, the operation counts as outstanding work on the semaphore's
+  /// The handler is never invoked from inside this function, nor from inside a release unless
+  /// semaphore_options::direct_handoff is set: it goes through its associated executor. While it waits, the operation counts as outstanding work on the semaphore's
   /// executor (`run()` does not return under it), as any pending Asio operation does.
   ///
   /// @par Per-Operation Cancellation
@@ -381,9 +396,11 @@ class basic_semaphore {
   static detail::line_options line_of(semaphore_options& o) {
     const auto aging = detail::checked_priority_aging({"rein::semaphore", o.name}, o.priority_aging);
     auto parts = detail::partition_table::make({"rein::semaphore", o.name}, o.partitions);
-    return detail::line_options{o.max_waiters, o.measure_wait, std::move(o.name), std::move(o.observer),
-                                o.order,       o.when_full,    aging,           std::move(parts),
-                                o.coarse_wait_clock};
+    detail::line_options line{o.max_waiters, o.measure_wait, std::move(o.name), std::move(o.observer),
+                              o.order,       o.when_full,    aging,           std::move(parts),
+                              o.coarse_wait_clock};
+    line.direct_handoff = o.direct_handoff;
+    return line;
   }
 
   // Every door is written once, in detail/acquire_doors.hpp.

@@ -11,6 +11,7 @@
 #include <rein/semaphore.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -1080,24 +1081,42 @@ TEST_CASE("100000 fast-path acquires in a row do not grow the stack", "[semaphor
   CHECK(span.bytes() < 4096);
 }
 
-TEST_CASE("100000 waiting acquires granted in a row do not nest on the stack", "[semaphore][fast]") {
+// 100000 waiters behind one permit, each giving it back inside its handler; the first release is made from
+// inside io.run(). What came out: the grants, the handlers the io_context ran, the stack span of the handlers.
+struct grant_chain {
+  int granted = 0;
+  std::size_t handlers = 0;
+  std::size_t stack_bytes = 0;
+  std::size_t available = 0;
+};
+
+grant_chain run_grant_chain(bool direct_handoff) {
   net::io_context io;
-  rein::semaphore sem(io, 1);
+  rein::semaphore sem(io, 1, {.direct_handoff = direct_handoff});
   permit held = sem.try_acquire();
   rein_test::stack_span span;
-  int count = 0;
+  grant_chain out;
   for (int i = 0; i < 100000; ++i) {
     sem.async_acquire(1, [&](error_code ec, permit p) {
       span.sample();
-      if (!ec && p) ++count;
-      // p goes back here, inside the handler: the next grant must be posted, not run in place
+      if (!ec && p) ++out.granted;
+      // p goes back here, inside the handler
     });
   }
-  held.release();
   poll(io);
-  CHECK(count == 100000);
-  CHECK(span.bytes() < 4096);
-  CHECK(sem.available() == 1);
+  net::post(io, [&] { held.release(); });
+  out.handlers = poll(io);
+  out.stack_bytes = span.bytes();
+  out.available = sem.available();
+  return out;
+}
+
+TEST_CASE("100000 waiting acquires granted in a row do not nest on the stack", "[semaphore][fast]") {
+  const grant_chain chain = run_grant_chain(false);
+  CHECK(chain.granted == 100000);
+  CHECK(chain.handlers > 100000);  // every grant posted, not run in place
+  CHECK(chain.stack_bytes < 4096);
+  CHECK(chain.available == 1);
 }
 
 TEST_CASE("two coroutines handing one permit back and forth 20000 times through the waiting path do not nest",
@@ -1155,6 +1174,146 @@ TEST_CASE("handlers run on their associated executor and never inside async_acqu
   CHECK_FALSE(w3->called());  // not from inside add_permits
   poll(io);
   CHECK(w3->called());
+}
+
+// ---- direct handoff (semaphore_options::direct_handoff) -------------------------------------------
+
+// Parks a waiter behind `sem`'s only permit, its handler bound to `bound` appending 'w', then gives the permit
+// back from a function posted to `on` that appends 'r' once the release returned: the order they ran in.
+template <class Sem, class Bound, class On>
+std::string handoff_order(net::io_context& io, Sem& sem, const Bound& bound, const On& on) {
+  std::string log;
+  permit held = sem.try_acquire();
+  REQUIRE(held);
+  sem.async_acquire(1, net::bind_executor(bound, [&log](error_code ec, permit p) {
+                      CHECK_FALSE(ec);
+                      CHECK(p);
+                      log += 'w';
+                    }));
+  poll(io);
+  net::post(on, [&] {
+    held.release();
+    log += 'r';
+  });
+  poll(io);
+  return log;
+}
+
+TEST_CASE("direct_handoff: a release on the waiter's executor runs the waiter in place; elsewhere it is posted",
+          "[semaphore][direct]") {
+  net::io_context io;
+  rein::semaphore sem(io, 1, {.direct_handoff = true});
+  CHECK(handoff_order(io, sem, io.get_executor(), io.get_executor()) == "wr");  // before the release returns
+  std::string log;
+  permit held = sem.try_acquire();
+  REQUIRE(held);
+  sem.async_acquire(1, [&](error_code, permit) { log += 'w'; });
+  held.release();  // outside io.run(): posted, as without the option
+  log += 'r';
+  CHECK(log == "r");
+  poll(io);
+  CHECK(log == "rw");
+  CHECK(sem.available() == 1);
+  rein::semaphore plain(io, 1);  // without the option, posted even from inside io.run()
+  CHECK(handoff_order(io, plain, io.get_executor(), io.get_executor()) == "rw");
+}
+
+TEST_CASE("direct_handoff: a handler bound to a strand runs in place only when the release runs in that strand",
+          "[semaphore][direct][executor]") {
+  net::io_context io;
+  rein::semaphore sem(io, 1, {.direct_handoff = true});
+  auto strand = net::make_strand(io);
+  CHECK(handoff_order(io, sem, strand, io.get_executor()) == "rw");
+  CHECK(handoff_order(io, sem, strand, strand) == "wr");
+  CHECK(sem.available() == 1);
+}
+
+TEST_CASE("direct_handoff: coroutines handing one permit back and forth skip a scheduler trip per round",
+          "[semaphore][direct][fast]") {
+  net::io_context io;
+  rein::semaphore sem(io, 1, {.direct_handoff = true});
+  rein_test::stack_span span;
+  int rounds = 0;
+  auto player = [&]() -> net::awaitable<void> {
+    for (int i = 0; i < 10000; ++i) {
+      permit p = co_await sem.acquire();
+      span.sample();
+      ++rounds;
+      co_await net::post(io, net::use_awaitable);
+    }
+  };
+  net::co_spawn(io, player(), net::detached);
+  net::co_spawn(io, player(), net::detached);
+  const std::size_t handlers = poll(io);
+  CHECK(rounds == 20000);
+  CHECK(handlers < 30000);  // a post per round; the grants ran in place (posted, it would be >= 40000)
+  CHECK(span.bytes() < 16384);  // one handoff deep at most
+  CHECK(sem.available() == 1);
+}
+
+TEST_CASE("direct_handoff: handlers that release in place nest at most a few deep, then the grant is posted",
+          "[semaphore][direct][fast]") {
+  const grant_chain chain = run_grant_chain(true);
+  CHECK(chain.granted == 100000);
+  CHECK(chain.handlers < 100000 / 2);  // most grants ran in place
+  CHECK(chain.handlers > 100000 / (rein::detail::direct_handoff_max_depth + 2));  // the chain was cut
+  CHECK(chain.stack_bytes < 32768);
+  CHECK(chain.available == 1);
+  CHECK(rein::detail::direct_handoff_depth == 0);
+}
+
+TEST_CASE("direct_handoff: a handler run in place that throws leaves the release and is rethrown from run()",
+          "[semaphore][direct]") {
+  net::io_context io;
+  rein::semaphore sem(io, 1, {.direct_handoff = true});
+  permit held = sem.try_acquire();
+  sem.async_acquire(1, [](error_code, permit p) {
+    CHECK(p);
+    throw std::runtime_error("handler failed");
+  });
+  poll(io);
+  bool returned = false;
+  net::post(io, [&] {
+    held.release();
+    returned = true;
+  });
+  CHECK_THROWS_AS(poll(io), std::runtime_error);
+  CHECK(returned);
+  CHECK(sem.available() == 1);
+  CHECK(sem.snapshot().in_flight == 0);
+  CHECK(rein::detail::direct_handoff_depth == 0);
+}
+
+TEST_CASE("direct_handoff: threads running one io_context hand permits over without losing one",
+          "[semaphore][direct][threads]") {
+  for (const bool on_strands : {false, true}) {
+    net::io_context io;
+    rein::semaphore sem(io, 4, {.direct_handoff = true});
+    std::atomic<int> rounds{0};
+    std::atomic<int> inside{0};
+    std::atomic<bool> over{false};
+    auto worker = [&]() -> net::awaitable<void> {
+      for (int i = 0; i < 300; ++i) {
+        permit p = co_await sem.acquire();
+        if (inside.fetch_add(1) >= 4) over = true;
+        rounds.fetch_add(1);
+        co_await net::post(co_await net::this_coro::executor, net::use_awaitable);
+        inside.fetch_sub(1);
+      }
+    };
+    for (int i = 0; i < 32; ++i) {
+      if (on_strands) net::co_spawn(net::make_strand(io), worker(), net::detached);
+      else net::co_spawn(io, worker(), net::detached);
+    }
+    std::thread t1([&io] { io.run(); });
+    std::thread t2([&io] { io.run(); });
+    t1.join();
+    t2.join();
+    CHECK(rounds == 32 * 300);
+    CHECK_FALSE(over);
+    CHECK(sem.available() == 4);
+    CHECK(sem.snapshot().in_flight == 0);
+  }
 }
 
 TEST_CASE("the operation is allocated with the handler's associated allocator", "[semaphore][allocator]") {

@@ -10,7 +10,9 @@
 //
 // Locking discipline: under the lock the core only moves pointers, asks the policy, records statistics and
 // arms its own timer (Asio timers are not thread-safe, so the lock is what serialises them; the timer's
-// handler is ours). User handlers are posted after the lock is released (class completions). The
+// handler is ours). User handlers are posted after the lock is released (class completions), or, with
+// line_options::direct_handoff, a release's grants are run in place after the unlock when their executor is
+// running in the releasing thread (nesting bounded: wait_op.hpp). The
 // allocations under the lock are the wait histogram's (global operator new, never a user's allocator): a
 // block when a wait falls in an octave for the first time, and its copy when a snapshot is taken; with
 // partitions, the snapshot's copy of them; and a remote policy's messages, queued until they are sent.
@@ -121,6 +123,9 @@ struct line_options {
                                    ///< outside priority order; otherwise ignored)
   std::chrono::nanoseconds wake_jitter{};  ///< the timer wakes the head up to this much after it is ready, >= 0
   std::uint64_t jitter_seed = 0;           ///< of the wake-up jitter's draws
+  bool direct_handoff = false;  ///< a release runs a grant in place when the handler's executor is running in the
+                                ///< releasing thread (dispatch instead of post; wait_op.hpp), nesting at most
+                                ///< direct_handoff_max_depth deep
 };
 
 /// A policy whose limit can be split into partitions: `partition_limit()` is the limit in permits now.
@@ -199,6 +204,7 @@ class limiter_core final : public permit_source,
         coarse_wait_(coarse_capable && options.coarse_wait_clock && options.measure_wait &&
                      options.order != queue_order::priority),
         has_observer_(static_cast<bool>(options.observer)),
+        direct_handoff_(options.direct_handoff),
         name_(options.name.empty() ? nullptr : std::make_shared<const std::string>(std::move(options.name))),
         observer_(std::move(options.observer)),
         partitions_(std::move(options.partitions)),
@@ -446,6 +452,7 @@ class limiter_core final : public permit_source,
       return;
     }
     completions done(this);
+    done.direct = direct_handoff_;  // only a release hands off directly: an initiation never completes inline
     const time_point now = clock_now_locked();
     policy_release(n, stamp, note, result, now);
     dispatch_locked(now, done);
@@ -636,6 +643,7 @@ class limiter_core final : public permit_source,
 
     ready_list ready;
     bool send = false;  // a remote policy queued messages: send them after the unlock
+    bool direct = false;  // a release's batch on a line with direct_handoff: grants may run in place
     std::optional<work_guard> idle_work;
     std::optional<event_buffer> events;  // engaged at the first event (only with an observer)
 
@@ -1304,6 +1312,7 @@ class limiter_core final : public permit_source,
   // steady_clock's, never used for a deadline, a priority key or a policy.
   bool coarse_wait_;
   bool has_observer_;
+  bool direct_handoff_;  // line_options::direct_handoff: a release's grants may run in place
   std::size_t queued_units_ = 0;
   std::size_t in_flight_ops_ = 0;  // remote policies: queued ops whose request is out
   std::shared_ptr<transport_type> transport_;  // remote policies: where the outbox goes
@@ -1394,7 +1403,7 @@ REIN_SEPARATE_INLINE try_status limiter_core<Policy, Executor, Clock, Mutex, Sig
 template <class Policy, class Executor, class Clock, class Mutex, acquire_signature Signature>
 REIN_SEPARATE_INLINE limiter_core<Policy, Executor, Clock, Mutex, Signature>::completions::~completions() {
   std::shared_ptr<wait_owner> keep = std::move(keep_alive_);  // released last, after the posting
-  ready.complete_all(&core_->executor_, core_, keep);
+  ready.complete_all(&core_->executor_, core_, keep, direct);
   if constexpr (remote) {
     if (send) core_->send_pending();
   }

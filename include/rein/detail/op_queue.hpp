@@ -79,10 +79,13 @@ class ready_list {
 
   /// Posts every completion, in the order the ops were made ready. Call without holding the lock. `keep`
   /// (a reference to the owner) is shared with the runners of granted ops; the last op may take it.
-  void complete_all(const void* io_executor, wait_owner* owner, std::shared_ptr<wait_owner>& keep) noexcept {
+  /// `direct`: a grant whose handler's executor runs in this thread is run in place (a direct handoff, see
+  /// wait_op.hpp); it may release and complete another batch before this one's next op is completed.
+  void complete_all(const void* io_executor, wait_owner* owner, std::shared_ptr<wait_owner>& keep,
+                    bool direct = false) noexcept {
     while (wait_op* op = head_) {
       head_ = op->next;  // read before completing: the op may be freed on another thread right after
-      op->complete(op, io_executor, owner, keep, head_ == nullptr);
+      op->complete(op, io_executor, owner, keep, head_ == nullptr, direct);
     }
     tail_ = nullptr;
   }

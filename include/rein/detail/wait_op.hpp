@@ -12,10 +12,12 @@
 //   runner uses a plain read and write instead: there, a cancellation cannot run at the same time. Either
 //   way nothing is lost and nothing is handed out twice. This is what lets a waiter cancelled after its
 //   grant but before it resumes pass the permit on, as asyncio's and tokio's semaphores do.
-// - Completion never runs the handler in place: `complete` posts a runner to the handler's associated
-//   executor. The op stays allocated until the runner runs there, clears the cancellation slot and frees the
-//   op, so a cancellation emitted meanwhile (from that same executor, as Asio requires of emitters) still
-//   reads a live op.
+// - Completion posts a runner to the handler's associated executor. The op stays allocated until the runner
+//   runs there, clears the cancellation slot and frees the op, so a cancellation emitted meanwhile (from
+//   that same executor, as Asio requires of emitters) still reads a live op. The one exception is a direct
+//   handoff (line_options::direct_handoff, asked for by a release only): a granted op whose handler's
+//   executor is running in this thread (running_here) is run in place, after the lock was released, unless
+//   direct handoffs already nest direct_handoff_max_depth deep on this thread (then it is posted as usual).
 // - A runner of a granted op holds the limiter core alive (shared ownership), so that it can hand the units
 //   back when the limiter was destroyed meanwhile (then the handler gets operation_aborted, never a permit
 //   to a dead limiter) or when the runner is destroyed unrun (an execution context destroyed with the
@@ -36,6 +38,7 @@
 #include <asio/error.hpp>
 #include <asio/io_context.hpp>
 #include <asio/post.hpp>
+#include <asio/strand.hpp>
 #else
 #include <boost/asio/associated_allocator.hpp>
 #include <boost/asio/associated_cancellation_slot.hpp>
@@ -44,12 +47,15 @@
 #include <boost/asio/error.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
 #endif
 
 #include <atomic>
 #include <chrono>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <limits>
 #include <memory>
 #include <type_traits>
@@ -82,6 +88,36 @@ void post_unwrapped(const Executor& ex, Function&& f) {
 #endif
   net::post(ex, std::forward<Function>(f));
 }
+
+/// Whether `ex` is running in this thread, so that a handler bound to it may be run in place (dispatch
+/// semantics): exact for an io_context's executor and for strands (their running_in_this_thread()); an
+/// any_io_executor is asked through the io_context executor, or the strand of one, that it holds (checked by
+/// type first, as in post_unwrapped); any other executor, or one that cannot tell, answers false (the handler
+/// is posted).
+template <class Executor>
+bool running_here(const Executor& ex) noexcept {
+  if constexpr (std::is_same_v<Executor, net::any_io_executor>) {
+#if !defined(BOOST_ASIO_NO_TYPEID) && !defined(ASIO_NO_TYPEID)
+    if (!ex) return false;
+    if (ex.target_type() == typeid(net::io_context::executor_type))
+      return ex.template target<net::io_context::executor_type>()->running_in_this_thread();
+    if (ex.target_type() == typeid(net::strand<net::io_context::executor_type>))  // co_spawn(make_strand(io))
+      return ex.template target<net::strand<net::io_context::executor_type>>()->running_in_this_thread();
+#endif
+    return (void)ex, false;
+  } else if constexpr (requires { { ex.running_in_this_thread() } -> std::convertible_to<bool>; }) {
+    return ex.running_in_this_thread();
+  } else {
+    return (void)ex, false;
+  }
+}
+
+/// How deep direct handoffs may nest on one thread: a handler run in place that releases again grants the
+/// next waiter in place too, so the chain is cut here (the next grant is posted) to bound the stack.
+inline constexpr unsigned direct_handoff_max_depth = 4;
+
+/// The direct handoffs running on this thread, one inside the other.
+inline thread_local unsigned direct_handoff_depth = 0;
 
 enum class wait_status : std::uint8_t {
   queued,            ///< linked in the queue
@@ -142,8 +178,9 @@ struct fair_node {
 struct wait_op {
   // `keep` is a reference to the core, owned by the batch being completed: a granted op's runner copies it,
   // or takes it when `last` (the batch's final op), so that a handoff costs one reference, not three.
+  // `direct`: a grant whose handler's executor runs in this thread may run in place (a direct handoff).
   using complete_fn = void (*)(wait_op*, const void* io_executor, wait_owner* owner, std::shared_ptr<wait_owner>& keep,
-                               bool last) noexcept;
+                               bool last, bool direct) noexcept;
 
   // FIFO links (op_queue).
   wait_op* next = nullptr;
@@ -444,8 +481,11 @@ class basic_wait_op final : public Base {
 
   // Never throws: if the post fails (no memory), the runner is destroyed unrun, which gives a grant back
   // and frees the op; the handler is then destroyed uncalled, as when its execution context goes away.
+  // A direct handoff runs the runner here instead (see the invariants at the top); an exception thrown by
+  // the handler is posted to its executor and rethrown there, so that it leaves that executor's run() as it
+  // would have from a posted handler, not the release that granted it.
   static void do_complete(wait_op* base, const void* io_executor, wait_owner* owner, std::shared_ptr<wait_owner>& keep,
-                          bool last) noexcept {
+                          bool last, bool direct) noexcept {
     auto* op = static_cast<basic_wait_op*>(base);
     // A grant can still turn into `aborted` (revoked) concurrently, never the other way round.
     const bool granted = op->status.load(std::memory_order_acquire) == wait_status::granted;
@@ -453,9 +493,31 @@ class basic_wait_op final : public Base {
     if (granted) ref = last ? std::move(keep) : keep;
     runner r(op, granted ? owner : nullptr, std::move(ref));
     try {
-      post_unwrapped(net::get_associated_executor(r.handler(), *static_cast<const IoExecutor*>(io_executor)),
-                     std::move(r));
+      const auto ex = net::get_associated_executor(r.handler(), *static_cast<const IoExecutor*>(io_executor));
+      if (direct && granted && direct_handoff_depth < direct_handoff_max_depth && running_here(ex)) {
+        run_in_place(r, ex);
+        return;
+      }
+      post_unwrapped(ex, std::move(r));
     } catch (...) {
+    }
+  }
+
+  template <class Executor>
+  static void run_in_place(runner& r, const Executor& ex) noexcept {
+    ++direct_handoff_depth;
+    std::exception_ptr thrown;
+    try {
+      r();
+    } catch (...) {
+      thrown = std::current_exception();
+    }
+    --direct_handoff_depth;
+    if (thrown) [[unlikely]] {
+      try {
+        net::post(ex, [thrown] { std::rethrow_exception(thrown); });
+      } catch (...) {
+      }
     }
   }
 
