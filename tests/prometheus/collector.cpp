@@ -11,6 +11,7 @@
 #include <rein/prometheus/collector.hpp>
 #include <rein/semaphore.hpp>
 #include <rein/throttle.hpp>
+#include <rein/token_bucket.hpp>
 
 #include <chrono>
 #include <mutex>
@@ -321,4 +322,21 @@ TEST_CASE("collector: an admission throttle's admissions and its refusals, reaso
   CHECK(metric(families, "rein_rejected_total", {{"limiter", "search"}, {"reason", "admission"}})->counter.value ==
         refused);
   CHECK(refused > 0);
+}
+
+TEST_CASE("collector: a token bucket's reservations, those cancelled and the tokens they gave back", "[prometheus]") {
+  rein_test::manual_clock_at_epoch epoch;
+  net::io_context io;
+  rein::basic_token_bucket<net::any_io_executor, manual_clock> b(io, {.rate = 10, .capacity = 10, .name = "api"});
+  auto first = b.reserve(10);
+  auto second = b.reserve(5);  // 500 ms into debt
+  REQUIRE(first.ok());
+  REQUIRE(second.ok());
+  second.cancel();  // the last one: all 5 come back
+  rein::prometheus::collector c;
+  c.add(b);
+  const auto families = c.Collect();
+  CHECK(metric(families, "rein_reserved_total", {{"limiter", "api"}})->counter.value == 2);
+  CHECK(metric(families, "rein_reservations_cancelled_total", {{"limiter", "api"}})->counter.value == 1);
+  CHECK(metric(families, "rein_reserved_returned_total", {{"limiter", "api"}})->counter.value == 5);
 }

@@ -41,6 +41,9 @@ namespace rein::prometheus {
 // | rein_limit                      | gauge     | limit (calls, or units per second for rates)           |
 // | rein_utilisation_ratio          | gauge     | utilisation                                            |
 // | rein_tokens                     | gauge     | tokens                                                 |
+// | rein_reserved_total             | counter   | a token bucket's reservations (reserve())              |
+// | rein_reservations_cancelled_total | counter | ... of those cancelled before their time               |
+// | rein_reserved_returned_total    | counter   | ... tokens those cancellations gave back               |
 // | rein_paused                     | gauge     | paused (0 or 1)                                        |
 // | rein_circuit_state              | gauge     | an adaptive limiter's circuit: 0 closed, 1 half-open,  |
 // |                                 |           | 2 open (ordered by how much is refused)                |
@@ -313,6 +316,17 @@ class collector : public ::prometheus::Collectable {
     }
   }
 
+  // A token bucket's reservations (token_bucket::reserve): taken, cancelled, and the tokens given back.
+  template <class Snapshot>
+  static void export_reservations(sink& out, const labels& l, const Snapshot& s) {
+    out.counter("rein_reserved_total", "Reservations a token bucket made (reserve()).", l,
+                static_cast<double>(s.reserved_total));
+    out.counter("rein_reservations_cancelled_total", "Reservations cancelled before their time to act.", l,
+                static_cast<double>(s.reservations_cancelled_total));
+    out.counter("rein_reserved_returned_total", "Tokens that cancelled reservations gave back.", l,
+                static_cast<double>(s.reserved_returned_total));
+  }
+
   template <class Snapshot>
   static void export_snapshot(sink& out, const labels& l, const Snapshot& s) {
     if constexpr (requires { s.acquired_total; })
@@ -331,6 +345,7 @@ class collector : public ::prometheus::Collectable {
     if constexpr (requires { s.utilisation; })
       out.gauge("rein_utilisation_ratio", "How much of the limit is used, in [0, 1].", l, s.utilisation);
     if constexpr (requires { s.tokens; }) out.gauge("rein_tokens", "Tokens in the bucket now.", l, s.tokens);
+    if constexpr (requires { s.reserved_total; }) export_reservations(out, l, s);
     if constexpr (requires { s.paused; })
       out.gauge("rein_paused", "Whether a quota gate's pause is in effect (1) or not (0).", l, s.paused ? 1.0 : 0.0);
     if constexpr (requires { s.circuit; })
