@@ -227,6 +227,24 @@ TEST_CASE("the fleet queue: a burst of freed places is shared, not taken by whoe
   CHECK(s.queue() == entries{"a 12 0", "b 16 4", "c 12 8", "d 13 7"});
 }
 
+// Requests of several units each: what the others are owed is counted before the asker's first unit, so the
+// first in line gets in once its units are free. Counted to its last unit, a and b (3 each of a limit of 3)
+// were each owed the other's 3 first and both were denied for ever, with the window empty.
+TEST_CASE("the fleet queue: processes asking for more than limit / 2 at once take turns, none starves") {
+  redis_server server;
+  net::io_context io;
+  rein::redis::connection c(io, local(server.port()));
+  const script_runner s{io, c, unique_key("units"), "60000000", "3", "60000000"};
+  CHECK(s.ask("x", 3) == reply_of{1, 0, 0});  // the window full
+  CHECK(s.ask("a", 3)[0] == 0);                // a, then b, queued for 3 each
+  CHECK(s.ask("b", 3)[0] == 0);
+  CHECK(s.ask("x", -3) == reply_of{1, 0, 3});  // all 3 free
+  CHECK(s.ask("b", 3)[0] == 0);                // a is first in line: b waits though 3 are free
+  CHECK(s.ask("a", 3) == reply_of{1, 0, 0});
+  CHECK(s.ask("x", -3)[0] == 1);               // a's places back (given back as x's here, by the script's count)
+  CHECK(s.ask("b", 3) == reply_of{1, 0, 0});   // then b's turn
+}
+
 TEST_CASE("the fleet queue: a queued process that stops asking loses its place its grace after its retry-after") {
   redis_server server;
   net::io_context io;

@@ -99,7 +99,9 @@ local function owed(last)
 end
 local wants = math.min(math.max(n, tonumber(ARGV[7])), limit)
 local free = limit - count
-local ahead, soonest = owed(served + n - 1)
+-- What the others are owed before this request's first unit (start-time order): counted to its last unit,
+-- two processes each asking for more than limit / 2 places were each owed too much to ever get in.
+local ahead, soonest = owed(served)
 local reply, entry
 if n + ahead > free then
   local k = count + n + ahead - limit
