@@ -284,6 +284,14 @@ TEST_CASE("admission: a closed admission sheds with 503", "[beast][server]") {
   CHECK(f.a.state("").remaining == 2);
 }
 
+TEST_CASE("admission: made on an io_context as on its executor", "[beast][server]") {
+  rein_test::manual_clock_at_epoch epoch;
+  net::io_context io;
+  admission a(io, {.rate = 1, .burst = 2, .concurrency = 1});
+  CHECK(a.state("").remaining == 2);
+  CHECK(a.slots().available() == 1);
+}
+
 TEST_CASE("admission options are checked, naming the type, the field and the value", "[beast][server]") {
   net::io_context io;
   const auto message = [&](rein::beast::admission_options o) {

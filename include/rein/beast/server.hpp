@@ -25,6 +25,7 @@
 #include <boost/beast/http/string_body.hpp>
 
 #include <algorithm>
+#include <type_traits>
 #include <chrono>
 #include <cmath>
 #include <cstddef>
@@ -264,6 +265,12 @@ class basic_admission {
         buckets_(ex, keyed_options{.max_keys = options_.max_keys, .name = options_.name},
                  token_bucket_options{.rate = options_.rate, .capacity = options_.burst, .name = options_.name}),
         slots_(ex, options_.concurrency, semaphore_options{.name = options_.name}) {}
+
+  /// The same on an execution context (an io_context), as every rein limiter takes one.
+  template <class ExecutionContext>
+    requires std::is_convertible_v<ExecutionContext&, net::execution_context&>
+  basic_admission(ExecutionContext& context, admission_options options)
+      : basic_admission(executor_type(context.get_executor()), std::move(options)) {}
 
   basic_admission(const basic_admission&) = delete;
   basic_admission& operator=(const basic_admission&) = delete;
