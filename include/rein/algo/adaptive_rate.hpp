@@ -222,7 +222,7 @@ class basic_adaptive_rate {
       if (sent_in_window_ == 0) first_take_ns_ = now, first_take_n_ = n;
       last_take_ns_ = now;
       sent_in_window_ += n;
-      recent_.add(now, n);
+      if (in_slow_start()) recent_.add(now, n);
     }
     return result;
   }
@@ -337,7 +337,7 @@ class basic_adaptive_rate {
     const double half_cut = (1.0 + options_.beta) / 2.0;
     const bool plateau = !paused && decreases_ > 0 && w > cut_to_ && half_cut * w <= w_max_;
     double beta = plateau ? half_cut : options_.beta;
-    if (paused && decreases_ == 0 && options_.slow_start) beta = std::min(beta, 0.5);
+    if (paused && in_slow_start()) beta = std::min(beta, 0.5);
     if (paused && decreases_ > 0 && w < half_cut * w_max_) beta = options_.beta * options_.beta;
     cut_to_ = beta * w;
     w_max_ = w;
@@ -445,15 +445,19 @@ class basic_adaptive_rate {
   // 1 / ln 2 (1.44): the rate of the latest few takes reads it.
   double congested_rate(std::int64_t now) const {
     auto sending = sending_rate(now);
-    if (sending && decreases_ == 0 && options_.slow_start) {
+    if (sending && in_slow_start()) {
       if (const auto latest = recent_.rate()) sending = std::max(*sending, std::min(*latest, 1.44 * *sending));
     }
     return sending ? std::min(rate_, *sending) : rate_;
   }
 
+  // Until the first cut: the rate doubles every window. Only that cut reads the latest takes, so takes are
+  // recorded only here.
+  bool in_slow_start() const noexcept { return decreases_ == 0 && options_.slow_start; }
+
   double curve(std::int64_t now) const noexcept {
     const double t = static_cast<double>(now - epoch_ns_) / 1e9;
-    if (decreases_ == 0 && options_.slow_start)
+    if (in_slow_start())
       return options_.initial_rate * std::exp2(t * 1e9 / static_cast<double>(options_.measure_interval.count()));
     const double x = t - k_;
     if (!holding() || decreases_ == 0) return options_.scale * x * x * x + w_max_;
