@@ -40,6 +40,7 @@
 #include <rein/config.hpp>
 #include <rein/error.hpp>
 #include <rein/fixed_window.hpp>
+#include <rein/hedge.hpp>
 #include <rein/keyed.hpp>
 #include <rein/line_view.hpp>
 #include <rein/null_mutex.hpp>
