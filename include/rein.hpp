@@ -18,6 +18,7 @@
 #include <rein/algo/circuit.hpp>
 #include <rein/algo/fixed_window.hpp>
 #include <rein/algo/gradient.hpp>
+#include <rein/algo/hedge_delay.hpp>
 #include <rein/algo/limit_algorithm.hpp>
 #include <rein/algo/log_histogram.hpp>
 #include <rein/algo/pacing_margin.hpp>

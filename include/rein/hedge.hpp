@@ -3,6 +3,7 @@
 // budget bounds the extra load.
 #pragma once
 
+#include <rein/algo/hedge_delay.hpp>
 #include <rein/algo/log_histogram.hpp>
 #include <rein/algo/retry_budget.hpp>
 #include <rein/config.hpp>
@@ -83,7 +84,7 @@ inline algo::retry_budget_options default_hedge_budget() {
   return budget;
 }
 
-/// Options of a hedge policy.
+/// Options of a hedge policy. The first four are rein::algo::hedge_delay_options, the delay rule.
 struct hedge_options {
   /// The hedge delay when `quantile` is unset, and while the latencies read hold fewer than `min_samples`
   /// values. > 0. Default 2 s (Polly's HedgingStrategyOptions.Delay).
@@ -94,7 +95,7 @@ struct hedge_options {
   /// The fewest latencies a quantile is read from (tower's min_data_points); >= 1.
   std::uint64_t min_samples = 20;
   /// The policy's own latencies are those of the last full period of this length (tower's rotating
-  /// histogram); > 0.
+  /// histogram: rein::algo::hedge_delay); > 0.
   std::chrono::nanoseconds latency_period{std::chrono::seconds{10}};
   /// The hedge budget shared by every hedge() using the policy (rein::algo::retry_budget: each call deposits
   /// `retry_ratio` of a hedge, each hedge withdraws one). Default: default_hedge_budget(). nullopt: none.
@@ -149,13 +150,9 @@ class basic_hedge_policy {
   /// of range (delay, quantile, min_samples and latency_period as documented; budget.* as
   /// rein::algo::retry_budget requires).
   explicit basic_hedge_policy(hedge_options options = {})
-      : delay_(options.delay), quantile_(options.quantile), min_samples_(options.min_samples),
-        period_(options.latency_period), name_(std::move(options.name)) {
-    if (delay_ <= std::chrono::nanoseconds::zero()) fail("delay must be > 0", detail::show(delay_));
-    if (quantile_ && !(*quantile_ > 0.0 && *quantile_ < 100.0))
-      fail("quantile must be in (0, 100)", detail::show(*quantile_));
-    if (min_samples_ == 0) fail("min_samples must be >= 1", detail::show(min_samples_));
-    if (period_ <= std::chrono::nanoseconds::zero()) fail("latency_period must be > 0", detail::show(period_));
+      : rule_(detail::renaming_errors("rein::algo::hedge_delay", {"rein::hedge_policy", options.name},
+                                      [&] { return algo::basic_hedge_delay<Clock>(delay_options(options)); })),
+        name_(std::move(options.name)) {
     if (!options.budget) return;
     detail::renaming_errors("rein::algo::retry_budget", {"rein::hedge_policy", name_},
                             [&] { budget_.emplace(*options.budget); }, "budget.");
@@ -167,15 +164,13 @@ class basic_hedge_policy {
   /// The hedge delay read from `latencies`: its `quantile` percentile once it holds min_samples values,
   /// otherwise (or without a quantile) the fixed delay.
   std::chrono::nanoseconds delay_for(const duration_histogram& latencies) const noexcept {
-    if (!quantile_ || latencies.count() < min_samples_) return delay_;
-    return latencies.percentile(*quantile_);
+    return rule_.delay_for(latencies);  // reads only the options, fixed at construction: no lock
   }
 
   /// The hedge delay read from the policy's own latencies (those of the last full latency_period).
   std::chrono::nanoseconds delay() {
     std::lock_guard<Mutex> lock(mutex_);
-    rotate_locked(Clock::now());
-    return delay_for(previous_);
+    return rule_.delay(Clock::now());
   }
 
   /// Records a new call (a first attempt): a deposit into the budget.
@@ -198,12 +193,12 @@ class basic_hedge_policy {
     return true;
   }
 
-  /// Records the latency of an attempt that ended by itself (a cancelled one is not recorded: its latency
-  /// is unknown, only longer than it ran; tower's hedge records the same way).
+  /// Records the latency of an attempt that ended by itself, from its start (its wait for a permit
+  /// included) to its end. A cancelled one is not recorded: its latency is unknown, only longer than it ran
+  /// (tower's hedge records the same way).
   void on_latency(std::chrono::nanoseconds latency) {
     std::lock_guard<Mutex> lock(mutex_);
-    rotate_locked(Clock::now());
-    current_.record(latency);
+    rule_.record(Clock::now(), latency);
   }
 
   /// Records how a call ended: whether it succeeded, whether the hedge won, whether the hedge was cancelled.
@@ -219,7 +214,7 @@ class basic_hedge_policy {
     std::lock_guard<Mutex> lock(mutex_);
     hedge_snapshot s = stats_;
     s.acquired_total = s.succeeded_total;
-    s.latency = current_;
+    s.latency = rule_.current();
     return s;
   }
 
@@ -234,37 +229,20 @@ class basic_hedge_policy {
   }
 
  private:
-  [[noreturn]] void fail(const std::string& rule, const std::string& got) const {
-    detail::throw_invalid(detail::describe("rein::hedge_policy", name_), rule, got);
+  static algo::hedge_delay_options delay_options(const hedge_options& o) {
+    algo::hedge_delay_options rule;
+    rule.delay = o.delay;
+    rule.quantile = o.quantile;
+    rule.min_samples = o.min_samples;
+    rule.latency_period = o.latency_period;
+    return rule;
   }
 
-  // tower's RotatingHistogram: reads come from the last full period, writes go to the current one; a gap of
-  // two periods or more leaves nothing to read.
-  void rotate_locked(time_point now) {
-    if (!started_) {
-      started_ = true;
-      rotated_ = now;
-      return;
-    }
-    const auto elapsed = now - rotated_;
-    if (elapsed < period_) return;
-    previous_ = elapsed >= 2 * period_ ? duration_histogram{} : std::move(current_);
-    current_.reset();
-    rotated_ = now;
-  }
-
-  std::chrono::nanoseconds delay_;
-  std::optional<double> quantile_;
-  std::uint64_t min_samples_;
-  std::chrono::nanoseconds period_;
+  algo::basic_hedge_delay<Clock> rule_;
   std::string name_;
   mutable Mutex mutex_;
   std::optional<algo::basic_retry_budget<Clock>> budget_;
   hedge_snapshot stats_{};
-  duration_histogram previous_{};
-  duration_histogram current_{};
-  time_point rotated_{};
-  bool started_ = false;
 };
 
 /// The hedge policy on std::chrono::steady_clock.
