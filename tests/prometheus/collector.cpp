@@ -6,6 +6,7 @@
 #include <rein/adaptive_limiter.hpp>
 #include <rein/admission_throttle.hpp>
 #include <rein/algo/aimd.hpp>
+#include <rein/hedge.hpp>
 #include <rein/keyed.hpp>
 #include <rein/outcome.hpp>
 #include <rein/prometheus/collector.hpp>
@@ -137,6 +138,32 @@ TEST_CASE("collector: names must be given and unique", "[prometheus]") {
   CHECK_THROWS_AS(c.add(unnamed), std::invalid_argument);
   c.add(unnamed, "a");
   CHECK_THROWS_AS(c.add(unnamed, "a"), std::invalid_argument);
+}
+
+TEST_CASE("collector: a hedge policy's attempts and its hedges by outcome", "[prometheus]") {
+  rein_test::manual_clock_at_epoch epoch;
+  rein::hedge_options o;
+  o.name = "search";
+  o.budget = rein::algo::retry_budget_options{};
+  o.budget->min_retries_per_second = 0.0;
+  o.budget->retry_ratio = 1.0;  // one hedge per call
+  rein::basic_hedge_policy<manual_clock> policy(o);
+  policy.on_request();
+  CHECK(policy.try_hedge());
+  policy.on_end(true, true, false);  // the hedge won
+  CHECK_FALSE(policy.try_hedge());   // the one hedge earned is spent
+  rein::prometheus::collector c;
+  c.add(policy);
+  const auto families = c.Collect();
+  CHECK(metric(families, "rein_hedge_attempts_total", {{"limiter", "search"}})->counter.value == 2.0);
+  const auto hedges = [&](const std::string& outcome) {
+    return metric(families, "rein_hedges_total", {{"limiter", "search"}, {"outcome", outcome}})->counter.value;
+  };
+  CHECK(hedges("started") == 1.0);
+  CHECK(hedges("won") == 1.0);
+  CHECK(hedges("cancelled") == 0.0);
+  CHECK(hedges("refused") == 1.0);
+  CHECK(metric(families, "rein_acquired_total", {{"limiter", "search"}})->counter.value == 1.0);
 }
 
 TEST_CASE("collector: a keyed registry exports at most max_keys keys", "[prometheus]") {

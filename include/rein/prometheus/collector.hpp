@@ -66,6 +66,8 @@ namespace rein::prometheus {
 // | rein_throttle_stage_given_back_total{stage,kind} | counter | ... takes given back before admission |
 // | rein_retry_attempts_total       | counter   | a retry policy's attempts (first ones included)        |
 // | rein_retries_total              | counter   | ... attempts after a failure                           |
+// | rein_hedge_attempts_total       | counter   | a hedge policy's attempts (hedges included)            |
+// | rein_hedges_total{outcome}      | counter   | ... hedges started, won, cancelled, refused (budget)   |
 //
 // A throttle's own rein_acquired_total counts admissions (one per guard); a stage's counts every grant it
 // made, the throttle's re-takes included. The throttle's per-stage series say which is which without
@@ -327,6 +329,23 @@ class collector : public ::prometheus::Collectable {
                 static_cast<double>(s.reserved_returned_total));
   }
 
+  // A hedge policy's hedges, one series per outcome (rein::hedge_snapshot).
+  template <class Snapshot>
+  static void export_hedges(sink& out, const labels& l, const Snapshot& s) {
+    out.counter("rein_hedge_attempts_total", "Attempts a hedge policy started, hedges included.", l,
+                static_cast<double>(s.attempts_total));
+    const std::pair<const char*, std::uint64_t> outcomes[] = {{"started", s.hedges_total},
+                                                              {"won", s.hedges_won_total},
+                                                              {"cancelled", s.hedges_cancelled_total},
+                                                              {"refused", s.hedges_refused_total}};
+    for (const auto& [outcome, n] : outcomes) {
+      labels with_outcome = l;
+      with_outcome.push_back({"outcome", outcome});
+      out.counter("rein_hedges_total", "Hedges, by outcome: started, won, cancelled, refused by the budget.",
+                  with_outcome, static_cast<double>(n));
+    }
+  }
+
   template <class Snapshot>
   static void export_snapshot(sink& out, const labels& l, const Snapshot& s) {
     if constexpr (requires { s.acquired_total; })
@@ -363,6 +382,7 @@ class collector : public ::prometheus::Collectable {
       out.counter("rein_upstream_rejections_total", "Upstream rejections reported through a throttle guard.", l,
                   static_cast<double>(s.rejections_reported));
     if constexpr (requires { s.stages.front().acquired(); }) export_throttle_stages(out, l, s.stages);
+    if constexpr (requires { s.hedges_total; }) export_hedges(out, l, s);
     if constexpr (requires { s.retries_total; s.attempts_total; }) {
       out.counter("rein_retry_attempts_total", "Attempts made, first ones included.", l,
                   static_cast<double>(s.attempts_total));
