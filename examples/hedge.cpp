@@ -111,11 +111,11 @@ int main(int argc, char** argv) {
   if (rein_example::unexpected_arguments(argc, argv, usage)) return 2;
 
   rein::hedge_options options;
-  options.quantile = 95.0;            // hedge the calls slower than 95% of recent ones
-  options.min_samples = 20;           // until 20 latencies are known ...
-  options.delay = 20ms;               // ... hedge after 20 ms
-  options.latency_period = 100ms;     // latencies of the last full 100 ms
-  options.name = "upstream";          // the default budget: 10% of calls, plus 1 a second
+  options.quantile = 95.0;         // hedge the calls slower than 95% of recent ones
+  options.min_samples = 20;        // until 20 latencies are known ...
+  options.delay = 20ms;            // ... hedge after 20 ms
+  options.latency_period = 100ms;  // latencies of the last full 100 ms
+  options.name = "upstream";       // the default budget: 10% of calls, plus 1 a second
   rein::hedge_policy policy(options);
 
   print("without hedging", run(nullptr));

@@ -154,8 +154,9 @@ class basic_hedge_policy {
                                       [&] { return algo::basic_hedge_delay<Clock>(delay_options(options)); })),
         name_(std::move(options.name)) {
     if (!options.budget) return;
-    detail::renaming_errors("rein::algo::retry_budget", {"rein::hedge_policy", name_},
-                            [&] { budget_.emplace(*options.budget); }, "budget.");
+    detail::renaming_errors(
+        "rein::algo::retry_budget", {"rein::hedge_policy", name_}, [&] { budget_.emplace(*options.budget); },
+        "budget.");
   }
 
   basic_hedge_policy(const basic_hedge_policy&) = delete;
@@ -334,9 +335,10 @@ hedge_result<T> hedge_settle(basic_hedge_policy<Clock, Mutex>& policy, hedge_end
   const bool succeeded = ends.results[w] && ends.results[w]->kind() == attempt_kind::success;
   if (!succeeded && caller_cancelled) throw system_error(net::error::operation_aborted, "rein::hedge");
   if (ends.errors[w]) std::rethrow_exception(ends.errors[w]);
-  const bool hedge_cancelled = started && w == 0 && ends.order[0] == 0 && hedge_decides(ends.errors[0], ends.results[0]);
+  const bool hedge_cancelled =
+      started && w == 0 && ends.order[0] == 0 && hedge_decides(ends.errors[0], ends.results[0]);
   policy.on_end(succeeded, succeeded && w == 1, hedge_cancelled);
-  const hedge_decision decision = started                            ? hedge_decision::started
+  const hedge_decision decision = started                             ? hedge_decision::started
                                   : race.phase == hedge_race::refused ? hedge_decision::refused
                                                                       : hedge_decision::not_needed;
   return {std::move(*ends.results[w]), started ? 2U : 1U, static_cast<std::uint32_t>(w + 1), decision};
@@ -433,7 +435,8 @@ template <class Clock, class Mutex, class Op>
 auto hedge(basic_hedge_policy<Clock, Mutex>& policy, Op op, const duration_histogram& latencies)
     -> net::awaitable<hedge_result<typename detail::op_attempt<Op>::value_type>> {
   detail::check_hedge_op<Op>();
-  if constexpr (detail::op_attempt<Op>::valid) return detail::run_hedge(policy, std::move(op), policy.delay_for(latencies));
+  if constexpr (detail::op_attempt<Op>::valid)
+    return detail::run_hedge(policy, std::move(op), policy.delay_for(latencies));
   else return {};
 }
 

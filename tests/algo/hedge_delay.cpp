@@ -10,10 +10,10 @@
 #include "support/catch.hpp"
 
 using namespace std::chrono_literals;
-using std::chrono::nanoseconds;
 using rein::algo::hedge_delay;
 using rein::algo::hedge_delay_options;
 using rein::algo::log_histogram;
+using std::chrono::nanoseconds;
 
 namespace {
 
@@ -57,7 +57,7 @@ TEST_CASE("the percentile is read once min_samples latencies are known", "[hedge
 
 TEST_CASE("latencies are read from the last full period only", "[hedge_delay]") {
   hedge_delay rule(median_of(1, 1s));
-  rule.record(at(0ms), 1024ns);    // the first period starts here
+  rule.record(at(0ms), 1024ns);  // the first period starts here
   rule.record(at(900ms), 1024ns);
   CHECK(rule.delay(at(999ms)) == 2s);  // nothing full yet
   CHECK(rule.current().count() == 2);

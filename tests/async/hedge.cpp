@@ -83,7 +83,8 @@ std::pair<ns, rein::hedge_result<int>> run(net::io_context& io, Start start, ns 
     if (!e) result.emplace(std::move(r));
   });
   poll(io);
-  for (ns t = 1ms; !result && !error && t <= horizon; t += 1ms) rein_test::set_and_poll(io, manual_clock::time_point{} + t);
+  for (ns t = 1ms; !result && !error && t <= horizon; t += 1ms)
+    rein_test::set_and_poll(io, manual_clock::time_point{} + t);
   if (error) std::rethrow_exception(error);
   REQUIRE(result);
   return {at, std::move(*result)};
@@ -308,8 +309,7 @@ TEST_CASE("a retryable failure while the other attempt runs waits for it", "[hed
     CHECK(u.ended == std::vector<error_code>{error_code{}, error_code{}});
   }
   SECTION("both fail: the later failure") {
-    upstream u{&limiter,
-               {{150ms, busy()}, {200ms, rein::attempt<int>::retryable(errc::closed)}}};
+    upstream u{&limiter, {{150ms, busy()}, {200ms, rein::attempt<int>::retryable(errc::closed)}}};
     const auto [at, r] = run(io, [&] { return rein::hedge(policy, call_of(u)); });
     CHECK(at == 300ms);
     CHECK(r.winner == 2);
@@ -373,8 +373,9 @@ TEST_CASE("cancelling the caller before the delay cancels the first attempt and 
   upstream u{&limiter, {{500ms, ok(1)}, {500ms, ok(2)}}};
   net::cancellation_signal signal;
   std::exception_ptr error;
-  net::co_spawn(io, rein::hedge(policy, call_of(u)),
-                net::bind_cancellation_slot(signal.slot(), [&](std::exception_ptr e, rein::hedge_result<int>) { error = e; }));
+  net::co_spawn(
+      io, rein::hedge(policy, call_of(u)),
+      net::bind_cancellation_slot(signal.slot(), [&](std::exception_ptr e, rein::hedge_result<int>) { error = e; }));
   poll(io);
   rein_test::set_and_poll(io, manual_clock::time_point{} + 50ms);
   signal.emit(net::cancellation_type::terminal);

@@ -55,12 +55,12 @@ class basic_hedge_delay {
   /// @throws std::invalid_argument naming rein::algo::hedge_delay, the field and the value when an option
   /// is out of range.
   explicit basic_hedge_delay(const hedge_delay_options& options = {}) : options_(options) {
-    if (options.delay <= std::chrono::nanoseconds::zero()) fail("delay must be > 0", detail::show(options.delay));
+    if (options.delay <= std::chrono::nanoseconds::zero()) fail("delay must be > 0", rein::detail::show(options.delay));
     if (options.quantile && !(*options.quantile > 0.0 && *options.quantile < 100.0))
-      fail("quantile must be in (0, 100)", detail::show(*options.quantile));
-    if (options.min_samples == 0) fail("min_samples must be >= 1", detail::show(options.min_samples));
+      fail("quantile must be in (0, 100)", rein::detail::show(*options.quantile));
+    if (options.min_samples == 0) fail("min_samples must be >= 1", rein::detail::show(options.min_samples));
     if (options.latency_period <= std::chrono::nanoseconds::zero())
-      fail("latency_period must be > 0", detail::show(options.latency_period));
+      fail("latency_period must be > 0", rein::detail::show(options.latency_period));
   }
 
   /// The options in force (as validated at construction).
@@ -107,7 +107,7 @@ class basic_hedge_delay {
   }
 
   [[noreturn]] static void fail(const std::string& rule, const std::string& got) {
-    detail::throw_invalid("rein::algo::hedge_delay", rule, got);
+    rein::detail::throw_invalid("rein::algo::hedge_delay", rule, got);
   }
 
   hedge_delay_options options_;
