@@ -113,7 +113,7 @@ struct hedge_snapshot {
   std::uint64_t hedges_cancelled_total = 0;  ///< hedges cancelled because the first attempt ended first
   std::uint64_t hedges_refused_total = 0;    ///< hedges due that the hedge budget refused
   std::uint64_t succeeded_total = 0;         ///< calls that ended in success
-  std::uint64_t failed_total = 0;            ///< calls that ended in a failure (exceptions aside)
+  std::uint64_t failed_total = 0;            ///< calls that ended in a failure (not counted: exceptions, cancellations)
   std::uint64_t acquired_total = 0;          ///< the same as succeeded_total, in the shared vocabulary
   /// Latencies of the attempts that ended by themselves (not cancelled), in the current period.
   duration_histogram latency{};
