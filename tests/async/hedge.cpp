@@ -7,6 +7,7 @@
 
 #include <rein/error.hpp>
 #include <rein/hedge.hpp>
+#include <rein/null_mutex.hpp>
 #include <rein/semaphore.hpp>
 #include <rein/testing/manual_clock.hpp>
 
@@ -29,7 +30,7 @@ using rein::testing::manual_clock;
 using rein_test::poll;
 using policy_t = rein::basic_hedge_policy<manual_clock>;
 using ns = std::chrono::nanoseconds;
-using timer_t = net::basic_waitable_timer<manual_clock, net::wait_traits<manual_clock>, net::any_io_executor>;
+using manual_timer = net::basic_waitable_timer<manual_clock, net::wait_traits<manual_clock>, net::any_io_executor>;
 
 // Options with a fixed delay and no budget (a test that needs one sets it).
 rein::hedge_options fixed(ns delay) {
@@ -57,7 +58,7 @@ struct upstream {
   net::awaitable<rein::attempt<int>> call(std::uint32_t n) {
     rein::permit permit = co_await limiter->acquire();
     started.push_back(rein_test::since_epoch());
-    timer_t timer(co_await net::this_coro::executor);
+    manual_timer timer(co_await net::this_coro::executor);
     timer.expires_after(script.at(n - 1).latency);
     error_code ec;
     co_await timer.async_wait(net::redirect_error(net::use_awaitable, ec));
@@ -429,4 +430,28 @@ TEST_CASE("the default budget allows 10 hedges of reserve and a tenth of the cal
   CHECK(policy.hedges_available() == 10);  // 1 per second over 10 s
   for (int i = 0; i < 10; ++i) policy.on_request();
   CHECK(policy.hedges_available() == 11);
+}
+
+TEST_CASE("attempt<void>, an op without an attempt number, and a policy for one thread", "[hedge]") {
+  rein_test::manual_clock_at_epoch epoch;
+  net::io_context io;
+  rein::basic_hedge_policy<manual_clock, rein::null_mutex> policy(fixed(100ms));
+  int calls = 0;
+  auto op = [&]() -> net::awaitable<rein::attempt<>> {
+    manual_timer timer(co_await net::this_coro::executor);
+    timer.expires_after(++calls == 1 ? ns(1s) : ns(10ms));
+    co_await timer.async_wait(net::use_awaitable);  // the loser throws operation_aborted: dropped
+    co_return rein::attempt<>::success();
+  };
+  std::optional<rein::hedge_result<>> result;
+  net::co_spawn(io, rein::hedge(policy, op), [&](std::exception_ptr, rein::hedge_result<> r) { result.emplace(r); });
+  poll(io);
+  rein_test::set_and_poll(io, manual_clock::time_point{} + 100ms);
+  CHECK_FALSE(result);
+  rein_test::set_and_poll(io, manual_clock::time_point{} + 110ms);
+  REQUIRE(result);
+  CHECK(*result);
+  CHECK(result->winner == 2);
+  CHECK(calls == 2);
+  CHECK(policy.snapshot().hedges_won_total == 1);
 }
