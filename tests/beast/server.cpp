@@ -3,8 +3,11 @@
 #include "support/catch.hpp"
 #include "support/manual_time.hpp"
 
+#include <rein/adaptive_limiter.hpp>
+#include <rein/algo/aimd.hpp>
 #include <rein/beast.hpp>
 #include <rein/beast/server.hpp>
+#include <rein/beast/trusted_proxies.hpp>
 
 #include <boost/beast/http/empty_body.hpp>
 #include <boost/beast/http/field.hpp>
@@ -17,6 +20,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -71,6 +75,14 @@ struct fixture {
 
   explicit fixture(rein::beast::admission_options o) : a(io.get_executor(), std::move(o)) {}
   outcome admit(const http::request<http::empty_body>& req = get()) { return admit_now(io, a, req); }
+  // Admits `req` under `key` (a client address the session found), without the key function.
+  outcome admit_as(std::string_view key, const http::request<http::empty_body>& req = get()) {
+    outcome o;
+    a.async_admit(req, key, [&o](rein::error_code ec, admission_result r) { o = {true, ec, std::move(r)}; });
+    rein_test::poll(io);
+    REQUIRE(o.done);
+    return o;
+  }
   void advance(std::chrono::nanoseconds d) { rein_test::advance_and_poll(io, d); }
 
   // An admit that completes exactly `d` after it starts: not 1 ms before.
@@ -262,17 +274,166 @@ TEST_CASE("admission: keys from the request have their own buckets; a spray past
   CHECK(named.result.why() == refusal::rate);  // the key given wins over the key function
 }
 
-TEST_CASE("admission: a key function that throws takes nothing and the exception reaches the caller",
-          "[beast][server]") {
-  fixture f({.rate = 1, .burst = 1, .concurrency = 1, .key = [](const http::request_header<>&) -> std::string {
-               throw std::runtime_error("no key");
+TEST_CASE("admission: a key function that throws is a counted 500, with nothing taken", "[beast][server]") {
+  fixture f({.rate = 1, .burst = 1, .concurrency = 1, .key = [](const http::request_header<>& h) -> std::string {
+               if (h["X-API-Key"] == "bad") throw std::runtime_error("no key");
+               return std::string(h["X-API-Key"]);
              }});
-  outcome o;
-  CHECK_THROWS_WITH(start(f.a, get(), o), "no key");
-  CHECK(rein_test::poll(f.io) == 0);
-  CHECK_FALSE(o.done);
+  outcome o = f.admit(get("bad"));  // the handler is posted, not run inside async_admit (admit_now checks)
+  CHECK_FALSE(o.ec);
+  REQUIRE_FALSE(o.result);
+  CHECK(o.result.why() == refusal::key_error);
+  CHECK_FALSE(o.result.permit());
+  CHECK_FALSE(o.result.state());
+  http::response<http::string_body>& r = o.result.response();
+  CHECK(r.result() == http::status::internal_server_error);
+  CHECK(field(r, "Retry-After") == "<absent>");
+  CHECK(field(r, "RateLimit") == "<absent>");
+  CHECK(r.body() == "Internal Server Error\n");
+  CHECK(f.a.key_errors() == 1);
   CHECK(f.a.slots().available() == 1);
   CHECK(f.a.buckets().size() == 0);
+  CHECK(f.admit(get("bad")).result.why() == refusal::key_error);
+  CHECK(f.a.key_errors() == 2);
+  CHECK(f.admit(get("good")).result);  // the slot and the buckets are as before
+}
+
+TEST_CASE("admission: a spraying client is held by the keyed cap and the global stage", "[beast][server]") {
+  fixture f({.rate = 1,
+             .burst = 1,
+             .concurrency = 2,
+             .key = [](const http::request_header<>& h) { return std::string(h["X-API-Key"]); },
+             .max_keys = 3});
+  std::vector<outcome> admitted;
+  int shed = 0;
+  for (int i = 0; i < 10; ++i) {  // a new API key per request, all at one instant, none answered yet
+    outcome o = f.admit(get("k" + std::to_string(i)));
+    if (o.result) {
+      admitted.push_back(std::move(o));
+      continue;
+    }
+    // The third key on: no slot. Its token went back, so its bucket is full (idle) and evictable.
+    CHECK(o.result.why() == refusal::concurrency);
+    CHECK(field(o.result.response(), "RateLimit") == "\"default\";r=1;t=0");
+    ++shed;
+  }
+  CHECK(admitted.size() == 2);  // the global stage holds the total
+  CHECK(shed == 8);
+  CHECK(f.a.buckets().size() == 3);  // the keyed cap holds the memory
+  CHECK(f.a.buckets().snapshot().evicted_total == 7);
+
+  admitted[0].result.permit().release();  // a slot comes back: one more key is admitted, evicting k9's
+  CHECK(f.admit(get("k10")).result);
+  // k0, k1 and k10 each spent their token (not idle): a new key is refused, never stored.
+  outcome full = f.admit(get("k11"));
+  CHECK(full.result.why() == refusal::keys);
+  CHECK(full.result.response().result() == http::status::service_unavailable);
+  CHECK(f.a.buckets().size() == 3);
+}
+
+TEST_CASE("admission keyed by client address behind a trusted proxy: a forged X-Forwarded-For changes nothing",
+          "[beast][server]") {
+  fixture f({.rate = 1, .burst = 2, .concurrency = 8});
+  rein::beast::trusted_proxies proxies({.addresses = {"10.0.0.1"}});
+  const auto proxy = boost::asio::ip::make_address("10.0.0.1");
+  int served = 0, limited = 0;
+  for (int i = 0; i < 10; ++i) {
+    // The client writes a new address each time; the proxy appends the one it saw.
+    auto req = get();
+    req.set("X-Forwarded-For", "198.51.100." + std::to_string(i) + ", 203.0.113.7");
+    const rein::beast::client_address client = proxies.client(req, proxy);
+    CHECK(client.key() == "203.0.113.7");
+    outcome o = f.admit_as(client.key(), req);
+    ++(o.result ? served : limited);
+  }
+  CHECK(served == 2);  // the burst of one client's bucket
+  CHECK(limited == 8);
+  CHECK(f.a.buckets().size() == 1);
+  CHECK(proxies.malformed() == 0);
+
+  // Sent straight to the server (its peer is no trusted proxy) the field is not read at all.
+  auto direct = get();
+  direct.set("X-Forwarded-For", "203.0.113.7");
+  const auto client = proxies.client(direct, boost::asio::ip::make_address("192.0.2.99"));
+  CHECK(client.key() == "192.0.2.99");
+  CHECK(client.source == rein::beast::client_source::peer);
+  CHECK(f.admit_as(client.key(), direct).result);
+}
+
+TEST_CASE("admission in fair order: a tenant flooding the global stage waits behind its own backlog",
+          "[beast][server]") {
+  const auto order = GENERATE(rein::queue_order::fifo, rein::queue_order::fair);
+  fixture f({.rate = 1000,
+             .burst = 1000,
+             .concurrency = 1,
+             .order = order,
+             .max_wait = 10s,
+             .key = [](const http::request_header<>& h) { return std::string(h["X-API-Key"]); }});
+  outcome held = f.admit(get("a"));
+  REQUIRE(held.result);
+  std::vector<std::string> served;
+  std::vector<outcome> waiting(4);
+  const std::vector<std::string> keys{"a", "a", "a", "b"};  // tenant a floods, b comes after
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    f.a.async_admit(get(keys[i]), [&, i](rein::error_code ec, admission_result r) {
+      CHECK_FALSE(ec);
+      served.push_back(keys[i] + std::to_string(i));
+      waiting[i] = {true, ec, std::move(r)};
+    });
+  }
+  rein_test::poll(f.io);
+  CHECK(served.empty());
+  held.result.permit().release();
+  for (std::size_t n = 1; n <= keys.size(); ++n) {
+    rein_test::poll(f.io);
+    REQUIRE(served.size() == n);
+    for (outcome& w : waiting)
+      if (w.done && w.result.permit()) w.result.permit().release();
+  }
+  if (order == rein::queue_order::fair) CHECK(served == std::vector<std::string>{"a0", "b3", "a1", "a2"});
+  else CHECK(served == std::vector<std::string>{"a0", "a1", "a2", "b3"});
+}
+
+TEST_CASE("admission with an adaptive global stage: the limit follows the outcomes the session reports",
+          "[beast][server]") {
+  using limiter = rein::basic_adaptive_limiter<rein::algo::aimd, net::any_io_executor, manual_clock>;
+  using adaptive = rein::beast::adaptive_admission<rein::algo::aimd, manual_clock>;
+  rein_test::manual_clock_at_epoch epoch;
+  net::io_context io;
+  adaptive a(io, {.rate = 1, .burst = 100, .max_wait = 1s},
+             limiter(io, {.initial_limit = 2, .min_limit = 1, .max_limit = 8}, {.idle_restart = 0ns}));
+  const auto admit = [&](const http::request<http::empty_body>& req = get()) {
+    outcome o;
+    a.async_admit(req, [&o](rein::error_code ec, admission_result r) { o = {true, ec, std::move(r)}; });
+    rein_test::poll(io);
+    return o;
+  };
+  outcome first = admit(), second = admit();
+  REQUIRE(first.result);
+  REQUIRE(second.result);
+  outcome third = admit();  // no room under floor(2): it waits, up to max_wait
+  CHECK_FALSE(third.done);
+
+  first.result.permit().complete(rein::outcome::congestion);  // the limit is cut to 1.6: room for one
+  rein_test::poll(io);
+  CHECK(a.slots().snapshot().limit == 2 * 0.8);
+  CHECK_FALSE(third.done);  // one still in flight, under a limit of floor(1.6) = 1
+
+  second.result.permit().complete(rein::outcome::success);  // 1.6 + 1 / 1.6: room for two
+  rein_test::poll(io);
+  REQUIRE(third.done);  // the slot went to the waiter
+  CHECK(third.result);
+  outcome fourth = admit();
+  REQUIRE(fourth.done);
+  CHECK(fourth.result);
+  outcome fifth = admit();
+  CHECK_FALSE(fifth.done);
+  rein_test::advance_and_poll(io, 1s);  // no room within max_wait: shed, its token back
+  REQUIRE(fifth.done);
+  CHECK(fifth.result.why() == refusal::concurrency);
+  CHECK(field(fifth.result.response(), "Retry-After") == "1");
+  CHECK(a.state("").remaining == 97);  // 100 - 4 admitted + 1 s of refill at 1 per second
+  CHECK(a.slots().snapshot().in_flight == 2);
 }
 
 TEST_CASE("admission: a closed admission sheds with 503", "[beast][server]") {
@@ -316,5 +477,28 @@ TEST_CASE("admission options are checked, naming the type, the field and the val
         "rein::beast::admission: policy must be printable ASCII without '\"' or '\\', not empty, got \"a\"b\"");
   CHECK(message({.rate = 1, .burst = 1, .concurrency = 1, .max_keys = 0}) ==
         "rein::beast::admission: max_keys must be >= 1, got 0");
+  CHECK(message({.rate = 1, .burst = 1, .concurrency = 1, .order = rein::queue_order::priority}) ==
+        "rein::beast::admission: order must be fifo, lifo or fair (a request names no class), got priority");
   CHECK(message({.rate = 1, .burst = 1, .concurrency = 1}) == "accepted");
+}
+
+TEST_CASE("admission with a global stage given: concurrency and order are that stage's, not the options'",
+          "[beast][server]") {
+  using limiter = rein::basic_adaptive_limiter<rein::algo::aimd, net::any_io_executor, manual_clock>;
+  using adaptive = rein::beast::adaptive_admission<rein::algo::aimd, manual_clock>;
+  net::io_context io;
+  const auto message = [&](rein::beast::admission_options o) {
+    try {
+      adaptive a(io, std::move(o), limiter(io));
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  CHECK(message({.rate = 1, .burst = 1, .concurrency = 4}) ==
+        "rein::beast::admission: concurrency must be 0 with a global stage given (it has its own limit), got 4");
+  CHECK(message({.rate = 1, .burst = 1, .order = rein::queue_order::fair}) ==
+        "rein::beast::admission: order must be fifo with a global stage given (its options choose its order), got "
+        "fair");
+  CHECK(message({.rate = 1, .burst = 1}) == "accepted");
 }

@@ -1,13 +1,16 @@
 // The server side of rate limits: each incoming Boost.Beast request passes a keyed token bucket and a
-// semaphore, and a refusal is a ready 429 or 503 with Retry-After and the IETF RateLimit fields.
+// global concurrency stage (a semaphore, or an adaptive limiter), and a refusal is a ready 429 or 503 with
+// Retry-After and the IETF RateLimit fields.
 // Optional: needs Boost.Beast (part of Boost), so it is not part of the standalone-Asio build.
 #pragma once
 
+#include <rein/adaptive_limiter.hpp>
 #include <rein/config.hpp>
 #include <rein/detail/invalid_option.hpp>
 #include <rein/error.hpp>
 #include <rein/keyed.hpp>
 #include <rein/permit.hpp>
+#include <rein/queue_order.hpp>
 #include <rein/semaphore.hpp>
 #include <rein/token_bucket.hpp>
 #include <rein/try_result.hpp>
@@ -25,9 +28,10 @@
 #include <boost/beast/http/string_body.hpp>
 
 #include <algorithm>
-#include <type_traits>
+#include <atomic>
 #include <chrono>
 #include <cmath>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -36,6 +40,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 
 namespace rein::beast {
@@ -49,10 +54,11 @@ enum class refusal : std::uint8_t {
   concurrency,  ///< no concurrency slot within the wait bound (load shedding): 503 Service Unavailable
   keys,         ///< a new key while `max_keys` keys are alive and busy (a key spray): 503
   closed,       ///< the admission was closed (shutting down): 503
+  key_error,    ///< the key function threw: 500 Internal Server Error (a fault of the server's code)
   aborted,      ///< the admit was cancelled, or its admission destroyed (operation_aborted): nothing to send
 };
 
-/// A readable name for a refusal ("none", "rate", "concurrency", "keys", "closed", "aborted").
+/// A readable name for a refusal ("none", "rate", "concurrency", "keys", "closed", "key_error", "aborted").
 constexpr const char* to_string(refusal r) noexcept {
   switch (r) {
     case refusal::none: return "none";
@@ -60,6 +66,7 @@ constexpr const char* to_string(refusal r) noexcept {
     case refusal::concurrency: return "concurrency";
     case refusal::keys: return "keys";
     case refusal::closed: return "closed";
+    case refusal::key_error: return "key_error";
     case refusal::aborted: return "aborted";
   }
   return "unknown";
@@ -72,8 +79,16 @@ struct admission_options {
   double rate = 0;
   /// Requests a key may send at once after an idle spell (the bucket's capacity), in [1, 1e15].
   std::int64_t burst = 0;
-  /// Requests admitted and not yet answered, over all keys (the semaphore's permits), >= 1.
+  /// Requests admitted and not yet answered, over all keys (the semaphore's permits), >= 1. Only for the
+  /// default global stage, the semaphore the admission makes; with a global stage given to the constructor
+  /// (an adaptive limiter) leave it 0: that stage has its own limit.
   std::size_t concurrency = 0;
+  /// The order of requests waiting on the semaphore the admission makes: queue_order::fifo (default),
+  /// lifo, or fair (each request waits as its key, `for_key(key)`, so that while keys wait each gets an
+  /// equal share of the slots, whatever its arrival rate; see rein::queue_order::fair). priority is
+  /// refused (a request names no class). With a global stage given to the constructor leave it fifo: that
+  /// stage's own options choose its order, and the admission waits as the request's key when it is fair.
+  queue_order order = queue_order::fifo;
   /// The longest a request waits for a token and a slot together, >= 0; 0 refuses at once. A request that
   /// the bucket cannot serve within it is refused at once, not after waiting (the bucket knows when its
   /// next token comes). nanoseconds::max(): no bound. Default: 0.
@@ -86,8 +101,10 @@ struct admission_options {
   std::string policy = "default";
   /// The key of a request (a client address, an API key header, a route); called by admit(request) before
   /// anything is taken. Default: none, every request shares the key "" (one bucket for the server). A key
-  /// from a field the client writes can be sprayed: `max_keys` then bounds memory, and `concurrency` the
-  /// total in flight.
+  /// from a field the client writes can be sprayed: `max_keys` then bounds memory, and the global stage the
+  /// total in flight. It should return a key for every request (a fixed one for requests it cannot place):
+  /// an exception from it is a fault of the server, answered with refusal::key_error (a 500), counted in
+  /// key_errors(), with nothing taken. For a client address behind proxies see rein::beast::trusted_proxies.
   std::function<std::string(const http::request_header<>&)> key{};
   /// Most keys alive at once (rein::keyed_options::max_keys), >= 1. Default: 10,000.
   std::size_t max_keys = 10'000;
@@ -160,7 +177,19 @@ inline rate_limit_state bucket_state(double rate, std::int64_t burst, double tok
   return s;
 }
 
-template <class Clock = std::chrono::steady_clock>
+/// What rein::beast::basic_admission takes as its global stage: a concurrency limiter on `Clock` whose
+/// permits are rein::permit (rein::basic_semaphore, rein::basic_adaptive_limiter), with try_acquire,
+/// async_acquire_until, order, for_key and close.
+template <class Global, class Clock>
+concept global_stage = std::same_as<typename Global::clock_type, Clock> &&
+                       requires(Global& g, std::string_view key, typename Clock::time_point t) {
+                         { g.try_acquire() } -> std::same_as<try_permit>;
+                         { g.order() } -> std::same_as<queue_order>;
+                         g.for_key(key).try_acquire();
+                         g.close();
+                       };
+
+template <class Clock = std::chrono::steady_clock, class Global = basic_semaphore<net::any_io_executor, Clock>>
 class basic_admission;
 
 /// What admit() decided: admitted, holding a concurrency slot until destroyed; or refused, with the
@@ -186,7 +215,7 @@ class admission_result {
   http::response<http::string_body>& response() noexcept { return response_; }
 
  private:
-  template <class Clock>
+  template <class Clock, class Global>
   friend class basic_admission;
 
   refusal why_ = refusal::aborted;  // until admit() or refuse() decides: an aborted result is no admission
@@ -197,31 +226,36 @@ class admission_result {
 };
 
 /// A refusal's response for a request of HTTP `version` (11 for 1.1) and `keep_alive`: the status of `why`
-/// (429 for refusal::rate, 503 otherwise), Retry-After of `retry_after` in delay-seconds (rounded up, at
-/// least 1: a 0 would invite an immediate retry), the IETF fields of `state` under `policy` when given.
+/// (429 for refusal::rate, 500 for refusal::key_error, 503 otherwise), Retry-After of `retry_after` in
+/// delay-seconds (rounded up, at least 1: a 0 would invite an immediate retry; none on a 500, which says
+/// nothing of when to come back), the IETF fields of `state` under `policy` when given.
 inline http::response<http::string_body> refusal_response(refusal why, unsigned version, bool keep_alive,
                                                           std::chrono::nanoseconds retry_after,
                                                           const std::optional<rate_limit_state>& state,
                                                           std::string_view policy) {
   const bool rate = why == refusal::rate;
-  http::response<http::string_body> r{rate ? http::status::too_many_requests : http::status::service_unavailable,
+  const bool fault = why == refusal::key_error;
+  http::response<http::string_body> r{rate    ? http::status::too_many_requests
+                                      : fault ? http::status::internal_server_error
+                                              : http::status::service_unavailable,
                                       version};
-  r.set(http::field::retry_after, std::to_string(std::max<std::int64_t>(1, delay_seconds(retry_after))));
+  if (!fault) r.set(http::field::retry_after, std::to_string(std::max<std::int64_t>(1, delay_seconds(retry_after))));
   if (state) state->set_fields(r, policy);
   r.set(http::field::content_type, "text/plain");
   r.keep_alive(keep_alive);
-  r.body() = rate ? "Too Many Requests\n" : "Service Unavailable\n";
+  r.body() = rate ? "Too Many Requests\n" : fault ? "Internal Server Error\n" : "Service Unavailable\n";
   r.prepare_payload();
   return r;
 }
 
 /// Admits incoming HTTP requests through a token bucket per key (rein::keyed<rein::basic_token_bucket>) and
-/// a semaphore over all keys, waiting up to `max_wait` or refusing at once, and prepares each refusal's
+/// a global concurrency stage over all keys (a semaphore of `concurrency` slots, or an adaptive limiter
+/// given to the constructor), waiting up to `max_wait` or refusing at once, and prepares each refusal's
 /// response from the limiters' state at the instant of the decision. In a Beast session coroutine:
 ///
 /// ```
 /// rein::beast::admission_result admitted;
-/// if (request.find("X-API-Key") == request.end()) admitted = co_await admission.admit(request, address);
+/// if (request.find("X-API-Key") == request.end()) admitted = co_await admission.admit(request, client);
 /// else admitted = co_await admission.admit(request);
 /// if (!admitted) {
 ///   co_await http::async_write(stream, admitted.response(), net::use_awaitable);
@@ -230,12 +264,22 @@ inline http::response<http::string_body> refusal_response(refusal why, unsigned 
 /// ```
 /// (From examples/ingress.cpp, which tests/beast/ingress.cpp drives with ab.)
 ///
-/// Order: the key's bucket first, then the semaphore, so that a request refused for concurrency gives its
-/// token back (`refund`) and a request waiting for a token holds no slot. Both waits share one deadline,
-/// `max_wait` after admit() began.
+/// Order: the key's bucket first, then the global stage, so that a request refused for concurrency gives
+/// its token back (`refund`) and a request waiting for a token holds no slot. Both waits share one
+/// deadline, `max_wait` after admit() began. When the global stage's line is in queue_order::fair, a
+/// request waits there as its key (`for_key(key)`), so a tenant flooding the server waits behind its own
+/// backlog, not in front of the others.
 ///
-/// @tparam Clock the clock of the buckets and deadlines (std::chrono::steady_clock;
-///               rein::testing::manual_clock in tests).
+/// With an adaptive global stage (rein::beast::adaptive_admission), report how each admitted request went
+/// through its permit, `admitted.permit().complete(rein::outcome::success)` when served (or congestion
+/// when the work timed out or was shed further in): the limit moves with the service time from the grant
+/// to the report; a permit released without an outcome teaches it nothing.
+///
+/// @tparam Clock  the clock of the buckets and deadlines (std::chrono::steady_clock;
+///                rein::testing::manual_clock in tests).
+/// @tparam Global the global stage (rein::beast::global_stage): rein::basic_semaphore (the default, made
+///                from `concurrency` and `order`) or rein::basic_adaptive_limiter, on any_io_executor and
+///                `Clock`.
 ///
 /// @par Thread Safety
 /// Every member function may be called concurrently (the limiters use std::mutex), except destruction,
@@ -244,8 +288,11 @@ inline http::response<http::string_body> refusal_response(refusal why, unsigned 
 /// @par Lifetime
 /// Not copyable or movable (admit() operations point at it). Destroying it completes waiting admit()
 /// operations with operation_aborted; permits already handed out may outlive it.
-template <class Clock>
+template <class Clock, class Global>
 class basic_admission {
+  static_assert(global_stage<Global, Clock>,
+                "rein::beast::basic_admission: Global must be a concurrency limiter on Clock (global_stage)");
+
  public:
   /// The executor that runs completion handlers without an associated executor of their own.
   using executor_type = net::any_io_executor;
@@ -253,24 +300,41 @@ class basic_admission {
   using clock_type = Clock;
   /// The per-key rate limiter.
   using bucket_type = basic_token_bucket<executor_type, Clock>;
-  /// The concurrency limiter.
-  using semaphore_type = basic_semaphore<executor_type, Clock>;
+  /// The global concurrency stage.
+  using global_type = Global;
+  /// The global stage's type, by its name from when it was always a semaphore.
+  using semaphore_type = Global;
 
-  /// Makes the limiters; nothing runs until the first admit().
+  /// Makes the limiters, the global stage a semaphore of `options.concurrency` slots in `options.order`;
+  /// nothing runs until the first admit().
   /// @throws std::invalid_argument naming the type ("rein::beast::admission"), the field and the value when
-  ///         an option is out of range (rate, burst, concurrency, max_wait, shed_retry_after, policy,
+  ///         an option is out of range (rate, burst, concurrency, order, max_wait, shed_retry_after, policy,
   ///         max_keys).
   basic_admission(const executor_type& ex, admission_options options)
-      : options_(checked(std::move(options))),
-        buckets_(ex, keyed_options{.max_keys = options_.max_keys, .name = options_.name},
-                 token_bucket_options{.rate = options_.rate, .capacity = options_.burst, .name = options_.name}),
-        slots_(ex, options_.concurrency, semaphore_options{.name = options_.name}) {}
+    requires std::is_constructible_v<Global, const executor_type&, std::size_t, semaphore_options>
+      : options_(checked(std::move(options), true)),
+        buckets_(make_buckets(ex, options_)),
+        slots_(ex, options_.concurrency, semaphore_options{.name = options_.name, .order = options_.order}) {}
+
+  /// Makes the buckets and takes `global` as the global stage (an adaptive limiter, or a semaphore made with
+  /// options the admission does not offer). Its own options choose its limit and order; `concurrency` must
+  /// be 0 and `order` fifo.
+  /// @throws std::invalid_argument as the other constructor, and for a `concurrency` or `order` set.
+  basic_admission(const executor_type& ex, admission_options options, Global global)
+      : options_(checked(std::move(options), false)), buckets_(make_buckets(ex, options_)), slots_(std::move(global)) {}
 
   /// The same on an execution context (an io_context), as every rein limiter takes one.
   template <class ExecutionContext>
-    requires std::is_convertible_v<ExecutionContext&, net::execution_context&>
+    requires std::is_convertible_v<ExecutionContext&, net::execution_context&> &&
+             std::is_constructible_v<Global, const executor_type&, std::size_t, semaphore_options>
   basic_admission(ExecutionContext& context, admission_options options)
       : basic_admission(executor_type(context.get_executor()), std::move(options)) {}
+
+  /// The same on an execution context (an io_context), with `global` as the global stage.
+  template <class ExecutionContext>
+    requires std::is_convertible_v<ExecutionContext&, net::execution_context&>
+  basic_admission(ExecutionContext& context, admission_options options, Global global)
+      : basic_admission(executor_type(context.get_executor()), std::move(options), std::move(global)) {}
 
   basic_admission(const basic_admission&) = delete;
   basic_admission& operator=(const basic_admission&) = delete;
@@ -289,7 +353,8 @@ class basic_admission {
   ///
   /// A refusal is not an error: it completes with success and a result whose response() is ready to send.
   /// Errors: `net::error::operation_aborted` (cancelled, or the admission was destroyed), with nothing held.
-  /// The key function is called here, before anything is taken: what it throws propagates from this call.
+  /// The key function is called here, before anything is taken; if it throws, the exception is swallowed
+  /// and counted (key_errors()), and the request is refused with refusal::key_error (a 500).
   /// The handler is never invoked from inside this function: it goes through its associated executor.
   ///
   /// @par Per-Operation Cancellation
@@ -298,16 +363,19 @@ class basic_admission {
   template <class Body, class Fields,
             REIN_COMPLETION_TOKEN_FOR(void(error_code, admission_result)) Token = default_token_t>
   auto async_admit(const http::request<Body, Fields>& request, Token&& token = Token{}) {
-    return async_admit(request, key_of(request), std::forward<Token>(token));
+    std::optional<std::string> key = key_of(request);
+    return net::async_compose<Token, void(error_code, admission_result)>(
+        op{this, alive_, key ? std::move(*key) : std::string(), !key, request.version(), request.keep_alive()}, token,
+        get_executor());
   }
 
-  /// As async_admit(request, token) under the key `key` (a client address the session knows), without
-  /// calling the key function.
+  /// As async_admit(request, token) under the key `key` (a client address the session knows, say from
+  /// rein::beast::trusted_proxies), without calling the key function.
   template <class Body, class Fields,
             REIN_COMPLETION_TOKEN_FOR(void(error_code, admission_result)) Token = default_token_t>
   auto async_admit(const http::request<Body, Fields>& request, std::string_view key, Token&& token = Token{}) {
     return net::async_compose<Token, void(error_code, admission_result)>(
-        op{this, alive_, std::string(key), request.version(), request.keep_alive()}, token, get_executor());
+        op{this, alive_, std::string(key), false, request.version(), request.keep_alive()}, token, get_executor());
   }
 
   /// Admits `request` inside a coroutine: `auto admitted = co_await admission.admit(request);`. As
@@ -330,25 +398,37 @@ class basic_admission {
     return bucket_state(options_.rate, options_.burst, static_cast<double>(options_.burst), {});
   }
 
+  /// Requests whose key function threw (each refused with refusal::key_error), since construction.
+  std::uint64_t key_errors() const noexcept { return key_errors_.load(std::memory_order_relaxed); }
+
   /// Refuses every waiting and later admit() with refusal::closed (a 503), as a server that shuts down
   /// does; requests already admitted keep their slots.
   void close() { slots_.close(); }
 
   /// The per-key buckets (for metrics: `for_each_snapshot`).
   keyed<bucket_type>& buckets() noexcept { return buckets_; }
-  /// The concurrency limiter (for metrics, and for `async_drain` at shutdown).
-  semaphore_type& slots() noexcept { return slots_; }
+  /// The global stage (for metrics, and for `async_drain` at shutdown).
+  Global& slots() noexcept { return slots_; }
 
  private:
   using time_point = typename Clock::time_point;
 
-  static admission_options checked(admission_options o) {
+  static admission_options checked(admission_options o, bool makes_semaphore) {
     const std::string who = detail::describe("rein::beast::admission", o.name);
     if (!(o.rate > 0 && o.rate <= 1e9))
       detail::throw_invalid(who, "rate must be in (0, 1e9] per second", detail::show(o.rate));
     if (o.burst < 1 || o.burst > 1'000'000'000'000'000)
       detail::throw_invalid(who, "burst must be in [1, 1e15]", detail::show(o.burst));
-    if (o.concurrency < 1) detail::throw_invalid(who, "concurrency must be >= 1", detail::show(o.concurrency));
+    if (makes_semaphore && o.concurrency < 1)
+      detail::throw_invalid(who, "concurrency must be >= 1", detail::show(o.concurrency));
+    if (!makes_semaphore && o.concurrency != 0)
+      detail::throw_invalid(who, "concurrency must be 0 with a global stage given (it has its own limit)",
+                            detail::show(o.concurrency));
+    if (makes_semaphore && o.order == queue_order::priority)
+      detail::throw_invalid(who, "order must be fifo, lifo or fair (a request names no class)", to_string(o.order));
+    if (!makes_semaphore && o.order != queue_order::fifo)
+      detail::throw_invalid(who, "order must be fifo with a global stage given (its options choose its order)",
+                            to_string(o.order));
     if (o.max_wait.count() < 0) detail::throw_invalid(who, "max_wait must be >= 0", detail::show(o.max_wait));
     if (o.shed_retry_after < std::chrono::seconds{1})
       detail::throw_invalid(who, "shed_retry_after must be >= 1 s", detail::show(o.shed_retry_after));
@@ -361,6 +441,11 @@ class basic_admission {
     return o;
   }
 
+  static keyed<bucket_type> make_buckets(const executor_type& ex, const admission_options& o) {
+    return keyed<bucket_type>(ex, keyed_options{.max_keys = o.max_keys, .name = o.name},
+                              token_bucket_options{.rate = o.rate, .capacity = o.burst, .name = o.name});
+  }
+
   // `started + wait`, saturating: a bound too long to represent (nanoseconds::max()) means none.
   static time_point deadline_after(time_point started, std::chrono::nanoseconds wait) {
     const auto room = time_point::max() - started;
@@ -368,9 +453,30 @@ class basic_admission {
     return started + std::chrono::duration_cast<typename Clock::duration>(wait);
   }
 
+  // The key, or nullopt (counted) when the key function threw: a 500 for that request, not an exception
+  // out of a session's loop, whose handling would otherwise be every server's to write.
   template <class Body, class Fields>
-  std::string key_of(const http::request<Body, Fields>& request) const {
-    return options_.key ? options_.key(request) : std::string();
+  std::optional<std::string> key_of(const http::request<Body, Fields>& request) noexcept {
+    if (!options_.key) return std::string();
+    try {
+      return options_.key(request);
+    } catch (...) {
+      key_errors_.fetch_add(1, std::memory_order_relaxed);
+      return std::nullopt;
+    }
+  }
+
+  // The global stage tried at once, as `key` in a fair line (each key its share), plainly otherwise.
+  try_permit try_global(std::string_view key) {
+    if (slots_.order() == queue_order::fair) return slots_.for_key(key).try_acquire();
+    return slots_.try_acquire();
+  }
+
+  template <class Handler>
+  void wait_global(std::string_view key, time_point deadline, Handler&& handler) {
+    if (slots_.order() == queue_order::fair)
+      return slots_.for_key(key).async_acquire_until(1, deadline, std::forward<Handler>(handler));
+    slots_.async_acquire_until(1, deadline, std::forward<Handler>(handler));
   }
 
   rate_limit_state state_of(const bucket_type& bucket, time_point now) const {
@@ -392,6 +498,7 @@ class basic_admission {
     basic_admission* self;
     std::shared_ptr<const bool> alive;  // false once `self` is gone: an aborted wait then refunds nothing
     std::string key;
+    bool key_failed;  // the key function threw: refused with key_error, nothing taken
     unsigned version;
     bool keep_alive;
     enum class stage : std::uint8_t { start, bucket, slot, done } at = stage::start;
@@ -411,7 +518,7 @@ class basic_admission {
       take_slot(s, Clock::now());
     }
 
-    // The semaphore's completion.
+    // The global stage's completion.
     template <class Self>
     void operator()(Self& s, error_code ec, rein::permit p) {
       if (ec && *alive) bucket->refund(1);  // the request was not served: its token was not used
@@ -427,6 +534,7 @@ class basic_admission {
       s.reset_cancellation_state(net::enable_total_cancellation());
       started = Clock::now();
       deadline = deadline_after(started, self->options_.max_wait);
+      if (key_failed) return refuse(s, refusal::key_error, started);
       error_code ec;
       bucket = self->buckets_.get(key, ec);
       if (ec) return refuse(s, refusal::keys, started);
@@ -441,14 +549,16 @@ class basic_admission {
 
     template <class Self>
     void take_slot(Self& s, time_point now) {
-      try_permit p = self->slots_.try_acquire();
+      try_permit p = self->try_global(key);
       if (p) return admit(s, std::move(p), now);
-      if (p.status() == try_status::closed || now >= deadline) {
+      const bool closed = p.status() == try_status::closed;
+      // exceeds_capacity and unavailable (an adaptive stage's open circuit) will not pass by waiting.
+      if (closed || now >= deadline || p.status() != try_status::busy) {
         bucket->refund(1);
-        return refuse(s, p.status() == try_status::closed ? refusal::closed : refusal::concurrency, now);
+        return refuse(s, closed ? refusal::closed : refusal::concurrency, now);
       }
       at = stage::slot;
-      self->slots_.async_acquire_until(1, deadline, std::move(s));
+      self->wait_global(key, deadline, std::move(s));
     }
 
     template <class Self>
@@ -486,11 +596,19 @@ class basic_admission {
 
   admission_options options_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+  std::atomic<std::uint64_t> key_errors_{0};
   keyed<bucket_type> buckets_;
-  semaphore_type slots_;
+  Global slots_;
 };
 
-/// The admission on std::chrono::steady_clock.
+/// The admission on std::chrono::steady_clock, its global stage a semaphore.
 using admission = basic_admission<>;
+
+/// An admission whose global stage is an adaptive limiter (rein::basic_adaptive_limiter<Algorithm>, e.g.
+/// algo::aimd or algo::gradient), made by the caller and given to the constructor:
+/// `rein::beast::adaptive_admission<rein::algo::aimd> a(io, {.rate = 100, .burst = 10},
+/// rein::aimd_limiter(io, {.initial_limit = 16, .max_limit = 256}, {.order = rein::queue_order::fair}));`
+template <class Algorithm, class Clock = std::chrono::steady_clock>
+using adaptive_admission = basic_admission<Clock, basic_adaptive_limiter<Algorithm, net::any_io_executor, Clock>>;
 
 }  // namespace rein::beast
