@@ -1,15 +1,23 @@
-// ingress: an HTTP server that admits each request through rein::beast::admission, and answers the refused
-// ones with 429 or 503, Retry-After and the IETF RateLimit fields.
+// ingress: an HTTP server that admits each request through rein::beast's admission, per tenant and under a
+// global adaptive limit, and answers the refused ones with 429 or 503, Retry-After and the IETF RateLimit
+// fields.
 //
 //     ingress [--port P] [--rate R] [--burst B] [--concurrency N] [--max-wait MS] [--work MS] [--duration S]
+//             [--global adaptive|semaphore|none] [--trusted-proxy ADDRESS]... [--proxy-hops H]
 //
-// Every request is keyed by its X-API-Key field, or by the client's address when it has none; each key has
-// a token bucket of R requests per second with a burst of B (defaults 100 and 10), and all keys share N
-// slots (default 64). A request waits up to --max-wait milliseconds for both (default 0: refused at once),
-// then is served after --work milliseconds (default 0) with a 200 that carries its key's RateLimit fields.
+// Every request is keyed by its tenant: its X-API-Key field, or its client's address when it has none (the
+// peer's, or behind trusted proxies, named by --trusted-proxy or counted by --proxy-hops, the one their
+// X-Forwarded-For gives: rein::beast::trusted_proxies). Each tenant has a token bucket of R requests per
+// second with a burst of B (defaults 100 and 10). All tenants share the global stage, in fair order (a
+// tenant flooding it waits behind its own backlog): by default an adaptive limiter (AIMD) of at most N
+// requests in flight (default 64), which lowers its limit when the work slows down; `--global semaphore`
+// makes it a plain semaphore of N, and `--global none` turns admission off (the same server, for measuring
+// what admission adds). A request waits up to --max-wait milliseconds (default 0: refused at once), then is
+// served after --work milliseconds (default 0) with a 200 that carries its key's RateLimit fields.
 // It listens on 127.0.0.1:P (default 0: a port the kernel picks), prints `listening on 127.0.0.1:<port>`,
 // and stops on SIGINT or SIGTERM, or after --duration seconds, printing what it answered:
-// `admitted=... rate_refused=... shed=... max_wait_us=...`. tests/beast/ingress.cpp drives it with ab.
+// `admitted=... rate_refused=... shed=... max_wait_us=... forwarded_malformed=...`. tests/beast/ingress.cpp
+// drives it with ab and wrk.
 #include "usage.hpp"
 
 #if defined(REIN_STANDALONE_ASIO)
@@ -27,7 +35,12 @@ int main(int argc, char** argv) {
 
 #else
 
+#include <rein/adaptive_limiter.hpp>
+#include <rein/algo/aimd.hpp>
 #include <rein/beast/server.hpp>
+#include <rein/beast/trusted_proxies.hpp>
+#include <rein/outcome.hpp>
+#include <rein/queue_order.hpp>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -63,11 +76,16 @@ using namespace std::chrono_literals;
 
 constexpr const char* usage =
     "usage: ingress [--port P] [--rate R] [--burst B] [--concurrency N] [--max-wait MS] [--work MS]\n"
-    "               [--duration S]\n";
+    "               [--duration S] [--global adaptive|semaphore|none] [--trusted-proxy ADDRESS]...\n"
+    "               [--proxy-hops H]\n";
+
+enum class global_stage { adaptive, semaphore, none };
 
 struct config {
   unsigned short port = 0;
   rein::beast::admission_options admission{.rate = 100, .burst = 10, .concurrency = 64};
+  global_stage global = global_stage::adaptive;
+  rein::beast::trusted_proxies_options proxies{};
   std::chrono::milliseconds work{0};
   std::chrono::seconds duration{0};  // 0: until a signal
 };
@@ -78,17 +96,26 @@ struct tally {
   std::chrono::nanoseconds max_wait{0};
 };
 
+[[noreturn]] void fail(std::string_view option, std::string_view wanted, std::string_view text) {
+  std::cerr << "ingress: " << option << " wants " << wanted << ", got '" << text << "'\n" << usage;
+  std::exit(2);
+}
+
 template <class Number>
 Number parsed(std::string_view option, std::string_view text) {
   Number value{};
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
   bool negative = false;
   if constexpr (std::is_signed_v<Number>) negative = value < 0;
-  if (ec != std::errc{} || end != text.data() + text.size() || negative) {
-    std::cerr << "ingress: " << option << " wants a number >= 0, got '" << text << "'\n" << usage;
-    std::exit(2);
-  }
+  if (ec != std::errc{} || end != text.data() + text.size() || negative) fail(option, "a number >= 0", text);
   return value;
+}
+
+global_stage parsed_global(std::string_view text) {
+  if (text == "adaptive") return global_stage::adaptive;
+  if (text == "semaphore") return global_stage::semaphore;
+  if (text == "none") return global_stage::none;
+  fail("--global", "adaptive, semaphore or none", text);
 }
 
 config parse(int argc, char** argv) {
@@ -108,68 +135,91 @@ config parse(int argc, char** argv) {
       c.admission.max_wait = std::chrono::milliseconds{parsed<std::int64_t>(option, value)};
     else if (option == "--work") c.work = std::chrono::milliseconds{parsed<std::int64_t>(option, value)};
     else if (option == "--duration") c.duration = std::chrono::seconds{parsed<std::int64_t>(option, value)};
+    else if (option == "--global") c.global = parsed_global(value);
+    else if (option == "--trusted-proxy") c.proxies.addresses.emplace_back(value);
+    else if (option == "--proxy-hops") c.proxies.hops = parsed<std::size_t>(option, value);
     else {
       std::cerr << "ingress: unknown option '" << option << "'\n" << usage;
       std::exit(2);
     }
   }
-  // The API key names the tenant; a request without one is keyed by its address in session() below.
+  // The API key names the tenant; a request without one is keyed by its client's address in session().
   c.admission.key = [](const http::request_header<>& h) { return std::string(h["X-API-Key"]); };
+  // The global stage waits as each tenant: fair shares of the slots while tenants wait.
+  c.admission.order = rein::queue_order::fair;
   return c;
 }
 
+// No admission (--global none): the same session, to measure what admission adds.
+struct no_admission {};
+
+http::response<http::string_body> ok_for(const http::request<http::string_body>& request) {
+  http::response<http::string_body> ok{http::status::ok, request.version()};
+  ok.set(http::field::content_type, "text/plain");
+  ok.keep_alive(request.keep_alive());
+  ok.body() = "ok\n";
+  ok.prepare_payload();
+  return ok;
+}
+
 // One keep-alive connection: read a request, admit it, answer, until the client closes.
-net::awaitable<void> session(boost::beast::tcp_stream stream, rein::beast::admission& admission, const config& c,
-                             tally& counts) {
-  const std::string address = stream.socket().remote_endpoint().address().to_string();
+template <class Admission>
+net::awaitable<void> session(boost::beast::tcp_stream stream, Admission& admission,
+                             rein::beast::trusted_proxies& proxies, const config& c, tally& counts) {
+  const auto peer = stream.socket().remote_endpoint().address();
   boost::beast::flat_buffer buffer;
   for (;;) {
     http::request<http::string_body> request;
     co_await http::async_read(stream, buffer, request, net::use_awaitable);
-    // Keyed by the API key (the admission's key function), or by the address when there is none. (Not a
-    // conditional expression: GCC 12 miscompiles co_await in the operands of ?:.)
-    rein::beast::admission_result admitted;
-    if (request.find("X-API-Key") == request.end()) admitted = co_await admission.admit(request, address);
-    else admitted = co_await admission.admit(request);
-    counts.max_wait = std::max(counts.max_wait, admitted.waited());
-    if (!admitted) {
-      ++(admitted.why() == rein::beast::refusal::rate ? counts.rate_refused : counts.shed);
-      co_await http::async_write(stream, admitted.response(), net::use_awaitable);
-      if (!admitted.response().keep_alive()) break;
-      continue;
+    http::response<http::string_body> ok = ok_for(request);
+    if constexpr (std::is_same_v<Admission, no_admission>) {
+      ++counts.admitted;
+      if (c.work > 0ms) co_await net::steady_timer(stream.get_executor(), c.work).async_wait(net::use_awaitable);
+    } else {
+      // Keyed by the API key (the admission's key function), or by the client's address when there is none.
+      // (Not a conditional expression: GCC 12 miscompiles co_await in the operands of ?:.)
+      rein::beast::admission_result admitted;
+      if (request.find("X-API-Key") == request.end())
+        admitted = co_await admission.admit(request, proxies.client(request, peer).key());
+      else admitted = co_await admission.admit(request);
+      counts.max_wait = std::max(counts.max_wait, admitted.waited());
+      if (!admitted) {
+        ++(admitted.why() == rein::beast::refusal::rate ? counts.rate_refused : counts.shed);
+        co_await http::async_write(stream, admitted.response(), net::use_awaitable);
+        if (!admitted.response().keep_alive()) break;
+        continue;
+      }
+      ++counts.admitted;
+      if (c.work > 0ms) co_await net::steady_timer(stream.get_executor(), c.work).async_wait(net::use_awaitable);
+      admitted.state()->set_fields(ok, admission.options().policy);
+      // The work is done: the slot goes back before the write, and the adaptive stage learns how long the
+      // work took (a semaphore ignores the outcome).
+      admitted.permit().complete(rein::outcome::success);
     }
-    ++counts.admitted;
-    if (c.work > 0ms) co_await net::steady_timer(stream.get_executor(), c.work).async_wait(net::use_awaitable);
-    http::response<http::string_body> ok{http::status::ok, request.version()};
-    admitted.state()->set_fields(ok, admission.options().policy);
-    ok.set(http::field::content_type, "text/plain");
-    ok.keep_alive(request.keep_alive());
-    ok.body() = "ok\n";
-    ok.prepare_payload();
-    admitted.permit().release();  // the work is done: the slot goes back before the write
     co_await http::async_write(stream, ok, net::use_awaitable);
     if (!ok.keep_alive()) break;
   }
   stream.socket().shutdown(tcp::socket::shutdown_send);
 }
 
-net::awaitable<void> listen(tcp::acceptor& acceptor, rein::beast::admission& admission, const config& c,
-                            tally& counts) {
+template <class Admission>
+net::awaitable<void> listen(tcp::acceptor& acceptor, Admission& admission, rein::beast::trusted_proxies& proxies,
+                            const config& c, tally& counts) {
   for (;;) {
     tcp::socket socket = co_await acceptor.async_accept(net::use_awaitable);
     // A client that goes away mid-request ends its session only.
-    net::co_spawn(acceptor.get_executor(), session(boost::beast::tcp_stream(std::move(socket)), admission, c, counts),
-                  net::detached);
+    net::co_spawn(acceptor.get_executor(),
+                  session(boost::beast::tcp_stream(std::move(socket)), admission, proxies, c, counts), net::detached);
   }
 }
 
-int serve(const config& c) {
-  net::io_context io;
-  rein::beast::admission admission(io.get_executor(), c.admission);
+template <class Admission>
+int serve(net::io_context& io, Admission& admission, const config& c) {
+  rein::beast::trusted_proxies proxies(c.proxies);
   tcp::acceptor acceptor(io, {net::ip::make_address("127.0.0.1"), c.port});
   std::cout << "listening on 127.0.0.1:" << acceptor.local_endpoint().port() << std::endl;
   tally counts;
-  net::co_spawn(io, listen(acceptor, admission, c, counts), net::detached);
+  net::co_spawn(io, listen(acceptor, admission, proxies, c, counts), net::detached);
   net::signal_set signals(io, SIGINT, SIGTERM);
   net::steady_timer deadline(io);
   const auto stop = [&] {
@@ -189,8 +239,34 @@ int serve(const config& c) {
   io.run();
   std::cout << "admitted=" << counts.admitted << " rate_refused=" << counts.rate_refused << " shed=" << counts.shed
             << " max_wait_us=" << std::chrono::duration_cast<std::chrono::microseconds>(counts.max_wait).count()
-            << std::endl;
+            << " forwarded_malformed=" << proxies.malformed() << std::endl;
   return 0;
+}
+
+int serve(const config& c) {
+  net::io_context io;
+  switch (c.global) {
+    case global_stage::none: {
+      no_admission none;
+      return serve(io, none, c);
+    }
+    case global_stage::semaphore: {
+      rein::beast::admission admission(io, c.admission);
+      return serve(io, admission, c);
+    }
+    case global_stage::adaptive: break;
+  }
+  // At most --concurrency in flight, starting there: the limit falls when the work slows down (a success
+  // slower than 1.75 x the fastest recent one counts as congestion) and climbs back as it recovers.
+  const auto ceiling = static_cast<double>(c.admission.concurrency);
+  rein::beast::admission_options options = c.admission;
+  options.concurrency = 0;
+  options.order = rein::queue_order::fifo;  // the limiter's own options choose its order
+  rein::beast::adaptive_admission<rein::algo::aimd> admission(
+      io, std::move(options),
+      rein::aimd_limiter(io, {.initial_limit = ceiling, .min_limit = 1, .max_limit = ceiling},
+                         {.name = "ingress", .order = rein::queue_order::fair}));
+  return serve(io, admission, c);
 }
 
 }  // namespace

@@ -1,8 +1,10 @@
 // examples/ingress under real load (integration, real time): ab overloads it on loopback, then a Beast client
 // reads the refusals' fields back. The served count must follow the configured rate (within 2 % plus the
 // burst), every 429 must carry the bucket's Retry-After and RateLimit fields, and no request may wait past
-// --max-wait. Past its concurrency it must shed at once with a 503 carrying the same fields. CMake passes the
-// example's path in REIN_INGRESS (tests/CMakeLists.txt).
+// --max-wait. Past its concurrency it must shed at once with a 503 carrying the same fields. Under wrk at
+// about half the configured rate, admission must add under 1 ms to the p99 latency of the same server with
+// admission off, both measured in the same run. CMake passes the example's path in REIN_INGRESS
+// (tests/CMakeLists.txt).
 #include "support/catch.hpp"
 #include "support/child_server.hpp"
 
@@ -20,6 +22,8 @@
 #include <fcntl.h>
 #include <spawn.h>
 
+#include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -100,6 +104,16 @@ double number_after(const std::string& text, const std::string& label) {
   return std::stod(m[1]);
 }
 
+// A latency that wrk prints ("85.00us", "1.20ms", "1.01s"), in microseconds.
+double microseconds_after(const std::string& text, const std::string& label) {
+  std::smatch m;
+  if (!std::regex_search(text, m, std::regex(label + R"(\s+([0-9.]+)(us|ms|s)\b)"))) {
+    FAIL("no '" << label << "' latency in:\n" << text);
+  }
+  const double unit = m[2] == "us" ? 1.0 : m[2] == "ms" ? 1e3 : 1e6;
+  return std::stod(m[1]) * unit;
+}
+
 std::string run(const std::string& command) {
   std::string out;
   FILE* pipe = ::popen(command.c_str(), "r");
@@ -108,6 +122,55 @@ std::string run(const std::string& command) {
   while (const std::size_t n = std::fread(buffer, 1, sizeof buffer, pipe)) out.append(buffer, n);
   CHECK(::pclose(pipe) == 0);
   return out;
+}
+
+// What wrk measured over one run: requests per second, the median and 99th percentile latency in
+// microseconds, and the responses that were not 2xx or 3xx.
+struct wrk_run {
+  double rate = 0, p50_us = 0, p99_us = 0, refused = 0;
+};
+
+wrk_run read_wrk(const std::string& report) {
+  INFO(report);
+  wrk_run r;
+  r.rate = number_after(report, "Requests/sec:");
+  r.p50_us = microseconds_after(report, "50%");
+  r.p99_us = microseconds_after(report, "99%");
+  const bool any_refused = report.find("Non-2xx or 3xx responses:") != std::string::npos;
+  r.refused = any_refused ? number_after(report, "Non-2xx or 3xx responses:") : 0;
+  return r;
+}
+
+// wrk on the servers at `ports` at once, for `seconds`, each with one connection sending one request
+// after another under one API key, each 1 ms after the previous response (wrk's delay(); wrk times a
+// request from its send, so the pause is not in its latency): at most 1,000 per second, whatever the
+// machine's speed, and each latency one round trip with no queueing behind other connections. At once, so
+// that both see the same machine: another process's burst of work slows both runs, not one of them.
+std::vector<wrk_run> measure_together(const std::vector<unsigned short>& ports, int seconds) {
+  const rein_test::temp_dir dir("ingress-wrk");
+  const std::string script = (dir.path() / "paced.lua").string();
+  std::ofstream(script) << "function delay()\n  return 1\nend\n";
+  std::string command = "{";
+  for (std::size_t i = 0; i < ports.size(); ++i)
+    command += " wrk -t1 -c1 -d" + std::to_string(seconds) + "s --latency -s " + script +
+               " -H 'X-API-Key: steady' http://127.0.0.1:" + std::to_string(ports[i]) + "/ > " +
+               (dir.path() / std::to_string(i)).string() + " 2>&1 &";
+  command += " wait; }";
+  run(command);
+  std::vector<wrk_run> runs;
+  for (std::size_t i = 0; i < ports.size(); ++i) {
+    std::ifstream in(dir.path() / std::to_string(i));
+    std::stringstream text;
+    text << in.rdbuf();
+    runs.push_back(read_wrk(text.str()));
+  }
+  return runs;
+}
+
+template <std::size_t N>
+double median(std::array<double, N> values) {
+  std::sort(values.begin(), values.end());
+  return values[N / 2];
 }
 
 // One request under `api_key` on a connection of a Beast client.
@@ -234,4 +297,35 @@ TEST_CASE("ingress past its concurrency: a 503 with the shedding Retry-After and
   INFO(tally);
   CHECK(number_after(tally, "admitted=") == 2);
   CHECK(number_after(tally, "shed=") == 1);
+}
+
+TEST_CASE("ingress under wrk at half its rate: admission adds under 1 ms to p99", "[beast][integration]") {
+  // The same server with admission off and on, loaded at once by one paced wrk connection each (a 1 ms
+  // pause after each response: at most 1,000 requests per second, about half the configured 1,200 once a
+  // round trip and the timer's slack are added, never above it, so nothing is refused). Five rounds, the
+  // median of the differences compared: rounds that another process on the machine disturbed move no
+  // median.
+  constexpr double configured = 1200;
+  ingress_server bare({"--global", "none"});
+  ingress_server admitting({"--rate", "1200", "--burst", "120", "--concurrency", "64"});
+  std::array<double, 5> p50_added{}, p99_added{}, load{};
+  for (std::size_t i = 0; i < load.size(); ++i) {
+    const std::vector<wrk_run> runs = measure_together({admitting.port(), bare.port()}, 2);
+    const wrk_run& on = runs[0];
+    const wrk_run& off = runs[1];
+    WARN("round " << i << ": with admission " << on.rate << "/s, p50 " << on.p50_us << " us, p99 " << on.p99_us
+                  << " us; without " << off.rate << "/s, p50 " << off.p50_us << " us, p99 " << off.p99_us << " us");
+    CHECK(on.refused == 0);  // every measured request was admitted
+    p50_added[i] = on.p50_us - off.p50_us;
+    p99_added[i] = on.p99_us - off.p99_us;
+    load[i] = on.rate / configured;
+  }
+  WARN("load " << median(load) << " of the configured rate; added p50 " << median(p50_added) << " us, p99 "
+               << median(p99_added) << " us (medians of 5 rounds)");
+  CHECK(median(load) < 1000 / configured);  // the pacing's bound
+  CHECK(median(p99_added) < 1000);
+  const std::string tally = admitting.stop();
+  INFO(tally);
+  CHECK(number_after(tally, "rate_refused=") == 0);
+  CHECK(number_after(tally, "shed=") == 0);
 }
