@@ -302,35 +302,28 @@ class trusted_proxies {
   // A node's address: `a.b.c.d`, `a.b.c.d:port`, `[v6]`, `[v6]:port`, or a bare IPv6 address (as some
   // X-Forwarded-For writers put it); nullopt for anything else (`unknown`, `_obfuscated`, text).
   static std::optional<address> node_address(std::string_view node) {
-    std::string_view host = node;
     if (!node.empty() && node.front() == '[') {
       const auto close = node.find(']');
       if (close == std::string_view::npos) return std::nullopt;
-      host = node.substr(1, close - 1);
       const auto after = node.substr(close + 1);
       if (!after.empty() && (after.front() != ':' || !is_port(after.substr(1)))) return std::nullopt;
-      const auto a = parsed(host);
-      if (!a || !a->is_v6()) return std::nullopt;
-      return unmapped(*a);
+      return parsed(node.substr(1, close - 1), family::v6);
     }
     if (std::count(node.begin(), node.end(), ':') == 1) {
       const auto colon = node.find(':');
       if (!is_port(node.substr(colon + 1))) return std::nullopt;
-      host = node.substr(0, colon);
-      const auto a = parsed(host);
-      if (!a || !a->is_v4()) return std::nullopt;
-      return a;
+      return parsed(node.substr(0, colon), family::v4);
     }
-    const auto a = parsed(host);
-    if (!a) return std::nullopt;
-    return unmapped(*a);
+    return parsed(node, family::any);
   }
 
-  static std::optional<address> parsed(std::string_view text) {
+  enum class family : std::uint8_t { any, v4, v6 };
+
+  static std::optional<address> parsed(std::string_view text, family f) {
     boost::system::error_code ec;
     const auto a = boost::asio::ip::make_address(std::string(text), ec);
-    if (ec) return std::nullopt;
-    return a;
+    if (ec || (f == family::v4 && !a.is_v4()) || (f == family::v6 && !a.is_v6())) return std::nullopt;
+    return unmapped(a);
   }
 
   trusted_proxies_options options_;
