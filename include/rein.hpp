@@ -36,6 +36,7 @@
 #if !defined(REIN_STANDALONE_ASIO) && __has_include(<boost/beast/http/message.hpp>)
 #include <rein/beast.hpp>
 #include <rein/beast/server.hpp>
+#include <rein/beast/trusted_proxies.hpp>
 #endif
 #include <rein/bounded.hpp>
 #include <rein/config.hpp>
