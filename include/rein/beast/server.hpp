@@ -255,7 +255,8 @@ inline http::response<http::string_body> refusal_response(refusal why, unsigned 
 ///
 /// ```
 /// rein::beast::admission_result admitted;
-/// if (request.find("X-API-Key") == request.end()) admitted = co_await admission.admit(request, client);
+/// if (request.find("X-API-Key") == request.end())
+///   admitted = co_await admission.admit(request, proxies.client(request, peer).key());
 /// else admitted = co_await admission.admit(request);
 /// if (!admitted) {
 ///   co_await http::async_write(stream, admitted.response(), net::use_awaitable);

@@ -97,10 +97,12 @@ struct client_address {
 /// syntax it broke (an open quote), which gives the proxy's address.
 ///
 /// ```
-/// rein::beast::trusted_proxies proxies({.addresses = {"10.0.0.1"}});
-/// const std::string key = proxies.client(request, stream.socket().remote_endpoint().address()).key();
-/// auto admitted = co_await admission.admit(request, key);
+/// rein::beast::trusted_proxies proxies(c.proxies);
+/// const auto peer = stream.socket().remote_endpoint().address();
+/// admitted = co_await admission.admit(request, proxies.client(request, peer).key());
 /// ```
+/// (From examples/ingress.cpp, whose `c.proxies` are `{.addresses = {...}}` from --trusted-proxy, or
+/// `{.hops = H}` from --proxy-hops.)
 ///
 /// @par Thread Safety
 /// client() may be called concurrently (its one shared state is an atomic counter).
