@@ -182,7 +182,7 @@ inline rate_limit_state bucket_state(double rate, std::int64_t burst, double tok
 /// async_acquire_until, order, for_key and close.
 template <class Global, class Clock>
 concept global_stage = std::same_as<typename Global::clock_type, Clock> &&
-                       requires(Global& g, std::string_view key, typename Clock::time_point t) {
+                       requires(Global& g, std::string_view key) {
                          { g.try_acquire() } -> std::same_as<try_permit>;
                          { g.order() } -> std::same_as<queue_order>;
                          g.for_key(key).try_acquire();
