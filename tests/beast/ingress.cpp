@@ -181,6 +181,14 @@ void send(tcp::socket& socket, const char* api_key) {
   http::write(socket, request);
 }
 
+// One request with no API key (keyed by the client's address) carrying `forwarded` as X-Forwarded-For.
+void send_forwarded(tcp::socket& socket, const std::string& forwarded) {
+  http::request<http::empty_body> request{http::verb::get, "/", 11};
+  request.set(http::field::host, "127.0.0.1");
+  request.set("X-Forwarded-For", forwarded);
+  http::write(socket, request);
+}
+
 http::response<http::string_body> receive(tcp::socket& socket) {
   boost::beast::flat_buffer buffer;  // one response per read: nothing is pipelined behind it
   http::response<http::string_body> response;
@@ -297,6 +305,45 @@ TEST_CASE("ingress past its concurrency: a 503 with the shedding Retry-After and
   INFO(tally);
   CHECK(number_after(tally, "admitted=") == 2);
   CHECK(number_after(tally, "shed=") == 1);
+}
+
+TEST_CASE("ingress keyed by address: X-Forwarded-For counts only from a trusted proxy", "[beast][integration]") {
+  // No proxy named: a client that writes a new X-Forwarded-For per request is keyed by its own address, so
+  // past its burst (and what the rate refills meanwhile) it is refused.
+  ingress_server plain({"--rate", "10", "--burst", "5", "--concurrency", "64"});
+  boost::asio::io_context io;
+  tcp::socket socket = connected(io, plain.port());
+  int ok = 0;
+  const auto started = std::chrono::steady_clock::now();
+  for (int i = 0; i < 30; ++i) {
+    send_forwarded(socket, "198.51.100." + std::to_string(i));
+    if (receive(socket).result() == http::status::ok) ++ok;
+  }
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  CHECK(ok >= 5);
+  CHECK(ok <= 5 + static_cast<int>(10 * elapsed) + 1);
+  std::string tally = plain.stop();
+  INFO(tally);
+  CHECK(number_after(tally, "admitted=") == ok);
+  CHECK(number_after(tally, "forwarded_malformed=") == 0);  // the field was never read
+
+  // The loopback address named as a trusted proxy, and a field that names no address: each request is
+  // keyed by the proxy's address (one bucket) and counted.
+  ingress_server behind({"--rate", "10", "--burst", "5", "--concurrency", "64", "--trusted-proxy", "127.0.0.1"});
+  tcp::socket through = connected(io, behind.port());
+  ok = 0;
+  const auto begun = std::chrono::steady_clock::now();
+  for (int i = 0; i < 30; ++i) {
+    send_forwarded(through, "unknown");
+    if (receive(through).result() == http::status::ok) ++ok;
+  }
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - begun).count();
+  CHECK(ok >= 5);
+  CHECK(ok <= 5 + static_cast<int>(10 * took) + 1);  // one key: the proxy's
+  tally = behind.stop();
+  INFO(tally);
+  CHECK(number_after(tally, "admitted=") == ok);
+  CHECK(number_after(tally, "forwarded_malformed=") == 30);
 }
 
 TEST_CASE("ingress under wrk at half its rate: admission adds under 1 ms to p99", "[beast][integration]") {
