@@ -273,6 +273,13 @@ class keyed {
     Limiter* get() const noexcept { return entry_ ? entry_->limiter.get() : nullptr; }
     /// The key (valid while the handle holds it).
     const Key& key() const noexcept { return *entry_->key; }
+    /// A count kept with the key for compositions over the registry, starting at 0 when the key's limiter
+    /// is made and living as long as it does: rein::throttle adds there the units each of its admissions
+    /// took from the key's rate limiter, so that an upstream's remaining count can be read against the
+    /// calls admitted after the one it answers. Precondition: the handle is not empty.
+    /// @par Thread Safety
+    /// An atomic: any thread, lock-free.
+    std::atomic<std::uint64_t>& admitted_units() const noexcept { return entry_->admitted_units; }
 
     /// Unpins now (a use of the key, for keyed_options::idle_ttl).
     void reset() noexcept {
@@ -480,6 +487,7 @@ class keyed {
     void (*drop_holder)(void*) = nullptr;
     bool timed = false;                   // idle_ttl > 0: uses are timed
     std::atomic<std::int64_t> used_ns{0};  // the latest use, in clock_type's nanoseconds since its epoch
+    std::atomic<std::uint64_t> admitted_units{0};  // handle::admitted_units()
     const Key* key = nullptr;
     entry* prev = nullptr;
     entry* next = nullptr;

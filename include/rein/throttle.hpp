@@ -420,6 +420,9 @@ class throttle {
     std::array<std::size_t, stage_count> units{};
     /// Each stage this acquire has taken at least once (a second take is a re-take); cleared at admission.
     std::bitset<stage_count> taken{};
+    /// Each hinted rate stage's count of admitted units (for a keyed stage, its key's) just after this
+    /// admission added its own: complete(response) counts off the units admitted since.
+    std::array<std::uint64_t, stage_count> admitted_mark{};
   };
 
   /// Composes the stages, listed in admission order (references; they must outlive the throttle).
@@ -987,6 +990,7 @@ class throttle {
     if (!full) count_partly(g.held_.taken);
     std::atomic<std::uint64_t>& admissions = full ? admitted_ : partial_;
     g.held_.taken.reset();
+    mark_admitted(g.held_);
     const std::chrono::nanoseconds sent(detail::to_ns_saturated(g.admitted_at_));
     for (permit& p : g.held_.permits)
       if (p) detail::permit_access::restamp(p, sent);
@@ -1115,6 +1119,51 @@ class throttle {
     }
   }
 
+  // Whether complete(response) lowers the rate stage at I: it counts requests or tokens (a rein::weighted
+  // stage's unit is its own, no provider's) and its limiter takes an upstream's remaining count.
+  template <std::size_t I>
+  static constexpr bool takes_hints() {
+    if constexpr (ranks_[I] != rank::rate) {
+      return false;
+    } else {
+      using weight = typename std::tuple_element_t<I, specs>::weight;
+      return (std::is_same_v<weight, by_requests_t> || std::is_same_v<weight, by_tokens_t>) &&
+             requires(limiter_type<I>& l) { l.limit_remaining(std::int64_t{}, std::chrono::nanoseconds{}); };
+    }
+  }
+
+  // The units the hinted rate stage at I has admitted: its key's count (kept with the key's limiter, so that
+  // it lives exactly as long), or the stage's own. Only ever grows; differences are taken modulo 2^64.
+  template <std::size_t I>
+  std::atomic<std::uint64_t>& admitted_units(holdings& h) noexcept {
+    if constexpr (keyed_[I]) return std::get<I>(h.handles).admitted_units();
+    else return tallies_[I].admitted_units;
+  }
+
+  // At admission: each hinted rate stage's count, this guard's units added (one atomic add, no lock).
+  void mark_admitted(holdings& h) noexcept {
+    [&]<std::size_t... I>(std::index_sequence<I...>) { (mark_one<I>(h), ...); }(
+        std::make_index_sequence<stage_count>{});
+  }
+
+  template <std::size_t I>
+  void mark_one(holdings& h) noexcept {
+    if constexpr (takes_hints<I>()) {
+      std::atomic<std::uint64_t>& count = admitted_units<I>(h);
+      const std::uint64_t n = h.units[I];
+      h.admitted_mark[I] = n == 0 ? count.load(std::memory_order_relaxed)
+                                  : count.fetch_add(n, std::memory_order_relaxed) + n;
+    }
+  }
+
+  // An upstream's remaining count less the `later` units admitted after the call it answers: it had not
+  // counted them when it answered, and they are on their way. Never below 0; a count <= 0 stays as it is.
+  static std::int64_t less_admitted(std::int64_t remaining, std::uint64_t later) noexcept {
+    if (remaining <= 0) return remaining;
+    if (later >= static_cast<std::uint64_t>(remaining)) return 0;
+    return remaining - static_cast<std::int64_t>(later);
+  }
+
   void apply_hints(holdings& h, const upstream_response& response) {
     [&]<std::size_t... I>(std::index_sequence<I...>) { (hint_one<I>(h, response), ...); }(
         std::make_index_sequence<stage_count>{});
@@ -1122,13 +1171,14 @@ class throttle {
 
   template <std::size_t I>
   void hint_one(holdings& h, const upstream_response& response) {
-    if constexpr (ranks_[I] == rank::rate) {
+    if constexpr (takes_hints<I>()) {
       using weight = typename std::tuple_element_t<I, specs>::weight;
-      auto& l = limiter<I>(h);
-      if constexpr (requires { l.limit_remaining(std::int64_t{}, std::chrono::nanoseconds{}); }) {
-        if constexpr (std::is_same_v<weight, by_requests_t>) rein::limit_remaining(l, response.requests);
-        else if constexpr (std::is_same_v<weight, by_tokens_t>) rein::limit_remaining(l, response.tokens);
+      rate_limit_hint hint = std::is_same_v<weight, by_requests_t> ? response.requests : response.tokens;
+      if (hint.remaining) {
+        const std::uint64_t later = admitted_units<I>(h).load(std::memory_order_relaxed) - h.admitted_mark[I];
+        hint.remaining = less_admitted(*hint.remaining, later);
       }
+      rein::limit_remaining(limiter<I>(h), hint);
     }
   }
 
@@ -1506,6 +1556,7 @@ class throttle {
     std::atomic<std::uint64_t> abandoned{0};
     std::atomic<std::uint64_t> reconciled{0};
     std::atomic<std::uint64_t> given_back{0};
+    std::atomic<std::uint64_t> admitted_units{0};  // a global hinted rate stage's (a keyed one's: its key's)
   };
   std::array<stage_tally, stage_count> tallies_{};
   mutable std::mutex wait_mutex_;

@@ -134,6 +134,21 @@ class throttle_guard {
   /// provider's `x-ratelimit-remaining-*` / `-reset-*` hints first lower the rate stages that count the same
   /// unit (`requests` for stages charged by requests, `tokens` for rein::by_tokens ones; never raised, see
   /// rein::limit_remaining), so the local budget never trusts itself over the provider's count.
+  ///
+  /// The calls in flight: the upstream's `remaining` counts what it had admitted when it answered this
+  /// call, not the calls the stage admitted after this one (they left after it, so the upstream had not
+  /// seen them, and they will be counted). Each hinted stage therefore applies `remaining - k`, never below
+  /// 0, where k is the units it admitted after this guard's admission (for a keyed stage, to this guard's
+  /// key): with k calls of one unit in flight behind this one, r left means r - k more until the reset. k
+  /// counts each admission's units as charged when it was admitted (a later reconcile does not change it);
+  /// units taken and given back without an admission (a caller that then waited or failed) are not in it.
+  /// Calls admitted after this one and already answered count too: the throttle assumes the upstream
+  /// counted calls in their admission order, so a reordering leaves fewer units than the upstream allows,
+  /// never more. The count is kept per stage by this throttle, and per key with a keyed stage's limiter
+  /// (shared by every throttle that lists that registry); an atomic add at each admission, no lock.
+  /// This is what a client with several connections needs to honour the IETF fields without overshooting
+  /// by its own calls in flight (draft-ietf-httpapi-ratelimit-headers: `r` is the quota units remaining at
+  /// the server when it answers).
   void complete(const upstream_response& response) {
     Throttle* owner = live_owner();
     if (owner == nullptr) return;
