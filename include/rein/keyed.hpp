@@ -79,6 +79,16 @@ struct keyed_snapshot {
   }
 };
 
+/// What a composition admitted through one limiter, in its units, kept with the limiter: rein::throttle
+/// reads an upstream's remaining count against them (see throttle_guard::complete). Both counts only grow;
+/// `admitted - ended` is what is in flight. Differences are taken modulo 2^64, so neither overflows.
+/// @par Thread Safety
+/// Atomics: any thread, lock-free.
+struct admission_counts {
+  std::atomic<std::uint64_t> admitted{0};  ///< units admitted
+  std::atomic<std::uint64_t> ended{0};     ///< units of admitted calls that have ended (completed, released)
+};
+
 /// One line: `keys=3 max_keys=10000 utilisation=0 created=5 evicted=2 rejected=0`.
 inline std::ostream& operator<<(std::ostream& os, const keyed_snapshot& s) {
   os << "keys=" << s.keys << " max_keys=" << s.max_keys << " utilisation=";
@@ -273,13 +283,11 @@ class keyed {
     Limiter* get() const noexcept { return entry_ ? entry_->limiter.get() : nullptr; }
     /// The key (valid while the handle holds it).
     const Key& key() const noexcept { return *entry_->key; }
-    /// A count kept with the key for compositions over the registry, starting at 0 when the key's limiter
-    /// is made and living as long as it does: rein::throttle adds there the units each of its admissions
-    /// took from the key's rate limiter, so that an upstream's remaining count can be read against the
-    /// calls admitted after the one it answers. Precondition: the handle is not empty.
-    /// @par Thread Safety
-    /// An atomic: any thread, lock-free.
-    std::atomic<std::uint64_t>& admitted_units() const noexcept { return entry_->admitted_units; }
+    /// Counts kept with the key for compositions over the registry, at 0 when the key's limiter is made
+    /// and living as long as it does: rein::throttle counts there the units its admissions took from the
+    /// key's rate limiter, and those of the calls that ended, so that an upstream's remaining count can be
+    /// read against the calls in flight. Precondition: the handle is not empty.
+    admission_counts& admissions() const noexcept { return entry_->admissions; }
 
     /// Unpins now (a use of the key, for keyed_options::idle_ttl).
     void reset() noexcept {
@@ -487,7 +495,7 @@ class keyed {
     void (*drop_holder)(void*) = nullptr;
     bool timed = false;                   // idle_ttl > 0: uses are timed
     std::atomic<std::int64_t> used_ns{0};  // the latest use, in clock_type's nanoseconds since its epoch
-    std::atomic<std::uint64_t> admitted_units{0};  // handle::admitted_units()
+    admission_counts admissions;  // handle::admissions()
     const Key* key = nullptr;
     entry* prev = nullptr;
     entry* next = nullptr;

@@ -420,9 +420,11 @@ class throttle {
     std::array<std::size_t, stage_count> units{};
     /// Each stage this acquire has taken at least once (a second take is a re-take); cleared at admission.
     std::bitset<stage_count> taken{};
-    /// Each hinted rate stage's count of admitted units (for a keyed stage, its key's) just after this
-    /// admission added its own: complete(response) counts off the units admitted since.
+    /// Each hinted rate stage's admission_counts::admitted (for a keyed stage, its key's) just after this
+    /// admission added its own: complete(response) counts off the units admitted since, still in flight.
     std::array<std::uint64_t, stage_count> admitted_mark{};
+    /// The units this admission added there (what its end adds to admission_counts::ended).
+    std::array<std::uint64_t, stage_count> admitted_units{};
   };
 
   /// Composes the stages, listed in admission order (references; they must outlive the throttle).
@@ -1059,6 +1061,7 @@ class throttle {
       h.permits[I].complete(result);
     } else if constexpr (ranks_[I] == rank::rate) {
       h.units[I] = 0;
+      end_admission<I>(h);
       auto& l = limiter<I>(h);
       try {  // a rate that learns from pauses is told the gates' one; others only the outcome
         if constexpr (requires { l.record(result, g.admitted_at_, pause); }) l.record(result, g.admitted_at_, pause);
@@ -1132,12 +1135,12 @@ class throttle {
     }
   }
 
-  // The units the hinted rate stage at I has admitted: its key's count (kept with the key's limiter, so that
-  // it lives exactly as long), or the stage's own. Only ever grows; differences are taken modulo 2^64.
+  // What the hinted rate stage at I admitted and saw end: its key's counts (kept with the key's limiter, so
+  // that they live exactly as long), or the stage's own.
   template <std::size_t I>
-  std::atomic<std::uint64_t>& admitted_units(holdings& h) noexcept {
-    if constexpr (keyed_[I]) return std::get<I>(h.handles).admitted_units();
-    else return tallies_[I].admitted_units;
+  admission_counts& admissions(holdings& h) noexcept {
+    if constexpr (keyed_[I]) return std::get<I>(h.handles).admissions();
+    else return tallies_[I].admissions;
   }
 
   // At admission: each hinted rate stage's count, this guard's units added (one atomic add, no lock).
@@ -1149,15 +1152,41 @@ class throttle {
   template <std::size_t I>
   void mark_one(holdings& h) noexcept {
     if constexpr (takes_hints<I>()) {
-      std::atomic<std::uint64_t>& count = admitted_units<I>(h);
+      std::atomic<std::uint64_t>& count = admissions<I>(h).admitted;
       const std::uint64_t n = h.units[I];
+      h.admitted_units[I] = n;
       h.admitted_mark[I] = n == 0 ? count.load(std::memory_order_relaxed)
                                   : count.fetch_add(n, std::memory_order_relaxed) + n;
     }
   }
 
-  // An upstream's remaining count less the `later` units admitted after the call it answers: it had not
-  // counted them when it answered, and they are on their way. Never below 0; a count <= 0 stays as it is.
+  // At the end of an admitted call: its units leave the hinted stages' in-flight count. Release: a hint that
+  // reads this end also reads the admission before it (else in flight could read below the truth).
+  template <std::size_t I>
+  void end_admission(holdings& h) noexcept {
+    if constexpr (takes_hints<I>()) {
+      if (const std::uint64_t n = std::exchange(h.admitted_units[I], 0); n != 0)
+        admissions<I>(h).ended.fetch_add(n, std::memory_order_release);
+    }
+  }
+
+  // The units of the hinted stage at I that the upstream had not counted when it answered this guard's
+  // call: those admitted after it and still in flight. Neither count alone says which calls are both, so
+  // the smaller is taken: exact when every call admitted before this one has ended, or none admitted after
+  // it has; otherwise more, never less. An end read without its admission (another thread's, a moment
+  // apart) wraps the in-flight figure to a huge one, and the admissions since decide.
+  template <std::size_t I>
+  std::uint64_t in_flight_since(holdings& h) noexcept {
+    const admission_counts& c = admissions<I>(h);
+    const std::uint64_t ended = c.ended.load(std::memory_order_acquire);
+    const std::uint64_t admitted = c.admitted.load(std::memory_order_relaxed);
+    const std::uint64_t since = admitted - h.admitted_mark[I];
+    const std::uint64_t others_in_flight = admitted - ended - h.admitted_units[I];
+    return std::min(since, others_in_flight);
+  }
+
+  // An upstream's remaining count less `later` units it had not counted when it answered, and which are on
+  // their way. Never below 0; a count <= 0 stays as it is.
   static std::int64_t less_admitted(std::int64_t remaining, std::uint64_t later) noexcept {
     if (remaining <= 0) return remaining;
     if (later >= static_cast<std::uint64_t>(remaining)) return 0;
@@ -1174,10 +1203,7 @@ class throttle {
     if constexpr (takes_hints<I>()) {
       using weight = typename std::tuple_element_t<I, specs>::weight;
       rate_limit_hint hint = std::is_same_v<weight, by_requests_t> ? response.requests : response.tokens;
-      if (hint.remaining) {
-        const std::uint64_t later = admitted_units<I>(h).load(std::memory_order_relaxed) - h.admitted_mark[I];
-        hint.remaining = less_admitted(*hint.remaining, later);
-      }
+      if (hint.remaining) hint.remaining = less_admitted(*hint.remaining, in_flight_since<I>(h));
       rein::limit_remaining(limiter<I>(h), hint);
     }
   }
@@ -1556,7 +1582,7 @@ class throttle {
     std::atomic<std::uint64_t> abandoned{0};
     std::atomic<std::uint64_t> reconciled{0};
     std::atomic<std::uint64_t> given_back{0};
-    std::atomic<std::uint64_t> admitted_units{0};  // a global hinted rate stage's (a keyed one's: its key's)
+    admission_counts admissions;  // a global hinted rate stage's (a keyed one's live with its key)
   };
   std::array<stage_tally, stage_count> tallies_{};
   mutable std::mutex wait_mutex_;

@@ -136,16 +136,20 @@ class throttle_guard {
   /// rein::limit_remaining), so the local budget never trusts itself over the provider's count.
   ///
   /// The calls in flight: the upstream's `remaining` counts what it had admitted when it answered this
-  /// call, not the calls the stage admitted after this one (they left after it, so the upstream had not
-  /// seen them, and they will be counted). Each hinted stage therefore applies `remaining - k`, never below
-  /// 0, where k is the units it admitted after this guard's admission (for a keyed stage, to this guard's
-  /// key): with k calls of one unit in flight behind this one, r left means r - k more until the reset. k
-  /// counts each admission's units as charged when it was admitted (a later reconcile does not change it);
-  /// units taken and given back without an admission (a caller that then waited or failed) are not in it.
-  /// Calls admitted after this one and already answered count too: the throttle assumes the upstream
-  /// counted calls in their admission order, so a reordering leaves fewer units than the upstream allows,
-  /// never more. The count is kept per stage by this throttle, and per key with a keyed stage's limiter
-  /// (shared by every throttle that lists that registry); an atomic add at each admission, no lock.
+  /// call, not the calls the stage admitted after this one that are still on their way (they left after
+  /// it, so the upstream had not seen them, and it will count them). Each hinted stage therefore applies
+  /// `remaining - k`, never below 0, where k is the units it admitted after this guard's admission and not
+  /// yet ended (for a keyed stage, to this guard's key): with k calls of one unit in flight behind this
+  /// one, r left means r - k more until the reset. A call admitted after this one but ended before it is
+  /// taken as counted (the upstream answered it first, so most likely counted it first; one that did not
+  /// gets one call more than it allows per such reordering). Which calls are both admitted after this one and
+  /// in flight is not kept, only how many were admitted since and how many are in flight: k is the
+  /// smaller, exact when every call admitted before this one has ended (or none after it has), else
+  /// larger, so the stage admits fewer than the upstream allows, never more. Units count as charged at
+  /// admission (a reconcile does not change them); a caller that took units and gave them back without
+  /// being admitted is not counted. The counts are kept per stage by this throttle, and per key with a
+  /// keyed stage's limiter (shared by every throttle that lists the registry): two atomic adds per hinted
+  /// stage and call, no lock, no allocation.
   /// This is what a client with several connections needs to honour the IETF fields without overshooting
   /// by its own calls in flight (draft-ietf-httpapi-ratelimit-headers: `r` is the quota units remaining at
   /// the server when it answers).

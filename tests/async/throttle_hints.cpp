@@ -1,6 +1,7 @@
 // An upstream's remaining count, applied through guard.complete(response), counts off the units the rate
-// stage admitted after the call it answers: the upstream had not counted them when it answered, and they are
-// on their way. With k calls admitted after a call, its response's `remaining` r leaves r - k takeable.
+// stage admitted after the call it answers and still in flight: the upstream had not counted them when it
+// answered, and they are on their way. With k calls in flight admitted after a call, its response's
+// `remaining` r leaves r - k takeable. A call admitted later but answered first is taken as counted.
 // Manual clock: the buckets refill nothing unless a test advances it.
 #include "support/asio.hpp"
 #include "support/catch.hpp"
@@ -121,7 +122,7 @@ TEST_CASE("the cap counted off the calls in flight ends at the upstream's reset"
   CHECK(admitted_now(t, kept, "server") == 98);  // the bucket's own balance again: 96 + 2 refilled
 }
 
-TEST_CASE("a call admitted after waiting counts off the responses of calls admitted before it",
+TEST_CASE("a call admitted after waiting counts off the response of a call admitted before it",
           "[throttle][hints]") {
   rein_test::manual_clock_at_epoch epoch;
   net::io_context io;
@@ -132,6 +133,8 @@ TEST_CASE("a call admitted after waiting counts off the responses of calls admit
   REQUIRE(g);
   auto h = t.try_acquire("m", {.requests = 1, .tokens = 250});
   REQUIRE(h);
+  auto e = t.try_acquire("m", {.requests = 1, .tokens = 0});  // no global slot left: refused, not counted
+  REQUIRE_FALSE(e);
   std::optional<decltype(t)::guard> waited;
   t.async_acquire("m", {.requests = 1, .tokens = 50}, [&](rein::error_code ec, decltype(t)::guard admitted) {
     REQUIRE_FALSE(ec);
@@ -144,13 +147,11 @@ TEST_CASE("a call admitted after waiting counts off the responses of calls admit
   REQUIRE(waited.has_value());
   CHECK(tpm.tokens() == 600.0);  // 1000 - 100 - 250 - 50
   g.complete(continuous_tokens(500));
-  CHECK(tpm.tokens() == 200.0);  // 500 less the 250 and 50 tokens admitted after g (h has completed: it counts)
+  CHECK(tpm.tokens() == 450.0);  // 500 less the 50 in flight; h, answered before g, was counted by then
 }
 
-TEST_CASE("a response completed out of order still counts off the calls admitted after its own",
-          "[throttle][hints]") {
-  // The throttle cannot tell which of two calls in flight the upstream counted first; it assumes the
-  // admission order, which leaves fewer, never more, than the upstream allows if the upstream reordered them.
+TEST_CASE("a call admitted later but answered first is taken as counted by the upstream", "[throttle][hints]") {
+  // The upstream answered `second` first, so it most likely counted it first: `first`'s count includes it.
   rein_test::manual_clock_at_epoch epoch;
   net::io_context io;
   bucket_type rate(io.get_executor(), rein::token_bucket_options{.rate = 1, .capacity = 100});
@@ -160,8 +161,47 @@ TEST_CASE("a response completed out of order still counts off the calls admitted
   auto second = t.try_acquire("server");
   REQUIRE((first && second));
   second.complete(window_hint(10, 5s));  // counted both: 10 more
-  first.complete(window_hint(9, 5s));    // the upstream counted second before first: 9 - 1
-  CHECK(admitted_now(t, kept, "server") == 8);
+  first.complete(window_hint(9, 5s));    // counted second before first: 9 more, nothing in flight after first
+  CHECK(admitted_now(t, kept, "server") == 9);
+}
+
+TEST_CASE("calls in flight on both sides of the answered one: the smaller of the two counts is taken off",
+          "[throttle][hints]") {
+  // Which calls are both admitted after the answered one and still in flight is not kept (that would take a
+  // list); the smaller of "admitted since" and "others in flight" bounds it, from above.
+  rein_test::manual_clock_at_epoch epoch;
+  net::io_context io;
+  bucket_type rate(io.get_executor(), rein::token_bucket_options{.rate = 1, .capacity = 100});
+  rein::throttle t(rate);
+  std::vector<decltype(t)::guard> before, after, kept;
+  REQUIRE(admitted_now(t, before, "server", 3) == 3);  // in flight before g: counted
+  auto g = t.try_acquire("server");
+  REQUIRE(g);
+  REQUIRE(admitted_now(t, after, "server", 2) == 2);  // in flight after g: not counted
+  auto answered = t.try_acquire("server");            // after g, answered first: counted
+  REQUIRE(answered);
+  answered.complete(rein::outcome::success);
+  g.complete(window_hint(20, 5s));
+  CHECK(admitted_now(t, kept, "server") == 17);  // 20 - min(3 admitted since, 5 others in flight)
+}
+
+TEST_CASE("once the calls before it have ended, exactly those after it and in flight are taken off",
+          "[throttle][hints]") {
+  rein_test::manual_clock_at_epoch epoch;
+  net::io_context io;
+  bucket_type rate(io.get_executor(), rein::token_bucket_options{.rate = 1, .capacity = 100});
+  rein::throttle t(rate);
+  std::vector<decltype(t)::guard> before, after, kept;
+  REQUIRE(admitted_now(t, before, "server", 3) == 3);
+  auto g = t.try_acquire("server");
+  REQUIRE(g);
+  REQUIRE(admitted_now(t, after, "server", 2) == 2);
+  auto answered = t.try_acquire("server");
+  REQUIRE(answered);
+  answered.complete(rein::outcome::success);
+  before.clear();  // ended (destroyed without an outcome: they end all the same)
+  g.complete(window_hint(20, 5s));
+  CHECK(admitted_now(t, kept, "server") == 18);  // 20 - min(3 admitted since, 2 others in flight)
 }
 
 TEST_CASE("a keyed rate stage counts off only its own key's admissions", "[throttle][hints]") {
@@ -177,8 +217,12 @@ TEST_CASE("a keyed rate stage counts off only its own key's admissions", "[throt
   g.complete(window_hint(10, 5s));
   CHECK(admitted_now(t, kept, "a") == 8);
   CHECK(admitted_now(t, kept, "b") == 95);  // b has no cap: its own balance
-  CHECK(rate.get("a").admitted_units().load() == 11);
-  CHECK(rate.get("b").admitted_units().load() == 100);
+  CHECK(rate.get("a").admissions().admitted.load() == 11);
+  CHECK(rate.get("a").admissions().ended.load() == 1);  // g's
+  CHECK(rate.get("b").admissions().admitted.load() == 100);
+  kept.clear();
+  CHECK(rate.get("a").admissions().ended.load() == 11);
+  CHECK(rate.get("b").admissions().ended.load() == 100);
 }
 
 TEST_CASE("the count of admitted units wraps around without miscounting", "[throttle][hints]") {
@@ -186,12 +230,13 @@ TEST_CASE("the count of admitted units wraps around without miscounting", "[thro
   net::io_context io;
   rein::keyed<bucket_type> rate(io.get_executor(), kept_keys(), rein::token_bucket_options{.rate = 1, .capacity = 100});
   rein::throttle t(rate);
-  rate.get("a").admitted_units().store(std::numeric_limits<std::uint64_t>::max() - 1);
+  rate.get("a").admissions().admitted.store(std::numeric_limits<std::uint64_t>::max() - 1);
+  rate.get("a").admissions().ended.store(std::numeric_limits<std::uint64_t>::max() - 1);
   std::vector<decltype(t)::guard> kept;
   auto g = t.try_acquire("a");  // the count reaches its largest value
   REQUIRE(g);
   REQUIRE(admitted_now(t, kept, "a", 3) == 3);  // and goes past it
-  CHECK(rate.get("a").admitted_units().load() == 2);
+  CHECK(rate.get("a").admissions().admitted.load() == 2);
   g.complete(window_hint(10, 5s));
   CHECK(admitted_now(t, kept, "a") == 7);
 }
