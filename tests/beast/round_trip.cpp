@@ -6,7 +6,7 @@
 //
 // The fields' `r` counts what the server admitted when it answered, not the client's requests sent after
 // the one answered; the throttle takes those off itself (the units its rate stage admitted since that
-// request's admission). Before it did, 4 connections saw 3, 2 and 1 429s in windows 0, 1 and 2 (one at the
+// request's admission and still in flight). Before it did, 4 connections saw 3, 2 and 1 429s in windows 0, 1 and 2 (one at the
 // end of each window: the requests in flight when `r=0` came back).
 #include "support/catch.hpp"
 
