@@ -26,7 +26,8 @@ enum class reject_reason : std::uint8_t {
   budget_exhausted,  ///< a retry was due but the retry budget had none left
   attempts_exhausted,  ///< the last allowed attempt failed
   permanent,         ///< an attempt failed permanently
-  unavailable,       ///< an adaptive limiter's circuit was open (errc::upstream_unavailable), at once
+  unavailable,       ///< an adaptive limiter's circuit was open (errc::upstream_unavailable), at once; or a
+                     ///< shared limiter could not ask Redis under fail_closed (rein::redis::errc::unavailable)
   admission,         ///< refused locally by client-side adaptive throttling (rein::admission_throttle)
 };
 

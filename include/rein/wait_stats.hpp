@@ -30,7 +30,8 @@ struct wait_stats {
   std::uint64_t timed_out_total = 0;   ///< completed with errc::timed_out (at once or on expiry)
   std::uint64_t exceeds_capacity_total = 0;  ///< completed at once with errc::exceeds_capacity
   std::uint64_t closed_total = 0;      ///< completed with errc::closed (waiting when close() came, or after)
-  std::uint64_t unavailable_total = 0;  ///< completed with errc::upstream_unavailable (an open circuit)
+  std::uint64_t unavailable_total = 0;  ///< completed with errc::upstream_unavailable (an open circuit), or
+                                        ///< a shared limiter's rein::redis::errc::unavailable
   std::uint64_t cancelled_total = 0;   ///< completed with operation_aborted by a cancellation slot
   std::chrono::nanoseconds wait_total{0};  ///< summed over grants: time from the acquire call to the grant
                                            ///< (zero for a semaphore with semaphore_options::measure_wait off)

@@ -794,6 +794,7 @@ class limiter_core final : public permit_source,
         return true;
       case remote_step::kind::keep: return true;
       case remote_step::kind::fail:
+        if (step.rejects) count_reason_locked(step.reason, done);
         op->failure = step.error;
         unlink_locked(op, wait_status::failed, done);
         return true;
@@ -936,13 +937,23 @@ class limiter_core final : public permit_source,
 
   // Counts a rejection for its reason (queue_full, timed_out, exceeds_capacity, closed) and reports it.
   void count_rejection_locked(wait_status status, completions& done) noexcept {
-    ++stats_.rejected_total;
-    reject_reason why = reject_reason::closed;
     switch (status) {
-      case wait_status::queue_full: ++stats_.queue_full_total; why = reject_reason::queue_full; break;
-      case wait_status::timed_out: ++stats_.timed_out_total; why = reject_reason::timed_out; break;
-      case wait_status::exceeds_capacity: ++stats_.exceeds_capacity_total; why = reject_reason::exceeds_capacity; break;
-      case wait_status::unavailable: ++stats_.unavailable_total; why = reject_reason::unavailable; break;
+      case wait_status::queue_full: return count_reason_locked(reject_reason::queue_full, done);
+      case wait_status::timed_out: return count_reason_locked(reject_reason::timed_out, done);
+      case wait_status::exceeds_capacity: return count_reason_locked(reject_reason::exceeds_capacity, done);
+      case wait_status::unavailable: return count_reason_locked(reject_reason::unavailable, done);
+      default: return count_reason_locked(reject_reason::closed, done);
+    }
+  }
+
+  // Counts a rejection for `why` (one of the reasons wait_stats counts; others as closed) and reports it.
+  void count_reason_locked(reject_reason why, completions& done) noexcept {
+    ++stats_.rejected_total;
+    switch (why) {
+      case reject_reason::queue_full: ++stats_.queue_full_total; break;
+      case reject_reason::timed_out: ++stats_.timed_out_total; break;
+      case reject_reason::exceeds_capacity: ++stats_.exceeds_capacity_total; break;
+      case reject_reason::unavailable: ++stats_.unavailable_total; break;
       default: ++stats_.closed_total; break;
     }
     if (done.observing()) done.buffer().reject(why);

@@ -26,7 +26,8 @@
 //   using outbox = ...                       what to send; default-constructible, `empty()`, movable
 //   remote_step admit(op, n, now)            the first not-in-flight op wants n: grant, wait, sent (with
 //                                            its ticket; the policy keeps `op` as an opaque handle for the
-//                                            verdict) or fail (with the error the handler gets)
+//                                            verdict) or fail (with the error the handler gets; `refuse`
+//                                            also names the reject_reason the line counts it under)
 //   remote_settled settle(args..., now)      a verdict came back (args are the policy's own: a ticket and
 //                                            what the server said): which op it was for (null: forgotten)
 //                                            and its fate: grant, wait (back in line), keep (still in
@@ -40,6 +41,7 @@
 #pragma once
 
 #include <rein/config.hpp>
+#include <rein/observer.hpp>
 
 #include <concepts>
 #include <cstddef>
@@ -61,12 +63,18 @@ struct remote_step {
   kind what = kind::wait;
   std::uint64_t ticket = 0;
   error_code error{};
+  /// fail: whether the line counts it as a rejection for `reason` (rejected_total, the observer's events);
+  /// false for an error that refuses nothing (a server's error reply).
+  bool rejects = false;
+  reject_reason reason = reject_reason::closed;
 
   static remote_step grant() noexcept { return {kind::grant, 0, {}}; }
   static remote_step wait() noexcept { return {kind::wait, 0, {}}; }
   static remote_step sent(std::uint64_t ticket) noexcept { return {kind::sent, ticket, {}}; }
   static remote_step keep() noexcept { return {kind::keep, 0, {}}; }
   static remote_step fail(error_code ec) noexcept { return {kind::fail, 0, ec}; }
+  /// A failure that turns the caller away for `why` (counted and reported as such by the line).
+  static remote_step refuse(error_code ec, reject_reason why) noexcept { return {kind::fail, 0, ec, true, why}; }
 };
 
 /// What a verdict settled: the op it was for (null if that op already left the line) and its fate.
