@@ -50,7 +50,7 @@ TEST_CASE("admission: the first waiting op is sent; a denial holds the line for 
   b.acquire(second, 1);
   CHECK(b.sent() == messages{{admission, 0, 2}});  // one at a time (max_in_flight 1); second waits behind
   CHECK(b.snapshot().waiting == 2);
-  CHECK(b.snapshot().in_flight == 1);
+  CHECK(b.snapshot().requests_in_flight == 1);
 
   // Redis: no, 1 token there; the head may ask again in 50 ms, but 2 tokens take 100 ms to be there.
   b.settle(0, denied(50000, 100000));
@@ -140,7 +140,7 @@ TEST_CASE("admission: deadlines end waiting and in-flight ops with timed_out; a 
   advance_and_poll(b.io, 10ms);
   CHECK(on_wire.ec == rein::errc::timed_out);  // Redis has not answered: it times out on the wire
   CHECK_FALSE(behind.done);
-  CHECK(b.snapshot().in_flight == 1);  // the ticket is still out
+  CHECK(b.snapshot().requests_in_flight == 1);  // the ticket is still out
   CHECK(b.sent().size() == 1);         // the window is full until it comes back
 
   b.settle(0, allowed(100000));  // Redis took a token for nobody

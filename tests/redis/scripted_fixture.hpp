@@ -78,7 +78,7 @@ struct scripted_fixture {
 
   explicit scripted_fixture(typename Policy::options_type o) {
     if (o.key.empty()) o.key = "quota";
-    line = std::make_shared<line_type>(io.get_executor(), rein::detail::line_options{.max_waiters = o.max_waiters}, o,
+    line = std::make_shared<line_type>(io.get_executor(), rein::redis::detail::line_options_of(o), o,
                                        [this] { return link_up; }, manual_clock::now());
     line->set_transport(transport);
   }

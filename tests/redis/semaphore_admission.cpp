@@ -4,13 +4,17 @@
 // request of a lease (the script creates the lease only for those).
 #include "redis/scripted_fixture.hpp"
 
+#include <rein/error.hpp>
+#include <rein/observer.hpp>
 #include <rein/redis/detail/semaphore_admission.hpp>
+#include <rein/redis/error.hpp>
 
 #include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -458,4 +462,115 @@ TEST_CASE("semaphore admission: messages leave in the order of the steps that ma
   gated_mutex::stage = 2;
   a.join();
   CHECK(s.sent() == messages{{admission, 0, 2, 3}, {refund, 0, 1, 2}, {renew, 1, 1, 2}});
+}
+
+TEST_CASE("semaphore admission: the snapshot speaks every limiter's vocabulary: in_flight is the permits callers "
+          "hold, held those the lease counts, free as last seen, and round trips in a histogram",
+          "[redis][semaphore][observability]") {
+  semaphore s(limit_of(3));
+  result r[3];
+  s.acquire(r[0], 1);
+  s.acquire(r[1], 1);
+  s.acquire(r[2], 2);
+  // Three permits believed free: all three requests fly; nobody holds anything yet.
+  auto snap = s.snapshot();
+  CHECK(snap.limit == 3);
+  CHECK(snap.free == 3);
+  CHECK(snap.requests_in_flight == 3);
+  CHECK(snap.waiting == 3);
+  CHECK(snap.in_flight == 0);
+  CHECK(snap.held == 0);
+  advance_and_poll(s.io, 2ms);
+  s.settle(0, allowed(2));
+  s.settle(1, allowed(1));
+  advance_and_poll(s.io, 3ms);
+  s.settle(2, denied(2500, 1));  // 2 wanted, 1 free: another process holds the third permit
+  poll(s.io);
+  snap = s.snapshot();
+  CHECK(snap.in_flight == 2);
+  CHECK(snap.held == 2);
+  CHECK(snap.free == 1);
+  CHECK(snap.waiting == 1);
+  CHECK(snap.requests_in_flight == 0);
+  CHECK(snap.round_trips == 3);
+  CHECK(snap.round_trip.count() == 3);
+  CHECK(snap.round_trip.sum() == 9ms);  // 2 + 2 + 5 ms, on the manual clock
+  CHECK(snap.round_trip.max() == 5ms);
+  // The lease is lost (answer to the next request): held drops to nothing, while the caller still holding a
+  // permit keeps it, so in_flight still counts it.
+  r[0].permit.release();  // one release, and the waiting caller asks again at once
+  CHECK(s.sent().back() == message{admission, 3, 2, 2});
+  s.settle(3, lost());
+  poll(s.io);
+  snap = s.snapshot();
+  CHECK(snap.leases_lost == 1);
+  CHECK(snap.held == 0);
+  CHECK(snap.in_flight == 1);
+  CHECK(snap.acquired_total == 2);
+  CHECK(snap.local_admitted == 0);
+  r[1].permit.release();  // granted under the lost lease: nothing goes back
+  CHECK(s.snapshot().in_flight == 0);
+}
+
+TEST_CASE("semaphore admission: fail_open's local permits are callers' in_flight and counted apart, not held",
+          "[redis][semaphore][observability]") {
+  auto o = limit_of(4);
+  o.on_failure = failure_policy::fail_open;
+  o.fail_open_share = 0.5;
+  semaphore s(o);
+  s.link_up = false;
+  result r[2];
+  s.acquire(r[0], 1);
+  s.settle(0, unavailable());
+  s.acquire(r[1], 1);
+  poll(s.io);
+  REQUIRE(r[0].ec == error_code{});
+  REQUIRE(r[1].ec == error_code{});
+  const auto snap = s.snapshot();
+  CHECK(snap.acquired_total == 2);
+  CHECK(snap.local_admitted == 2);
+  CHECK(snap.in_flight == 2);
+  CHECK(snap.held == 0);
+  CHECK(snap.round_trips == 0);  // a request never answered is no round trip
+  CHECK(snap.round_trip.count() == 0);
+}
+
+TEST_CASE("semaphore admission: a named semaphore's observer hears its rejections by reason, unavailable included",
+          "[redis][semaphore][observability]") {
+  std::vector<std::string> events;
+  auto o = limit_of(1);
+  o.name = "db";
+  o.max_waiters = 1;
+  o.observer = [&events](const rein::limiter_event& e) {
+    std::ostringstream line;
+    line << e;
+    events.push_back(line.str());
+  };
+  semaphore s(o);
+  result held, waiting, full, late;
+  s.acquire(held, 1);
+  s.settle(0, allowed(0));
+  poll(s.io);
+  s.acquire(waiting, 1, manual_clock::now() + 5ms);
+  s.settle(1, denied(10000, 0));
+  s.acquire(full, 1);  // a second waiter where one may wait
+  poll(s.io);
+  CHECK(full.ec == rein::errc::queue_full);
+  advance_and_poll(s.io, 5ms);
+  CHECK(waiting.ec == rein::errc::timed_out);
+  advance_and_poll(s.io, 5ms);  // the denial's hold is over
+  // Redis becomes unreachable: under fail_closed the next caller is refused with errc::unavailable.
+  s.link_up = false;
+  s.acquire(late, 1);
+  s.settle(2, unavailable());
+  poll(s.io);
+  CHECK(late.ec == rein::redis::errc::unavailable);
+  CHECK(events == std::vector<std::string>{"rejected reason=queue_full count=1 name=db",
+                                           "rejected reason=timed_out count=1 name=db",
+                                           "rejected reason=unavailable count=1 name=db"});
+  const auto snap = s.snapshot();
+  CHECK(snap.rejected_total == 3);
+  CHECK(snap.queue_full_total == 1);
+  CHECK(snap.timed_out_total == 1);
+  CHECK(snap.unavailable_total == 1);
 }

@@ -108,7 +108,7 @@ TEST_CASE("a full bucket admits its capacity at once; the next caller waits for 
   CHECK(s.acquired_total == 6);
   CHECK(s.remote_allowed == 6);
   CHECK(s.waiting == 0);
-  CHECK(s.in_flight == 0);
+  CHECK(s.requests_in_flight == 0);
   CHECK(s.round_trips == s.remote_allowed + s.remote_denied);
   // The limiter saw the bucket empty in the fifth reply and waited for the refill before asking again:
   // one request per admission (a retry or two if its estimate falls a microsecond short of Redis's).
@@ -258,7 +258,7 @@ TEST_CASE("cancelled or timed out while its request is on the wire: no hang, and
   const auto start = steady::now();
   bucket.async_acquire_for(3, std::chrono::milliseconds(100), r.handler(1));
   run_for(io, std::chrono::milliseconds(20));
-  CHECK(bucket.snapshot().in_flight == 2);
+  CHECK(bucket.snapshot().requests_in_flight == 2);
   signal.emit(net::cancellation_type::terminal);
   REQUIRE(run_until(io, [&] { return r.all_done(); }));
   CHECK(r.results[0]->ec == net::error::operation_aborted);
@@ -266,7 +266,7 @@ TEST_CASE("cancelled or timed out while its request is on the wire: no hang, and
   CHECK(r.results[1]->at - start < std::chrono::milliseconds(400));  // the server is still paused
 
   server.resume();  // Redis grants both (5 tokens), nobody wants them: both are refunded
-  REQUIRE(run_until(io, [&] { return bucket.snapshot().in_flight == 0 && bucket.snapshot().refunds == 2; }));
+  REQUIRE(run_until(io, [&] { return bucket.snapshot().requests_in_flight == 0 && bucket.snapshot().refunds == 2; }));
   REQUIRE(run_until(io, [&] { return c.snapshot().pending == 0; }));
   CHECK(bucket.snapshot().remote_allowed == 3);
   // Full again: the refunds brought the debt back to zero, which deletes the key.
@@ -284,7 +284,7 @@ TEST_CASE("max_waiters bounds the line; one more completes with queue_full") {
   bucket.async_acquire(1, r.handler(0));
   REQUIRE(run_until(io, [&] { return r.completed() == 1; }));
   bucket.async_acquire(1, r.handler(1));
-  REQUIRE(run_until(io, [&] { return bucket.snapshot().waiting == 1 && bucket.snapshot().in_flight == 0; }));
+  REQUIRE(run_until(io, [&] { return bucket.snapshot().waiting == 1 && bucket.snapshot().requests_in_flight == 0; }));
   bucket.async_acquire(1, r.handler(2));
   REQUIRE(run_until(io, [&] { return r.completed() == 2; }));
   CHECK(r.results[2]->ec == rein::errc::queue_full);
@@ -306,7 +306,7 @@ TEST_CASE("close() completes waiters with closed, and later acquires fail the sa
   recorder r(3);
   bucket.async_acquire(1, r.handler(0));
   bucket.async_acquire(1, r.handler(1));
-  REQUIRE(run_until(io, [&] { return r.completed() == 1 && bucket.snapshot().in_flight == 0; }));
+  REQUIRE(run_until(io, [&] { return r.completed() == 1 && bucket.snapshot().requests_in_flight == 0; }));
   bucket.close();
   bucket.async_acquire(1, r.handler(2));
   REQUIRE(run_until(io, [&] { return r.all_done(); }));
@@ -324,7 +324,7 @@ TEST_CASE("destroying the limiter completes its waiters with operation_aborted")
     shared_token_bucket bucket(c, quota("destroy", 1, 1));
     bucket.async_acquire(1, r.handler(0));
     bucket.async_acquire(1, r.handler(1));
-    REQUIRE(run_until(io, [&] { return r.completed() == 1 && bucket.snapshot().in_flight == 0; }));
+    REQUIRE(run_until(io, [&] { return r.completed() == 1 && bucket.snapshot().requests_in_flight == 0; }));
   }
   REQUIRE(run_until(io, [&] { return r.all_done(); }));
   CHECK(r.results[1]->ec == net::error::operation_aborted);

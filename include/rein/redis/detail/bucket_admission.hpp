@@ -6,6 +6,7 @@
 #include <rein/config.hpp>
 #include <rein/detail/clock_time.hpp>
 #include <rein/redis/detail/hash_tag.hpp>
+#include <rein/observer.hpp>
 #include <rein/redis/detail/scripted_admission.hpp>
 
 #include <algorithm>
@@ -37,6 +38,13 @@ struct shared_token_bucket_options {
   /// How many operations may wait their turn at once; one more completes with rein::errc::queue_full.
   /// Operations whose request is on the wire do not count. Default: unbounded.
   std::size_t max_waiters = std::numeric_limits<std::size_t>::max();
+  /// Names the bucket in events, metrics and error messages (`rein::redis::shared_token_bucket "api": ...`).
+  /// Default: none.
+  std::string name{};
+  /// Called outside the lock with rejections by reason (queue_full, timed_out, closed, cancelled, and
+  /// unavailable: Redis could not be asked under fail_closed); see rein::limiter_observer. Default: none
+  /// (no cost).
+  limiter_observer observer{};
   /// Most admission requests this limiter has on the wire at once (pipelined on its connection), >= 1.
   /// 1 sends them one at a time.
   std::size_t max_in_flight = 64;
@@ -58,6 +66,10 @@ struct shared_token_bucket_snapshot : shared_limiter_snapshot {
   /// The bucket's tokens as of the last reply, plus refill since: an estimate, blind to other processes'
   /// takes since that reply. `capacity` before the first reply.
   double tokens = 0;
+  /// The rate in force, tokens per second, as every rate limiter's `limit`: the fleet's stored by set_rate
+  /// once this process wrote or saw it in a reply, else options().rate.
+  double limit = 0;
+  std::int64_t capacity = 0;  ///< the burst in force (likewise)
   std::int64_t batch_stock = 0;  ///< tokens taken in a batch and not yet spent (at most batch - 1)
 };
 
@@ -152,6 +164,8 @@ class bucket_model {
 
   void fill(snapshot_type& s, time_point now) const {
     s.tokens = tokens_estimate(now);
+    s.limit = 1e6 / interval_us_;
+    s.capacity = capacity_;
     s.batch_stock = stock_;
   }
 

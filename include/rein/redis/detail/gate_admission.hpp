@@ -6,6 +6,7 @@
 #include <rein/config.hpp>
 #include <rein/detail/clock_time.hpp>
 #include <rein/detail/random_seed.hpp>
+#include <rein/observer.hpp>
 #include <rein/redis/detail/scripted_admission.hpp>
 
 #include <algorithm>
@@ -46,6 +47,13 @@ struct shared_quota_gate_options {
   /// How many operations may wait their turn at once; one more completes with rein::errc::queue_full.
   /// Operations whose request is on the wire do not count. Default: unbounded.
   std::size_t max_waiters = std::numeric_limits<std::size_t>::max();
+  /// Names the gate in events, metrics and error messages (`rein::redis::shared_quota_gate "api": ...`).
+  /// Default: none.
+  std::string name{};
+  /// Called outside the lock with rejections by reason (queue_full, timed_out, closed, cancelled, and
+  /// unavailable: Redis could not be asked under fail_closed); see rein::limiter_observer. Default: none
+  /// (no cost).
+  limiter_observer observer{};
   /// Most admission requests this limiter has on the wire at once (pipelined on its connection), >= 1.
   std::size_t max_in_flight = 64;
   /// After Redis was found unreachable, how long the failure policy applies before Redis is asked again

@@ -8,6 +8,7 @@
 #include <rein/algo/rate_limit.hpp>
 #include <rein/config.hpp>
 #include <rein/detail/clock_time.hpp>
+#include <rein/detail/limiter_core.hpp>
 #include <rein/detail/remote_admission.hpp>
 #include <rein/detail/wait_op.hpp>
 #include <rein/error.hpp>
@@ -50,18 +51,23 @@ enum class failure_policy : std::uint8_t {
   fail_open,
 };
 
-/// The counters and state every shared limiter reports, copied under its lock.
+/// The counters and state every shared limiter reports, copied under its lock, in the vocabulary of the
+/// local limiters' snapshots (rein/wait_stats.hpp; docs/observability.md).
 ///
 /// From rein::wait_stats: `waiting` counts every operation not yet completed (on the wire or waiting its
-/// turn); wait times run from the acquire call to the grant, round trips included.
+/// turn); wait times run from the acquire call to the grant, round trips included; `acquired_total` counts
+/// every grant, fail_open's local ones included (`local_admitted` counts those apart); `rejected_total` and
+/// its reasons include `unavailable` (Redis could not be asked and nothing local admitted) and `timed_out`
+/// (at the deadline, or at once when Redis said the caller cannot be admitted before it).
 struct shared_limiter_snapshot : wait_stats {
-  std::size_t in_flight = 0;          ///< admission requests awaiting Redis's reply
+  /// Admission requests awaiting Redis's reply. Not `in_flight`, which means "calls holding a slot" in
+  /// every snapshot (a shared semaphore's: its permits held).
+  std::size_t requests_in_flight = 0;
   bool degraded = false;              ///< Redis was unreachable at the last attempt: on_failure applies
   bool connected = false;             ///< the connection is up
   std::uint64_t remote_allowed = 0;   ///< admissions Redis granted
   std::uint64_t remote_denied = 0;    ///< admissions Redis refused for now (the caller waited and asked again)
   std::uint64_t local_admitted = 0;   ///< admitted by the local rule (fail_open, while degraded)
-  std::uint64_t unavailable_total = 0;   ///< completed with errc::unavailable
   std::uint64_t server_errors = 0;    ///< error replies other than NOSCRIPT and the "unavailable" ones
   std::uint64_t script_loads = 0;     ///< NOSCRIPT replies, each answered by SCRIPT LOAD and a retry
   std::uint64_t refunds = 0;          ///< refund requests sent (refund(), what a cancelled caller got; a
@@ -72,6 +78,12 @@ struct shared_limiter_snapshot : wait_stats {
   std::chrono::nanoseconds round_trip_total{0};  ///< mean = round_trip_total / round_trips
   /// The longest admission round trip so far.
   std::chrono::nanoseconds round_trip_max{0};
+  /// Every admission round trip (request handed to the connection to reply settled; a request never
+  /// answered is not counted): the log histogram the wait times use (rein::duration_histogram).
+  duration_histogram round_trip{};
+  /// Redis's own clock (`TIME`, which every script reads) when it last granted an admission of this
+  /// limiter: the server's time of that admission, to the microsecond; the epoch before the first.
+  std::chrono::system_clock::time_point server_time_last{};
   std::chrono::microseconds retry_after_last{0};  ///< the retry-after of the last denial, as Redis computed it
 };
 
@@ -158,6 +170,13 @@ void validate_common(const Options& o, std::string_view type) {
   if (o.max_in_flight < 1) fail("max_in_flight must be >= 1, got 0");
   if (o.recheck_interval.count() < 0)
     fail("recheck_interval must be >= 0, got " + std::to_string(o.recheck_interval.count()) + "ms");
+}
+
+/// The wait line's options of a shared limiter: its bound on waiters, its name and its observer (a remote
+/// line serves in fifo order and refuses the newest).
+template <class Options>
+rein::detail::line_options line_options_of(const Options& o) {
+  return {.max_waiters = o.max_waiters, .name = o.name, .observer = o.observer};
 }
 
 /// A limiter's Redis key for `suffix`: prefix + "{" + key + "}" + suffix. The braces make `key` the hash
@@ -332,7 +351,7 @@ class scripted_admission {
       const time_point firm = holding ? model_.firm_until() : std::max(hold_until_, model_.firm_until());
       const std::int64_t deadline_ns = op->deadline_ns();
       if (firm > now && deadline_ns != rein::detail::no_deadline && rein::detail::to_ns_saturated(firm) > deadline_ns) {
-        return remote_step::fail(make_error_code(rein::errc::timed_out));  // Redis said: not by then
+        return remote_step::refuse(make_error_code(rein::errc::timed_out), reject_reason::timed_out);  // Redis said: not by then
       }
       const time_point at = remote_ready_at(count, now);
       if (in_flight_ >= model_.window(now) || at > now) return remote_step::wait();
@@ -350,20 +369,18 @@ class scripted_admission {
       return remote_step::sent(ticket);
     }
     if (!local_) {
-      ++stats_.unavailable_total;
-      return remote_step::fail(make_error_code(errc::unavailable));
+      return unavailable_step();
     }
     if (model_.firm_until() > now) return remote_step::wait();  // e.g. a pause this process wrote
     switch (local_->try_take(n, now)) {
       case algo::take_result::denied: return remote_step::wait();
       case algo::take_result::exceeds_capacity:
-        ++stats_.unavailable_total;
-        return remote_step::fail(make_error_code(errc::unavailable));
+        return unavailable_step();
       case algo::take_result::allowed: break;
     }
     ++stats_.local_admitted;
     local_grants_ += n;
-    return remote_step::grant();
+    return grant_units(n);
   }
 
   /// The verdict for `ticket` (every ticket gets exactly one, once: a reply, or `verdict{}` when the request
@@ -407,7 +424,7 @@ class scripted_admission {
       if (v.what == kind::allowed && granted > n) model_.stock(granted - n);
     }
     switch (v.what) {
-      case kind::allowed: return {op, remote_step::grant()};
+      case kind::allowed: return {op, grant_units(n)};
       case kind::denied:
         pending_hold_ = rein::detail::add_saturated(now, from_us(v.retry_after_us));
         return {op, remote_step::wait()};
@@ -495,9 +512,10 @@ class scripted_admission {
   snapshot_type snapshot(time_point now) const {
     snapshot_type s{};
     static_cast<shared_limiter_snapshot&>(s) = stats_;
-    s.in_flight = in_flight_;
+    s.requests_in_flight = in_flight_;
     s.degraded = degraded_;
     if constexpr (holding) {
+      s.in_flight = static_cast<std::size_t>(out_units_);
       s.held = held_units_;
       s.stale_grants = stale_grants_;
     }
@@ -566,6 +584,11 @@ class scripted_admission {
     hold_until_ = time_point::min();  // what the last denial said no longer holds: ask again (after the refund)
   }
 
+  // Redis cannot be asked and nothing local admits: counted by the line as wait_stats::unavailable_total.
+  static remote_step unavailable_step() noexcept {
+    return remote_step::refuse(make_error_code(errc::unavailable), reject_reason::unavailable);
+  }
+
   // A count of microseconds from a verdict as a duration of the clock: rounded up, saturated.
   static duration from_us(double us) noexcept { return rein::detail::ceil_duration<duration>(micros(us)); }
 
@@ -573,7 +596,14 @@ class scripted_admission {
 
   time_point remote_ready_at(std::size_t n, time_point now) const { return std::max(hold_until_, model_.ready_at(n, now)); }
 
+  // A grant of n units to a waiting op: a holding model's callers hold them until given back.
+  remote_step grant_units(std::int64_t n) noexcept {
+    if constexpr (holding) out_units_ += n;
+    return remote_step::grant();
+  }
+
   void give_back(std::int64_t n, time_point granted_at, time_point now) noexcept {
+    if constexpr (holding) out_units_ -= std::min(n, out_units_);
     try {
       if (local_ && take_local_grant(n, granted_at)) {
         local_->refund(n, now);
@@ -636,6 +666,7 @@ class scripted_admission {
     stats_.round_trip_last = rtt;
     stats_.round_trip_total += rtt;
     stats_.round_trip_max = std::max(stats_.round_trip_max, rtt);
+    stats_.round_trip.record(rtt);
   }
 
   void retire(pending& t) noexcept {
@@ -698,6 +729,7 @@ class scripted_admission {
   std::size_t in_flight_ = 0;       // tickets not yet settled, forgotten ones included
   std::int64_t in_flight_units_ = 0;  // what those tickets ask for
   std::int64_t held_units_ = 0;     // a holding model: granted by the server, not given back (current lease)
+  std::int64_t out_units_ = 0;      // a holding model: granted to callers (by Redis or locally), not given back
   std::uint64_t stale_grants_ = 0;  // a holding model: grants refused as stale (see `fresh`)
   message_list outbox_;
 

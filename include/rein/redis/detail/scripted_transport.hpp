@@ -406,7 +406,7 @@ class basic_scripted_limiter {
   std::shared_ptr<line_type> make_line(const Executor& ex, std::shared_ptr<command_link> link,
                                        const options_type& o) {
     auto up = [c = link] { return c->connected(); };
-    auto line = std::make_shared<line_type>(ex, rein::detail::line_options{.max_waiters = o.max_waiters}, o, std::move(up),
+    auto line = std::make_shared<line_type>(ex, line_options_of(o), o, std::move(up),
                                             Clock::now());
     transport_ = std::make_shared<transport_type>(line, std::move(link), o);
     line->set_transport(transport_);

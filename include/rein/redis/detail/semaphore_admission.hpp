@@ -5,6 +5,7 @@
 #include <rein/algo/rate_limit.hpp>
 #include <rein/config.hpp>
 #include <rein/detail/clock_time.hpp>
+#include <rein/observer.hpp>
 #include <rein/redis/detail/scripted_admission.hpp>
 
 #include <algorithm>
@@ -48,6 +49,13 @@ struct shared_semaphore_options {
   /// How many operations may wait their turn at once; one more completes with rein::errc::queue_full.
   /// Operations whose request is on the wire do not count. Default: unbounded.
   std::size_t max_waiters = std::numeric_limits<std::size_t>::max();
+  /// Names the semaphore in events, metrics and error messages (`rein::redis::shared_semaphore "api": ...`).
+  /// Default: none.
+  std::string name{};
+  /// Called outside the lock with rejections by reason (queue_full, timed_out, closed, cancelled, and
+  /// unavailable: Redis could not be asked under fail_closed); see rein::limiter_observer. Default: none
+  /// (no cost).
+  limiter_observer observer{};
   /// Most acquire requests this semaphore has on the wire at once (pipelined on its connection), >= 1.
   std::size_t max_in_flight = 64;
   /// After Redis was found unreachable, how long the failure policy applies before Redis is asked again
@@ -57,10 +65,19 @@ struct shared_semaphore_options {
 
 /// A shared_semaphore's counters and state, copied under its lock (see shared_limiter_snapshot).
 struct shared_semaphore_snapshot : shared_limiter_snapshot {
-  /// Permits free fleet-wide as of the last reply (blind to other processes since); `limit` before it.
+  /// The limit this process asks under (options().limit), fleet-wide permits. A limit stored with
+  /// set_limit replaces it on the server, which the replies do not report: `free` reflects it, this not.
+  std::int64_t limit = 0;
+  /// Permits this process's callers hold now ("calls holding a slot", as every limiter's in_flight): granted
+  /// by Redis or, under fail_open, by the local rule, and not yet given back; grants whose lease was lost
+  /// since are still counted here (their holders still hold them), not in `held`.
+  std::size_t in_flight = 0;
+  /// Permits free fleet-wide as last seen from the server: `limit - total` in the reply to this process's
+  /// last request (blind to other processes since; every request, renewals excepted, refreshes it);
+  /// `limit` before the first reply.
   std::int64_t free = 0;
-  /// Permits this process holds under its current lease, as it counts them (granted by Redis, not yet
-  /// given back).
+  /// Permits Redis counts for this process under its current lease, as the process counts them (granted
+  /// by Redis, not yet given back; 0 after a lost lease).
   std::int64_t held = 0;
   std::uint64_t lease = 0;         ///< the number of this process's current lease (1, then 2 after a loss, ...)
   std::uint64_t leases_lost = 0;   ///< leases Redis had expired when this process next spoke to it
@@ -139,6 +156,7 @@ class semaphore_model : public free_places_model<Clock, shared_semaphore_options
   }
 
   void fill(snapshot_type& s, time_point) const noexcept {
+    s.limit = this->options().limit;
     s.free = this->free_places();
     s.lease = lease_;
     s.leases_lost = leases_lost_;

@@ -4,6 +4,7 @@
 
 #include <rein/algo/sliding_window.hpp>
 #include <rein/config.hpp>
+#include <rein/observer.hpp>
 #include <rein/redis/detail/scripted_admission.hpp>
 
 #include <algorithm>
@@ -43,6 +44,13 @@ struct shared_sliding_window_options {
   /// How many operations may wait their turn at once; one more completes with rein::errc::queue_full.
   /// Operations whose request is on the wire do not count. Default: unbounded.
   std::size_t max_waiters = std::numeric_limits<std::size_t>::max();
+  /// Names the window in events, metrics and error messages (`rein::redis::shared_sliding_window "api": ...`).
+  /// Default: none.
+  std::string name{};
+  /// Called outside the lock with rejections by reason (queue_full, timed_out, closed, cancelled, and
+  /// unavailable: Redis could not be asked under fail_closed); see rein::limiter_observer. Default: none
+  /// (no cost).
+  limiter_observer observer{};
   /// Most admission requests this limiter has on the wire at once (pipelined on its connection), >= 1.
   std::size_t max_in_flight = 64;
   /// After Redis was found unreachable, how long the failure policy applies before Redis is asked again
@@ -52,6 +60,9 @@ struct shared_sliding_window_options {
 
 /// A shared_sliding_window's counters and state, copied under its lock (see shared_limiter_snapshot).
 struct shared_sliding_window_snapshot : shared_limiter_snapshot {
+  /// Most admissions in any window, as this process asks (options().limit); a limit stored with set_limit
+  /// replaces it on the server, which the replies do not report (`free` reflects it).
+  std::int64_t limit = 0;
   /// Free places this process may take as of the last reply (blind to other processes since): the window's
   /// free places less those the processes queued ahead of it asked for; `limit` before the first reply.
   std::int64_t free = 0;
@@ -98,7 +109,10 @@ class window_model : public free_places_model<Clock, shared_sliding_window_optio
     return local_type(typename local_type::options{.limit = limit, .window = std::chrono::duration_cast<typename Clock::duration>(this->options().window)}, now);
   }
 
-  void fill(snapshot_type& s, time_point) const noexcept { s.free = this->free_places(); }
+  void fill(snapshot_type& s, time_point) const noexcept {
+    s.limit = this->options().limit;
+    s.free = this->free_places();
+  }
 };
 
 /// The shared sliding window's admission rule, as a remote policy (see scripted_admission).
