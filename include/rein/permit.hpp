@@ -110,6 +110,9 @@ namespace detail {
 
 // What a composition may change in a permit it holds. Not API.
 struct permit_access {
+  // What the limiter noted at the grant (0 for an empty permit): for the limiter's own readers of it.
+  static std::uint64_t note(const permit& p) noexcept { return p.note_; }
+
   // Measures the permit's service time (grant to outcome, which adaptive limiters learn from) from `stamp`
   // (nanoseconds since the limiter's clock's epoch) instead of its grant: a throttle that held the permit
   // while it waited at a later stage starts the clock when the call is sent. Only forward: a stamp before the

@@ -83,11 +83,16 @@ TEST_CASE("the bucket script's arithmetic, read through EVALSHA") {
   const auto take = [&](const char* n) { return execute(io, c, {"EVALSHA", sha, "2", key, stored, "100000", "3", n}); };
 
   const reply first = take("2");  // a fresh key is a full bucket
-  REQUIRE(first.elements.size() == 4);
+  REQUIRE(first.elements.size() == 5);
   CHECK(first.elements[0].integer == 1);
   CHECK(first.elements[1].integer == 0);
   CHECK(first.elements[2].integer == 100'000);  // one token left, exactly
   CHECK(first.elements[3].integer == 2);        // taken
+  const reply time = execute(io, c, {"TIME"});  // the last number is the server's TIME when it decided
+  REQUIRE(time.elements.size() == 2);
+  const long long now_us = std::stoll(time.elements[0].text) * 1'000'000 + std::stoll(time.elements[1].text);
+  CHECK(first.elements[4].integer <= now_us);
+  CHECK(first.elements[4].integer > now_us - 10'000'000);
 
   const reply second = take("2");  // only a bit more than one token since
   CHECK(second.elements[0].integer == 0);
@@ -119,7 +124,7 @@ TEST_CASE("the bucket script's arithmetic, read through EVALSHA") {
   execute(io, c, {"HSET", stored, "interval", "1000", "capacity", "2"});
   execute(io, c, {"DEL", key});
   const reply fleet = take("2");
-  REQUIRE(fleet.elements.size() == 6);
+  REQUIRE(fleet.elements.size() == 7);
   CHECK(fleet.elements[0].integer == 1);
   CHECK(fleet.elements[2].integer == 0);           // 2 of capacity 2 taken
   CHECK(fleet.elements[4].integer == 1'000'000);   // nanoseconds per token

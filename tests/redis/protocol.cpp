@@ -84,13 +84,27 @@ TEST_CASE("reply::from_hiredis copies every RESP2 type, nested") {
 }
 
 TEST_CASE("the script's replies read as verdicts") {
-  const auto allowed = verdict_of("*3\r\n:1\r\n:0\r\n:5000\r\n");
+  const auto allowed = verdict_of("*4\r\n:1\r\n:0\r\n:5000\r\n:1764979200000001\r\n");
   CHECK(allowed.what == kind::allowed);
   CHECK(allowed.available_us == 5000);
-  const auto denied = verdict_of("*3\r\n:0\r\n:1250\r\n:3750\r\n");
+  CHECK(allowed.units == 0);
+  CHECK(allowed.server_time_us == 1764979200000001);
+  const auto denied = verdict_of("*4\r\n:0\r\n:1250\r\n:3750\r\n:1764979200000002\r\n");
   CHECK(denied.what == kind::denied);
   CHECK(denied.retry_after_us == 1250);
   CHECK(denied.available_us == 3750);
+  CHECK(denied.server_time_us == 1764979200000002);
+  // The bucket's own numbers come between `available` and the time: the units taken, and a stored rate.
+  const auto batch = verdict_of("*5\r\n:1\r\n:0\r\n:100\r\n:3\r\n:1764979200000003\r\n");
+  CHECK(batch.units == 3);
+  CHECK(batch.stored_interval_ns == 0);
+  CHECK(batch.server_time_us == 1764979200000003);
+  const auto stored = verdict_of("*7\r\n:1\r\n:0\r\n:100\r\n:1\r\n:2000000\r\n:20\r\n:1764979200000004\r\n");
+  CHECK(stored.units == 1);
+  CHECK(stored.stored_interval_ns == 2000000);
+  CHECK(stored.stored_capacity == 20);
+  CHECK(stored.server_time_us == 1764979200000004);
+  CHECK(verdict_of("*3\r\n:1\r\n:0\r\n:5000\r\n").what == kind::server_error);  // a script without its time
   CHECK(verdict_of("-NOSCRIPT No matching script. Please use EVAL.\r\n").what == kind::no_script);
   for (const char* busy : {"-LOADING Redis is loading the dataset in memory\r\n", "-BUSY Redis is busy\r\n",
                            "-READONLY You can't write against a read only replica.\r\n",

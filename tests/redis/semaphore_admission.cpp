@@ -7,6 +7,7 @@
 #include <rein/error.hpp>
 #include <rein/observer.hpp>
 #include <rein/redis/detail/semaphore_admission.hpp>
+#include <rein/redis/shared_semaphore.hpp>
 #include <rein/redis/error.hpp>
 
 #include <atomic>
@@ -533,6 +534,33 @@ TEST_CASE("semaphore admission: fail_open's local permits are callers' in_flight
   CHECK(snap.held == 0);
   CHECK(snap.round_trips == 0);  // a request never answered is no round trip
   CHECK(snap.round_trip.count() == 0);
+  CHECK(rein::redis::server_time(r[0].permit) == std::chrono::system_clock::time_point{});  // not Redis's
+}
+
+TEST_CASE("semaphore admission: a permit carries the server's time of Redis's grant, its parts too",
+          "[redis][semaphore][observability]") {
+  semaphore s(limit_of(4));
+  result r[2];
+  s.acquire(r[0], 2);
+  s.acquire(r[1], 1);
+  verdict first = allowed(2);
+  first.server_time_us = 1764979200123456;
+  verdict second = allowed(1);
+  second.server_time_us = 1764979200123999;
+  s.settle(1, second);  // replies settle in any order: each permit has its own grant's time
+  s.settle(0, first);
+  poll(s.io);
+  REQUIRE(r[0].ec == error_code{});
+  REQUIRE(r[1].ec == error_code{});
+  const auto us = [](std::chrono::system_clock::time_point t) {
+    return std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count();
+  };
+  CHECK(us(rein::redis::server_time(r[0].permit)) == 1764979200123456);
+  CHECK(us(rein::redis::server_time(r[1].permit)) == 1764979200123999);
+  const rein::permit part = r[0].permit.split(1);
+  CHECK(us(rein::redis::server_time(part)) == 1764979200123456);
+  CHECK(us(s.snapshot().server_time_last) == 1764979200123456);  // the last grant Redis's replies said
+  CHECK(rein::redis::server_time(rein::permit()) == std::chrono::system_clock::time_point{});
 }
 
 TEST_CASE("semaphore admission: a named semaphore's observer hears its rejections by reason, unavailable included",

@@ -5,6 +5,7 @@
 #include <rein/error.hpp>
 #include <rein/permit.hpp>
 #include <rein/keyed.hpp>
+#include <rein/observer.hpp>
 #include <rein/redis/shared_semaphore.hpp>
 #include <rein/semaphore.hpp>
 #include <rein/throttle.hpp>
@@ -12,6 +13,7 @@
 #include <algorithm>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -228,4 +230,77 @@ TEST_CASE("a process with a short lease does not shorten the keys under another'
   REQUIRE(run_until(io, [&] { return late.ec.has_value(); }));
   CHECK(*late.ec == rein::errc::timed_out);
   CHECK(a.snapshot().leases_lost == 0);
+}
+
+namespace {
+
+// Redis's TIME, microseconds since the Unix epoch.
+long long server_now_us(net::io_context& io, rein::redis::connection& c) {
+  const auto r = execute(io, c, {"TIME"});
+  REQUIRE(r.elements.size() == 2);
+  return std::stoll(r.elements[0].text) * 1000000 + std::stoll(r.elements[1].text);
+}
+
+long long us_since_epoch(std::chrono::system_clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count();
+}
+
+}  // namespace
+
+TEST_CASE("a shared semaphore's snapshot: limit, held by this process, free as last seen, waiting; a named "
+          "semaphore's observer hears its rejections; each permit carries the server's time of its grant") {
+  redis_server server;
+  net::io_context io;
+  rein::redis::connection c1(io, local(server.port()));
+  rein::redis::connection c2(io, local(server.port()));
+  std::vector<std::string> events;
+  shared_semaphore_options options{.key = unique_key("vocabulary"), .limit = 3};
+  shared_semaphore other(c2, options);
+  options.name = "db";
+  options.observer = [&events](const rein::limiter_event& e) {
+    std::ostringstream line;
+    line << e;
+    events.push_back(line.str());
+  };
+  shared_semaphore mine(c1, options);
+  taken t[4];
+  const long long before = server_now_us(io, c1);
+  mine.async_acquire(2, into(t[0]));
+  REQUIRE(run_until(io, [&] { return t[0].ec.has_value(); }));
+  REQUIRE(*t[0].ec == rein::error_code{});
+  const long long after = server_now_us(io, c1);
+  const long long granted = us_since_epoch(rein::redis::server_time(t[0].permit));
+  CHECK(granted >= before);
+  CHECK(granted <= after);
+  CHECK(us_since_epoch(mine.snapshot().server_time_last) == granted);
+  other.async_acquire(1, into(t[1]));
+  REQUIRE(run_until(io, [&] { return t[1].ec.has_value(); }));
+  REQUIRE(*t[1].ec == rein::error_code{});
+  CHECK(rein::redis::server_time(t[1].permit) >= rein::redis::server_time(t[0].permit));
+  // Full: one of mine waits (polling Redis), another is turned away at its deadline.
+  mine.async_acquire(1, into(t[2]));
+  mine.async_acquire_for(1, std::chrono::milliseconds(100), into(t[3]));
+  REQUIRE(run_until(io, [&] { return t[3].ec.has_value(); }));
+  CHECK(*t[3].ec == rein::errc::timed_out);
+  auto s = mine.snapshot();
+  CHECK(s.limit == 3);
+  CHECK(s.in_flight == 2);
+  CHECK(s.held == 2);
+  CHECK(s.free == 0);  // as last seen: the other semaphore holds the third
+  CHECK(s.waiting == 1);
+  CHECK(s.acquired_total == 1);
+  CHECK(s.timed_out_total == 1);
+  CHECK(s.round_trip.count() == s.round_trips);
+  CHECK(s.round_trip.count() >= 2);
+  CHECK(events == std::vector<std::string>{"rejected reason=timed_out count=1 name=db"});
+  t[1].permit.release();  // the other's permit frees: mine's waiter takes it at its next poll
+  REQUIRE(run_until(io, [&] { return t[2].ec.has_value(); }));
+  REQUIRE(*t[2].ec == rein::error_code{});
+  s = mine.snapshot();
+  CHECK(s.in_flight == 3);
+  CHECK(s.held == 3);
+  CHECK(s.free == 0);
+  CHECK(s.waiting == 0);
+  CHECK(s.requests_in_flight == 0);
+  CHECK(other.snapshot().in_flight == 0);
 }

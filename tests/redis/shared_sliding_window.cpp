@@ -134,7 +134,8 @@ TEST_CASE("set_limit changes the window's limit for every process at its next re
 
 namespace {
 
-// The window's script run by hand (EVAL) as the process `name`: {allowed, retry_after us, free places}.
+// The window's script run by hand (EVAL) as the process `name`: {allowed, retry_after us, free places}; the
+// server's time it also returns is kept in `server_time`.
 struct script_runner {
   net::io_context& io;
   rein::redis::connection& c;
@@ -142,6 +143,7 @@ struct script_runner {
   std::string window_us;
   std::string limit;
   std::string grace_us;
+  mutable long long server_time = 0;  // of the last ask, microseconds since the Unix epoch
 
   // `patience`: how long the caller will wait, microseconds (0: no deadline); `wanted`: the units its
   // process waits for in all (0: n).
@@ -154,6 +156,17 @@ struct script_runner {
                                    name, grace_us, std::to_string(patience), std::to_string(wanted)});
     std::vector<long long> out;
     for (const auto& e : r.elements) out.push_back(e.integer);
+    REQUIRE(out.size() == 4);
+    server_time = out.back();
+    out.pop_back();
+    return out;
+  }
+
+  // The stamps of the admissions in the window (their scores: the server's time of each), oldest first.
+  std::vector<long long> stamps() const {
+    const auto r = execute(io, c, {"ZRANGEBYSCORE", "rein:{" + key + "}:window", "(0", "+inf", "WITHSCORES"});
+    std::vector<long long> out;
+    for (std::size_t i = 1; i < r.elements.size(); i += 2) out.push_back(std::stoll(r.elements[i].text));
     return out;
   }
 
@@ -272,4 +285,38 @@ TEST_CASE("the fleet queue: a queued process that stops asking loses its place i
   CHECK(s.queue() == entries{"b 1 1", "d 1 1"});  // (dropped by the next call; a was, at 400 ms)
   CHECK(s.ask("d", 1) == reply_of{1, 0, 0});
   CHECK(s.queue() == entries{"d 2 0"});
+}
+
+TEST_CASE("each reply carries the server's time, which is the stamp the window keeps for an admission") {
+  redis_server server;
+  net::io_context io;
+  rein::redis::connection c(io, local(server.port()));
+  const script_runner s{io, c, unique_key("stamps"), "60000000", "2", "60000000"};
+  CHECK(s.ask("a", 1) == reply_of{1, 0, 1});
+  const long long first = s.server_time;
+  CHECK(s.ask("a", 1) == reply_of{1, 0, 0});
+  const long long second = s.server_time;
+  CHECK(s.stamps() == std::vector<long long>{first, second});
+  CHECK(s.ask("b", 1)[0] == 0);  // a denial says when it was decided too
+  CHECK(s.server_time >= second);
+}
+
+TEST_CASE("a shared window reports its limit, free places and the server's time of its last admission") {
+  redis_server server;
+  net::io_context io;
+  rein::redis::connection c(io, local(server.port()));
+  const auto options = per("snap", 3, std::chrono::seconds(60));
+  shared_sliding_window w(c, options);
+  recorder r(1);
+  w.async_acquire(2, r.handler(0));
+  REQUIRE(run_until(io, [&] { return r.all_done(); }));
+  REQUIRE_FALSE(r.results[0]->ec);
+  const auto s = w.snapshot();
+  CHECK(s.limit == 3);
+  CHECK(s.free == 1);
+  CHECK(s.round_trip.count() == 1);
+  const auto stamps = execute(io, c, {"ZRANGEBYSCORE", "rein:{" + options.key + "}:window", "(0", "+inf", "WITHSCORES"});
+  REQUIRE(stamps.elements.size() == 4);
+  CHECK(std::chrono::duration_cast<std::chrono::microseconds>(s.server_time_last.time_since_epoch()).count() ==
+        std::stoll(stamps.elements[3].text));
 }

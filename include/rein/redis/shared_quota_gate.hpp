@@ -28,7 +28,8 @@ namespace detail {
 /// the server's clock has reached the release. Only the server's clock is read (TIME; effects replication,
 /// as the token bucket's script). The key expires a millisecond after the release.
 ///
-/// Returns {allowed (1/0), retry_after (microseconds until the release; 0 if allowed), release (0: none)}.
+/// Returns {allowed (1/0), retry_after (microseconds until the release; 0 if allowed), release (0: none),
+/// the server's TIME (microseconds since the Unix epoch)}.
 inline constexpr std::string_view quota_gate_script = R"lua(
 if redis.replicate_commands then redis.replicate_commands() end
 local pause = tonumber(ARGV[1])
@@ -44,12 +45,12 @@ if pause > 0 then
     redis.call('HSET', KEYS[1], 'until', ends, 'release', release)
     redis.call('PEXPIRE', KEYS[1], math.ceil((release - now) / 1000) + 1)
   end
-  return {1, 0, release}
+  return {1, 0, release, now}
 end
 if release > now then
-  return {0, release - now, release}
+  return {0, release - now, release, now}
 end
-return {1, 0, release}
+return {1, 0, release, now}
 )lua";
 
 /// How the gate's messages become commands: EVALSHA of quota_gate_script on the gate's key.

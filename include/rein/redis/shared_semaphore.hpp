@@ -59,7 +59,8 @@ namespace detail {
 /// longest lease does (processes may use different leases), so an abandoned semaphore costs no memory.
 ///
 /// ARGV: lease id, lease (microseconds), limit, n, operation, poll interval (microseconds). Returns
-/// {allowed (1 / 0 / -1 lost), retry_after (microseconds; 0 unless denied), free permits after the call}.
+/// {allowed (1 / 0 / -1 lost), retry_after (microseconds; 0 unless denied), free permits after the call,
+/// the server's TIME (microseconds since the Unix epoch)}.
 inline constexpr std::string_view shared_semaphore_script = R"lua(
 if redis.replicate_commands then redis.replicate_commands() end
 local holder = ARGV[1]
@@ -138,6 +139,7 @@ local ttl = lease
 if last[2] then ttl = math.max(ttl, tonumber(last[2]) - now) end
 ttl = math.ceil(ttl / 1000) + 1
 for i = 1, 5 do redis.call('PEXPIRE', KEYS[i], ttl) end
+reply[4] = now
 return reply
 )lua";
 
@@ -410,5 +412,18 @@ class basic_shared_semaphore : public detail::semaphore_base<Executor, Clock, Mu
 
 /// The thread-safe shared semaphore on any I/O executor.
 using shared_semaphore = basic_shared_semaphore<>;
+
+/// When Redis granted `p`, by the server's clock: its `TIME` when the script counted the permits, to the
+/// microsecond (every process's grants on one clock, for auditing the fleet's bound without MONITOR).
+/// The epoch (`time_point{}`) for an empty permit and one that fail_open granted locally. A part made by
+/// `p.split(n)` keeps its grant's time.
+/// @pre `p` was granted by a shared semaphore (other limiters note other things in a permit).
+/// @par Thread Safety
+/// As reading `p` (distinct permits from any threads).
+inline std::chrono::system_clock::time_point server_time(const rein::permit& p) noexcept {
+  const auto us = static_cast<std::int64_t>(rein::detail::permit_access::note(p));
+  return std::chrono::system_clock::time_point(
+      std::chrono::duration_cast<std::chrono::system_clock::duration>(std::chrono::microseconds(us)));
+}
 
 }  // namespace rein::redis

@@ -51,7 +51,7 @@ namespace detail {
 /// wait (microseconds; 0: no deadline), the units its process waits for in all (at least n is read).
 /// Returns {allowed (1/0), retry_after (microseconds until n would fit after what others are owed; 0 if
 /// allowed), free places left to the caller's next unit after the decision (net of what others are owed
-/// before it)}.
+/// before it), the server's TIME (microseconds since the Unix epoch: an admission's stamp)}.
 inline constexpr std::string_view sliding_window_script = R"lua(
 if redis.replicate_commands then redis.replicate_commands() end
 local window = tonumber(ARGV[1])
@@ -84,7 +84,7 @@ local count = redis.call('ZCARD', KEYS[1]) - queued
 if n < 0 then
   local back = math.min(-n, count)
   if back > 0 then redis.call('ZREMRANGEBYRANK', KEYS[1], queued, queued + back - 1) end
-  return {1, 0, limit - count + back}
+  return {1, 0, limit - count + back, now}
 end
 local served = mine and mine.served or (least or 0)
 local function owed(last)
@@ -134,6 +134,7 @@ end
 local ttl = math.ceil(keep / 1000) + 1
 redis.call('PEXPIRE', KEYS[1], ttl)
 redis.call('PEXPIRE', KEYS[2], ttl)
+reply[4] = now
 return reply
 )lua";
 

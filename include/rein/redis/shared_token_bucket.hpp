@@ -35,7 +35,7 @@ namespace detail {
 /// ARGV: interval (microseconds per token), capacity (tokens), n[, most]. Returns {allowed (1/0),
 /// retry_after (microseconds until n would be allowed; 0 if allowed), available (microseconds of refill in
 /// the bucket after the decision: tokens * interval), tokens taken[, stored interval (nanoseconds per
-/// token), stored capacity]}.
+/// token), stored capacity], the server's TIME (microseconds since the Unix epoch)}.
 inline constexpr std::string_view token_bucket_script = R"lua(
 if redis.replicate_commands then redis.replicate_commands() end
 local interval = tonumber(ARGV[1])
@@ -47,13 +47,14 @@ if stored[1] and stored[2] then
   capacity = tonumber(stored[2])
   told = {math.floor(interval * 1000 + 0.5), capacity}
 end
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 local function reply(r)
   for _, v in ipairs(told) do table.insert(r, v) end
+  table.insert(r, now)
   return r
 end
 local n = tonumber(ARGV[3])
-local clock = redis.call('TIME')
-local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 local limit = capacity * interval
 local debt = 0
 local state = redis.call('HMGET', KEYS[1], 'at', 'debt')

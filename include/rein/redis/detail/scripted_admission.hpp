@@ -104,6 +104,9 @@ struct verdict {
   /// nanoseconds per token and the capacity; 0: none stored.
   std::int64_t stored_interval_ns = 0;
   std::int64_t stored_capacity = 0;
+  /// allowed, denied or lost: the server's TIME when the script ran, microseconds since the Unix epoch (the
+  /// instant of its decision; a shared window stamps an admission with it); 0: not said.
+  std::int64_t server_time_us = 0;
 };
 
 /// One request for the connection.
@@ -327,6 +330,14 @@ class scripted_admission {
     else (void)n, (void)stamp, (void)now;
   }
 
+  /// A holding model's grant just made (the line asks right after it): the server's TIME of Redis's grant,
+  /// microseconds since the Unix epoch, or 0 for the local rule's; its permit carries it (permit_server_time).
+  std::uint64_t grant_note() const noexcept
+    requires requires { requires Model::holds; }
+  {
+    return static_cast<std::uint64_t>(grant_server_us_);
+  }
+
   /// A grant taken back before its handler ran: its units go back to Redis, or, for a grant the local rule
   /// made (told by its grant time, `granted_at`), to the local rule, even after Redis answers again.
   void on_revoke(std::size_t n, time_point granted_at, time_point now) noexcept {
@@ -380,7 +391,7 @@ class scripted_admission {
     }
     ++stats_.local_admitted;
     local_grants_ += n;
-    return grant_units(n);
+    return grant_units(n, 0);
   }
 
   /// The verdict for `ticket` (every ticket gets exactly one, once: a reply, or `verdict{}` when the request
@@ -424,7 +435,7 @@ class scripted_admission {
       if (v.what == kind::allowed && granted > n) model_.stock(granted - n);
     }
     switch (v.what) {
-      case kind::allowed: return {op, grant_units(n)};
+      case kind::allowed: return {op, grant_units(n, v.server_time_us)};
       case kind::denied:
         pending_hold_ = rein::detail::add_saturated(now, from_us(v.retry_after_us));
         return {op, remote_step::wait()};
@@ -584,6 +595,12 @@ class scripted_admission {
     hold_until_ = time_point::min();  // what the last denial said no longer holds: ask again (after the refund)
   }
 
+  // The server's time of a verdict, as a time of the system clock (whose epoch is Unix time's).
+  static std::chrono::system_clock::time_point server_time(const verdict& v) noexcept {
+    return std::chrono::system_clock::time_point(
+        std::chrono::duration_cast<std::chrono::system_clock::duration>(std::chrono::microseconds(v.server_time_us)));
+  }
+
   // Redis cannot be asked and nothing local admits: counted by the line as wait_stats::unavailable_total.
   static remote_step unavailable_step() noexcept {
     return remote_step::refuse(make_error_code(errc::unavailable), reject_reason::unavailable);
@@ -596,9 +613,15 @@ class scripted_admission {
 
   time_point remote_ready_at(std::size_t n, time_point now) const { return std::max(hold_until_, model_.ready_at(n, now)); }
 
-  // A grant of n units to a waiting op: a holding model's callers hold them until given back.
-  remote_step grant_units(std::int64_t n) noexcept {
-    if constexpr (holding) out_units_ += n;
+  // A grant of n units to a waiting op, by Redis at `server_us` (0: by the local rule): a holding model's
+  // callers hold them until given back, and the permit notes the server's time (grant_note).
+  remote_step grant_units(std::int64_t n, std::int64_t server_us) noexcept {
+    if constexpr (holding) {
+      out_units_ += n;
+      grant_server_us_ = server_us;
+    } else {
+      (void)server_us;
+    }
     return remote_step::grant();
   }
 
@@ -689,6 +712,7 @@ class scripted_admission {
         model_.learn(v, now);
         if (v.what == kind::allowed) {
           ++stats_.remote_allowed;
+          stats_.server_time_last = server_time(v);
           hold_until_ = time_point::min();
         } else {
           ++stats_.remote_denied;
@@ -730,6 +754,7 @@ class scripted_admission {
   std::int64_t in_flight_units_ = 0;  // what those tickets ask for
   std::int64_t held_units_ = 0;     // a holding model: granted by the server, not given back (current lease)
   std::int64_t out_units_ = 0;      // a holding model: granted to callers (by Redis or locally), not given back
+  std::int64_t grant_server_us_ = 0;  // a holding model: the server's time of the grant just made (0: local)
   std::uint64_t stale_grants_ = 0;  // a holding model: grants refused as stale (see `fresh`)
   message_list outbox_;
 

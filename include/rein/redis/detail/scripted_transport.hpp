@@ -52,10 +52,10 @@ inline bool starts_with_any(std::string_view text, std::initializer_list<std::st
   return std::any_of(prefixes.begin(), prefixes.end(), [&](std::string_view p) { return text.starts_with(p); });
 }
 
-/// What a reply to a limiter's script says: every script answers three integers {allowed (1/0; -1: the
-/// caller's lease is lost), retry_after (microseconds), available (the model's number)}; the bucket's adds
-/// the units granted, and, when a rate is stored for the fleet, that rate (milli-tokens per second) and
-/// capacity.
+/// What a reply to a limiter's script says: every script answers integers {allowed (1/0; -1: the caller's
+/// lease is lost), retry_after (microseconds), available (the model's number), [the model's own numbers,]
+/// the server's TIME (microseconds since the Unix epoch)}; the bucket's own numbers are the units granted
+/// and, when a rate is stored for the fleet, that rate (nanoseconds per token) and capacity.
 inline verdict read_verdict(const error_code& ec, const ::redisReply* r) {
   using kind = verdict::kind;
   if (ec || r == nullptr) return {kind::unavailable, 0, 0, {}, 0};
@@ -67,15 +67,16 @@ inline verdict read_verdict(const error_code& ec, const ::redisReply* r) {
       return {kind::unavailable, 0, 0, std::move(text), 0};
     return {kind::server_error, 0, 0, std::move(text), 0};
   }
-  const bool shaped = r->type == REDIS_REPLY_ARRAY && (r->elements == 3 || r->elements == 4 || r->elements == 6) &&
+  const bool shaped = r->type == REDIS_REPLY_ARRAY && (r->elements == 4 || r->elements == 5 || r->elements == 7) &&
                       std::all_of(r->element, r->element + r->elements,
                                   [](const ::redisReply* e) { return e->type == REDIS_REPLY_INTEGER; });
   if (!shaped) return {kind::server_error, 0, 0, "rein: unexpected reply to a limiter's script", 0};
   const long long first = r->element[0]->integer;
   const kind what = first == 1 ? kind::allowed : first == -1 ? kind::lost : kind::denied;
-  const auto number = [&](std::size_t i) { return i < r->elements ? static_cast<std::int64_t>(r->element[i]->integer) : 0; };
-  return {what, static_cast<double>(r->element[1]->integer), static_cast<double>(r->element[2]->integer), {}, number(3),
-          number(4), number(5)};
+  const std::size_t time_at = r->elements - 1;  // the model's own numbers lie between available and the time
+  const auto number = [&](std::size_t i) { return i < time_at ? static_cast<std::int64_t>(r->element[i]->integer) : 0; };
+  return {what,      static_cast<double>(r->element[1]->integer), static_cast<double>(r->element[2]->integer), {},
+          number(3), number(4), number(5), static_cast<std::int64_t>(r->element[time_at]->integer)};
 }
 
 /// A scripted admission on rein's wait line: the line owns waiting (queue, deadlines, one timer,
