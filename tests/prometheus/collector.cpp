@@ -2,6 +2,7 @@
 // rejections by reason, exact histogram buckets, keyed per-key series and the cardinality cap.
 #include "support/async.hpp"
 #include "support/catch.hpp"
+#include "redis/scripted_fixture.hpp"
 
 #include <rein/adaptive_limiter.hpp>
 #include <rein/admission_throttle.hpp>
@@ -10,6 +11,7 @@
 #include <rein/keyed.hpp>
 #include <rein/outcome.hpp>
 #include <rein/prometheus/collector.hpp>
+#include <rein/redis/detail/semaphore_admission.hpp>
 #include <rein/semaphore.hpp>
 #include <rein/throttle.hpp>
 #include <rein/token_bucket.hpp>
@@ -129,6 +131,44 @@ TEST_CASE("collector: a partitioned semaphore exports each partition, the rest w
   CHECK(rest->label.size() == 1);
   CHECK(rest->gauge.value == 1.0);  // floor(0.1 x 10), 0.1 within 1e-9
   CHECK(find(families, "rein_partition_guaranteed")->metric.size() == 3);
+}
+
+TEST_CASE("collector: a shared semaphore's limit, in_flight, held, free, waiting and Redis round trips",
+          "[prometheus][redis]") {
+  // The shared semaphore's admission rule on the wait line, with verdicts made by hand (no Redis).
+  using policy = rein::redis::detail::semaphore_admission<manual_clock>;
+  rein_test::scripted::scripted_fixture<policy, void(rein::error_code, rein::permit)> pool(
+      {.key = "pool", .limit = 3, .name = "pool"});
+  rein_test::scripted::result r[2];
+  pool.acquire(r[0], 2);
+  pool.acquire(r[1], 2);
+  rein_test::advance_and_poll(pool.io, 2ms);
+  pool.settle(0, rein_test::scripted::allowed(1));
+  pool.settle(1, rein_test::scripted::denied(10000, 1));  // 1 free: not enough for 2
+  rein_test::poll(pool.io);
+  REQUIRE(r[0].ec == rein::error_code{});
+
+  rein::prometheus::collector c;
+  c.add(pool, "pool");
+  const auto families = c.Collect();
+  const auto gauge = [&](const char* name) { return metric(families, name, {{"limiter", "pool"}})->gauge.value; };
+  CHECK(gauge("rein_limit") == 3.0);
+  CHECK(gauge("rein_in_flight") == 2.0);  // permits callers hold, not requests awaiting Redis
+  CHECK(gauge("rein_held") == 2.0);
+  CHECK(gauge("rein_free") == 1.0);
+  CHECK(gauge("rein_waiting") == 1.0);
+  CHECK(find(families, "rein_held")->type == prometheus::MetricType::Gauge);
+  CHECK(metric(families, "rein_acquired_total", {{"limiter", "pool"}})->counter.value == 1.0);
+  CHECK(metric(families, "rein_fail_open_acquired_total", {{"limiter", "pool"}})->counter.value == 0.0);
+  CHECK(metric(families, "rein_rejected_total", {{"limiter", "pool"}, {"reason", "unavailable"}})->counter.value == 0.0);
+  const auto* rtt = metric(families, "rein_redis_round_trip_seconds", {{"limiter", "pool"}});
+  REQUIRE(rtt != nullptr);
+  CHECK(find(families, "rein_redis_round_trip_seconds")->type == prometheus::MetricType::Histogram);
+  CHECK(rtt->histogram.sample_count == 2);
+  CHECK(rtt->histogram.sample_sum == 0.004);
+  CHECK(rtt->histogram.bucket[5].cumulative_count == 0);  // 2^20 ns: 2 ms not yet
+  CHECK(rtt->histogram.bucket[6].cumulative_count == 2);  // 2^22 ns
+  CHECK(find(families, "rein_tokens") == nullptr);
 }
 
 TEST_CASE("collector: names must be given and unique", "[prometheus]") {

@@ -41,6 +41,14 @@ namespace rein::prometheus {
 // | rein_limit                      | gauge     | limit (calls, or units per second for rates)           |
 // | rein_utilisation_ratio          | gauge     | utilisation                                            |
 // | rein_tokens                     | gauge     | tokens                                                 |
+// | rein_held                       | gauge     | held: permits a shared semaphore's lease holds in Redis |
+// | rein_free                       | gauge     | free: a shared semaphore's permits or a shared window's |
+// |                                 |           | places free fleet-wide, as last seen from the server   |
+// | rein_fail_open_acquired_total   | counter   | local_admitted: a shared limiter's grants by its local |
+// |                                 |           | rule while Redis could not be asked (fail_open); also  |
+// |                                 |           | counted in rein_acquired_total                         |
+// | rein_redis_round_trip_seconds   | histogram | round_trip: a shared limiter's admission requests,     |
+// |                                 |           | sent to answered (the buckets of rein_wait_seconds)    |
 // | rein_reserved_total             | counter   | a token bucket's reservations (reserve())              |
 // | rein_reservations_cancelled_total | counter | ... of those cancelled before their time               |
 // | rein_reserved_returned_total    | counter   | ... tokens those cancellations gave back               |
@@ -172,7 +180,7 @@ class collector : public ::prometheus::Collectable {
     return out.take();
   }
 
-  /// The `le` bounds of rein_wait_seconds and rein_service_seconds, in nanoseconds: 2^10, 2^12, ... 2^42
+  /// The `le` bounds of rein_wait_seconds, rein_service_seconds and rein_redis_round_trip_seconds, in nanoseconds: 2^10, 2^12, ... 2^42
   /// (1.024 us to 73.3 minutes), each a bucket boundary of rein::algo::log_histogram.
   static std::vector<std::uint64_t> histogram_bounds_ns() {
     std::vector<std::uint64_t> bounds;
@@ -364,6 +372,14 @@ class collector : public ::prometheus::Collectable {
     if constexpr (requires { s.utilisation; })
       out.gauge("rein_utilisation_ratio", "How much of the limit is used, in [0, 1].", l, s.utilisation);
     if constexpr (requires { s.tokens; }) out.gauge("rein_tokens", "Tokens in the bucket now.", l, s.tokens);
+    if constexpr (requires { s.held; })
+      out.gauge("rein_held", "Permits Redis counts for this process under its lease now.", l, static_cast<double>(s.held));
+    if constexpr (requires { s.free; })
+      out.gauge("rein_free", "Permits or places free fleet-wide, as last seen from the server.", l,
+                static_cast<double>(s.free));
+    if constexpr (requires { s.local_admitted; })
+      out.counter("rein_fail_open_acquired_total", "Grants by the local rule while Redis could not be asked.", l,
+                  static_cast<double>(s.local_admitted));
     if constexpr (requires { s.reserved_total; }) export_reservations(out, l, s);
     if constexpr (requires { s.paused; })
       out.gauge("rein_paused", "Whether a quota gate's pause is in effect (1) or not (0).", l, s.paused ? 1.0 : 0.0);
@@ -378,6 +394,9 @@ class collector : public ::prometheus::Collectable {
       out.histogram("rein_wait_seconds", "Time from the acquire call to the grant.", l, s.wait);
     if constexpr (requires { s.service.count(); })
       out.histogram("rein_service_seconds", "Time from the grant to the reported outcome.", l, s.service);
+    if constexpr (requires { s.round_trip.count(); })
+      out.histogram("rein_redis_round_trip_seconds", "Time from an admission request's send to Redis's answer.", l,
+                    s.round_trip);
     if constexpr (requires { s.rejections_reported; })
       out.counter("rein_upstream_rejections_total", "Upstream rejections reported through a throttle guard.", l,
                   static_cast<double>(s.rejections_reported));
