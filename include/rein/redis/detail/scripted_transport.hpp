@@ -311,6 +311,10 @@ class basic_scripted_limiter {
   /// The options in force (as validated at construction).
   const options_type& options() const noexcept { return options_; }
 
+  /// The name given in the options (empty if none): in events, metrics (the collector's default
+  /// registration name) and the errors the coroutine doors throw.
+  const std::string& name() const noexcept { return line_->name(); }
+
   /// Always false (try_status::busy, no retry hint), taking nothing: whether Redis admits needs a round
   /// trip, which a function that never waits cannot make (and a local guess would break the fleet-wide
   /// bound). It exists so that generic code written against rein's rate limiters compiles and takes its
