@@ -2,11 +2,13 @@
 // hand-made verdicts of the gate's script, exact times on rein::testing::manual_clock.
 #include "redis/scripted_fixture.hpp"
 
+#include <rein/observer.hpp>
 #include <rein/redis/detail/gate_admission.hpp>
 
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -173,4 +175,33 @@ TEST_CASE("gate admission: invalid options name the type, the field and the valu
   CHECK(message_of({.key = "h", .max_pause = 0ms}) == "rein::redis::shared_quota_gate: max_pause must be > 0, got 0ms");
   CHECK(message_of({.key = "h", .prefix = "{x}"}) ==
         "rein::redis::shared_quota_gate: prefix must not contain '{' or '}', got \"{x}\"");
+}
+
+TEST_CASE("gate admission: a named gate's observer hears a pause Redis reports start and end, by the time the "
+          "reply says is left",
+          "[redis][gate][observability]") {
+  std::vector<std::string> events;
+  auto o = no_jitter();
+  o.name = "api";
+  o.observer = [&events](const rein::limiter_event& e) {
+    std::ostringstream line;
+    line << e;
+    events.push_back(line.str());
+  };
+  gate g(o);
+  result r;
+  g.acquire(r, 1);
+  verdict paused = denied(300000, 1700000000300000);
+  paused.server_time_us = 1700000000000000;  // the release is 300 ms after the script ran
+  g.settle(0, paused);
+  poll(g.io);
+  CHECK(events == std::vector<std::string>{"pause_started pause=300000000ns name=api"});
+  advance_and_poll(g.io, 300ms);  // the hold ends: the waiter asks again, and the pause is found over
+  CHECK(events.back() == "pause_ended name=api");
+  verdict open = allowed(1700000000300000);
+  open.server_time_us = 1700000000300100;
+  g.settle(1, open);
+  poll(g.io);
+  CHECK(r.ec == error_code{});
+  CHECK(events.size() == 2);
 }

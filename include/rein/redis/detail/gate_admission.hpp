@@ -51,8 +51,10 @@ struct shared_quota_gate_options {
   /// Default: none.
   std::string name{};
   /// Called outside the lock with rejections by reason (queue_full, timed_out, closed, cancelled, and
-  /// unavailable: Redis could not be asked under fail_closed); see rein::limiter_observer. Default: none
-  /// (no cost).
+  /// unavailable: Redis could not be asked under fail_closed), and pause_started / pause_ended as this
+  /// process learns them: a pause it wrote (at once), or one a reply reported (the release ahead of the
+  /// server's time in that reply; ended by the local clock, first seen by the step after it);
+  /// see rein::limiter_observer. Default: none (no cost).
   limiter_observer observer{};
   /// Most admission requests this limiter has on the wire at once (pipelined on its connection), >= 1.
   std::size_t max_in_flight = 64;
@@ -116,8 +118,24 @@ class gate_model {
 
   std::size_t window(time_point) const noexcept { return options_.max_in_flight; }
 
-  void learn(const verdict& v, time_point) noexcept {
+  void learn(const verdict& v, time_point now) noexcept {
     if (v.available_us > 0) release_us_ = std::max(release_us_, static_cast<std::int64_t>(v.available_us));
+    // A release still ahead by the server's clock when the script ran: paused here for that long from the
+    // reply (late by the reply's way back, never early by clock skew: only the server's clock is compared).
+    if (v.server_time_us > 0 && v.available_us > static_cast<double>(v.server_time_us)) {
+      const auto left = std::chrono::microseconds(static_cast<std::int64_t>(v.available_us) - v.server_time_us);
+      paused_until_ = std::max(paused_until_, rein::detail::add_saturated(now, std::chrono::ceil<duration>(left)));
+    }
+  }
+
+  /// What the observer's pause events compare (rein::detail::observed_state): paused while a pause this
+  /// process wrote, or one Redis reported, has not ended by the local clock.
+  rein::detail::observed_state observe(time_point now) const noexcept {
+    rein::detail::observed_state s;
+    const time_point until = std::max(local_release_, paused_until_);
+    s.paused = until > now;
+    if (s.paused) s.pause_left = std::chrono::duration_cast<std::chrono::nanoseconds>(until - now);
+    return s;
   }
 
   std::int64_t refund_most() const noexcept { return 0; }  // an admission takes nothing
@@ -156,6 +174,7 @@ class gate_model {
   options_type options_;
   std::mt19937_64 random_;
   time_point local_release_ = time_point::min();
+  time_point paused_until_ = time_point::min();  // the latest release Redis reported, on the local clock
   std::int64_t release_us_ = 0;  // the latest release Redis reported, server microseconds
   std::uint64_t pauses_ = 0;
   std::uint64_t capped_ = 0;

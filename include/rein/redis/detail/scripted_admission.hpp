@@ -519,6 +519,14 @@ class scripted_admission {
     }
   }
 
+  /// What the observer's events compare, for a model that reports state (a shared gate's pause): see
+  /// rein::detail::observed_state.
+  rein::detail::observed_state observe(time_point now) const noexcept
+    requires requires(const Model& m) { m.observe(now); }
+  {
+    return model_.observe(now);
+  }
+
   /// The policy's counters and state (the line adds its own statistics).
   snapshot_type snapshot(time_point now) const {
     snapshot_type s{};
