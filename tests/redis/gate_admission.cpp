@@ -196,8 +196,10 @@ TEST_CASE("gate admission: a named gate's observer hears a pause Redis reports s
   g.settle(0, paused);
   poll(g.io);
   CHECK(events == std::vector<std::string>{"pause_started pause=300000000ns name=api"});
+  CHECK(g.snapshot().paused);
   advance_and_poll(g.io, 300ms);  // the hold ends: the waiter asks again, and the pause is found over
   CHECK(events.back() == "pause_ended name=api");
+  CHECK_FALSE(g.snapshot().paused);
   verdict open = allowed(1700000000300000);
   open.server_time_us = 1700000000300100;
   g.settle(1, open);

@@ -65,6 +65,9 @@ struct shared_quota_gate_options {
 
 /// A shared_quota_gate's counters and state, copied under its lock (see shared_limiter_snapshot).
 struct shared_quota_gate_snapshot : shared_limiter_snapshot {
+  /// Whether a pause is in effect as this process knows it (as every gate's `paused`): one it wrote, or one
+  /// a reply reported, not yet over by the local clock (see the options' `observer`).
+  bool paused = false;
   /// The release of the latest pause Redis reported, by the server's clock (the epoch: none seen).
   std::chrono::system_clock::time_point release{};
   std::uint64_t pauses = 0;  ///< pauses this process wrote (pause_for, on_retry_after)
@@ -142,7 +145,8 @@ class gate_model {
 
   std::optional<local_type> make_local(time_point) const noexcept { return local_type{}; }
 
-  void fill(snapshot_type& s, time_point) const noexcept {
+  void fill(snapshot_type& s, time_point now) const noexcept {
+    s.paused = observe(now).paused;
     s.release = std::chrono::system_clock::time_point(std::chrono::microseconds(release_us_));
     s.pauses = pauses_;
     s.capped = capped_;
