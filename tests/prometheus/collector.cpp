@@ -160,7 +160,8 @@ TEST_CASE("collector: a shared semaphore's limit, in_flight, held, free, waiting
   CHECK(find(families, "rein_held")->type == prometheus::MetricType::Gauge);
   CHECK(metric(families, "rein_acquired_total", {{"limiter", "pool"}})->counter.value == 1.0);
   CHECK(metric(families, "rein_fail_open_acquired_total", {{"limiter", "pool"}})->counter.value == 0.0);
-  CHECK(metric(families, "rein_rejected_total", {{"limiter", "pool"}, {"reason", "unavailable"}})->counter.value == 0.0);
+  CHECK(metric(families, "rein_rejected_total", {{"limiter", "pool"}, {"reason", "unavailable"}})->counter.value ==
+        0.0);
   const auto* rtt = metric(families, "rein_redis_round_trip_seconds", {{"limiter", "pool"}});
   REQUIRE(rtt != nullptr);
   CHECK(find(families, "rein_redis_round_trip_seconds")->type == prometheus::MetricType::Histogram);

@@ -315,7 +315,8 @@ TEST_CASE("a shared window reports its limit, free places and the server's time 
   CHECK(s.limit == 3);
   CHECK(s.free == 1);
   CHECK(s.round_trip.count() == 1);
-  const auto stamps = execute(io, c, {"ZRANGEBYSCORE", "rein:{" + options.key + "}:window", "(0", "+inf", "WITHSCORES"});
+  const auto stamps =
+      execute(io, c, {"ZRANGEBYSCORE", "rein:{" + options.key + "}:window", "(0", "+inf", "WITHSCORES"});
   REQUIRE(stamps.elements.size() == 4);
   CHECK(std::chrono::duration_cast<std::chrono::microseconds>(s.server_time_last.time_since_epoch()).count() ==
         std::stoll(stamps.elements[3].text));

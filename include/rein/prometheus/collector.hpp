@@ -41,8 +41,8 @@ namespace rein::prometheus {
 // | rein_limit                      | gauge     | limit (calls, or units per second for rates)           |
 // | rein_utilisation_ratio          | gauge     | utilisation                                            |
 // | rein_tokens                     | gauge     | tokens                                                 |
-// | rein_held                       | gauge     | held: permits a shared semaphore's lease holds in Redis |
-// | rein_free                       | gauge     | free: a shared semaphore's permits or a shared window's |
+// | rein_held                       | gauge     | held: permits a shared semaphore's lease holds (Redis) |
+// | rein_free                       | gauge     | free: a shared semaphore's permits or shared window's  |
 // |                                 |           | places free fleet-wide, as last seen from the server   |
 // | rein_fail_open_acquired_total   | counter   | local_admitted: a shared limiter's grants by its local |
 // |                                 |           | rule while Redis could not be asked (fail_open); also  |
@@ -180,8 +180,9 @@ class collector : public ::prometheus::Collectable {
     return out.take();
   }
 
-  /// The `le` bounds of rein_wait_seconds, rein_service_seconds and rein_redis_round_trip_seconds, in nanoseconds: 2^10, 2^12, ... 2^42
-  /// (1.024 us to 73.3 minutes), each a bucket boundary of rein::algo::log_histogram.
+  /// The `le` bounds of rein_wait_seconds, rein_service_seconds and rein_redis_round_trip_seconds, in
+  /// nanoseconds: 2^10, 2^12, ... 2^42 (1.024 us to 73.3 minutes), each a bucket boundary of
+  /// rein::algo::log_histogram.
   static std::vector<std::uint64_t> histogram_bounds_ns() {
     std::vector<std::uint64_t> bounds;
     for (unsigned k = 10; k <= algo::log_histogram::top_bits; k += 2) bounds.push_back(std::uint64_t{1} << k);
@@ -373,7 +374,8 @@ class collector : public ::prometheus::Collectable {
       out.gauge("rein_utilisation_ratio", "How much of the limit is used, in [0, 1].", l, s.utilisation);
     if constexpr (requires { s.tokens; }) out.gauge("rein_tokens", "Tokens in the bucket now.", l, s.tokens);
     if constexpr (requires { s.held; })
-      out.gauge("rein_held", "Permits Redis counts for this process under its lease now.", l, static_cast<double>(s.held));
+      out.gauge("rein_held", "Permits Redis counts for this process under its lease now.", l,
+                static_cast<double>(s.held));
     if constexpr (requires { s.free; })
       out.gauge("rein_free", "Permits or places free fleet-wide, as last seen from the server.", l,
                 static_cast<double>(s.free));

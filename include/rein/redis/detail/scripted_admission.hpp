@@ -362,7 +362,8 @@ class scripted_admission {
       const time_point firm = holding ? model_.firm_until() : std::max(hold_until_, model_.firm_until());
       const std::int64_t deadline_ns = op->deadline_ns();
       if (firm > now && deadline_ns != rein::detail::no_deadline && rein::detail::to_ns_saturated(firm) > deadline_ns) {
-        return remote_step::refuse(make_error_code(rein::errc::timed_out), reject_reason::timed_out);  // Redis said: not by then
+        // Redis said: not by then.
+        return remote_step::refuse(make_error_code(rein::errc::timed_out), reject_reason::timed_out);
       }
       const time_point at = remote_ready_at(count, now);
       if (in_flight_ >= model_.window(now) || at > now) return remote_step::wait();

@@ -74,7 +74,9 @@ inline verdict read_verdict(const error_code& ec, const ::redisReply* r) {
   const long long first = r->element[0]->integer;
   const kind what = first == 1 ? kind::allowed : first == -1 ? kind::lost : kind::denied;
   const std::size_t time_at = r->elements - 1;  // the model's own numbers lie between available and the time
-  const auto number = [&](std::size_t i) { return i < time_at ? static_cast<std::int64_t>(r->element[i]->integer) : 0; };
+  const auto number = [&](std::size_t i) {
+    return i < time_at ? static_cast<std::int64_t>(r->element[i]->integer) : std::int64_t{0};
+  };
   return {what,      static_cast<double>(r->element[1]->integer), static_cast<double>(r->element[2]->integer), {},
           number(3), number(4), number(5), static_cast<std::int64_t>(r->element[time_at]->integer)};
 }
