@@ -488,14 +488,18 @@ TEST_CASE("bucket admission: a batch larger than the capacity is refused, naming
 TEST_CASE("bucket admission: a reply that says a rate is stored for the fleet moves the estimate to it",
           "[redis][bucket]") {
   bucket b(ten_per_second(4, 1));
+  CHECK(b.snapshot().limit == 10.0);  // the rate, as every rate limiter's limit
+  CHECK(b.snapshot().capacity == 4);
   result r[2];
   b.acquire(r[0], 1);
   verdict v = allowed(0);  // the bucket is empty after it, and the fleet's rate is 100 per second
   v.stored_interval_ns = 10'000'000;
-  v.stored_capacity = 4;
+  v.stored_capacity = 3;
   b.settle(0, v);
   poll(b.io);
   REQUIRE(r[0].ec == error_code{});
+  CHECK(b.snapshot().limit == 100.0);  // the rate in force is the fleet's
+  CHECK(b.snapshot().capacity == 3);
   b.acquire(r[1], 1);
   advance_and_poll(b.io, 9ms);
   CHECK(b.sent().size() == 1);  // one token takes 10 ms at 100 per second (100 ms by this process's options)
