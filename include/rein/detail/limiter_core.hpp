@@ -15,7 +15,8 @@
 // running in the releasing thread (nesting bounded: wait_op.hpp). The
 // allocations under the lock are the wait histogram's (global operator new, never a user's allocator): a
 // block when a wait falls in an octave for the first time, and its copy when a snapshot is taken; with
-// partitions, the snapshot's copy of them; and a remote policy's messages, queued until they are sent.
+// partitions, the snapshot's copy of them; and a remote policy's messages, queued until they are sent, and
+// its round-trip histogram's blocks (as the wait histogram's).
 //
 // Outstanding work: while anyone waits, the core holds a work guard on its executor, so `run()` does not
 // return under a parked operation (as with any pending Asio operation); it is dropped after the last
