@@ -561,6 +561,11 @@ TEST_CASE("semaphore admission: a permit carries the server's time of Redis's gr
   CHECK(us(rein::redis::server_time(part)) == 1764979200123456);
   CHECK(us(s.snapshot().server_time_last) == 1764979200123456);  // the last grant Redis's replies said
   CHECK(rein::redis::server_time(rein::permit()) == std::chrono::system_clock::time_point{});
+  result none;
+  s.acquire(none, 0);  // granted without asking Redis: no server time, not the last grant's
+  poll(s.io);
+  REQUIRE(none.ec == error_code{});
+  CHECK(rein::redis::server_time(none.permit) == std::chrono::system_clock::time_point{});
 }
 
 TEST_CASE("semaphore admission: a named semaphore's observer hears its rejections by reason, unavailable included",

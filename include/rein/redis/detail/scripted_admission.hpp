@@ -331,7 +331,8 @@ class scripted_admission {
   }
 
   /// A holding model's grant just made (the line asks right after it): the server's TIME of Redis's grant,
-  /// microseconds since the Unix epoch, or 0 for the local rule's; its permit carries it (permit_server_time).
+  /// microseconds since the Unix epoch, or 0 for a grant Redis did not make; its permit carries it
+  /// (rein::redis::server_time(permit)).
   std::uint64_t grant_note() const noexcept
     requires requires { requires Model::holds; }
   {
@@ -348,7 +349,7 @@ class scripted_admission {
 
   remote_step admit(rein::detail::wait_op* op, std::size_t count, time_point now) noexcept {
     const auto n = static_cast<std::int64_t>(count);
-    if (n == 0) return remote_step::grant();
+    if (n == 0) return grant_units(0, 0);  // nothing asked of Redis
     if constexpr (batches) {
       if (model_.spend(n)) {  // taken from Redis earlier, in a batch
         ++stats_.batch_admitted;
