@@ -285,20 +285,40 @@ struct hedge_condition {
   }
 };
 
-// Runs attempt `n` and records its latency unless it was cancelled.
+// Runs attempt `n` and records its latency unless a cancellation ended it (a success that came although a
+// cancellation was asked for ended by itself, and counts).
 template <class T, class Clock, class Mutex, class Op>
 net::awaitable<hedge_arm_result<T>> hedge_attempt(basic_hedge_policy<Clock, Mutex>& policy, Op& op, std::uint32_t n) {
   const auto start = Clock::now();
   auto result = co_await invoke_attempt(op, n);
   const auto state = co_await net::this_coro::cancellation_state;
-  if (state.cancelled() == net::cancellation_type::none) policy.on_latency(Clock::now() - start);
+  if (state.cancelled() == net::cancellation_type::none || result.kind() == attempt_kind::success)
+    policy.on_latency(Clock::now() - start);
   co_return hedge_arm_result<T>(std::move(result));
+}
+
+// Each arm of the parallel group reads any cancellation that passed the caller's filter as terminal. A
+// spawned coroutine's own filter lets only terminal through, and the group forwards the caller's
+// cancellation once: a partial or total one it dropped would have used up that one forwarding, and a later
+// terminal one (the caller's, or the group's own when an arm decides) would never reach the other arm.
+inline auto hedge_any_as_terminal() {
+  return net::this_coro::reset_cancellation_state([](net::cancellation_type_t t) {
+    return t != net::cancellation_type::none ? net::cancellation_type::terminal : t;
+  });
+}
+
+// The first attempt's arm.
+template <class T, class Clock, class Mutex, class Op>
+net::awaitable<hedge_arm_result<T>> hedge_first(basic_hedge_policy<Clock, Mutex>& policy, Op& op) {
+  co_await hedge_any_as_terminal();
+  co_return co_await hedge_attempt<T>(policy, op, 1);
 }
 
 // Waits `delay`, then starts the hedge unless the first attempt ended meanwhile or the budget refuses.
 template <class T, class Clock, class Mutex, class Op>
 net::awaitable<hedge_arm_result<T>> hedge_after(basic_hedge_policy<Clock, Mutex>& policy, Op& op, hedge_race& race,
                                                 std::chrono::nanoseconds delay) {
+  co_await hedge_any_as_terminal();
   using timer_type = net::basic_waitable_timer<Clock, net::wait_traits<Clock>, net::any_io_executor>;
   timer_type timer(co_await net::this_coro::executor);
   timer.expires_after(std::chrono::ceil<typename Clock::duration>(delay));
@@ -335,8 +355,11 @@ hedge_result<T> hedge_settle(basic_hedge_policy<Clock, Mutex>& policy, hedge_end
   const bool succeeded = ends.results[w] && ends.results[w]->kind() == attempt_kind::success;
   if (!succeeded && caller_cancelled) throw system_error(net::error::operation_aborted, "rein::hedge");
   if (ends.errors[w]) std::rethrow_exception(ends.errors[w]);
-  const bool hedge_cancelled =
-      started && w == 0 && ends.order[0] == 0 && hedge_decides(ends.errors[0], ends.results[0]);
+  // Cancelled: the first attempt decided first and the hedge then ended without a success of its own (one
+  // that succeeded in the same instant was not cancelled, whatever was asked of it).
+  const bool hedge_succeeded = ends.results[1] && ends.results[1]->kind() == attempt_kind::success;
+  const bool hedge_cancelled = started && w == 0 && ends.order[0] == 0 &&
+                               hedge_decides(ends.errors[0], ends.results[0]) && !hedge_succeeded;
   policy.on_end(succeeded, succeeded && w == 1, hedge_cancelled);
   const hedge_decision decision = started                             ? hedge_decision::started
                                   : race.phase == hedge_race::refused ? hedge_decision::refused
@@ -356,7 +379,7 @@ auto run_hedge(basic_hedge_policy<Clock, Mutex>& policy, Op op, std::optional<st
   hedge_ends<T> ends;
   auto [order, e1, r1, e2, r2] =
       co_await net::experimental::make_parallel_group(
-          net::co_spawn(executor, hedge_attempt<T>(policy, op, 1), default_token_t{}),
+          net::co_spawn(executor, hedge_first<T>(policy, op), default_token_t{}),
           net::co_spawn(executor, hedge_after<T>(policy, op, race, *delay), default_token_t{}))
           .async_wait(hedge_condition<T>{&race}, net::use_awaitable);
   ends.order = order;

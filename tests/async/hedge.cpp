@@ -388,6 +388,58 @@ TEST_CASE("cancelling the caller before the delay cancels the first attempt and 
   CHECK(policy.snapshot().hedges_total == 0);
 }
 
+TEST_CASE("a partial cancellation the caller lets through, then a terminal one, each cancel both attempts",
+          "[hedge][cancel]") {
+  // Each arm reads what passed the caller's filter as terminal: a partial cancellation that the arms ignored
+  // used up the one forwarding of the parallel group, and the terminal one after it never reached them.
+  for (const auto first : {net::cancellation_type::partial, net::cancellation_type::total}) {
+    rein_test::manual_clock_at_epoch epoch;
+    net::io_context io;
+    rein::semaphore limiter(io, 2);
+    policy_t policy(fixed(100ms));
+    upstream u{&limiter, {{300ms, ok(1)}, {1000ms, ok(2)}}};
+    net::cancellation_signal signal;
+    std::exception_ptr error;
+    ns at{};
+    auto caller = [&]() -> net::awaitable<rein::hedge_result<int>> {
+      co_await net::this_coro::reset_cancellation_state(net::enable_total_cancellation());
+      co_return co_await rein::hedge(policy, call_of(u));
+    };
+    net::co_spawn(io, caller(), net::bind_cancellation_slot(signal.slot(), [&](std::exception_ptr e, rein::hedge_result<int>) {
+                    at = rein_test::since_epoch();
+                    error = e;
+                  }));
+    poll(io);
+    rein_test::set_and_poll(io, manual_clock::time_point{} + 100ms);
+    rein_test::set_and_poll(io, manual_clock::time_point{} + 150ms);
+    signal.emit(first);
+    poll(io);
+    REQUIRE(error);
+    CHECK(at == 150ms);
+    CHECK(u.started == std::vector<ns>{0ms, 100ms});
+    CHECK(u.ended == std::vector<error_code>{net::error::operation_aborted, net::error::operation_aborted});
+    CHECK(limiter.snapshot().in_flight == 0);
+  }
+}
+
+TEST_CASE("a hedge that succeeds in the instant the first attempt does is not counted cancelled", "[hedge][cancel]") {
+  rein_test::manual_clock_at_epoch epoch;
+  net::io_context io;
+  rein::semaphore limiter(io, 2);
+  policy_t policy(fixed(100ms));
+  upstream u{&limiter, {{150ms, ok(1)}, {50ms, ok(2)}}};
+  const auto [at, r] = run(io, [&] { return rein::hedge(policy, call_of(u)); });
+  CHECK(at == 150ms);
+  CHECK(r.attempts == 2);
+  CHECK(u.ended == std::vector<error_code>{error_code{}, error_code{}});
+  const auto s = policy.snapshot();
+  CHECK(s.hedges_total == 1);
+  CHECK(r.winner == 1);  // the first attempt's end is seen first
+  CHECK(s.hedges_won_total == 0);
+  CHECK(s.hedges_cancelled_total == 0);
+  CHECK(s.latency.count() == 2);  // both ended by themselves: both latencies recorded
+}
+
 TEST_CASE("an exception from the deciding attempt propagates after the other ended", "[hedge]") {
   rein_test::manual_clock_at_epoch epoch;
   net::io_context io;
