@@ -96,3 +96,12 @@ TEST_CASE("invalid hedge delay options name the field and the value", "[hedge_de
   o.latency_period = 0s;
   CHECK_THROWS_WITH(hedge_delay(o), "rein::algo::hedge_delay: latency_period must be > 0, got 0 ns");
 }
+
+TEST_CASE("a period past half the range of nanoseconds rotates without overflow", "[hedge_delay]") {
+  hedge_delay_options o = median_of(1, nanoseconds(std::numeric_limits<std::int64_t>::max() / 2 + 1));
+  hedge_delay rule(o);
+  rule.record(at(0ns), 5ms);
+  rule.record(at(o.latency_period), 5ms);  // one full period later: the first period is the last full one
+  CHECK(rule.previous().count() == 1);
+  CHECK(rule.delay(at(o.latency_period)) == 5ms);
+}

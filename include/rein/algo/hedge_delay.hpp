@@ -101,7 +101,7 @@ class basic_hedge_delay {
     if (now <= start_) return;
     const std::chrono::nanoseconds elapsed = now - start_;
     if (elapsed < options_.latency_period) return;
-    previous_ = elapsed >= 2 * options_.latency_period ? log_histogram{} : std::move(current_);
+    previous_ = elapsed - options_.latency_period >= options_.latency_period ? log_histogram{} : std::move(current_);
     current_.reset();
     start_ = now;
   }
