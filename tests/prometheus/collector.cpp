@@ -200,9 +200,9 @@ TEST_CASE("collector: a hedge policy's attempts and its hedges by outcome", "[pr
   const auto hedges = [&](const std::string& outcome) {
     return metric(families, "rein_hedges_total", {{"limiter", "search"}, {"outcome", outcome}})->counter.value;
   };
-  CHECK(hedges("started") == 1.0);
   CHECK(hedges("won") == 1.0);
   CHECK(hedges("cancelled") == 0.0);
+  CHECK(hedges("lost") == 0.0);
   CHECK(hedges("refused") == 1.0);
   CHECK(metric(families, "rein_acquired_total", {{"limiter", "search"}})->counter.value == 1.0);
 }

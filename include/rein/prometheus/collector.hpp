@@ -343,14 +343,18 @@ class collector : public ::prometheus::Collectable {
   static void export_hedges(sink& out, const labels& l, const Snapshot& s) {
     out.counter("rein_hedge_attempts_total", "Attempts a hedge policy started, hedges included.", l,
                 static_cast<double>(s.attempts_total));
-    const std::pair<const char*, std::uint64_t> outcomes[] = {{"started", s.hedges_total},
-                                                              {"won", s.hedges_won_total},
-                                                              {"cancelled", s.hedges_cancelled_total},
-                                                              {"refused", s.hedges_refused_total}};
+    // Outcomes that do not overlap, so that a sum over `outcome` counts each hedge the budget was asked for
+    // once: lost is a hedge started that neither won nor was cancelled (it failed, or ended after the winner).
+    const std::uint64_t settled = s.hedges_won_total + s.hedges_cancelled_total;
+    const std::pair<const char*, std::uint64_t> outcomes[] = {
+        {"won", s.hedges_won_total},
+        {"cancelled", s.hedges_cancelled_total},
+        {"lost", s.hedges_total > settled ? s.hedges_total - settled : 0},
+        {"refused", s.hedges_refused_total}};
     for (const auto& [outcome, n] : outcomes) {
       labels with_outcome = l;
       with_outcome.push_back({"outcome", outcome});
-      out.counter("rein_hedges_total", "Hedges, by outcome: started, won, cancelled, refused by the budget.",
+      out.counter("rein_hedges_total", "Hedges asked of the budget, by outcome: won, cancelled, lost, refused.",
                   with_outcome, static_cast<double>(n));
     }
   }
