@@ -449,6 +449,37 @@ TEST_CASE("adaptive_rate: any reading of a coarse clock is safe, its min() and m
   CHECK(r.decreases() == 2);
 }
 
+TEST_CASE("adaptive_rate: readings as far apart as time_point::min() and max() saturate") {
+  // Under UBSan: the measuring window's roll, the pause's end, the curve and the confirmation of a level
+  // subtracted readings as far apart as min() and max(). Distances now saturate at the range of nanoseconds.
+  adaptive_rate_options o = with_rate(10, 2);
+  o.hold = 1s;  // the holding paths too
+  adaptive_rate early(o, time_point::min());
+  CHECK(early.try_take(1, time_point::min()) == take_result::allowed);
+  // The longest pause, from min(): the curve restarts when it ends, 1 ns before the epoch, after a cut by
+  // min(beta, 1/2) (slow start, with a pause).
+  CHECK(early.on_congestion(time_point::min(), time_point::min(), std::chrono::nanoseconds::max()));
+  CHECK(early.curve_start() == time_point::min() + std::chrono::nanoseconds::max());
+  CHECK(early.rate() == 5.0);
+  CHECK_FALSE(early.on_success(time_point::min()));  // the curve has not started: nothing to climb
+  CHECK(early.try_take(1, time_point{}) == take_result::allowed);  // more than 2^63 ns of windows later
+  CHECK(early.try_take(2, time_point::max()) == take_result::allowed);
+  CHECK_FALSE(early.on_congestion(time_point::min(), time_point::max()));  // sent before the pause ended
+  CHECK(early.stale_congestion() == 1);
+  CHECK(early.decreases() == 1);
+  CHECK(early.rate() == 5.0);
+  CHECK(early.last_time() == time_point::max());
+
+  // Made at max(): every reading is max(), and nothing after it is representable.
+  adaptive_rate late(o, time_point::max());
+  CHECK(late.try_take(2, time_point::min()) == take_result::allowed);
+  CHECK(late.ready_at(1, time_point::min()) == std::nullopt);
+  CHECK(late.on_congestion(time_point::min(), time_point::max()));
+  CHECK(late.rate() == 0.7 * 10);
+  CHECK_FALSE(late.on_congestion(time_point::min(), time_point::max()));
+  CHECK(late.last_time() == time_point::max());
+}
+
 TEST_CASE("adaptive_rate: invalid options throw, naming the type, the field and the value") {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   const double inf = std::numeric_limits<double>::infinity();

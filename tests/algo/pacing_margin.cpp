@@ -76,6 +76,20 @@ TEST_CASE("pacing margin: max 0 turns it off", "[pacing_margin]") {
   CHECK(m.widenings() == 0);
 }
 
+TEST_CASE("pacing margin: readings as far apart as time_point::min() and max() saturate", "[pacing_margin]") {
+  // Under UBSan: the time since the latest widening overflowed from min() to any later reading.
+  margin_type early({}, time_point::min());
+  CHECK(early.on_refused(time_point::min(), time_point::min()));
+  CHECK(early.margin(time_point::min()) == 1.0 / 32);
+  CHECK(early.margin(time_point{}) == 0.0);  // more than 2^63 ns of half-lives later: forgotten
+  CHECK(early.margin(time_point::max()) == 0.0);
+  // A reading before the latest widening is taken at it.
+  margin_type late({.initial = 1.0 / 64}, time_point::max());
+  CHECK(late.margin(time_point::min()) == 1.0 / 64);
+  CHECK(late.on_refused(time_point::max(), time_point::max()));
+  CHECK(late.margin(time_point::min()) == 1.0 / 32);  // 1/64 grown to at least a step
+}
+
 TEST_CASE("pacing margin: bad options name the field and the value", "[pacing_margin][errors]") {
   constexpr double nan = std::numeric_limits<double>::quiet_NaN();
   CHECK(message_of({.initial = -0.5}) == "rein::algo::pacing_margin: initial must be in [0, max], got -0.5");

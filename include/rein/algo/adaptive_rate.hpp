@@ -4,6 +4,7 @@
 #include <rein/algo/pacing_margin.hpp>
 #include <rein/algo/rate_limit.hpp>
 #include <rein/algo/token_bucket.hpp>
+#include <rein/detail/clock_time.hpp>
 #include <rein/outcome.hpp>
 
 #include <algorithm>
@@ -35,7 +36,7 @@ class recent_takes {
     const std::size_t newest = (next_ + size - 1) % size;
     std::int64_t after_oldest = 0;
     for (std::size_t i = 1; i < count_; ++i) after_oldest += takes_[(oldest + i) % size].n;
-    const std::int64_t span = takes_[newest].at_ns - takes_[oldest].at_ns;
+    const std::int64_t span = rein::detail::ns_between(takes_[newest].at_ns, takes_[oldest].at_ns);
     if (span <= 0) return std::nullopt;
     return static_cast<double>(after_oldest) * 1e9 / static_cast<double>(span);
   }
@@ -174,7 +175,8 @@ struct adaptive_rate_options {
 /// rate). Rates are doubles; every decision is a pure function of the calls and their time stamps.
 ///
 /// @par Time
-/// Time is clamped to be monotonic: a stamp earlier than `last_time()` is treated as `last_time()`.
+/// Time is clamped to be monotonic: a stamp earlier than `last_time()` is treated as `last_time()`. Any
+/// reading is a valid stamp, `time_point::min()` and `max()` included (see rein::algo::rate_limit).
 ///
 /// @par Thread Safety
 /// A plain value: distinct objects are independent; one object must not be used concurrently.
@@ -322,13 +324,10 @@ class basic_adaptive_rate {
     }
     const bool paused = pause.count() > 0;
     const double w = congested_rate(t);
-    const std::int64_t resume = paused && pause.count() < std::numeric_limits<std::int64_t>::max() - t
-                                    ? t + pause.count()
-                                : paused ? std::numeric_limits<std::int64_t>::max()
-                                         : t;
+    const std::int64_t resume = paused ? rein::detail::ns_after(t, pause.count()) : t;
     if (holding() && w <= confirmed_ && margin_.margin(now) < options_.margin.max) return widen_margin(sent, now, resume);
     if (holding() && decreases_ > 0 && t >= epoch_ns_) {
-      const double x = static_cast<double>(t - epoch_ns_) / 1e9 - k_;
+      const double x = seconds_between(t, epoch_ns_) - k_;
       if (x > hold_seconds()) return failed_probe(w, sent, now, resume);
     }
     confirmed_ = std::min(confirmed_, w);  // a level that just failed is not confirmed
@@ -397,6 +396,12 @@ class basic_adaptive_rate {
     return time_point(std::chrono::ceil<duration>(std::chrono::nanoseconds(ns)));
   }
 
+  // Seconds from `earlier` to `later`, saturated: the curve's start may be as far as the int64 range allows
+  // (a pause of nanoseconds::max(), a construction at time_point::min()).
+  static double seconds_between(std::int64_t later, std::int64_t earlier) noexcept {
+    return static_cast<double>(rein::detail::ns_between(later, earlier)) / 1e9;
+  }
+
   std::int64_t clamp(time_point t) const noexcept { return std::max(detail::to_ns(t), latest_ns_); }
 
   // Every state-changing call goes through here: time moves on, and the measuring window rolls.
@@ -414,7 +419,7 @@ class basic_adaptive_rate {
   // need not roll and reading changes nothing.
   void roll_window(std::int64_t now) {
     const std::int64_t interval = options_.measure_interval.count();
-    const std::int64_t passed = (now - window_start_ns_) / interval;
+    const std::int64_t passed = rein::detail::ns_between(now, window_start_ns_) / interval;
     if (passed == 0) return;
     if (const auto newest = window_rate()) {
       measured_ = measured_ ? options_.smoothing * *newest + (1.0 - options_.smoothing) * *measured_ : *newest;
@@ -426,7 +431,7 @@ class basic_adaptive_rate {
   // The current window's sending rate while it sent: the tokens taken after its first take, over the span
   // from that take to its last; nothing if there are none or the span is zero.
   std::optional<double> window_rate() const noexcept {
-    const std::int64_t span = last_take_ns_ - first_take_ns_;
+    const std::int64_t span = rein::detail::ns_between(last_take_ns_, first_take_ns_);
     const std::int64_t after_first = sent_in_window_ - first_take_n_;
     if (after_first <= 0 || span <= 0) return std::nullopt;
     return static_cast<double>(after_first) * 1e9 / static_cast<double>(span);
@@ -456,7 +461,7 @@ class basic_adaptive_rate {
   bool in_slow_start() const noexcept { return decreases_ == 0 && options_.slow_start; }
 
   double curve(std::int64_t now) const noexcept {
-    const double t = static_cast<double>(now - epoch_ns_) / 1e9;
+    const double t = seconds_between(now, epoch_ns_);
     if (in_slow_start())
       return options_.initial_rate * std::exp2(t * 1e9 / static_cast<double>(options_.measure_interval.count()));
     const double x = t - k_;
@@ -474,7 +479,7 @@ class basic_adaptive_rate {
   // before the first decrease (slow start's rate is a search, not a level).
   void confirm(std::int64_t t) {
     if (!holding() || decreases_ == 0) return;
-    if (t - std::max(epoch_ns_, congested_ns_) < 2 * options_.measure_interval.count()) return;
+    if (rein::detail::ns_between(t, std::max(epoch_ns_, congested_ns_)) < 2 * options_.measure_interval.count()) return;
     const auto sending = sending_rate(t);
     confirmed_ = std::max(confirmed_, sending ? std::min(rate_, *sending) : rate_);
   }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <rein/algo/rate_limit.hpp>
+#include <rein/detail/clock_time.hpp>
 #include <rein/detail/invalid_option.hpp>
 
 #include <algorithm>
@@ -58,6 +59,10 @@ struct pacing_margin_options {
 ///
 /// The margin is a share of the interval, so it is the same for a stage charged by requests or by tokens.
 ///
+/// @par Time
+/// Any reading is a valid stamp, `time_point::min()` and `max()` included (see rein::algo::rate_limit): a
+/// reading before the latest widening counts as that instant.
+///
 /// @par Thread Safety
 /// A plain value: distinct objects are independent; one object must not be used concurrently.
 ///
@@ -85,7 +90,7 @@ class basic_pacing_margin {
   /// The margin at t: the latest widening's margin, halved every half_life since; `initial` once that is
   /// within step / 1024 of it (so a margin is forgotten after log2(1024 x max / step) half-lives at most).
   double margin(time_point t) const noexcept {
-    const std::int64_t since = std::max<std::int64_t>(detail::to_ns(t) - widened_ns_, 0);
+    const std::int64_t since = std::max<std::int64_t>(rein::detail::ns_between(detail::to_ns(t), widened_ns_), 0);
     const double halvings = static_cast<double>(since) / static_cast<double>(options_.half_life.count());
     const double decayed = at_widening_ * std::exp2(-halvings);
     // Within a thousandth of the step of `initial`, the margin is forgotten (an exponential never gets there).

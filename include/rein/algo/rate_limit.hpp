@@ -45,6 +45,12 @@ enum class take_result {
 /// - `capacity()` is the largest n a single request may ask for.
 /// - `last_time()` is the latest time at which the state changed. Time is clamped to be monotonic: a stamp
 ///   earlier than `last_time()` is treated as `last_time()`.
+/// - Any clock reading is a valid stamp, `time_point::min()` and `max()` included (a clock read before it
+///   was set, a sentinel passed by mistake): no call has undefined behaviour for it. Instants beyond what
+///   64-bit nanoseconds hold (a coarser clock's extremes) read as the nearest one they hold, and the distance
+///   between two readings saturates at that range (about 292 years), so a reading of max() is later than
+///   any wait ends, and a wait counted from min() is "longer than nanoseconds count". The same holds for the
+///   async layer's `try_acquire_at` and `record`, and for the clock a limiter reads itself.
 /// - `refund(n, t)` gives back n (e.g. the unused part of an estimate), never beyond capacity.
 /// - Optional: `charge(n, t)`, a forced take into debt (`chargeable_rate_limit`), and
 ///   `limit_remaining(remaining, reset_after, t)`, a correction from the upstream's count

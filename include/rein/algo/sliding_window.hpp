@@ -29,7 +29,8 @@ namespace rein::algo {
 /// counts are starts (one request may count as n).
 ///
 /// @par Time
-/// Time is clamped to be monotonic: a stamp earlier than `last_time()` is treated as `last_time()`.
+/// Time is clamped to be monotonic: a stamp earlier than `last_time()` is treated as `last_time()`. Any
+/// reading is a valid stamp, `time_point::min()` and `max()` included (see rein::algo::rate_limit).
 ///
 /// @par Thread Safety
 /// A plain value: distinct objects are independent; one object must not be used concurrently.

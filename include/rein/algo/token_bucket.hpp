@@ -78,7 +78,8 @@ struct token_bucket_options {
 /// 2^-40: any wait for a missing token is beyond the clock's range (`std::nullopt`) either way.
 ///
 /// @par Time
-/// Time is clamped to be monotonic: a stamp earlier than `last_time()` is treated as `last_time()`.
+/// Time is clamped to be monotonic: a stamp earlier than `last_time()` is treated as `last_time()`. Any
+/// reading is a valid stamp, `time_point::min()` and `max()` included (see rein::algo::rate_limit).
 /// Nothing happens between calls; there is no background tick.
 ///
 /// @par Thread Safety

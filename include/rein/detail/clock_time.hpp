@@ -78,6 +78,13 @@ inline std::int64_t ns_between(std::int64_t a, std::int64_t b) noexcept {
   return a - b;
 }
 
+/// t + d in nanoseconds, saturated at the int64 range (an instant plus a pause as long as nanoseconds::max()).
+inline std::int64_t ns_after(std::int64_t t, std::int64_t d) noexcept {
+  if (d > 0 && t > INT64_MAX - d) return INT64_MAX;
+  if (d < 0 && t < INT64_MIN - d) return INT64_MIN;
+  return t + d;
+}
+
 /// `d` (floating point, e.g. a server's retry-after in microseconds) as a Duration, rounded up and
 /// saturated: at most Duration::max(); NaN and values <= 0 give zero.
 template <class Duration, class Period>
