@@ -159,7 +159,10 @@ class basic_adaptive_rate_limiter : public basic_rate_limiter<algo::basic_adapti
   /// nothing. Queued waiters are re-timed at once.
   ///
   /// @param result what the answer said about capacity.
-  /// @param sent   when the request was sent: read `Clock::now()` right after `acquire` returns.
+  /// @param sent   when the request was sent: read `Clock::now()` right after `acquire` returns. Any reading
+  ///               is valid, `time_point::min()` and `max()` included: a send later than now took no service
+  ///               time, and one too long ago to count in nanoseconds took the longest (saturated; see
+  ///               rein::algo::rate_limit).
   void record(outcome result, time_point sent) { record(result, sent, duration::zero()); }
 
   /// As record(result, sent), for congestion that came with a pause the upstream ordered: nothing will be

@@ -106,7 +106,8 @@ struct quota_gate_policy {
   observed_state observe(time_point now) const noexcept {
     observed_state s;
     s.paused = now < paused_until;
-    if (s.paused) s.pause_left = std::chrono::duration_cast<std::chrono::nanoseconds>(paused_until - now);
+    // Saturated: a reading as early as time_point::min() is further from the pause's end than nanoseconds hold.
+    if (s.paused) s.pause_left = std::chrono::nanoseconds(ns_between(to_ns_saturated(paused_until), to_ns_saturated(now)));
     return s;
   }
 
