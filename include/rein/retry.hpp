@@ -178,8 +178,9 @@ struct retry_options {
   std::optional<std::uint64_t> seed{};
   /// Replaces the seeded generator: returns a number in [0, 1] per delay (tests pass a constant; 1.0 gives
   /// plain exponential backoff without jitter). A function cannot be checked where it is given: a draw
-  /// outside [0, 1] (NaN included) throws std::invalid_argument naming rein::retry_policy, `random` and the
-  /// value at the decision that drew it, before anything is counted or charged to the budget.
+  /// outside [0, 1] (NaN included) throws std::invalid_argument naming rein::retry_policy, `random()` and
+  /// the value at the decision that drew it, before anything is counted or charged to the budget (the rule
+  /// of every draw rein takes: algo::backoff's `uniform01`, algo::admission_throttle's `draw`).
   std::function<double()> random{};
   /// Names the policy in metrics. Default: none.
   std::string name{};
@@ -328,11 +329,7 @@ class basic_retry_policy {
 
   double draw_locked() {
     if (random_) {
-      const double draw = random_();
-      if (!(draw >= 0.0 && draw <= 1.0))
-        detail::throw_invalid(detail::describe("rein::retry_policy", name_), "random must return a number in [0, 1]",
-                              detail::show(draw));
-      return draw;
+      return detail::checked_draw(detail::describe("rein::retry_policy", name_), "random()", random_());
     }
     // SplitMix64: one 64-bit state, full period, good enough to decorrelate clients.
     std::uint64_t z = (state_ += 0x9E3779B97F4A7C15ULL);

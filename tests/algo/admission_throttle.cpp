@@ -113,8 +113,17 @@ TEST_CASE("admission_throttle: bad options and draws are refused, naming field a
   CHECK_THROWS_WITH(throttle({.max_rejection = 1.5}),
                     "rein::algo::admission_throttle: max_rejection must be in [0, 1], got 1.5");
   throttle t = ten_seconds();
-  CHECK_THROWS_WITH((void)t.try_admit(t0, 1.0), "rein::algo::admission_throttle: draw must be in [0, 1), got 1");
+  // A draw outside [0, 1] (NaN included) throws and counts nothing, as every draw rein takes.
+  CHECK_THROWS_WITH((void)t.try_admit(t0, 1.5), "rein::algo::admission_throttle: draw must be in [0, 1], got 1.5");
+  CHECK_THROWS_WITH((void)t.try_admit(t0, -0.5), "rein::algo::admission_throttle: draw must be in [0, 1], got -0.5");
+  CHECK_THROWS_WITH((void)t.try_admit(t0, std::numeric_limits<double>::quiet_NaN()),
+                    "rein::algo::admission_throttle: draw must be in [0, 1], got nan");
   CHECK(t.requests(t0) == 0);
+  // 1 is in range, and above any p: after 100 congestions p = 100 / 101, which 1 passes.
+  record(t, outcome::congestion, 100, t0);
+  CHECK_FALSE(t.try_admit(t0, std::nextafter(100.0 / 101, 0.0)));
+  CHECK(t.try_admit(t0, 1.0));
+  CHECK(t.requests(t0) == 101);
 }
 
 TEST_CASE("admission_throttle: against an upstream that accepts 20 a second, the client refuses the rule's share",

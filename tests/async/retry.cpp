@@ -342,7 +342,7 @@ TEST_CASE("a bad jitter draw throws and charges nothing; a negative Retry-After 
     const std::int64_t available = drawing.retries_available();
     REQUIRE(available == 100);  // the budget's reserve: 10 per second over its 10 s window
     CHECK_THROWS_WITH(drawing.on_attempt(1, busy()),
-                      "rein::retry_policy \"payments\": random must return a number in [0, 1], got " + shown);
+                      "rein::retry_policy \"payments\": random() must be in [0, 1], got " + shown);
     CHECK(drawing.retries_available() == available);
     CHECK(drawing.stats().retries_total == 0);
     CHECK(drawing.stats().attempts_total == 0);

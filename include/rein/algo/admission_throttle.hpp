@@ -62,7 +62,7 @@ struct admission_throttle_options {
 /// are exact integers; p is one division of doubles. A time earlier than the latest seen counts as the
 /// latest.
 ///
-/// The decision is deterministic: `try_admit(t, draw)` takes a number drawn uniformly from [0, 1) and admits
+/// The decision is deterministic: `try_admit(t, draw)` takes a number drawn uniformly from [0, 1] and admits
 /// iff draw >= p, so a test can pass the draws it wants and the I/O object draws from a seeded generator.
 ///
 /// @tparam Clock supplies `time_point` and `duration`; only its types are used, never `now()`.
@@ -100,11 +100,11 @@ class basic_admission_throttle {
 
   /// A call asks at `now`: admitted iff `draw` >= rejection_probability(now). A refused call counts as a
   /// request at once; an admitted one counts when `record` reports its outcome. `draw` is uniform in
-  /// [0, 1): with p = 0 every call is admitted, and a draw of 0 is refused whenever p > 0.
-  /// @throws std::invalid_argument if draw is not in [0, 1) (nothing is counted).
+  /// [0, 1] (as every draw rein takes): with p = 0 every call is admitted, a draw of 0 is refused whenever
+  /// p > 0, and a draw of 1 is admitted (p stays below 1: the rule's + 1 in the denominator).
+  /// @throws std::invalid_argument if draw is not in [0, 1], NaN included (nothing is counted).
   [[nodiscard]] bool try_admit(time_point now, double draw) {
-    if (!(draw >= 0.0 && draw < 1.0))
-      rein::detail::throw_invalid(type_name, "draw must be in [0, 1)", rein::detail::show(draw));
+    rein::detail::checked_draw(type_name, "draw", draw);
     if (draw >= rejection_probability(now)) return true;
     ++slot_at(now).requests;
     return false;

@@ -76,7 +76,7 @@ class backoff {
   ///         `retry_after` is negative.
   std::chrono::nanoseconds delay(std::uint32_t failed_attempts, double uniform01,
                                  std::optional<std::chrono::nanoseconds> retry_after = std::nullopt) const {
-    if (!(uniform01 >= 0.0 && uniform01 <= 1.0)) fail("delay: uniform01 must be in [0, 1]", uniform01);
+    rein::detail::checked_draw("rein::algo::backoff", "delay: uniform01", uniform01);
     if (retry_after && *retry_after < retry_after->zero())
       fail("delay: retry_after must be >= 0", *retry_after);
     const auto jittered = jitter(ceiling(failed_attempts), uniform01);

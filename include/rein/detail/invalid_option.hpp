@@ -45,6 +45,15 @@ inline std::string describe(std::string_view type, std::string_view name) {
   throw std::invalid_argument(message);
 }
 
+/// A draw from a random source, checked where it is used (a function given as a source cannot be checked
+/// where it is given): a number in [0, 1], both ends included, the same everywhere rein takes one. Anything
+/// else, NaN included, throws `std::invalid_argument("<who>: <field> must be in [0, 1], got <draw>")`; check
+/// before changing anything, so that a refused draw costs nothing.
+inline double checked_draw(std::string_view who, std::string_view field, double draw) {
+  if (!(draw >= 0.0 && draw <= 1.0)) throw_invalid(who, std::string(field) + " must be in [0, 1]", show(draw));
+  return draw;
+}
+
 /// Who an error names: a type and, for a named object, its name. Worded (describe) only when an error is
 /// rethrown, so that a hot path that may rename an error builds no string until one comes.
 struct named {
