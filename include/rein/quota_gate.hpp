@@ -289,13 +289,7 @@ class basic_quota_gate {
   /// @returns when the gate reopens.
   time_point on_retry_after(std::string_view value, duration default_pause,
                             std::chrono::system_clock::time_point wall_now = std::chrono::system_clock::now()) {
-    const std::optional<std::chrono::nanoseconds> wait = parse_retry_after(value, wall_now);
-    if (!wait) return pause_for(default_pause);
-    // Rounded up so that a coarser clock never resumes before the upstream asked; parse_retry_after
-    // saturates at nanoseconds::max(), which max_pause then cuts.
-    constexpr auto longest = std::chrono::duration_cast<std::chrono::nanoseconds>(duration::max());
-    if (*wait >= longest) return pause_for(duration::max());
-    return pause_for(std::chrono::ceil<duration>(*wait));
+    return pause_for(detail::retry_after_pause(value, default_pause, wall_now));
   }
 
   /// Completes every waiter with errc::closed; later acquires fail the same way and try_acquire returns

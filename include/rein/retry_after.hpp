@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <limits>
 #include <optional>
+#include <ratio>
 #include <string_view>
 #include <utility>
 
@@ -352,6 +353,26 @@ inline std::optional<std::chrono::nanoseconds> parse_retry_after(std::string_vie
   if (!date) return std::nullopt;
   return d::until(*date, now);
 }
+
+namespace detail {
+
+/// The pause a Retry-After field value asks for, as a Duration of the pausing clock (what every gate's
+/// `on_retry_after` pauses for): the parsed wait rounded up, so that a coarser clock never resumes before
+/// the upstream asked, and saturated at Duration::max() (the gate's max_pause then cuts it); zero for `0` or
+/// a date already past (no pause); `default_pause` when the value is absent or does not parse.
+template <class Duration>
+Duration retry_after_pause(std::string_view value, Duration default_pause,
+                           std::chrono::system_clock::time_point wall_now) noexcept {
+  const std::optional<std::chrono::nanoseconds> wait = parse_retry_after(value, wall_now);
+  if (!wait) return default_pause;
+  if constexpr (std::ratio_less_v<typename Duration::period, std::nano>) {
+    // A finer tick than a nanosecond: the longest wait may not fit.
+    if (*wait >= std::chrono::duration_cast<std::chrono::nanoseconds>(Duration::max())) return Duration::max();
+  }
+  return std::chrono::ceil<Duration>(*wait);
+}
+
+}  // namespace detail
 
 /// Parses a reset hint in Go's time.Duration syntax, as OpenAI-compatible providers send it in
 /// `x-ratelimit-reset-requests` / `x-ratelimit-reset-tokens`: `6m0s`, `1s`, `20ms`, `1h2m3.5s`, `0.5s`.

@@ -161,11 +161,7 @@ class basic_shared_quota_gate : public detail::gate_base<Executor, Clock, Mutex>
   /// @returns as pause_for.
   typename Clock::time_point on_retry_after(std::string_view value, typename Clock::duration default_pause,
                                             std::chrono::system_clock::time_point wall_now = std::chrono::system_clock::now()) {
-    const std::optional<std::chrono::nanoseconds> wait = parse_retry_after(value, wall_now);
-    if (!wait) return pause_for(default_pause);
-    constexpr auto longest = std::chrono::duration_cast<std::chrono::nanoseconds>(base::duration::max());
-    if (*wait >= longest) return pause_for(base::duration::max());
-    return pause_for(std::chrono::ceil<typename base::duration>(*wait));
+    return pause_for(rein::detail::retry_after_pause(value, default_pause, wall_now));
   }
 
   /// Counters and state, including round-trip latency and the latest release seen, copied under the lock.
