@@ -168,7 +168,9 @@ class basic_adaptive_rate_limiter : public basic_rate_limiter<algo::basic_adapti
   /// As record(result, sent), for congestion that came with a pause the upstream ordered: nothing will be
   /// sent for `pause` from now (a 429's Retry-After applied by a quota gate; rein::throttle's guard.reject()
   /// passes the pause its gates applied). The curve then restarts when the pause ends, with the cuts of
-  /// algo::basic_adaptive_rate::on_congestion for a pause (TCP's retransmission timeout, RFC 6298).
+  /// algo::basic_adaptive_rate::on_congestion for a pause (TCP's retransmission timeout, RFC 6298). A
+  /// `pause` of zero or less is a wait already over (the rule of every pause in rein): congestion as without
+  /// one.
   void record(outcome result, time_point sent, duration pause) {
     if (result == outcome::ignored) return;
     this->update([this, result, sent, pause](limit_type& limit, time_point now) {

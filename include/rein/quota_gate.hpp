@@ -259,7 +259,8 @@ class basic_quota_gate {
   net::awaitable<void> acquire_until(std::size_t n, time_point deadline) { return doors().acquire_until(n, deadline); }
 
   /// Closes the gate for `d` from now, unless it is already closed until later (pauses only extend).
-  /// A pause longer than max_pause is cut to it. `d <= 0` changes nothing.
+  /// A pause longer than max_pause is cut to it. `d <= 0` is a wait already over and changes nothing: the
+  /// rule of every pause in rein (throttle_guard::reject, a Retry-After of `0` or a date already past).
   /// @returns when the gate reopens (the latest pause's end; in the past if it is open).
   time_point pause_for(duration d) {
     return core_->update([&](policy_type& p, time_point now) {

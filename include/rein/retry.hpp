@@ -86,9 +86,9 @@ class attempt {
 
   /// A failure worth retrying. `retry_after` is the upstream's requested wait, if it sent one
   /// (rein::parse_retry_after); the next delay is then at least that much, up to backoff's max_retry_after.
-  /// A negative one is the server's word with nothing usable in it, and reads as none (as a Retry-After field
-  /// that does not parse, and as throttle_guard::reject and quota_gate::on_retry_after read one), rather than
-  /// an error at the retry's decision.
+  /// A negative one is a wait already over, as for every pause rein takes (quota_gate::pause_for,
+  /// throttle_guard::reject): it reads as none (no floor on the delay) rather than an error at the retry's
+  /// decision.
   static attempt retryable(error_code error, std::optional<std::chrono::nanoseconds> retry_after = std::nullopt) {
     if (retry_after && *retry_after < std::chrono::nanoseconds::zero()) retry_after.reset();
     return attempt(attempt_kind::retryable, error, retry_after, std::nullopt);

@@ -110,13 +110,12 @@ class throttle_guard {
   /// default only where no keyed stage of their kind exists), releases. The pause starts before the permits
   /// go back, so the caller next in line for this key sees it and waits at the gate instead of sending into
   /// the pause. Does nothing on an empty guard.
-  /// A `retry_after` of zero pauses not at all (the upstream said "go ahead"); a negative one says nothing
-  /// usable and pauses for default_pause, as an unparseable Retry-After field does (quota_gate's
-  /// on_retry_after).
+  /// One rule for every pause in rein (quota_gate::pause_for, a Retry-After of `0` or a date already past):
+  /// a `retry_after` of zero or less is a wait already over and pauses nothing (the call still counts as
+  /// congestion); only an absent one (nullopt, or a field that does not parse) pauses for default_pause.
   void reject(std::optional<duration> retry_after = std::nullopt) {
     Throttle* owner = live_owner();
     if (owner == nullptr) return;
-    if (retry_after && *retry_after < duration::zero()) retry_after.reset();
     complete_rejected(*owner, owner->pause(held_, retry_after.value_or(owner->default_pause())));
   }
 

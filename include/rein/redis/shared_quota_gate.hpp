@@ -140,8 +140,8 @@ class basic_shared_quota_gate : public detail::gate_base<Executor, Clock, Mutex>
   using base::base;
 
   /// Pauses the gate for every process for `d` from now (server clock), plus the jitter drawn here, unless
-  /// a pause already stored ends later. A pause longer than max_pause is cut to it; `d <= 0` changes
-  /// nothing. One request, not awaited, best effort (lost for the other processes if Redis is unavailable;
+  /// a pause already stored ends later. A pause longer than max_pause is cut to it; `d <= 0` is a wait
+  /// already over and changes nothing (as quota_gate::pause_for). One request, not awaited, best effort (lost for the other processes if Redis is unavailable;
   /// this process holds its own callers in any case).
   /// @returns when this process resumes at the earliest, by `Clock` (its own pause's release).
   typename Clock::time_point pause_for(typename Clock::duration d) {
