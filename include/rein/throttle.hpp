@@ -127,8 +127,10 @@ struct throttle_stage_counts {
   std::uint64_t admitted = 0;
   /// Re-takes: acquisitions by a caller that had already taken this stage in the same acquire and given
   /// it back (a concurrency or rate stage), or passed it in an earlier round (a gate, which holds nothing).
-  /// The throttle gives back and takes again when a later stage has no room: its first try found one
-  /// full, a key's rate had no room once the global slots were taken, or a gate paused meanwhile.
+  /// The throttle gives back only what blocks others, and so takes again only that: the global slots of a
+  /// caller that must wait for its key's rate, and everything but its key's permits when a gate paused
+  /// meanwhile. What its first try took is kept for the waiting path (a refusal there gives back nothing
+  /// it would take again at once).
   std::uint64_t readmitted = 0;
   /// Acquires that took this stage and ended without admission (a try_acquire refused at a later stage, a
   /// waiting acquire that failed or was cancelled): one each, for its first take.
@@ -295,10 +297,12 @@ REIN_DECL throttle_error throttle_failure(const error_code& ec, std::string_view
 ///    that any upstream sees, counted at the moment each call is sent, never exceeds any rate stage's bound:
 ///    at most `burst + rate x window` admissions in every window. If a global rate has no room, the caller
 ///    waits for it on that limiter's line, keeping its global slot (everyone needs that rate: holding the
-///    slot delays nobody behind another key's backlog); if its key's rate has no room any more, it gives
-///    the global slots back and returns to step 3.
+///    slot delays nobody behind another key's backlog); if its key's rate has no room any more, it returns
+///    to step 3, where it gives the global slots back if it must wait.
 /// 6. A gate paused meanwhile (a 429 answered to a call of the same key) sends it back to step 1: the rate
 ///    units go back (refunded in the instant they were taken) and so do the global slots.
+/// A caller whose first try is refused goes on from what that try took (the gates it passed, the permits
+/// it holds): it gives back only what blocks others (its global slots, if it must wait for its key's rate).
 /// Permits are taken in one order by every caller (key, then global) and rate units are never held while
 /// waiting for anything but a global rate, so no order of calls can deadlock. A stage that fails, times out
 /// or is cancelled gives back everything earlier stages took, so a refused request consumes nothing.
@@ -493,7 +497,7 @@ class throttle {
     try {
       pin_all(g.held_, key, x);
       if (try_all(g, now) != npos) {
-        give_back(g.held_);  // a refusal there took no rate units; the slots go back to be waited for
+        keep_for_pass(g.held_);
         copy.assign(key);
         key = copy;
         x.key = copy;
@@ -944,6 +948,16 @@ class throttle {
     release_permits(h);
   }
 
+  // The first try was refused: the waiting path goes on from what it took. The gates it passed and the
+  // permits it holds are what pass would take again at once (a gate is not asked twice in one instant, a
+  // held permit is skipped); the rates' units are already back (take_rates is all or nothing). The global
+  // slots block other keys only if the caller must wait for its key's rate: pass gives them back then, and
+  // not otherwise (release_global_before_waiting). The order rein used before gives everything back.
+  void keep_for_pass(holdings& h) noexcept {
+    if constexpr (rates_first_) give_back(h);
+    else (void)h;
+  }
+
   // An acquire that ends without admission: everything back, and each stage it took counted abandoned.
   void abandon(holdings& h) noexcept {
     give_back(h);
@@ -1330,6 +1344,7 @@ class throttle {
       if (k == kind::ready) co_return;
       if (k == kind::exceeds) throw system_error(make_error_code(errc::exceeds_capacity));
       check_cancelled<Bound>(x);
+      release_global(g.held_);  // a caller waiting for its own key's rate holds nothing another key needs
       if (k == kind::queued || k == kind::unknown) {
         co_await l.async_acquire_until(n, x.deadline, token<Bound>(x));
         note_take(g, I);
@@ -1374,8 +1389,14 @@ class throttle {
     if constexpr (!Bound) {
       if (co_await net::this_coro::throw_if_cancelled()) x.awaiting = co_await net::this_coro::cancellation_state;
     }
+    // The first round goes on from what the first try took: the gates it passed in this same instant are not
+    // asked again. A caller sent back from step 5 to its key's rate goes back to step 3, not to the gates:
+    // step 6 checks them before admission.
+    bool first = true;
+    bool to_gates = true;
     for (;;) {
       for (std::size_t i : at_rank<rank::gate>) {
+        if (!to_gates || (first && g.held_.taken[i])) continue;
         if (take_now<Bound>(i, g, x)) continue;
         co_await wait_at<Bound>(i, g, x);  // a gate's wait, awaited without a frame of ours: noted here
         note_take(g, i);
@@ -1386,6 +1407,8 @@ class throttle {
       }
       for (std::size_t i : at_rank<rank::per_key_concurrency>)
         if (!g.held_.permits[i] && !take_now<Bound>(i, g, x)) co_await wait_at<Bound>(i, g, x);
+      first = false;
+      to_gates = true;
       if constexpr (!rates_first_) {
         for (std::size_t i : at_rank<rank::rate>) {
           if (!keyed_[i]) continue;
@@ -1407,8 +1430,7 @@ class throttle {
           x.at = missing;
           if (why == try_status::closed) throw system_error(make_error_code(errc::closed));
           if (why == try_status::exceeds_capacity) throw system_error(make_error_code(errc::exceeds_capacity));
-          if (keyed_[missing]) {  // its key's rate: wait for it holding nothing global
-            release_global(g.held_);
+          if (keyed_[missing]) {  // its key's rate: step 3 gives the global slots back if it must wait
             back_to_key = true;
             break;
           }
@@ -1417,7 +1439,10 @@ class throttle {
           co_await wait_at<Bound>(missing, g, x);  // keeps the global slots: everyone needs this rate
           held = missing;
         }
-        if (back_to_key) continue;
+        if (back_to_key) {
+          to_gates = false;
+          continue;
+        }
       }
       stop_if_gone(g);
       if (gates_open(g)) co_return;
@@ -1452,7 +1477,7 @@ class throttle {
       check_cancelled<Bound>(x);
       pin_all(g.held_, key, x);
       if (try_all(g, now) != npos) {
-        give_back(g.held_);  // a refusal there took no rate units; the slots go back to be waited for
+        keep_for_pass(g.held_);
         waited_from = asked;
         const waiting_scope waiting(life_);
         co_await pass<Bound>(g, x);
