@@ -10,14 +10,24 @@
 //           single_thread_semaphore_coarse, semaphore_coarse (waits timed on the coarse clock),
 //           single_thread_semaphore_direct, semaphore_direct (semaphore_options::direct_handoff),
 //           channel_async_send, channel_try_send_then_async_send, concurrent_channel_async_send,
-//           concurrent_channel_try_send_then_async_send
+//           concurrent_channel_try_send_then_async_send,
+//           throttle_uncontended (one coroutine: `co_await throttle.acquire(key)` and complete, every stage
+//           admitting at once), throttle_contended (64 coroutines over 8 keys, the global semaphore of 4
+//           permits the one stage that makes them wait: acquire, co_await post, complete); both on the
+//           four stages of benchmarks/throttle.cpp (keyed gate, keyed semaphore, global semaphore, token
+//           bucket), the keyed ones never full and the bucket bottomless
 #include "../support/channel_semaphore.hpp"
 #include "../support/floors.hpp"
 
 #include <rein/config.hpp>
 #include <rein/observer.hpp>
+#include <rein/keyed.hpp>
+#include <rein/outcome.hpp>
 #include <rein/permit.hpp>
+#include <rein/quota_gate.hpp>
 #include <rein/semaphore.hpp>
+#include <rein/throttle.hpp>
+#include <rein/token_bucket.hpp>
 
 #if defined(REIN_STANDALONE_ASIO)
 #include <asio/co_spawn.hpp>
@@ -33,6 +43,8 @@
 #include <boost/asio/use_awaitable.hpp>
 #endif
 
+#include <array>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
@@ -99,6 +111,43 @@ void run_rein(net::io_context& io, bool measure_wait, bool observed = false, boo
   run(io, sem, [](auto& s) { return rein_loop(s); });
 }
 
+// The four stages of benchmarks/throttle.cpp; only the global semaphore can run out.
+struct throttle_stages {
+  throttle_stages(const net::any_io_executor& ex, std::size_t global_permits)
+      : gates(ex, rein::keyed_options{}), per_key(ex, rein::keyed_options{}, std::size_t{1'000'000}),
+        global(ex, global_permits), rate(ex, rein::token_bucket_options{.rate = 1e9, .capacity = 1'000'000'000'000'000}) {}
+  rein::keyed<rein::quota_gate> gates;
+  rein::keyed<rein::semaphore> per_key;
+  rein::semaphore global;
+  rein::token_bucket rate;
+  rein::throttle<rein::keyed<rein::quota_gate>, rein::keyed<rein::semaphore>, rein::semaphore, rein::token_bucket>
+      throttle{gates, per_key, global, rate};
+};
+
+// 24 characters, as benchmarks/throttle.cpp's host: longer than std::string's small buffer.
+const std::array<std::string, 8> hosts{"api-0.provider.example.com", "api-1.provider.example.com",
+                                       "api-2.provider.example.com", "api-3.provider.example.com",
+                                       "api-4.provider.example.com", "api-5.provider.example.com",
+                                       "api-6.provider.example.com", "api-7.provider.example.com"};
+
+template <class Throttle>
+net::awaitable<void> throttle_loop(Throttle& t, const std::string& key, bool yield) {
+  while (next()) {
+    auto guard = co_await t.acquire(key);
+    if (yield) co_await post_round_trip();
+    guard.complete(rein::outcome::success);
+  }
+}
+
+void run_throttle(net::io_context& io, bool contended) {
+  throttle_stages s(io.get_executor(), contended ? permits : std::size_t{1'000'000});
+  const int loops = contended ? coroutines : 1;
+  for (int i = 0; i < loops; ++i)
+    net::co_spawn(io, throttle_loop(s.throttle, hosts[static_cast<std::size_t>(i) % hosts.size()], contended),
+                  net::detached);
+  io.run();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -147,6 +196,10 @@ int main(int argc, char** argv) {
     run_channel<concurrent_channel, false>(io);
   } else if (idiom == "concurrent_channel_try_send_then_async_send") {
     run_channel<concurrent_channel, true>(io);
+  } else if (idiom == "throttle_uncontended") {
+    run_throttle(io, false);
+  } else if (idiom == "throttle_contended") {
+    run_throttle(io, true);
   } else {
     std::fprintf(stderr, "unknown idiom: %s\n", idiom.c_str());
     return 2;

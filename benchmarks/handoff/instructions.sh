@@ -17,7 +17,7 @@ for idiom in floor bare_semaphore single_thread_semaphore single_thread_semaphor
     single_thread_semaphore_coarse single_thread_semaphore_direct semaphore semaphore_untimed \
     semaphore_observed semaphore_coarse semaphore_direct \
     channel_async_send channel_try_send_then_async_send concurrent_channel_async_send \
-    concurrent_channel_try_send_then_async_send; do
+    concurrent_channel_try_send_then_async_send throttle_uncontended throttle_contended; do
   a=$(count "$idiom" 20000)
   b=$(count "$idiom" 60000)
   printf '| %s | %s |\n' "$idiom" "$(( (b - a) / 40000 ))"
