@@ -417,6 +417,23 @@ class throttle {
     return i;
   }();
 
+  // Whether the stage at I is a key's rate whose line keeps room for the caller at step 3 (a ready wait).
+  template <std::size_t I>
+  static constexpr bool keeps_room() {
+    if constexpr (ranks_[I] == rank::rate && keyed_[I]) return detail::ready_line<limiter_type<I>>;
+    else return false;
+  }
+  // Each place's slot in holdings::claims (SIZE_MAX: none), so that a throttle without such a stage carries
+  // no claim at all (its guards are as small, and its fast path as short, as without ready waits).
+  static constexpr std::array<std::size_t, stage_count> claim_slot_ = []<std::size_t... I>(std::index_sequence<I...>) {
+    std::array<std::size_t, stage_count> slots{};
+    std::size_t next = 0;
+    ((slots[I] = keeps_room<I>() ? next++ : SIZE_MAX), ...);
+    return slots;
+  }(std::make_index_sequence<stage_count>{});
+  static constexpr std::size_t claim_count_ = static_cast<std::size_t>(
+      std::count_if(claim_slot_.begin(), claim_slot_.end(), [](std::size_t slot) { return slot != SIZE_MAX; }));
+
  public:
   /// What a guard holds for each stage. Not API.
   struct holdings {
@@ -428,7 +445,7 @@ class throttle {
     std::array<std::size_t, stage_count> units{};
     /// The room each key's rate stage keeps for the caller from step 3 until step 5 takes it (each claim
     /// shares its line's core: safe to give up after the key's limiter is unpinned or gone).
-    std::array<detail::rate_claim, stage_count> claims{};
+    std::array<detail::rate_claim, claim_count_> claims{};
     /// Each stage this acquire has taken at least once (a second take is a re-take); cleared at admission.
     std::bitset<stage_count> taken{};
     /// Each hinted rate stage's admission_counts::admitted (for a keyed stage, its key's) just after this
@@ -777,8 +794,8 @@ class throttle {
   try_status try_rate(guard& g, time_point now) {
     const std::size_t n = units_of<I>(g.charge_);
     if (n == 0) return try_status::acquired;
-    if constexpr (detail::ready_line<limiter_type<I>>) {
-      if (detail::rate_claim& kept = g.held_.claims[I]) {  // the room step 3 kept: taken, or the claim ends
+    if constexpr (keeps_room<I>()) {
+      if (detail::rate_claim& kept = g.held_.claims[claim_slot_[I]]) {  // step 3's room: taken, or the claim ends
         kept.taken();
         const try_status status = detail::rate_line_access::line(limiter<I>(g.held_))->take_claim(n, &now);
         if (status != try_status::acquired) return status;
@@ -831,7 +848,7 @@ class throttle {
     constexpr auto rates = at_rank<rank::rate>;
     if constexpr (rates.size() > 1) {
       for (std::size_t i : rates) {
-        if (i == held || g.held_.claims[i]) continue;
+        if (i == held || kept_room(g.held_, i)) continue;
         bool ready = true;
         visit(i, [&](auto I) {
           if constexpr (ranks_[I()] == rank::rate) {
@@ -847,9 +864,10 @@ class throttle {
         }
       }
     }
-    for (const bool claimed : {false, true}) {
+    constexpr int rounds = claim_count_ == 0 ? 1 : 2;  // the stages with room kept are the second round
+    for (int round = 0; round < rounds; ++round) {
       for (std::size_t i : rates) {
-        if (i == held || static_cast<bool>(g.held_.claims[i]) != claimed) continue;
+        if (i == held || (round == 1) != kept_room(g.held_, i)) continue;
         try_status status = try_status::acquired;
         visit(i, [&](auto I) {
           if constexpr (ranks_[I()] == rank::rate) status = try_rate<I()>(g, now);
@@ -862,6 +880,12 @@ class throttle {
       }
     }
     return npos;
+  }
+
+  // Whether the line of the stage at i keeps room for this caller (a claim from step 3).
+  static bool kept_room(const holdings& h, std::size_t i) noexcept {
+    if constexpr (claim_count_ == 0) return (void)h, (void)i, false;
+    else return claim_slot_[i] != SIZE_MAX && static_cast<bool>(h.claims[claim_slot_[i]]);
   }
 
   // Everything at `now`, in admission order (try_acquire, and every acquire's first attempt). Returns the
@@ -1358,16 +1382,16 @@ class throttle {
   net::awaitable<void> wait_ready(guard& g, run_ctx& x) {
     static_assert(ranks_[I] == rank::rate, "wait_ready: only rate stages are waited on until ready");
     const std::size_t n = units_of<I>(g.charge_);
-    if (n == 0 || g.held_.claims[I]) co_return;
+    if (n == 0 || kept_room(g.held_, I)) co_return;
     auto& l = limiter<I>(g.held_);
-    if constexpr (detail::ready_line<limiter_type<I>>) {
+    if constexpr (keeps_room<I>()) {
       auto* line = detail::rate_line_access::line(l);
       if (!line->try_claim(n)) {
         check_cancelled<Bound>(x);
         release_global(g.held_);  // a caller waiting for its own key's rate holds nothing another key needs
         co_await detail::async_ready(line, n, x.deadline, token<Bound>(x));
       }
-      g.held_.claims[I] = detail::rate_claim(line->shared_from_this(), n);
+      g.held_.claims[claim_slot_[I]] = detail::rate_claim(line->shared_from_this(), n);
     } else {
       co_await watch_ready<Bound, I>(g, x, l, n);
     }
