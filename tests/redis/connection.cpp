@@ -162,7 +162,8 @@ TEST_CASE("AUTH comes first; a refused password drops the connection and counts 
   const auto s = refused.snapshot();
   CHECK(s.disconnects >= 1);
   CHECK(s.startup_errors >= 1);
-  CHECK(s.last_error == rein::redis::errc::server_error);
+  CHECK(s.last_error == rein::redis::errc::permission_denied);  // WRONGPASS
+  CHECK(s.last_error_message.starts_with("AUTH refused: WRONGPASS"));
 }
 
 TEST_CASE("with no server, commands fail with unavailable; once it starts, they succeed") {

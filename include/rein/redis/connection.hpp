@@ -27,6 +27,11 @@
 #include <asio/strand.hpp>
 #include <asio/wait_traits.hpp>
 #include <asio/write.hpp>
+#if defined(REIN_REDIS_TLS)
+#include <asio/ssl/context.hpp>
+#include <asio/ssl/error.hpp>
+#include <asio/ssl/stream.hpp>
+#endif
 #else
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/associated_executor.hpp>
@@ -45,10 +50,21 @@
 #include <boost/asio/strand.hpp>
 #include <boost/asio/wait_traits.hpp>
 #include <boost/asio/write.hpp>
+#if defined(REIN_REDIS_TLS)
+#include <boost/asio/ssl/context.hpp>
+#include <boost/asio/ssl/error.hpp>
+#include <boost/asio/ssl/stream.hpp>
+#endif
+#endif
+
+#if defined(REIN_REDIS_TLS)
+#include <openssl/ssl.h>
+#include <openssl/x509_vfy.h>
 #endif
 
 #include <algorithm>
 #include <array>
+#include <charconv>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -67,6 +83,46 @@
 #include <vector>
 
 namespace rein::redis {
+
+/// TLS to the server (Asio's ssl::stream over OpenSSL). Needs rein built with TLS: the CMake target
+/// rein::redis_tls (it defines REIN_REDIS_TLS for every file of the program and links OpenSSL::SSL);
+/// without it, `enabled = true` is refused at construction. With TLS on there is no plaintext fallback:
+/// a handshake or certificate failure fails the connection attempt (see basic_connection::async_connect).
+struct tls_options {
+  bool enabled = false;  ///< TLS on every connection; when false, every other field must be left empty
+  /// Check the server's certificate: its chain up to a trusted CA, its dates, and its name against
+  /// `server_name` (a DNS name or an IP address, RFC 6125). Turn off only for tests.
+  bool verify_peer = true;
+  std::string ca_file;       ///< PEM file of trusted CAs; with `ca_directory` empty too: the system's CAs
+  std::string ca_directory;  ///< directory of hashed CA certificates (`openssl rehash`)
+  std::string certificate_file;  ///< client certificate chain (PEM), for servers that ask for one
+  std::string private_key_file;  ///< the client certificate's private key (PEM, unencrypted); with it only
+  /// The name sent as SNI (not when it is an IP address, RFC 6066) and checked against the certificate.
+  /// Empty: `connection_options::host` (for a Cluster: each node's address, or this name for every node).
+  std::string server_name;
+};
+
+#if defined(REIN_REDIS_TLS)
+namespace detail {
+class tls_verify_category_impl final : public error_category {
+ public:
+  const char* name() const noexcept override { return "rein.redis.tls"; }
+  std::string message(int ev) const override {
+    return std::string("the server's TLS certificate was refused: ") + ::X509_verify_cert_error_string(ev);
+  }
+};
+}  // namespace detail
+
+/// The category of a server certificate that failed verification: the value is OpenSSL's `X509_V_ERR_*`
+/// code (e.g. X509_V_ERR_CERT_HAS_EXPIRED, X509_V_ERR_HOSTNAME_MISMATCH, X509_V_ERR_IP_ADDRESS_MISMATCH,
+/// X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT_LOCALLY), the message OpenSSL's text for it. Other TLS failures
+/// (no certificate sent when the server requires one, a server that does not speak TLS) keep Asio's SSL
+/// error codes.
+inline const error_category& tls_verify_category() noexcept {
+  static const detail::tls_verify_category_impl instance;
+  return instance;
+}
+#endif
 
 /// Where and how to connect. Write with designated initializers: `{.host = "10.0.0.7", .port = 6380}`.
 struct connection_options {
@@ -89,6 +145,8 @@ struct connection_options {
   std::chrono::milliseconds reconnect_base{25};
   /// The largest reconnection delay; >= reconnect_base.
   std::chrono::milliseconds reconnect_cap{1000};
+  /// TLS; off by default.
+  tls_options tls{};
 };
 
 /// A connection's counters, copied under its lock.
@@ -112,6 +170,9 @@ struct connection_snapshot {
   /// The longest round trip so far.
   std::chrono::nanoseconds round_trip_max{0};
   error_code last_error{};  ///< why the last connection or attempt failed
+  /// Details of the last failure or refusal, e.g. "TLS handshake with 127.0.0.1:6380 failed: certificate
+  /// has expired" or "EVALSHA (permission check) refused: NOPERM ...". Empty if none.
+  std::string last_error_message;
 };
 
 namespace detail {
@@ -240,8 +301,93 @@ inline connection_options validated(connection_options o) {
     fail("reconnect_cap must be >= reconnect_base, got " + std::to_string(o.reconnect_cap.count()) + "ms");
   if (o.database < 0) fail("database must be >= 0, got " + std::to_string(o.database));
   if (!o.username.empty() && o.password.empty()) fail("username needs a password");
+  const tls_options& t = o.tls;
+  if (!t.enabled) {
+    const auto set = [&](const std::string& field, const std::string& value) {
+      if (!value.empty()) fail("tls." + field + " is \"" + value + "\" but tls.enabled is false (no plaintext fallback)");
+    };
+    set("ca_file", t.ca_file);
+    set("ca_directory", t.ca_directory);
+    set("certificate_file", t.certificate_file);
+    set("private_key_file", t.private_key_file);
+    set("server_name", t.server_name);
+    return o;
+  }
+#if !defined(REIN_REDIS_TLS)
+  fail("tls.enabled is true, but rein was built without TLS (link rein::redis_tls, or define REIN_REDIS_TLS "
+       "for every file and link OpenSSL)");
+#endif
+  if (t.certificate_file.empty() != t.private_key_file.empty())
+    fail(t.certificate_file.empty() ? "tls.private_key_file \"" + t.private_key_file + "\" needs tls.certificate_file"
+                                    : "tls.certificate_file \"" + t.certificate_file + "\" needs tls.private_key_file");
   return o;
 }
+
+// A command's name for messages: its first argument, and the second for commands with subcommands
+// ("SCRIPT LOAD"). `encoded` is in the protocol's array form, as encode_command writes it.
+inline std::string command_label(std::string_view encoded) {
+  std::string label;
+  for (int i = 0; i < 2; ++i) {
+    const auto dollar = encoded.find('$');
+    const auto end = encoded.find("\r\n", dollar == std::string_view::npos ? 0 : dollar);
+    if (dollar == std::string_view::npos || end == std::string_view::npos) break;
+    std::size_t length = 0;
+    const auto [ptr, ec] = std::from_chars(encoded.data() + dollar + 1, encoded.data() + end, length);
+    if (ec != std::errc{} || ptr != encoded.data() + end || end + 2 + length > encoded.size()) break;
+    const std::string_view arg = encoded.substr(end + 2, length);
+    if (i == 1 && label != "SCRIPT" && label != "CLIENT" && label != "CONFIG" && label != "ACL" && label != "CLUSTER")
+      break;
+    if (!label.empty()) label += ' ';
+    for (const char c : arg) label += (c >= 'a' && c <= 'z') ? static_cast<char>(c - 'a' + 'A') : c;
+    encoded.remove_prefix(std::min(encoded.size(), end + 2 + length + 2));
+  }
+  return label;
+}
+
+// True for the error replies by which Redis refuses a user (ACL): NOPERM, WRONGPASS, NOAUTH.
+inline bool is_refusal(std::string_view text) noexcept {
+  return text.starts_with("NOPERM") || text.starts_with("WRONGPASS") || text.starts_with("NOAUTH");
+}
+
+#if defined(REIN_REDIS_TLS)
+// One TLS client context per connection, from validated options. A file that cannot be used is a bad option.
+inline std::shared_ptr<net::ssl::context> make_tls_context(const tls_options& t) {
+  auto context = std::make_shared<net::ssl::context>(net::ssl::context::tls_client);
+  const auto check = [](const error_code& ec, const std::string& field, const std::string& value) {
+    if (ec)
+      throw std::invalid_argument("rein::redis::connection: tls." + field + " \"" + value + "\" cannot be used: " +
+                                  ec.message());
+  };
+  error_code ec;
+  ::SSL_CTX_set_min_proto_version(context->native_handle(), TLS1_2_VERSION);
+  context->set_options(net::ssl::context::default_workarounds | net::ssl::context::no_compression, ec);
+  check(ec, "enabled", "true");
+  if (t.ca_file.empty() && t.ca_directory.empty()) {
+    context->set_default_verify_paths(ec);
+    check(ec, "ca_file", "");
+  }
+  if (!t.ca_file.empty()) {
+    context->load_verify_file(t.ca_file, ec);
+    check(ec, "ca_file", t.ca_file);
+  }
+  if (!t.ca_directory.empty()) {
+    context->add_verify_path(t.ca_directory, ec);
+    check(ec, "ca_directory", t.ca_directory);
+  }
+  if (!t.certificate_file.empty()) {
+    context->use_certificate_chain_file(t.certificate_file, ec);
+    check(ec, "certificate_file", t.certificate_file);
+    context->use_private_key_file(t.private_key_file, net::ssl::context::pem, ec);
+    check(ec, "private_key_file", t.private_key_file);
+    if (::SSL_CTX_check_private_key(context->native_handle()) != 1)
+      throw std::invalid_argument("rein::redis::connection: tls.private_key_file \"" + t.private_key_file +
+                                  "\" does not match tls.certificate_file \"" + t.certificate_file + "\"");
+  }
+  context->set_verify_mode(t.verify_peer ? net::ssl::verify_peer : net::ssl::verify_none, ec);
+  check(ec, "verify_peer", t.verify_peer ? "true" : "false");
+  return context;
+}
+#endif
 
 // The connection's machinery, shared (shared_ptr) by the public connection object, the limiters using it,
 // and its own pending handlers.
@@ -274,6 +420,9 @@ class connection_core final : public command_link, public std::enable_shared_fro
   using socket_type = net::basic_stream_socket<tcp, Executor>;
   using resolver_type = net::ip::basic_resolver<tcp, Executor>;
   using timer_type = net::basic_waitable_timer<clock, net::wait_traits<clock>, Executor>;
+#if defined(REIN_REDIS_TLS)
+  using tls_stream_type = net::ssl::stream<socket_type>;
+#endif
 
   connection_core(const Executor& ex, connection_options options)
       : executor_(ex),
@@ -285,7 +434,11 @@ class connection_core final : public command_link, public std::enable_shared_fro
         options_(validated(std::move(options))),
         backoff_(algo::backoff_options{.base = options_.reconnect_base, .cap = options_.reconnect_cap}),
         reader_(make_reader()),
-        rng_(static_cast<std::minstd_rand::result_type>(clock::now().time_since_epoch().count())) {}
+        rng_(static_cast<std::minstd_rand::result_type>(clock::now().time_since_epoch().count())) {
+#if defined(REIN_REDIS_TLS)
+    if (options_.tls.enabled) tls_context_ = make_tls_context(options_.tls);
+#endif
+  }
 
   connection_core(const connection_core&) = delete;
   connection_core& operator=(const connection_core&) = delete;
@@ -356,15 +509,34 @@ class connection_core final : public command_link, public std::enable_shared_fro
   /// An identical command registered earlier is not added again.
   void add_startup_command(std::string command) override {
     bool send_now = false;
+    bool probe = false;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       if (std::find(startup_.begin(), startup_.end(), command) != startup_.end()) return;
       startup_.push_back(command);
       send_now = state_ == state::connected;
+      probe = !scripts_ && command_label(command) == "SCRIPT LOAD";
+      scripts_ = scripts_ || probe;
     }
     if (!send_now) return;
-    auto* node = new startup_node(this->weak_from_this(), 0, false);
+    auto* node = new startup_node(this->weak_from_this(), 0, startup_kind::optional, command_label(command));
     if (!submit(command, node)) delete node;
+    if (!probe) return;
+    auto* check = new startup_node(this->weak_from_this(), 0, startup_kind::permission_probe, evalsha_probe_label);
+    if (!submit(evalsha_probe(), check)) delete check;
+  }
+
+  /// The outcome of async_connect's PING (see ready_node): `reply` null if it was never answered. Records a
+  /// refused PING as a startup failure.
+  error_code startup_result(const ::redisReply* reply) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (reply == nullptr) return stats_.last_error ? stats_.last_error : error_code(errc::unavailable);
+    if (reply->type == REDIS_REPLY_ERROR) {
+      const std::string_view text(reply->str, reply->len);
+      stats_.last_error_message = "PING refused: " + std::string(text);
+      return is_refusal(text) ? errc::permission_denied : errc::server_error;
+    }
+    return startup_failure_;
   }
 
   /// Closes for good: pending commands complete with `operation_aborted` (here, on the caller's thread),
@@ -383,7 +555,7 @@ class connection_core final : public command_link, public std::enable_shared_fro
     }
     net::post(strand_, [self = this->shared_from_this()] {
       error_code ignored;
-      self->socket_.close(ignored);
+      self->tcp_socket().close(ignored);
       self->resolver_.cancel();
       self->retry_timer_.cancel();
       self->watchdog_.cancel();
@@ -403,28 +575,80 @@ class connection_core final : public command_link, public std::enable_shared_fro
  private:
   enum class state : std::uint8_t { idle, connecting, connected, backing_off, closed };
 
-  // Checks the reply of a handshake or startup command. AUTH and SELECT are critical: the connection is
-  // useless without them, so an error drops it (and it is retried with backoff).
+  // critical: AUTH and SELECT (the connection is useless without them: an error drops it, and it is retried
+  // with backoff). optional: the startup commands (an error is counted). permission_probe: EVALSHA of a
+  // script that does not exist, sent after the first SCRIPT LOAD: Redis checks the ACL before looking the
+  // script up, so NOSCRIPT means EVALSHA is allowed, NOPERM that every admission would be refused.
+  enum class startup_kind : std::uint8_t { critical, optional, permission_probe };
+
+  static constexpr std::string_view evalsha_probe_label = "EVALSHA (permission check)";
+  static std::string evalsha_probe() {
+    return encode_command({"EVALSHA", "0000000000000000000000000000000000000000", "0"});
+  }
+
+  // Checks the reply of a handshake or startup command.
   class startup_node final : public request_node {
    public:
-    startup_node(std::weak_ptr<connection_core> core, std::uint64_t generation, bool critical) noexcept
-        : core_(std::move(core)), generation_(generation), critical_(critical) {}
+    startup_node(std::weak_ptr<connection_core> core, std::uint64_t generation, startup_kind kind,
+                 std::string_view label)
+        : core_(std::move(core)), label_(label), generation_(generation), kind_(kind) {}
 
     void complete(const error_code& ec, const ::redisReply* reply) noexcept override {
       const bool refused = !ec && reply != nullptr && reply->type == REDIS_REPLY_ERROR;
       std::weak_ptr<connection_core> core = std::move(core_);
+      std::string label = std::move(label_);
       const std::uint64_t generation = generation_;
-      const bool critical = critical_;
+      const startup_kind kind = kind_;
+      std::string text;
+      if (refused) {
+        try {
+          text.assign(reply->str, reply->len);
+        } catch (...) {  // out of memory: the refusal still counts, without its text
+        }
+      }
       delete this;
       if (!refused) return;
-      if (auto c = core.lock()) c->on_startup_error(generation, critical);  // on the strand: a real reply
+      if (auto c = core.lock()) c->on_startup_error(generation, kind, label, text);  // on the strand
     }
 
    private:
     std::weak_ptr<connection_core> core_;
+    std::string label_;
     std::uint64_t generation_;
-    bool critical_;
+    startup_kind kind_;
   };
+
+  // The TCP socket under TLS or not. Strand only.
+  socket_type& tcp_socket() noexcept {
+#if defined(REIN_REDIS_TLS)
+    if (tls_) return tls_->next_layer();
+#endif
+    return socket_;
+  }
+
+  // What a pending operation must keep alive: the TLS stream it runs on (a fresh one per connection; an
+  // ssl::stream's operations refer to it until their handler runs), or nothing.
+  std::shared_ptr<void> stream_keepalive() const {
+#if defined(REIN_REDIS_TLS)
+    return tls_;
+#else
+    return nullptr;
+#endif
+  }
+
+  // Calls f with the stream commands and replies go through: the TLS stream or the socket. Strand only.
+  template <class F>
+  void with_stream(F&& f) {
+#if defined(REIN_REDIS_TLS)
+    if (tls_) {
+      f(*tls_);
+      return;
+    }
+#endif
+    f(socket_);
+  }
+
+  std::string endpoint_text() const { return options_.host + ":" + std::to_string(options_.port); }
 
   static ::redisReader* make_reader() {
     ::redisReader* r = ::redisReaderCreate();
@@ -454,7 +678,11 @@ class connection_core final : public command_link, public std::enable_shared_fro
       state_ = state::connecting;
       generation = ++generation_;
     }
+#if defined(REIN_REDIS_TLS)
+    if (tls_context_) start_tls_stream();
+#endif
     auto self = this->shared_from_this();
+    auto keep = stream_keepalive();
     retry_timer_.expires_after(options_.connect_timeout);
     retry_timer_.async_wait(on_strand([self, generation](const error_code& ec) {
       if (!ec) self->on_connect_timeout(generation);
@@ -464,8 +692,9 @@ class connection_core final : public command_link, public std::enable_shared_fro
     error_code not_an_address;
     const auto address = net::ip::make_address(options_.host, not_an_address);
     if (!not_an_address) {
-      socket_.async_connect(tcp::endpoint(address, options_.port),
-                            on_strand([self, generation](const error_code& e) { self->on_connected(generation, e); }));
+      tcp_socket().async_connect(tcp::endpoint(address, options_.port), on_strand([self, generation, keep](const error_code& e) {
+                                   self->on_connected(generation, e);
+                                 }));
       return;
     }
     resolver_.async_resolve(options_.host, std::to_string(options_.port),
@@ -474,19 +703,48 @@ class connection_core final : public command_link, public std::enable_shared_fro
                             }));
   }
 
+#if defined(REIN_REDIS_TLS)
+  // A fresh TLS stream for this attempt, naming the server for SNI and for the certificate check.
+  void start_tls_stream() {
+    tls_ = std::make_shared<tls_stream_type>(executor_, *tls_context_);
+    const std::string& name = options_.tls.server_name.empty() ? options_.host : options_.tls.server_name;
+    error_code not_an_address;
+    (void)net::ip::make_address(name, not_an_address);
+    ::SSL* ssl = tls_->native_handle();
+    if (not_an_address) (void)::SSL_set_tlsext_host_name(ssl, name.c_str());  // no SNI for an address (RFC 6066)
+    if (!options_.tls.verify_peer) return;
+    ::X509_VERIFY_PARAM* param = ::SSL_get0_param(ssl);
+    ::X509_VERIFY_PARAM_set_hostflags(param, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
+    if (not_an_address) (void)::X509_VERIFY_PARAM_set1_host(param, name.c_str(), name.size());
+    else (void)::X509_VERIFY_PARAM_set1_ip_asc(param, name.c_str());
+  }
+
+  void on_handshake(std::uint64_t generation, const error_code& ec) {
+    if (stale(generation)) return;
+    if (!ec) return on_established(generation);
+    // A refused certificate says why in its verification result; OpenSSL's handshake error says only
+    // "certificate verify failed".
+    error_code cause = ec;
+    const long verdict = tls_ ? ::SSL_get_verify_result(tls_->native_handle()) : X509_V_OK;
+    if (verdict != X509_V_OK) cause = error_code(static_cast<int>(verdict), tls_verify_category());
+    fail(generation, cause, "TLS handshake with " + endpoint_text() + " failed: " + cause.message());
+  }
+#endif
+
   void on_connect_timeout(std::uint64_t generation) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       if (generation != generation_ || state_ != state::connecting) return;
     }
-    fail(generation, net::error::timed_out);
+    fail(generation, net::error::timed_out, "connecting to " + endpoint_text() + " took longer than connect_timeout");
   }
 
   void on_resolved(std::uint64_t generation, const error_code& ec, typename resolver_type::results_type results) {
     if (stale(generation)) return;
     if (ec) return fail(generation, ec);
     auto self = this->shared_from_this();
-    net::async_connect(socket_, results, on_strand([self, generation](const error_code& e, const tcp::endpoint&) {
+    auto keep = stream_keepalive();
+    net::async_connect(tcp_socket(), results, on_strand([self, generation, keep](const error_code& e, const tcp::endpoint&) {
                          self->on_connected(generation, e);
                        }));
   }
@@ -494,9 +752,24 @@ class connection_core final : public command_link, public std::enable_shared_fro
   void on_connected(std::uint64_t generation, const error_code& ec) {
     if (stale(generation)) return;
     if (ec) return fail(generation, ec);
-    retry_timer_.cancel();
     error_code ignored;
-    socket_.set_option(tcp::no_delay(true), ignored);  // pipelined small writes must not wait for Nagle
+    tcp_socket().set_option(tcp::no_delay(true), ignored);  // pipelined small writes must not wait for Nagle
+#if defined(REIN_REDIS_TLS)
+    if (tls_) {  // connect_timeout covers the handshake too
+      auto self = this->shared_from_this();
+      auto keep = stream_keepalive();
+      tls_->async_handshake(net::ssl::stream_base::client, on_strand([self, generation, keep](const error_code& e) {
+                              self->on_handshake(generation, e);
+                            }));
+      return;
+    }
+#endif
+    on_established(generation);
+  }
+
+  // TCP (and TLS) up: queue the handshake commands in front of everything else and start reading.
+  void on_established(std::uint64_t generation) {
+    retry_timer_.cancel();
     ::redisReader* fresh = make_reader();  // a new connection starts a new reply stream
     ::redisReaderFree(std::exchange(reader_, fresh));
 
@@ -506,8 +779,9 @@ class connection_core final : public command_link, public std::enable_shared_fro
       std::lock_guard<std::mutex> lock(mutex_);
       if (generation != generation_ || state_ != state::connecting) return;
       const auto now = clock::now();
-      const auto add = [&](std::string command, bool critical) {
-        auto* node = new startup_node(this->weak_from_this(), generation, critical);
+      startup_failure_ = {};
+      const auto add = [&](std::string command, startup_kind kind) {
+        auto* node = new startup_node(this->weak_from_this(), generation, kind, command_label(command));
         node->submitted_ = now;
         hello.push_back(node);
         bytes += command;
@@ -516,12 +790,14 @@ class connection_core final : public command_link, public std::enable_shared_fro
       if (!options_.password.empty()) {
         add(options_.username.empty() ? encode_command({"AUTH", options_.password})
                                       : encode_command({"AUTH", options_.username, options_.password}),
-            true);
+            startup_kind::critical);
       }
-      if (options_.database != 0) add(encode_command({"SELECT", std::to_string(options_.database)}), true);
-      for (const std::string& command : startup_) add(command, false);
+      if (options_.database != 0)
+        add(encode_command({"SELECT", std::to_string(options_.database)}), startup_kind::critical);
+      for (const std::string& command : startup_) add(command, startup_kind::optional);
+      if (scripts_) add(evalsha_probe(), startup_kind::permission_probe);
       if (circuit_open_) {  // its reply (or any before it) closes the circuit; nothing else is queued meanwhile
-        add(encode_command({"PING"}), false);
+        add(encode_command({"PING"}), startup_kind::optional);
         ++stats_.probes;
       }
       out_.insert(0, bytes);
@@ -534,17 +810,23 @@ class connection_core final : public command_link, public std::enable_shared_fro
     flush();
   }
 
-  void on_startup_error(std::uint64_t generation, bool critical) {
+  void on_startup_error(std::uint64_t generation, startup_kind kind, const std::string& label, const std::string& text) {
+    const bool refusal = is_refusal(text);
+    if (kind == startup_kind::permission_probe && !refusal) return;  // NOSCRIPT: EVALSHA is allowed
+    const error_code cause = refusal ? errc::permission_denied : errc::server_error;
+    std::string message = label + " refused: " + text;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       ++stats_.startup_errors;
+      if (generation == generation_) startup_failure_ = cause;
+      if (kind != startup_kind::critical) stats_.last_error_message = message;
     }
-    if (critical) fail(generation, errc::server_error);
+    if (kind == startup_kind::critical) fail(generation, cause, std::move(message));
   }
 
   // ---- Failing and backing off (strand) -----------------------------------------------------------------
 
-  void fail(std::uint64_t generation, const error_code& cause) {
+  void fail(std::uint64_t generation, const error_code& cause, std::string message = {}) {
     request_list lost;
     std::chrono::nanoseconds delay{};
     std::uint64_t next_generation = 0;
@@ -554,6 +836,7 @@ class connection_core final : public command_link, public std::enable_shared_fro
       if (state_ == state::connected) ++stats_.disconnects;
       else ++stats_.connect_failures;
       stats_.last_error = cause;
+      stats_.last_error_message = message.empty() ? endpoint_text() + ": " + cause.message() : std::move(message);
       if (cause == net::error::timed_out && !circuit_open_) {
         circuit_open_ = true;
         ++stats_.circuit_opens;
@@ -571,7 +854,7 @@ class connection_core final : public command_link, public std::enable_shared_fro
       delay = backoff_.delay(failures_, uniform_locked());
     }
     error_code ignored;
-    socket_.close(ignored);
+    tcp_socket().close(ignored);
     resolver_.cancel();
     watchdog_.cancel();
     auto self = this->shared_from_this();
@@ -612,9 +895,12 @@ class connection_core final : public command_link, public std::enable_shared_fro
       }
     }
     auto self = this->shared_from_this();
-    net::async_write(socket_, net::buffer(writing_buffer_), on_strand([self, generation](const error_code& ec, std::size_t) {
-                       self->on_written(generation, ec);
-                     }));
+    auto keep = stream_keepalive();
+    with_stream([&](auto& stream) {
+      net::async_write(stream, net::buffer(writing_buffer_), on_strand([self, generation, keep](const error_code& ec, std::size_t) {
+                         self->on_written(generation, ec);
+                       }));
+    });
     if (arm) arm_watchdog(generation, at);
   }
 
@@ -658,9 +944,12 @@ class connection_core final : public command_link, public std::enable_shared_fro
 
   void start_read(std::uint64_t generation) {
     auto self = this->shared_from_this();
-    socket_.async_read_some(net::buffer(read_buffer_), on_strand([self, generation](const error_code& ec, std::size_t n) {
-                              self->on_read(generation, ec, n);
-                            }));
+    auto keep = stream_keepalive();
+    with_stream([&](auto& stream) {
+      stream.async_read_some(net::buffer(read_buffer_), on_strand([self, generation, keep](const error_code& ec, std::size_t n) {
+                               self->on_read(generation, ec, n);
+                             }));
+    });
   }
 
   void on_read(std::uint64_t generation, const error_code& ec, std::size_t n) {
@@ -719,6 +1008,10 @@ class connection_core final : public command_link, public std::enable_shared_fro
   std::string writing_buffer_;
   std::vector<::redisReply*> replies_;
   ::redisReader* reader_;
+#if defined(REIN_REDIS_TLS)
+  std::shared_ptr<net::ssl::context> tls_context_;  // null without TLS; read-only after construction
+  std::shared_ptr<tls_stream_type> tls_;            // this attempt's stream (each operation keeps its own)
+#endif
 
   mutable std::mutex mutex_;
   // Under mutex_:
@@ -733,6 +1026,8 @@ class connection_core final : public command_link, public std::enable_shared_fro
   bool flush_posted_ = false;
   bool watchdog_armed_ = false;
   bool circuit_open_ = false;  // see "The circuit" above
+  bool scripts_ = false;       // a SCRIPT LOAD is among the startup commands: EVALSHA's ACL is checked too
+  error_code startup_failure_;  // a refused startup command on the current connection (async_connect)
   connection_snapshot stats_{};
 
   std::atomic<bool> connected_{false};
@@ -760,6 +1055,41 @@ class execute_node final : public request_node {
  private:
   Handler handler_;
   IoExecutor io_;
+};
+
+// Completes a user's async_connect when its PING, queued behind the handshake and the startup commands,
+// is answered (or never will be): the outcome is the connection's startup result.
+template <class Handler, class IoExecutor, class Core>
+class ready_node final : public request_node {
+ public:
+  ready_node(Handler&& handler, const IoExecutor& io, std::weak_ptr<Core> core)
+      : handler_(std::move(handler)), io_(io), core_(std::move(core)) {}
+
+  void complete(const error_code& ec, const ::redisReply* r) noexcept override {
+    struct invoker {
+      Handler handler;
+      error_code ec;
+      void operator()() { std::move(handler)(ec); }
+    };
+    error_code result = net::error::operation_aborted;
+    if (ec != net::error::operation_aborted) {
+      if (auto core = core_.lock()) {
+        try {
+          result = core->startup_result(ec ? nullptr : r);
+        } catch (...) {  // out of memory for the message: the code alone
+          result = errc::unavailable;
+        }
+      }
+    }
+    auto ex = net::get_associated_executor(handler_, io_);
+    net::post(ex, invoker{std::move(handler_), result});
+    delete this;
+  }
+
+ private:
+  Handler handler_;
+  IoExecutor io_;
+  std::weak_ptr<Core> core_;
 };
 
 // Starts a user's async_execute: `submit(node)` hands the node to a connection or a cluster, which
@@ -879,10 +1209,52 @@ class basic_connection {
     return async_execute(std::span<const std::string_view>(args.begin(), args.size()), std::forward<Token>(token));
   }
 
+  /// Connects now (if not yet) and completes once the server has answered the connection's handshake
+  /// (TLS, AUTH, SELECT) and its startup commands (each limiter's SCRIPT LOAD, and for them a check that
+  /// the user may run EVALSHA): a start-up check, so that a misconfiguration fails at start, clearly, and
+  /// not at the first acquire. Limiters constructed on this connection before the call are included.
+  ///
+  /// @param token completion token; signature `void(error_code)`. Default: `deferred`.
+  ///
+  /// Errors (`snapshot().last_error_message` gives the details, naming the server and the command):
+  /// - a server certificate refused (wrong CA, expired, issued for another name): a code of
+  ///   tls_verify_category(); other TLS failures (a server that requires a client certificate, or does
+  ///   not speak TLS): Asio's SSL error codes. There is never a plaintext fallback.
+  /// - errc::permission_denied: AUTH refused, or a startup command or EVALSHA refused by the user's ACL;
+  ///   errc::server_error: a startup command refused otherwise.
+  /// - the cause of a failed attempt (connection refused, `net::error::timed_out` after `connect_timeout`),
+  ///   or errc::unavailable if the connection is backing off or its circuit is open (see above);
+  ///   `operation_aborted` if it is closed meanwhile.
+  /// The connection itself keeps trying to reconnect after a failure, as for any failure.
+  ///
+  /// @par Per-Operation Cancellation
+  /// None.
+  template <REIN_COMPLETION_TOKEN_FOR(void(error_code)) Token = default_token_t>
+  auto async_connect(Token&& token = Token{}) {
+    return net::async_initiate<Token, void(error_code)>(initiate_connect{core_}, token);
+  }
+
   /// The shared machinery, for limiters built on this connection. Not API.
   const std::shared_ptr<core_type>& core() const noexcept { return core_; }
 
  private:
+  struct initiate_connect {
+    std::shared_ptr<core_type> core;
+    using executor_type = Executor;
+    executor_type get_executor() const noexcept { return core->get_executor(); }
+
+    template <class Handler>
+    void operator()(Handler&& handler) const {
+      using node_type = detail::ready_node<std::decay_t<Handler>, Executor, core_type>;
+      auto node = std::make_unique<node_type>(std::forward<Handler>(handler), core->get_executor(), core);
+      if (core->submit(encode_command({"PING"}), node.get())) {
+        node.release();
+        return;
+      }
+      node.release()->complete(errc::unavailable, nullptr);
+    }
+  };
+
   struct initiate_execute {
     std::shared_ptr<core_type> core;  // a deferred operation may be launched after the object is gone
     using executor_type = Executor;

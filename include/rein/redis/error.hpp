@@ -23,6 +23,10 @@ enum class errc {
   /// The server sent bytes that are not the Redis protocol (hiredis's reader refused them); the connection
   /// is dropped and reconnected. Requests see this as `unavailable`; it shows in connection snapshots.
   protocol_error = 3,
+  /// The server refused the user (ACL): AUTH with a wrong user or password, or a command the user may not
+  /// run (a NOPERM reply; e.g. a user without EVALSHA, which every shared limiter runs). Seen at startup
+  /// (basic_connection::async_connect); the server's own text is in `connection_snapshot::last_error_message`.
+  permission_denied = 4,
 };
 
 namespace detail {
@@ -35,6 +39,7 @@ class redis_category final : public error_category {
       case errc::unavailable: return "Redis is unavailable";
       case errc::server_error: return "Redis answered with an error";
       case errc::protocol_error: return "Redis protocol error";
+      case errc::permission_denied: return "Redis refused the user (ACL: wrong credentials or a command not allowed)";
     }
     return "unknown rein.redis error";
   }
