@@ -7,6 +7,7 @@
 #                    rein::standalone) plus hiredis; installed as find_package(rein COMPONENTS redis)
 #   rein_hiredis     build tree only: hiredis's include directory and library
 #   REIN_HIREDIS_VERSION   e.g. 0.14.1
+#   rein_redis_tls   INTERFACE target, alias rein::redis_tls: rein::redis with TLS, when OpenSSL is found
 # Its tests (tests/redis), example (examples/redis) and benchmark (benchmarks/redis) are added by the
 # top-level and tests/ CMakeLists.txt when the target exists.
 
@@ -64,6 +65,25 @@ target_link_libraries(rein_redis INTERFACE
 
 rein_install_component(rein_redis redis
   DEPENDENCIES "${PROJECT_SOURCE_DIR}/cmake/package/redis-dependencies.cmake.in")
+
+# rein::redis_tls: rein::redis with TLS to the servers (REIN_REDIS_TLS; OpenSSL::SSL), only when OpenSSL is
+# found (Debian: libssl-dev). Opt-in, so that rein::redis needs no OpenSSL: link it instead of rein::redis in
+# every target of a program that uses TLS (the macro changes the connection's layout, so all files of one
+# program must agree). Installed as find_package(rein COMPONENTS redis_tls).
+option(REIN_WITH_REDIS_TLS "Build rein::redis_tls (TLS to Redis) when OpenSSL is found" ON)
+if(REIN_WITH_REDIS_TLS)
+  find_package(OpenSSL 1.1.1 QUIET COMPONENTS SSL)
+  if(OpenSSL_FOUND AND TARGET OpenSSL::SSL)
+    message(STATUS "rein: OpenSSL ${OPENSSL_VERSION}: rein::redis_tls is built")
+    _rein_interface_target(rein_redis_tls redis_tls)
+    target_link_libraries(rein_redis_tls INTERFACE rein_redis OpenSSL::SSL)
+    target_compile_definitions(rein_redis_tls INTERFACE REIN_REDIS_TLS)
+    rein_install_component(rein_redis_tls redis_tls
+      DEPENDENCIES "${PROJECT_SOURCE_DIR}/cmake/package/redis_tls-dependencies.cmake.in")
+  else()
+    message(STATUS "rein: OpenSSL not found (Debian: libssl-dev): rein::redis_tls is not built")
+  endif()
+endif()
 
 unset(_rein_hiredis_version_lines)
 unset(_rein_part)

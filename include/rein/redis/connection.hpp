@@ -736,7 +736,9 @@ class connection_core final : public command_link, public std::enable_shared_fro
       std::lock_guard<std::mutex> lock(mutex_);
       if (generation != generation_ || state_ != state::connecting) return;
     }
-    fail(generation, net::error::timed_out, "connecting to " + endpoint_text() + " took longer than connect_timeout");
+    const bool tls = options_.tls.enabled;
+    fail(generation, net::error::timed_out,
+         "connecting to " + endpoint_text() + (tls ? " (TCP and TLS handshake)" : "") + " took longer than connect_timeout");
   }
 
   void on_resolved(std::uint64_t generation, const error_code& ec, typename resolver_type::results_type results) {
