@@ -531,12 +531,13 @@ class connection_core final : public command_link, public std::enable_shared_fro
   error_code startup_result(const ::redisReply* reply) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (reply == nullptr) return stats_.last_error ? stats_.last_error : error_code(errc::unavailable);
+    if (startup_failure_) return startup_failure_;  // a startup command's refusal comes first
     if (reply->type == REDIS_REPLY_ERROR) {
       const std::string_view text(reply->str, reply->len);
       stats_.last_error_message = "PING refused: " + std::string(text);
       return is_refusal(text) ? errc::permission_denied : errc::server_error;
     }
-    return startup_failure_;
+    return {};
   }
 
   /// Closes for good: pending commands complete with `operation_aborted` (here, on the caller's thread),
@@ -783,7 +784,9 @@ class connection_core final : public command_link, public std::enable_shared_fro
       const auto now = clock::now();
       startup_failure_ = {};
       const auto add = [&](std::string command, startup_kind kind) {
-        auto* node = new startup_node(this->weak_from_this(), generation, kind, command_label(command));
+        auto* node = new startup_node(this->weak_from_this(), generation, kind,
+                                      kind == startup_kind::permission_probe ? std::string(evalsha_probe_label)
+                                                                             : command_label(command));
         node->submitted_ = now;
         hello.push_back(node);
         bytes += command;
