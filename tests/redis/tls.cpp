@@ -5,12 +5,14 @@
 
 #include <rein/error.hpp>
 #include <rein/permit.hpp>
+#include <rein/redis/cluster.hpp>
 #include <rein/redis/connection.hpp>
 #include <rein/redis/shared_semaphore.hpp>
 #include <rein/redis/shared_token_bucket.hpp>
 
 #include <openssl/x509_vfy.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -305,6 +307,17 @@ TEST_CASE("tls: bad TLS options are refused with the field and the value") {
   mismatched.tls.certificate_file = certs()("client.crt");
   mismatched.tls.private_key_file = certs()("server.key");
   refused_with(mismatched, "tls.private_key_file \"" + certs()("server.key") + "\" cannot be used");
+  // A cluster's node connections are made later: its TLS files are checked at construction too.
+  rein::redis::cluster_options nodes{.seeds = {{"127.0.0.1", 7000}}, .connection = missing};
+  std::string what;
+  try {
+    rein::redis::cluster refused_cluster(io, nodes);
+  } catch (const std::invalid_argument& e) {
+    what = e.what();
+  }
+  CHECK(what.find("tls.ca_file \"/nonexistent/ca.pem\" cannot be used") != std::string::npos);
+  nodes.connection = tls_to(6379);
+  CHECK_NOTHROW(rein::redis::cluster(io, nodes));  // node connections inherit the TLS settings
 }
 
 TEST_CASE("tls: throughput beside plaintext on one server (printed, not asserted)") {
@@ -342,13 +355,18 @@ TEST_CASE("tls: throughput beside plaintext on one server (printed, not asserted
   };
   pipelined(plain, 5000);  // warm up both
   pipelined(tls, 5000);
-  const double plain_rate = pipelined(plain, 100000);
-  const double tls_rate = pipelined(tls, 100000);
-  const double plain_rtt = sequential(plain, 5000);
-  const double tls_rtt = sequential(tls, 5000);
-  std::printf("redis throughput, 100000 pipelined INCR (256 in flight): plaintext %.0f/s, TLS %.0f/s (%.2fx)\n",
-              plain_rate, tls_rate, tls_rate / plain_rate);
-  std::printf("redis round trip, 5000 sequential INCR: plaintext %.1f us, TLS %.1f us\n", plain_rtt, tls_rtt);
+  // Alternated, best of three each: the machine may be shared, and the best run is the least disturbed.
+  double plain_rate = 0, tls_rate = 0, plain_rtt = 1e9, tls_rtt = 1e9;
+  for (int round = 0; round < 3; ++round) {
+    plain_rate = std::max(plain_rate, pipelined(plain, 50000));
+    tls_rate = std::max(tls_rate, pipelined(tls, 50000));
+    plain_rtt = std::min(plain_rtt, sequential(plain, 2000));
+    tls_rtt = std::min(tls_rtt, sequential(tls, 2000));
+  }
+  std::printf("redis throughput, 50000 pipelined INCR (256 in flight), best of 3: plaintext %.0f/s, TLS %.0f/s "
+              "(%.2fx)\n", plain_rate, tls_rate, tls_rate / plain_rate);
+  std::printf("redis round trip, 2000 sequential INCR, best of 3: plaintext %.1f us, TLS %.1f us\n", plain_rtt,
+              tls_rtt);
   CHECK(plain_rate > 0);
   CHECK(tls_rate > 0);
 }

@@ -57,7 +57,10 @@ struct cluster_options {
   std::vector<endpoint> seeds{};
   /// The options of every node's connection: credentials, timeouts, reconnection backoff (see
   /// connection_options). `host` and `port` are ignored (they come from the seeds and the slot map), and
-  /// `database` must be 0: a cluster has only database 0.
+  /// `database` must be 0: a cluster has only database 0. With `tls.enabled` every node connection uses
+  /// TLS with these settings (nodes must announce their TLS ports: Redis's `tls-cluster yes`); with
+  /// `tls.server_name` empty each node's certificate is checked against the address the slot map gives
+  /// for it (usually an IP address), otherwise against that one name for every node.
   connection_options connection{};
   /// The least time between two slot map refreshes. A refresh is asked when a reply says MOVED, when a
   /// node fails, and when a limiter finds the node of its slot down. Must be > 0.
@@ -203,7 +206,11 @@ inline cluster_options validated(cluster_options o) {
   connection_options probe = o.connection;  // the timeouts and backoff, checked once with a seed's address
   probe.host = o.seeds.front().host;
   probe.port = o.seeds.front().port;
-  (void)validated(std::move(probe));
+  probe = validated(std::move(probe));
+#if defined(REIN_REDIS_TLS)
+  // Node connections are made when first needed: their TLS files are checked now, once.
+  if (probe.tls.enabled) (void)make_tls_context(probe.tls);
+#endif
   return o;
 }
 
