@@ -1134,6 +1134,10 @@ void start_execute(Handler&& handler, const IoExecutor& io, Submit&& submit) {
 /// `reconnect_cap + connect_timeout` and one round trip after it resumed (a probe pending then is answered
 /// at once; otherwise the next attempt sends one).
 ///
+/// TLS (`connection_options::tls`, with rein::redis_tls): every connection, reconnections included, makes a
+/// new TLS session (handshake within `connect_timeout`) and verifies the server's certificate unless told
+/// not to; a failure is a failed attempt, never a plaintext one. `async_connect` reports it at startup.
+///
 /// @par Thread Safety
 /// Every member function may be called concurrently, except destruction. Socket work runs on a strand.
 ///
