@@ -177,7 +177,7 @@ TEST_CASE("tls: a TLS-only server verified by its CA serves commands, a shared s
   CHECK(*full == rein::errc::timed_out);
   held.release();
 
-  int admitted = 0;
+  std::size_t admitted = 0;
   std::vector<rein::error_code> errors;
   for (int i = 0; i < 10; ++i) {
     bucket.async_acquire(1, [&](rein::error_code ec) {
