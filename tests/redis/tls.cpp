@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -51,13 +52,13 @@ struct certificates {
              ".crt";
     };
     const std::string script =
-        "cd " + dir.string() + " && " +
+        "(cd " + dir.string() + " && " +
         o + " req -x509" + ec + " -keyout ca.key -out ca.crt -days 2 -subj /CN=rein-test-ca" + ca_ext + " && " +
         o + " req -x509" + ec + " -keyout other-ca.key -out other-ca.crt -days 2 -subj /CN=rein-other-ca" + ca_ext +
         " && " + leaf("server", "ca", "2", "subjectAltName=IP:127.0.0.1,DNS:localhost") + " && " +
         leaf("expired", "ca", "-1", "subjectAltName=IP:127.0.0.1,DNS:localhost") + " && " +
         leaf("elsewhere", "ca", "2", "subjectAltName=DNS:redis.example.com") + " && " +
-        leaf("client", "ca", "2", "extendedKeyUsage=clientAuth") + " >/dev/null 2>&1";
+        leaf("client", "ca", "2", "extendedKeyUsage=clientAuth") + ") >/dev/null 2>&1";
     if (std::system(script.c_str()) != 0) throw std::runtime_error("openssl failed to make the test certificates");
   }
   ~certificates() {
@@ -369,4 +370,72 @@ TEST_CASE("tls: throughput beside plaintext on one server (printed, not asserted
               tls_rtt);
   CHECK(plain_rate > 0);
   CHECK(tls_rate > 0);
+}
+
+TEST_CASE("tls: a Redis Cluster over TLS (tls-cluster yes): the cluster's node connections use the TLS settings") {
+  // Three masters, no replicas: TLS between clients and nodes and on the cluster bus. Each node also has a
+  // plaintext port, used here only to set the cluster up.
+  struct node {
+    std::uint16_t tls_port = free_port();
+    std::uint16_t bus_port = free_port();
+    std::unique_ptr<redis_server> server;
+  };
+  std::vector<node> nodes(3);
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    node& n = nodes[i];
+    n.server = std::make_unique<redis_server>(
+        free_port(), std::vector<std::string>{
+                         "--cluster-enabled", "yes", "--cluster-config-file", certs()("nodes-" + std::to_string(i) + ".conf"),
+                         "--cluster-port", std::to_string(n.bus_port), "--tls-port", std::to_string(n.tls_port),
+                         "--tls-cluster", "yes", "--tls-replication", "yes", "--tls-auth-clients", "no",
+                         "--tls-cert-file", certs()("server.crt"), "--tls-key-file", certs()("server.key"),
+                         "--tls-ca-cert-file", certs()("ca.crt")});
+  }
+  const char* ranges[3][2] = {{"0", "5460"}, {"5461", "10922"}, {"10923", "16383"}};
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    REQUIRE(raw_command(nodes[i].server->port(),
+                        std::string("CLUSTER ADDSLOTSRANGE ") + ranges[i][0] + " " + ranges[i][1]) == "+OK");
+    if (i > 0) {
+      REQUIRE(raw_command(nodes[i].server->port(), "CLUSTER MEET 127.0.0.1 " + std::to_string(nodes[0].tls_port) + " " +
+                                                       std::to_string(nodes[0].bus_port)) == "+OK");
+    }
+  }
+  net::io_context io;
+  std::vector<std::unique_ptr<rein::redis::connection>> admin;
+  for (const node& n : nodes) admin.push_back(std::make_unique<rein::redis::connection>(io, local(n.server->port())));
+  REQUIRE(run_until(
+      io,
+      [&] {
+        for (auto& c : admin) {
+          rein::error_code ec;
+          if (execute(io, *c, {"CLUSTER", "INFO"}, &ec).text.find("cluster_state:ok") == std::string::npos) return false;
+        }
+        return true;
+      },
+      std::chrono::seconds(20)));
+
+  rein::redis::cluster_options options{.seeds = {{"127.0.0.1", nodes[0].tls_port}}, .connection = tls_to(nodes[0].tls_port)};
+  rein::redis::cluster cluster(io, options);
+  const std::string key = unique_key("tls-cluster");
+  std::vector<std::unique_ptr<rein::redis::shared_semaphore>> sems;
+  for (int i = 0; i < 9; ++i) {
+    sems.push_back(std::make_unique<rein::redis::shared_semaphore>(
+        cluster, rein::redis::shared_semaphore_options{.key = key + ":" + std::to_string(i), .limit = 1}));
+  }
+  std::vector<rein::permit> held;
+  std::size_t granted = 0;
+  for (auto& sem : sems) {
+    sem->async_acquire(1, [&](rein::error_code ec, rein::permit p) {
+      CHECK(ec == rein::error_code{});
+      granted += ec ? 0 : 1;
+      held.push_back(std::move(p));
+    });
+  }
+  REQUIRE(run_until(io, [&] { return held.size() == sems.size(); }));
+  CHECK(granted == sems.size());
+  // The keys landed on more than one master, each reached over TLS (nodes announce their TLS ports to a
+  // TLS client; a plaintext one would have been refused by the TLS ports).
+  std::size_t masters_used = 0;
+  for (auto& c : admin) masters_used += execute(io, *c, {"DBSIZE"}).integer > 0 ? 1 : 0;
+  CHECK(masters_used >= 2);
 }
