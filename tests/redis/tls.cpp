@@ -281,6 +281,9 @@ TEST_CASE("tls: a server that requires a client certificate accepts ours and ref
   INFO(ec.message() << " / " << without.snapshot().last_error_message);
   CHECK(ec);
   CHECK(without.snapshot().replies == 0);
+  CHECK(without.snapshot().last_error_message.find(
+            "right after the TLS handshake, before any reply (does the server require a client certificate?") !=
+        std::string::npos);
 }
 
 TEST_CASE("tls: bad TLS options are refused with the field and the value") {

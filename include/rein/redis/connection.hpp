@@ -89,14 +89,14 @@ namespace rein::redis {
 /// without it, `enabled = true` is refused at construction. With TLS on there is no plaintext fallback:
 /// a handshake or certificate failure fails the connection attempt (see basic_connection::async_connect).
 struct tls_options {
-  bool enabled = false;  ///< TLS on every connection; when false, every other field must be left empty
+  bool enabled = false;  ///< TLS on every connection; when false, the file and name fields must be empty
   /// Check the server's certificate: its chain up to a trusted CA, its dates, and its name against
   /// `server_name` (a DNS name or an IP address, RFC 6125). Turn off only for tests.
   bool verify_peer = true;
   std::string ca_file;       ///< PEM file of trusted CAs; with `ca_directory` empty too: the system's CAs
   std::string ca_directory;  ///< directory of hashed CA certificates (`openssl rehash`)
   std::string certificate_file;  ///< client certificate chain (PEM), for servers that ask for one
-  std::string private_key_file;  ///< the client certificate's private key (PEM, unencrypted); with it only
+  std::string private_key_file;  ///< its private key (PEM, unencrypted); set both or neither
   /// The name sent as SNI (not when it is an IP address, RFC 6066) and checked against the certificate.
   /// Empty: `connection_options::host` (for a Cluster: each node's address, or this name for every node).
   std::string server_name;
@@ -783,6 +783,7 @@ class connection_core final : public command_link, public std::enable_shared_fro
       if (generation != generation_ || state_ != state::connecting) return;
       const auto now = clock::now();
       startup_failure_ = {};
+      answered_ = false;
       const auto add = [&](std::string command, startup_kind kind) {
         auto* node = new startup_node(this->weak_from_this(), generation, kind,
                                       kind == startup_kind::permission_probe ? std::string(evalsha_probe_label)
@@ -841,7 +842,15 @@ class connection_core final : public command_link, public std::enable_shared_fro
       if (state_ == state::connected) ++stats_.disconnects;
       else ++stats_.connect_failures;
       stats_.last_error = cause;
-      stats_.last_error_message = message.empty() ? endpoint_text() + ": " + cause.message() : std::move(message);
+      if (message.empty()) {
+        message = endpoint_text() + ": " + cause.message();
+        // TLS 1.3 ends the client's handshake before the server checks the client's certificate: a server
+        // that wants one and got none (or one it does not trust) closes the connection then.
+        if (options_.tls.enabled && state_ == state::connected && !answered_)
+          message += " right after the TLS handshake, before any reply (does the server require a client "
+                     "certificate? see tls.certificate_file)";
+      }
+      stats_.last_error_message = std::move(message);
       if (cause == net::error::timed_out && !circuit_open_) {
         circuit_open_ = true;
         ++stats_.circuit_opens;
@@ -982,6 +991,7 @@ class connection_core final : public command_link, public std::enable_shared_fro
         answered.push_back(node);
       }
       if (!replies_.empty()) {
+        answered_ = true;
         failures_ = 0;  // the server answers: the next failure starts backoff afresh
         if (circuit_open_ && state_ == state::connected) {  // a probe (or the handshake before it) answered
           circuit_open_ = false;
@@ -1033,6 +1043,7 @@ class connection_core final : public command_link, public std::enable_shared_fro
   bool circuit_open_ = false;  // see "The circuit" above
   bool scripts_ = false;       // a SCRIPT LOAD is among the startup commands: EVALSHA's ACL is checked too
   error_code startup_failure_;  // a refused startup command on the current connection (async_connect)
+  bool answered_ = false;       // a reply came on the current connection
   connection_snapshot stats_{};
 
   std::atomic<bool> connected_{false};
@@ -1227,14 +1238,19 @@ class basic_connection {
   ///
   /// Errors (`snapshot().last_error_message` gives the details, naming the server and the command):
   /// - a server certificate refused (wrong CA, expired, issued for another name): a code of
-  ///   tls_verify_category(); other TLS failures (a server that requires a client certificate, or does
-  ///   not speak TLS): Asio's SSL error codes. There is never a plaintext fallback.
+  ///   tls_verify_category(); other handshake failures: Asio's SSL error codes. A server that requires a
+  ///   client certificate and got none closes the connection after the handshake (TLS 1.3): the read's
+  ///   error (e.g. connection reset), with a message saying so. A server that does not speak TLS usually
+  ///   leaves the handshake to time out (`net::error::timed_out`). There is never a plaintext fallback.
   /// - errc::permission_denied: AUTH refused, or a startup command or EVALSHA refused by the user's ACL;
   ///   errc::server_error: a startup command refused otherwise.
   /// - the cause of a failed attempt (connection refused, `net::error::timed_out` after `connect_timeout`),
   ///   or errc::unavailable if the connection is backing off or its circuit is open (see above);
   ///   `operation_aborted` if it is closed meanwhile.
   /// The connection itself keeps trying to reconnect after a failure, as for any failure.
+  ///
+  /// @par Thread Safety
+  /// May be called from any thread, concurrently with every other member but destruction.
   ///
   /// @par Per-Operation Cancellation
   /// None.
