@@ -247,3 +247,17 @@ TEST_CASE("close() aborts pending commands and refuses later ones") {
   CHECK(later == rein::redis::errc::unavailable);
   server.resume();
 }
+
+TEST_CASE("without rein::redis_tls, TLS options are refused at construction, never ignored") {
+  net::io_context io;
+  rein::redis::connection_options o;
+  o.tls.enabled = true;
+  CHECK_THROWS_WITH(rein::redis::connection(io, o),
+                    "rein::redis::connection: tls.enabled is true, but rein was built without TLS (link "
+                    "rein::redis_tls, or define REIN_REDIS_TLS for every file and link OpenSSL)");
+  rein::redis::connection_options stray;
+  stray.tls.server_name = "redis.internal";
+  CHECK_THROWS_WITH(rein::redis::connection(io, stray),
+                    "rein::redis::connection: tls.server_name is \"redis.internal\" but tls.enabled is false (no "
+                    "plaintext fallback)");
+}
