@@ -510,19 +510,21 @@ class connection_core final : public command_link, public std::enable_shared_fro
   void add_startup_command(std::string command) override {
     bool send_now = false;
     bool probe = false;
+    std::uint64_t generation = 0;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       if (std::find(startup_.begin(), startup_.end(), command) != startup_.end()) return;
       startup_.push_back(command);
       send_now = state_ == state::connected;
+      generation = generation_;
       probe = !scripts_ && command_label(command) == "SCRIPT LOAD";
       scripts_ = scripts_ || probe;
     }
     if (!send_now) return;
-    auto* node = new startup_node(this->weak_from_this(), 0, startup_kind::optional, command_label(command));
+    auto* node = new startup_node(this->weak_from_this(), generation, startup_kind::optional, command_label(command));
     if (!submit(command, node)) delete node;
     if (!probe) return;
-    auto* check = new startup_node(this->weak_from_this(), 0, startup_kind::permission_probe, evalsha_probe_label);
+    auto* check = new startup_node(this->weak_from_this(), generation, startup_kind::permission_probe, evalsha_probe_label);
     if (!submit(evalsha_probe(), check)) delete check;
   }
 
@@ -824,7 +826,9 @@ class connection_core final : public command_link, public std::enable_shared_fro
     {
       std::lock_guard<std::mutex> lock(mutex_);
       ++stats_.startup_errors;
-      if (generation == generation_) startup_failure_ = cause;
+      // Replies from a connection already failed (e.g. NOAUTH behind a refused AUTH) say nothing new.
+      if (generation != generation_) return;
+      startup_failure_ = cause;
       if (kind != startup_kind::critical) stats_.last_error_message = message;
     }
     if (kind == startup_kind::critical) fail(generation, cause, std::move(message));
