@@ -29,12 +29,24 @@
 #include <system_error>
 #define REIN_ASIO_VERSION ASIO_VERSION
 #define REIN_ASIO_NAMESPACE asio
+#define REIN_SYSTEM_NAMESPACE std
 #else
 #include <boost/asio/version.hpp>
 #include <boost/system/error_code.hpp>
 #include <boost/system/system_error.hpp>
 #define REIN_ASIO_VERSION BOOST_ASIO_VERSION
 #define REIN_ASIO_NAMESPACE boost::asio
+#define REIN_SYSTEM_NAMESPACE boost::system
+#endif
+// REIN_SYSTEM_NAMESPACE: the namespace of rein::error_code (std or boost::system), where an error enum
+// specializes is_error_code_enum.
+
+// Boost.Beast (rein/beast.hpp, rein/beast/server.hpp) works with Boost.Asio only: 1 in that flavour when Beast
+// is installed.
+#if !defined(REIN_STANDALONE_ASIO) && __has_include(<boost/beast/http/message.hpp>)
+#define REIN_HAS_BEAST 1
+#else
+#define REIN_HAS_BEAST 0
 #endif
 
 // Asio 1.26 (Boost 1.81) is the oldest supported Boost.Asio; Debian's standalone 1.22 is the oldest standalone.
