@@ -7,6 +7,8 @@
 /// until this list and the headers agree.
 #pragma once
 
+#include <rein/config.hpp>  // first: it defines REIN_HAS_BEAST, tested below
+
 #include <rein/adaptive_limiter.hpp>
 #include <rein/adaptive_rate_limiter.hpp>
 #include <rein/admission_throttle.hpp>
@@ -33,13 +35,12 @@
 #include <rein/algo/windowed_aimd.hpp>
 // Boost.Beast's response reader and request admission: with Boost.Asio only (Beast is part of Boost), when
 // Beast is installed.
-#if !defined(REIN_STANDALONE_ASIO) && __has_include(<boost/beast/http/message.hpp>)
+#if REIN_HAS_BEAST
 #include <rein/beast.hpp>
 #include <rein/beast/server.hpp>
 #include <rein/beast/trusted_proxies.hpp>
 #endif
 #include <rein/bounded.hpp>
-#include <rein/config.hpp>
 #include <rein/error.hpp>
 #include <rein/fixed_window.hpp>
 #include <rein/hedge.hpp>

@@ -2,34 +2,20 @@
 #pragma once
 
 #include <rein/config.hpp>
+#include <rein/detail/asio_header.hpp>
 
-#if defined(REIN_STANDALONE_ASIO)
-#include <asio/any_io_executor.hpp>
-#include <asio/awaitable.hpp>
-#include <asio/basic_waitable_timer.hpp>
-#include <asio/bind_cancellation_slot.hpp>
-#include <asio/cancellation_signal.hpp>
-#include <asio/co_spawn.hpp>
-#include <asio/error.hpp>
-#include <asio/redirect_error.hpp>
-#include <asio/strand.hpp>
-#include <asio/this_coro.hpp>
-#include <asio/use_awaitable.hpp>
-#include <asio/wait_traits.hpp>
-#else
-#include <boost/asio/any_io_executor.hpp>
-#include <boost/asio/awaitable.hpp>
-#include <boost/asio/basic_waitable_timer.hpp>
-#include <boost/asio/bind_cancellation_slot.hpp>
-#include <boost/asio/cancellation_signal.hpp>
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/error.hpp>
-#include <boost/asio/redirect_error.hpp>
-#include <boost/asio/strand.hpp>
-#include <boost/asio/this_coro.hpp>
-#include <boost/asio/use_awaitable.hpp>
-#include <boost/asio/wait_traits.hpp>
-#endif
+#include REIN_ASIO_HEADER(any_io_executor.hpp)
+#include REIN_ASIO_HEADER(awaitable.hpp)
+#include REIN_ASIO_HEADER(basic_waitable_timer.hpp)
+#include REIN_ASIO_HEADER(bind_cancellation_slot.hpp)
+#include REIN_ASIO_HEADER(cancellation_signal.hpp)
+#include REIN_ASIO_HEADER(co_spawn.hpp)
+#include REIN_ASIO_HEADER(error.hpp)
+#include REIN_ASIO_HEADER(redirect_error.hpp)
+#include REIN_ASIO_HEADER(strand.hpp)
+#include REIN_ASIO_HEADER(this_coro.hpp)
+#include REIN_ASIO_HEADER(use_awaitable.hpp)
+#include REIN_ASIO_HEADER(wait_traits.hpp)
 
 #include <chrono>
 #include <cstddef>

@@ -4,6 +4,7 @@
 
 #include <rein/algo/fixed_window.hpp>
 #include <rein/config.hpp>
+#include <rein/detail/asio_header.hpp>
 #include <rein/detail/format.hpp>
 #include <rein/null_mutex.hpp>
 #include <rein/observer.hpp>
@@ -11,13 +12,8 @@
 #include <rein/rate_limiter.hpp>
 #include <rein/wait_stats.hpp>
 
-#if defined(REIN_STANDALONE_ASIO)
-#include <asio/any_io_executor.hpp>
-#include <asio/execution_context.hpp>
-#else
-#include <boost/asio/any_io_executor.hpp>
-#include <boost/asio/execution_context.hpp>
-#endif
+#include REIN_ASIO_HEADER(any_io_executor.hpp)
+#include REIN_ASIO_HEADER(execution_context.hpp)
 
 #include <algorithm>
 #include <chrono>

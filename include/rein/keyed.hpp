@@ -2,17 +2,14 @@
 #pragma once
 
 #include <rein/config.hpp>
+#include <rein/detail/asio_header.hpp>
 #include <rein/detail/format.hpp>
 #include <rein/error.hpp>
 #include <rein/null_mutex.hpp>
 #include <rein/observer.hpp>
 #include <rein/wait_stats.hpp>
 
-#if defined(REIN_STANDALONE_ASIO)
-#include <asio/execution_context.hpp>
-#else
-#include <boost/asio/execution_context.hpp>
-#endif
+#include REIN_ASIO_HEADER(execution_context.hpp)
 
 #include <atomic>
 #include <chrono>

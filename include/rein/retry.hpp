@@ -5,27 +5,19 @@
 #include <rein/algo/backoff.hpp>
 #include <rein/algo/retry_budget.hpp>
 #include <rein/config.hpp>
+#include <rein/detail/asio_header.hpp>
 #include <rein/detail/format.hpp>
 #include <rein/detail/invalid_option.hpp>
 #include <rein/detail/random_seed.hpp>
 #include <rein/null_mutex.hpp>
 #include <rein/observer.hpp>
 
-#if defined(REIN_STANDALONE_ASIO)
-#include <asio/any_io_executor.hpp>
-#include <asio/awaitable.hpp>
-#include <asio/basic_waitable_timer.hpp>
-#include <asio/this_coro.hpp>
-#include <asio/use_awaitable.hpp>
-#include <asio/wait_traits.hpp>
-#else
-#include <boost/asio/any_io_executor.hpp>
-#include <boost/asio/awaitable.hpp>
-#include <boost/asio/basic_waitable_timer.hpp>
-#include <boost/asio/this_coro.hpp>
-#include <boost/asio/use_awaitable.hpp>
-#include <boost/asio/wait_traits.hpp>
-#endif
+#include REIN_ASIO_HEADER(any_io_executor.hpp)
+#include REIN_ASIO_HEADER(awaitable.hpp)
+#include REIN_ASIO_HEADER(basic_waitable_timer.hpp)
+#include REIN_ASIO_HEADER(this_coro.hpp)
+#include REIN_ASIO_HEADER(use_awaitable.hpp)
+#include REIN_ASIO_HEADER(wait_traits.hpp)
 
 #include <chrono>
 #include <cstdint>

@@ -3,6 +3,7 @@
 
 #include <rein/config.hpp>
 #include <rein/detail/acquire_doors.hpp>
+#include <rein/detail/asio_header.hpp>
 #include <rein/detail/clock_time.hpp>
 #include <rein/detail/format.hpp>
 #include <rein/detail/limiter_core.hpp>
@@ -17,21 +18,12 @@
 #include <rein/try_result.hpp>
 #include <rein/wait_stats.hpp>
 
-#if defined(REIN_STANDALONE_ASIO)
-#include <asio/any_io_executor.hpp>
-#include <asio/async_result.hpp>
-#include <asio/awaitable.hpp>
-#include <asio/execution_context.hpp>
-#include <asio/redirect_error.hpp>
-#include <asio/use_awaitable.hpp>
-#else
-#include <boost/asio/any_io_executor.hpp>
-#include <boost/asio/async_result.hpp>
-#include <boost/asio/awaitable.hpp>
-#include <boost/asio/execution_context.hpp>
-#include <boost/asio/redirect_error.hpp>
-#include <boost/asio/use_awaitable.hpp>
-#endif
+#include REIN_ASIO_HEADER(any_io_executor.hpp)
+#include REIN_ASIO_HEADER(async_result.hpp)
+#include REIN_ASIO_HEADER(awaitable.hpp)
+#include REIN_ASIO_HEADER(execution_context.hpp)
+#include REIN_ASIO_HEADER(redirect_error.hpp)
+#include REIN_ASIO_HEADER(use_awaitable.hpp)
 
 #include <algorithm>
 #include <chrono>

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <rein/config.hpp>
+#include <rein/detail/asio_header.hpp>
 #include <rein/detail/clock_time.hpp>
 #include <rein/detail/format.hpp>
 #include <rein/detail/line_place.hpp>
@@ -21,35 +22,19 @@
 #include <rein/try_result.hpp>
 #include <rein/wait_stats.hpp>
 
-#if defined(REIN_STANDALONE_ASIO)
-#include <asio/associated_cancellation_slot.hpp>
-#include <asio/associated_executor.hpp>
-#include <asio/async_result.hpp>
-#include <asio/awaitable.hpp>
-#include <asio/basic_waitable_timer.hpp>
-#include <asio/bind_cancellation_slot.hpp>
-#include <asio/cancellation_signal.hpp>
-#include <asio/cancellation_state.hpp>
-#include <asio/co_spawn.hpp>
-#include <asio/error.hpp>
-#include <asio/this_coro.hpp>
-#include <asio/use_awaitable.hpp>
-#include <asio/wait_traits.hpp>
-#else
-#include <boost/asio/associated_cancellation_slot.hpp>
-#include <boost/asio/associated_executor.hpp>
-#include <boost/asio/async_result.hpp>
-#include <boost/asio/awaitable.hpp>
-#include <boost/asio/basic_waitable_timer.hpp>
-#include <boost/asio/bind_cancellation_slot.hpp>
-#include <boost/asio/cancellation_signal.hpp>
-#include <boost/asio/cancellation_state.hpp>
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/error.hpp>
-#include <boost/asio/this_coro.hpp>
-#include <boost/asio/use_awaitable.hpp>
-#include <boost/asio/wait_traits.hpp>
-#endif
+#include REIN_ASIO_HEADER(associated_cancellation_slot.hpp)
+#include REIN_ASIO_HEADER(associated_executor.hpp)
+#include REIN_ASIO_HEADER(async_result.hpp)
+#include REIN_ASIO_HEADER(awaitable.hpp)
+#include REIN_ASIO_HEADER(basic_waitable_timer.hpp)
+#include REIN_ASIO_HEADER(bind_cancellation_slot.hpp)
+#include REIN_ASIO_HEADER(cancellation_signal.hpp)
+#include REIN_ASIO_HEADER(cancellation_state.hpp)
+#include REIN_ASIO_HEADER(co_spawn.hpp)
+#include REIN_ASIO_HEADER(error.hpp)
+#include REIN_ASIO_HEADER(this_coro.hpp)
+#include REIN_ASIO_HEADER(use_awaitable.hpp)
+#include REIN_ASIO_HEADER(wait_traits.hpp)
 
 #include <algorithm>
 #include <array>

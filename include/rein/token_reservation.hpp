@@ -4,33 +4,22 @@
 
 #include <rein/algo/token_bucket.hpp>
 #include <rein/config.hpp>
+#include <rein/detail/asio_header.hpp>
 #include <rein/detail/limiter_core.hpp>
 #include <rein/detail/rate_limit_policy.hpp>
 #include <rein/detail/reservation_book.hpp>
 #include <rein/error.hpp>
 #include <rein/try_result.hpp>
 
-#if defined(REIN_STANDALONE_ASIO)
-#include <asio/any_io_executor.hpp>
-#include <asio/async_result.hpp>
-#include <asio/awaitable.hpp>
-#include <asio/basic_waitable_timer.hpp>
-#include <asio/cancellation_state.hpp>
-#include <asio/cancellation_type.hpp>
-#include <asio/compose.hpp>
-#include <asio/error.hpp>
-#include <asio/use_awaitable.hpp>
-#else
-#include <boost/asio/any_io_executor.hpp>
-#include <boost/asio/async_result.hpp>
-#include <boost/asio/awaitable.hpp>
-#include <boost/asio/basic_waitable_timer.hpp>
-#include <boost/asio/cancellation_state.hpp>
-#include <boost/asio/cancellation_type.hpp>
-#include <boost/asio/compose.hpp>
-#include <boost/asio/error.hpp>
-#include <boost/asio/use_awaitable.hpp>
-#endif
+#include REIN_ASIO_HEADER(any_io_executor.hpp)
+#include REIN_ASIO_HEADER(async_result.hpp)
+#include REIN_ASIO_HEADER(awaitable.hpp)
+#include REIN_ASIO_HEADER(basic_waitable_timer.hpp)
+#include REIN_ASIO_HEADER(cancellation_state.hpp)
+#include REIN_ASIO_HEADER(cancellation_type.hpp)
+#include REIN_ASIO_HEADER(compose.hpp)
+#include REIN_ASIO_HEADER(error.hpp)
+#include REIN_ASIO_HEADER(use_awaitable.hpp)
 
 #include <atomic>
 #include <chrono>

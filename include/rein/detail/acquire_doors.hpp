@@ -15,6 +15,7 @@
 #pragma once
 
 #include <rein/config.hpp>
+#include <rein/detail/asio_header.hpp>
 #include <rein/detail/clock_time.hpp>
 #include <rein/detail/line_place.hpp>
 #include <rein/detail/invalid_option.hpp>
@@ -22,18 +23,10 @@
 #include <rein/permit.hpp>
 #include <rein/try_result.hpp>
 
-#if defined(REIN_STANDALONE_ASIO)
-#include <asio/async_result.hpp>
-#include <asio/awaitable.hpp>
+#include REIN_ASIO_HEADER(async_result.hpp)
+#include REIN_ASIO_HEADER(awaitable.hpp)
 #if !REIN_HAS_AWAIT_DEFERRED
-#include <asio/use_awaitable.hpp>
-#endif
-#else
-#include <boost/asio/async_result.hpp>
-#include <boost/asio/awaitable.hpp>
-#if !REIN_HAS_AWAIT_DEFERRED
-#include <boost/asio/use_awaitable.hpp>
-#endif
+#include REIN_ASIO_HEADER(use_awaitable.hpp)
 #endif
 
 #include <chrono>

@@ -50,6 +50,7 @@
 
 #include <rein/config.hpp>
 #include <rein/detail/admission_policy.hpp>
+#include <rein/detail/asio_header.hpp>
 #include <rein/detail/clock_time.hpp>
 #include <rein/detail/deadline_heap.hpp>
 #include <rein/detail/invalid_option.hpp>
@@ -69,24 +70,13 @@
 #include <rein/try_result.hpp>
 #include <rein/wait_stats.hpp>
 
-#if defined(REIN_STANDALONE_ASIO)
-#include <asio/basic_waitable_timer.hpp>
-#include <asio/executor_work_guard.hpp>
-#include <asio/wait_traits.hpp>
+#include REIN_ASIO_HEADER(basic_waitable_timer.hpp)
+#include REIN_ASIO_HEADER(executor_work_guard.hpp)
+#include REIN_ASIO_HEADER(wait_traits.hpp)
 #if defined(REIN_SEPARATE_COMPILATION)
-#include <asio/bind_cancellation_slot.hpp>
-#include <asio/cancellation_signal.hpp>
-#include <asio/use_awaitable.hpp>
-#endif
-#else
-#include <boost/asio/basic_waitable_timer.hpp>
-#include <boost/asio/executor_work_guard.hpp>
-#include <boost/asio/wait_traits.hpp>
-#if defined(REIN_SEPARATE_COMPILATION)
-#include <boost/asio/bind_cancellation_slot.hpp>
-#include <boost/asio/cancellation_signal.hpp>
-#include <boost/asio/use_awaitable.hpp>
-#endif
+#include REIN_ASIO_HEADER(bind_cancellation_slot.hpp)
+#include REIN_ASIO_HEADER(cancellation_signal.hpp)
+#include REIN_ASIO_HEADER(use_awaitable.hpp)
 #endif
 
 #include <algorithm>

@@ -5,16 +5,11 @@
 #pragma once
 
 #include <rein/config.hpp>
+#include <rein/detail/asio_header.hpp>
 
-#if defined(REIN_STANDALONE_ASIO)
-#include <asio/associated_cancellation_slot.hpp>
-#include <asio/associator.hpp>
-#include <asio/cancellation_signal.hpp>
-#else
-#include <boost/asio/associated_cancellation_slot.hpp>
-#include <boost/asio/associator.hpp>
-#include <boost/asio/cancellation_signal.hpp>
-#endif
+#include REIN_ASIO_HEADER(associated_cancellation_slot.hpp)
+#include REIN_ASIO_HEADER(associator.hpp)
+#include REIN_ASIO_HEADER(cancellation_signal.hpp)
 
 #include <atomic>
 #include <exception>

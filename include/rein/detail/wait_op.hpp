@@ -25,30 +25,20 @@
 #pragma once
 
 #include <rein/config.hpp>
+#include <rein/detail/asio_header.hpp>
 #include <rein/detail/permit_source.hpp>
 #include <rein/detail/spare_allocator.hpp>
 #include <rein/error.hpp>
 #include <rein/permit.hpp>
 
-#if defined(REIN_STANDALONE_ASIO)
-#include <asio/associated_allocator.hpp>
-#include <asio/associated_cancellation_slot.hpp>
-#include <asio/associated_executor.hpp>
-#include <asio/any_io_executor.hpp>
-#include <asio/error.hpp>
-#include <asio/io_context.hpp>
-#include <asio/post.hpp>
-#include <asio/strand.hpp>
-#else
-#include <boost/asio/associated_allocator.hpp>
-#include <boost/asio/associated_cancellation_slot.hpp>
-#include <boost/asio/associated_executor.hpp>
-#include <boost/asio/any_io_executor.hpp>
-#include <boost/asio/error.hpp>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/post.hpp>
-#include <boost/asio/strand.hpp>
-#endif
+#include REIN_ASIO_HEADER(associated_allocator.hpp)
+#include REIN_ASIO_HEADER(associated_cancellation_slot.hpp)
+#include REIN_ASIO_HEADER(associated_executor.hpp)
+#include REIN_ASIO_HEADER(any_io_executor.hpp)
+#include REIN_ASIO_HEADER(error.hpp)
+#include REIN_ASIO_HEADER(io_context.hpp)
+#include REIN_ASIO_HEADER(post.hpp)
+#include REIN_ASIO_HEADER(strand.hpp)
 
 #include <atomic>
 #include <chrono>

@@ -3,61 +3,35 @@
 
 #include <rein/algo/backoff.hpp>
 #include <rein/config.hpp>
+#include <rein/detail/asio_header.hpp>
 #include <rein/error.hpp>
 #include <rein/redis/error.hpp>
 #include <rein/redis/reply.hpp>
 
 #include <hiredis/hiredis.h>
 
-#if defined(REIN_STANDALONE_ASIO)
-#include <asio/any_io_executor.hpp>
-#include <asio/associated_executor.hpp>
-#include <asio/async_result.hpp>
-#include <asio/basic_stream_socket.hpp>
-#include <asio/basic_waitable_timer.hpp>
-#include <asio/bind_executor.hpp>
-#include <asio/buffer.hpp>
-#include <asio/connect.hpp>
-#include <asio/error.hpp>
-#include <asio/execution_context.hpp>
-#include <asio/ip/address.hpp>
-#include <asio/ip/basic_resolver.hpp>
-#include <asio/ip/tcp.hpp>
-#include <asio/post.hpp>
-#include <asio/strand.hpp>
-#include <asio/wait_traits.hpp>
-#include <asio/write.hpp>
+#include REIN_ASIO_HEADER(any_io_executor.hpp)
+#include REIN_ASIO_HEADER(associated_executor.hpp)
+#include REIN_ASIO_HEADER(async_result.hpp)
+#include REIN_ASIO_HEADER(basic_stream_socket.hpp)
+#include REIN_ASIO_HEADER(basic_waitable_timer.hpp)
+#include REIN_ASIO_HEADER(bind_executor.hpp)
+#include REIN_ASIO_HEADER(buffer.hpp)
+#include REIN_ASIO_HEADER(connect.hpp)
+#include REIN_ASIO_HEADER(error.hpp)
+#include REIN_ASIO_HEADER(execution_context.hpp)
+#include REIN_ASIO_HEADER(ip/address.hpp)
+#include REIN_ASIO_HEADER(ip/basic_resolver.hpp)
+#include REIN_ASIO_HEADER(ip/tcp.hpp)
+#include REIN_ASIO_HEADER(post.hpp)
+#include REIN_ASIO_HEADER(strand.hpp)
+#include REIN_ASIO_HEADER(wait_traits.hpp)
+#include REIN_ASIO_HEADER(write.hpp)
 #if defined(REIN_REDIS_TLS)
-#include <asio/ssl/context.hpp>
-#include <asio/ssl/error.hpp>
-#include <asio/ssl/stream.hpp>
-#endif
-#else
-#include <boost/asio/any_io_executor.hpp>
-#include <boost/asio/associated_executor.hpp>
-#include <boost/asio/async_result.hpp>
-#include <boost/asio/basic_stream_socket.hpp>
-#include <boost/asio/basic_waitable_timer.hpp>
-#include <boost/asio/bind_executor.hpp>
-#include <boost/asio/buffer.hpp>
-#include <boost/asio/connect.hpp>
-#include <boost/asio/error.hpp>
-#include <boost/asio/execution_context.hpp>
-#include <boost/asio/ip/address.hpp>
-#include <boost/asio/ip/basic_resolver.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/post.hpp>
-#include <boost/asio/strand.hpp>
-#include <boost/asio/wait_traits.hpp>
-#include <boost/asio/write.hpp>
-#if defined(REIN_REDIS_TLS)
-#include <boost/asio/ssl/context.hpp>
-#include <boost/asio/ssl/error.hpp>
-#include <boost/asio/ssl/stream.hpp>
-#endif
-#endif
+#include REIN_ASIO_HEADER(ssl/context.hpp)
+#include REIN_ASIO_HEADER(ssl/error.hpp)
+#include REIN_ASIO_HEADER(ssl/stream.hpp)
 
-#if defined(REIN_REDIS_TLS)
 #include <openssl/ssl.h>
 #include <openssl/x509_vfy.h>
 #endif

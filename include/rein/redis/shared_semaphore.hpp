@@ -3,6 +3,7 @@
 #pragma once
 
 #include <rein/config.hpp>
+#include <rein/detail/asio_header.hpp>
 #include <rein/permit.hpp>
 #include <rein/redis/connection.hpp>
 #include <rein/redis/detail/random_name.hpp>
@@ -10,11 +11,7 @@
 #include <rein/redis/detail/scripted_transport.hpp>
 #include <rein/redis/detail/semaphore_admission.hpp>
 
-#if defined(REIN_STANDALONE_ASIO)
-#include <asio/basic_waitable_timer.hpp>
-#else
-#include <boost/asio/basic_waitable_timer.hpp>
-#endif
+#include REIN_ASIO_HEADER(basic_waitable_timer.hpp)
 
 #include <algorithm>
 #include <array>

@@ -2,12 +2,9 @@
 #pragma once
 
 #include <rein/config.hpp>
+#include <rein/detail/asio_header.hpp>
 
-#if defined(REIN_STANDALONE_ASIO)
-#include <asio/wait_traits.hpp>
-#else
-#include <boost/asio/wait_traits.hpp>
-#endif
+#include REIN_ASIO_HEADER(wait_traits.hpp)
 
 #include <algorithm>
 #include <atomic>

@@ -7,6 +7,7 @@
 
 #include <rein/algo/rate_limit.hpp>
 #include <rein/config.hpp>
+#include <rein/detail/asio_header.hpp>
 #include <rein/detail/clock_time.hpp>
 #include <rein/detail/limiter_core.hpp>
 #include <rein/detail/remote_admission.hpp>
@@ -15,11 +16,7 @@
 #include <rein/redis/error.hpp>
 #include <rein/wait_stats.hpp>
 
-#if defined(REIN_STANDALONE_ASIO)
-#include <asio/error.hpp>
-#else
-#include <boost/asio/error.hpp>
-#endif
+#include REIN_ASIO_HEADER(error.hpp)
 
 #include <algorithm>
 #include <array>

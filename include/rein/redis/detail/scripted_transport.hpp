@@ -6,6 +6,7 @@
 
 #include <rein/config.hpp>
 #include <rein/detail/acquire_doors.hpp>
+#include <rein/detail/asio_header.hpp>
 #include <rein/detail/clock_time.hpp>
 #include <rein/detail/limiter_core.hpp>
 #include <rein/detail/remote_admission.hpp>
@@ -21,19 +22,11 @@
 
 #include <hiredis/hiredis.h>
 
-#if defined(REIN_STANDALONE_ASIO)
-#include <asio/any_io_executor.hpp>
-#include <asio/async_result.hpp>
-#include <asio/awaitable.hpp>
-#include <asio/execution_context.hpp>
-#include <asio/use_awaitable.hpp>
-#else
-#include <boost/asio/any_io_executor.hpp>
-#include <boost/asio/async_result.hpp>
-#include <boost/asio/awaitable.hpp>
-#include <boost/asio/execution_context.hpp>
-#include <boost/asio/use_awaitable.hpp>
-#endif
+#include REIN_ASIO_HEADER(any_io_executor.hpp)
+#include REIN_ASIO_HEADER(async_result.hpp)
+#include REIN_ASIO_HEADER(awaitable.hpp)
+#include REIN_ASIO_HEADER(execution_context.hpp)
+#include REIN_ASIO_HEADER(use_awaitable.hpp)
 
 #include <algorithm>
 #include <chrono>
