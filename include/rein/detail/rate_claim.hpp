@@ -4,13 +4,10 @@
 #pragma once
 
 #include <rein/config.hpp>
+#include <rein/detail/asio_header.hpp>
 #include <rein/detail/wait_op.hpp>
 
-#if defined(REIN_STANDALONE_ASIO)
-#include <asio/async_result.hpp>
-#else
-#include <boost/asio/async_result.hpp>
-#endif
+#include REIN_ASIO_HEADER(async_result.hpp)
 
 #include <cstddef>
 #include <memory>
