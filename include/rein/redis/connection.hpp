@@ -43,6 +43,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <mutex>
@@ -259,6 +260,26 @@ class command_link {
   ~command_link() = default;
 };
 
+/// Where a connection goes when its address is not fixed (Redis Sentinel): asked anew before every
+/// connection attempt, the first included. Not API; rein::redis::basic_sentinel implements it.
+class address_source {
+ public:
+  /// The answer: clear `ec` and the address to connect to, or why there is none (the attempt then fails
+  /// as a refused connection would: backoff, then ask again).
+  using done_type = std::function<void(const error_code& ec, const std::string& host, std::uint16_t port)>;
+
+  address_source() = default;
+  address_source(const address_source&) = delete;
+  address_source& operator=(const address_source&) = delete;
+
+  /// Finds the address and calls `done` exactly once, from any thread, possibly inside this call. Must
+  /// answer in bounded time: the connection arms its connect_timeout only once it has the address.
+  virtual void async_address(done_type done) = 0;
+
+ protected:
+  ~address_source() = default;
+};
+
 inline connection_options validated(connection_options o) {
   const auto fail = [](const std::string& what) {
     throw std::invalid_argument("rein::redis::connection: " + what);
@@ -467,6 +488,14 @@ class connection_core final : public command_link, public std::enable_shared_fro
     return true;
   }
 
+  /// Takes the address of every later connection attempt from `source` instead of `host` and `port` (which
+  /// are then ignored). Then a READONLY error reply (the server was demoted to a replica) drops the
+  /// connection after its replies are delivered, so that the next attempt asks `source` again.
+  void set_address_source(std::shared_ptr<address_source> source) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    source_ = std::move(source);
+  }
+
   /// Starts connecting if nothing has yet (the first submit would). For a connection known to be needed
   /// soon, such as a cluster node that just took over slots.
   void connect() {
@@ -649,14 +678,28 @@ class connection_core final : public command_link, public std::enable_shared_fro
 
   void start_connect() {
     std::uint64_t generation = 0;
+    std::shared_ptr<address_source> source;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       if (state_ == state::closed) return;
       state_ = state::connecting;
       generation = ++generation_;
+      source = source_;
     }
+    if (!source) return connect_to(generation, options_.host, options_.port);
+    source->async_address([self = this->shared_from_this(), generation](const error_code& ec, const std::string& host,
+                                                                        std::uint16_t port) {
+      net::post(self->strand_, [self, generation, ec, host, port] {
+        if (self->stale(generation)) return;
+        if (ec) return self->fail(generation, ec);
+        self->connect_to(generation, host, port);
+      });
+    });
+  }
+
+  void connect_to(std::uint64_t generation, const std::string& host, std::uint16_t port) {
 #if defined(REIN_REDIS_TLS)
-    if (tls_context_) start_tls_stream();
+    if (tls_context_) start_tls_stream(host);
 #endif
     auto self = this->shared_from_this();
     auto keep = stream_keepalive();
@@ -667,14 +710,14 @@ class connection_core final : public command_link, public std::enable_shared_fro
     // An address needs no resolver: Asio resolves on one thread per execution context, first come first
     // served, so a slow name elsewhere (another node's, a user's) would otherwise delay this connection.
     error_code not_an_address;
-    const auto address = net::ip::make_address(options_.host, not_an_address);
+    const auto address = net::ip::make_address(host, not_an_address);
     if (!not_an_address) {
-      tcp_socket().async_connect(tcp::endpoint(address, options_.port), on_strand([self, generation, keep](const error_code& e) {
+      tcp_socket().async_connect(tcp::endpoint(address, port), on_strand([self, generation, keep](const error_code& e) {
                                    self->on_connected(generation, e);
                                  }));
       return;
     }
-    resolver_.async_resolve(options_.host, std::to_string(options_.port),
+    resolver_.async_resolve(host, std::to_string(port),
                             on_strand([self, generation](const error_code& ec, typename resolver_type::results_type r) {
                               self->on_resolved(generation, ec, std::move(r));
                             }));
@@ -682,9 +725,10 @@ class connection_core final : public command_link, public std::enable_shared_fro
 
 #if defined(REIN_REDIS_TLS)
   // A fresh TLS stream for this attempt, naming the server for SNI and for the certificate check.
-  void start_tls_stream() {
+  // `host`: the address this attempt connects to (the configured one, or the one an address source gave).
+  void start_tls_stream(const std::string& host) {
     tls_ = std::make_shared<tls_stream_type>(executor_, *tls_context_);
-    const std::string& name = options_.tls.server_name.empty() ? options_.host : options_.tls.server_name;
+    const std::string& name = options_.tls.server_name.empty() ? host : options_.tls.server_name;
     error_code not_an_address;
     (void)net::ip::make_address(name, not_an_address);
     ::SSL* ssl = tls_->native_handle();
@@ -956,8 +1000,12 @@ class connection_core final : public command_link, public std::enable_shared_fro
       else replies_.push_back(static_cast<::redisReply*>(r));
     }
     request_list answered;
+    bool demoted = false;
     {
       std::lock_guard<std::mutex> lock(mutex_);
+      if (source_) demoted = std::any_of(replies_.begin(), replies_.end(), [](const ::redisReply* r) {
+        return r->type == REDIS_REPLY_ERROR && std::string_view(r->str, r->len).starts_with("READONLY");
+      });
       const auto now = clock::now();
       for (std::size_t i = 0; i < replies_.size() && !pending_.empty(); ++i) {
         request_node* node = pending_.pop_front();
@@ -985,6 +1033,7 @@ class connection_core final : public command_link, public std::enable_shared_fro
     }
     replies_.clear();
     if (malformed) return fail(generation, errc::protocol_error);
+    if (demoted) return fail(generation, errc::unavailable);  // ask the source where the master went
     if (!stale(generation)) start_read(generation);
   }
 
@@ -1022,6 +1071,7 @@ class connection_core final : public command_link, public std::enable_shared_fro
   bool scripts_ = false;       // a SCRIPT LOAD is among the startup commands: EVALSHA's ACL is checked too
   error_code startup_failure_;  // a refused startup command on the current connection (async_connect)
   bool answered_ = false;       // a reply came on the current connection
+  std::shared_ptr<address_source> source_;  // when set, asked for the address before every attempt
   connection_snapshot stats_{};
 
   std::atomic<bool> connected_{false};
