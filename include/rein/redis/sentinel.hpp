@@ -53,7 +53,11 @@ struct sentinel_options {
   /// (see connection_options). `host` and `port` are ignored: they come from the sentinels. The default
   /// reconnect_cap is 250 ms here (1 s for a plain connection): while a failover is under way every attempt
   /// fails, and the cap bounds how long after the sentinels name the new master the next attempt waits.
-  connection_options connection{.reconnect_cap = std::chrono::milliseconds{250}};
+  connection_options connection = [] {
+    connection_options c;
+    c.reconnect_cap = std::chrono::milliseconds{250};
+    return c;
+  }();
   /// `AUTH` to the sentinels (`requirepass` in sentinel.conf), when not empty; with `sentinel_username`
   /// for an ACL user. The master's credentials are in `connection`.
   std::string sentinel_username{};
@@ -124,14 +128,14 @@ class sentinel_source final : public address_source, public std::enable_shared_f
     check_options_.connect_timeout = check_options_.request_timeout = o.sentinel_timeout;
     sentinels_.reserve(o.sentinels.size());
     for (const endpoint& e : o.sentinels) {
-      connection_options s{.host = e.host,
-                           .port = e.port,
-                           .username = o.sentinel_username,
-                           .password = o.sentinel_password,
-                           .connect_timeout = o.sentinel_timeout,
-                           .request_timeout = o.sentinel_timeout,
-                           .reconnect_base = std::chrono::milliseconds{10},
-                           .reconnect_cap = std::max(std::chrono::milliseconds{10}, o.sentinel_timeout)};
+      connection_options s;  // assigned field by field: fields added later keep their defaults
+      s.host = e.host;
+      s.port = e.port;
+      s.username = o.sentinel_username;
+      s.password = o.sentinel_password;
+      s.connect_timeout = s.request_timeout = o.sentinel_timeout;
+      s.reconnect_base = std::chrono::milliseconds{10};
+      s.reconnect_cap = std::max(std::chrono::milliseconds{10}, o.sentinel_timeout);
       sentinels_.push_back(std::make_shared<core_type>(ex, std::move(s)));
     }
   }
