@@ -400,3 +400,51 @@ TEST_CASE("grants the old master never replicated can be granted again once: at 
   CHECK(w.max_in_flight == 2 * limit);  // b took all 4 places again while a held its 4
   CHECK(w.granted_after_resume > 0);
 }
+
+namespace {
+
+// Names the replica at first (as a stale sentinel would), the master afterwards; counts the questions.
+class scripted_source final : public rein::redis::detail::address_source {
+ public:
+  scripted_source(std::uint16_t first, std::uint16_t then) : first_(first), then_(then) {}
+  void async_address(done_type done) override {
+    const int asked = ++asked_;
+    done({}, "127.0.0.1", asked == 1 ? first_ : then_);
+  }
+  int asked() const noexcept { return asked_.load(); }
+
+ private:
+  std::uint16_t first_;
+  std::uint16_t then_;
+  std::atomic<int> asked_{0};
+};
+
+}  // namespace
+
+TEST_CASE("a READONLY reply drops a connection with an address source, and the next attempt asks again") {
+  rein_test::redis_server master(rein_test::free_port());
+  rein_test::redis_server replica(rein_test::free_port(), {"--replicaof", "127.0.0.1", std::to_string(master.port())});
+  net::io_context io;
+  rein::redis::connection c(io);
+  auto source = std::make_shared<scripted_source>(replica.port(), master.port());
+  c.core()->set_address_source(source);
+
+  rein::error_code ec;
+  const auto refused = rein_test::execute(io, c, {"SET", "where", "master"}, &ec);
+  REQUIRE_FALSE(ec);
+  CHECK(refused.is_error());
+  CHECK(refused.text.starts_with("READONLY"));
+  // The demoted server's connection is dropped after its reply; the next attempt goes where the source says.
+  std::string stored;
+  REQUIRE(rein_test::run_until(
+      io,
+      [&] {
+        rein::error_code e;
+        const auto r = rein_test::execute(io, c, {"SET", "where", "master"}, &e);
+        return !e && r.type == rein::redis::reply::kind::status && r.text == "OK";
+      },
+      5s));
+  CHECK(source->asked() == 2);
+  CHECK(c.snapshot().disconnects == 1);
+  CHECK(ask(master.port(), {"GET", "where"}) == "master");
+}
