@@ -64,8 +64,9 @@ struct sentinel_options {
   /// See sentinel_username.
   std::string sentinel_password{};
   /// Each question to a sentinel, and each ROLE check of a candidate master, fails after this long without
-  /// an answer (connection and reply alike), and the next sentinel is asked. One search for the master
-  /// takes at most 2 x sentinels.size() x sentinel_timeout. Must be > 0.
+  /// an answer (the connection, then the reply, each), and the next sentinel is asked. One search for the
+  /// master takes at most 4 x sentinels.size() x sentinel_timeout (question and ROLE check, each a
+  /// connection and a reply); commands issued meanwhile wait for it. Must be > 0.
   std::chrono::milliseconds sentinel_timeout{250};
 };
 
