@@ -75,13 +75,13 @@ bool wait_for(Pred pred, std::chrono::milliseconds limit) {
 // A redis-server in Sentinel mode, with a config file of its own in `dir` (Sentinel rewrites it).
 class sentinel_process {
  public:
-  sentinel_process(const std::filesystem::path& dir, std::uint16_t master_port, int index)
+  sentinel_process(const std::filesystem::path& dir, std::uint16_t master_port, int index, int quorum = 2)
       : port_(rein_test::free_port()) {
     const auto conf = dir / ("sentinel-" + std::to_string(index) + ".conf");
     {
       std::ofstream f(conf);
       f << "port " << port_ << "\nbind 127.0.0.1\ndaemonize no\nlogfile \"\"\ndir " << dir.string() << "\n"
-        << "sentinel monitor " << master_name << " 127.0.0.1 " << master_port << " 2\n"
+        << "sentinel monitor " << master_name << " 127.0.0.1 " << master_port << " " << quorum << "\n"
         << "sentinel down-after-milliseconds " << master_name << " 400\n"
         << "sentinel failover-timeout " << master_name << " 3000\n"
         << "sentinel parallel-syncs " << master_name << " 1\n";
@@ -447,4 +447,55 @@ TEST_CASE("a READONLY reply drops a connection with an address source, and the n
   CHECK(source->asked() == 2);
   CHECK(c.snapshot().disconnects == 1);
   CHECK(ask(master.port(), {"GET", "where"}) == "master");
+}
+
+TEST_CASE("the search passes over a hung, a wrong and a stale sentinel, then asks the one that answered first") {
+  rein_test::temp_dir dir("sentinel-search");
+  rein_test::redis_server master(rein_test::free_port());
+  rein_test::redis_server replica(rein_test::free_port(), {"--replicaof", "127.0.0.1", std::to_string(master.port())});
+  rein_test::redis_server hung(rein_test::free_port());
+  rein_test::redis_server plain(rein_test::free_port());  // no sentinel: SENTINEL is an unknown command there
+  // Lone sentinels with a quorum they cannot reach, so they never fail anything over: one names the
+  // replica (stale), one the master.
+  sentinel_process stale(dir.path(), replica.port(), 0, 2);
+  sentinel_process good(dir.path(), master.port(), 1, 2);
+  hung.pause();
+
+  net::io_context io;
+  rein::redis::sentinel_options so{.sentinels = {{"127.0.0.1", hung.port()},
+                                                 {"127.0.0.1", plain.port()},
+                                                 {"127.0.0.1", stale.port()},
+                                                 {"127.0.0.1", good.port()}},
+                                   .master_name = std::string(master_name)};
+  so.sentinel_timeout = 200ms;
+  rein::redis::sentinel client(io, so);
+
+  const auto started = steady::now();
+  CHECK(rein_test::execute(io, client.connection(), {"SET", "found", "yes"}).text == "OK");
+  const double took = ms(steady::now() - started);
+  auto s = client.snapshot();
+  CHECK(s.master_known);
+  CHECK(s.master.port == master.port());
+  CHECK(s.discoveries == 1);
+  CHECK(s.failed_discoveries == 0);
+  CHECK(s.failovers == 0);
+  CHECK(s.sentinel_queries == 4);   // hung (timed out), plain (error reply), stale, good
+  CHECK(s.sentinel_failures == 2);
+  CHECK(s.role_checks == 2);        // the replica, then the master
+  CHECK(s.role_mismatches == 1);
+  CHECK(took >= 200);               // the hung sentinel's timeout
+  CHECK(took < 1000);
+
+  // Every normal client of the master is disconnected (as Sentinel does when it reconfigures an instance):
+  // the reconnection searches again, asking first the sentinel that answered.
+  ask(master.port(), {"CLIENT", "KILL", "TYPE", "normal"});
+  REQUIRE(rein_test::run_until(io, [&] { return client.snapshot().discoveries == 2 && client.connected(); }, 5s));
+  s = client.snapshot();
+  CHECK(s.sentinel_queries == 5);
+  CHECK(s.sentinel_failures == 2);
+  CHECK(s.role_checks == 3);
+  CHECK(s.role_mismatches == 1);
+  CHECK(s.failovers == 0);
+  CHECK(s.connection.disconnects == 1);
+  hung.resume();
 }
