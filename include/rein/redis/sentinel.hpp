@@ -408,7 +408,11 @@ class basic_sentinel {
   const sentinel_options& options() const noexcept { return options_; }
 
   /// Sends one command to the master; as basic_connection::async_execute (the same completion signature
-  /// `void(error_code, rein::redis::reply)`, errors and cancellation).
+  /// `void(error_code, rein::redis::reply)` and errors; errc::unavailable also while no sentinel names a
+  /// confirmed master). A command issued while a search runs waits for it and for the connection.
+  ///
+  /// @par Per-Operation Cancellation
+  /// None: a command on the wire cannot be taken back.
   template <REIN_COMPLETION_TOKEN_FOR(void(error_code, reply)) Token = default_token_t>
   auto async_execute(std::span<const std::string_view> args, Token&& token = Token{}) {
     return master_.async_execute(args, std::forward<Token>(token));
