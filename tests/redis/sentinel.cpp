@@ -244,7 +244,9 @@ double ms(steady::duration d) { return std::chrono::duration<double, std::milli>
 struct deployment {
   rein_test::temp_dir dir{"sentinel"};
   rein_test::redis_server master{rein_test::free_port()};
-  rein_test::redis_server replica{rein_test::free_port(), {"--replicaof", "127.0.0.1", std::to_string(master.port())}};
+  // A replica writes the master's snapshot to disk at every full sync: into the temporary directory.
+  rein_test::redis_server replica{rein_test::free_port(),
+                                  {"--replicaof", "127.0.0.1", std::to_string(master.port()), "--dir", dir.path().string()}};
   std::vector<std::unique_ptr<sentinel_process>> sentinels;
   std::vector<std::uint16_t> ports;
   std::unique_ptr<sentinel_events> events;
@@ -425,8 +427,10 @@ class scripted_source final : public rein::redis::detail::address_source {
 }  // namespace
 
 TEST_CASE("a READONLY reply drops a connection with an address source, and the next attempt asks again") {
+  rein_test::temp_dir dir("sentinel-readonly");
   rein_test::redis_server master(rein_test::free_port());
-  rein_test::redis_server replica(rein_test::free_port(), {"--replicaof", "127.0.0.1", std::to_string(master.port())});
+  rein_test::redis_server replica(rein_test::free_port(),
+                                  {"--replicaof", "127.0.0.1", std::to_string(master.port()), "--dir", dir.path().string()});
   net::io_context io;
   rein::redis::connection c(io);
   auto source = std::make_shared<scripted_source>(replica.port(), master.port());
@@ -455,7 +459,8 @@ TEST_CASE("a READONLY reply drops a connection with an address source, and the n
 TEST_CASE("the search passes over a hung, a wrong and a stale sentinel, then asks the one that answered first") {
   rein_test::temp_dir dir("sentinel-search");
   rein_test::redis_server master(rein_test::free_port());
-  rein_test::redis_server replica(rein_test::free_port(), {"--replicaof", "127.0.0.1", std::to_string(master.port())});
+  rein_test::redis_server replica(rein_test::free_port(),
+                                  {"--replicaof", "127.0.0.1", std::to_string(master.port()), "--dir", dir.path().string()});
   rein_test::redis_server hung(rein_test::free_port());
   rein_test::redis_server plain(rein_test::free_port());  // no sentinel: SENTINEL is an unknown command there
   // Lone sentinels with a quorum they cannot reach, so they never fail anything over: one names the
