@@ -243,7 +243,8 @@ double ms(steady::duration d) { return std::chrono::duration<double, std::milli>
 // other two and the replica), and a subscriber to their events.
 struct deployment {
   rein_test::temp_dir dir{"sentinel"};
-  rein_test::redis_server master{rein_test::free_port()};
+  // Diskless full sync at once (Redis 7 waits 5 s for more replicas by default), nothing read from a cwd.
+  rein_test::redis_server master{rein_test::free_port(), {"--repl-diskless-sync-delay", "0", "--dir", dir.path().string()}};
   // A replica writes the master's snapshot to disk at every full sync: into the temporary directory.
   rein_test::redis_server replica{rein_test::free_port(),
                                   {"--replicaof", "127.0.0.1", std::to_string(master.port()), "--dir", dir.path().string()}};
@@ -428,7 +429,7 @@ class scripted_source final : public rein::redis::detail::address_source {
 
 TEST_CASE("a READONLY reply drops a connection with an address source, and the next attempt asks again") {
   rein_test::temp_dir dir("sentinel-readonly");
-  rein_test::redis_server master(rein_test::free_port());
+  rein_test::redis_server master(rein_test::free_port(), {"--repl-diskless-sync-delay", "0", "--dir", dir.path().string()});
   rein_test::redis_server replica(rein_test::free_port(),
                                   {"--replicaof", "127.0.0.1", std::to_string(master.port()), "--dir", dir.path().string()});
   net::io_context io;
@@ -458,7 +459,7 @@ TEST_CASE("a READONLY reply drops a connection with an address source, and the n
 
 TEST_CASE("the search passes over a hung, a wrong and a stale sentinel, then asks the one that answered first") {
   rein_test::temp_dir dir("sentinel-search");
-  rein_test::redis_server master(rein_test::free_port());
+  rein_test::redis_server master(rein_test::free_port(), {"--repl-diskless-sync-delay", "0", "--dir", dir.path().string()});
   rein_test::redis_server replica(rein_test::free_port(),
                                   {"--replicaof", "127.0.0.1", std::to_string(master.port()), "--dir", dir.path().string()});
   rein_test::redis_server hung(rein_test::free_port());
