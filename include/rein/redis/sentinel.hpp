@@ -3,6 +3,7 @@
 #pragma once
 
 #include <rein/config.hpp>
+#include <rein/detail/asio_header.hpp>
 #include <rein/error.hpp>
 #include <rein/redis/cluster.hpp>
 #include <rein/redis/connection.hpp>
@@ -12,15 +13,9 @@
 
 #include <hiredis/hiredis.h>
 
-#if defined(REIN_STANDALONE_ASIO)
-#include <asio/any_io_executor.hpp>
-#include <asio/async_result.hpp>
-#include <asio/execution_context.hpp>
-#else
-#include <boost/asio/any_io_executor.hpp>
-#include <boost/asio/async_result.hpp>
-#include <boost/asio/execution_context.hpp>
-#endif
+#include REIN_ASIO_HEADER(any_io_executor.hpp)
+#include REIN_ASIO_HEADER(async_result.hpp)
+#include REIN_ASIO_HEADER(execution_context.hpp)
 
 #include <algorithm>
 #include <chrono>
