@@ -595,9 +595,9 @@ class connection_core final : public command_link, public std::enable_shared_fro
   // Checks the reply of a handshake or startup command.
   class startup_node final : public request_node {
    public:
-    startup_node(std::weak_ptr<connection_core> core, std::uint64_t generation, startup_kind kind,
+    startup_node(std::weak_ptr<connection_core> core, std::uint64_t generation, startup_kind what,
                  std::string_view label)
-        : core_(std::move(core)), label_(label), generation_(generation), kind_(kind) {}
+        : core_(std::move(core)), label_(label), generation_(generation), kind_(what) {}
 
     void complete(const error_code& ec, const ::redisReply* reply) noexcept override {
       const bool refused = !ec && reply != nullptr && reply->type == REDIS_REPLY_ERROR;
@@ -804,9 +804,9 @@ class connection_core final : public command_link, public std::enable_shared_fro
       const auto now = clock::now();
       startup_failure_ = {};
       answered_ = false;
-      const auto add = [&](std::string command, startup_kind kind) {
-        auto* node = new startup_node(this->weak_from_this(), generation, kind,
-                                      kind == startup_kind::permission_probe ? std::string(evalsha_probe_label)
+      const auto add = [&](std::string command, startup_kind what) {
+        auto* node = new startup_node(this->weak_from_this(), generation, what,
+                                      what == startup_kind::permission_probe ? std::string(evalsha_probe_label)
                                                                              : command_label(command));
         node->submitted_ = now;
         hello.push_back(node);
