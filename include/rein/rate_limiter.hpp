@@ -11,7 +11,6 @@
 #include <rein/detail/format.hpp>
 #include <rein/detail/invalid_option.hpp>
 #include <rein/detail/limiter_core.hpp>
-#include <rein/detail/rate_claim.hpp>
 #include <rein/detail/rate_limit_policy.hpp>
 #include <rein/error.hpp>
 #include <rein/line_view.hpp>
@@ -293,9 +292,6 @@ class basic_rate_limiter {
 
   /// The waiter core, for a derived type's own steps under its lock (a token bucket's reservations).
   core_type* core() const noexcept { return core_.get(); }
-
-  // A throttle waits on the line until it could take its key's units (detail/rate_claim.hpp).
-  friend struct detail::rate_line_access;
 
  public:
 

@@ -7,7 +7,6 @@
 #include <rein/detail/clock_time.hpp>
 #include <rein/detail/format.hpp>
 #include <rein/detail/line_place.hpp>
-#include <rein/detail/rate_claim.hpp>
 #include <rein/detail/spawned_operation.hpp>
 #include <rein/detail/throttle_stages.hpp>
 #include <rein/error.hpp>
@@ -277,17 +276,14 @@ REIN_DECL throttle_error throttle_failure(const error_code& ec, std::string_view
 /// 2. It takes its key's concurrency permits, waiting if it must. A caller waiting here holds nothing any
 ///    other key needs.
 /// 3. It waits until its key's rates could take its charge, taking nothing yet (a key's rate is looked at,
-///    not consumed: a caller waiting for its own key never holds rate units or a global slot). It waits in
-///    the rate limiter's own line (a ready wait), whose grant keeps the room for it, taken by nobody else,
-///    until step 5 takes it (or the caller fails and gives it up).
+///    not consumed: a caller waiting for its own key never holds rate units or a global slot).
 /// 4. It takes the global concurrency permits, waiting if it must.
 /// 5. It takes every rate's units at once, all or nothing, and is admitted in the same instant. So the rate
 ///    that any upstream sees, counted at the moment each call is sent, never exceeds any rate stage's bound:
 ///    at most `burst + rate x window` admissions in every window. If a global rate has no room, the caller
 ///    waits for it on that limiter's line, keeping its global slot (everyone needs that rate: holding the
-///    slot delays nobody behind another key's backlog) and the room its key's rate keeps for it; if its
-///    key's rate has no room any more (lowered meanwhile), it returns to step 3, where it gives the global
-///    slots back if it must wait.
+///    slot delays nobody behind another key's backlog); if its key's rate has no room any more, it returns
+///    to step 3, where it gives the global slots back if it must wait.
 /// 6. A gate paused meanwhile (a 429 answered to a call of the same key) sends it back to step 1: the rate
 ///    units go back (refunded in the instant they were taken) and so do the global slots.
 /// A caller whose first try is refused goes on from what that try took (the gates it passed, the permits
@@ -301,21 +297,21 @@ REIN_DECL throttle_error throttle_failure(const error_code& ec, std::string_view
 /// What the promises assume: they hold within one throttle. Two throttles sharing concurrency stages must
 /// list them in the same relative order (else two callers can each hold what the other waits for), and a
 /// global rate shared with another throttle is waited for with this throttle's global slots held, so there
-/// a backlog at that rate delays this throttle's other upstreams. A key's rate stage without a line of its
-/// own (the Redis bucket) is watched on a timer set for the instant its limit gives (re-asked on waking).
-/// A sliding window's refund forgets its oldest start, not the one just taken, so the give-backs of steps 5
-/// and 6 leave it a start that slides out with the window (never an overrun).
+/// a backlog at that rate delays this throttle's other upstreams. A key's rate is watched on a timer set for
+/// the instant its limit gives (re-asked on waking): a refund, set_rate or close meanwhile counts when the
+/// caller wakes. A sliding window's refund forgets its oldest start, not the one just taken, so the
+/// give-backs of steps 5 and 6 leave it a start that slides out with the window (never an overrun).
 ///
-/// Order: every wait is on a stage's own line, in its order (FIFO by default), with its deadline and
-/// cancellation. A key's callers are first come, first served: they wait for the key's rate in its line in
-/// arrival order, and the room it keeps for the one it grants goes to nobody behind it (40 callers of a key
-/// limited to 100/s with a burst of 1 are admitted in arrival order, exactly 10 ms apart; also when the
-/// key's limiter serves its line in priority or fair order, where the throttle's callers all wait alike).
-/// A 429 breaks the order for its key: a caller sent back to the gate at step 6 rejoins its line behind
-/// those who came later. Callers of different keys pass the per-key stages independently. Likewise a
-/// stage's own snapshot counts every pass through it: its acquired_total includes the permits a caller took,
-/// gave back at step 3 or 6 and took again, so it can exceed the throttle's acquired_total (one per guard
-/// handed out). The throttle's
+/// Order: the throttle as a whole is not first come, first served. Each stage's own line is (FIFO by
+/// default), but a caller that gives its global slots back at step 5 or 6 rejoins a line behind those who
+/// came later; a caller waiting at step 3 sleeps on its own timer until its key's rate could take it, so a
+/// newcomer of that key that finds room first (a refund, a reconfiguration) passes ahead of it, and callers
+/// of one key whose timers are due at the same instant wake in the order Asio's timer queue picks (not
+/// their arrival order: 40 callers of a key limited to 100/s with a burst of 1 are admitted 10 ms apart, in
+/// no set order); and callers of different keys pass the per-key stages independently. Likewise a stage's
+/// own snapshot counts every pass through it: its acquired_total includes the permits a caller took, gave
+/// back at step 5 or 6 and took again, and the units step 3 takes and refunds at once while waiting on a
+/// rate's line, so it can exceed the throttle's acquired_total (one per guard handed out). The throttle's
 /// snapshot().stages says which of a stage's grants were admissions, re-takes or abandoned, with the rule
 /// that adds them up to the stage's own count (rein::throttle_snapshot).
 ///
@@ -402,23 +398,6 @@ class throttle {
     return i;
   }();
 
-  // Whether the stage at I is a key's rate whose line keeps room for the caller at step 3 (a ready wait).
-  template <std::size_t I>
-  static constexpr bool keeps_room() {
-    if constexpr (ranks_[I] == rank::rate && keyed_[I]) return detail::ready_line<limiter_type<I>>;
-    else return false;
-  }
-  // Each place's slot in holdings::claims (SIZE_MAX: none), so that a throttle without such a stage carries
-  // no claim at all (its guards are as small, and its fast path as short, as without ready waits).
-  static constexpr std::array<std::size_t, stage_count> claim_slot_ = []<std::size_t... I>(std::index_sequence<I...>) {
-    std::array<std::size_t, stage_count> slots{};
-    std::size_t next = 0;
-    ((slots[I] = keeps_room<I>() ? next++ : SIZE_MAX), ...);
-    return slots;
-  }(std::make_index_sequence<stage_count>{});
-  static constexpr std::size_t claim_count_ = static_cast<std::size_t>(
-      std::count_if(claim_slot_.begin(), claim_slot_.end(), [](std::size_t slot) { return slot != SIZE_MAX; }));
-
  public:
   /// What a guard holds for each stage. Not API.
   struct holdings {
@@ -428,9 +407,6 @@ class throttle {
     std::array<permit, stage_count> permits{};
     /// The units taken from each rate stage.
     std::array<std::size_t, stage_count> units{};
-    /// The room each key's rate stage keeps for the caller from step 3 until step 5 takes it (each claim
-    /// shares its line's core: safe to give up after the key's limiter is unpinned or gone).
-    std::array<detail::rate_claim, claim_count_> claims{};
     /// Each stage this acquire has taken at least once (a second take is a re-take); cleared at admission.
     std::bitset<stage_count> taken{};
     /// Each hinted rate stage's admission_counts::admitted (for a keyed stage, its key's) just after this
@@ -779,16 +755,6 @@ class throttle {
   try_status try_rate(guard& g, time_point now) {
     const std::size_t n = units_of<I>(g.charge_);
     if (n == 0) return try_status::acquired;
-    if constexpr (keeps_room<I>()) {
-      if (detail::rate_claim& kept = g.held_.claims[claim_slot_[I]]) {  // step 3's room: taken, or the claim ends
-        kept.taken();
-        const try_status status = detail::rate_line_access::line(limiter<I>(g.held_))->take_claim(n, &now);
-        if (status != try_status::acquired) return status;
-        g.held_.units[I] = n;
-        note_take(g, I);
-        return try_status::acquired;
-      }
-    }
     const auto r = try_take_at(limiter<I>(g.held_), n, now);
     if (!static_cast<bool>(r)) {
       if constexpr (requires { r.status(); }) return r.status() == try_status::acquired ? try_status::busy : r.status();
@@ -826,14 +792,13 @@ class throttle {
 
   // Takes every rate stage's units (all or nothing) but `held`, whose units the caller already has. Asks
   // first and takes only if every stage could give, so that a refusal rarely needs a refund (a sliding
-  // window's refund cannot undo a take exactly). The stages whose line keeps room for the caller (step 3)
-  // are taken last and not asked: a refusal elsewhere leaves their room kept. Returns the position of a
-  // stage that had no room (and then holds no rate units at all, `held`'s included), or npos.
+  // window's refund cannot undo a take exactly). Returns the position of a stage that had no room (and then
+  // holds no rate units at all, `held`'s included), or npos.
   std::size_t take_rates(guard& g, std::size_t held, time_point now, try_status* why = nullptr) {
     constexpr auto rates = at_rank<rank::rate>;
     if constexpr (rates.size() > 1) {
       for (std::size_t i : rates) {
-        if (i == held || kept_room(g.held_, i)) continue;
+        if (i == held) continue;
         bool ready = true;
         visit(i, [&](auto I) {
           if constexpr (ranks_[I()] == rank::rate) {
@@ -849,28 +814,19 @@ class throttle {
         }
       }
     }
-    constexpr int rounds = claim_count_ == 0 ? 1 : 2;  // the stages with room kept are the second round
-    for (int round = 0; round < rounds; ++round) {
-      for (std::size_t i : rates) {
-        if (i == held || (round == 1) != kept_room(g.held_, i)) continue;
-        try_status status = try_status::acquired;
-        visit(i, [&](auto I) {
-          if constexpr (ranks_[I()] == rank::rate) status = try_rate<I()>(g, now);
-        });
-        if (status != try_status::acquired) {
-          if (why != nullptr) *why = status;
-          refund_rates(g.held_);
-          return i;
-        }
+    for (std::size_t i : rates) {
+      if (i == held) continue;
+      try_status status = try_status::acquired;
+      visit(i, [&](auto I) {
+        if constexpr (ranks_[I()] == rank::rate) status = try_rate<I()>(g, now);
+      });
+      if (status != try_status::acquired) {
+        if (why != nullptr) *why = status;
+        refund_rates(g.held_);
+        return i;
       }
     }
     return npos;
-  }
-
-  // Whether the line of the stage at i keeps room for this caller (a claim from step 3).
-  static bool kept_room(const holdings& h, std::size_t i) noexcept {
-    if constexpr (claim_count_ == 0) return (void)h, (void)i, false;
-    else return claim_slot_[i] != SIZE_MAX && static_cast<bool>(h.claims[claim_slot_[i]]);
   }
 
   // Everything at `now`, in admission order (try_acquire, and every acquire's first attempt). Returns the
@@ -971,10 +927,9 @@ class throttle {
     for (std::size_t i = 0; i < stage_count; ++i) release_permit(h, i);
   }
 
-  // A guard not admitted: everything back, rate units refunded, the room kept for it given up.
+  // A guard not admitted: everything back, rate units refunded.
   void give_back(holdings& h) noexcept {
     refund_rates(h);
-    for (detail::rate_claim& kept : h.claims) kept.reset();
     release_permits(h);
   }
 
@@ -1357,35 +1312,16 @@ class throttle {
     return a;
   }
 
-  // Waits until the key's rate stage at I could take the caller's units, taking nothing. A rein rate limiter
-  // is waited on in its own line (a ready wait: its order, deadline and cancellation, and one timer for the
-  // line), whose grant keeps the room for the caller until step 5 takes it, so that the key's callers are
-  // admitted in the line's order. Another rate stage (the Redis bucket) is watched on a timer at the
-  // instant its limit says (re-asked on waking); one that cannot say, or has waiters of its own, is waited
-  // on through its own line and given back at once.
+  // Waits until the key's rate stage at I could take the caller's units, taking nothing: on a timer at the
+  // instant the limit says (re-asked on waking: a set_rate meanwhile counts from then). A stage that cannot
+  // say, or has waiters of its own, is waited on through its own line and given back at once.
   template <bool Bound, std::size_t I>
   net::awaitable<void> wait_ready(guard& g, run_ctx& x) {
     static_assert(ranks_[I] == rank::rate, "wait_ready: only rate stages are waited on until ready");
-    const std::size_t n = units_of<I>(g.charge_);
-    if (n == 0 || kept_room(g.held_, I)) co_return;
-    auto& l = limiter<I>(g.held_);
-    if constexpr (keeps_room<I>()) {
-      auto* line = detail::rate_line_access::line(l);
-      if (!line->try_claim(n)) {
-        check_cancelled<Bound>(x);
-        release_global(g.held_);  // a caller waiting for its own key's rate holds nothing another key needs
-        co_await detail::async_ready(line, n, x.deadline, token<Bound>(x));
-      }
-      g.held_.claims[claim_slot_[I]] = detail::rate_claim(line->shared_from_this(), n);
-    } else {
-      co_await watch_ready<Bound, I>(g, x, l, n);
-    }
-  }
-
-  // wait_ready for a stage without a ready line: a timer, or the line's own acquire given back at once.
-  template <bool Bound, std::size_t I>
-  net::awaitable<void> watch_ready(guard& g, run_ctx& x, limiter_type<I>& l, std::size_t n) {
     using kind = typename detail::readiness<time_point>::kind;
+    const std::size_t n = units_of<I>(g.charge_);
+    if (n == 0) co_return;
+    auto& l = limiter<I>(g.held_);
     for (;;) {
       stop_if_gone(g);
       time_point when{};

@@ -137,18 +137,16 @@ TEST_CASE("counts: a key's rate refuses, others admit; every take is an admissio
     CHECK(acquired_by_keys(s.per_key) == mid.stages[1].acquired() + 2);
   }
 
-  // At 100 ms the key's line grants its first waiter (w1) the token's room, taking nothing; w2 stays behind
-  // it there, the room being kept. w1 waits on the global line (full); the two calls complete, the line
-  // grants w1 a slot, and w1 takes the token it was kept and is admitted. w2 is granted the next token's room
-  // at 200 ms and passes the same way: nobody took a slot it had to give back.
+  // At 100 ms both waiters find the token and wait on the global line (full); the two calls complete and
+  // the line grants both. The first to resume takes the token and is admitted; the other finds none, goes
+  // back to wait for its key's next token (200 ms), and gives its global slot back only then, as it must wait
+  // (not the gate: it is checked again before admission, not passed again).
   advance_and_poll(s.io, 100ms);
-  CHECK(s.global.snapshot().waiting == 1);
-  CHECK(s.rate.snapshot("slow")->waiting == 1);
+  CHECK(s.global.snapshot().waiting == 2);
   a.complete(rein::outcome::success);
   f.complete(rein::outcome::success);
   rein_test::poll(s.io);
-  CHECK(w1.has_value());
-  CHECK_FALSE(w2.has_value());
+  CHECK((w1.has_value() != w2.has_value()));
   CHECK(s.global.snapshot().in_flight == 1);
   advance_and_poll(s.io, 100ms);
   REQUIRE(w1);
@@ -184,20 +182,20 @@ TEST_CASE("counts: a key's rate refuses, others admit; every take is an admissio
   // by the two acquires that ended without admission.
   check_stage(snap, 1, rein::throttle_stage::per_key,
               {.admitted = 4, .readmitted = 0, .abandoned = 2, .given_back = 2});
-  // The global slot: a, refused, f, and each waiter's grant on the line.
-  check_stage(snap, 2, rein::throttle_stage::global, {.admitted = 4, .readmitted = 0, .abandoned = 1, .given_back = 1});
+  // The global slot: a, refused, f, each waiter's grant on the line, and the re-take of the one sent back.
+  check_stage(snap, 2, rein::throttle_stage::global, {.admitted = 4, .readmitted = 1, .abandoned = 1, .given_back = 2});
   // The rate: taken once per admission; the refusal took nothing.
   check_stage(snap, 3, rein::throttle_stage::rate, {.admitted = 4, .readmitted = 0, .abandoned = 0, .given_back = 0});
-  // No re-take: the first try's gate pass and permit are kept for the waiting path, and the key's line keeps
-  // the token's room for the waiter it grants. Before both, this schedule counted 8 re-takes and 7
-  // give-backs: the gate asked 10 times, the permits taken 9, the global slots 6.
-  CHECK(snap.readmitted_total == 0);
-  CHECK(snap.given_back_total == 3);
+  // The one re-take left: the global slot of the caller that had to wait for its key's rate with it (given
+  // back, since another key may need it). Before the waiting path kept what the first try took, this
+  // schedule counted 8 re-takes and 7 give-backs: the gate asked 10 times and the permits taken 9.
+  CHECK(snap.readmitted_total == 1);
+  CHECK(snap.given_back_total == 4);
 
   // The sum rule: each stage's own count is the throttle's admissions, re-takes and abandoned first takes.
   CHECK(acquired_by_keys(s.gates) == 6);
   CHECK(acquired_by_keys(s.per_key) == 6);
-  CHECK(s.global.snapshot().acquired_total == 5);
+  CHECK(s.global.snapshot().acquired_total == 6);
   CHECK(acquired_by_keys(s.rate) == 4);
   CHECK(acquired_by_keys(s.gates) == snap.stages[0].acquired());
   CHECK(acquired_by_keys(s.per_key) == snap.stages[1].acquired());

@@ -9,9 +9,6 @@
 //   callers waiting at the shared rate (which every key needs); a caller waiting for its key's gate, permit
 //   or rate holds none of them. And no order of calls deadlocks: whatever happened, once the calls in flight
 //   complete and time passes, every caller is admitted or fails, and every stage returns to rest.
-// - First come, first served per key: no caller is admitted while an earlier caller of its key still waits,
-//   unless a 429 paused that key (a caller sent back to the gate rejoins behind later ones). A key's callers
-//   wait for its rate in that limiter's own line (a ready wait), whose grant keeps the room for them.
 //
 // What "proven" covers here: the exhaustive check explores every order of the events below, for 3 callers
 // spread over keys in each pattern (one key, two keys, three keys), with stages gate -> per-key permit (1) ->
@@ -19,9 +16,7 @@
 // 429 (pauses the key 1 s) / cancel / timeout (caller 0 has a deadline of 1 s) / time step (500 ms, up to
 // `ticks` of them), with the invariants asserted after every event and the drain at every leaf. It runs
 // the same model on the order rein used before (rates taken first) and requires that it finds a violation,
-// so the check can fail. A second exhaustive run gives each key 3 permits (one per caller), so that the
-// key's permit does not order its callers and the first-come rule rests on the rate's line alone (one key,
-// and two keys). The randomized test runs the same invariants over many keys and long schedules.
+// so the check can fail. The randomized test runs the same invariants over many keys and long schedules.
 // REIN_MODEL_THOROUGH=1 raises the scope (more time steps); CI runs the quick tier.
 #include "support/asio.hpp"
 #include "support/catch.hpp"
@@ -44,7 +39,6 @@
 #include <memory>
 #include <optional>
 #include <random>
-#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -78,7 +72,7 @@ template <bool RatesFirst>
 struct world {
   net::io_context io;
   rein::keyed<gate_t> gates{io.get_executor(), rein::keyed_options{}, no_jitter()};
-  rein::keyed<sem_t> per_key;
+  rein::keyed<sem_t> per_key{io.get_executor(), rein::keyed_options{}, std::size_t{1}};
   sem_t global;
   double key_rate_value;
   rein::keyed<bucket_t> key_rate_stage;
@@ -93,9 +87,8 @@ struct world {
       rein::throttle<rein::keyed<gate_t>, rein::keyed<sem_t>, sem_t, rein::keyed<bucket_t>, bucket_t>>;
   std::unique_ptr<throttle_type> throttle;
 
-  world(std::size_t global_permits, double per_key_rate, std::size_t per_key_permits)
-      : per_key(io.get_executor(), rein::keyed_options{}, per_key_permits),
-        global(io.get_executor(), global_permits),
+  world(std::size_t global_permits, double per_key_rate)
+      : global(io.get_executor(), global_permits),
         key_rate_value(per_key_rate),
         key_rate_stage(io.get_executor(), rein::keyed_options{},
                        rein::token_bucket_options{.rate = per_key_rate, .capacity = burst, .margin = {.max = 0}}) {
@@ -122,7 +115,6 @@ struct caller {
   std::shared_ptr<net::cancellation_signal> signal = std::make_shared<net::cancellation_signal>();
   std::int64_t arrived_ms = 0;
   std::int64_t admitted_ms = -1;
-  std::size_t arrival = 0;  // the order in which the callers started
 };
 
 // Admission instants per rate stage: "" is the shared rate, a key its own.
@@ -154,8 +146,8 @@ template <bool RatesFirst>
 class run {
  public:
   run(std::vector<std::string> keys, std::optional<std::int64_t> deadline_of_first, std::size_t global_permits = 2,
-      double per_key_rate = key_rate, std::size_t per_key_permits = 1)
-      : w_(global_permits, per_key_rate, per_key_permits) {
+      double per_key_rate = key_rate)
+      : w_(global_permits, per_key_rate) {
     for (std::size_t i = 0; i < keys.size(); ++i) {
       callers_.push_back(std::make_unique<caller<RatesFirst>>());
       callers_.back()->key = keys[i];
@@ -260,7 +252,6 @@ class run {
     auto& c = *callers_[i];
     c.started = true;
     c.arrived_ms = now_ms();
-    c.arrival = arrivals_++;
     auto handler = [this, &c](rein::error_code ec, guard_of<RatesFirst> g) {
       if (ec) {
         c.error = ec;
@@ -270,7 +261,6 @@ class run {
       c.admitted = true;
       c.admitted_ms = now_ms();
       c.guard = std::move(g);
-      note_overtaking(c);
       sends_[""].push_back(c.admitted_ms);
       sends_[c.key].push_back(c.admitted_ms);
     };
@@ -283,39 +273,15 @@ class run {
   }
 
   void finish(caller<RatesFirst>& c, bool too_many) {
-    if (too_many) rejected_keys_.insert(c.key);
     if (too_many) c.guard.reject(std::optional<manual_clock::duration>(1s));
     else c.guard.complete(rein::outcome::success);
     c.done = true;
   }
 
  private:
-  // FIFO per key: a caller admitted while an earlier caller of its key still waits passed it. Not an
-  // error once a 429 paused the key (a caller sent back to the gate rejoins behind the later ones), nor
-  // where the key's permits let fewer through than wait (the permit's own line then decides).
-  void note_overtaking(const caller<RatesFirst>& c) {
-    if (overtaking_ || rejected_keys_.count(c.key) != 0) return;
-    for (const auto& other : callers_)
-      if (other->key == c.key && other->started && !other->done && !other->admitted && other->arrival < c.arrival) {
-        std::ostringstream os;
-        os << "key " << c.key << ": a caller that arrived " << c.arrival << "th was admitted while the "
-           << other->arrival << "th still waited (not first come, first served)";
-        overtaking_ = os.str();
-        return;
-      }
-  }
-
- public:
-  // The first overtaking seen (see note_overtaking), if any.
-  const std::optional<std::string>& overtaking() const { return overtaking_; }
-
- private:
   world<RatesFirst> w_;
   std::vector<std::unique_ptr<caller<RatesFirst>>> callers_;
   sends sends_;
-  std::size_t arrivals_ = 0;
-  std::set<std::string> rejected_keys_;
-  std::optional<std::string> overtaking_;
 };
 
 struct exploration {
@@ -328,10 +294,10 @@ struct exploration {
 // copied), applies one more event and checks; a leaf (no event left) also drains.
 template <bool RatesFirst>
 void explore(const std::vector<std::string>& keys, std::vector<typename run<RatesFirst>::event>& prefix, int ticks,
-             exploration& out, std::size_t per_key_permits = 1) {
+             exploration& out) {
   if (out.violation) return;
   rein_test::manual_clock_at_epoch epoch;
-  run<RatesFirst> r(keys, 1000, 2, key_rate, per_key_permits);
+  run<RatesFirst> r(keys, 1000);
   int ticks_used = 0;
   for (const auto& e : prefix) {
     r.apply(e);
@@ -349,20 +315,15 @@ void explore(const std::vector<std::string>& keys, std::vector<typename run<Rate
     out.violation = describe(*v);
     return;
   }
-  if (!RatesFirst && r.overtaking()) {
-    out.violation = describe(*r.overtaking());
-    return;
-  }
   const auto next = r.enabled(ticks - ticks_used);
   if (next.empty()) {
     ++out.leaves;
     if (auto v = r.drain()) out.violation = describe(*v);
-    else if (!RatesFirst && r.overtaking()) out.violation = describe(*r.overtaking());
     return;
   }
   for (const auto& e : next) {
     prefix.push_back(e);
-    explore<RatesFirst>(keys, prefix, ticks, out, per_key_permits);
+    explore<RatesFirst>(keys, prefix, ticks, out);
     prefix.pop_back();
     if (out.violation) return;
   }
@@ -393,26 +354,6 @@ TEST_CASE("model check: every schedule of 3 callers keeps the send-time bound an
       INFO(out.violation.value_or("none"));
       CHECK_FALSE(out.violation.has_value());
       CHECK(out.leaves > (ticks > 1 ? 1000u : 100u));  // the scope is what the comment says, not a vacuous search
-    }
-  }
-}
-
-TEST_CASE("model check: with a permit for every caller of a key, every schedule admits a key's callers in "
-          "arrival order", "[throttle][model]") {
-  // The same events and invariants, and one more: no caller is admitted while an earlier caller of its key
-  // still waits, unless a 429 paused the key (checked after every event, on every schedule above too). With
-  // 3 permits per key, the key's permit does not order its callers: its rate's line does (step 3 waits
-  // there, and its grant keeps the room until the caller takes it).
-  const int ticks = model_ticks();
-  for (const auto& keys : {key_patterns[0], key_patterns[1]}) {
-    DYNAMIC_SECTION("keys " << keys[0] << keys[1] << keys[2]) {
-      exploration out;
-      std::vector<run<false>::event> prefix;
-      explore<false>(keys, prefix, ticks, out, 3);
-      report((keys[0] + keys[1] + keys[2] + " (3 permits per key)").c_str(), out);
-      INFO(out.violation.value_or("none"));
-      CHECK_FALSE(out.violation.has_value());
-      CHECK(out.leaves > (ticks > 1 ? 1000u : 100u));
     }
   }
 }
@@ -462,7 +403,6 @@ TEST_CASE("randomized: many keys, random arrivals, completions, 429s, cancellati
         violation = r.check();
       }
       if (!violation) violation = r.drain();
-      if (!violation) violation = r.overtaking();
       INFO(violation.value_or("none"));
       CHECK_FALSE(violation.has_value());
       std::size_t admitted = 0;

@@ -78,15 +78,6 @@ concept poolable_policy = P::poolable && requires(P& p, std::size_t n) {
   { p.repay(n) } noexcept;
 };
 
-/// Whether the line can keep room for ready grants (limiter_core::async_ready): `ready_beside(claimed, n,
-/// now)` is the earliest instant n could be taken while `claimed` units stay kept for others (time_point's
-/// max: not before a claim is given up), so that `ready_beside(claimed, n, now) <= now` means try_take(n, now)
-/// would succeed and leave `claimed` units takeable after it. A rule of time (a rate) models it.
-template <class P, class TimePoint>
-concept claimable_policy = requires(const P& view, std::size_t n, TimePoint now) {
-  { view.ready_beside(n, n, now) } -> std::same_as<TimePoint>;
-};
-
 /// Whether the policy can refuse requests outright (see refuses above).
 template <class P, class TimePoint>
 concept refusing_policy = requires(P& p, std::size_t n, TimePoint now) {

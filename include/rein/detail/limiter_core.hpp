@@ -178,8 +178,6 @@ class limiter_core final : public permit_source,
   static constexpr bool remote = remote_policy<Policy, time_point>;
   static_assert(!remote || revocable_remote_policy<Policy, time_point>,
                 "rein: a remote policy must be revocable (on_revoke(n, granted_at, now))");
-  /// Whether the line serves ready waits (async_ready): room kept for their grants, `claimed_`.
-  static constexpr bool claimable = !with_permit && !remote && claimable_policy<Policy, time_point>;
   /// What a remote policy sends (an empty type for local policies).
   using outbox_type = typename outbox_of<Policy, remote>::type;
   /// Where a remote policy's outbox goes (transport of the I/O object that owns the line).
@@ -259,58 +257,6 @@ class limiter_core final : public permit_source,
   /// If this throws (no memory), nothing changed and the handler was destroyed uncalled.
   template <class Handler>
   void async_acquire(Handler&& handler, std::size_t n, time_point deadline, line_place where = {});
-
-  /// Starts a ready wait for n (a throttle's wait for its key's rate), completing through `handler` with
-  /// `void(error_code)`: in the line's order among the acquires, when the policy could take n beside the
-  /// room already kept for earlier ready grants, taking nothing. The grant keeps room for n (a claim) for
-  /// the waiter, who then ends it with take_claim, or drop_claim to give it up; a grant revoked by a late
-  /// cancellation, or whose handler never runs, gives it up itself. While room is kept, nothing else is
-  /// granted or taken from it (acquires, try_acquire, other ready waits). Errors as async_acquire's:
-  /// errc::timed_out, closed, queue_full, exceeds_capacity; operation_aborted when cancelled (terminal,
-  /// partial, total) or at shutdown. Only on a local line whose policy models claimable_policy (a rate).
-  template <class Handler, bool C = claimable>
-    requires C
-  void async_ready(Handler&& handler, std::size_t n, time_point deadline, line_place where = {}) {
-    start_wait<true>(std::forward<Handler>(handler), n, deadline, where);
-  }
-
-  /// A ready grant made at once: keeps room for n now if nobody waits and n fits beside the room already
-  /// kept. True: the caller owns a claim of n (ended by take_claim or drop_claim).
-  template <bool C = claimable>
-    requires C
-  bool try_claim(std::size_t n) {
-    line_lock lock(*this);
-    if (closed_ || !queue_.empty() || policy_.exceeds(n)) return false;
-    const time_point now = Clock::now();
-    if (policy_.ready_beside(claimed_, n, now) > now) return false;
-    claimed_ += n;
-    return true;
-  }
-
-  /// Takes the n units a claim kept room for, at `at` (null: the clock's now), and ends the claim whatever
-  /// it finds: acquired; busy if they no longer fit (the rule was lowered meanwhile); closed. Counted as an
-  /// acquisition when taken. The room it leaves goes to the next waiter.
-  template <bool C = claimable>
-    requires C
-  try_status take_claim(std::size_t n, const time_point* at = nullptr) {
-    completions done(this);
-    line_lock lock(*this);
-    assert(claimed_ >= n);  // more given up than kept: a claim ended twice
-    claimed_ -= n;
-    const time_point now = Clock::now();
-    try_status status = try_status::closed;
-    if (!closed_) status = take_beside_claims_locked(n, at != nullptr ? *at : now) ? try_status::acquired : try_status::busy;
-    if (status == try_status::acquired) ++stats_.acquired_total;
-    dispatch_locked(now, done);
-    if (has_observer_) observe_locked(now, done);
-    return status;
-  }
-
-  /// Units kept for ready grants now (for tests).
-  std::size_t claimed() const {
-    line_lock lock(*this);
-    return claimed_;
-  }
 
   /// Starts a wait for the moment no permit is out (holders() == 0), completing through `handler` with
   /// `void(error_code)`: at once if none is out; errc::timed_out at `deadline` (time_point::max(): none);
@@ -392,13 +338,13 @@ class limiter_core final : public permit_source,
     return std::forward<F>(f)(policy_, now);
   }
 
-  /// As update(f), with f(policy, now, waiting, closed): whether anyone waits on the line (or has room kept
-  /// by a ready grant) and whether it was closed, seen under the same lock, for a rule that must not
-  /// overtake the line (a token bucket's reservation takes nothing while anyone waits).
+  /// As update(f), with f(policy, now, waiting, closed): whether anyone waits on the line and whether it
+  /// was closed, seen under the same lock, for a rule that must not overtake the line (a token bucket's
+  /// reservation takes nothing while anyone waits).
   template <class F>
   decltype(auto) update_seeing_line(F&& f) {
     return update([&](Policy& p, time_point now) -> decltype(auto) {
-      return std::forward<F>(f)(p, now, first_waiting_locked() != nullptr || claimed_ != 0, closed_);
+      return std::forward<F>(f)(p, now, first_waiting_locked() != nullptr, closed_);
     });
   }
 
@@ -537,20 +483,6 @@ class limiter_core final : public permit_source,
 
   void abandon(std::size_t n, std::chrono::nanoseconds stamp, std::uint8_t partition) noexcept override;
 
-  void drop_claim(std::size_t n) noexcept override {
-    if constexpr (claimable) {
-      completions done(this);
-      line_lock lock(*this);
-      assert(claimed_ >= n);  // more given up than kept: a claim ended twice
-      claimed_ -= n;
-      const time_point now = Clock::now();
-      dispatch_locked(now, done);
-      if (has_observer_) observe_locked(now, done);
-    } else {
-      (void)n;
-    }
-  }
-
   permit_source* source(std::uint8_t partition) noexcept override {
     if constexpr (!with_permit) {
       return (void)partition, nullptr;
@@ -571,10 +503,6 @@ class limiter_core final : public permit_source,
   using op_base = std::conditional_t<remote, remote_wait_op, wait_op>;
   static constexpr bool concurrent = !std::is_same_v<Mutex, null_mutex>;  // a cancellation may race a runner
   static constexpr bool partitionable = with_permit && !remote && partitionable_policy<Policy>;
-  // The partition byte of a ready grant (no line with partitions serves ready waits): how deliver and
-  // abandon, which see no op, tell a claim from units.
-  static constexpr std::uint8_t ready_partition = 0xFF;
-  static_assert(partition_table::max_partitions < ready_partition);
   // Whether uncontended acquires and releases go through a lock-free word (detail/permit_pool.hpp): a
   // thread-safe line of permits counted by a plain number. A null_mutex line gains nothing from it.
   static constexpr bool pooled = concurrent && with_permit && !remote && poolable_policy<Policy>;
@@ -768,9 +696,6 @@ class limiter_core final : public permit_source,
     } else {
       wait_status expected = wait_status::granted;
       if (!op->status.compare_exchange_strong(expected, wait_status::aborted, std::memory_order_acq_rel)) return false;
-      if constexpr (claimable) {
-        if (op->ready) return claimed_ -= op->count, true;  // its room is free again; nothing was taken
-      }
       give_back(policy_, op->count, std::chrono::nanoseconds(op->stamp_ns), policy_now());
       if constexpr (with_permit) last = holder_gone_locked();  // after shutdown, maybe the last holder
       if constexpr (partitionable) {
@@ -811,10 +736,6 @@ class limiter_core final : public permit_source,
   // work guard, the timer wait or a fair line's key table), it changed nothing. The bulk of an acquire that
   // does not depend on its handler: with REIN_SEPARATE_COMPILATION, compiled in one unit only.
   bool admit_locked(wait_op* op, time_point deadline, completions& done);
-
-  // async_acquire's body, and async_ready's (Ready: the op is a ready wait).
-  template <bool Ready, class Handler>
-  void start_wait(Handler&& handler, std::size_t n, time_point deadline, line_place where);
 
   // A remote policy's new op joins the line, then the line moves: it may be sent, granted or refused at once.
   // Only the ops that wait their turn count against max_waiters, not those in flight.
@@ -907,50 +828,12 @@ class limiter_core final : public permit_source,
 
   // An op granted on arrival, without waiting.
   void grant_at_once_locked(wait_op* op, time_point now, completions& done) noexcept {
-    if constexpr (claimable) {
-      if (op->ready) return grant_ready_locked(op, now, done, false);
-    }
     op->stamp_ns = to_ns(now).count();
     if constexpr (with_permit) op->note = note_locked();  // in `prev`'s place: it never joined the line
     ++stats_.acquired_total;
     if constexpr (with_permit) ++holders_;
     partition_granted_locked(op->partition, op->count);
     finish_locked(op, wait_status::granted, done);
-  }
-
-  // A ready grant (async_ready), queued or not: room for its count is kept (claimed_) until its waiter takes
-  // it or gives it up; nothing is taken, nothing counted as an acquisition.
-  void grant_ready_locked(wait_op* op, time_point now, completions& done, bool queued) noexcept {
-    if (queued) {
-      if (op->fair) fair_->advance(op->fair_tag());
-      dequeue_locked(op, done);
-    }
-    claimed_ += op->count;
-    op->partition = ready_partition;
-    op->stamp_ns = to_ns(now).count();
-    finish_locked(op, wait_status::granted, done);
-  }
-
-  // Takes n for a grant or a try, leaving the room kept for ready grants (a plain try_take without claims).
-  bool take_beside_claims_locked(std::size_t n, time_point now) {
-    if constexpr (claimable) {
-      if (claimed_ != 0 && policy_.ready_beside(claimed_, n, now) > now) return false;
-    }
-    return policy_.try_take(n, now);
-  }
-
-  // Whether op can be granted now, taking its units (an acquire) or keeping room for them (a ready wait).
-  bool fits_now_locked(wait_op* op, time_point now) {
-    if constexpr (claimable) {
-      if (op->ready) return policy_.ready_beside(claimed_, op->count, now) <= now;
-    }
-    return take_beside_claims_locked(op->count, now);
-  }
-
-  // When the head could be granted if nothing else changes: beside the room kept, on a line that keeps any.
-  time_point head_ready_at_locked(const wait_op* head, time_point now) const {
-    if constexpr (claimable) return policy_.ready_beside(claimed_, head->count, now);
-    else return policy_.ready_at(head->count, now);
   }
 
   // Where a newcomer joins a line that is not empty: after `after` (null: at the front, as the new head),
@@ -1139,7 +1022,7 @@ class limiter_core final : public permit_source,
                          std::uint8_t partition, std::uint64_t* note) {
     if (refused_locked(n, now)) return try_status::unavailable;
     if (!queue_.empty()) return busy_locked(queued_units_, n, now, retry_ns);
-    if (!take_beside_claims_locked(n, now)) return busy_locked(0, n, now, retry_ns);
+    if (!policy_.try_take(n, now)) return busy_locked(0, n, now, retry_ns);
     ++stats_.acquired_total;
     if constexpr (with_permit) ++holders_;
     partition_granted_locked(partition, n);
@@ -1295,9 +1178,6 @@ class limiter_core final : public permit_source,
   }
 
   void grant_locked(wait_op* op, time_point now, completions& done) noexcept {
-    if constexpr (claimable) {
-      if (op->ready) return grant_ready_locked(op, now, done, true);
-    }
     if constexpr (with_permit) ++holders_;
     if (measure_wait_) {
       // A coarse-timed wait ends on the coarse clock too, whatever clock the dispatch read (a deadline's, a
@@ -1327,7 +1207,7 @@ class limiter_core final : public permit_source,
     if (shut_down_.load(std::memory_order_relaxed)) return;
     time_point wake = time_point::max();
     if (const wait_op* head = first_waiting_locked()) {
-      wake = head_ready_at_locked(head, now);
+      wake = policy_.ready_at(head->count, now);
       // A policy whose ready_at is not after now yet refused: retry one tick later rather than spin.
       if (wake <= now) wake = now + duration(1);
       if (wake_jitter_ns_ > 0 && wake != time_point::max()) wake = jittered_locked(wake);
@@ -1436,7 +1316,6 @@ class limiter_core final : public permit_source,
   bool has_observer_;
   bool direct_handoff_;  // line_options::direct_handoff: a release's grants may run in place
   std::size_t queued_units_ = 0;
-  std::size_t claimed_ = 0;  // room kept for ready grants not yet taken or given up (claimable lines only)
   std::size_t in_flight_ops_ = 0;  // remote policies: queued ops whose request is out
   std::shared_ptr<transport_type> transport_;  // remote policies: where the outbox goes
   [[no_unique_address]] outbox_type pending_out_;  // remote policies: queued under the lock, sent in order
@@ -1476,19 +1355,11 @@ template <class Policy, class Executor, class Clock, class Mutex, acquire_signat
 template <class Handler>
 REIN_SEPARATE_INLINE void limiter_core<Policy, Executor, Clock, Mutex, Signature>::async_acquire(
     Handler&& handler, std::size_t n, time_point deadline, line_place where) {
-  start_wait<false>(std::forward<Handler>(handler), n, deadline, where);
-}
-
-template <class Policy, class Executor, class Clock, class Mutex, acquire_signature Signature>
-template <bool Ready, class Handler>
-void limiter_core<Policy, Executor, Clock, Mutex, Signature>::start_wait(Handler&& handler, std::size_t n,
-                                                                          time_point deadline, line_place where) {
   using op_type = basic_wait_op<std::decay_t<Handler>, Executor, signature, concurrent, op_base>;
   // Allocated before taking the lock, with a node if it has a deadline or its line is fair.
   op_node node = deadline != time_point::max() ? op_node::deadline : op_node::none;
   if (order_ == queue_order::fair) node = op_node::fair;
   op_type* op = op_type::create(std::forward<Handler>(handler), n, node);
-  if constexpr (Ready) op->ready = true;
   op->priority = where.priority;
   op->partition = where.partition;
   if (op->fair) {
@@ -1589,9 +1460,6 @@ REIN_SEPARATE_INLINE bool limiter_core<Policy, Executor, Clock, Mutex, Signature
   // Shut down between the grant and its runner: the grant never becomes a permit. A remote grant goes
   // back to the server (nobody will use those tokens).
   if constexpr (remote) return abandon(n, stamp, partition), false;
-  if constexpr (claimable) {
-    if (partition == ready_partition) return drop_claim(n), false;
-  }
   std::shared_ptr<limiter_core> last;
   line_lock lock(*this);
   partition_released_locked(partition, n);
@@ -1602,9 +1470,6 @@ REIN_SEPARATE_INLINE bool limiter_core<Policy, Executor, Clock, Mutex, Signature
 template <class Policy, class Executor, class Clock, class Mutex, acquire_signature Signature>
 REIN_SEPARATE_INLINE void limiter_core<Policy, Executor, Clock, Mutex, Signature>::abandon(
     std::size_t n, std::chrono::nanoseconds stamp, std::uint8_t partition) noexcept {
-  if constexpr (claimable) {
-    if (partition == ready_partition) return drop_claim(n);  // a ready grant's room, never delivered
-  }
   std::shared_ptr<limiter_core> last;  // declared first: dropped after update's lock is released
   update([&](Policy& p, time_point now) {
     partition_released_locked(partition, n);
@@ -1625,7 +1490,7 @@ REIN_SEPARATE_INLINE bool limiter_core<Policy, Executor, Clock, Mutex, Signature
   if constexpr (remote) return admit_remote_locked(static_cast<remote_wait_op*>(op), deadline, now, done);
   if (refused_locked(n, now)) return reject_locked(op, wait_status::unavailable, done), false;
   const bool first = queue_.empty();
-  if (first && fits_now_locked(op, now)) return grant_at_once_locked(op, now, done), false;
+  if (first && policy_.try_take(n, now)) return grant_at_once_locked(op, now, done), false;
   // A timeless policy read no clock above; the wait statistics, the deadline and a priority key need one.
   if (!Policy::needs_time && (deadline != time_point::max() || order_ == queue_order::priority)) now = Clock::now();
   else if (!Policy::needs_time && measure_wait_) now = wait_clock_now();
@@ -1640,7 +1505,7 @@ REIN_SEPARATE_INLINE bool limiter_core<Policy, Executor, Clock, Mutex, Signature
   // A newcomer placed at the head (lifo order, an urgent priority class) is served now if it fits,
   // whoever waits behind it (with partitions, once queued: dispatch puts a partition below its
   // guarantee first).
-  if (!first && at.after == nullptr && !partitioned() && fits_now_locked(op, now))
+  if (!first && at.after == nullptr && !partitioned() && policy_.try_take(n, now))
     return grant_at_once_locked(op, now, done), false;
   const bool full = queue_.size() >= max_waiters_;
   // In a sorted order the evicted waiter is the last one: a newcomer that would be last is refused.
@@ -1703,7 +1568,7 @@ REIN_SEPARATE_INLINE void limiter_core<Policy, Executor, Clock, Mutex, Signature
           if (step == starved_step::granted) continue;
           if (step == starved_step::hold) break;
         }
-        if (fits_now_locked(head, now)) {
+        if (policy_.try_take(head->count, now)) {
           grant_locked(head, now, done);
         } else {
           break;

@@ -130,16 +130,6 @@ class rate_limit_policy {
     return limit_.ready_at(clamped(n), now).value_or(time_point::max());
   }
 
-  // n beside `claimed` units kept for ready grants (admission_policy.hpp, claimable_policy): both must fit
-  // the capacity at once; a request above the capacity is served as the whole capacity (above), and so
-  // only once nothing is claimed.
-  time_point ready_beside(std::size_t claimed, std::size_t n, time_point now) const {
-    if (claimed == 0) return ready_at(n, now);
-    const std::uint64_t total = saturating_add(claimed, static_cast<std::uint64_t>(clamped(n)));
-    if (total > static_cast<std::uint64_t>(limit_.capacity())) return time_point::max();
-    return limit_.ready_at(static_cast<std::int64_t>(total), now).value_or(time_point::max());
-  }
-
   // A rate limit's bound is never "unknown": no bound means the wait is beyond the clock's range at the
   // current rate, i.e. never.
   std::optional<time_point> predict(std::size_t ahead, std::size_t n, time_point now) const {

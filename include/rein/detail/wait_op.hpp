@@ -187,7 +187,6 @@ struct wait_op {
   complete_fn complete = nullptr;
   std::atomic<wait_status> status{wait_status::queued};
   bool drain = false;         // waits in the drain line (async_drain) instead of the acquire line
-  bool ready = false;         // a ready wait (async_ready): granted a claim on room, taking nothing
   std::uint8_t priority = 0;  // the class in queue_order::priority
   std::uint8_t partition = 0;  // its partition's index (partition_table), 0 without partitions
   bool fair = false;           // its timer is a fair_node's (created for a fair line)
@@ -229,9 +228,6 @@ class wait_owner {
 
   /// A claimed grant of n will never reach its handler (the runner was destroyed unrun): take it back.
   virtual void abandon(std::size_t n, std::chrono::nanoseconds stamp, std::uint8_t partition) noexcept = 0;
-
-  /// A claim of n units kept by a ready grant (limiter_core::async_ready) is given up.
-  virtual void drop_claim(std::size_t n) noexcept = 0;
 
   /// Where permits of `partition` report back; null for limiters without permits (rate limiters).
   virtual permit_source* source(std::uint8_t partition) noexcept = 0;
