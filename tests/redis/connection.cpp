@@ -166,6 +166,27 @@ TEST_CASE("AUTH comes first; a refused password drops the connection and counts 
   CHECK(s.last_error_message.starts_with("AUTH refused: WRONGPASS"));
 }
 
+TEST_CASE("a refused password backs off like any failure; its reply does not restart the backoff") {
+  // The refused AUTH is a reply: had it reset the failures, every retry would be drawn below the base
+  // delay for ever (hundreds of connections a second to a server that will never accept the secret).
+  redis_server server(free_port(), {"--requirepass", "secret"});
+  net::io_context io;
+  auto bad = local(server.port());
+  bad.password = "wrong";
+  bad.reconnect_base = std::chrono::milliseconds{10};
+  bad.reconnect_cap = std::chrono::milliseconds{400};
+  rein::redis::connection refused(io, bad);
+  (void)execute(io, refused, {"PING"});
+  io.restart();
+  io.run_for(std::chrono::milliseconds{1500});
+  const auto s = refused.snapshot();
+  INFO("disconnects " << s.disconnects << ", connect failures " << s.connect_failures);
+  // With the backoff growing from 10 ms to 400 ms, about 10 attempts fit in 1.5 s; at the base delay
+  // (the defect) well over 100 did. The bound leaves room for a slow machine in both directions.
+  CHECK(s.disconnects + s.connect_failures >= 2);
+  CHECK(s.disconnects + s.connect_failures <= 40);
+}
+
 TEST_CASE("with no server, commands fail with unavailable; once it starts, they succeed") {
   const std::uint16_t port = free_port();
   net::io_context io;

@@ -34,6 +34,9 @@
 
 #include <openssl/ssl.h>
 #include <openssl/x509_vfy.h>
+
+#include <filesystem>
+#include <system_error>
 #endif
 
 #include <algorithm>
@@ -344,6 +347,16 @@ inline bool is_refusal(std::string_view text) noexcept {
   return text.starts_with("NOPERM") || text.starts_with("WRONGPASS") || text.starts_with("NOAUTH");
 }
 
+// True for a stream the server closed or reset (how a TLS 1.3 server refuses a client certificate after the
+// client's handshake ended), not for a timeout or a local error.
+inline bool closed_by_peer(const error_code& ec) noexcept {
+  if (ec == net::error::eof || ec == net::error::connection_reset || ec == net::error::broken_pipe) return true;
+#if defined(REIN_REDIS_TLS)
+  if (ec == net::ssl::error::stream_truncated) return true;
+#endif
+  return false;
+}
+
 #if defined(REIN_REDIS_TLS)
 // One TLS client context per connection, from validated options. A file that cannot be used is a bad option.
 inline std::shared_ptr<net::ssl::context> make_tls_context(const tls_options& t) {
@@ -366,6 +379,11 @@ inline std::shared_ptr<net::ssl::context> make_tls_context(const tls_options& t)
     check(ec, "ca_file", t.ca_file);
   }
   if (!t.ca_directory.empty()) {
+    // OpenSSL accepts any path here and looks it up only at the handshake.
+    std::error_code not_there;
+    if (!std::filesystem::is_directory(t.ca_directory, not_there))
+      throw std::invalid_argument("rein::redis::connection: tls.ca_directory \"" + t.ca_directory +
+                                  "\" is not a directory");
     context->add_verify_path(t.ca_directory, ec);
     check(ec, "ca_directory", t.ca_directory);
   }
@@ -431,7 +449,12 @@ class connection_core final : public command_link, public std::enable_shared_fro
         reader_(make_reader()),
         rng_(static_cast<std::minstd_rand::result_type>(clock::now().time_since_epoch().count())) {
 #if defined(REIN_REDIS_TLS)
-    if (options_.tls.enabled) tls_context_ = make_tls_context(options_.tls);
+    try {
+      if (options_.tls.enabled) tls_context_ = make_tls_context(options_.tls);
+    } catch (...) {
+      ::redisReaderFree(reader_);  // no destructor runs for a constructor that throws
+      throw;
+    }
 #endif
   }
 
@@ -848,6 +871,9 @@ class connection_core final : public command_link, public std::enable_shared_fro
       if (generation != generation_) return;
       startup_failure_ = cause;
       if (kind != startup_kind::critical) stats_.last_error_message = message;
+      // A refused AUTH or SELECT is an answer that fails the connection: its reply must not restart the
+      // backoff, or a wrong secret reconnects at the base delay for ever.
+      if (kind == startup_kind::critical) failures_ = failures_before_answer_;
     }
     if (kind == startup_kind::critical) fail(generation, cause, std::move(message));
   }
@@ -868,7 +894,7 @@ class connection_core final : public command_link, public std::enable_shared_fro
         message = endpoint_text() + ": " + cause.message();
         // TLS 1.3 ends the client's handshake before the server checks the client's certificate: a server
         // that wants one and got none (or one it does not trust) closes the connection then.
-        if (options_.tls.enabled && state_ == state::connected && !answered_)
+        if (options_.tls.enabled && state_ == state::connected && !answered_ && closed_by_peer(cause))
           message += " right after the TLS handshake, before any reply (does the server require a client "
                      "certificate? see tls.certificate_file)";
       }
@@ -1017,6 +1043,7 @@ class connection_core final : public command_link, public std::enable_shared_fro
         answered.push_back(node);
       }
       if (!replies_.empty()) {
+        if (!answered_) failures_before_answer_ = failures_;
         answered_ = true;
         failures_ = 0;  // the server answers: the next failure starts backoff afresh
         if (circuit_open_ && state_ == state::connected) {  // a probe (or the handshake before it) answered
@@ -1061,6 +1088,7 @@ class connection_core final : public command_link, public std::enable_shared_fro
   state state_ = state::idle;
   std::uint64_t generation_ = 0;
   std::uint32_t failures_ = 0;  // failed attempts since the server last answered
+  std::uint32_t failures_before_answer_ = 0;  // failures_ when the current connection's first reply came
   std::string out_;             // encoded commands not yet handed to a write
   request_list pending_;        // submitted, not answered, in the order their bytes go out
   std::vector<std::string> startup_;
