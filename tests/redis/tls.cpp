@@ -307,6 +307,9 @@ TEST_CASE("tls: bad TLS options are refused with the field and the value") {
   auto missing = tls_to(6379);
   missing.tls.ca_file = "/nonexistent/ca.pem";
   refused_with(missing, "tls.ca_file \"/nonexistent/ca.pem\" cannot be used");
+  auto no_directory = tls_to(6379);  // OpenSSL would take any path and look it up only at the handshake
+  no_directory.tls.ca_directory = "/nonexistent/ca-dir";
+  refused_with(no_directory, "tls.ca_directory \"/nonexistent/ca-dir\" is not a directory");
   auto mismatched = tls_to(6379);
   mismatched.tls.certificate_file = certs()("client.crt");
   mismatched.tls.private_key_file = certs()("server.key");

@@ -73,8 +73,8 @@ struct shared_semaphore_snapshot : shared_limiter_snapshot {
   /// since are still counted here (their holders still hold them), not in `held`.
   std::size_t in_flight = 0;
   /// Permits free fleet-wide as last seen from the server: `limit - total` in the reply to this process's
-  /// last request (blind to other processes since; every request, renewals excepted, refreshes it);
-  /// `limit` before the first reply.
+  /// last acquire (blind to other processes since, and to this process's own releases and renewals,
+  /// whose replies are not read for it); `limit` before the first reply.
   std::int64_t free = 0;
   /// Permits Redis counts for this process under its current lease, as the process counts them (granted
   /// by Redis, not yet given back; 0 after a lost lease).
