@@ -71,6 +71,8 @@ enum class event_kind : std::uint8_t {
                       ///< with errc::upstream_unavailable for `pause` from now
   circuit_half_open,  ///< the open period was found over (by the first acquire or release after it): probes go
   circuit_closed,     ///< a probe succeeded: calls are admitted by the limit again
+  lease_lost,  ///< a shared semaphore learned that Redis had expired its lease (`count` leases since the last
+               ///< event): the permits its callers hold no longer count on the server
 };
 
 constexpr std::string_view to_string(event_kind k) noexcept {
@@ -87,6 +89,7 @@ constexpr std::string_view to_string(event_kind k) noexcept {
     case event_kind::circuit_opened: return "circuit_opened";
     case event_kind::circuit_half_open: return "circuit_half_open";
     case event_kind::circuit_closed: return "circuit_closed";
+    case event_kind::lease_lost: return "lease_lost";
   }
   return "unknown";
 }
@@ -109,6 +112,7 @@ inline std::ostream& operator<<(std::ostream& os, const limiter_event& e) {
   os << to_string(e.kind);
   switch (e.kind) {
     case event_kind::rejected: os << " reason=" << to_string(e.reason) << " count=" << e.count; break;
+    case event_kind::lease_lost: os << " count=" << e.count; break;
     case event_kind::limit_changed: os << " from=" << e.from << " to=" << e.to; break;
     case event_kind::pause_started:
     case event_kind::circuit_opened: os << " pause=" << e.pause.count() << "ns"; break;
@@ -187,11 +191,13 @@ struct observed_state {
   std::uint8_t circuit = 0;
   std::uint64_t opens = 0;
   std::chrono::nanoseconds open_left{0};  ///< while open: how long from now
+  std::uint64_t leases_lost = 0;  ///< a shared semaphore's leases lost so far (lease_lost reports each rise)
 
   /// Equal when nothing an event reports changed (pause_left runs down by itself: not compared).
   bool operator==(const observed_state& o) const noexcept {
     return limit == o.limit && level == o.level && cuts == o.cuts && at_floor == o.at_floor &&
-           at_ceiling == o.at_ceiling && paused == o.paused && circuit == o.circuit && opens == o.opens;
+           at_ceiling == o.at_ceiling && paused == o.paused && circuit == o.circuit && opens == o.opens &&
+           leases_lost == o.leases_lost;
   }
 
   /// Pushes the events that lead from `before` to `*this`.
@@ -230,6 +236,12 @@ struct observed_state {
         e.kind = circuit == 2 ? event_kind::circuit_half_open : event_kind::circuit_closed;
         out.push(e);
       }
+    }
+    if (leases_lost != before.leases_lost) {
+      e.kind = event_kind::lease_lost;
+      e.pause = std::chrono::nanoseconds{0};
+      e.count = leases_lost - before.leases_lost;
+      out.push(e);
     }
   }
 };

@@ -166,6 +166,29 @@ TEST_CASE("semaphore admission: after a lost lease the old permits send nothing 
   CHECK(s.sent().back() == message{refund, 0, 1, 4});
 }
 
+TEST_CASE("semaphore admission: a named semaphore's observer hears each lost lease once, when a reply says so",
+          "[redis][semaphore][observability]") {
+  std::vector<std::string> events;
+  auto o = limit_of(4);
+  o.name = "db";
+  o.observer = [&events](const rein::limiter_event& e) {
+    std::ostringstream line;
+    line << e;
+    events.push_back(line.str());
+  };
+  semaphore s(o);
+  result held;
+  s.acquire(held, 1);
+  s.settle(0, allowed(3));
+  poll(s.io);
+  CHECK(events.empty());
+  advance_and_poll(s.io, 1ms);
+  renewal_answer(s, 2, lost());  // Redis had expired lease 1
+  CHECK(events == std::vector<std::string>{"lease_lost count=1 name=db"});
+  renewal_answer(s, 2, lost());  // a late answer about lease 1: nothing new
+  CHECK(events.size() == 1);
+}
+
 TEST_CASE("semaphore admission: an acquire Redis answers with \"lost\" is asked again under the next lease",
           "[redis][semaphore]") {
   semaphore s(limit_of(4));

@@ -53,8 +53,9 @@ struct shared_semaphore_options {
   /// Default: none.
   std::string name{};
   /// Called outside the lock with rejections by reason (queue_full, timed_out, closed, cancelled, and
-  /// unavailable: Redis could not be asked under fail_closed); see rein::limiter_observer. Default: none
-  /// (no cost).
+  /// unavailable: Redis could not be asked under fail_closed), and lease_lost when a reply says Redis had
+  /// expired this process's lease (the permits its callers hold then no longer count; see `lease`); see
+  /// rein::limiter_observer. Default: none (no cost).
   limiter_observer observer{};
   /// Most acquire requests this semaphore has on the wire at once (pipelined on its connection), >= 1.
   std::size_t max_in_flight = 64;
@@ -153,6 +154,14 @@ class semaphore_model : public free_places_model<Clock, shared_semaphore_options
   std::optional<local_type> make_local(time_point) const {
     const auto share = std::floor(static_cast<double>(this->options().limit) * this->options().fail_open_share);
     return local_type(std::max<std::int64_t>(1, static_cast<std::int64_t>(share)));
+  }
+
+  /// What the observer's events compare (rein::detail::observed_state): the leases lost so far, so that a
+  /// loss learned from a reply is reported (lease_lost) by the step that applied it.
+  rein::detail::observed_state observe(time_point) const noexcept {
+    rein::detail::observed_state s;
+    s.leases_lost = leases_lost_;
+    return s;
   }
 
   void fill(snapshot_type& s, time_point) const noexcept {
