@@ -34,6 +34,13 @@ using rein_test::steady;
 
 namespace {
 
+// docs/redis.md's example: compiled here, never run.
+[[maybe_unused]] void documented_sentinel(net::io_context& io) {
+  rein::redis::sentinel redis(io, {.sentinels = {{"10.0.0.7", 26379}, {"10.0.0.8", 26379}, {"10.0.0.9", 26379}},
+                                   .master_name = "mymaster"});
+  rein::redis::shared_semaphore db(redis, {.key = "db", .limit = 8});   // or redis.connection()
+}
+
 constexpr std::string_view master_name = "m";
 
 // One blocking command with hiredis's synchronous API (independent of the code under test); the reply's

@@ -32,6 +32,17 @@ using namespace rein_test;
 
 namespace {
 
+// docs/redis.md's example (TLS, a restricted user, the start-up check): compiled here, never run.
+[[maybe_unused]] net::awaitable<void> documented_tls(net::io_context& io, std::string secret) {
+  rein::redis::connection_options options{.host = "redis.internal", .port = 6380, .username = "rein",
+                                          .password = secret};
+  options.tls.enabled = true;  // the server's certificate is verified by default
+  options.tls.ca_file = "/etc/ssl/redis-ca.pem";
+  rein::redis::connection redis(io, options);
+  rein::redis::shared_semaphore pool(redis, {.key = "db", .limit = 3});
+  co_await redis.async_connect();  // throws at start on a refused certificate or a missing grant
+}
+
 // The certificates, made once per test binary run.
 struct certificates {
   std::filesystem::path dir;

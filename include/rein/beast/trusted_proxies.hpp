@@ -70,8 +70,8 @@ constexpr const char* to_string(client_source s) noexcept {
 
 /// A request's client as rein::beast::trusted_proxies found it.
 struct client_address {
-  /// The client's address; IPv4-mapped IPv6 addresses (`::ffff:192.0.2.7`, from a dual-stack socket) are
-  /// written as the IPv4 address they map.
+  /// The client's address; IPv4-mapped IPv6 addresses (RFC 4291, as a dual-stack socket reports IPv4
+  /// peers) are written as the IPv4 address they map.
   boost::asio::ip::address address{};
   /// Where it came from.
   client_source source = client_source::peer;
