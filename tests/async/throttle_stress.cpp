@@ -512,7 +512,8 @@ TEST_CASE("randomized stress: no deadlock, no limit exceeded, everything given b
   CHECK(outcomes[rein::make_error_code(rein::errc::timed_out).message()] > 0);
   CHECK(outcomes[rein::error_code(net::error::operation_aborted).message()] > 0);
   CHECK(t.rejections_reported > 0);
-  CHECK(w.rate.refunded() > 0);
+  // Refunds of the rate are not required: since a refused first try keeps what it took, a run may well
+  // give back no rate units at all; when it does, the identity above counts each once.
 }
 
 TEST_CASE("one key's backlog never holds the global slots that many other keys need", "[throttle][stress]") {
