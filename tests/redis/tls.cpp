@@ -40,7 +40,7 @@ namespace {
   options.tls.ca_file = "/etc/ssl/redis-ca.pem";
   rein::redis::connection redis(io, options);
   rein::redis::shared_semaphore pool(redis, {.key = "db", .limit = 3});
-  co_await redis.async_connect();  // throws at start on a refused certificate or a missing grant
+  co_await redis.async_connect(net::use_awaitable);  // throws at start if refused
 }
 
 // The certificates, made once per test binary run.
