@@ -347,12 +347,12 @@ inline bool is_refusal(std::string_view text) noexcept {
   return text.starts_with("NOPERM") || text.starts_with("WRONGPASS") || text.starts_with("NOAUTH");
 }
 
-// True for a stream the server closed or reset (how a TLS 1.3 server refuses a client certificate after the
-// client's handshake ended), not for a timeout or a local error.
+// True for a stream the server closed, reset or ended with a TLS alert (how a TLS 1.3 server refuses a
+// client certificate after the client's handshake ended), not for a timeout or a local error.
 inline bool closed_by_peer(const error_code& ec) noexcept {
   if (ec == net::error::eof || ec == net::error::connection_reset || ec == net::error::broken_pipe) return true;
 #if defined(REIN_REDIS_TLS)
-  if (ec == net::ssl::error::stream_truncated) return true;
+  if (ec == net::ssl::error::stream_truncated || ec.category() == net::error::get_ssl_category()) return true;
 #endif
   return false;
 }
