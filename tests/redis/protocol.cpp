@@ -1,5 +1,6 @@
 // rein::redis without a network: SHA-1, command encoding, reply conversion, the script's verdicts, options,
 // and the cluster client's pure parts (slots, redirections, the slot map).
+#include "parsed_reply.hpp"
 #include "support.hpp"
 
 #include <rein/redis/cluster.hpp>
@@ -23,22 +24,7 @@ using kind = rein::redis::detail::verdict::kind;
 
 namespace {
 
-// Parses one reply with hiredis's reader, as the connection does.
-struct parsed {
-  redisReply* r = nullptr;
-  explicit parsed(std::string_view wire) {
-    redisReader* reader = redisReaderCreate();
-    REQUIRE(redisReaderFeed(reader, wire.data(), wire.size()) == REDIS_OK);
-    void* out = nullptr;
-    REQUIRE(redisReaderGetReply(reader, &out) == REDIS_OK);
-    REQUIRE(out != nullptr);
-    r = static_cast<redisReply*>(out);
-    redisReaderFree(reader);
-  }
-  parsed(const parsed&) = delete;
-  parsed& operator=(const parsed&) = delete;
-  ~parsed() { freeReplyObject(r); }
-};
+using rein_test::parsed;
 
 rein::redis::detail::verdict verdict_of(std::string_view wire) {
   parsed p(wire);

@@ -1,5 +1,6 @@
 // Finding the master through Redis Sentinel without a network: the replies' readers, the search's steps,
 // the order of the sentinels, and the options' validation.
+#include "parsed_reply.hpp"
 #include "support/asio.hpp"
 #include "support/catch.hpp"
 
@@ -23,22 +24,7 @@ using kind = discovery_step::kind;
 
 namespace {
 
-// Parses one reply with hiredis's reader, as the connection does.
-struct parsed {
-  redisReply* r = nullptr;
-  explicit parsed(std::string_view wire) {
-    redisReader* reader = redisReaderCreate();
-    REQUIRE(redisReaderFeed(reader, wire.data(), wire.size()) == REDIS_OK);
-    void* out = nullptr;
-    REQUIRE(redisReaderGetReply(reader, &out) == REDIS_OK);
-    REQUIRE(out != nullptr);
-    r = static_cast<redisReply*>(out);
-    redisReaderFree(reader);
-  }
-  parsed(const parsed&) = delete;
-  parsed& operator=(const parsed&) = delete;
-  ~parsed() { freeReplyObject(r); }
-};
+using rein_test::parsed;
 
 std::optional<endpoint> address_of(std::string_view wire) {
   parsed p(wire);
