@@ -296,6 +296,29 @@ TEST_CASE("admission: a local grant revoked after Redis answered again is not re
   CHECK(s.cancelled_total == 1);
 }
 
+TEST_CASE("side requests: a refund answered NOSCRIPT is sent again after a script load, once",
+          "[redis][admission]") {
+  bucket b(ten_per_second(2));
+  const message give_back{refund, 0, 1};
+  b.line->update([&](policy_type& p, manual_clock::time_point) { p.on_side_error(give_back, true); });
+  poll(b.io);
+  message again = give_back;
+  again.resent = 1;
+  CHECK(b.sent() == messages{{script_load, 0, 0}, again});
+  CHECK(b.snapshot().script_loads == 1);
+  CHECK(b.snapshot().server_errors == 0);
+
+  // The resent one fails the same way: counted, not sent a third time (the load itself must have failed).
+  b.line->update([&](policy_type& p, manual_clock::time_point) { p.on_side_error(again, true); });
+  // A failed script load, and any other error reply, are counted only.
+  b.line->update([&](policy_type& p, manual_clock::time_point) { p.on_side_error({script_load, 0, 0}, true); });
+  b.line->update([&](policy_type& p, manual_clock::time_point) { p.on_side_error(give_back, false); });
+  poll(b.io);
+  CHECK(b.sent().size() == 2);
+  CHECK(b.snapshot().script_loads == 1);
+  CHECK(b.snapshot().server_errors == 3);
+}
+
 TEST_CASE("admission: NOSCRIPT loads the script and asks again, twice at most; other errors fail the op",
           "[redis][admission]") {
   bucket b(ten_per_second(5));

@@ -110,12 +110,12 @@ using messages = std::vector<message>;
 
 }  // namespace rein_test::scripted
 
-// A message as CHECK prints it: {kind, ticket, n, extra, wanted}.
+// A message as CHECK prints it: {kind, ticket, n, extra, wanted, resent}.
 template <>
 struct Catch::StringMaker<rein::redis::detail::message> {
   static std::string convert(const rein::redis::detail::message& m) {
     const auto text = [](auto v) { return std::to_string(v); };
     return "{" + text(static_cast<int>(m.what)) + ", " + text(m.ticket) + ", " + text(m.n) + ", " + text(m.extra) +
-           ", " + text(m.wanted) + "}";
+           ", " + text(m.wanted) + ", " + text(static_cast<int>(m.resent)) + "}";
   }
 };

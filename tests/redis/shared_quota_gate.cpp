@@ -69,3 +69,30 @@ TEST_CASE("a shorter pause does not shorten a stored one; a longer one extends i
   CHECK(std::stoll(execute(io, c, {"HGET", pause_key, "release"}).text) == extended);  // no jitter
   CHECK(execute(io, c, {"PTTL", pause_key}).integer > 39'000);
 }
+
+TEST_CASE("a pause written after SCRIPT FLUSH loads the script and still reaches the other process") {
+  redis_server server;
+  net::io_context io;
+  rein::redis::connection ca(io, local(server.port()));
+  rein::redis::connection cb(io, local(server.port()));
+  const std::string key = unique_key("flushed");
+  shared_quota_gate writer(ca, {.key = key, .jitter = 0});
+  shared_quota_gate reader(cb, {.key = key});
+  recorder r(2);
+  reader.async_acquire(1, r.handler(0));
+  REQUIRE(run_until(io, [&] { return r.completed() == 1; }));
+  CHECK_FALSE(r.results[0]->ec);  // open, and both connections have loaded the script
+
+  CHECK(execute(io, ca, {"SCRIPT", "FLUSH"}).text == "OK");
+  writer.on_retry_after("2", std::chrono::seconds(5));  // answered NOSCRIPT, then loaded and sent again
+  const std::string pause_key = "rein:{" + key + "}:pause";
+  REQUIRE(run_until(io, [&] { return execute(io, ca, {"EXISTS", pause_key}).integer == 1; }));
+  const auto w = writer.snapshot();
+  CHECK(w.script_loads == 1);
+  CHECK(w.server_errors == 0);
+  CHECK(w.pauses == 1);
+
+  reader.async_acquire_for(1, std::chrono::milliseconds(200), r.handler(1));  // its own load, then held
+  REQUIRE(run_until(io, [&] { return r.all_done(); }, std::chrono::seconds(5)));
+  CHECK(r.results[1]->ec == rein::errc::timed_out);
+}

@@ -120,6 +120,8 @@ struct message {
   /// admission of a queueing model: the units its process waits for (those on the wire, this op's and those
   /// of the ops behind it in the line, 64 ops at most), which the server's queue holds places for.
   std::int64_t wanted = 0;
+  /// refund or pause: sent again after the server answered NOSCRIPT (see on_side_error; once at most).
+  std::uint8_t resent = 0;
   friend bool operator==(const message&, const message&) = default;
 };
 
@@ -485,8 +487,22 @@ class scripted_admission {
   /// Queues a message that is not an admission (fire and forget, e.g. a pause).
   void send(const message& m) { outbox_.push(m); }
 
-  /// A side request (refund, script load, pause) came back with an error.
-  void on_side_error() noexcept { ++stats_.server_errors; }
+  /// A side request `m` (refund, script load, pause) came back with an error. One that failed because the
+  /// server lost its scripts (SCRIPT FLUSH, a failover to a replica that never loaded them) is sent again
+  /// after a SCRIPT LOAD, once: a lost refund would keep units the fleet could use, a lost pause would let
+  /// the other processes call an upstream that asked everyone to wait, and a lost release of a shared
+  /// semaphore would hold its permit until the next renewal.
+  void on_side_error(const message& m, bool no_script) {
+    if (no_script && m.what != message::kind::script_load && m.resent == 0) {
+      ++stats_.script_loads;
+      outbox_.push({message::kind::script_load, 0, 0, 0});
+      message again = m;
+      again.resent = 1;
+      outbox_.push(again);
+      return;
+    }
+    ++stats_.server_errors;
+  }
 
   /// A holding model's lease renewal, if it has one to renew (a timer of the I/O object calls this).
   /// The renewal says how many permits this lease may hold at most (those granted and not given back, and

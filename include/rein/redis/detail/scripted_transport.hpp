@@ -166,23 +166,28 @@ class scripted_transport final : public rein::detail::remote_transport<message_l
     std::uint64_t ticket_;
   };
 
-  // Refunds, pauses and script loads: fire and forget; only error replies are counted.
+  // Refunds, pauses and script loads: fire and forget; error replies go back to the policy, which counts
+  // them and sends again one that the server could not run for want of its script.
   class side_node final : public request_node {
    public:
-    explicit side_node(std::shared_ptr<line_type> line) noexcept : line_(std::move(line)) {}
+    side_node(std::shared_ptr<line_type> line, const message& m) noexcept : line_(std::move(line)), m_(m) {}
     void complete(const error_code& ec, const ::redisReply* reply) noexcept override {
       const std::shared_ptr<line_type> line = std::move(line_);
+      const message m = m_;
       const bool ok = ec || (reply != nullptr && reply->type != REDIS_REPLY_ERROR);  // a lost one is no error
+      const bool no_script = !ok && reply != nullptr && reply->str != nullptr &&
+                             std::string_view(reply->str, reply->len).starts_with("NOSCRIPT");
       delete this;
       if (ok) return;
       try {
-        line->update([](Policy& p, typename Clock::time_point) { p.on_side_error(); });
+        line->update([&](Policy& p, typename Clock::time_point) { p.on_side_error(m, no_script); });
       } catch (...) {
       }
     }
 
    private:
     std::shared_ptr<line_type> line_;
+    message m_;
   };
 
   // A lease renewal: its answer may say the lease was lost, or how long the lease surely holds (from
@@ -219,8 +224,8 @@ class scripted_transport final : public rein::detail::remote_transport<message_l
     }
     if (m.what == message::kind::renew)
       return hand_over(commands_.command(m, sha_), std::make_unique<renewal_node>(line, m.extra, Clock::now()));
-    if (m.what == message::kind::script_load) return hand_over(load_command_, std::make_unique<side_node>(line));
-    return hand_over(commands_.command(m, sha_), std::make_unique<side_node>(line));
+    if (m.what == message::kind::script_load) return hand_over(load_command_, std::make_unique<side_node>(line, m));
+    return hand_over(commands_.command(m, sha_), std::make_unique<side_node>(line, m));
   }
 
   // The node is the connection's once it took the command; until then (refused, or an exception) ours.
