@@ -300,9 +300,6 @@ class basic_retry_policy {
     return s;
   }
 
-  /// The same as snapshot() (the former name).
-  retry_snapshot stats() const { return snapshot(); }
-
   /// The name given in the options (empty if none).
   const std::string& name() const noexcept { return name_; }
 

@@ -90,7 +90,7 @@ TEST_CASE("a first success is one attempt and no sleep", "[retry]") {
   CHECK(r.attempts == 1);
   CHECK(r.last.value() == 1);
   CHECK(times == std::vector<ns>{0ms});
-  const auto s = policy.stats();
+  const auto s = policy.snapshot();
   CHECK(s.requests_total == 1);
   CHECK(s.attempts_total == 1);
   CHECK(s.retries_total == 0);
@@ -107,7 +107,7 @@ TEST_CASE("delays double per failure, with full jitter drawn per delay", "[retry
   CHECK(r.attempts == 4);
   CHECK(r.last.value() == 4);
   CHECK(times == std::vector<ns>{0ms, 50ms, 150ms, 350ms});
-  CHECK(policy.stats().retries_total == 3);
+  CHECK(policy.snapshot().retries_total == 3);
 }
 
 TEST_CASE("the delay never exceeds the cap", "[retry][backoff]") {
@@ -132,7 +132,7 @@ TEST_CASE("max_attempts bounds the attempts, the first included", "[retry]") {
   CHECK(r.last.kind() == rein::attempt_kind::retryable);
   CHECK(r.last.error() == errc::timed_out);
   CHECK(times == std::vector<ns>{0ms, 50ms, 150ms});
-  CHECK(policy.stats().attempts_exhausted_total == 1);
+  CHECK(policy.snapshot().attempts_exhausted_total == 1);
 }
 
 TEST_CASE("a Retry-After longer than the jitter is waited exactly, and capped by max_retry_after", "[retry]") {
@@ -160,7 +160,7 @@ TEST_CASE("a permanent failure stops at once", "[retry]") {
   REQUIRE(r.last.has_value());
   CHECK(r.last.value() == 404);  // the failure's own value (e.g. the response) reaches the caller
   CHECK(times == std::vector<ns>{0ms, 50ms});
-  CHECK(policy.stats().permanent_total == 1);
+  CHECK(policy.snapshot().permanent_total == 1);
 }
 
 TEST_CASE("the retry budget, shared by calls, stops retries from snowballing", "[retry][budget]") {
@@ -188,7 +188,7 @@ TEST_CASE("the retry budget, shared by calls, stops retries from snowballing", "
   CHECK(second.attempts == 2);
   CHECK(second_times.size() == 2);
 
-  const auto s = policy.stats();
+  const auto s = policy.snapshot();
   CHECK(s.requests_total == 2);
   CHECK(s.retries_total == 1);
   CHECK(s.budget_exhausted_total == 2);
@@ -344,8 +344,8 @@ TEST_CASE("a bad jitter draw throws and charges nothing; a negative Retry-After 
     CHECK_THROWS_WITH(drawing.on_attempt(1, busy()),
                       "rein::retry_policy \"payments\": random() must be in [0, 1], got " + shown);
     CHECK(drawing.retries_available() == available);
-    CHECK(drawing.stats().retries_total == 0);
-    CHECK(drawing.stats().attempts_total == 0);
+    CHECK(drawing.snapshot().retries_total == 0);
+    CHECK(drawing.snapshot().attempts_total == 0);
   }
 
   // The server's negative Retry-After says nothing usable: the attempt carries none, and the delay is the
@@ -356,6 +356,6 @@ TEST_CASE("a bad jitter draw throws and charges nothing; a negative Retry-After 
   negative.budget = rein::algo::retry_budget_options{};
   policy_t told(negative);
   CHECK(told.on_attempt(1, busy(-1s)).delay == 50ms);
-  CHECK(told.stats().retries_total == 1);
+  CHECK(told.snapshot().retries_total == 1);
   CHECK(told.on_attempt(2, busy(1s)).delay == 1s);  // a valid one is honoured as before
 }
