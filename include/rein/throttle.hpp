@@ -8,6 +8,7 @@
 #include <rein/detail/format.hpp>
 #include <rein/detail/line_place.hpp>
 #include <rein/detail/spawned_operation.hpp>
+#include <rein/detail/throttle_admission.hpp>
 #include <rein/detail/throttle_stages.hpp>
 #include <rein/error.hpp>
 #include <rein/keyed.hpp>
@@ -363,7 +364,6 @@ class throttle {
  private:
   static constexpr std::array<rank, stage_count> ranks_{detail::rank_of<Stages>()...};
   static constexpr std::array<bool, stage_count> keyed_{detail::is_keyed<typename detail::stage_spec<Stages>::stage>::value...};
-  static constexpr bool rates_first_ = (std::is_same_v<Stages, detail::rates_first_t> || ...);
 
   static_assert(detail::in_admission_order(ranks_),
                 "rein::throttle: list the stages in admission order: quota gates, then per-key concurrency "
@@ -389,6 +389,16 @@ class throttle {
       if (!placeholder_[i]) bits |= 1ULL << i;
     return bits;
   }()};
+
+  // The stage list's order, for the admission machine.
+  struct layout {
+    static constexpr std::array<rank, stage_count> ranks = ranks_;
+    static constexpr std::array<bool, stage_count> keyed = keyed_;
+  };
+  using admission = detail::throttle_admission<layout>;
+  using step = detail::admission_step;
+  using event = detail::admission_event;
+  using readiness_type = detail::readiness<time_point>;
 
   template <rank R>
   static constexpr auto at_rank = detail::positions<R, detail::count_rank<R>(ranks_)>(ranks_);
@@ -475,30 +485,33 @@ class throttle {
     check_charge(c);
     guard g(life_, c);
     run_ctx x{deadline, nullptr, {}};
+    admission m(true);
     std::string copy;
     error_code failed;
     const time_point asked = clock_type::now();
     time_point now = asked;
     try {
-      pin_all(g.held_, key, x);
-      if (try_all(g, now) != npos) {
-        keep_for_pass(g.held_);
+      const step s = steps(m, m.resume(event::start), g, key, now);
+      if (s == step::fail) {
+        failed = m.error();
+      } else if (s != step::done) {
         copy.assign(key);
         key = copy;
         x.key = copy;
         const waiting_scope waiting(life_);
-        co_await pass<false>(g, x);
+        co_await pass<false>(m, s, g, x);
         now = clock_type::now();
       }
     } catch (const system_error& e) {
       failed = e.code();
+      m.fail();
     }
     if (gone(g)) {  // destroyed while this caller waited: its stages' waits were aborted
-      throw detail::throttle_failure(error_code(net::error::operation_aborted), {}, x.at, kind_of(x.at), copy);
+      throw detail::throttle_failure(error_code(net::error::operation_aborted), {}, m.at(), kind_of(m.at()), copy);
     }
     if (failed) {
       count_failed(failed);
-      throw failure(failed, x.at, std::string(key));  // g gives back what it took
+      throw failure(failed, m.at(), std::string(key));  // g gives back what it took
     }
     admit(g, now, asked);
     co_return std::move(g);
@@ -559,12 +572,12 @@ class throttle {
     check_charge(c);
     guard g(life_, c);
     const time_point now = clock_type::now();
-    std::size_t refused = try_pin(g.held_, key);
-    if (refused == npos) refused = try_all(g, now);
-    if (refused == npos) {
+    admission m(false);
+    if (steps(m, m.resume(event::start), g, key, now) == step::done) {
       admit(g, now, now);
       return g;
     }
+    const std::size_t refused = m.at();
     count_refusal(kind_of(refused));
     // g itself becomes the empty guard (one object in every path, so that it is returned in place).
     abandon(g.held_);
@@ -649,12 +662,11 @@ class throttle {
     return c;
   }
 
-  // Where a waiting acquire is, so that a failure can say which stage it came from.
+  // A waiting acquire's deadline and cancellation (the machine says where it is).
   struct run_ctx {
     time_point deadline;
     detail::throttle_cancellation* cancellation;
     std::string_view key;  // the caller's key, in the frame of the coroutine that waits (a copy)
-    std::size_t at = npos;
     // acquire's waiting path: the awaiting coroutine's cancellation state, if it throws when cancelled (the
     // default); none otherwise.
     net::cancellation_state awaiting{};
@@ -727,25 +739,25 @@ class throttle {
 
   // Tries the stage at position I at `now`, recording what it took in `g`.
   template <std::size_t I>
-  bool try_stage(guard& g, time_point now) {
+  event try_stage(guard& g, time_point now) {
     if constexpr (ranks_[I] == rank::none) {
-      return true;
+      return event::passed;
     } else {
       const std::size_t n = units_of<I>(g.charge_);
-      if (n == 0) return true;
+      if (n == 0) return event::passed;
       auto& l = limiter<I>(g.held_);
       if constexpr (ranks_[I] == rank::gate) {
-        if (!static_cast<bool>(try_take_at(l, 1, now))) return false;  // behind the gate's own waiters and jitter
+        if (!static_cast<bool>(try_take_at(l, 1, now))) return event::refused;  // behind its waiters and jitter
         note_take(g, I);
-        return true;
+        return event::took;
       } else if constexpr (ranks_[I] == rank::rate) {
-        return try_rate<I>(g, now) == try_status::acquired;
+        return try_rate<I>(g, now) == try_status::acquired ? event::took : event::refused;
       } else {
         permit p = l.try_acquire(n);
-        if (!p) return false;
+        if (!p) return event::refused;
         g.held_.permits[I] = std::move(p);
         note_take(g, I);
-        return true;
+        return event::took;
       }
     }
   }
@@ -765,11 +777,39 @@ class throttle {
     return try_status::acquired;
   }
 
-  bool try_at(std::size_t i, guard& g) {
-    bool ok = true;
-    const time_point now = clock_type::now();
-    visit(i, [&](auto I) { ok = try_stage<I()>(g, now); });
-    return ok;
+  // The steps of the machine that never wait, until it asks for a wait, admits or fails. The first try
+  // decides at `now` (one reading for the whole try); each later step reads the clock and is skipped by a
+  // caller whose throttle is gone or whose awaiting coroutine was cancelled (`x`, the waiting path's; with
+  // none, only the first try runs).
+  step steps(admission& m, step s, guard& g, std::string_view key, time_point now, run_ctx* x = nullptr,
+             readiness_type* last = nullptr) {
+    for (;;) {
+      if (x == nullptr) {
+        if (!m.trying()) return s;
+      } else if (s == step::take || s == step::take_rates || s == step::check_gates) {
+        stop_if_gone(g);
+        if (s == step::take && x->awaiting.cancelled() != net::cancellation_type::none) throw_aborted();
+        now = clock_type::now();
+      }
+      event e = event::took;
+      std::size_t where = npos;
+      try_status why = try_status::busy;
+      switch (s) {
+        case step::pin: where = try_pin(g.held_, key); break;
+        case step::try_first: where = try_first(g, now); break;
+        case step::take: visit(m.stage(), [&](auto I) { e = try_stage<I()>(g, now); }); break;
+        case step::take_rates: where = take_rates(g, m.held_rate(), now, &why); break;
+        case step::ask_ready: e = ask_ready(m.stage(), g, *last, why); break;
+        case step::release_global: release_global(g.held_); break;
+        case step::release_permits: release_permits(g.held_); break;
+        case step::refund_rates: refund_rates(g.held_); break;
+        case step::give_back: give_back(g.held_); break;
+        case step::check_gates: e = gates_open(g) ? event::open : event::paused; break;
+        default: return s;  // a wait, done or fail
+      }
+      if (where != npos) e = event::refused;
+      s = m.resume(e, where, why);
+    }
   }
 
   // Step 6: whether a gate paused since the caller passed it (its own line does not matter any more).
@@ -829,43 +869,25 @@ class throttle {
     return npos;
   }
 
-  // Everything at `now`, in admission order (try_acquire, and every acquire's first attempt). Returns the
-  // position of the stage that refused, or npos; what was taken stays in g (its owner gives it back).
-  std::size_t try_all(guard& g, time_point now) {
-    if (const std::size_t i = try_rank<rank::gate>(g, now); i != npos) return i;
-    if (const std::size_t i = try_rank<rank::per_key_concurrency>(g, now); i != npos) return i;
-    if (const std::size_t i = try_rank<rank::global_concurrency>(g, now); i != npos) return i;
-    return take_rates(g, npos, now);
-  }
-
-  // Tries the stages of rank R in list order, unrolled at compile time (the fast path dispatches on no
-  // runtime position); the position of the first that refused, or npos.
-  template <rank R>
-  std::size_t try_rank(guard& g, time_point now) {
+  // The first try (see throttle_admission): every gate and concurrency stage at `now` in list order, unrolled
+  // at compile time (the fast path dispatches on no runtime position), then the rates; the position of the
+  // stage that refused, or npos. What was taken stays in g (its owner gives it back).
+  std::size_t try_first(guard& g, time_point now) {
     std::size_t refused = npos;
-    [&]<std::size_t... K>(std::index_sequence<K...>) {
-      (void)((try_stage<at_rank<R>[K]>(g, now) || (refused = at_rank<R>[K], false)) && ...);
-    }(std::make_index_sequence<at_rank<R>.size()>{});
-    return refused;
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      (void)(((ranks_[I] == rank::rate || try_stage<I>(g, now) != event::refused) || (refused = I, false)) && ...);
+    }(std::make_index_sequence<stage_count>{});
+    return refused != npos ? refused : take_rates(g, npos, now);
   }
 
-  // Pins each keyed stage's limiter for `key` (try mode): the position of a stage that could not make the
-  // key (too many keys), or npos.
+  // Pins each keyed stage's limiter for `key`: the position of a stage that could not make the key (too many
+  // keys), or npos.
   std::size_t try_pin(holdings& h, std::string_view key) {
     std::size_t refused = npos;
     [&]<std::size_t... I>(std::index_sequence<I...>) {
       (void)((pin_one<I>(h, key, &refused)) && ...);
     }(std::make_index_sequence<stage_count>{});
     return refused;
-  }
-
-  // Pins every keyed stage's limiter for `key` (waiting mode): a failure throws (errc::queue_full), with
-  // x.at naming its stage.
-  void pin_all(holdings& h, std::string_view key, run_ctx& x) {
-    [&]<std::size_t... I>(std::index_sequence<I...>) {
-      ((x.at = I, pin_one<I>(h, key, nullptr)), ...);
-    }(std::make_index_sequence<stage_count>{});
-    x.at = npos;
   }
 
   // The key as the registry of stage I takes it: the view itself when it looks string keys up without
@@ -877,20 +899,15 @@ class throttle {
     else return typename registry::key_type(key);
   }
 
-  // Pins the stage at I (a keyed one) for `key`. Without `refused`, a failure throws (errc::queue_full).
+  // Pins the stage at I (a keyed one) for `key`; a key the registry cannot make is refused.
   template <std::size_t I>
   bool pin_one(holdings& h, std::string_view key, std::size_t* refused) {
     if constexpr (keyed_[I]) {
-      auto& registry = std::get<I>(refs_).stage();
-      if (refused == nullptr) {
-        std::get<I>(h.handles) = registry.get(key_for<I>(key));
-      } else {
-        error_code ec;
-        std::get<I>(h.handles) = registry.get(key_for<I>(key), ec);
-        if (ec) {
-          *refused = I;
-          return false;
-        }
+      error_code ec;
+      std::get<I>(h.handles) = std::get<I>(refs_).stage().get(key_for<I>(key), ec);
+      if (ec) {
+        *refused = I;
+        return false;
       }
     }
     return true;
@@ -931,16 +948,6 @@ class throttle {
   void give_back(holdings& h) noexcept {
     refund_rates(h);
     release_permits(h);
-  }
-
-  // The first try was refused: the waiting path goes on from what it took. The gates it passed and the
-  // permits it holds are what pass would take again at once (a gate is not asked twice in one instant, a
-  // held permit is skipped); the rates' units are already back (take_rates is all or nothing). The global
-  // slots block other keys only if the caller must wait for its key's rate: pass gives them back then, and
-  // not otherwise (release_global_before_waiting). The order rein used before gives everything back.
-  void keep_for_pass(holdings& h) noexcept {
-    if constexpr (rates_first_) give_back(h);
-    else (void)h;
   }
 
   // An acquire that ends without admission: everything back, and each stage it took counted abandoned.
@@ -1230,8 +1237,8 @@ class throttle {
   [[noreturn]] static void throw_aborted() { throw system_error(error_code(net::error::operation_aborted)); }
 
   // Whether the throttle was destroyed while `g`'s caller waited. Read on the waiting path before anything of
-  // the throttle's is touched after a resumption (each stage's take_now, each wake of wait_ready, the rates'
-  // and the gates' last checks): the stages, if they live on, may still grant.
+  // the throttle's is touched after a resumption (each take, each ask of a key's rate, the rates' take and
+  // the gates' last check of the machine's steps): the stages, if they live on, may still grant.
   static bool gone(const guard& g) noexcept { return g.life_->owner.load(std::memory_order_acquire) == nullptr; }
   static void stop_if_gone(const guard& g) {
     if (gone(g)) throw_aborted();
@@ -1312,132 +1319,80 @@ class throttle {
     return a;
   }
 
-  // Waits until the key's rate stage at I could take the caller's units, taking nothing: on a timer at the
-  // instant the limit says (re-asked on waking: a set_rate meanwhile counts from then). A stage that cannot
-  // say, or has waiters of its own, is waited on through its own line and given back at once.
-  template <bool Bound, std::size_t I>
-  net::awaitable<void> wait_ready(guard& g, run_ctx& x) {
-    static_assert(ranks_[I] == rank::rate, "wait_ready: only rate stages are waited on until ready");
-    using kind = typename detail::readiness<time_point>::kind;
-    const std::size_t n = units_of<I>(g.charge_);
-    if (n == 0) co_return;
-    auto& l = limiter<I>(g.held_);
-    for (;;) {
-      stop_if_gone(g);
-      time_point when{};
-      const kind k = readiness_of<I>(g, clock_type::now(), &when);
-      if (k == kind::ready) co_return;
-      if (k == kind::exceeds) throw system_error(make_error_code(errc::exceeds_capacity));
-      check_cancelled<Bound>(x);
-      release_global(g.held_);  // a caller waiting for its own key's rate holds nothing another key needs
-      if (k == kind::queued || k == kind::unknown) {
-        co_await l.async_acquire_until(n, x.deadline, token<Bound>(x));
-        note_take(g, I);
-        l.refund(n);
-        note_given_back(g, I);
-        co_return;
+  // Whether the key's rate at i could take the caller's units now, taking nothing (`last` keeps the answer
+  // for the wait that follows). A charge of 0 there is ready.
+  event ask_ready(std::size_t i, guard& g, readiness_type& last, try_status& why) {
+    using kind = typename readiness_type::kind;
+    event e = event::ready;
+    visit(i, [&](auto I) {
+      if constexpr (ranks_[I()] == rank::rate) {
+        const std::size_t n = units_of<I()>(g.charge_);
+        if (n == 0) return;
+        stop_if_gone(g);
+        last = detail::rate_readiness(limiter<I()>(g.held_), n, clock_type::now());
+        if (last.what == kind::ready) return;
+        why = try_status::exceeds_capacity;
+        e = last.what == kind::exceeds ? event::refused : event::not_ready;
       }
-      if (k == kind::never) when = time_point::max();
-      if (when > x.deadline) throw system_error(make_error_code(errc::timed_out));  // judged at once
-      timer_type timer(co_await net::this_coro::executor);
-      timer.expires_at(when);
-      co_await timer.async_wait(token<Bound>(x));
+    });
+    return e;
+  }
+
+  // One wait of step 3 (see throttle_admission) at the key's rate stage I, which `r` said could not take the
+  // caller's units yet: on a timer at the instant the limit said (woke: the machine asks again, so that a
+  // set_rate meanwhile counts from then), or, for a stage that cannot say or has waiters of its own, through
+  // its own line, given back at once (ready).
+  template <bool Bound, std::size_t I>
+  net::awaitable<event> wait_ready(guard& g, run_ctx& x, readiness_type r) {
+    using kind = typename readiness_type::kind;
+    auto& l = limiter<I>(g.held_);
+    if (r.what == kind::queued || r.what == kind::unknown) {
+      const std::size_t n = units_of<I>(g.charge_);
+      co_await l.async_acquire_until(n, x.deadline, token<Bound>(x));
+      note_take(g, I);
+      l.refund(n);
+      note_given_back(g, I);
+      co_return event::ready;
     }
+    const time_point when = r.what == kind::never ? time_point::max() : r.when;
+    if (when > x.deadline) throw system_error(make_error_code(errc::timed_out));  // judged at once
+    timer_type timer(co_await net::this_coro::executor);
+    timer.expires_at(when);
+    co_await timer.async_wait(token<Bound>(x));
+    co_return event::woke;
   }
 
   template <bool Bound>
-  net::awaitable<void> ready_at(std::size_t i, guard& g, run_ctx& x) {
-    net::awaitable<void> a;
+  net::awaitable<event> ready_at(std::size_t i, guard& g, run_ctx& x, const readiness_type& last) {
+    net::awaitable<event> a;
     visit(i, [&](auto I) {
-      if constexpr (ranks_[I()] == rank::rate) a = wait_ready<Bound, I()>(g, x);
+      if constexpr (ranks_[I()] == rank::rate) a = wait_ready<Bound, I()>(g, x, last);
     });
     assert(a.valid() && "ready_at: i must be a rate stage (only they are waited on until ready)");
     return a;
   }
 
-  // Takes stage i now (true), or says that it must be waited on (false). Not a coroutine of its own: the
-  // waiting path makes one frame fewer per stage it tries. A cancelled coroutine fails before the stage, as
-  // it would at a co_await (the stage it was granted meanwhile is given back).
+  // The waiting path: the machine's steps from `s` (see throttle_admission for the steps and the class
+  // comment for why), until it admits (returns) or fails (throws).
   template <bool Bound>
-  bool take_now(std::size_t i, guard& g, run_ctx& x) {
-    stop_if_gone(g);
-    if (x.awaiting.cancelled() != net::cancellation_type::none) throw_aborted();
-    x.at = i;
-    if (try_at(i, g)) return true;
-    check_cancelled<Bound>(x);
-    return false;
-  }
-
-  // The waiting path (see the class comment for the steps and why).
-  template <bool Bound>
-  net::awaitable<void> pass(guard& g, run_ctx& x) {
+  net::awaitable<void> pass(admission& m, step s, guard& g, run_ctx& x) {
     if constexpr (!Bound) {
       if (co_await net::this_coro::throw_if_cancelled()) x.awaiting = co_await net::this_coro::cancellation_state;
     }
-    // The first round goes on from what the first try took: the gates it passed in this same instant are not
-    // asked again. A caller sent back from step 5 to its key's rate goes back to step 3, not to the gates:
-    // step 6 checks them before admission.
-    bool first = true;
-    bool to_gates = true;
+    readiness_type last{};
     for (;;) {
-      for (std::size_t i : at_rank<rank::gate>) {
-        if (!to_gates || (first && g.held_.taken[i])) continue;
-        if (take_now<Bound>(i, g, x)) continue;
-        co_await wait_at<Bound>(i, g, x);  // a gate's wait, awaited without a frame of ours: noted here
-        note_take(g, i);
-      }
-      if constexpr (rates_first_) {
-        for (std::size_t i : at_rank<rank::rate>)
-          if (g.held_.units[i] == 0 && !take_now<Bound>(i, g, x)) co_await wait_at<Bound>(i, g, x);
-      }
-      for (std::size_t i : at_rank<rank::per_key_concurrency>)
-        if (!g.held_.permits[i] && !take_now<Bound>(i, g, x)) co_await wait_at<Bound>(i, g, x);
-      first = false;
-      to_gates = true;
-      if constexpr (!rates_first_) {
-        for (std::size_t i : at_rank<rank::rate>) {
-          if (!keyed_[i]) continue;
-          x.at = i;
-          co_await ready_at<Bound>(i, g, x);
-        }
-      }
-      for (std::size_t i : at_rank<rank::global_concurrency>)
-        if (!g.held_.permits[i] && !take_now<Bound>(i, g, x)) co_await wait_at<Bound>(i, g, x);
-      if constexpr (!rates_first_) {
-        bool back_to_key = false;
-        std::size_t held = npos;
-        for (;;) {
-          stop_if_gone(g);
-          try_status why = try_status::busy;
-          const std::size_t missing = take_rates(g, held, clock_type::now(), &why);
-          if (missing == npos) break;
-          held = npos;
-          x.at = missing;
-          if (why == try_status::closed) throw system_error(make_error_code(errc::closed));
-          if (why == try_status::exceeds_capacity) throw system_error(make_error_code(errc::exceeds_capacity));
-          if (keyed_[missing]) {  // its key's rate: step 3 gives the global slots back if it must wait
-            back_to_key = true;
-            break;
-          }
-          x.at = missing;
-          check_cancelled<Bound>(x);
-          co_await wait_at<Bound>(missing, g, x);  // keeps the global slots: everyone needs this rate
-          held = missing;
-        }
-        if (back_to_key) {
-          to_gates = false;
-          continue;
-        }
-      }
-      stop_if_gone(g);
-      if (gates_open(g)) co_return;
-      // Paused while this caller waited: back to the gate, holding nothing global meanwhile.
-      if constexpr (rates_first_) {
-        release_permits(g.held_);
+      s = steps(m, s, g, x.key, {}, &x, &last);
+      if (s == step::done) co_return;
+      if (s == step::fail) throw system_error(m.error());
+      check_cancelled<Bound>(x);
+      event e = event::took;
+      if (s == step::wait_line) {
+        co_await wait_at<Bound>(m.stage(), g, x);
+        if (ranks_[m.stage()] == rank::gate) note_take(g, m.stage());  // a gate's wait: awaited without a frame
       } else {
-        refund_rates(g.held_);
-        release_global(g.held_);
+        e = co_await ready_at<Bound>(m.stage(), g, x, last);
       }
+      s = m.resume(e);
     }
   }
 
@@ -1455,35 +1410,38 @@ class throttle {
                                                    time_point asked) {
     guard g(life_, c);
     run_ctx x{deadline, cancellation.get(), key};
+    admission m(true);
     error_code failed;
     time_point now = clock_type::now();
     time_point waited_from = now;
     try {
       check_cancelled<Bound>(x);
-      pin_all(g.held_, key, x);
-      if (try_all(g, now) != npos) {
-        keep_for_pass(g.held_);
+      const step s = steps(m, m.resume(event::start), g, key, now);
+      if (s == step::fail) {
+        failed = m.error();
+      } else if (s != step::done) {
         waited_from = asked;
         const waiting_scope waiting(life_);
-        co_await pass<Bound>(g, x);
+        co_await pass<Bound>(m, s, g, x);
         now = clock_type::now();
       }
     } catch (const system_error& e) {
       failed = e.code();
+      m.fail();
     }
     if (gone(g)) {  // destroyed while this caller waited: its stages' waits were aborted
       const error_code aborted(net::error::operation_aborted);
       guard empty;
-      empty.rejected_at_ = kind_of(x.at);
-      empty.rejected_stage_ = x.at;
+      empty.rejected_at_ = kind_of(m.at());
+      empty.rejected_stage_ = m.at();
       empty.error_ = aborted;
       co_return std::pair<error_code, guard>(aborted, std::move(empty));
     }
     if (failed) {
       count_failed(failed);
       guard empty;
-      empty.rejected_at_ = kind_of(x.at);
-      empty.rejected_stage_ = x.at;
+      empty.rejected_at_ = kind_of(m.at());
+      empty.rejected_stage_ = m.at();
       empty.error_ = failed;
       co_return std::pair<error_code, guard>(failed, std::move(empty));  // g gives back what it took
     }

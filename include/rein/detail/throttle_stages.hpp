@@ -26,14 +26,9 @@ namespace rein::detail {
 template <class T>
 inline constexpr bool is_unlimited_v = std::is_same_v<std::remove_cvref_t<T>, unlimited_t>;
 
-// Takes nothing: marks a throttle whose rates are taken first, before the concurrency stages (the order
-// rein used before rates were taken at the moment of sending). Only the model check instantiates it, to show
-// that the check tells the two orders apart.
-struct rates_first_t {};
-
-// A list entry that holds no stage: rein::unlimited, or the marker above.
+// A list entry that holds no stage: rein::unlimited.
 template <class T>
-inline constexpr bool is_placeholder_v = is_unlimited_v<T> || std::is_same_v<std::remove_cvref_t<T>, rates_first_t>;
+inline constexpr bool is_placeholder_v = is_unlimited_v<T>;
 
 template <class T>
 struct is_keyed : std::false_type {};
