@@ -709,3 +709,107 @@ TEST_CASE("an idle key behind a busy key's backlog is admitted within one spacin
     CHECK(worst > 500);  // the busy key's callers hold the shared tokens
   }
 }
+
+namespace {
+
+// One step of a script: what the machine must ask for next (and about which stage), and what it is told.
+struct scripted {
+  admission_step step;
+  std::size_t stage;
+  admission_event answer;
+  std::size_t where = npos;
+  rein::try_status why = rein::try_status::busy;
+};
+
+// Runs `script` on the machine from its start; returns the step it asks for after the last answer.
+admission_step play(rein_order& m, const std::vector<scripted>& script) {
+  admission_step s = m.resume(admission_event::start);
+  for (std::size_t i = 0; i < script.size(); ++i) {
+    INFO("step " << i);
+    REQUIRE(s == script[i].step);
+    if (script[i].stage != npos) REQUIRE(m.stage() == script[i].stage);
+    s = m.resume(script[i].answer, script[i].where, script[i].why);
+  }
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("the admission machine's steps, exactly", "[throttle][model]") {
+  using step = admission_step;
+  using ev = admission_event;
+  SECTION("try_acquire: a refusal ends it, at the stage that refused, with no error") {
+    rein_order m(false);
+    CHECK(play(m, {{step::pin, npos, ev::took}, {step::try_first, npos, ev::refused, global_at}}) == step::fail);
+    CHECK(m.at() == global_at);
+    CHECK_FALSE(m.error());
+    rein_order pinned(false);
+    CHECK(play(pinned, {{step::pin, npos, ev::refused, per_key_at}}) == step::fail);
+    CHECK(pinned.at() == per_key_at);
+    CHECK_FALSE(pinned.error());
+  }
+  SECTION("a waiting acquire whose key cannot be made fails with queue_full there") {
+    rein_order m(true);
+    CHECK(play(m, {{step::pin, npos, ev::refused, key_rate_at}}) == step::fail);
+    CHECK(m.at() == key_rate_at);
+    CHECK(m.error() == rein::errc::queue_full);
+  }
+  SECTION("refused at the global permit: the key's rate first (nothing global held to give back), then the line") {
+    rein_order m(true);
+    CHECK(play(m, {{step::pin, npos, ev::took},
+                   {step::try_first, npos, ev::refused, global_at},
+                   {step::ask_ready, key_rate_at, ev::not_ready},
+                   {step::wait_ready, key_rate_at, ev::woke},
+                   {step::ask_ready, key_rate_at, ev::ready},
+                   {step::take, global_at, ev::refused},
+                   {step::wait_line, global_at, ev::took},
+                   {step::take_rates, npos, ev::refused, shared_at},
+                   {step::wait_line, shared_at, ev::took},
+                   {step::take_rates, npos, ev::took},
+                   {step::check_gates, npos, ev::open}}) == step::done);
+  }
+  SECTION("refused at the key's rate: the global slot goes back before the wait; a pause sends it to the gate") {
+    rein_order m(true);
+    CHECK(m.trying());
+    CHECK(play(m, {{step::pin, npos, ev::took},
+                   {step::try_first, npos, ev::refused, key_rate_at},
+                   {step::ask_ready, key_rate_at, ev::not_ready},
+                   {step::release_global, npos, ev::took},
+                   {step::wait_ready, key_rate_at, ev::ready},
+                   {step::take, global_at, ev::took},
+                   {step::take_rates, npos, ev::took},
+                   {step::check_gates, npos, ev::paused},
+                   {step::refund_rates, npos, ev::took},
+                   {step::release_global, npos, ev::took},
+                   {step::take, gate_at, ev::refused},
+                   {step::wait_line, gate_at, ev::took},
+                   {step::ask_ready, key_rate_at, ev::ready},
+                   {step::take, global_at, ev::took},
+                   {step::take_rates, npos, ev::refused, key_rate_at},
+                   {step::ask_ready, key_rate_at, ev::ready},
+                   {step::take_rates, npos, ev::took},
+                   {step::check_gates, npos, ev::open}}) == step::done);
+    CHECK_FALSE(m.trying());
+  }
+  SECTION("the shared rate's units are held while the others are taken; a closed rate fails") {
+    rein_order m(true);
+    play(m, {{step::pin, npos, ev::took},
+             {step::try_first, npos, ev::refused, shared_at},
+             {step::ask_ready, key_rate_at, ev::ready},
+             {step::take_rates, npos, ev::refused, shared_at},
+             {step::wait_line, shared_at, ev::took}});
+    CHECK(m.held_rate() == shared_at);
+    CHECK(m.resume(ev::refused, shared_at, rein::try_status::closed) == step::fail);
+    CHECK(m.at() == shared_at);
+    CHECK(m.error() == rein::errc::closed);
+  }
+  SECTION("a failed wait ends it where it waits") {
+    rein_order m(true);
+    CHECK(play(m, {{step::pin, npos, ev::took},
+                   {step::try_first, npos, ev::refused, per_key_at},
+                   {step::take, per_key_at, ev::refused}}) == step::wait_line);
+    CHECK(m.fail() == step::fail);
+    CHECK(m.at() == per_key_at);
+    CHECK(m.resume(ev::took) == step::fail);  // over
+  }
+}
