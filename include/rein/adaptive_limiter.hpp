@@ -10,6 +10,7 @@
 #include <rein/detail/acquire_doors.hpp>
 #include <rein/detail/adaptive_policy.hpp>
 #include <rein/detail/asio_header.hpp>
+#include <rein/detail/core_owner.hpp>
 #include <rein/detail/format.hpp>
 #include <rein/detail/invalid_option.hpp>
 #include <rein/detail/limiter_core.hpp>

@@ -8,6 +8,7 @@
 #include <rein/config.hpp>
 #include <rein/detail/acquire_doors.hpp>
 #include <rein/detail/asio_header.hpp>
+#include <rein/detail/core_owner.hpp>
 #include <rein/detail/format.hpp>
 #include <rein/detail/invalid_option.hpp>
 #include <rein/detail/limiter_core.hpp>

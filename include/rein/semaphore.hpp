@@ -5,6 +5,7 @@
 #include <rein/detail/acquire_doors.hpp>
 #include <rein/detail/asio_header.hpp>
 #include <rein/detail/clock_time.hpp>
+#include <rein/detail/core_owner.hpp>
 #include <rein/detail/format.hpp>
 #include <rein/detail/limiter_core.hpp>
 #include <rein/detail/semaphore_policy.hpp>
