@@ -12,6 +12,7 @@
 #include <rein/detail/quota_gate_policy.hpp>
 #include <rein/detail/random_seed.hpp>
 #include <rein/error.hpp>
+#include <rein/impl/line_instantiations.hpp>
 #include <rein/null_mutex.hpp>
 #include <rein/observer.hpp>
 #include <rein/queue_order.hpp>

@@ -10,6 +10,7 @@
 #include <rein/detail/limiter_core.hpp>
 #include <rein/detail/semaphore_policy.hpp>
 #include <rein/error.hpp>
+#include <rein/impl/line_instantiations.hpp>
 #include <rein/line_view.hpp>
 #include <rein/null_mutex.hpp>
 #include <rein/observer.hpp>

@@ -6,6 +6,7 @@
 #include <rein/config.hpp>
 #include <rein/detail/asio_header.hpp>
 #include <rein/detail/format.hpp>
+#include <rein/impl/line_instantiations.hpp>
 #include <rein/null_mutex.hpp>
 #include <rein/outcome.hpp>
 #include <rein/observer.hpp>

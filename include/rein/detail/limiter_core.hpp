@@ -73,11 +73,6 @@
 #include REIN_ASIO_HEADER(basic_waitable_timer.hpp)
 #include REIN_ASIO_HEADER(executor_work_guard.hpp)
 #include REIN_ASIO_HEADER(wait_traits.hpp)
-#if defined(REIN_SEPARATE_COMPILATION)
-#include REIN_ASIO_HEADER(bind_cancellation_slot.hpp)
-#include REIN_ASIO_HEADER(cancellation_signal.hpp)
-#include REIN_ASIO_HEADER(use_awaitable.hpp)
-#endif
 
 #include <algorithm>
 #include <atomic>
@@ -1350,7 +1345,7 @@ class limiter_core final : public permit_source,
 // Members defined outside the class, so that REIN_SEPARATE_COMPILATION compiles them in one unit only: a
 // unit that declares the class extern then neither instantiates them nor copies them in (config.hpp). A
 // member template such as async_acquire is not covered by the class's declaration: only the specializations
-// declared extern by REIN_DETAIL_LINE_INSTANTIATIONS (below) are left to src.hpp.
+// declared extern by REIN_DETAIL_LINE_INSTANTIATIONS (rein/impl/line_instantiations.hpp) are left to src.hpp.
 template <class Policy, class Executor, class Clock, class Mutex, acquire_signature Signature>
 template <class Handler>
 REIN_SEPARATE_INLINE void limiter_core<Policy, Executor, Clock, Mutex, Signature>::async_acquire(
@@ -1602,41 +1597,3 @@ REIN_SEPARATE_INLINE void limiter_core<Policy, Executor, Clock, Mutex, Signature
 }
 
 }  // namespace rein::detail
-
-#if defined(REIN_SEPARATE_COMPILATION)
-namespace rein::detail {
-
-// The handlers with which a coroutine awaits a wait on the line `Core`: through use_awaitable, bound or not
-// to a cancellation slot (a throttle's async_acquire), and (Asio 1.26 on) as a deferred operation. The last
-// is named from Asio's detail namespace: a later Asio that renames it fails here, in src.hpp, loudly.
-template <class Core>
-using use_awaitable_handler = typename net::async_result<net::use_awaitable_t<typename Core::executor_type>,
-                                                         typename Core::signature>::handler_type;
-template <class Core>
-using bound_awaitable_handler = net::cancellation_slot_binder<use_awaitable_handler<Core>, net::cancellation_slot>;
-#if REIN_HAS_AWAIT_DEFERRED
-template <class Core>
-using await_deferred_handler =
-    net::detail::awaitable_async_op_handler<typename Core::signature, typename Core::executor_type>;
-#endif
-
-}  // namespace rein::detail
-
-// The instantiations of the line `...` (a limiter_core) that REIN_SEPARATE_COMPILATION compiles once: the
-// class, and its waits as coroutines await them, which every unit that co_awaits a limiter would otherwise
-// compile again (a waiting line's operation with its handler: about a tenth of such a unit's code).
-#define REIN_DETAIL_AWAIT_INSTANTIATION(kind, handler, ...)                                  \
-  kind template void __VA_ARGS__::async_acquire<detail::handler<__VA_ARGS__>>(                 \
-      detail::handler<__VA_ARGS__>&&, std::size_t, __VA_ARGS__::time_point, detail::line_place);
-#if REIN_HAS_AWAIT_DEFERRED
-#define REIN_DETAIL_DEFERRED_AWAIT_INSTANTIATION(kind, ...) \
-  REIN_DETAIL_AWAIT_INSTANTIATION(kind, await_deferred_handler, __VA_ARGS__)
-#else
-#define REIN_DETAIL_DEFERRED_AWAIT_INSTANTIATION(kind, ...)
-#endif
-#define REIN_DETAIL_LINE_INSTANTIATIONS(kind, ...)                             \
-  kind template class __VA_ARGS__;                                             \
-  REIN_DETAIL_AWAIT_INSTANTIATION(kind, use_awaitable_handler, __VA_ARGS__)   \
-  REIN_DETAIL_AWAIT_INSTANTIATION(kind, bound_awaitable_handler, __VA_ARGS__) \
-  REIN_DETAIL_DEFERRED_AWAIT_INSTANTIATION(kind, __VA_ARGS__)
-#endif  // header-only builds instantiate nothing ahead: rein/impl/src.hpp refuses to compile there
