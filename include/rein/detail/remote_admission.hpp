@@ -104,4 +104,17 @@ concept remote_policy = requires(P& p, wait_op* op, std::size_t n, TimePoint now
   { out.empty() } -> std::convertible_to<bool>;
 };
 
+/// The outbox of a policy whose admission is asynchronous; an empty one otherwise.
+struct no_outbox {
+  static constexpr bool empty() noexcept { return true; }
+};
+template <class Policy, bool Remote>
+struct outbox_of {
+  using type = no_outbox;
+};
+template <class Policy>
+struct outbox_of<Policy, true> {
+  using type = typename Policy::outbox;
+};
+
 }  // namespace rein::detail
