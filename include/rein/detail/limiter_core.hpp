@@ -534,57 +534,6 @@ class limiter_core final : public permit_source,
     }
   }
 
-  // Where a permit of one partition reports back: the line, told which partition it was.
-  class partition_source final : public permit_source {
-   public:
-    void bind(limiter_core* core, std::uint8_t index) noexcept {
-      core_ = core;
-      index_ = index;
-    }
-    void release_permit(std::size_t n, std::chrono::nanoseconds stamp, std::uint64_t note,
-                        outcome result) noexcept override {
-      core_->release(n, stamp, note, result, index_);
-    }
-    void permit_split() noexcept override { core_->permit_split(); }
-    void restamp_permit(std::chrono::nanoseconds from, std::chrono::nanoseconds to) noexcept override {
-      core_->restamp_permit(from, to);
-    }
-
-   private:
-    limiter_core* core_ = nullptr;
-    std::uint8_t index_ = 0;
-  };
-
-  // The partition bookkeeping (rein/partition.hpp), under the lock; nothing without partitions.
-  void partition_granted_locked(std::uint8_t p, std::size_t n) noexcept {
-    if constexpr (partitionable) {
-      if (sources_) partitions_.granted(p, n);
-    }
-    (void)p, (void)n;
-  }
-  void partition_released_locked(std::uint8_t p, std::size_t n) noexcept {
-    if constexpr (partitionable) {
-      if (sources_) partitions_.released(p, n);
-    }
-    (void)p, (void)n;
-  }
-
-  // Whether the line has partitions (a constant false for the policies that cannot have them).
-  bool partitioned() const noexcept {
-    if constexpr (partitionable) return sources_ != nullptr;
-    else return false;
-  }
-
-  // Whether partition p is below its guarantee with waiters.
-  bool partition_starved_locked(std::uint8_t p) const noexcept {
-    if constexpr (partitionable) {
-      if (sources_) return partitions_.starved(p, policy_.partition_limit());
-    }
-    return (void)p, false;
-  }
-
-
-
   // What to do once the lock is released: post the completions made ready under it, then drop the work
   // guard if the line emptied (in that order, so that the context cannot run out of work in between).
   // Declared before the lock_guard in every path, so that its destructor runs after the unlock.
@@ -634,6 +583,17 @@ class limiter_core final : public permit_source,
     limiter_core* core_;
     std::shared_ptr<wait_owner> keep_alive_;
   };
+
+  // Partitions (line_partitions.hpp): where a permit of one partition reports back, the bookkeeping under
+  // the lock, and what serve_starved_locked did: granted a waiter; held the line for one that cannot fit yet
+  // but will (the permits that come free are kept for it); or found nobody to serve first (the head is next).
+  class partition_source;
+  enum class starved_step : std::uint8_t { granted, hold, none };
+  void partition_granted_locked(std::uint8_t p, std::size_t n) noexcept;
+  void partition_released_locked(std::uint8_t p, std::size_t n) noexcept;
+  bool partitioned() const noexcept;
+  bool partition_starved_locked(std::uint8_t p) const noexcept;
+  starved_step serve_starved_locked(time_point now, completions& done) noexcept;
 
   static constexpr bool revocable = with_permit || revocable_policy<Policy, time_point> || remote;
 
@@ -969,36 +929,6 @@ class limiter_core final : public permit_source,
   void unlink_locked(wait_op* op, wait_status status, completions& done) noexcept {
     dequeue_locked(op, done);
     finish_locked(op, status, done);
-  }
-
-  // What serve_starved_locked did: granted a waiter; held the line for one that cannot fit yet but will
-  // (the permits that come free are kept for it); or found nobody to serve first (the head is next).
-  enum class starved_step : std::uint8_t { granted, hold, none };
-
-  // Partitions (rein/partition.hpp): grants the first waiter, in the line's order, of a partition below its
-  // guarantee whose request fits. The first waiter of each such partition is a candidate, so one that does
-  // not fit holds back neither the others nor, being unable to fit at the current limit, anyone.
-  // O(waiters walked), only while some partition below its guarantee waits; the walk stops once every such
-  // partition's first waiter was seen.
-  starved_step serve_starved_locked(time_point now, completions& done) noexcept {
-    if constexpr (partitionable) {
-      const std::size_t limit = policy_.partition_limit();
-      std::size_t pending = partitions_.starved_count(limit);
-      if (pending == 0) return starved_step::none;
-      std::bitset<partition_table::max_partitions + 1> seen;
-      bool hold = false;
-      for (wait_op* w = queue_.front(); w != nullptr && pending != 0; w = w->next) {
-        if (seen[w->partition] || !partitions_.starved(w->partition, limit)) continue;
-        seen[w->partition] = true;
-        --pending;
-        if (w->count > limit) continue;  // cannot fit until the limit grows: not a reason to wait
-        if (policy_.try_take(w->count, now)) return grant_locked(w, now, done), starved_step::granted;
-        hold = true;
-      }
-      return hold ? starved_step::hold : starved_step::none;
-    } else {
-      return (void)now, (void)done, starved_step::none;
-    }
   }
 
   // Grants from the head while the policy allows, expires deadlines, then arms the timer for what is next.
@@ -1442,3 +1372,4 @@ REIN_SEPARATE_INLINE void limiter_core<Policy, Executor, Clock, Mutex, Signature
 // Members of the line defined with their concern (declared in the class above).
 #include <rein/detail/line_remote.hpp>
 #include <rein/detail/line_orders.hpp>
+#include <rein/detail/line_partitions.hpp>
