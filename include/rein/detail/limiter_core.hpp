@@ -28,11 +28,6 @@
 // release touches no I/O object; it still holds a copy of the executor (harmless for an io_context's own
 // executor, whose copies own nothing). Cancellation handlers look at their op's status before touching it.
 //
-// Observation: with an observer set, every locked path that can change what the policy reports (its
-// optional `observed_state observe(time_point now) const`) compares it with the state last seen, and the
-// events found, with rejections, are delivered after the lock is released (class completions). Without one,
-// the cost is a test of a bool on each locked path, and of an empty event buffer in each completion batch.
-//
 // Wait histogram: a grant from the queue records its wait; grants made at once are added as zeros at the
 // next inspect (every grant ever made, revoked ones included, has exactly one entry: the histogram's count
 // catches up with acquired_total plus the revocations), so the fast path does no extra work. inspect hands
@@ -778,65 +773,20 @@ class limiter_core final : public permit_source,
     finish_locked(op, status, done);
   }
 
+  // Observation (line_events.hpp): whether the policy reports a state (its optional observe), the events of
+  // a locked section that completes nothing, and the observed paths.
   template <class P>
   static constexpr bool observable = requires(const P& p, time_point t) {
     { p.observe(t) } -> std::same_as<observed_state>;
   };
-
-  observed_state observe_now(time_point now) const noexcept {
-    if constexpr (observable<Policy>) return policy_.observe(now);
-    else return (void)now, observed_state{};
-  }
-
-  // Events of a locked section that completes nothing (the observed fast paths), delivered after the lock
-  // (declared before it): lighter than a completions batch.
-  class event_sink {
-   public:
-    explicit event_sink(limiter_core* core) noexcept : core_(core) {}
-    event_sink(const event_sink&) = delete;
-    event_sink& operator=(const event_sink&) = delete;
-    ~event_sink() {
-      if (events && !events->empty()) events->deliver(core_->observer_, core_->name());
-    }
-    static constexpr bool observing() noexcept { return true; }
-    event_buffer& buffer() noexcept {
-      if (!events) events.emplace();
-      return *events;
-    }
-    std::optional<event_buffer> events;
-
-   private:
-    limiter_core* core_;
-  };
-
-  // Finds what changed since the last observation (see the top of the file).
+  class event_sink;
+  observed_state observe_now(time_point now) const noexcept;
   template <class Sink>
-  void observe_locked(time_point now, Sink& done) noexcept {
-    if constexpr (observable<Policy>) {
-      const observed_state current = policy_.observe(now);
-      if (done.observing() && !(current == last_observed_)) current.diff(last_observed_, done.buffer());
-      last_observed_ = current;
-    } else {
-      (void)now, (void)done;
-    }
-  }
-
-  // try_acquire with an observer: the same, and what it found is delivered after the lock.
-  REIN_NOINLINE try_status try_acquire_observed(std::size_t n, std::chrono::nanoseconds& stamp,
-                                                std::int64_t* retry_ns, std::uint8_t partition,
-                                                const time_point* at, std::uint64_t* note) {
-    event_sink done(this);
-    line_lock lock(*this);
-    // Observed at the lock's own reading: a caller's older one would replay events the observer has seen.
-    const time_point seen = policy_now();
-    const time_point now = at != nullptr ? *at : seen;
-    observe_locked(seen, done);
-    if (closed_) return try_status::closed;
-    if (policy_.exceeds(n)) return try_status::exceeds_capacity;
-    const try_status status = take_locked(n, now, stamp, retry_ns, partition, note);
-    if (status == try_status::acquired) observe_locked(seen, done);
-    return status;
-  }
+  void observe_locked(time_point now, Sink& done) noexcept;
+  try_status try_acquire_observed(std::size_t n, std::chrono::nanoseconds& stamp, std::int64_t* retry_ns,
+                                  std::uint8_t partition, const time_point* at, std::uint64_t* note);
+  void release_observed(line_lock& lock, std::size_t n, std::chrono::nanoseconds stamp, std::uint64_t note,
+                        outcome result) noexcept;
 
   // The rest of a synchronous try under the lock, once closed and capacity are checked: refused (a policy's
   // own reason), behind waiters, or short of units at `now`; or taken, stamping the grant with `now`.
@@ -851,16 +801,6 @@ class limiter_core final : public permit_source,
     stamp = to_ns(now);
     if (note != nullptr) *note = note_locked();
     return try_status::acquired;
-  }
-
-  // The uncontended release with an observer: the limit may have moved (an adaptive limiter's sample).
-  REIN_NOINLINE void release_observed(line_lock& lock, std::size_t n, std::chrono::nanoseconds stamp,
-                                      std::uint64_t note, outcome result) noexcept {
-    event_sink done(this);
-    const time_point now = policy_now();
-    policy_release(n, stamp, note, result, now);
-    observe_locked(now, done);
-    lock.unlock();  // before `done` delivers, although it was declared after the lock
   }
 
   // Takes a queued op out of its line and the heap, without completing it.
@@ -1373,3 +1313,4 @@ REIN_SEPARATE_INLINE void limiter_core<Policy, Executor, Clock, Mutex, Signature
 #include <rein/detail/line_remote.hpp>
 #include <rein/detail/line_orders.hpp>
 #include <rein/detail/line_partitions.hpp>
+#include <rein/detail/line_events.hpp>
