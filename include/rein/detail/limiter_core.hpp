@@ -360,11 +360,6 @@ class limiter_core final : public permit_source,
   /// complete with operation_aborted too, the timer stops.
   void shutdown() noexcept;
 
-  bool is_closed() const {
-    line_lock lock(*this);
-    return closed_;
-  }
-
   /// The deadline `timeout` from now, saturated: a timeout too long to represent means none
   /// (time_point::max()), one too far negative means the earliest representable instant.
   static time_point deadline_after(duration timeout) { return detail::deadline_after<Clock>(timeout); }
