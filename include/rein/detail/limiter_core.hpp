@@ -4,6 +4,13 @@
 // + this core, the wait line (lock, FIFO of parked ops, a second line of drain waits, deadline heap, one timer,
 // completion batch, statistics, work guard, close and shutdown).
 //
+// The class declares all that the line holds and does; the bodies are defined by concern, each file with its
+// notes: detail/impl/limiter_core.hpp (the line's own: admission, dispatch, revocation, shutdown),
+// line_orders.hpp (where a newcomer joins, whom a full line evicts), line_partitions.hpp (guaranteed shares),
+// line_events.hpp (observation), line_timer.hpp (the one timer) and line_remote.hpp (a remote policy's driver).
+// A public limiter owns its line through core_owner.hpp; rein/impl/line_instantiations.hpp lists what
+// REIN_SEPARATE_COMPILATION compiles once.
+//
 // Locking discipline: under the lock the core only moves pointers, asks the policy, records statistics and
 // arms its own timer (Asio timers are not thread-safe, so the lock is what serialises them; the timer's
 // handler is ours). User handlers are posted after the lock is released (class completions), or, with
