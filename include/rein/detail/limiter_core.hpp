@@ -74,7 +74,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <bitset>
 #include <cassert>
 #include <chrono>
 #include <concepts>
