@@ -6,7 +6,7 @@
 // hands the verdicts back (sans-I/O, as boostorg/redis keeps its protocol state machines apart from the
 // socket), so the whole admission logic runs in a test with hand-made verdicts and no server.
 //
-// What the line does for such a policy (limiter_core.hpp, `if constexpr (remote_policy<Policy>)`):
+// What the line does for such a policy (line_remote.hpp and limiter_core.hpp, `if constexpr (remote)`):
 // - Every waiter joins the queue first; there is no synchronous grant in async_acquire.
 // - "In flight" is a state of a queued op (remote_wait_op::in_flight): its request is out and it stays in its
 //   place in the line (it counts as waiting, its deadline and cancellation still apply). The line walks the
