@@ -77,15 +77,36 @@ class basic_codel {
   /// Whether the rule is on (a target above 0).
   bool enabled() const noexcept { return options_.target > std::chrono::nanoseconds::zero(); }
 
-  /// A waiter that joined the line at `arrived` is next to be granted at `now`: true if it is to be shed
-  /// instead (the line stands and it has queued more than 2 x target). Its queueing time counts towards
-  /// the interval's judgement either way. Always false when the rule is off.
-  [[nodiscard]] bool shed(time_point arrived, time_point now) noexcept {
+  /// Whether a waiter that joined the line at `arrived` is to be shed at `now`: the line stands and the
+  /// waiter has queued more than 2 x target. A line asks this of its next waiter before granting it, and
+  /// of waiting ones whenever it looks (a shed waiter need not wait for a grant to fail). Closes the
+  /// interval in force if `now` is past its end. Always false when the rule is off.
+  [[nodiscard]] bool should_shed(time_point arrived, time_point now) noexcept {
     if (!enabled()) return false;
+    const std::int64_t t = roll(now);
+    return standing_ && rein::detail::ns_between(t, ns(arrived)) > 2 * options_.target.count();
+  }
+
+  /// A waiter that joined the line at `arrived` was granted at `now`: its queueing time counts towards the
+  /// judgement of the interval in force.
+  void granted(time_point arrived, time_point now) noexcept {
+    if (!enabled()) return;
     const std::int64_t t = roll(now);
     const std::int64_t waited = rein::detail::ns_between(t, ns(arrived));
     if (waited < shortest_) shortest_ = waited;
-    return standing_ && waited > 2 * options_.target.count();
+  }
+
+  /// The first instant at which a waiter that joined at `arrived` is past the slough time (2 x target),
+  /// saturated at time_point::max(): while the line stands, a line wakes then to shed it.
+  time_point slough_at(time_point arrived) const noexcept {
+    return at_ns(rein::detail::ns_after(ns(arrived), 2 * options_.target.count() + 1));
+  }
+
+  /// The end of the interval in force (its judgement comes with the first event at or after it), or
+  /// time_point::max() before the first event: a line with waiters wakes then, so that a line that stands
+  /// still is judged.
+  time_point interval_end() const noexcept {
+    return started_ ? at_ns(rein::detail::ns_after(start_, options_.interval.count())) : time_point::max();
   }
 
   /// The line had no waiter at `now` (its last waiter left, or one joined an empty line): it drained.
@@ -104,6 +125,12 @@ class basic_codel {
 
  private:
   static std::int64_t ns(time_point t) noexcept { return rein::detail::to_ns_saturated(t); }
+
+  // The instant `t` nanoseconds after the epoch, rounded up to the clock's tick; max() at saturation.
+  static time_point at_ns(std::int64_t t) noexcept {
+    if (t == std::numeric_limits<std::int64_t>::max()) return time_point::max();
+    return time_point(std::chrono::ceil<typename time_point::duration>(std::chrono::nanoseconds(t)));
+  }
 
   // Closes the interval in force if `now` is past its end, and returns now (or the start, if earlier).
   std::int64_t roll(time_point now) noexcept {
