@@ -20,6 +20,10 @@ enum class errc {
   /// The dependency behind the limiter is treated as down (an adaptive limiter's open circuit, see
   /// rein::circuit_options): the call was refused at once instead of queueing behind it. Retry later.
   upstream_unavailable = 5,
+  /// The waiting line shed the operation: the line had stood for a whole interval of its sojourn rule and
+  /// this waiter had queued more than twice its target (see rein::line_options::sojourn, CoDel). The
+  /// upstream is overloaded for now; retry later, or elsewhere.
+  overloaded = 6,
 };
 
 namespace detail {
@@ -34,6 +38,7 @@ class rein_category final : public error_category {
       case errc::closed: return "limiter is closed";
       case errc::exceeds_capacity: return "request exceeds the limiter's capacity";
       case errc::upstream_unavailable: return "upstream unavailable: the limiter's circuit is open";
+      case errc::overloaded: return "overloaded: the waiting line shed it past its sojourn target";
     }
     return "unknown rein error";
   }

@@ -29,6 +29,7 @@ enum class reject_reason : std::uint8_t {
   unavailable,       ///< an adaptive limiter's circuit was open (errc::upstream_unavailable), at once; or a
                      ///< shared limiter could not ask Redis under fail_closed (rein::redis::errc::unavailable)
   admission,         ///< refused locally by client-side adaptive throttling (rein::admission_throttle)
+  overloaded,        ///< shed by a line's sojourn rule (errc::overloaded; see rein::algo::basic_codel)
 };
 
 /// The reason's name, as in metrics labels: "queue_full", "timed_out", ...
@@ -49,6 +50,7 @@ constexpr std::string_view to_string(reject_reason r) noexcept {
     case reject_reason::permanent: return "permanent";
     case reject_reason::unavailable: return "unavailable";
     case reject_reason::admission: return "admission";
+    case reject_reason::overloaded: return "overloaded";
   }
   return "unknown";
 }

@@ -20,18 +20,21 @@ using duration_histogram = algo::log_histogram;
 /// block of buckets in use, at most 8.7 KB; an idle limiter's histogram allocates nothing).
 ///
 /// Rejections: `rejected_total` is the sum of the per-reason counters that for_each_rejected() lists
-/// (queue_full, timed_out, exceeds_capacity, closed, unavailable: the limiter turned the caller away). Cancellations are
-/// counted apart, in `cancelled_total`: the caller gave up, the limiter refused nothing.
+/// (queue_full, timed_out, exceeds_capacity, closed, unavailable, overloaded: the limiter turned the caller
+/// away). Cancellations are counted apart, in `cancelled_total`: the caller gave up, the limiter refused
+/// nothing.
 struct wait_stats {
   std::size_t waiting = 0;             ///< operations parked now
   std::uint64_t acquired_total = 0;    ///< grants, immediate or after waiting
   std::uint64_t rejected_total = 0;    ///< queue_full + timed_out + exceeds_capacity + closed + unavailable
+                                       ///< + overloaded
   std::uint64_t queue_full_total = 0;  ///< completed at once with errc::queue_full
   std::uint64_t timed_out_total = 0;   ///< completed with errc::timed_out (at once or on expiry)
   std::uint64_t exceeds_capacity_total = 0;  ///< completed at once with errc::exceeds_capacity
   std::uint64_t closed_total = 0;      ///< completed with errc::closed (waiting when close() came, or after)
   std::uint64_t unavailable_total = 0;  ///< completed with errc::upstream_unavailable (an open circuit), or
                                         ///< a shared limiter's rein::redis::errc::unavailable
+  std::uint64_t overloaded_total = 0;  ///< completed with errc::overloaded: shed by the line's sojourn rule
   std::uint64_t cancelled_total = 0;   ///< completed with operation_aborted by a cancellation slot
   std::chrono::nanoseconds wait_total{0};  ///< summed over grants: time from the acquire call to the grant
                                            ///< (zero for a semaphore with semaphore_options::measure_wait off)
@@ -51,6 +54,7 @@ struct wait_stats {
     f(reject_reason::exceeds_capacity, exceeds_capacity_total);
     f(reject_reason::closed, closed_total);
     f(reject_reason::unavailable, unavailable_total);
+    f(reject_reason::overloaded, overloaded_total);
   }
 };
 

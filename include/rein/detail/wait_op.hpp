@@ -120,6 +120,7 @@ enum class wait_status : std::uint8_t {
   exceeds_capacity,
   failed,            ///< refused by a remote policy with an error of its own (remote_wait_op::failure)
   unavailable,       ///< refused by the policy (an open circuit)
+  overloaded,        ///< shed by the line's sojourn rule
 };
 
 inline error_code to_error_code(wait_status s) noexcept {
@@ -134,6 +135,7 @@ inline error_code to_error_code(wait_status s) noexcept {
     case wait_status::exceeds_capacity: return errc::exceeds_capacity;
     case wait_status::failed: return net::error::operation_aborted;  // remote_wait_op carries the reason
     case wait_status::unavailable: return errc::upstream_unavailable;
+    case wait_status::overloaded: return errc::overloaded;
   }
   return {};
 }
