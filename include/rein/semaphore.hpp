@@ -111,6 +111,9 @@ struct semaphore_options {
   /// in place is rethrown from its executor's run(), as from a posted handler. Default: false (every
   /// handler is posted).
   bool direct_handoff = false;
+
+  /// Shedding by queueing time (CoDel); see rein::algo::basic_codel. Default: off.
+  algo::codel_options sojourn{};
 };
 
 /// A semaphore's state, copied out under its lock.
@@ -394,6 +397,8 @@ class basic_semaphore {
                               o.order,       o.when_full,    aging,           std::move(parts),
                               o.coarse_wait_clock};
     line.direct_handoff = o.direct_handoff;
+    (void)algo::codel(o.sojourn, detail::describe("rein::semaphore", line.name));  // checks it
+    line.sojourn = o.sojourn;
     return line;
   }
 

@@ -46,6 +46,7 @@
 // grant back, and a timer wait that cannot be started leaves the next wake-up to the next event.
 #pragma once
 
+#include <rein/algo/codel.hpp>
 #include <rein/config.hpp>
 #include <rein/detail/admission_policy.hpp>
 #include <rein/detail/asio_header.hpp>
@@ -109,6 +110,7 @@ struct line_options {
   bool direct_handoff = false;  ///< a release runs a grant in place when the handler's executor is running in the
                                 ///< releasing thread (dispatch instead of post; wait_op.hpp), nesting at most
                                 ///< direct_handoff_max_depth deep
+  algo::codel_options sojourn{};  ///< shedding by queueing time (algo/codel.hpp); target 0: off. Local lines only
 };
 
 /// A policy whose limit can be split into partitions: `partition_limit()` is the limit in permits now.
@@ -171,8 +173,9 @@ class limiter_core final : public permit_source,
         evict_oldest_(options.when_full == queue_full_policy::evict_oldest),
         priority_aging_ns_(options.priority_aging.count()),
         measure_wait_(Policy::needs_time || options.measure_wait),
+        // A sojourn rule compares arrivals with grants on Clock: waits are timed on it too.
         coarse_wait_(coarse_capable && options.coarse_wait_clock && options.measure_wait &&
-                     options.order != queue_order::priority),
+                     options.order != queue_order::priority && options.sojourn.target.count() <= 0),
         has_observer_(static_cast<bool>(options.observer)),
         direct_handoff_(options.direct_handoff),
         name_(options.name.empty() ? nullptr : std::make_shared<const std::string>(std::move(options.name))),
@@ -180,7 +183,10 @@ class limiter_core final : public permit_source,
         partitions_(std::move(options.partitions)),
         fair_(options.order == queue_order::fair ? std::make_unique<fair_schedule>() : nullptr),
         wake_jitter_ns_(options.wake_jitter.count()),
-        jitter_state_(options.jitter_seed) {
+        jitter_state_(options.jitter_seed),
+        sojourn_(!remote && options.sojourn.target.count() > 0
+                     ? std::make_unique<algo::basic_codel<Clock>>(options.sojourn)
+                     : nullptr) {
     // A remote line serves in fifo order and refuses the newest (its requests are pipelined in order).
     assert(!remote || (order_ == queue_order::fifo && !evict_oldest_));
     assert(priority_aging_ns_ >= 0);  // the public types check it (checked_priority_aging)
@@ -604,7 +610,7 @@ class limiter_core final : public permit_source,
   // deadline. A clock read costs about a tenth of a contended handoff (two per waited acquire).
   time_point clock_now_locked() const {
     // A coarse-timed wait reads its end itself (grant_locked): one cheap read per grant, none here.
-    if (!deadlines_.empty() || (measure_wait_ && !coarse_wait_)) return Clock::now();
+    if (!deadlines_.empty() || (measure_wait_ && !coarse_wait_) || sojourn_) return Clock::now();
     return time_point{};
   }
 
@@ -704,6 +710,7 @@ class limiter_core final : public permit_source,
       case wait_status::timed_out: return count_reason_locked(reject_reason::timed_out, done);
       case wait_status::exceeds_capacity: return count_reason_locked(reject_reason::exceeds_capacity, done);
       case wait_status::unavailable: return count_reason_locked(reject_reason::unavailable, done);
+      case wait_status::overloaded: return count_reason_locked(reject_reason::overloaded, done);
       default: return count_reason_locked(reject_reason::closed, done);
     }
   }
@@ -716,6 +723,7 @@ class limiter_core final : public permit_source,
       case reject_reason::timed_out: ++stats_.timed_out_total; break;
       case reject_reason::exceeds_capacity: ++stats_.exceeds_capacity_total; break;
       case reject_reason::unavailable: ++stats_.unavailable_total; break;
+      case reject_reason::overloaded: ++stats_.overloaded_total; break;
       default: ++stats_.closed_total; break;
     }
     if (done.observing()) done.buffer().reject(why);
@@ -797,6 +805,7 @@ class limiter_core final : public permit_source,
 
   void grant_locked(wait_op* op, time_point now, completions& done) noexcept {
     if constexpr (with_permit) ++holders_;
+    if (sojourn_) sojourn_->granted(stamp_time(*op), now);
     if (measure_wait_) {
       // A coarse-timed wait ends on the coarse clock too, whatever clock the dispatch read (a deadline's, a
       // timer's, a change of permits).
@@ -814,6 +823,28 @@ class limiter_core final : public permit_source,
     dequeue_locked(op, done);
     if constexpr (with_permit) op->note = note_locked();  // in `prev`'s place, free once out of the line
     finish_locked(op, wait_status::granted, done);
+  }
+
+  // The sojourn rule (line_options::sojourn): sheds the head if the line stands and it queued past the
+  // slough time. Only the head is judged: in fifo order it is the oldest waiter, in the other orders the
+  // next to be served (older ones behind it are judged when they come to the front).
+  bool shed_head_locked(wait_op* head, time_point now, completions& done) noexcept {
+    if (!sojourn_ || !sojourn_->should_shed(stamp_time(*head), now)) return false;
+    count_rejection_locked(wait_status::overloaded, done);
+    unlink_locked(head, wait_status::overloaded, done);
+    return true;
+  }
+
+  // When the sojourn rule needs the line to look again: at the end of the interval in force (to judge a
+  // line that stands still) and, while the line stands, when the head passes the slough time.
+  time_point sojourn_wake_locked(const wait_op& head) const noexcept {
+    const time_point end = sojourn_->interval_end();
+    return sojourn_->standing() ? std::min(end, sojourn_->slough_at(stamp_time(head))) : end;
+  }
+
+  // An op's stamp (its arrival while queued) as an instant of Clock.
+  static time_point stamp_time(const wait_op& op) noexcept {
+    return time_point(std::chrono::duration_cast<duration>(std::chrono::nanoseconds(op.stamp_ns)));
   }
 
   // The timer (line_timer.hpp): armed for the next instant anything can change, run when it fires.
@@ -876,6 +907,7 @@ class limiter_core final : public permit_source,
   std::int64_t jitter_for_ns_ = std::numeric_limits<std::int64_t>::min();  // the ready instant drawn for
   std::int64_t jitter_draw_ns_ = 0;
   std::unique_ptr<partition_source[]> sources_;  // one per partition, made only with partitions
+  std::unique_ptr<algo::basic_codel<Clock>> sojourn_;  // line_options::sojourn, made only when it is on
   std::size_t holders_ = 0;               // permit objects out (granted, not yet given back or taken back)
   std::shared_ptr<limiter_core> self_;    // set at shutdown while holders_ != 0
 };

@@ -33,6 +33,7 @@ inline void limiter_core<Policy, Executor, Clock, Mutex, Signature>::arm_timer_l
     // A policy whose ready_at is not after now yet refused: retry one tick later rather than spin.
     if (wake <= now) wake = now + duration(1);
     if (wake_jitter_ns_ > 0 && wake != time_point::max()) wake = jittered_locked(wake);
+    if (sojourn_) wake = std::min(wake, std::max(sojourn_wake_locked(*head), now + duration(1)));
   }
   if (!deadlines_.empty()) wake = std::min(wake, time_point(std::chrono::duration_cast<duration>(
                                                     std::chrono::nanoseconds(deadlines_.top()->deadline_ns))));

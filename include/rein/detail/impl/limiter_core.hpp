@@ -159,8 +159,10 @@ REIN_SEPARATE_INLINE bool limiter_core<Policy, Executor, Clock, Mutex, Signature
   if (refused_locked(n, now)) return reject_locked(op, wait_status::unavailable, done), false;
   const bool first = queue_.empty();
   if (first && policy_.try_take(n, now)) return grant_at_once_locked(op, now, done), false;
-  // A timeless policy read no clock above; the wait statistics, the deadline and a priority key need one.
-  if (!Policy::needs_time && (deadline != time_point::max() || order_ == queue_order::priority)) now = Clock::now();
+  // A timeless policy read no clock above; the wait statistics, the deadline, a priority key and the
+  // sojourn rule need one.
+  if (!Policy::needs_time && (deadline != time_point::max() || order_ == queue_order::priority || sojourn_))
+    now = Clock::now();
   else if (!Policy::needs_time && measure_wait_) now = wait_clock_now();
   // A coarse-timed wait starts on the coarse clock even when a deadline made `now` precise: both of its
   // ends are read on one clock (grant_locked), so its error stays below a tick and averages out.
@@ -184,6 +186,7 @@ REIN_SEPARATE_INLINE bool limiter_core<Policy, Executor, Clock, Mutex, Signature
   if (first) {
     if (!work_) work_.emplace(executor_);
     waiting_.store(true, std::memory_order_relaxed);
+    if (sojourn_) sojourn_->empty_at(now);  // empty until now: the interval in force drained
   }
   queue_.insert_after(at.after, op);
   queued_units_ += n;
@@ -197,7 +200,7 @@ REIN_SEPARATE_INLINE bool limiter_core<Policy, Executor, Clock, Mutex, Signature
   // dispatch_locked) is retried here.
   // A newcomer placed at the head changes the grant time the timer must serve.
   if (at.after == nullptr || timed ||
-      !(timer_armed_ || (!Policy::needs_time && deadlines_.empty()))) {
+      !(timer_armed_ || (!Policy::needs_time && deadlines_.empty() && !sojourn_))) {
     try {
       arm_timer_locked(now);
     } catch (...) {
@@ -226,6 +229,7 @@ REIN_SEPARATE_INLINE void limiter_core<Policy, Executor, Clock, Mutex, Signature
     } else {
       while (!queue_.empty()) {
         wait_op* head = queue_.front();
+        if (shed_head_locked(head, now, done)) continue;
         if (refused_locked(head->count, now)) {  // an open circuit fails the line at once
           count_rejection_locked(wait_status::unavailable, done);
           unlink_locked(head, wait_status::unavailable, done);
@@ -242,6 +246,7 @@ REIN_SEPARATE_INLINE void limiter_core<Policy, Executor, Clock, Mutex, Signature
           break;
         }
       }
+      if (sojourn_ && queue_.empty()) sojourn_->empty_at(now);  // drained (granted, shed or cancelled)
     }
     if (deadlines_.empty() || deadlines_.top()->deadline_ns > to_ns(now).count()) break;
     wait_op* expired = deadlines_.top()->op;
