@@ -443,6 +443,7 @@ class throttle {
     s.exceeds_capacity_total = failures_[3].load(std::memory_order_relaxed);
     s.cancelled_total = failures_[4].load(std::memory_order_relaxed);
     s.unavailable_total = failures_[5].load(std::memory_order_relaxed);
+    s.overloaded_total = failures_[6].load(std::memory_order_relaxed);
     s.rejected_gate = refused_[0].load(std::memory_order_relaxed);
     s.rejected_rate = refused_[1].load(std::memory_order_relaxed);
     s.rejected_per_key = refused_[2].load(std::memory_order_relaxed);
@@ -1325,15 +1326,16 @@ class throttle {
 
   // A waiting acquire that failed, by its error (others count in failed_total only).
   void count_failure(const error_code& ec) noexcept {
-    std::size_t slot = 6;
+    std::size_t slot = 7;
     reject_reason why = reject_reason::cancelled;
     if (ec == errc::timed_out) slot = 0, why = reject_reason::timed_out;
     else if (ec == errc::queue_full) slot = 1, why = reject_reason::queue_full;
     else if (ec == errc::closed) slot = 2, why = reject_reason::closed;
     else if (ec == errc::exceeds_capacity) slot = 3, why = reject_reason::exceeds_capacity;
     else if (ec == errc::upstream_unavailable) slot = 5, why = reject_reason::unavailable;
+    else if (ec == errc::overloaded) slot = 6, why = reject_reason::overloaded;
     else if (ec == error_code(net::error::operation_aborted)) slot = 4;
-    if (slot == 6) return;
+    if (slot == 7) return;
     failures_[slot].fetch_add(1, std::memory_order_relaxed);
     if (options_.observer) notify(why);
   }
@@ -1356,8 +1358,8 @@ class throttle {
   std::atomic<std::uint64_t> partial_{0};   // the others (a stage charged 0 there)
   std::atomic<std::uint64_t> refused_[4] = {};
   std::atomic<std::uint64_t> failed_{0};
-  // timed_out, queue_full, closed, exceeds_capacity, cancelled, unavailable
-  std::atomic<std::uint64_t> failures_[6] = {};
+  // timed_out, queue_full, closed, exceeds_capacity, cancelled, unavailable, overloaded
+  std::atomic<std::uint64_t> failures_[7] = {};
   std::atomic<std::uint64_t> finished_{0};
   std::atomic<std::uint64_t> rejections_{0};
   std::atomic<std::size_t> waiting_{0};

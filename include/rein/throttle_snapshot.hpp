@@ -85,6 +85,7 @@ struct throttle_snapshot {
   std::uint64_t closed_total = 0;            ///< ... with errc::closed
   std::uint64_t exceeds_capacity_total = 0;  ///< ... with errc::exceeds_capacity
   std::uint64_t unavailable_total = 0;       ///< ... with errc::upstream_unavailable (a stage's open circuit)
+  std::uint64_t overloaded_total = 0;        ///< ... with errc::overloaded (shed by a stage's sojourn rule)
   std::uint64_t cancelled_total = 0;         ///< ... with operation_aborted (not a rejection)
   std::uint64_t failed_total = 0;            ///< waiting acquires that failed (any error, cancellation included)
   /// Upstream rejections the caller reported: guard.reject() calls and complete(response) with a 429 (or a
@@ -113,6 +114,7 @@ struct throttle_snapshot {
     f(reject_reason::closed, closed_total);
     f(reject_reason::exceeds_capacity, exceeds_capacity_total);
     f(reject_reason::unavailable, unavailable_total);
+    f(reject_reason::overloaded, overloaded_total);
   }
 };
 

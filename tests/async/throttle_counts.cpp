@@ -284,3 +284,26 @@ TEST_CASE("counts: a refusal at a global rate keeps the global slot; nothing is 
   CHECK(global.snapshot().acquired_total == s.stages[0].acquired());
   CHECK(rate.snapshot().acquired_total == s.stages[1].acquired());
 }
+
+TEST_CASE("a stage's sojourn rule sheds a waiting admission: errc::overloaded, counted as such",
+          "[throttle][counts][sojourn]") {
+  rein_test::manual_clock_at_epoch epoch;
+  net::io_context io;
+  sem_type global{io.get_executor(), 1, {.sojourn = {.target = 10ms, .interval = 100ms}}};
+  rein::throttle<sem_type> throttle{global};
+  rein::permit held = global.try_acquire();  // nothing drains the line
+  std::optional<rein::error_code> result;
+  throttle.async_acquire("k", [&](rein::error_code ec, auto) { result = ec; });
+  rein_test::poll(io);
+  advance_and_poll(io, 100ms);  // the line's timer judges [0, 100): it began empty, so it does not stand
+  advance_and_poll(io, 99ms);
+  CHECK_FALSE(result);
+  advance_and_poll(io, 1ms);  // [100, 200) stood: the waiter, 200 ms old, is past 2 x 10 ms
+  REQUIRE(result);
+  CHECK(*result == rein::errc::overloaded);
+  const auto s = throttle.snapshot();
+  CHECK(s.overloaded_total == 1);
+  CHECK(s.rejected_total == 1);
+  CHECK(s.failed_total == 1);
+  CHECK(global.snapshot().overloaded_total == 1);
+}
