@@ -753,17 +753,7 @@ class limiter_core final : public permit_source,
   // The rest of a synchronous try under the lock, once closed and capacity are checked: refused (a policy's
   // own reason), behind waiters, or short of units at `now`; or taken, stamping the grant with `now`.
   try_status take_locked(std::size_t n, time_point now, std::chrono::nanoseconds& stamp, std::int64_t* retry_ns,
-                         std::uint8_t partition, std::uint64_t* note) {
-    if (refused_locked(n, now)) return try_status::unavailable;
-    if (!queue_.empty()) return busy_locked(queued_units_, n, now, retry_ns);
-    if (!policy_.try_take(n, now)) return busy_locked(0, n, now, retry_ns);
-    ++stats_.acquired_total;
-    if constexpr (with_permit) ++holders_;
-    partition_granted_locked(partition, n);
-    stamp = to_ns(now);
-    if (note != nullptr) *note = note_locked();
-    return try_status::acquired;
-  }
+                         std::uint8_t partition, std::uint64_t* note);
 
   void dequeue_locked(wait_op* op, completions& done) noexcept;
 
@@ -825,24 +815,10 @@ class limiter_core final : public permit_source,
     finish_locked(op, wait_status::granted, done);
   }
 
-  // The sojourn rule (line_options::sojourn): sheds the head if the line stands and it queued past the
-  // slough time. Only the head is judged: in fifo order it is the oldest waiter, in the other orders the
-  // next to be served (older ones behind it are judged when they come to the front).
-  bool shed_head_locked(wait_op* head, time_point now, completions& done) noexcept {
-    if (!sojourn_ || !sojourn_->should_shed(stamp_time(*head), now)) return false;
-    count_rejection_locked(wait_status::overloaded, done);
-    unlink_locked(head, wait_status::overloaded, done);
-    return true;
-  }
-
-  // When the sojourn rule needs the line to look again: at the end of the interval in force (to judge a
-  // line that stands still) and, while the line stands, when the head passes the slough time.
-  time_point sojourn_wake_locked(const wait_op& head) const noexcept {
-    const time_point end = sojourn_->interval_end();
-    return sojourn_->standing() ? std::min(end, sojourn_->slough_at(stamp_time(head))) : end;
-  }
-
-  // An op's stamp (its arrival while queued) as an instant of Clock.
+  // The sojourn rule (line_sojourn.hpp): sheds the head if the line stands and it queued past the slough
+  // time; when the rule needs the line to look again; an op's arrival as an instant of Clock.
+  bool shed_head_locked(wait_op* head, time_point now, completions& done) noexcept;
+  time_point sojourn_wake_locked(const wait_op& head) const noexcept;
   static time_point stamp_time(const wait_op& op) noexcept {
     return time_point(std::chrono::duration_cast<duration>(std::chrono::nanoseconds(op.stamp_ns)));
   }
@@ -920,4 +896,5 @@ class limiter_core final : public permit_source,
 #include <rein/detail/line_partitions.hpp>
 #include <rein/detail/line_events.hpp>
 #include <rein/detail/line_timer.hpp>
+#include <rein/detail/line_sojourn.hpp>
 #include <rein/detail/impl/limiter_core.hpp>

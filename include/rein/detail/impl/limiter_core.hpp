@@ -147,6 +147,21 @@ REIN_SEPARATE_INLINE void limiter_core<Policy, Executor, Clock, Mutex, Signature
 }
 
 template <class Policy, class Executor, class Clock, class Mutex, acquire_signature Signature>
+inline try_status limiter_core<Policy, Executor, Clock, Mutex, Signature>::take_locked(
+    std::size_t n, time_point now, std::chrono::nanoseconds& stamp, std::int64_t* retry_ns, std::uint8_t partition,
+    std::uint64_t* note) {
+  if (refused_locked(n, now)) return try_status::unavailable;
+  if (!queue_.empty()) return busy_locked(queued_units_, n, now, retry_ns);
+  if (!policy_.try_take(n, now)) return busy_locked(0, n, now, retry_ns);
+  ++stats_.acquired_total;
+  if constexpr (with_permit) ++holders_;
+  partition_granted_locked(partition, n);
+  stamp = to_ns(now);
+  if (note != nullptr) *note = note_locked();
+  return try_status::acquired;
+}
+
+template <class Policy, class Executor, class Clock, class Mutex, acquire_signature Signature>
 REIN_SEPARATE_INLINE bool limiter_core<Policy, Executor, Clock, Mutex, Signature>::admit_locked(
     wait_op* op, time_point deadline, completions& done) {
   const std::size_t n = op->count;
