@@ -175,10 +175,9 @@ REIN_SEPARATE_INLINE bool limiter_core<Policy, Executor, Clock, Mutex, Signature
   const bool first = queue_.empty();
   if (first && policy_.try_take(n, now)) return grant_at_once_locked(op, now, done), false;
   // A timeless policy read no clock above; the wait statistics, the deadline, a priority key and the
-  // sojourn rule need one.
-  if (!Policy::needs_time && (deadline != time_point::max() || order_ == queue_order::priority || sojourn_))
-    now = Clock::now();
-  else if (!Policy::needs_time && measure_wait_) now = wait_clock_now();
+  // sojourn rule need one (a line with a sojourn rule times its waits on Clock: wait_clock_now is precise).
+  if (!Policy::needs_time && (deadline != time_point::max() || order_ == queue_order::priority)) now = Clock::now();
+  else if (!Policy::needs_time && (measure_wait_ || sojourn_)) now = wait_clock_now();
   // A coarse-timed wait starts on the coarse clock even when a deadline made `now` precise: both of its
   // ends are read on one clock (grant_locked), so its error stays below a tick and averages out.
   op->stamp_ns = to_ns(coarse_wait_ && deadline != time_point::max() ? wait_clock_now() : now).count();
