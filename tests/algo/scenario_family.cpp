@@ -240,16 +240,44 @@ TEST_CASE("family, noise only, seeds 1-200: +-20 % jitter never cuts below 0.8 x
   check_noise(200);
 }
 
-// The grown family's shapes (world_shapes: payload-shaped latency, random failures; issue 42), seeds 1-50,
-// for tuned_aimd with its defaults. What it covers, and what it does not yet:
+// The grown family's shapes (world_shapes: payload-shaped latency, random failures; issue 42), for tuned_aimd
+// with its defaults. What it covers, and what it does not yet:
 // - random failures (1 %, 5 %, on +-10 % noise), with or without work hints: >= 0.8 of the oracle's
 //   throughput in every seed, >= 0.88 median (measured over seeds 1-100: 0.84 / 0.91 and 0.84 / 0.90; before
 //   the failure baseline's 15 % floor, 0.56 / 0.79 and 0.46 / 0.65);
 // - payload-shaped latency with a work hint per call, failures or not: >= 0.8 in every seed, >= 0.9 median
 //   (seeds 1-100: 0.83-0.89 worst, 0.91-0.94 median; the blind reference's worst is 0.86-0.92);
+// - payload-shaped latency without a hint, under the noisy rule (`tuned_aimd_options::median_window`): each
+//   shape's worst seed, rounded down, and >= 0.55 median; far from issue 42's 0.8 (before the rule was on by
+//   default: 0.03 worst, 0.05 median on each);
 // - every shape: no call fails because of the load.
-// Not covered: payload-shaped latency without a hint, where the per-call rule still reads the spread as a
-// queue (0.03-0.06 of the oracle); only the absence of failed calls is asserted there.
+struct payload_floor {
+  const char* shape;
+  double worst;  // the lowest throughput over the oracle's in any seed
+};
+
+// Seeds 1-50 (`adaptive_family --shapes --seeds 50 --algorithm tuned_aimd`; to 3 decimals 0.443, 0.391, 0.482,
+// 0.309, 0.598, 0.267; medians 0.563-0.721).
+constexpr payload_floor payload_floors_50[] = {
+    {"uniform 40%", 0.44},      {"uniform 60%", 0.39}, {"lognormal cv 0.5", 0.48},
+    {"lognormal cv 1", 0.30},   {"bimodal", 0.59},     {"lognormal cv 1 + failures 5%", 0.26},
+};
+// Seeds 1-1000 (0.436, 0.373, 0.352, 0.272, 0.321, 0.267; medians 0.553-0.718). With a work hint over these
+// seeds the worst seeds are 0.78 (lognormal cv 1) and 0.77 (failures 5 %), so the thorough tier asserts only
+// the absence of failed calls there.
+constexpr payload_floor payload_floors_1000[] = {
+    {"uniform 40%", 0.43},      {"uniform 60%", 0.37}, {"lognormal cv 0.5", 0.35},
+    {"lognormal cv 1", 0.27},   {"bimodal", 0.32},     {"lognormal cv 1 + failures 5%", 0.26},
+};
+
+template <std::size_t N>
+double floor_of(const payload_floor (&floors)[N], const std::string& shape) {
+  for (const payload_floor& f : floors)
+    if (shape == f.shape) return f.worst;
+  FAIL("no payload floor for " << shape);
+  return 0.0;
+}
+
 TEST_CASE("world shapes, seeds 1-50: tuned_aimd holds 0.8 of the oracle on random failures and hinted payloads") {
   for (const bool hints : {false, true}) {
     for (const world_shape& shape : world_shapes()) {
@@ -258,47 +286,44 @@ TEST_CASE("world shapes, seeds 1-50: tuned_aimd holds 0.8 of the oracle on rando
       INFO(shape.name << (hints ? ", work hints" : "") << ": worst in " << s.worst_makespan_at);
       CHECK(s.scenarios_with_failures == 0);
       const bool payload = shape.payload != payload_shape::none;
-      if (payload && !hints) continue;
+      if (payload && !hints) {
+        CHECK(s.worst_throughput() >= floor_of(payload_floors_50, shape.name));
+        CHECK(s.median_throughput() >= 0.55);
+        continue;
+      }
       CHECK(s.worst_throughput() >= 0.8);
       CHECK(s.median_throughput() >= (payload ? 0.9 : 0.88));
     }
   }
 }
 
-// The noisy rule (`tuned_aimd_options::median_window`, off by default) on the same shapes, seeds 1-50: no
-// call fails because of the load on any shape, with or without hints; without hints on payload-shaped latency
-// it keeps >= 0.2 of the oracle's throughput in every seed and >= 0.6 median (seeds 1-100: 0.25-0.50 worst,
-// 0.62-0.71 median; the per-call rule keeps 0.03 / 0.05). Far from issue 42's 0.8: a floor, not the target.
-// Today's family with the rule on is checked by the next case.
-TEST_CASE("world shapes, seeds 1-50: tuned_aimd's noisy rule never fails a call and lifts payload shapes") {
-  rein::algo::tuned_aimd_options o;
-  o.median_window = 200;
+TEST_CASE("world shapes, seeds 1-1000: tuned_aimd never fails a call, and holds its payload floors",
+          "[.thorough]") {
   for (const bool hints : {false, true}) {
     for (const world_shape& shape : world_shapes()) {
-      const family f = family::generate_shaped(shape, 1, 50, hints);
-      const family_summary s = evaluate("tuned_aimd noisy", f, [&] { return rein::algo::tuned_aimd{o}; });
+      const family f = family::generate_shaped(shape, 1, 1000, hints);
+      const family_summary s = evaluate("tuned_aimd", f, [] { return rein::algo::tuned_aimd{}; });
       INFO(shape.name << (hints ? ", work hints" : "") << ": worst in " << s.worst_makespan_at);
       CHECK(s.scenarios_with_failures == 0);
       if (shape.payload == payload_shape::none || hints) continue;
-      CHECK(s.worst_throughput() >= 0.2);
-      CHECK(s.median_throughput() >= 0.6);
+      CHECK(s.worst_throughput() >= floor_of(payload_floors_1000, shape.name));
+      CHECK(s.median_throughput() >= 0.55);
     }
   }
 }
 
-// On seeds 1-100 of today's family and 1-50 of its noise-only upstreams the spread never reads as wide, so
-// the noisy rule changes nothing there. Not so on seeds 1-1000 (the [.thorough] tier), with any window from
-// 64 to 400: seed 581's drifting capacity reads as wide, the rule goes back to the calls slow start granted,
-// twice the capacity by then (10.4 % slow calls, 1.97 x the oracle's makespan, against 7.5 % and 1.62), and
-// noise seed 150 cuts to 0.80 of the capacity. So the rule stays off by default; no thorough case for it.
-TEST_CASE("family, seeds 1-100: tuned_aimd's noisy rule keeps the default's bounds") {
+// The per-call rule alone (`median_window` 0) on the same payload shapes: it reads the spread as a queue and
+// sits near its floor (0.03-0.06 of the oracle on seeds 1-100), which is why the noisy rule is on by default.
+// Held here so that a change which makes the noisy rule unnecessary shows.
+TEST_CASE("world shapes, seeds 1-20: without the noisy rule, tuned_aimd reads payload spread as a queue") {
   rein::algo::tuned_aimd_options o;
-  o.median_window = 200;
-  check_family("tuned_aimd noisy", family::generate(1, 100), tuned_aimd_bounds, [&] { return rein::algo::tuned_aimd{o}; });
-  family quiet;
-  for (std::uint64_t seed = 1; seed <= 50; ++seed) {
-    quiet.scenarios.push_back(generate_noise_scenario(seed));
-    quiet.marks.push_back(measure_yardsticks(quiet.scenarios.back()));
+  o.median_window = 0;
+  for (const world_shape& shape : world_shapes()) {
+    if (shape.payload == payload_shape::none) continue;
+    const family f = family::generate_shaped(shape, 1, 20);
+    const family_summary s = evaluate("tuned_aimd per-call", f, [&] { return rein::algo::tuned_aimd{o}; });
+    INFO(shape.name);
+    CHECK(s.scenarios_with_failures == 0);
+    CHECK(s.median_throughput() < 0.1);
   }
-  check_quiet("tuned_aimd noisy", quiet, [&] { return rein::algo::tuned_aimd{o}; });
 }
