@@ -4,9 +4,9 @@
 #include <rein/algo/limit_algorithm.hpp>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
-#include <cstddef>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -395,9 +395,11 @@ class basic_tuned_aimd {
     at.push_back(latency);
     if (at.size() > 8) at.pop_front();
     if (at.size() >= 3) {  // one or two calls at a level are their own median
-      std::vector<double> sorted(at.begin(), at.end());
-      std::nth_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(sorted.size() / 2), sorted.end());
-      spread_.push(static_cast<std::int64_t>(1e6 * latency / sorted[sorted.size() / 2]));
+      std::array<double, 8> sorted{};  // on the stack: this runs for every success
+      const auto end = std::copy(at.begin(), at.end(), sorted.begin());
+      const auto middle = sorted.begin() + static_cast<std::ptrdiff_t>(at.size() / 2);
+      std::nth_element(sorted.begin(), middle, end);
+      spread_.push(static_cast<std::int64_t>(1e6 * latency / *middle));
     }
     const bool wide = spread_.size() >= spread_samples &&
                       spread_.quantile(0.9) > std::max(tolerance, min_spread) * spread_.quantile(0.1);
