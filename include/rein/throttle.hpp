@@ -597,15 +597,16 @@ class throttle {
   }
 
   // The steps of the machine that never wait, until it asks for a wait, admits or fails. The first try
-  // decides at `now` (one reading for the whole try); each later step reads the clock and is skipped by a
-  // caller whose throttle is gone or whose awaiting coroutine was cancelled (`x`, the waiting path's; with
-  // none, only the first try runs).
+  // decides at `now` (one reading for the whole try). On the waiting path (`x`; with none, only the first
+  // try runs) each later step that reads a stage (a take, the rates' take, the ask of a key's rate, the
+  // gates' check) first ends a caller whose throttle is gone, and reads the clock; a take also ends one
+  // whose awaiting coroutine was cancelled (past that, the grant won).
   step steps(admission& m, step s, guard& g, std::string_view key, time_point now, run_ctx* x = nullptr,
              readiness_type* last = nullptr) {
     for (;;) {
       if (x == nullptr) {
         if (!m.trying()) return s;
-      } else if (s == step::take || s == step::take_rates || s == step::check_gates) {
+      } else if (s == step::take || s == step::take_rates || s == step::ask_ready || s == step::check_gates) {
         stop_if_gone(g);
         if (s == step::take && x->awaiting.cancelled() != net::cancellation_type::none) throw_aborted();
         now = clock_type::now();
@@ -1147,7 +1148,6 @@ class throttle {
       if constexpr (ranks_[I()] == rank::rate) {
         const std::size_t n = units_of<I()>(g.charge_);
         if (n == 0) return;
-        stop_if_gone(g);
         last = detail::rate_readiness(limiter<I()>(g.held_), n, clock_type::now());
         if (last.what == kind::ready) return;
         why = try_status::exceeds_capacity;

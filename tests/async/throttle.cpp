@@ -1324,3 +1324,32 @@ TEST_CASE("a throttle destroyed while the io_context runs on ends its waiting ca
   CHECK(*callback_ended == rein::error_code(net::error::operation_aborted));
   CHECK(s.global.snapshot().in_flight == 1);  // the caller in its call still holds its slot
 }
+
+namespace {
+// A weight with state: reading it after the throttle is gone reads freed memory (under ASan, an error).
+struct weight_of {
+  std::size_t n;
+  std::size_t operator()(const rein::charge&) const noexcept { return n; }
+};
+}  // namespace
+
+TEST_CASE("a throttle destroyed while a caller sleeps on its key's rate ends it without touching the throttle",
+          "[throttle][shutdown]") {
+  rein_test::manual_clock_at_epoch epoch;
+  net::io_context io;
+  rein::keyed<bucket_type> rate{io.get_executor(), rein::keyed_options{},
+                                rein::token_bucket_options{.rate = 1, .capacity = 1}};
+  using throttle_type = rein::throttle<decltype(rein::weighted(rate, weight_of{1}))>;
+  auto owner = std::make_unique<throttle_type>(rein::weighted(rate, weight_of{1}));
+  auto first = owner->try_acquire("k");  // spends k's token
+  REQUIRE(first);
+  first.complete(rein::outcome::success);
+  std::optional<rein::error_code> ended;
+  owner->async_acquire("k", [&](rein::error_code ec, auto) { ended = ec; });
+  rein_test::poll(io);  // refused at k's rate: asleep until the rate is ready, at 1 s
+  owner.reset();        // the stages live on
+  advance_and_poll(io, 1s);
+  REQUIRE(ended.has_value());
+  CHECK(*ended == rein::error_code(net::error::operation_aborted));
+  CHECK(rate.get("k")->snapshot().tokens == 1.0);  // nothing taken for a caller whose throttle is gone
+}
