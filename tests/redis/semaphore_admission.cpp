@@ -630,3 +630,14 @@ TEST_CASE("semaphore admission: a named semaphore's observer hears its rejection
   CHECK(snap.timed_out_total == 1);
   CHECK(snap.unavailable_total == 1);
 }
+
+TEST_CASE("side requests: a release answered NOSCRIPT is not sent again; the lease renewal makes up for it",
+          "[redis][semaphore]") {
+  semaphore s(limit_of(2));
+  const message release{refund, 0, 1, 7};
+  s.line->update([&](policy& p, manual_clock::time_point) { p.on_side_error(release, true); });
+  poll(s.io);
+  CHECK(s.sent().empty());
+  CHECK(s.snapshot().script_loads == 0);
+  CHECK(s.snapshot().server_errors == 1);
+}

@@ -489,11 +489,13 @@ class scripted_admission {
 
   /// A side request `m` (refund, script load, pause) came back with an error. One that failed because the
   /// server lost its scripts (SCRIPT FLUSH, a failover to a replica that never loaded them) is sent again
-  /// after a SCRIPT LOAD, once: a lost refund would keep units the fleet could use, a lost pause would let
-  /// the other processes call an upstream that asked everyone to wait, and a lost release of a shared
-  /// semaphore would hold its permit until the next renewal.
+  /// after a SCRIPT LOAD, once: a lost refund would keep units the fleet could use, and a lost pause would
+  /// let the other processes call an upstream that asked everyone to wait. A shared semaphore's release is
+  /// not sent again: its lease renewal already states what the lease holds, so a lost release is made up
+  /// within a renewal, while a release resent after that renewal would count it twice, below what is held.
   void on_side_error(const message& m, bool no_script) {
-    if (no_script && m.what != message::kind::script_load && m.resent == 0) {
+    const bool release = holding && m.what == message::kind::refund;
+    if (no_script && m.what != message::kind::script_load && m.resent == 0 && !release) {
       ++stats_.script_loads;
       outbox_.push({message::kind::script_load, 0, 0, 0});
       message again = m;

@@ -111,7 +111,7 @@ class scripted_transport final : public rein::detail::remote_transport<message_l
   bool send_side(std::string command) {
     const std::shared_ptr<line_type> line = line_.lock();
     if (!line) return false;
-    return hand_over(command, std::make_unique<side_node>(line));
+    return hand_over(command, std::make_unique<side_node>(line, message{}, false));
   }
 
   // An admission the connection refuses (down, backing off, closed) is settled as unavailable at once. That
@@ -170,12 +170,15 @@ class scripted_transport final : public rein::detail::remote_transport<message_l
   // them and sends again one that the server could not run for want of its script.
   class side_node final : public request_node {
    public:
-    side_node(std::shared_ptr<line_type> line, const message& m) noexcept : line_(std::move(line)), m_(m) {}
+    // `resendable`: `m` is the request (a refund, a pause), sent again after NOSCRIPT; a stored setting's
+    // plain command is not one of ours to resend.
+    side_node(std::shared_ptr<line_type> line, const message& m, bool resendable = true) noexcept
+        : line_(std::move(line)), m_(m), resendable_(resendable) {}
     void complete(const error_code& ec, const ::redisReply* reply) noexcept override {
       const std::shared_ptr<line_type> line = std::move(line_);
       const message m = m_;
       const bool ok = ec || (reply != nullptr && reply->type != REDIS_REPLY_ERROR);  // a lost one is no error
-      const bool no_script = !ok && reply != nullptr && reply->str != nullptr &&
+      const bool no_script = !ok && resendable_ && reply != nullptr && reply->str != nullptr &&
                              std::string_view(reply->str, reply->len).starts_with("NOSCRIPT");
       delete this;
       if (ok) return;
@@ -188,6 +191,7 @@ class scripted_transport final : public rein::detail::remote_transport<message_l
    private:
     std::shared_ptr<line_type> line_;
     message m_;
+    bool resendable_;
   };
 
   // A lease renewal: its answer may say the lease was lost, or how long the lease surely holds (from
