@@ -112,7 +112,10 @@ struct semaphore_options {
   /// handler is posted).
   bool direct_handoff = false;
 
-  /// Shedding by queueing time (CoDel); see rein::algo::basic_codel. Default: off.
+  /// Shedding by queueing time (CoDel; see rein::algo::basic_codel): once the line has stood for an interval,
+  /// waiters past 2 x target fail with errc::overloaded. fifo order only (std::invalid_argument otherwise);
+  /// with it the line makes its timer when someone first waits, and times waits on Clock
+  /// (coarse_wait_clock is ignored). Default: off.
   algo::codel_options sojourn{};
 };
 
@@ -231,7 +234,8 @@ class basic_semaphore {
   ///
   /// Errors: errc::exceeds_capacity (n above a non-zero total, at once; a semaphore made with 0 permits is a
   /// gate: its waiters wait for add_permits), errc::queue_full (max_waiters reached,
-  /// at once), errc::closed, `net::error::operation_aborted` (cancelled, or the semaphore was destroyed).
+  /// at once), errc::closed, errc::overloaded (shed by the line's sojourn rule, when set),
+  /// `net::error::operation_aborted` (cancelled, or the semaphore was destroyed).
   /// The handler is never invoked from inside this function, nor from inside a release unless
   /// semaphore_options::direct_handoff is set: it goes through its associated executor. While it waits, the operation counts as outstanding work on the semaphore's
   /// executor (`run()` does not return under it), as any pending Asio operation does.
@@ -397,7 +401,12 @@ class basic_semaphore {
                               o.order,       o.when_full,    aging,           std::move(parts),
                               o.coarse_wait_clock};
     line.direct_handoff = o.direct_handoff;
-    (void)algo::codel(o.sojourn, detail::describe("rein::semaphore", line.name));  // checks it
+    const std::string who = detail::describe("rein::semaphore", line.name);
+    (void)algo::codel(o.sojourn, who);  // checks it
+    // Only the head is judged: in fifo order it is the oldest waiter; in the others older ones could wait
+    // behind a younger head for ever.
+    if (o.sojourn.target.count() > 0 && o.order != queue_order::fifo)
+      detail::throw_invalid(who, "sojourn needs queue_order::fifo", to_string(o.order));
     line.sojourn = o.sojourn;
     return line;
   }

@@ -104,11 +104,15 @@ TEST_CASE("intervals start at the first event after the last one's end; an idle 
   CHECK_FALSE(grant_or_shed(rule, at(10s + 100ms - 50ms), at(10s + 100ms)));  // it emptied: no longer
 }
 
-TEST_CASE("time going back counts as the interval's start; extreme readings are safe", "[codel]") {
+TEST_CASE("time going back closes no interval and measures waits as given; extreme readings are safe",
+          "[codel]") {
   codel rule = ten_ms();
   CHECK(grant_every_10ms(rule, 1s, 1100ms, 30ms) == 0);
-  CHECK(grant_or_shed(rule, at(1s), at(1100ms)));    // stands at 1.1 s (the head waited 100 ms)
-  CHECK(grant_or_shed(rule, at(1s), at(500ms)));     // an earlier reading counts as 1.1 s: waited 100 ms
+  CHECK(grant_or_shed(rule, at(1s), at(1100ms)));  // stands at 1.1 s (the head waited 100 ms)
+  // The clock set back to 500 ms: still standing, and a wait is what the readings say.
+  CHECK(rule.should_shed(at(400ms), at(500ms)));
+  CHECK_FALSE(rule.should_shed(at(490ms), at(500ms)));
+  CHECK(rule.standing());
   CHECK_FALSE(grant_or_shed(rule, at(1100ms), at(0ms)));  // arrived "after" now: waited 0
   CHECK(grant_or_shed(rule, time_point::min(), at(1100ms)));  // waited saturates at nanoseconds::max()
   // The reading 0 above made [1.1 s, ...) clean: max() closes it, no longer standing.

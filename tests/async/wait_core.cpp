@@ -2215,6 +2215,12 @@ TEST_CASE("sojourn: invalid options name the type, field and value",
         "rein::semaphore \"db\": sojourn.target must be >= 0, got -1000000 ns");
   CHECK(message({.target = 1ms, .interval = 0ns}) == "rein::semaphore \"db\": sojourn.interval must be > 0, got 0 ns");
   CHECK(message({.target = 0ns, .interval = 0ns}).empty());
+  try {
+    manual_semaphore sem(io, 1, {.name = "db", .order = rein::queue_order::lifo, .sojourn = {.target = 1ms}});
+    FAIL("a lifo line with a sojourn rule was accepted");
+  } catch (const std::invalid_argument& e) {
+    CHECK(std::string(e.what()) == "rein::semaphore \"db\": sojourn needs queue_order::fifo, got lifo");
+  }
 }
 
 namespace {

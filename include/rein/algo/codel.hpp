@@ -6,6 +6,7 @@
 #include <rein/detail/clock_time.hpp>
 #include <rein/detail/invalid_option.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <limits>
@@ -45,8 +46,8 @@ struct codel_options {
 /// part of the queue that would have been served too late.
 ///
 /// The interval in force starts at the first event (a judgement or an emptying) at or after the previous
-/// one's end, so an idle line does not count intervals. A time earlier than the interval's start counts as
-/// that start.
+/// one's end, so an idle line does not count intervals. A time earlier than the interval's start (a clock
+/// set back) closes nothing; a queueing time is measured from the arrival to the time given, never below 0.
 ///
 /// @tparam Clock supplies `time_point`; only its types are used, never `now()`.
 /// @par Thread Safety
@@ -83,17 +84,16 @@ class basic_codel {
   /// interval in force if `now` is past its end. Always false when the rule is off.
   [[nodiscard]] bool should_shed(time_point arrived, time_point now) noexcept {
     if (!enabled()) return false;
-    const std::int64_t t = roll(now);
-    return standing_ && rein::detail::ns_between(t, ns(arrived)) > 2 * options_.target.count();
+    roll(now);
+    return standing_ && waited(arrived, now) > 2 * options_.target.count();
   }
 
   /// A waiter that joined the line at `arrived` was granted at `now`: its queueing time counts towards the
   /// judgement of the interval in force.
   void granted(time_point arrived, time_point now) noexcept {
     if (!enabled()) return;
-    const std::int64_t t = roll(now);
-    const std::int64_t waited = rein::detail::ns_between(t, ns(arrived));
-    if (waited < shortest_) shortest_ = waited;
+    roll(now);
+    shortest_ = std::min(shortest_, waited(arrived, now));
   }
 
   /// The first instant at which a waiter that joined at `arrived` is past the slough time (2 x target),
@@ -126,28 +126,31 @@ class basic_codel {
  private:
   static std::int64_t ns(time_point t) noexcept { return rein::detail::to_ns_saturated(t); }
 
+  // The queueing time from `arrived` to `now`, saturated, never below 0 (a clock set back).
+  static std::int64_t waited(time_point arrived, time_point now) noexcept {
+    return std::max<std::int64_t>(rein::detail::ns_between(ns(now), ns(arrived)), 0);
+  }
+
   // The instant `t` nanoseconds after the epoch, rounded up to the clock's tick; max() at saturation.
   static time_point at_ns(std::int64_t t) noexcept {
     if (t == std::numeric_limits<std::int64_t>::max()) return time_point::max();
     return time_point(std::chrono::ceil<typename time_point::duration>(std::chrono::nanoseconds(t)));
   }
 
-  // Closes the interval in force if `now` is past its end, and returns now (or the start, if earlier).
-  std::int64_t roll(time_point now) noexcept {
-    std::int64_t t = ns(now);
+  // Closes the interval in force if `now` is past its end (an earlier time than its start counts as the start).
+  void roll(time_point now) noexcept {
+    const std::int64_t t = ns(now);
     if (!started_) {
       started_ = true;
       start_ = t;
-      return t;
+      return;
     }
-    if (t < start_) t = start_;
-    if (rein::detail::ns_between(t, start_) < options_.interval.count()) return t;
+    if (t < start_ || rein::detail::ns_between(t, start_) < options_.interval.count()) return;
     standing_ = !emptied_ && shortest_ > options_.target.count();
     if (standing_) ++standing_intervals_;
     start_ = t;
     shortest_ = std::numeric_limits<std::int64_t>::max();
     emptied_ = false;
-    return t;
   }
 
   codel_options options_;

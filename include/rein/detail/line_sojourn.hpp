@@ -9,8 +9,8 @@
 
 namespace rein::detail {
 
-// Only the head is judged: in fifo order it is the oldest waiter, in the other orders the next to be served
-// (older ones behind it are judged when they come to the front).
+// Only the head is judged: the public types allow the rule in fifo order only, where the head is the oldest
+// waiter (a starved partition's waiter granted past it is younger still).
 template <class Policy, class Executor, class Clock, class Mutex, acquire_signature Signature>
 inline bool limiter_core<Policy, Executor, Clock, Mutex, Signature>::shed_head_locked(
     wait_op* head, time_point now, completions& done) noexcept {
