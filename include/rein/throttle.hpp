@@ -49,6 +49,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <new>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -1246,6 +1247,9 @@ class throttle {
       }
     } catch (const system_error& e) {
       failed = e.code();
+      m.fail();
+    } catch (const std::bad_alloc&) {  // a new key's entry, a timer: the handler still gets its one call
+      failed = make_error_code(std::errc::not_enough_memory);
       m.fail();
     }
     if (gone(g)) {  // destroyed while this caller waited: its stages' waits were aborted

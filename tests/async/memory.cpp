@@ -7,6 +7,7 @@
 #include <rein/algo/log_histogram.hpp>
 #include <rein/keyed.hpp>
 #include <rein/semaphore.hpp>
+#include <rein/throttle.hpp>
 
 #include <chrono>
 #include <cmath>
@@ -177,4 +178,27 @@ TEST_CASE("memory: a semaphore out of memory still grants and counts every wait"
   CHECK(s.wait.lost() == 1);
   CHECK(s.wait.max() == 3ms);
   CHECK(s.wait.bucket(0) == 1);
+}
+
+TEST_CASE("a throttle's async_acquire out of memory completes its handler once, with not_enough_memory",
+          "[memory][throttle]") {
+  net::io_context io;
+  rein::keyed<timed_semaphore> per_key{io.get_executor(), rein::keyed_options{}, std::size_t{1}};
+  rein::throttle<rein::keyed<timed_semaphore>> throttle{per_key};
+  int calls = 0;
+  rein::error_code got;
+  throttle.async_acquire("new-key", [&](rein::error_code ec, auto) {
+    ++calls;
+    got = ec;
+  });
+  rein_test::heap::failing_from.store(64);  // the new key's entry and limiter cannot be made
+  rein_test::heap::failing.store(true);
+  poll(io);
+  rein_test::heap::failing.store(false);
+  rein_test::heap::failing_from.store(0);
+  poll(io);
+  CHECK(calls == 1);
+  CHECK(got == std::errc::not_enough_memory);
+  CHECK(throttle.snapshot().failed_total == 1);
+  CHECK(per_key.size() == 0);
 }
