@@ -200,11 +200,11 @@ class throttle {
   static constexpr bool reads_tokens_ =
       (!std::is_same_v<typename detail::stage_spec<Stages>::weight, by_requests_t> || ...);
 
-  // The places that hold a stage: an admission that took them all took every stage (up to 64; a longer
-  // list compares unequal, and count_partly looks at each place).
+  static_assert(stage_count <= 64, "rein::throttle: at most 64 stages");
+  // The places that hold a stage: an admission that took them all took every stage.
   static constexpr std::bitset<stage_count> every_stage_{[] {
     unsigned long long bits = 0;
-    for (std::size_t i = 0; i < stage_count && i < 64; ++i)
+    for (std::size_t i = 0; i < stage_count; ++i)
       if (!placeholder_[i]) bits |= 1ULL << i;
     return bits;
   }()};
@@ -645,10 +645,8 @@ class throttle {
 
   // Whether a rate stage could take the caller's units now, without taking them.
   template <std::size_t I>
-  typename detail::readiness<time_point>::kind readiness_of(guard& g, time_point now, time_point* when = nullptr) {
-    const auto r = detail::rate_readiness(limiter<I>(g.held_), units_of<I>(g.charge_), now);
-    if (when != nullptr) *when = r.when;
-    return r.what;
+  typename detail::readiness<time_point>::kind readiness_of(guard& g, time_point now) {
+    return detail::rate_readiness(limiter<I>(g.held_), units_of<I>(g.charge_), now).what;
   }
 
   // Takes every rate stage's units (all or nothing) but `held`, whose units the caller already has. Asks
