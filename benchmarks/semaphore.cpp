@@ -7,12 +7,12 @@
 //   rein_single_thread_semaphore, rein_semaphore
 //                            rein::single_thread_semaphore (null_mutex) and rein::semaphore (std::mutex)
 //   *_untimed, *_observed    the same with wait measurement off (no wait histogram), and with wait
-//                            measurement on and an observer set (semaphore_options::observer): the
+//                            measurement on and an observer set (line_options::observer): the
 //                            observability model's cost next to none
-//   *_coarse                 the same timing its waits on the coarse clock (semaphore_options::
+//   *_coarse                 the same timing its waits on the coarse clock (line_options::
 //                            coarse_wait_clock), contended only
 //   *_direct                 the same handing a released permit to a waiter on the releasing thread's executor
-//                            in place (semaphore_options::direct_handoff: dispatch instead of post),
+//                            in place (line_options::direct_handoff: dispatch instead of post),
 //                            contended only
 //   contended_64x4_2_threads/ the contended loop on an io_context run by two threads (reactor on), wall time
 //                            per handoff (manual time: the benchmark thread is one of the two), for the
@@ -23,7 +23,7 @@
 //   *_fair                   the same in fair order (queue_order::fair), acquires cycling through four keys of
 //                            weights 1, 1, 2 and 4 (each newcomer is tagged and placed by a walk from both
 //                            ends), contended only
-//   *_partitioned            the same with partitions live 70% and batch 30% (semaphore_options::partitions),
+//   *_partitioned            the same with partitions live 70% and batch 30% (line_options::partitions),
 //                            acquires alternating between them, contended only
 //   *_hint1                  the same on an io_context(1) (concurrency hint 1: run by one thread), contended
 //                            only
@@ -135,39 +135,39 @@ using st_semaphore = rein::single_thread_semaphore;
 using ts_semaphore = rein::semaphore;
 
 /// A rein semaphore made with the options `Options()` returns instead of the default ones.
-template <class Sem, rein::semaphore_options (*Options)()>
+template <class Sem, rein::line_options (*Options)()>
 class configured : public Sem {
  public:
   configured(const net::any_io_executor& ex, std::size_t permits) : Sem(ex, permits, Options()) {}
 };
 
-/// Wait timing off (semaphore_options::measure_wait = false): a handoff then reads no clock, and
+/// Wait timing off (line_options::measure_wait = false): a handoff then reads no clock, and
 /// snapshot().wait_total stays zero, as in the other idioms, which time nothing.
-rein::semaphore_options untimed_options() { return {.measure_wait = false}; }
+rein::line_options untimed_options() { return {.measure_wait = false}; }
 using st_untimed = configured<st_semaphore, untimed_options>;
 using ts_untimed = configured<ts_semaphore, untimed_options>;
 
-/// Waits timed on the kernel's coarse clock (semaphore_options::coarse_wait_clock).
-rein::semaphore_options coarse_options() { return {.coarse_wait_clock = true}; }
+/// Waits timed on the kernel's coarse clock (line_options::coarse_wait_clock).
+rein::line_options coarse_options() { return {.coarse_wait_clock = true}; }
 using st_coarse = configured<st_semaphore, coarse_options>;
 using ts_coarse = configured<ts_semaphore, coarse_options>;
 
-/// A release resumes a waiter on its own executor in place (semaphore_options::direct_handoff).
-rein::semaphore_options direct_options() { return {.direct_handoff = true}; }
+/// A release resumes a waiter on its own executor in place (line_options::direct_handoff).
+rein::line_options direct_options() { return {.direct_handoff = true}; }
 using st_direct = configured<st_semaphore, direct_options>;
 using ts_direct = configured<ts_semaphore, direct_options>;
 
 /// Wait measurement on (the default) and an observer set: every event goes to a counter (an uncontended
 /// acquire and release cause none; what is measured is the test for one).
 inline std::uint64_t observed_events = 0;
-rein::semaphore_options observed_options() {
+rein::line_options observed_options() {
   return {.observer = [](const rein::limiter_event&) { ++observed_events; }};
 }
 using st_observed = configured<st_semaphore, observed_options>;
 using ts_observed = configured<ts_semaphore, observed_options>;
 
-/// The newest waiter served first (semaphore_options::order = queue_order::lifo).
-rein::semaphore_options lifo_options() { return {.order = rein::queue_order::lifo}; }
+/// The newest waiter served first (line_options::order = queue_order::lifo).
+rein::line_options lifo_options() { return {.order = rein::queue_order::lifo}; }
 using st_lifo = configured<st_semaphore, lifo_options>;
 using ts_lifo = configured<ts_semaphore, lifo_options>;
 

@@ -76,7 +76,7 @@ using throttle_4 = rein::throttle<gates_type, per_key_type, rein::semaphore, rei
 
 struct stages {
   explicit stages(net::any_io_executor ex)
-      : gates(ex, rein::keyed_options{}), per_key(ex, rein::keyed_options{}, plenty), global(ex, plenty), rate(ex, bottomless) {}
+      : gates(ex, {}), per_key(ex, plenty), global(ex, plenty), rate(ex, bottomless) {}
   gates_type gates;
   per_key_type per_key;
   rein::semaphore global;
@@ -298,7 +298,7 @@ struct hit_maps {
 };
 
 struct hit_registry {
-  explicit hit_registry(std::size_t n) : keys(make_keys(n, "host")), registry(io, options(n), std::size_t{4}) {
+  explicit hit_registry(std::size_t n) : keys(make_keys(n, "host")), registry(io, std::size_t{4}, {}, options(n)) {
     for (const std::string& k : keys) registry.get(k);
     if (registry.size() != n) throw std::logic_error("keyed/get_hit: the registry lost keys");
   }
@@ -434,7 +434,7 @@ void get_new_idiom(benchmark::State& state, const std::string& name, std::size_t
 void get_new_rein(benchmark::State& state, const std::string& name, std::size_t) {
   net::io_context io;
   const std::vector<std::string> keys = make_keys(new_key_ring, "new");
-  per_key_type registry(io, rein::keyed_options{}, std::size_t{4});
+  per_key_type registry(io, std::size_t{4});
   std::size_t i = 0;
   run_clock clock(state, name);
   const auto made_before = registry.snapshot().created_total;

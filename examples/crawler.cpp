@@ -205,10 +205,10 @@ struct window_stats {  // since the monitor's last line
 
 struct crawler {
   explicit crawler(net::io_context& io)
-      : gates(io, {}, gate_options()),
+      : gates(io, gate_options()),
         rate(io, {.rate = 200, .capacity = 20}),
         global(io, 12),
-        per_host(io, {}, rein::algo::aimd_options{.initial_limit = 4, .min_limit = 1, .max_limit = 8, .backoff = 0.5}),
+        per_host(io, rein::algo::aimd_options{.initial_limit = 4, .min_limit = 1, .max_limit = 8, .backoff = 0.5}),
         throttle(gates, per_host, global, rate, {.default_pause = 1s}),
         retries({.backoff = {.base = 50ms, .cap = 1s, .max_attempts = 5}, .seed = 3}),
         queue(io, queue_capacity),

@@ -232,7 +232,7 @@ struct limiters {
   std::optional<rein::semaphore> semaphore;
   std::optional<rein::aimd_limiter> aimd;
 
-  limiters(net::io_context& io, const config& c) : gates(io) {
+  limiters(net::io_context& io, const config& c) : gates(io, {}) {
     if (c.rate && !c.adaptive_rate) bucket.emplace(io, rein::token_bucket_options{.rate = *c.rate, .capacity = c.burst});
     if (c.rate && c.adaptive_rate) {
       rein::algo::adaptive_rate_options o;

@@ -156,10 +156,10 @@ struct client {
       throttle;
 
   explicit client(net::io_context& io)
-      : gates(io),
+      : gates(io, {}),
         in_flight(io, 8),
-        rpm(io, {}, per_second(quotas[0].rpm)),
-        tpm(io, {}, per_second(quotas[0].tpm)),
+        rpm(io, per_second(quotas[0].rpm)),
+        tpm(io, per_second(quotas[0].tpm)),
         throttle(gates, in_flight, rpm, rein::by_tokens(tpm)) {
     for (const model_quota& q : quotas) {
       rpm.set_override(q.model, per_second(q.rpm));

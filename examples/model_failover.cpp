@@ -87,8 +87,8 @@ int main(int argc, char** argv) {
   if (rein_example::asked_for_help(argc, argv, usage)) return 0;
   if (rein_example::unexpected_arguments(argc, argv, usage)) return 2;
   net::io_context io;
-  demo d{rein::token_bucket(io, {.rate = 50, .capacity = 40, .name = "preferred"}),
-         rein::token_bucket(io, {.rate = 25, .capacity = 20, .name = "fallback"})};
+  demo d{rein::token_bucket(io, {.rate = 50, .capacity = 40}, {.name = "preferred"}),
+         rein::token_bucket(io, {.rate = 25, .capacity = 20}, {.name = "fallback"})};
   net::co_spawn(io, d.arrivals(), net::detached);
   io.run();
   std::cout << "preferred: " << d.preferred.snapshot() << "\nfallback:  " << d.fallback.snapshot() << '\n';

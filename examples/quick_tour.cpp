@@ -64,10 +64,10 @@ int main(int argc, char** argv) {
   if (rein_example::unexpected_arguments(argc, argv, usage)) return 2;
   net::io_context io;
   //! [throttle]
-  rein::keyed<rein::quota_gate> gates(io);                        // a 429 pauses that host for all
-  rein::keyed<rein::semaphore> per_host(io, {}, std::size_t{4});  // at most 4 in flight per host
+  rein::keyed<rein::quota_gate> gates(io, {});                    // a 429 pauses that host for all
+  rein::keyed<rein::semaphore> per_host(io, 4);                   // at most 4 in flight per host
   rein::tuned_aimd_limiter global(io);                            // in flight overall, found by feedback
-  rein::keyed<rein::token_bucket> rate(io, {}, rein::token_bucket_options{.rate = 40, .capacity = 5});
+  rein::keyed<rein::token_bucket> rate(io, {.rate = 40, .capacity = 5});
   rein::throttle throttle(gates, per_host, global, rate);         // in admission order; 40/s per host
 
   auto call = [&](std::string host) -> net::awaitable<void> {

@@ -62,7 +62,7 @@ std::vector<shape> shapes() {
 struct bound {
   std::string name;
   ms deadline;                     // per call
-  rein::semaphore_options options;  // of the line
+  rein::line_options options;  // of the line
 };
 
 struct figures {
@@ -121,7 +121,7 @@ std::vector<bound> bounds() {
   for (const ms target : {ms(25), ms(50), ms(100), ms(150)}) {
     // CoDel's interval, 100 ms, for the short targets; twice the target for the long ones.
     const ms interval = target <= ms(50) ? ms(100) : 2 * target;
-    rein::semaphore_options o;
+    rein::line_options o;
     o.sojourn = {.target = target, .interval = interval};
     all.push_back({"sojourn " + std::to_string(target.count()) + "/" + std::to_string(interval.count()) +
                        " ms, deadline 440",

@@ -83,9 +83,8 @@ int main(int argc, char** argv) {
   try {
     net::io_context io;
     counted_sink sink(io.get_executor(), {net::ip::address_v4::loopback(), port});
-    rein::quota_gate gate(io, {.name = "api", .observer = rein_example::forward_events(sink)});
-    rein::semaphore pool(io, 2, {.max_waiters = 2, .name = "pool",
-                                 .observer = rein_example::forward_events(sink)});
+    rein::quota_gate gate(io, {}, {.name = "api", .observer = rein_example::forward_events(sink)});
+    rein::semaphore pool(io, 2, {.name = "pool", .max_waiters = 2, .observer = rein_example::forward_events(sink)});
     rein_example::snapshot_reporter reporter(sink);
 
     for (int i = 0; i < 8; ++i) net::co_spawn(io, worker(gate, pool), net::detached);

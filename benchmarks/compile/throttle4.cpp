@@ -35,10 +35,10 @@ net::awaitable<void> call(Throttle& throttle, std::string host) {
 
 int rein_compile_probe_throttle4() {
   net::io_context io;
-  rein::keyed<rein::quota_gate> gates(io);
-  rein::keyed<rein::semaphore> per_host(io, {}, std::size_t{4});
+  rein::keyed<rein::quota_gate> gates(io, {});
+  rein::keyed<rein::semaphore> per_host(io, 4);
   rein::semaphore global(io, 16);
-  rein::keyed<rein::token_bucket> rate(io, {}, rein::token_bucket_options{.rate = 40, .capacity = 5});
+  rein::keyed<rein::token_bucket> rate(io, {.rate = 40, .capacity = 5});
   rein::throttle throttle(gates, per_host, global, rate);
   net::co_spawn(io, call(throttle, "example.com"), net::detached);
   return static_cast<int>(io.run());

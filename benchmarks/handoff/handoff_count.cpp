@@ -8,7 +8,7 @@
 //           single_thread_semaphore_untimed, semaphore_untimed,
 //           single_thread_semaphore_observed, semaphore_observed (an observer set that counts events),
 //           single_thread_semaphore_coarse, semaphore_coarse (waits timed on the coarse clock),
-//           single_thread_semaphore_direct, semaphore_direct (semaphore_options::direct_handoff),
+//           single_thread_semaphore_direct, semaphore_direct (line_options::direct_handoff),
 //           channel_async_send, channel_try_send_then_async_send, concurrent_channel_async_send,
 //           concurrent_channel_try_send_then_async_send,
 //           throttle_uncontended (one coroutine: `co_await throttle.acquire(key)` and complete, every stage
@@ -104,9 +104,9 @@ void run_rein(net::io_context& io, bool measure_wait, bool observed = false, boo
   rein::limiter_observer observer;
   if (observed) observer = [](const rein::limiter_event&) { ++observed_events; };
   Sem sem(io.get_executor(), permits,
-          {.measure_wait = measure_wait,
+          {.observer = std::move(observer),
+           .measure_wait = measure_wait,
            .coarse_wait_clock = coarse,
-           .observer = std::move(observer),
            .direct_handoff = direct});
   run(io, sem, [](auto& s) { return rein_loop(s); });
 }
@@ -114,8 +114,10 @@ void run_rein(net::io_context& io, bool measure_wait, bool observed = false, boo
 // The four stages of benchmarks/throttle.cpp; only the global semaphore can run out.
 struct throttle_stages {
   throttle_stages(const net::any_io_executor& ex, std::size_t global_permits)
-      : gates(ex, rein::keyed_options{}), per_key(ex, rein::keyed_options{}, std::size_t{1'000'000}),
-        global(ex, global_permits), rate(ex, rein::token_bucket_options{.rate = 1e9, .capacity = 1'000'000'000'000'000}) {}
+      : gates(ex, {}),
+        per_key(ex, std::size_t{1'000'000}),
+        global(ex, global_permits),
+        rate(ex, rein::token_bucket_options{.rate = 1e9, .capacity = 1'000'000'000'000'000}) {}
   rein::keyed<rein::quota_gate> gates;
   rein::keyed<rein::semaphore> per_key;
   rein::semaphore global;

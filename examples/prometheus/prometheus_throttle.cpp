@@ -72,9 +72,9 @@ int main(int argc, char** argv) {
   const arguments args = parse(argc, argv);
   net::io_context io;
 
-  rein::token_bucket rate(io, {.rate = 50, .capacity = 5, .name = "rate"});
+  rein::token_bucket rate(io, {.rate = 50, .capacity = 5}, {.name = "rate"});
   rein::semaphore global(io, 4, {.name = "global"});
-  rein::keyed<rein::semaphore> per_host(io.get_executor(), {.name = "per_host"}, std::size_t{2});
+  rein::keyed<rein::semaphore> per_host(io.get_executor(), std::size_t{2}, {}, {.name = "per_host"});
   rein::throttle throttle(per_host, global, rate, {.name = "outbound"});
 
   // Registered once; read at every scrape, never on the limiters' paths.

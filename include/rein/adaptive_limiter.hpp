@@ -14,8 +14,10 @@
 #include <rein/detail/format.hpp>
 #include <rein/detail/invalid_option.hpp>
 #include <rein/detail/limiter_core.hpp>
+#include <rein/detail/line_setup.hpp>
 #include <rein/error.hpp>
 #include <rein/line_view.hpp>
+#include <rein/line_options.hpp>
 #include <rein/null_mutex.hpp>
 #include <rein/observer.hpp>
 #include <rein/outcome.hpp>
@@ -56,40 +58,15 @@ using circuit_options = algo::circuit_options;
 /// Where an adaptive limiter's circuit is: closed, open, half_open.
 using circuit_state = algo::circuit_state;
 
-/// Options of an adaptive limiter (the algorithm has its own, e.g. `algo::aimd_options`).
+/// An adaptive limiter's own options, beyond its rule (the algorithm's options, e.g. `algo::aimd_options`)
+/// and its waiting line's (rein::line_options): how it reads outcomes, its circuit and its idle restart. The
+/// constructor takes them last: `adaptive_limiter(io, {.initial_limit = 10}, {.name = "db"}, {.circuit =
+/// ...})`, as rein::keyed takes its own.
 struct adaptive_limiter_options {
-  /// How many operations may wait at once; one more completes at once with errc::queue_full.
-  /// Default: unbounded.
-  std::size_t max_waiters = std::numeric_limits<std::size_t>::max();
   /// Maps a call's status code to an outcome, for `complete(permit&, int)`. Default: rein::classify_http_status
   /// (408, 429, 503, 504 are congestion; 2xx and 3xx success; the rest ignored). Replace it when a dependency
   /// signals overload differently (say, a 500 with a known body). Must not be empty. Called outside the lock.
   std::function<outcome(int)> classify = classify_http_status;
-  /// Names the limiter in events, metrics and error messages. Default: none.
-  std::string name{};
-  /// Called outside the lock with rejections, limit changes (when floor(limit) moves or the algorithm cuts),
-  /// floor and ceiling transitions and circuit transitions; see rein::limiter_observer. Default: none (no
-  /// cost).
-  limiter_observer observer{};
-
-  /// Which waiter is served first: queue_order::fifo (default), lifo (newest first), priority (classes
-  /// with aging, see at_priority) or fair (shares between keys, see for_key); see rein::queue_order.
-  queue_order order = queue_order::fifo;
-
-  /// What a full line does with one more waiter: refuse it (default) or evict the longest waiter, both with
-  /// errc::queue_full; see rein::queue_full_policy.
-  queue_full_policy when_full = queue_full_policy::reject_newest;
-
-  /// Priority order only: the arrival-time handicap of one class, >= 0. A class-c waiter is placed as if
-  /// it had arrived c x priority_aging later, so it is served before every class-0 waiter arriving more
-  /// than c x priority_aging after it; see queue_order::priority. Default: 1 s; 0: arrival order;
-  /// nanoseconds::max(): strict priority.
-  std::chrono::nanoseconds priority_aging = default_priority_aging;
-
-  /// Splits the current limit (its floor, the calls admitted) into partitions with guaranteed shares
-  /// (`{{"live", 0.7}, {"batch", 0.3}}`), which acquires name through partition(name); the guarantees
-  /// follow the limit as it moves. See rein::partition for the rule. Default: none.
-  std::vector<partition> partitions{};
 
   /// Fail fast at the floor (an open circuit): after `circuit.open_after` consecutive congestion outcomes
   /// that leave the limit at its floor, every waiter and every new acquire completes at once with
@@ -139,7 +116,7 @@ struct adaptive_limiter_snapshot : wait_stats {
   /// Service time of every permit completed with success or congestion: from the grant to the report (the
   /// latency the algorithm is fed, queue time excluded). Recorded always: the clock is read anyway.
   duration_histogram service{};
-  /// With options.partitions: the rest, then each partition, their guarantees of the current limit.
+  /// With line_options::partitions: the rest, then each partition, their guarantees of the current limit.
   std::vector<partition_snapshot> partitions{};
 };
 
@@ -178,9 +155,9 @@ inline std::ostream& operator<<(std::ostream& os, const adaptive_limiter_snapsho
 ///
 /// Admission is `in_flight < floor(limit)`, re-checked whenever the limit moves either way: a release that raises the
 /// limit admits waiters at once; a cut admits nobody until enough calls have finished, and never takes a slot back.
-/// Waiting is FIFO (or LIFO, or by priority class: adaptive_limiter_options::order) with per-operation deadlines, cancellation, `max_waiters`
-/// and `close()`, exactly as rein::semaphore (the same waiter core). The limit always lies in the algorithm's
-/// [min_limit, max_limit].
+/// Waiting is FIFO (or LIFO, or by priority class: line_options::order) with per-operation deadlines,
+/// cancellation, `max_waiters` and `close()`, exactly as rein::semaphore (the same waiter core). The limit
+/// always lies in the algorithm's [min_limit, max_limit].
 ///
 /// Each sample also carries `in_flight` as it was right after that call's grant, this call included
 /// (Netflix concurrency-limits' convention, used by the algorithms' app-limited guards): the permit carries
@@ -221,6 +198,8 @@ class basic_adaptive_limiter {
   using algorithm_type = typename Algorithm::template rebind_clock<Clock>;
   /// The algorithm's options type, as the constructor takes them.
   using algorithm_options = typename algorithm_type::options;
+  /// The rule it takes: the algorithm's options.
+  using rule_type = algorithm_options;
   static_assert(algo::limit_algorithm<algorithm_type>, "rein: Algorithm must model rein::algo::limit_algorithm");
 
  private:
@@ -235,32 +214,29 @@ class basic_adaptive_limiter {
     using other = basic_adaptive_limiter<Algorithm, OtherExecutor, Clock, Mutex>;
   };
 
-  /// Constructs a limiter completing operations on `ex` by default.
+  /// Constructs a limiter completing operations on `ex` by default; `line` is its waiting line's
+  /// (rein::line_options: all of them apply, partitions included), `options` its own, beyond the rule.
   ///
   /// @throws std::invalid_argument naming the type, field and value if `algorithm` is invalid (from the
   ///         algorithm's constructor: min_limit >= 1, min <= initial <= max, backoff in (0, 1), ...), if
-  ///         `options.classify` is empty, or if `options.circuit` is invalid (open_for <= 0, probes 0).
-  basic_adaptive_limiter(const executor_type& ex, const algorithm_options& algorithm = {},
+  ///         `options.classify` is empty, if `options.circuit` is invalid (open_for <= 0, probes 0), or if a
+  ///         line option is invalid.
+  basic_adaptive_limiter(const executor_type& ex, const algorithm_options& algorithm = {}, line_options line = {},
                          adaptive_limiter_options options = {})
       : classify_(validated(std::move(options.classify))),
         // Worded at once: the name is moved from inside.
-        core_(detail::renaming_nested_errors({detail::describe("rein::adaptive_limiter", options.name)}, [&] {
-          const auto aging = detail::checked_priority_aging({"rein::adaptive_limiter", options.name},
-                                                            options.priority_aging);
-          auto parts = detail::partition_table::make({"rein::adaptive_limiter", options.name}, options.partitions);
+        core_(detail::renaming_nested_errors({detail::describe("rein::adaptive_limiter", line.name)}, [&] {
           return detail::core_owner<core_type>(
-              ex,
-              detail::line_options{options.max_waiters, true, std::move(options.name), std::move(options.observer),
-                                   options.order, options.when_full, aging, std::move(parts)},
-              algorithm, options.circuit, checked_idle_restart(options.idle_restart));
+              ex, detail::line_of("rein::adaptive_limiter", std::move(line), {.partitions = true}), algorithm,
+              options.circuit, checked_idle_restart(options.idle_restart));
         })) {}
 
   /// Constructs a limiter on an execution context (an io_context).
   template <class ExecutionContext>
     requires std::is_convertible_v<ExecutionContext&, net::execution_context&>
-  basic_adaptive_limiter(ExecutionContext& context, const algorithm_options& algorithm = {},
+  basic_adaptive_limiter(ExecutionContext& context, const algorithm_options& algorithm = {}, line_options line = {},
                          adaptive_limiter_options options = {})
-      : basic_adaptive_limiter(context.get_executor(), algorithm, std::move(options)) {}
+      : basic_adaptive_limiter(context.get_executor(), algorithm, std::move(line), std::move(options)) {}
 
   basic_adaptive_limiter(const basic_adaptive_limiter&) = delete;
   basic_adaptive_limiter& operator=(const basic_adaptive_limiter&) = delete;
@@ -362,7 +338,7 @@ class basic_adaptive_limiter {
   /// As acquire_until(1, deadline).
   net::awaitable<permit> acquire_until(time_point deadline) { return doors().acquire_until(1, deadline); }
 
-  /// The order in which its line serves waiters (options.order).
+  /// The order in which its line serves waiters (line_options::order).
   queue_order order() const noexcept { return core_->order(); }
 
   /// This limiter's acquire doors at priority class `c` (0 the most urgent; a plain acquire is class 0), for
@@ -379,7 +355,7 @@ class basic_adaptive_limiter {
   /// weight is out of range.
   auto for_key(std::string_view key, std::uint32_t weight = 1) const { return detail::for_key(doors(), key, weight); }
 
-  /// This limiter's acquire doors in the partition called `name` (options.partitions), with try_acquire:
+  /// This limiter's acquire doors in the partition called `name` (line_options::partitions), with try_acquire:
   /// `co_await lim.partition("live").acquire()`. Its grants count against that partition's guaranteed share
   /// of the current limit (see rein::partition); a plain acquire belongs to the unnamed rest. See
   /// rein::line_view. Throws std::invalid_argument naming the limiter and the name if no partition is

@@ -6,6 +6,7 @@
 #include <rein/detail/asio_header.hpp>
 #include <rein/detail/clock_time.hpp>
 #include <rein/detail/format.hpp>
+#include <rein/line_options.hpp>
 #include <rein/null_mutex.hpp>
 #include <rein/outcome.hpp>
 #include <rein/rate_limiter.hpp>
@@ -125,8 +126,8 @@ class basic_adaptive_rate_limiter : public basic_rate_limiter<algo::basic_adapti
   using typename base::limit_type;
   /// A point in time of `clock_type`.
   using typename base::time_point;
-  /// The options type, as the constructor takes them.
-  using options = algo::adaptive_rate_options;
+  /// The rule it takes: the algorithm's options.
+  using rule_type = algo::adaptive_rate_options;
 
   /// The limiter type when rebound to another executor.
   template <class OtherExecutor>
@@ -136,19 +137,20 @@ class basic_adaptive_rate_limiter : public basic_rate_limiter<algo::basic_adapti
   };
 
   /// Starts at `o.initial_rate` with `o.initial_tokens` (default: a full burst), completing operations on
-  /// `ex` by default.
+  /// `ex` by default; `line` is its waiting line's (rein::line_options; partitions are refused).
   ///
-  /// @throws std::invalid_argument if an option is outside its range (see algo::adaptive_rate_options); the
-  /// message names the type (and `limiter_options.name`), the field and the value
+  /// @throws std::invalid_argument if an option is outside its range (see algo::adaptive_rate_options) or a
+  /// line option is invalid; the message names the type (and `line.name`), the field and the value
   /// ("rein::adaptive_rate_limiter \"llm\": initial_rate must be in [min_rate, max_rate], got 0").
-  basic_adaptive_rate_limiter(const executor_type& ex, const options& o, rate_limiter_options limiter_options = {})
-      : base("rein::adaptive_rate_limiter", ex, make_limit(o, limiter_options.name), limiter_options) {}
+  basic_adaptive_rate_limiter(const executor_type& ex, const algo::adaptive_rate_options& o, line_options line = {})
+      // `line` is copied: the name is read by another argument, and arguments run in any order.
+      : base("rein::adaptive_rate_limiter", ex, make_limit(o, line.name), line) {}
 
   /// The same, on an execution context (an io_context).
   template <class ExecutionContext>
     requires std::is_convertible_v<ExecutionContext&, net::execution_context&>
-  basic_adaptive_rate_limiter(ExecutionContext& context, const options& o, rate_limiter_options limiter_options = {})
-      : basic_adaptive_rate_limiter(context.get_executor(), o, std::move(limiter_options)) {}
+  basic_adaptive_rate_limiter(ExecutionContext& context, const algo::adaptive_rate_options& o, line_options line = {})
+      : basic_adaptive_rate_limiter(context.get_executor(), o, std::move(line)) {}
 
   /// Reports how a request ended, now: `success` may raise the rate, `congestion` (429, 503, a timeout; see
   /// rein::classify_http_status) cuts it unless the request was sent before the latest cut, `ignored` does
@@ -224,7 +226,7 @@ class basic_adaptive_rate_limiter : public basic_rate_limiter<algo::basic_adapti
  private:
   duration_histogram service_{};  // guarded by the limiter's lock (written in update, read in inspect)
 
-  static limit_type make_limit(const options& o, std::string_view name) {
+  static limit_type make_limit(const algo::adaptive_rate_options& o, std::string_view name) {
     return detail::renaming_errors("rein::algo::adaptive_rate", {"rein::adaptive_rate_limiter", name},
                                    [&] { return limit_type(o, Clock::now()); });
   }

@@ -5,6 +5,7 @@
 #include <rein/detail/asio_header.hpp>
 #include <rein/detail/format.hpp>
 #include <rein/error.hpp>
+#include <rein/line_options.hpp>
 #include <rein/null_mutex.hpp>
 #include <rein/observer.hpp>
 #include <rein/wait_stats.hpp>
@@ -56,7 +57,7 @@ struct keyed_options {
   std::string name{};
   /// Called outside the registry's lock with evictions (key_evicted, with the key) and refused keys
   /// (rejected, reason max_keys, with the key); see rein::limiter_observer. Each key's limiter has its own
-  /// observer, in its own options. Default: none (no cost).
+  /// observer, in the line_options given with its rule. Default: none (no cost).
   limiter_observer observer{};
 };
 
@@ -181,8 +182,8 @@ struct idle_traits {
 /// `keyed<quota_gate>` pauses one host on its 429s, `keyed<token_bucket>` gives each tenant its own rate.
 ///
 /// ```
-/// rein::keyed<rein::semaphore> per_host(io, {}, std::size_t{4});  // semaphore(io, 4) for every host...
-/// per_host.set_override("slow-site.example", 1);                  // ...but semaphore(io, 1) for this one
+/// rein::keyed<rein::semaphore> per_host(io, 4);  // semaphore(io, 4) for every host...
+/// per_host.set_override("slow-site.example", 1);  // ...but semaphore(io, 1) for this one
 /// auto permit = co_await per_host.get(host)->acquire();
 /// ```
 /// (From tests/async/doc_snippets.cpp, which compiles and runs it.)
@@ -191,8 +192,10 @@ struct idle_traits {
 /// the two things a long-running service needs on top: idle keys are evicted, and the number of keys is
 /// capped.
 ///
-/// - Creation: a key's limiter is `Limiter(executor, args...)` with the key's override arguments if it has
-///   some, else the default arguments given to the constructor.
+/// - Creation: a key's limiter is `Limiter(executor, rule, line)`, the shape every rein limiter takes, with
+///   the key's override rule and line options if it has some, else those given to the constructor. The
+///   registry's own options (rein::keyed_options) come after them: `keyed<semaphore>(io, 4, {.max_waiters =
+///   8}, {.max_keys = 1000})`.
 /// - Eviction: a limiter that is idle (see rein::idle_traits: indistinguishable from a fresh one), not
 ///   pinned by a handle, and unused for `idle_ttl` (default 0) may be dropped, lazily: each new key examines
 ///   `sweep_batch` live keys in a circular order, and sweep() examines as many as asked. Eviction is
@@ -208,8 +211,10 @@ struct idle_traits {
 ///   does this by itself (the temporary handle lives to the end of the full expression, the co_await
 ///   included); a permit that outlives the handle keeps a concurrency limiter busy, hence alive.
 ///
-/// @tparam Limiter one of rein's limiters, or any type constructible from (executor, args...) that
-///                 rein::idle_traits understands; need not be movable.
+/// @tparam Limiter one of rein's limiters, or any type with a `rule_type`, constructible from (executor,
+///                 rule_type, rein::line_options), that rein::idle_traits understands; need not be movable.
+///                 A limiter that needs more per key (an adaptive limiter's circuit) is a type derived from
+///                 it whose constructor takes (executor, rule_type, line_options) and supplies the rest.
 /// @tparam Key     the key (std::string by default), hashable with Hash.
 /// @tparam Mutex   std::mutex (default): safe from many threads; rein::null_mutex: one thread or strand only.
 /// @tparam Hash, KeyEqual  rein::key_hash and rein::key_equal by default. When both are transparent
@@ -243,6 +248,9 @@ class keyed {
   using key_view = std::conditional_t<heterogeneous_, std::string_view, const Key&>;
   /// The executor that runs completion handlers without an associated executor of their own.
   using executor_type = typename Limiter::executor_type;
+  /// The rule each key's limiter takes (`Limiter::rule_type`: a semaphore's permits, a bucket's
+  /// token_bucket_options, ...).
+  using rule_type = typename Limiter::rule_type;
   /// The clock that times `keyed_options::idle_ttl`: the limiter's `clock_type`, else the steady clock.
   using clock_type = typename detail::keyed_clock<Limiter>::type;
   /// A key's limiter's snapshot type.
@@ -301,23 +309,22 @@ class keyed {
     bool use_ = false;  // its release is a use of the key (get and find; not for_each's pins)
   };
 
-  /// Makes an empty registry; each key's limiter will be `Limiter(ex, default_args...)` unless overridden.
-  /// The arguments are checked here, by making one limiter from them and discarding it (rein's local
-  /// limiters do nothing observable when made: no timer, no I/O, until first used), so that bad options
-  /// fail where they are given, not at the first get() of some key.
+  /// Makes an empty registry; each key's limiter will be `Limiter(ex, rule, line)` unless overridden.
+  /// The rule and line options are checked here, by making one limiter from them and discarding it (rein's
+  /// local limiters do nothing observable when made: no timer, no I/O, until first used), so that bad
+  /// options fail where they are given, not at the first get() of some key.
   /// @throws std::invalid_argument naming the field and value when an option is out of range, and whatever
-  ///         `Limiter(ex, default_args...)` throws.
-  template <class... Args>
-  explicit keyed(const executor_type& ex, const keyed_options& options = {}, Args&&... default_args)
+  ///         `Limiter(ex, rule, line)` throws.
+  keyed(const executor_type& ex, rule_type rule, line_options line = {}, const keyed_options& options = {})
       : executor_(ex),
         options_(validated(options)),
-        default_factory_(checked(factory_for(std::forward<Args>(default_args)...), ex)) {}
+        default_factory_(checked(factory_for(std::move(rule), std::move(line)), ex)) {}
 
   /// As above, on an execution context (an io_context).
-  template <class ExecutionContext, class... Args>
+  template <class ExecutionContext>
     requires std::is_convertible_v<ExecutionContext&, net::execution_context&>
-  explicit keyed(ExecutionContext& context, const keyed_options& options = {}, Args&&... default_args)
-      : keyed(executor_type(context.get_executor()), options, std::forward<Args>(default_args)...) {}
+  keyed(ExecutionContext& context, rule_type rule, line_options line = {}, const keyed_options& options = {})
+      : keyed(executor_type(context.get_executor()), std::move(rule), std::move(line), options) {}
 
   keyed(const keyed&) = delete;
   keyed& operator=(const keyed&) = delete;
@@ -327,13 +334,12 @@ class keyed {
   /// The executor given at construction.
   executor_type get_executor() const noexcept { return executor_; }
 
-  /// Makes future limiters of `key` as `Limiter(ex, args...)`. A limiter already alive for `key` keeps its
-  /// settings until it is evicted (references to it may be in use).
-  /// @throws whatever `Limiter(ex, args...)` throws (std::invalid_argument for bad options), checked here by
-  ///         making one limiter and discarding it; the override is then not set.
-  template <class... Args>
-  void set_override(key_view key, Args&&... args) {
-    auto make = checked(factory_for(std::forward<Args>(args)...), executor_);
+  /// Makes future limiters of `key` as `Limiter(ex, rule, line)`. A limiter already alive for `key` keeps
+  /// its settings until it is evicted (references to it may be in use).
+  /// @throws whatever `Limiter(ex, rule, line)` throws (std::invalid_argument for bad options), checked here
+  ///         by making one limiter and discarding it; the override is then not set.
+  void set_override(key_view key, rule_type rule, line_options line = {}) {
+    auto make = checked(factory_for(std::move(rule), std::move(line)), executor_);
     std::lock_guard<Mutex> lock(mutex_);
     if (auto it = overrides_.find(key); it != overrides_.end()) it->second = std::move(make);
     else overrides_.emplace(Key(key), std::move(make));
@@ -439,8 +445,8 @@ class keyed {
     return visited;
   }
 
-  /// The options in force (as validated at construction).
-  const keyed_options& options() const noexcept { return options_; }
+  /// The registry's options in force (as validated at construction).
+  const keyed_options& get_options() const noexcept { return options_; }
 
  private:
   using factory = std::function<std::unique_ptr<Limiter>(const executor_type&)>;
@@ -505,11 +511,10 @@ class keyed {
     }
   };
 
-  template <class... Args>
-  static factory factory_for(Args&&... args) {
-    // The arguments are copied into the factory and passed as lvalues at each creation.
-    return [... stored = std::forward<Args>(args)](const executor_type& ex) {
-      return std::make_unique<Limiter>(ex, stored...);
+  static factory factory_for(rule_type rule, line_options line) {
+    // The arguments are kept in the factory and passed as lvalues (copied) at each creation.
+    return [rule = std::move(rule), line = std::move(line)](const executor_type& ex) {
+      return std::make_unique<Limiter>(ex, rule, line);
     };
   }
 

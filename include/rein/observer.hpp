@@ -99,7 +99,7 @@ constexpr std::string_view to_string(event_kind k) noexcept {
 /// One event. The string views are valid only during the observer's call.
 struct limiter_event {
   event_kind kind = event_kind::rejected;    ///< what happened
-  std::string_view name;                     ///< the limiter's name (its options' `name`), empty if none
+  std::string_view name;                     ///< the limiter's name (line_options::name), empty if none
   reject_reason reason = reject_reason::queue_full;  ///< rejected: why
   std::uint64_t count = 1;                   ///< rejected: how many callers, at once
   double from = 0.0;                         ///< limit_changed: the limit before

@@ -1,4 +1,4 @@
-// Partitions of one limit with guaranteed shares (options.partitions of a semaphore or adaptive limiter).
+// Partitions of one limit with guaranteed shares (line_options::partitions of a semaphore or adaptive limiter).
 #pragma once
 
 #include <cstddef>
@@ -8,8 +8,8 @@
 namespace rein {
 
 /// One partition of a concurrency limit: a guaranteed share of it for one kind of caller (batch and live
-/// traffic, tenants, endpoints), as in Netflix concurrency-limits' partitioned limiter. Given in the
-/// `partitions` option of rein::semaphore and rein::adaptive_limiter; acquires name one through
+/// traffic, tenants, endpoints), as in Netflix concurrency-limits' partitioned limiter. Given in
+/// rein::line_options::partitions of rein::semaphore and rein::adaptive_limiter; acquires name one through
 /// `limiter.partition(name)`.
 ///
 /// The rule, on the limiter's one waiting line:

@@ -6,7 +6,7 @@
 
 namespace rein {
 
-/// The order in which a limiter's waiting line serves its waiters (every limiter's options: `order`).
+/// The order in which a limiter's waiting line serves its waiters (rein::line_options::order).
 ///
 /// Weighted requests keep head-of-line semantics in either order: the waiter at the head (the oldest in
 /// fifo, the newest in lifo) is served first, and waiters behind it wait even when their smaller request
@@ -69,12 +69,11 @@ enum class queue_order : std::uint8_t {
   fair,
 };
 
-/// The default `priority_aging` of every limiter's options: a waiter of class c is served no later than
+/// The default of rein::line_options::priority_aging: a waiter of class c is served no later than
 /// the class-0 waiters arriving c seconds after it.
 inline constexpr std::chrono::nanoseconds default_priority_aging = std::chrono::seconds(1);
 
-/// What a full line (`max_waiters` waiting) does with one more waiter (every limiter's options:
-/// `when_full`).
+/// What a full line (`max_waiters` waiting) does with one more waiter (rein::line_options::when_full).
 enum class queue_full_policy : std::uint8_t {
   /// The new waiter completes at once with errc::queue_full (the default: backpressure on the newcomer).
   reject_newest,

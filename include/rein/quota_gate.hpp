@@ -9,10 +9,12 @@
 #include <rein/detail/format.hpp>
 #include <rein/detail/invalid_option.hpp>
 #include <rein/detail/limiter_core.hpp>
+#include <rein/detail/line_setup.hpp>
 #include <rein/detail/quota_gate_policy.hpp>
 #include <rein/detail/random_seed.hpp>
 #include <rein/error.hpp>
 #include <rein/impl/line_instantiations.hpp>
+#include <rein/line_options.hpp>
 #include <rein/null_mutex.hpp>
 #include <rein/observer.hpp>
 #include <rein/queue_order.hpp>
@@ -43,11 +45,11 @@
 
 namespace rein {
 
-/// Options of a quota gate.
+/// The rule of a quota gate: how long a pause may be and how its waiters resume. The waiting line's options
+/// (name, max_waiters, ...) are rein::line_options, the constructor's next argument; its line serves in fifo
+/// order only (the jittered release is spread in arrival order), and line_options::observer also receives
+/// the pauses started and ended (an end is seen by the first acquire, pause or wake-up of waiters after it).
 struct quota_gate_options {
-  /// How many operations may wait at once; one more completes at once with errc::queue_full.
-  /// Default: unbounded.
-  std::size_t max_waiters = std::numeric_limits<std::size_t>::max();
   /// The longest pause any request may impose; a longer one (an absurd Retry-After, a date years ahead) is
   /// cut to this and counted in `snapshot().capped`. Must be > 0. Default: 10 minutes.
   std::chrono::nanoseconds max_pause{std::chrono::minutes{10}};
@@ -60,19 +62,6 @@ struct quota_gate_options {
   /// Seed of the jitter; the same seed gives the same release instants. Default (nullopt): drawn from
   /// std::random_device, so that processes sharing an upstream do not resume in lockstep.
   std::optional<std::uint64_t> seed{};
-  /// Names the gate in events, metrics and error messages. Default: none.
-  std::string name{};
-  /// Called outside the lock with rejections and pauses started and ended (an end is seen by the first
-  /// acquire, pause or wake-up of waiters after it); see rein::limiter_observer. Default: none (no cost).
-  limiter_observer observer{};
-
-  /// Which waiter is served first: fifo only (the jittered release is spread in arrival order); lifo,
-  /// priority and fair are refused with std::invalid_argument.
-  queue_order order = queue_order::fifo;
-
-  /// What a full line does with one more waiter: refuse it (default) or evict the longest waiter, both with
-  /// errc::queue_full; see rein::queue_full_policy.
-  queue_full_policy when_full = queue_full_policy::reject_newest;
 };
 
 /// A quota gate's state, copied out under its lock.
@@ -166,15 +155,19 @@ class basic_quota_gate {
     using other = basic_quota_gate<OtherExecutor, Clock, Mutex>;
   };
 
-  /// Constructs an open gate, completing operations on `ex` by default.
-  /// @throws std::invalid_argument naming the field and value when an option is out of range.
-  explicit basic_quota_gate(const executor_type& ex, const quota_gate_options& options = {});
+  /// The rule it takes.
+  using rule_type = quota_gate_options;
+
+  /// Constructs an open gate, completing operations on `ex` by default; `line` is its waiting line's
+  /// (rein::line_options; an order other than fifo and partitions are refused).
+  /// @throws std::invalid_argument naming the type, the field and the value when an option is out of range.
+  explicit basic_quota_gate(const executor_type& ex, const quota_gate_options& rule = {}, line_options line = {});
 
   /// Constructs an open gate on an execution context (an io_context).
   template <class ExecutionContext>
     requires std::is_convertible_v<ExecutionContext&, net::execution_context&>
-  explicit basic_quota_gate(ExecutionContext& context, const quota_gate_options& options = {})
-      : basic_quota_gate(context.get_executor(), options) {}
+  explicit basic_quota_gate(ExecutionContext& context, const quota_gate_options& rule = {}, line_options line = {})
+      : basic_quota_gate(context.get_executor(), rule, std::move(line)) {}
 
   basic_quota_gate(const basic_quota_gate&) = delete;
   basic_quota_gate& operator=(const basic_quota_gate&) = delete;
@@ -338,15 +331,6 @@ class basic_quota_gate {
     detail::throw_invalid("rein::quota_gate", rule, detail::show(got));
   }
 
-  // The jittered release numbers a pause's waiters in arrival order, from the head: in lifo order the head
-  // is the newest, and every older waiter would be released at the batch's end at once.
-  static queue_order validated_order(const quota_gate_options& o) {
-    if (o.order != queue_order::fifo)
-      detail::throw_invalid("rein::quota_gate", "order must be fifo (its release is spread in arrival order)",
-                            to_string(o.order));
-    return o.order;
-  }
-
   static duration validated_max_pause(const quota_gate_options& o) {
     if (o.max_pause <= o.max_pause.zero()) fail("max_pause must be > 0", o.max_pause);
     // A clock coarser than nanoseconds rounds the cap up to a whole tick.
@@ -363,6 +347,8 @@ class basic_quota_gate {
     return o.max_jitter;
   }
 
+  static constexpr std::string_view release_order = "its release is spread in arrival order";
+
   std::shared_ptr<tickets_type> tickets_;  // shared with the policy, which may outlive this object
   detail::core_owner<core_type> core_;
 };
@@ -371,13 +357,14 @@ class basic_quota_gate {
 // unit that declares the class extern then neither instantiates them nor copies them in (config.hpp).
 template <class Executor, class Clock, class Mutex>
 REIN_SEPARATE_INLINE basic_quota_gate<Executor, Clock, Mutex>::basic_quota_gate(const executor_type& ex,
-                                                                                const quota_gate_options& options)
+                                                                                const quota_gate_options& rule,
+                                                                                line_options line)
     : tickets_(std::make_shared<tickets_type>()),
-      core_(ex,
-            detail::line_options{options.max_waiters, true, options.name, options.observer,
-                                 validated_order(options), options.when_full},
-            validated_max_pause(options), validated_jitter(options), validated_max_jitter(options),
-            options.seed ? *options.seed : detail::random_seed(), tickets_) {}
+      // The jittered release numbers a pause's waiters in arrival order, from the head: in lifo order the
+      // head is the newest, and every older waiter would be released at the batch's end at once.
+      core_(ex, detail::line_of("rein::quota_gate", std::move(line), {.fifo_only = release_order}),
+            validated_max_pause(rule), validated_jitter(rule), validated_max_jitter(rule),
+            rule.seed ? *rule.seed : detail::random_seed(), tickets_) {}
 
 /// The thread-safe quota gate on any I/O executor and std::chrono::steady_clock.
 using quota_gate = basic_quota_gate<>;

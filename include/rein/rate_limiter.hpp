@@ -12,8 +12,10 @@
 #include <rein/detail/format.hpp>
 #include <rein/detail/invalid_option.hpp>
 #include <rein/detail/limiter_core.hpp>
+#include <rein/detail/line_setup.hpp>
 #include <rein/detail/rate_limit_policy.hpp>
 #include <rein/error.hpp>
+#include <rein/line_options.hpp>
 #include <rein/line_view.hpp>
 #include <rein/null_mutex.hpp>
 #include <rein/observer.hpp>
@@ -46,45 +48,6 @@
 
 namespace rein {
 
-/// Options every async rate limiter shares.
-struct rate_limiter_options {
-  /// How many operations may wait at once; one more completes at once with errc::queue_full
-  /// (backpressure instead of unbounded memory). Default: unbounded.
-  std::size_t max_waiters = std::numeric_limits<std::size_t>::max();
-
-  /// Names the limiter in events, metrics and error messages. Default: none.
-  std::string name{};
-
-  /// Called outside the lock with rejections (queue_full, timed_out, exceeds_capacity, closed, cancelled),
-  /// limit changes (set_rate, set_limit, an adaptive rate's moves) and, for an adaptive rate, floor and
-  /// ceiling transitions; see rein::limiter_observer. Default: none (no cost).
-  limiter_observer observer{};
-
-  /// Which waiter is served first: queue_order::fifo (default), lifo (newest first), priority (classes
-  /// with aging, see at_priority) or fair (shares between keys, see for_key); see rein::queue_order.
-  queue_order order = queue_order::fifo;
-
-  /// What a full line does with one more waiter: refuse it (default) or evict the longest waiter, both with
-  /// errc::queue_full; see rein::queue_full_policy.
-  queue_full_policy when_full = queue_full_policy::reject_newest;
-
-  /// Priority order only: the arrival-time handicap of one class, >= 0. A class-c waiter is placed as if
-  /// it had arrived c x priority_aging later, so it is served before every class-0 waiter arriving more
-  /// than c x priority_aging after it; see queue_order::priority. Default: 1 s; 0: arrival order;
-  /// nanoseconds::max(): strict priority.
-  std::chrono::nanoseconds priority_aging = default_priority_aging;
-
-  /// Jittered wake-ups, >= 0: the timer that grants a waiter when the limit has room fires a random delay in
-  /// [0, wake_jitter] after that instant (drawn once per instant, from `jitter_seed`), so that replicas
-  /// waiting on one shared quota do not all ask at the same tick (governor's `until_ready_with_jitter`).
-  /// Units are taken at the grant, so the rate bound holds; each jittered wake-up leaves the limit's room
-  /// unused for that long. A grant that something else triggers (a refund, a rate change) is not delayed.
-  /// Default: 0, none.
-  std::chrono::nanoseconds wake_jitter{};
-  /// The seed of the wake-up jitter's draws: give each replica its own (its host name's hash, its PID).
-  std::uint64_t jitter_seed = 0;
-};
-
 /// A rate limiter's waiting statistics, copied out under its lock.
 struct rate_limiter_snapshot : wait_stats {};
 
@@ -93,29 +56,6 @@ inline std::ostream& operator<<(std::ostream& os, const rate_limiter_snapshot& s
   detail::write_wait_stats(os, s);
   return os;
 }
-
-namespace detail {
-/// The line's options, checked (`type`: the limiter's name in messages).
-inline line_options rate_line(std::string_view type, rate_limiter_options& o) {
-  const auto aging = checked_priority_aging({type, o.name}, o.priority_aging);
-  if (o.wake_jitter.count() < 0) throw_invalid(describe(type, o.name), "wake_jitter must be >= 0", show(o.wake_jitter));
-  line_options line{o.max_waiters, true, std::move(o.name), std::move(o.observer), o.order, o.when_full, aging};
-  line.wake_jitter = o.wake_jitter;
-  line.jitter_seed = o.jitter_seed;
-  return line;
-}
-
-/// The line's part of the options of a rate limiter built on basic_rate_limiter.
-template <class Options>
-rate_limiter_options rate_options(const Options& o) {
-  rate_limiter_options r{o.max_waiters, o.name, o.observer, o.order, o.when_full, o.priority_aging};
-  if constexpr (requires { o.wake_jitter; }) {
-    r.wake_jitter = o.wake_jitter;
-    r.jitter_seed = o.jitter_seed;
-  }
-  return r;
-}
-}  // namespace detail
 
 /// An awaitable rate limiter over any pure rate limit (`rein::algo::rate_limit`): how many calls may start
 /// per unit of time. `rein::basic_token_bucket` and `rein::basic_sliding_window` are this class over
@@ -169,14 +109,19 @@ class basic_rate_limiter {
     using other = basic_rate_limiter<Limit, OtherExecutor, Mutex>;
   };
 
-  /// Wraps `limit` (made at the clock's current time), completing operations on `ex` by default.
-  basic_rate_limiter(const executor_type& ex, Limit limit, rate_limiter_options options = {});
+  /// The rule it takes: the limit itself.
+  using rule_type = Limit;
+
+  /// Wraps `limit` (made at the clock's current time), completing operations on `ex` by default; `line` is
+  /// its waiting line's (rein::line_options; partitions are refused: a rate limiter hands out no permits).
+  /// @throws std::invalid_argument naming the type, the field and the value for an invalid line option.
+  basic_rate_limiter(const executor_type& ex, Limit limit, line_options line = {});
 
   /// Wraps `limit`, on an execution context (an io_context).
   template <class ExecutionContext>
     requires std::is_convertible_v<ExecutionContext&, net::execution_context&>
-  basic_rate_limiter(ExecutionContext& context, Limit limit, rate_limiter_options options = {})
-      : basic_rate_limiter(context.get_executor(), std::move(limit), options) {}
+  basic_rate_limiter(ExecutionContext& context, Limit limit, line_options line = {})
+      : basic_rate_limiter(context.get_executor(), std::move(limit), std::move(line)) {}
 
   basic_rate_limiter(const basic_rate_limiter&) = delete;
   basic_rate_limiter& operator=(const basic_rate_limiter&) = delete;
@@ -266,7 +211,7 @@ class basic_rate_limiter {
   /// try first (that would fail, and cost a lock).
   net::awaitable<void> acquire_until(std::size_t n, time_point deadline) { return doors().acquire_until(n, deadline); }
 
-  /// The order in which its line serves waiters (options.order).
+  /// The order in which its line serves waiters (line_options::order).
   queue_order order() const noexcept { return core_->order(); }
 
   /// This limiter's acquire doors at priority class `c` (0 the most urgent; a plain acquire is class 0), for
@@ -285,8 +230,8 @@ class basic_rate_limiter {
 
  protected:
   /// For the derived types: `type` names them in messages ("rein::token_bucket"; a static string).
-  basic_rate_limiter(std::string_view type, const executor_type& ex, Limit limit, rate_limiter_options options)
-      : type_name_(type), core_(ex, detail::rate_line(type, options), std::move(limit)) {}
+  basic_rate_limiter(std::string_view type, const executor_type& ex, Limit limit, line_options line)
+      : type_name_(type), core_(ex, detail::line_of(type, std::move(line)), std::move(limit)) {}
 
   /// How messages name this limiter's type ("rein::token_bucket", ...).
   std::string_view type_name_;
@@ -374,8 +319,8 @@ class basic_rate_limiter {
 template <algo::rate_limit Limit, class Executor, class Mutex>
 REIN_SEPARATE_INLINE basic_rate_limiter<Limit, Executor, Mutex>::basic_rate_limiter(const executor_type& ex,
                                                                                     Limit limit,
-                                                                                    rate_limiter_options options)
-    : basic_rate_limiter("rein::rate_limiter", ex, std::move(limit), std::move(options)) {}
+                                                                                    line_options line)
+    : basic_rate_limiter("rein::rate_limiter", ex, std::move(limit), std::move(line)) {}
 
 template <algo::rate_limit Limit, class Executor, class Mutex>
 REIN_SEPARATE_INLINE void basic_rate_limiter<Limit, Executor, Mutex>::refund(std::size_t n) {

@@ -8,9 +8,11 @@
 #include <rein/detail/core_owner.hpp>
 #include <rein/detail/format.hpp>
 #include <rein/detail/limiter_core.hpp>
+#include <rein/detail/line_setup.hpp>
 #include <rein/detail/semaphore_policy.hpp>
 #include <rein/error.hpp>
 #include <rein/impl/line_instantiations.hpp>
+#include <rein/line_options.hpp>
 #include <rein/line_view.hpp>
 #include <rein/null_mutex.hpp>
 #include <rein/observer.hpp>
@@ -43,82 +45,6 @@
 
 namespace rein {
 
-/// The resolution of the clock that semaphore_options::coarse_wait_clock times waits on, as the kernel
-/// reports it (clock_getres of CLOCK_MONOTONIC_COARSE); steady_clock's own period where there is none.
-inline std::chrono::nanoseconds coarse_wait_resolution() noexcept { return detail::coarse_steady_resolution(); }
-
-/// Options of a semaphore.
-struct semaphore_options {
-  /// How many operations may wait at once; one more completes at once with errc::queue_full
-  /// (backpressure instead of unbounded memory). Default: unbounded.
-  std::size_t max_waiters = std::numeric_limits<std::size_t>::max();
-
-  /// Whether waits are timed for snapshot().wait_total and wait_max. Timing costs two Clock::now() calls
-  /// per acquire that has to wait (none when granted at once); the semaphore table of docs/benchmarks.md
-  /// gives their cost next to a contended handoff. false: both fields stay zero, an acquire reads the clock
-  /// only for its own deadline, and a release only while some waiter has a deadline. Default: true.
-  bool measure_wait = true;
-
-  /// Whether waits are timed on the kernel's coarse monotonic clock (Linux's CLOCK_MONOTONIC_COARSE, the
-  /// time of the last tick of the clock std::chrono::steady_clock reads) instead of Clock::now(). Its reads
-  /// cost a fraction of a precise read's, which takes wait timing from a tenth or more of a contended
-  /// handoff to a few percent (docs/benchmarks.md, "Timing the waits"), at the tick's resolution,
-  /// rein::coarse_wait_resolution() (1 to 10 ms, by the kernel's tick rate): both ends of a wait are read
-  /// on the coarse clock, so each wait reads as a whole number of ticks, off by less than one; one shorter
-  /// than a tick reads as 0 or one tick. Over many waits the errors cancel out (the tick's phase is
-  /// independent of the waits), so wait_total and the mean stay unbiased, while the histogram's buckets
-  /// below a tick mean nothing. Only with Clock = std::chrono::steady_clock on Linux, with measure_wait on,
-  /// and not in queue_order::priority (whose aging needs each arrival's exact instant); otherwise ignored.
-  /// Deadlines are always timed on Clock. Default: false.
-  bool coarse_wait_clock = false;
-
-  /// Names the semaphore in events, metrics and error messages (`rein::semaphore "db": ...`). Default: none.
-  std::string name{};
-
-  /// Called outside the lock with rejections (queue_full, timed_out, exceeds_capacity, closed, cancelled)
-  /// and limit changes (add_permits); see rein::limiter_observer. Default: none (no cost).
-  limiter_observer observer{};
-
-  /// Which waiter is served first: queue_order::fifo (default), lifo (newest first), priority (classes
-  /// with aging, see at_priority) or fair (shares between keys, see for_key); see rein::queue_order.
-  queue_order order = queue_order::fifo;
-
-  /// What a full line does with one more waiter: refuse it (default) or evict the longest waiter, both with
-  /// errc::queue_full; see rein::queue_full_policy.
-  queue_full_policy when_full = queue_full_policy::reject_newest;
-
-  /// Priority order only: the arrival-time handicap of one class, >= 0. A class-c waiter is placed as if
-  /// it had arrived c x priority_aging later, so it is served before every class-0 waiter arriving more
-  /// than c x priority_aging after it; see queue_order::priority. Default: 1 s; 0: arrival order;
-  /// nanoseconds::max(): strict priority.
-  std::chrono::nanoseconds priority_aging = default_priority_aging;
-
-  /// Splits the permits into partitions with guaranteed shares (`{{"live", 0.7}, {"batch", 0.3}}`), which
-  /// acquires name through partition(name); see rein::partition for the rule. Default: none.
-  std::vector<partition> partitions{};
-
-  /// Whether a release hands its permits to a waiter directly (dispatch instead of post): when the waiter's
-  /// handler would run on the executor the releasing code is running on (its associated executor's
-  /// running_in_this_thread(): an io_context's executor, a strand, or an any_io_executor holding an
-  /// io_context's executor), the handler runs inside the release, after the semaphore's lock is released,
-  /// instead of going through the scheduler, so a contended handoff costs one scheduler round trip instead
-  /// of two (docs/benchmarks.md). The ordering changes: the waiter may run before the code after
-  /// `release()` or the permit's destruction, and a coroutine waiting in `co_await acquire()` resumes there.
-  /// A handler that releases in turn hands off directly again, up to a small depth per thread
-  /// (detail::direct_handoff_max_depth), past which grants are posted, so the stack stays bounded. Grants to
-  /// handlers bound to other executors or threads, grants made by anything but a release (an acquire, a
-  /// timer, add_permits) and every failure are posted as without it; an exception thrown by a handler run
-  /// in place is rethrown from its executor's run(), as from a posted handler. Default: false (every
-  /// handler is posted).
-  bool direct_handoff = false;
-
-  /// Shedding by queueing time (CoDel; see rein::algo::basic_codel): once the line has stood for an interval,
-  /// waiters past 2 x target fail with errc::overloaded. fifo order only (std::invalid_argument otherwise);
-  /// with it the line makes its timer when someone first waits, and times waits on Clock
-  /// (coarse_wait_clock is ignored). Default: off.
-  algo::codel_options sojourn{};
-};
-
 /// A semaphore's state, copied out under its lock.
 struct semaphore_snapshot : wait_stats {
   std::size_t permits = 0;    ///< total permits (initial plus add_permits)
@@ -127,7 +53,7 @@ struct semaphore_snapshot : wait_stats {
                               ///< while after forget: holders keep what they have)
   double limit = 0.0;         ///< permits, as every limiter's `limit`
   double utilisation = 0.0;   ///< in_flight / max(1, permits)
-  std::vector<partition_snapshot> partitions{};  ///< with options.partitions: the rest, then each partition
+  std::vector<partition_snapshot> partitions{};  ///< with line_options::partitions: the rest, then each partition
 };
 
 /// One line: `in_flight=3 limit=4 utilisation=0.75 available=1 waiting=0 acquired=10 rejected=0 wait[...]`.
@@ -145,7 +71,7 @@ inline std::ostream& operator<<(std::ostream& os, const semaphore_snapshot& s) {
 /// is destroyed or released. Waiting is FIFO with head-of-line blocking (newest first with `order = queue_order::lifo`,
 /// by class with `queue_order::priority`, see rein::queue_order): a request for many permits is not overtaken by
 /// later small ones (as in Go's x/sync/semaphore and tokio's Semaphore), and a permit released while others wait
-/// goes straight to the head waiter, so a `try_acquire` in between cannot steal it. With `options.partitions`,
+/// goes straight to the head waiter, so a `try_acquire` in between cannot steal it. With line_options::partitions,
 /// a partition below its guaranteed share is served ahead of the head, and these rules hold within each
 /// partition (see rein::partition).
 ///
@@ -193,14 +119,19 @@ class basic_semaphore {
     using other = basic_semaphore<OtherExecutor, Clock, Mutex>;
   };
 
-  /// Constructs a semaphore with `permits` free permits, completing operations on `ex` by default.
-  basic_semaphore(const executor_type& ex, std::size_t permits, semaphore_options options = {});
+  /// The rule it takes: its permits.
+  using rule_type = std::size_t;
+
+  /// Constructs a semaphore with `permits` free permits, completing operations on `ex` by default; `line`
+  /// is its waiting line's (rein::line_options: all of them apply, partitions included).
+  /// @throws std::invalid_argument naming the type, the field and the value for an invalid line option.
+  basic_semaphore(const executor_type& ex, std::size_t permits, line_options line = {});
 
   /// Constructs a semaphore on an execution context (an io_context) with `permits` free permits.
   template <class ExecutionContext>
     requires std::is_convertible_v<ExecutionContext&, net::execution_context&>
-  basic_semaphore(ExecutionContext& context, std::size_t permits, semaphore_options options = {})
-      : basic_semaphore(context.get_executor(), permits, options) {}
+  basic_semaphore(ExecutionContext& context, std::size_t permits, line_options line = {})
+      : basic_semaphore(context.get_executor(), permits, std::move(line)) {}
 
   basic_semaphore(const basic_semaphore&) = delete;
   basic_semaphore& operator=(const basic_semaphore&) = delete;
@@ -237,8 +168,9 @@ class basic_semaphore {
   /// at once), errc::closed, errc::overloaded (shed by the line's sojourn rule, when set),
   /// `net::error::operation_aborted` (cancelled, or the semaphore was destroyed).
   /// The handler is never invoked from inside this function, nor from inside a release unless
-  /// semaphore_options::direct_handoff is set: it goes through its associated executor. While it waits, the operation counts as outstanding work on the semaphore's
-  /// executor (`run()` does not return under it), as any pending Asio operation does.
+  /// line_options::direct_handoff is set: it goes through its associated executor. While it waits, the
+  /// operation counts as outstanding work on the semaphore's executor (`run()` does not return under it), as
+  /// any pending Asio operation does.
   ///
   /// @par Per-Operation Cancellation
   /// terminal, partial and total: a waiting operation is removed and completes with operation_aborted. A
@@ -280,7 +212,7 @@ class basic_semaphore {
   /// try first (that would fail, and cost a lock).
   net::awaitable<permit> acquire_until(std::size_t n, time_point deadline) { return doors().acquire_until(n, deadline); }
 
-  /// The order in which its line serves waiters (options.order).
+  /// The order in which its line serves waiters (line_options::order).
   queue_order order() const noexcept { return core_->order(); }
 
   /// This limiter's acquire doors at priority class `c` (0 the most urgent; a plain acquire is class 0), for
@@ -297,7 +229,7 @@ class basic_semaphore {
   /// weight is out of range.
   auto for_key(std::string_view key, std::uint32_t weight = 1) const { return detail::for_key(doors(), key, weight); }
 
-  /// This limiter's acquire doors in the partition called `name` (options.partitions), with try_acquire:
+  /// This limiter's acquire doors in the partition called `name` (line_options::partitions), with try_acquire:
   /// `co_await sem.partition("live").acquire()`. Its grants count against that partition's guaranteed share
   /// (see rein::partition); a plain acquire belongs to the unnamed rest. See rein::line_view. Throws
   /// std::invalid_argument naming the limiter and the name if no partition is called so.
@@ -394,23 +326,6 @@ class basic_semaphore {
   semaphore_snapshot snapshot() const;
 
  private:
-  static detail::line_options line_of(semaphore_options& o) {
-    const auto aging = detail::checked_priority_aging({"rein::semaphore", o.name}, o.priority_aging);
-    auto parts = detail::partition_table::make({"rein::semaphore", o.name}, o.partitions);
-    detail::line_options line{o.max_waiters, o.measure_wait, std::move(o.name), std::move(o.observer),
-                              o.order,       o.when_full,    aging,           std::move(parts),
-                              o.coarse_wait_clock};
-    line.direct_handoff = o.direct_handoff;
-    const std::string who = detail::describe("rein::semaphore", line.name);
-    (void)algo::codel(o.sojourn, who);  // checks it
-    // Only the head is judged: in fifo order it is the oldest waiter; in the others older ones could wait
-    // behind a younger head for ever.
-    if (o.sojourn.target.count() > 0 && o.order != queue_order::fifo)
-      detail::throw_invalid(who, "sojourn needs queue_order::fifo", to_string(o.order));
-    line.sojourn = o.sojourn;
-    return line;
-  }
-
   // Every door is written once, in detail/acquire_doors.hpp.
   detail::line_doors<core_type> doors() const noexcept { return {core_.get(), "rein::semaphore"}; }
 
@@ -422,8 +337,8 @@ class basic_semaphore {
 template <class Executor, class Clock, class Mutex>
 REIN_SEPARATE_INLINE basic_semaphore<Executor, Clock, Mutex>::basic_semaphore(const executor_type& ex,
                                                                               std::size_t permits,
-                                                                              semaphore_options options)
-    : core_(ex, line_of(options), permits) {}
+                                                                              line_options line)
+    : core_(ex, detail::line_of("rein::semaphore", std::move(line), {.partitions = true}), permits) {}
 
 template <class Executor, class Clock, class Mutex>
 REIN_SEPARATE_INLINE semaphore_snapshot basic_semaphore<Executor, Clock, Mutex>::snapshot() const {

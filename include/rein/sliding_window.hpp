@@ -5,6 +5,7 @@
 #include <rein/config.hpp>
 #include <rein/detail/asio_header.hpp>
 #include <rein/detail/format.hpp>
+#include <rein/line_options.hpp>
 #include <rein/null_mutex.hpp>
 #include <rein/observer.hpp>
 #include <rein/queue_order.hpp>
@@ -24,6 +25,18 @@
 #include <type_traits>
 
 namespace rein {
+
+/// The rule of a sliding window: `{.limit = 100, .window = std::chrono::seconds(1)}`, Duration being the clock's
+/// (basic_sliding_window's Clock::duration). The waiting line's options (name, max_waiters, ...) are
+/// rein::line_options, the constructor's next argument.
+template <class Duration>
+struct basic_sliding_window_options {
+  std::int64_t limit = 0;  ///< most starts in any window, in [1, 2^27]
+  Duration window{};       ///< the window's length, > 0
+};
+
+/// The rule of a sliding window on std::chrono::steady_clock.
+using sliding_window_options = basic_sliding_window_options<std::chrono::steady_clock::duration>;
 
 /// A sliding window's state, copied out under its lock.
 template <class Duration>
@@ -103,32 +116,8 @@ class basic_sliding_window : public basic_rate_limiter<algo::basic_sliding_windo
   /// What snapshot() returns.
   using snapshot_type = sliding_window_snapshot<duration>;
 
-  /// Construction options: `{.limit = 100, .window = std::chrono::seconds(1)}`.
-  struct options {
-    std::int64_t limit = 0;  ///< most starts in any window, in [1, 2^27]
-    duration window{};       ///< the window's length, > 0
-    /// How many operations may wait at once; one more completes at once with errc::queue_full. Default:
-    /// unbounded.
-    std::size_t max_waiters = std::numeric_limits<std::size_t>::max();
-    /// Names the window in events, metrics and error messages. Default: none.
-    std::string name{};
-    /// Called outside the lock with rejections and limit changes (set_limit); see rein::limiter_observer.
-    limiter_observer observer{};
-
-    /// Which waiter is served first: queue_order::fifo (default), lifo (newest first), priority (classes
-    /// with aging, see at_priority) or fair (shares between keys, see for_key); see rein::queue_order.
-    queue_order order = queue_order::fifo;
-
-    /// What a full line does with one more waiter: refuse it (default) or evict the longest waiter, both with
-    /// errc::queue_full; see rein::queue_full_policy.
-    queue_full_policy when_full = queue_full_policy::reject_newest;
-
-    /// Priority order only: the arrival-time handicap of one class, >= 0. A class-c waiter is placed as if
-    /// it had arrived c x priority_aging later, so it is served before every class-0 waiter arriving more
-    /// than c x priority_aging after it; see queue_order::priority. Default: 1 s; 0: arrival order;
-    /// nanoseconds::max(): strict priority.
-    std::chrono::nanoseconds priority_aging = default_priority_aging;
-  };
+  /// The rule it takes.
+  using rule_type = basic_sliding_window_options<duration>;
 
   /// The window type when rebound to another executor.
   template <class OtherExecutor>
@@ -137,17 +126,19 @@ class basic_sliding_window : public basic_rate_limiter<algo::basic_sliding_windo
     using other = basic_sliding_window<OtherExecutor, Clock, Mutex>;
   };
 
-  /// Makes an empty window (no starts yet), completing operations on `ex` by default.
-  /// @throws std::invalid_argument if the limit is not in [1, 2^27] or the window is not > 0; the message
-  /// names the type, the field and the value.
-  basic_sliding_window(const executor_type& ex, const options& o)
-      : base("rein::sliding_window", ex, make_window(o), detail::rate_options(o)) {}
+  /// Makes an empty window (no starts yet), completing operations on `ex` by default; `line` is its waiting
+  /// line's (rein::line_options; partitions are refused).
+  /// @throws std::invalid_argument if the limit is not in [1, 2^27], the window is not > 0 or a line option is
+  /// invalid; the message names the type, the field and the value.
+  basic_sliding_window(const executor_type& ex, const rule_type& o, line_options line = {})
+      // `line` is copied: the name is read by another argument, and arguments run in any order.
+      : base("rein::sliding_window", ex, make_window(o, line.name), line) {}
 
   /// Makes an empty window on an execution context (an io_context).
   template <class ExecutionContext>
     requires std::is_convertible_v<ExecutionContext&, net::execution_context&>
-  basic_sliding_window(ExecutionContext& context, const options& o)
-      : basic_sliding_window(context.get_executor(), o) {}
+  basic_sliding_window(ExecutionContext& context, const rule_type& o, line_options line = {})
+      : basic_sliding_window(context.get_executor(), o, std::move(line)) {}
 
   /// Changes the limit from now on, keeping the most recent starts the new limit can hold. Queued waiters
   /// are re-timed at once; one queued for more than a lowered limit is granted when the window is empty,
@@ -198,8 +189,8 @@ class basic_sliding_window : public basic_rate_limiter<algo::basic_sliding_windo
     return detail::renaming_errors("rein::algo::sliding_window", {"rein::sliding_window", name}, std::forward<F>(f));
   }
 
-  static limit_type make_window(const options& o) {
-    return renamed([&] { return limit_type({.limit = o.limit, .window = o.window}, Clock::now()); }, o.name);
+  static limit_type make_window(const rule_type& o, std::string_view name) {
+    return renamed([&] { return limit_type({.limit = o.limit, .window = o.window}, Clock::now()); }, name);
   }
 };
 

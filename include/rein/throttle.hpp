@@ -65,10 +65,10 @@ namespace rein {
 /// global or per key) and hands out a guard that holds what the call took:
 ///
 /// ```
-/// rein::keyed<rein::quota_gate> gates(io);                        // a 429 pauses that host for all
-/// rein::keyed<rein::semaphore> per_host(io, {}, std::size_t{4});  // at most 4 in flight per host
+/// rein::keyed<rein::quota_gate> gates(io, {});                    // a 429 pauses that host for all
+/// rein::keyed<rein::semaphore> per_host(io, 4);                   // at most 4 in flight per host
 /// rein::tuned_aimd_limiter global(io);                            // in flight overall, found by feedback
-/// rein::keyed<rein::token_bucket> rate(io, {}, rein::token_bucket_options{.rate = 40, .capacity = 5});
+/// rein::keyed<rein::token_bucket> rate(io, {.rate = 40, .capacity = 5});
 /// rein::throttle throttle(gates, per_host, global, rate);         // in admission order; 40/s per host
 ///
 /// auto guard = co_await throttle.acquire(host);                   // waits until every stage has room

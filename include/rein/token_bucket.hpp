@@ -7,6 +7,7 @@
 #include <rein/detail/asio_header.hpp>
 #include <rein/detail/format.hpp>
 #include <rein/impl/line_instantiations.hpp>
+#include <rein/line_options.hpp>
 #include <rein/null_mutex.hpp>
 #include <rein/outcome.hpp>
 #include <rein/observer.hpp>
@@ -33,7 +34,8 @@
 
 namespace rein {
 
-/// Options of a token bucket. Write them with designated initializers: `{.rate = 10, .capacity = 3}`.
+/// The rule of a token bucket. Write it with designated initializers: `{.rate = 10, .capacity = 3}`; the
+/// waiting line's options (name, max_waiters, ...) are rein::line_options, the constructor's next argument.
 struct token_bucket_options {
   double rate = 0;                               ///< tokens per second, in (0, 1e9]
   std::int64_t capacity = 0;                     ///< the burst: most tokens the bucket holds, in [1, 1e15]
@@ -42,37 +44,10 @@ struct token_bucket_options {
   /// A cold bucket refills at rate / warmup.cold_factor, speeding up to the rate over warmup.period of use
   /// and cooling back when idle (Guava's SmoothWarmingUp; see rein::algo::token_bucket_warmup). Default: off.
   algo::token_bucket_warmup warmup{};
-  /// How many operations may wait at once; one more completes at once with errc::queue_full. Default:
-  /// unbounded.
-  std::size_t max_waiters = std::numeric_limits<std::size_t>::max();
-  /// Names the bucket in events, metrics and error messages. Default: none.
-  std::string name{};
-  /// Called outside the lock with rejections and rate changes (set_rate); see rein::limiter_observer.
-  limiter_observer observer{};
-
-  /// Which waiter is served first: queue_order::fifo (default), lifo (newest first), priority (classes
-  /// with aging, see at_priority) or fair (shares between keys, see for_key); see rein::queue_order.
-  queue_order order = queue_order::fifo;
-
-  /// What a full line does with one more waiter: refuse it (default) or evict the longest waiter, both with
-  /// errc::queue_full; see rein::queue_full_policy.
-  queue_full_policy when_full = queue_full_policy::reject_newest;
-
-  /// Priority order only: the arrival-time handicap of one class, >= 0. A class-c waiter is placed as if
-  /// it had arrived c x priority_aging later, so it is served before every class-0 waiter arriving more
-  /// than c x priority_aging after it; see queue_order::priority. Default: 1 s; 0: arrival order;
-  /// nanoseconds::max(): strict priority.
-  std::chrono::nanoseconds priority_aging = default_priority_aging;
-
   /// The pacing margin learned from the upstream's refusals (`refused()`, which rein::throttle calls for a
   /// 429 or a 503 with Retry-After): each widens the gap between tokens, and the widening is forgotten
   /// slowly (see rein::algo::basic_pacing_margin). A bucket that is never told of a refusal keeps its rate.
   algo::pacing_margin_options margin{};
-
-  /// Jittered wake-ups of waiters, >= 0 (see rein::rate_limiter_options::wake_jitter). Default: 0, none.
-  std::chrono::nanoseconds wake_jitter{};
-  /// The seed of the wake-up jitter: give each replica its own.
-  std::uint64_t jitter_seed = 0;
 };
 
 /// A token bucket's state, copied out under its lock.
@@ -182,8 +157,8 @@ class basic_token_bucket : public basic_rate_limiter<algo::basic_token_bucket<Cl
   using typename base::limit_type;
   /// A point in time of `clock_type`.
   using typename base::time_point;
-  /// The options type, as the constructor takes them.
-  using options = token_bucket_options;
+  /// The rule it takes.
+  using rule_type = token_bucket_options;
 
   /// The bucket type when rebound to another executor.
   template <class OtherExecutor>
@@ -195,17 +170,19 @@ class basic_token_bucket : public basic_rate_limiter<algo::basic_token_bucket<Cl
   /// What reserve() returns.
   using reservation = basic_token_reservation<Executor, Clock, Mutex>;
 
-  /// Makes a bucket holding `o.initial_tokens` (default: full) now, completing operations on `ex` by default.
+  /// Makes a bucket holding `o.initial_tokens` (default: full) now, completing operations on `ex` by default;
+  /// `line` is its waiting line's (rein::line_options; partitions are refused).
   ///
   /// @throws std::invalid_argument if the rate is not in (0, 1e9] (NaN and infinities included), the
-  /// capacity not in [1, 1e15], or the initial tokens not in [0, capacity]; the message names the type, the
-  /// field and the value ("rein::token_bucket: rate must be > 0, ..., got -1").
-  basic_token_bucket(const executor_type& ex, const options& o);
+  /// capacity not in [1, 1e15], the initial tokens not in [0, capacity], or a line option is invalid; the
+  /// message names the type, the field and the value ("rein::token_bucket: rate must be > 0, ..., got -1").
+  basic_token_bucket(const executor_type& ex, const token_bucket_options& o, line_options line = {});
 
   /// Makes a bucket on an execution context (an io_context).
   template <class ExecutionContext>
     requires std::is_convertible_v<ExecutionContext&, net::execution_context&>
-  basic_token_bucket(ExecutionContext& context, const options& o) : basic_token_bucket(context.get_executor(), o) {}
+  basic_token_bucket(ExecutionContext& context, const token_bucket_options& o, line_options line = {})
+      : basic_token_bucket(context.get_executor(), o, std::move(line)) {}
 
   /// Reserves n tokens now and says when they are the caller's (Go's `ReserveN`): they are taken at once,
   /// leaving the bucket in debt if it holds fewer, and the reservation's `delay()` is how long until the
@@ -335,12 +312,12 @@ class basic_token_bucket : public basic_rate_limiter<algo::basic_token_bucket<Cl
   // The reservations not yet acted (token_reservation.hpp), made by the first reserve; under the line's lock.
   std::shared_ptr<detail::reservation_book<time_point>> book_;
 
-  static limit_type make_bucket(const options& o) {
+  static limit_type make_bucket(const token_bucket_options& o, std::string_view name) {
     return renamed([&] {
       return limit_type(
           {.rate = o.rate, .capacity = o.capacity, .initial_tokens = o.initial_tokens, .warmup = o.warmup},
           Clock::now());
-    }, o.name);
+    }, name);
   }
 };
 
@@ -348,10 +325,12 @@ class basic_token_bucket : public basic_rate_limiter<algo::basic_token_bucket<Cl
 // unit that declares the class extern then neither instantiates them nor copies them in (config.hpp).
 template <class Executor, class Clock, class Mutex>
 REIN_SEPARATE_INLINE basic_token_bucket<Executor, Clock, Mutex>::basic_token_bucket(const executor_type& ex,
-                                                                                    const options& o)
-    : base("rein::token_bucket", ex, make_bucket(o), detail::rate_options(o)),
+                                                                                    const token_bucket_options& o,
+                                                                                    line_options line)
+    // `line` is copied: the name is read by another argument, and arguments run in any order.
+    : base("rein::token_bucket", ex, make_bucket(o, line.name), line),
       quota_(o.rate),
-      margin_(detail::renaming_errors("rein::algo::pacing_margin", {"rein::token_bucket", o.name},
+      margin_(detail::renaming_errors("rein::algo::pacing_margin", {"rein::token_bucket", this->name()},
                                       [&] { return algo::basic_pacing_margin<Clock>(o.margin, Clock::now()); },
                                       "margin.")) {
   if (o.margin.initial > 0) this->update([this](limit_type& b, time_point now) { pace(b, now); });

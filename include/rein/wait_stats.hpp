@@ -37,11 +37,11 @@ struct wait_stats {
   std::uint64_t overloaded_total = 0;  ///< completed with errc::overloaded: shed by the line's sojourn rule
   std::uint64_t cancelled_total = 0;   ///< completed with operation_aborted by a cancellation slot
   std::chrono::nanoseconds wait_total{0};  ///< summed over grants: time from the acquire call to the grant
-                                           ///< (zero for a semaphore with semaphore_options::measure_wait off)
+                                           ///< (zero for a semaphore with line_options::measure_wait off)
   std::chrono::nanoseconds wait_max{0};    ///< the longest such wait (likewise)
   /// Every grant's wait, from the acquire call to the grant: one zero for each grant made at once
   /// (try_acquire, or an acquire that found room), the measured time for each grant made after waiting.
-  /// Empty when wait measurement is off (semaphore_options::measure_wait = false). While it is on, its
+  /// Empty when wait measurement is off (line_options::measure_wait = false). While it is on, its
   /// count() is acquired_total plus the grants taken back by a late cancellation (the histogram keeps
   /// their entry; acquired_total no longer counts them).
   duration_histogram wait{};

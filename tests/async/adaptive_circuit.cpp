@@ -54,20 +54,25 @@ rein::algo::aimd_options at_floor() {
   return o;
 }
 
-rein::adaptive_limiter_options with_circuit(std::vector<std::string>* events = nullptr) {
+rein::adaptive_limiter_options with_circuit() {
   rein::adaptive_limiter_options o;
   o.circuit.open_after = 3;
   o.circuit.open_for = 1s;
-  if (events != nullptr)
-    o.observer = [events](const rein::limiter_event& e) {
-      if (e.kind == rein::event_kind::circuit_opened || e.kind == rein::event_kind::circuit_half_open ||
-          e.kind == rein::event_kind::circuit_closed || e.kind == rein::event_kind::rejected) {
-        std::ostringstream line;
-        line << e;
-        events->push_back(line.str());
-      }
-    };
   return o;
+}
+
+// A line whose observer records the circuit's transitions and the rejections into `events`.
+rein::line_options recording(std::vector<std::string>* events) {
+  rein::line_options line;
+  line.observer = [events](const rein::limiter_event& e) {
+    if (e.kind == rein::event_kind::circuit_opened || e.kind == rein::event_kind::circuit_half_open ||
+        e.kind == rein::event_kind::circuit_closed || e.kind == rein::event_kind::rejected) {
+      std::ostringstream text;
+      text << e;
+      events->push_back(text.str());
+    }
+  };
+  return line;
 }
 
 // `n` congestion outcomes at the floor in a row, each from a call granted to the next waiter.
@@ -94,7 +99,7 @@ TEST_CASE("circuit: when it opens, every waiter and every new acquire fails at o
   manual_clock::reset();
   net::io_context io;
   const auto work = net::make_work_guard(io);
-  aimd_limiter limiter{io, at_floor(), with_circuit()};
+  aimd_limiter limiter{io, at_floor(), {}, with_circuit()};
   rein::permit p = limiter.try_acquire();
   std::vector<record> waiting;
   for (int i = 0; i < 4; ++i) waiting.push_back(acquire(limiter));
@@ -136,7 +141,7 @@ TEST_CASE("circuit: after open_for one probe is granted and others fail; its suc
   net::io_context io;
   const auto work = net::make_work_guard(io);
   std::vector<std::string> events;
-  aimd_limiter limiter{io, at_floor(), with_circuit(&events)};
+  aimd_limiter limiter{io, at_floor(), recording(&events), with_circuit()};
   open_circuit(limiter, io);
   manual_clock::advance(999ms);
   CHECK(limiter.try_acquire().status() == rein::try_status::unavailable);
@@ -161,7 +166,7 @@ TEST_CASE("circuit: a probe's congestion opens it again for another open_for") {
   net::io_context io;
   const auto work = net::make_work_guard(io);
   std::vector<std::string> events;
-  aimd_limiter limiter{io, at_floor(), with_circuit(&events)};
+  aimd_limiter limiter{io, at_floor(), recording(&events), with_circuit()};
   open_circuit(limiter, io);
   manual_clock::advance(1s);
   rein::permit probe = limiter.try_acquire();
@@ -186,7 +191,7 @@ TEST_CASE("circuit: a call granted before the circuit opened is no probe when it
   const auto work = net::make_work_guard(io);
   rein::algo::aimd_options two = at_floor();
   two.max_limit = 64;
-  aimd_limiter limiter{io, two, with_circuit()};
+  aimd_limiter limiter{io, two, {}, with_circuit()};
   rein::permit old = limiter.try_acquire();  // granted before the circuit opens, still out
   limiter.set_options([] {
     rein::algo::aimd_options o;
@@ -223,7 +228,7 @@ TEST_CASE("circuit: set_circuit with open_after 0 closes an open circuit; invali
   manual_clock::reset();
   net::io_context io;
   const auto work = net::make_work_guard(io);
-  aimd_limiter limiter{io, at_floor(), with_circuit()};
+  aimd_limiter limiter{io, at_floor(), {}, with_circuit()};
   open_circuit(limiter, io);
   CHECK(limiter.circuit() == circuit_state::open);
   limiter.set_circuit({});
@@ -235,7 +240,8 @@ TEST_CASE("circuit: set_circuit with open_after 0 closes an open circuit; invali
   CHECK_THROWS_WITH(limiter.set_circuit(bad), "rein::adaptive_limiter: circuit.probes must be >= 1, got 0");
   rein::adaptive_limiter_options o;
   o.circuit.open_for = 0s;
-  CHECK_THROWS_WITH((aimd_limiter{io, at_floor(), o}), "rein::adaptive_limiter: circuit.open_for must be > 0, got 0 ns");
+  CHECK_THROWS_WITH((aimd_limiter{io, at_floor(), {}, o}),
+                    "rein::adaptive_limiter: circuit.open_for must be > 0, got 0 ns");
 }
 
 // ---- set_options: the algorithm's options at run time.

@@ -390,7 +390,7 @@ TEST_CASE("adaptive_limiter: classify maps status codes; a custom classifier rep
 
   rein::adaptive_limiter_options custom;
   custom.classify = [](int status) { return status >= 500 ? outcome::congestion : rein::classify_http_status(status); };
-  scripted_limiter strict{io, {4, 1, 64}, custom};
+  scripted_limiter strict{io, {4, 1, 64}, {}, custom};
   rein::permit r = strict.try_acquire();
   strict.complete(r, 500);
   CHECK(strict.snapshot().congestion_total == 1);
@@ -413,11 +413,11 @@ TEST_CASE("adaptive_limiter: invalid options throw std::invalid_argument naming 
         "rein::adaptive_limiter: gradient.initial_limit must be in [min_limit, max_limit] = [1, 64], got 100");
   rein::adaptive_limiter_options no_classifier;
   no_classifier.classify = nullptr;
-  CHECK(what_of([&] { rein::aimd_limiter l(io, {}, no_classifier); }) ==
+  CHECK(what_of([&] { rein::aimd_limiter l(io, {}, {}, no_classifier); }) ==
         "rein::adaptive_limiter: classify must be a callable, got an empty std::function");
   rein::adaptive_limiter_options negative_restart;
   negative_restart.idle_restart = -1ns;
-  CHECK(what_of([&] { rein::aimd_limiter l(io, {}, negative_restart); }) ==
+  CHECK(what_of([&] { rein::aimd_limiter l(io, {}, {}, negative_restart); }) ==
         "rein::adaptive_limiter: idle_restart must be >= 0 ns, got -1 ns");
 }
 
@@ -509,9 +509,7 @@ TEST_CASE("adaptive_limiter: max_waiters bounds the line with queue_full") {
   manual_clock::reset();
   net::io_context io;
   const auto work = net::make_work_guard(io);  // poll() stops an io_context that runs out of work
-  rein::adaptive_limiter_options o;
-  o.max_waiters = 1;
-  scripted_limiter limiter{io, {1, 1, 64}, o};
+  scripted_limiter limiter{io, {1, 1, 64}, {.max_waiters = 1}};
   rein::permit held = limiter.try_acquire();
   result queued, refused;
   limiter.async_acquire(into(queued));
@@ -628,7 +626,7 @@ TEST_CASE("adaptive_limiter: a spell shorter than idle_restart, or idle_restart 
   SECTION("off") {
     rein::adaptive_limiter_options o;
     o.idle_restart = 0ns;
-    scripted_limiter limiter{io, {16, 1, 64}, o};
+    scripted_limiter limiter{io, {16, 1, 64}, {}, o};
     limiter.try_acquire().complete(outcome::success);
     manual_clock::advance(1h);
     std::vector<rein::permit> held;

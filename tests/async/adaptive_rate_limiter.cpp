@@ -71,8 +71,8 @@ struct fixture {
 };
 
 // The cubic curve alone (no measuring window closes in these tests, no slow start), with exact decimal rates.
-limiter::options options(double initial, std::int64_t burst) {
-  limiter::options o;
+limiter::rule_type options(double initial, std::int64_t burst) {
+  limiter::rule_type o;
   o.initial_rate = initial;
   o.burst = burst;
   o.beta = 0.5;

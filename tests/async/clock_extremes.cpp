@@ -108,7 +108,7 @@ TEST_CASE("clock extremes: a quota gate from time_point::min() to max()", "[cloc
     if (e.kind == rein::event_kind::pause_started) pauses_seen.push_back("pause_started " + std::to_string(e.pause.count()));
     if (e.kind == rein::event_kind::pause_ended) pauses_seen.push_back("pause_ended " + std::to_string(e.pause.count()));
   };
-  rein::basic_quota_gate<executor, manual_clock> gate(io, {.seed = 1, .observer = seen});
+  rein::basic_quota_gate<executor, manual_clock> gate(io, {.seed = 1}, {.observer = seen});
   // A pause until max() is cut to max_pause (10 minutes by default).
   CHECK(gate.pause_until(time_point::max()) == time_point::min() + 10min);
   const rein::try_result paused = gate.try_acquire_at(1, time_point::min());

@@ -359,7 +359,8 @@ report run_adaptive(const scenario& sc, OptionsFor options_for, std::string name
   std::vector<std::unique_ptr<limiter_type<Algorithm>>> owned;
   std::vector<limiter_type<Algorithm>*> limiters;
   for (std::size_t k = 0; k < sc.keys(); ++k) {
-    owned.push_back(std::make_unique<limiter_type<Algorithm>>(io.get_executor(), options_for(sc.key(k)), lo));
+    owned.push_back(
+        std::make_unique<limiter_type<Algorithm>>(io.get_executor(), options_for(sc.key(k)), rein::line_options{}, lo));
     limiters.push_back(owned.back().get());
   }
   strategy_hooks hooks{[&](std::size_t k) { return owned[k]->limit(); },

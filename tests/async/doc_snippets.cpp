@@ -112,8 +112,8 @@ TEST_CASE("doc snippet: adaptive_rate_limiter.hpp", "[doc]") {
 TEST_CASE("doc snippet: keyed.hpp", "[doc]") {
   net::io_context io;
   const std::string host = "slow-site.example";
-  rein::keyed<rein::semaphore> per_host(io, {}, std::size_t{4});  // semaphore(io, 4) for every host...
-  per_host.set_override("slow-site.example", 1);                  // ...but semaphore(io, 1) for this one
+  rein::keyed<rein::semaphore> per_host(io, 4);   // semaphore(io, 4) for every host...
+  per_host.set_override("slow-site.example", 1);  // ...but semaphore(io, 1) for this one
   run(io, [&]() -> net::awaitable<void> {
     auto permit = co_await per_host.get(host)->acquire();
     CHECK(per_host.get(host)->snapshot().available == 0);

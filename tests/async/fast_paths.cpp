@@ -46,8 +46,8 @@ using rein_test::heap::allocations_of;
 // The four stages in admission order, none of which runs out during a test.
 struct four_stages {
   net::io_context io;
-  rein::keyed<gate_type> gates{io.get_executor(), rein::keyed_options{}};
-  rein::keyed<sem_type> per_key{io.get_executor(), rein::keyed_options{}, std::size_t{1}};
+  rein::keyed<gate_type> gates{io.get_executor(), {}};
+  rein::keyed<sem_type> per_key{io.get_executor(), std::size_t{1}};
   sem_type global{io.get_executor(), 1};
   bucket_type rate{io.get_executor(), rein::token_bucket_options{.rate = 1, .capacity = 1'000}};
   rein::throttle<rein::keyed<gate_type>, rein::keyed<sem_type>, sem_type, bucket_type> throttle{gates, per_key, global,
@@ -65,7 +65,7 @@ TEST_CASE("string keys are looked up as views; other hashes take the key itself"
 
 TEST_CASE("a live string key is found without allocating, by view, string or literal", "[keyed][alloc]") {
   net::io_context io;
-  rein::keyed<rein::semaphore> per_host(io, {}, std::size_t{4});
+  rein::keyed<rein::semaphore> per_host(io, std::size_t{4});
   per_host.set_override("api.slow-provider.example.com", std::size_t{1});
   const std::string host(long_host);
   auto pin = per_host.get(host);  // made: the key is copied into the registry; pinned, so never evicted

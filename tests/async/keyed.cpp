@@ -48,10 +48,8 @@ rein::keyed_options opts(std::size_t max_keys, std::size_t sweep_batch = 2, std:
 
 TEST_CASE("a key's limiter is made on first use from the defaults or the key's override", "[keyed]") {
   net::io_context io;
-  per_key_semaphore per_host(io, {}, 4);
-  rein::semaphore_options one_waiter;
-  one_waiter.max_waiters = 1;
-  per_host.set_override("slow-site.example", 1, one_waiter);
+  per_key_semaphore per_host(io, 4);
+  per_host.set_override("slow-site.example", 1, {.max_waiters = 1});
 
   CHECK(per_host.size() == 0);
   auto fast = per_host.get("fast.example");
@@ -72,7 +70,7 @@ TEST_CASE("a key's limiter is made on first use from the defaults or the key's o
 
 TEST_CASE("per-host caps hold under a mix of hosts", "[keyed]") {
   net::io_context io;
-  per_key_semaphore limits(io, {}, 4);
+  per_key_semaphore limits(io, 4);
   limits.set_override("slow-site.example", 1);
   std::map<std::string, int> active;
   std::map<std::string, int> peak;
@@ -92,7 +90,7 @@ TEST_CASE("per-host caps hold under a mix of hosts", "[keyed]") {
 
 TEST_CASE("idle keys are evicted lazily, when new keys are made", "[keyed][evict]") {
   net::io_context io;
-  per_key_semaphore per_host(io, opts(100, 2), 1);
+  per_key_semaphore per_host(io, 1, {}, opts(100, 2));
 
   per_host.get("a");  // the handle is dropped at once: "a" is idle and unpinned
   CHECK(per_host.contains("a"));  // nothing happens until a new key is made (or sweep() is called)
@@ -110,7 +108,7 @@ TEST_CASE("a handle and a permit may outlive their registry", "[keyed][lifetime]
   // As at a service's shutdown, where coroutine frames holding them are destroyed after the stages (run
   // under ASan: the registry is on the heap, so a use of it once gone is reported).
   net::io_context io;
-  auto per_host = std::make_unique<per_key_semaphore>(io, opts(100, 0), 1);
+  auto per_host = std::make_unique<per_key_semaphore>(io, 1, rein::line_options{}, opts(100, 0));
   auto pinned = per_host->get("a");
   rein::permit held = per_host->get("b")->try_acquire();
   rein::permit held_on_pinned = pinned->try_acquire();
@@ -130,7 +128,7 @@ TEST_CASE("a handle and a permit may outlive their registry", "[keyed][lifetime]
 
 TEST_CASE("a key is kept while a permit is held, a waiter waits or a handle pins it", "[keyed][evict]") {
   net::io_context io;
-  per_key_semaphore per_host(io, opts(100, 0), 1);  // no sweep on creation: sweep() decides
+  per_key_semaphore per_host(io, 1, {}, opts(100, 0));  // no sweep on creation: sweep() decides
 
   rein::permit held = per_host.get("held")->try_acquire();
   REQUIRE(held);
@@ -165,7 +163,7 @@ TEST_CASE("a key is kept while a permit is held, a waiter waits or a handle pins
 
 TEST_CASE("at the cap a new key evicts an idle one, else it is refused with queue_full", "[keyed][cap]") {
   net::io_context io;
-  per_key_semaphore per_host(io, opts(2, 0), 1);
+  per_key_semaphore per_host(io, 1, {}, opts(2, 0));
   rein::permit a = per_host.get("a")->try_acquire();
   rein::permit b = per_host.get("b")->try_acquire();
 
@@ -192,7 +190,7 @@ TEST_CASE("at the cap a new key evicts an idle one, else it is refused with queu
 
 TEST_CASE("at the cap the scan is bounded and moves on, so a retry finds the idle key", "[keyed][cap]") {
   net::io_context io;
-  per_key_semaphore per_host(io, opts(3, 0, 1), 1);
+  per_key_semaphore per_host(io, 1, {}, opts(3, 0, 1));
   rein::permit a = per_host.get("a")->try_acquire();
   per_host.get("b");  // idle
   rein::permit c = per_host.get("c")->try_acquire();
@@ -210,7 +208,7 @@ TEST_CASE("at the cap the scan is bounded and moves on, so a retry finds the idl
 
 TEST_CASE("snapshot(key) reads a live key and never makes one; for_each visits every live key", "[keyed]") {
   net::io_context io;
-  per_key_semaphore per_host(io, opts(100, 0), 3);
+  per_key_semaphore per_host(io, 3, {}, opts(100, 0));
   rein::permit p = per_host.get("x")->try_acquire(2);
   per_host.get("y");
 
@@ -237,7 +235,7 @@ TEST_CASE("keyed quota gates: a paused host is kept until its pause ends", "[key
   using gate_t = rein::basic_quota_gate<net::any_io_executor, manual_clock>;
   rein::quota_gate_options no_jitter;
   no_jitter.jitter = 0.0;
-  rein::keyed<gate_t> gates(io, opts(100, 0), no_jitter);
+  rein::keyed<gate_t> gates(io, no_jitter, {}, opts(100, 0));
 
   gates.get("a.example")->pause_for(10s);
   gates.get("b.example");
@@ -258,7 +256,7 @@ TEST_CASE("keyed token buckets: a tenant's bucket is kept until it is full again
   rein::token_bucket_options per_tenant;
   per_tenant.rate = 10;  // one token per 100 ms
   per_tenant.capacity = 2;
-  rein::keyed<bucket_t> tenants(io, opts(100, 0), per_tenant);
+  rein::keyed<bucket_t> tenants(io, per_tenant, {}, opts(100, 0));
 
   CHECK(tenants.get("t1")->try_acquire());
   tenants.get("t2");
@@ -274,7 +272,7 @@ TEST_CASE("invalid options are rejected with the field and the value", "[keyed][
   net::io_context io;
   auto message = [&](rein::keyed_options o) {
     try {
-      per_key_semaphore k(io, o, 1);
+      per_key_semaphore k(io, 1, {}, o);
     } catch (const std::invalid_argument& e) {
       return std::string(e.what());
     }
@@ -287,7 +285,7 @@ TEST_CASE("invalid options are rejected with the field and the value", "[keyed][
 
 TEST_CASE("keys sprayed from many threads stay within the cap", "[keyed][threads]") {
   net::io_context io;
-  per_key_semaphore per_host(io, opts(8, 2, 4), 2);
+  per_key_semaphore per_host(io, 2, {}, opts(8, 2, 4));
   std::atomic<int> refused{0};
   std::atomic<int> acquired{0};
   std::atomic<std::size_t> most_keys{0};
@@ -326,13 +324,13 @@ TEST_CASE("invalid limiter options fail where they are given, not at a key's fir
   rein::token_bucket_options bad;
   bad.rate = -1;
   bad.capacity = 2;
-  CHECK_THROWS_WITH(rein::keyed<bucket_t>(io, opts(100, 0), bad),
+  CHECK_THROWS_WITH(rein::keyed<bucket_t>(io, bad, {}, opts(100, 0)),
                     "rein::token_bucket: rate must be > 0, finite and at most 1e9 tokens per second, got -1");
 
   rein::token_bucket_options good;
   good.rate = 10;
   good.capacity = 2;
-  rein::keyed<bucket_t> tenants(io, opts(100, 0), good);
+  rein::keyed<bucket_t> tenants(io, good, {}, opts(100, 0));
   CHECK_THROWS_WITH(tenants.set_override("t1", bad), "rein::token_bucket: rate must be > 0, finite and at most 1e9 tokens per second, got -1");
   CHECK(tenants.get("t1")->capacity() == 2);  // the refused override was not set: the defaults apply
   CHECK(tenants.snapshot().created_total == 1);  // checking made no key
@@ -343,6 +341,19 @@ namespace {
 using adaptive_on_manual_clock = rein::basic_adaptive_limiter<rein::algo::aimd, net::any_io_executor, manual_clock>;
 using per_key_adaptive = rein::keyed<adaptive_on_manual_clock>;
 
+// A limiter that needs more than a rule and line options per key (the adaptive limiter's circuit): a type
+// derived from it supplies the rest.
+struct failing_fast : adaptive_on_manual_clock {
+  static rein::adaptive_limiter_options fail_fast() {
+    rein::adaptive_limiter_options o;
+    o.circuit.open_after = 1;
+    o.circuit.open_for = 1s;
+    return o;
+  }
+  failing_fast(const executor_type& ex, const rule_type& rule, rein::line_options line)
+      : adaptive_on_manual_clock(ex, rule, std::move(line), fail_fast()) {}
+};
+
 rein::keyed_options ttl(std::chrono::nanoseconds idle_ttl, std::size_t max_keys = 10'000) {
   rein::keyed_options o = opts(max_keys);
   o.idle_ttl = idle_ttl;
@@ -350,7 +361,8 @@ rein::keyed_options ttl(std::chrono::nanoseconds idle_ttl, std::size_t max_keys 
 }
 
 // One congestion outcome on `key`'s limiter: its learned limit goes from the initial 4 to 4 x 0.8.
-void cut_once(per_key_adaptive& keyed, const std::string& key) {
+template <class Keyed>
+void cut_once(Keyed& keyed, const std::string& key) {
   keyed.get(key)->try_acquire().complete(rein::outcome::congestion);
 }
 
@@ -359,7 +371,7 @@ void cut_once(per_key_adaptive& keyed, const std::string& key) {
 TEST_CASE("idle_ttl: an idle key keeps its learned limit until it has gone unused for idle_ttl", "[keyed][ttl]") {
   manual_clock::reset();
   net::io_context io;
-  per_key_adaptive per_host(io, ttl(10s));
+  per_key_adaptive per_host(io, {}, {}, ttl(10s));
   STATIC_REQUIRE(std::is_same_v<per_key_adaptive::clock_type, manual_clock>);
   cut_once(per_host, "a");
   CHECK(per_host.get("a")->limit() == 4.0 * 0.8);
@@ -377,7 +389,7 @@ TEST_CASE("idle_ttl: an idle key keeps its learned limit until it has gone unuse
 TEST_CASE("idle_ttl: releasing a handle is a use; a busy key is kept past its TTL", "[keyed][ttl]") {
   manual_clock::reset();
   net::io_context io;
-  per_key_adaptive per_host(io, ttl(10s));
+  per_key_adaptive per_host(io, {}, {}, ttl(10s));
   rein::permit held;
   {
     auto h = per_host.get("a");
@@ -399,7 +411,7 @@ TEST_CASE("idle_ttl: at the cap a new key evicts one idle key inside its TTL rat
           "[keyed][ttl][cap]") {
   manual_clock::reset();
   net::io_context io;
-  per_key_adaptive per_host(io, ttl(1h, 2));
+  per_key_adaptive per_host(io, {}, {}, ttl(1h, 2));
   cut_once(per_host, "a");
   cut_once(per_host, "b");
   auto c = per_host.get("c");  // both idle, both inside the TTL: one of them goes
@@ -417,11 +429,11 @@ TEST_CASE("idle_ttl: at the cap a new key evicts one idle key inside its TTL rat
 TEST_CASE("idle_ttl: the default 0 evicts as soon as idle; a negative TTL is refused", "[keyed][ttl][validation]") {
   manual_clock::reset();
   net::io_context io;
-  per_key_adaptive per_host(io);
-  CHECK(per_host.options().idle_ttl == 0ns);
+  per_key_adaptive per_host(io, {});
+  CHECK(per_host.get_options().idle_ttl == 0ns);
   cut_once(per_host, "a");
   CHECK(per_host.sweep() == 1);
-  CHECK_THROWS_WITH(per_key_adaptive(io, ttl(-1ns)), "rein::keyed: idle_ttl must be >= 0, got -1 ns");
+  CHECK_THROWS_WITH(per_key_adaptive(io, {}, {}, ttl(-1ns)), "rein::keyed: idle_ttl must be >= 0, got -1 ns");
 }
 
 TEST_CASE("an adaptive key whose circuit is open is kept until the circuit closes", "[keyed][circuit]") {
@@ -429,10 +441,7 @@ TEST_CASE("an adaptive key whose circuit is open is kept until the circuit close
   net::io_context io;
   rein::algo::aimd_options at_floor;
   at_floor.initial_limit = 1;
-  rein::adaptive_limiter_options fail_fast;
-  fail_fast.circuit.open_after = 1;
-  fail_fast.circuit.open_for = 1s;
-  per_key_adaptive per_host(io, {}, at_floor, fail_fast);
+  rein::keyed<failing_fast> per_host(io, at_floor);
   cut_once(per_host, "down.example");  // one congestion at the floor opens it
   CHECK(per_host.sweep() == 0);        // idle, but a fresh limiter would forget the dependency is down
   CHECK(per_host.get("down.example")->try_acquire().status() == rein::try_status::unavailable);

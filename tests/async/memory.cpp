@@ -104,8 +104,8 @@ TEST_CASE("memory: 1000 waits from 1 us to 1 s hold one block per octave they sp
 TEST_CASE("memory: a keyed registry of 10k semaphores", "[memory]") {
   net::io_context io;
   const long before = live_bytes.load();
-  auto per_key = std::make_unique<rein::keyed<rein::semaphore>>(
-      io, rein::keyed_options{.idle_ttl = std::chrono::hours(1)}, std::size_t{4});
+  auto per_key = std::make_unique<rein::keyed<rein::semaphore>>(io, std::size_t{4}, rein::line_options{},
+                                                                rein::keyed_options{.idle_ttl = std::chrono::hours(1)});
   for (int i = 0; i < 10'000; ++i) {
     auto limiter = per_key->get("k" + std::to_string(i));  // keys of at most 6 characters: no string heap
     rein::permit p = limiter->try_acquire();
@@ -183,7 +183,7 @@ TEST_CASE("memory: a semaphore out of memory still grants and counts every wait"
 TEST_CASE("a throttle's async_acquire out of memory completes its handler once, with not_enough_memory",
           "[memory][throttle]") {
   net::io_context io;
-  rein::keyed<timed_semaphore> per_key{io.get_executor(), rein::keyed_options{}, std::size_t{1}};
+  rein::keyed<timed_semaphore> per_key{io.get_executor(), std::size_t{1}};
   rein::throttle<rein::keyed<timed_semaphore>> throttle{per_key};
   int calls = 0;
   rein::error_code got;

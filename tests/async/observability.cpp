@@ -67,7 +67,7 @@ TEST_CASE("semaphore: the wait histogram holds one zero per immediate grant and 
   rein_test::manual_clock_at_epoch epoch;
   net::io_context io;
   recorder events;
-  timed_semaphore sem(io, 1, {.max_waiters = 2, .name = "db", .observer = events.observer()});
+  timed_semaphore sem(io, 1, {.name = "db", .max_waiters = 2, .observer = events.observer()});
   permit held = sem.try_acquire();  // at once: a zero wait
   REQUIRE(held);
   error_code e1, e2, e3;
@@ -143,7 +143,7 @@ TEST_CASE("token_bucket: waits of 0, 100 and 200 ms, and a rate change", "[obser
   rein_test::manual_clock_at_epoch epoch;
   net::io_context io;
   recorder events;
-  timed_bucket bucket(io, {.rate = 10, .capacity = 1, .name = "api", .observer = events.observer()});
+  timed_bucket bucket(io, {.rate = 10, .capacity = 1}, {.name = "api", .observer = events.observer()});
   int granted = 0;
   for (int i = 0; i < 3; ++i) bucket.async_acquire(1, [&](error_code ec) { granted += ec ? 0 : 1; });
   poll(io);
@@ -164,12 +164,12 @@ TEST_CASE("token_bucket: a named bucket's configuration errors name it", "[obser
   net::io_context io;
   std::string what;
   try {
-    rein::token_bucket bucket(io, {.rate = -1, .capacity = 1, .name = "api"});
+    rein::token_bucket bucket(io, {.rate = -1, .capacity = 1}, {.name = "api"});
   } catch (const std::invalid_argument& e) {
     what = e.what();
   }
   CHECK(what.rfind("rein::token_bucket \"api\": rate must be", 0) == 0);
-  rein::token_bucket bucket(io, {.rate = 1, .capacity = 1, .name = "api"});
+  rein::token_bucket bucket(io, {.rate = 1, .capacity = 1}, {.name = "api"});
   CHECK_THROWS_WITH(bucket.set_rate(0), Catch::Matchers::StartsWith("rein::token_bucket \"api\": rate must be"));
   rein::token_bucket unnamed(io, {.rate = 1, .capacity = 1});
   CHECK_THROWS_WITH(unnamed.set_rate(0), Catch::Matchers::StartsWith("rein::token_bucket: rate must be"));
@@ -180,7 +180,7 @@ TEST_CASE("sliding_window: a deadline it cannot meet is a timed_out event; set_l
   rein_test::manual_clock_at_epoch epoch;
   net::io_context io;
   recorder events;
-  timed_window window(io, {.limit = 1, .window = 1s, .name = "win", .observer = events.observer()});
+  timed_window window(io, {.limit = 1, .window = 1s}, {.name = "win", .observer = events.observer()});
   CHECK(window.try_acquire());
   error_code ec;
   window.async_acquire_for(1, 10ms, [&](error_code e) { ec = e; });
@@ -243,7 +243,7 @@ TEST_CASE("quota_gate: a pause starts and ends; the waiter's wait is the pause",
   rein_test::manual_clock_at_epoch epoch;
   net::io_context io;
   recorder events;
-  timed_gate gate(io, {.jitter = 0, .name = "host", .observer = events.observer()});
+  timed_gate gate(io, {.jitter = 0}, {.name = "host", .observer = events.observer()});
   gate.pause_for(1s);
   bool through = false;
   gate.async_acquire(1, [&](error_code ec) { through = !ec; });
@@ -260,8 +260,8 @@ TEST_CASE("quota_gate: a pause starts and ends; the waiter's wait is the pause",
 TEST_CASE("keyed: snapshot(), refusals at the cap and evictions are reported with their key", "[observability][keyed]") {
   net::io_context io;
   recorder events;
-  rein::keyed<rein::semaphore> per_host(io.get_executor(), {.max_keys = 1, .name = "hosts", .observer = events.observer()},
-                                        std::size_t{1});
+  rein::keyed<rein::semaphore> per_host(io.get_executor(), 1, {},
+                                        {.max_keys = 1, .name = "hosts", .observer = events.observer()});
   auto a = per_host.get("a");
   error_code ec;
   auto refused = per_host.get("b", ec);

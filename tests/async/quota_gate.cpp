@@ -461,9 +461,7 @@ TEST_CASE("every completion token waits for the pause to end", "[quota_gate][tok
 TEST_CASE("max_waiters bounds the waiting line", "[quota_gate]") {
   rein_test::manual_clock_at_epoch epoch;
   net::io_context io;
-  rein::quota_gate_options options = no_jitter();
-  options.max_waiters = 1;
-  gate_t gate(io, options);
+  gate_t gate(io, no_jitter(), {.max_waiters = 1});
   callers c;
   gate.pause_for(1s);
   caller* first = c.arrive(gate);
@@ -556,9 +554,9 @@ TEST_CASE("idle() and the snapshot follow the pause", "[quota_gate]") {
 
 TEST_CASE("invalid options are rejected with the field and the value", "[quota_gate][validation]") {
   net::io_context io;
-  auto message = [&](rein::quota_gate_options o) {
+  auto message = [&](rein::quota_gate_options o, rein::line_options line = {}) {
     try {
-      gate_t gate(io, o);
+      gate_t gate(io, o, std::move(line));
     } catch (const std::invalid_argument& e) {
       return std::string(e.what());
     }
@@ -580,9 +578,8 @@ TEST_CASE("invalid options are rejected with the field and the value", "[quota_g
   o = {};
   o.max_jitter = -1ns;
   CHECK(message(o) == "rein::quota_gate: max_jitter must be >= 0, got -1 ns");
-  o = {};
-  o.order = rein::queue_order::lifo;
-  CHECK(message(o) == "rein::quota_gate: order must be fifo (its release is spread in arrival order), got lifo");
+  CHECK(message({}, {.order = rein::queue_order::lifo}) ==
+        "rein::quota_gate: order must be fifo (its release is spread in arrival order), got lifo");
 }
 
 TEST_CASE("many threads pause, wait and poll the gate at once", "[quota_gate][threads]") {

@@ -611,7 +611,7 @@ TEST_CASE("the deadline timer does not outlive the waiters that needed it", "[se
 
 TEST_CASE("max_waiters: one more waiter completes at once with queue_full", "[semaphore]") {
   net::io_context io;
-  rein::semaphore sem(io, 1, rein::semaphore_options{2});
+  rein::semaphore sem(io, 1, rein::line_options{.max_waiters = 2});
   permit held = sem.try_acquire();
   record_ptr w1 = start(sem, 1);
   record_ptr w2 = start(sem, 1);
@@ -638,7 +638,7 @@ TEST_CASE("max_waiters: one more waiter completes at once with queue_full", "[se
 
 TEST_CASE("max_waiters 0: nobody waits but a free permit is still granted", "[semaphore]") {
   net::io_context io;
-  rein::semaphore sem(io, 1, rein::semaphore_options{0});
+  rein::semaphore sem(io, 1, rein::line_options{.max_waiters = 0});
   record_ptr w1 = start(sem, 1);
   record_ptr w2 = start(sem, 1);
   poll(io);
@@ -846,7 +846,7 @@ TEST_CASE("acquire_for in a coroutine throws timed_out", "[semaphore][time]") {
 TEST_CASE("snapshot: every field is exact after a known history", "[semaphore][time]") {
   rein_test::manual_clock_at_epoch epoch;
   net::io_context io;
-  timed_semaphore sem(io, 3, rein::semaphore_options{4});
+  timed_semaphore sem(io, 3, rein::line_options{.max_waiters = 4});
   permit a = sem.try_acquire(2);                    // acquired 1
   auto w1 = start_for(sem, 2, 1h);                  // queued at 0
   rein_test::advance_and_poll(io, 10ms);
@@ -1176,7 +1176,7 @@ TEST_CASE("handlers run on their associated executor and never inside async_acqu
   CHECK(w3->called());
 }
 
-// ---- direct handoff (semaphore_options::direct_handoff) -------------------------------------------
+// ---- direct handoff (line_options::direct_handoff) -------------------------------------------
 
 // Parks a waiter behind `sem`'s only permit, its handler bound to `bound` appending 'w', then gives the permit
 // back from a function posted to `on` that appends 'r' once the release returned: the order they ran in.

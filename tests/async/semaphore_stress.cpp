@@ -212,7 +212,7 @@ TEST_CASE("case 8: thousands of coroutines on three threads never hold more than
   constexpr long coroutines = 3000;
   constexpr int iterations = 4;
   net::io_context io(3);
-  rein::semaphore sem(io, permits, rein::semaphore_options{2500});
+  rein::semaphore sem(io, permits, rein::line_options{.max_waiters = 2500});
   tally t(permits, coroutines * iterations);
   stress<rein::semaphore> s{sem, t};
   std::atomic<long> escaped{0};
@@ -236,7 +236,7 @@ TEST_CASE("case 8, single-threaded variant: the same storm on one thread with nu
   constexpr long coroutines = 1500;
   constexpr int iterations = 4;
   net::io_context io(1);
-  rein::single_thread_semaphore sem(io, permits, rein::semaphore_options{1000});
+  rein::single_thread_semaphore sem(io, permits, rein::line_options{.max_waiters = 1000});
   tally t(permits, coroutines * iterations);
   stress<rein::single_thread_semaphore> s{sem, t};
   std::atomic<long> escaped{0};

@@ -316,7 +316,7 @@ TEST_CASE("a cancelled window waiter records no start", "[sliding_window][cancel
 TEST_CASE("max_waiters and close apply to the window as to every limiter", "[sliding_window][close]") {
   fixture f;
   completion_log log;
-  window_limiter w(f.io, {.limit = 1, .window = 1s, .max_waiters = 1});
+  window_limiter w(f.io, {.limit = 1, .window = 1s}, {.max_waiters = 1});
   CHECK(w.try_acquire());
   w.async_acquire(1, log.handler(0));
   w.async_acquire(1, log.handler(1));
@@ -512,7 +512,7 @@ TEST_CASE("fixed window: a charge beyond the limit is repaid by the next windows
 TEST_CASE("fixed window: snapshot and its one line", "[fixed_window][snapshot]") {
   fixture f;
   completion_log log;
-  fixed_limiter w(f.io, {.limit = 4, .window = 1s, .name = "api"});
+  fixed_limiter w(f.io, {.limit = 4, .window = 1s}, {.name = "api"});
   f.poll_at(at(250ms));
   CHECK(w.try_acquire(3));
   w.async_acquire(2, log.handler(0));
@@ -556,7 +556,7 @@ TEST_CASE("fixed window: requests above the limit fail at once; a cancelled wait
   CHECK(w.snapshot().in_window == 1);
   CHECK_THROWS_WITH(fixed_limiter(f.io, {.limit = 0, .window = 1s}), "rein::fixed_window: limit must be in [1, 2^62], got 0");
   CHECK_THROWS_WITH(fixed_limiter(f.io, {.limit = 1}), "rein::fixed_window: window must be > 0, got 0 ns");
-  CHECK_THROWS_WITH(fixed_limiter(f.io, {.limit = 1, .window = 1s, .name = "api"}).set_limit(-2),
+  CHECK_THROWS_WITH(fixed_limiter(f.io, {.limit = 1, .window = 1s}, {.name = "api"}).set_limit(-2),
                     "rein::fixed_window \"api\": limit must be in [1, 2^62], got -2");
   CHECK_THROWS_WITH(w.set_window(-1s), "rein::fixed_window: window must be > 0, got -1000000000 ns");
   w.set_limit(3);
@@ -568,7 +568,7 @@ TEST_CASE("fixed window: requests above the limit fail at once; a cancelled wait
 TEST_CASE("fixed window per key: a key is idle once its window has passed, and only then evicted",
           "[fixed_window][keyed]") {
   fixture f;
-  rein::keyed<fixed_limiter> tenants(f.io, rein::keyed_options{}, fixed_limiter::options{.limit = 2, .window = 1s});
+  rein::keyed<fixed_limiter> tenants(f.io, fixed_limiter::rule_type{.limit = 2, .window = 1s});
   CHECK(tenants.get("a")->try_acquire(2));
   CHECK_FALSE(tenants.get("a")->try_acquire());
   CHECK(tenants.get("b")->try_acquire());
@@ -586,7 +586,7 @@ TEST_CASE("fixed window per key: a key is idle once its window has passed, and o
 TEST_CASE("fixed window as the throttle's rate stages: per key and global, a refused call consumes nothing",
           "[fixed_window][throttle]") {
   fixture f;
-  rein::keyed<fixed_limiter> per_key(f.io, rein::keyed_options{}, fixed_limiter::options{.limit = 1, .window = 1s});
+  rein::keyed<fixed_limiter> per_key(f.io, fixed_limiter::rule_type{.limit = 1, .window = 1s});
   fixed_limiter global(f.io, {.limit = 3, .window = 1s});
   rein::throttle<rein::keyed<fixed_limiter>, fixed_limiter> throttle{per_key, global};
   auto a = throttle.try_acquire("a");

@@ -49,7 +49,7 @@ TEST_CASE("statsd adaptor: a gate's pause is a timing, its end a count", "[stats
   receiver server(io);
   rein_example::statsd_sink sink(io.get_executor(), server.socket.local_endpoint());
   rein::basic_quota_gate<net::any_io_executor, manual_clock> gate(
-      io.get_executor(), {.name = "api", .observer = rein_example::forward_events(sink)});
+      io.get_executor(), {}, {.name = "api", .observer = rein_example::forward_events(sink)});
 
   gate.pause_for(1500ms);
   CHECK(server.lines() == lines{"rein.api.pause:1500|ms"});
@@ -65,7 +65,7 @@ TEST_CASE("statsd adaptor: rejections by reason, limit changes, snapshots as inc
   rein_example::statsd_sink sink(io.get_executor(), server.socket.local_endpoint());
   rein::basic_semaphore<net::any_io_executor, manual_clock> pool(
       io.get_executor(), 1,
-      {.max_waiters = 1, .name = "db pool", .observer = rein_example::forward_events(sink)});  // ' ' is '_'
+      {.name = "db pool", .max_waiters = 1, .observer = rein_example::forward_events(sink)});  // ' ' is '_'
   rein_example::snapshot_reporter reporter(sink);
 
   auto held = pool.try_acquire();

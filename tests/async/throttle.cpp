@@ -55,10 +55,10 @@ rein::quota_gate_options no_jitter() {
 // The stages of those cases: rate 100/s burst 100, global 10, per-key 1, gates without jitter.
 struct stages {
   net::io_context io;
-  rein::keyed<gate_type> gates{io.get_executor(), rein::keyed_options{}, no_jitter()};
+  rein::keyed<gate_type> gates{io.get_executor(), no_jitter()};
   bucket_type rate{io.get_executor(), rein::token_bucket_options{.rate = 100, .capacity = 100}};
   sem_type global{io.get_executor(), 10};
-  rein::keyed<sem_type> per_key{io.get_executor(), rein::keyed_options{}, std::size_t{1}};
+  rein::keyed<sem_type> per_key{io.get_executor(), std::size_t{1}};
   rein::throttle<rein::keyed<gate_type>, rein::keyed<sem_type>, sem_type, bucket_type> throttle{gates, per_key, global,
                                                                                                  rate};
 };
@@ -202,10 +202,9 @@ TEST_CASE("a coroutine cancelled as its wait completes fails before the next sta
   // state cancelled, and fails before it tries the global stage, holding nothing afterwards.
   rein_test::manual_clock_at_epoch epoch;
   net::io_context io;
-  rein::keyed<sem_type> per_key(io.get_executor(), rein::keyed_options{}, std::size_t{1});
+  rein::keyed<sem_type> per_key(io.get_executor(), std::size_t{1});
   sem_type global(io.get_executor(), 10);
-  rein::keyed<bucket_type> rate(io.get_executor(), rein::keyed_options{},
-                                rein::token_bucket_options{.rate = 1, .capacity = 1});
+  rein::keyed<bucket_type> rate(io.get_executor(), rein::token_bucket_options{.rate = 1, .capacity = 1});
   rein::throttle t(per_key, global, rate);
   REQUIRE(t.try_acquire("K"));  // takes K's one token, and gives the slots back
   net::cancellation_signal signal;
@@ -506,10 +505,10 @@ TEST_CASE("every completion token honours every cancellation type at every waiti
 
 TEST_CASE("use_future: the future gets the guard, or the error as an exception", "[throttle][tokens]") {
   net::io_context io;
-  rein::keyed<rein::quota_gate> gates(io.get_executor());
+  rein::keyed<rein::quota_gate> gates(io.get_executor(), {});
   rein::token_bucket rate(io, {.rate = 1000, .capacity = 10});
   rein::semaphore global(io, 2);
-  rein::keyed<rein::semaphore> per_key(io.get_executor(), rein::keyed_options{}, std::size_t{1});
+  rein::keyed<rein::semaphore> per_key(io.get_executor(), std::size_t{1});
   rein::throttle t(gates, per_key, global, rate);
   auto work = net::make_work_guard(io);
   std::thread runner([&io] { io.run(); });
@@ -545,7 +544,7 @@ TEST_CASE("an adaptive global limiter: waiters are admitted as its limit moves",
   using aimd_type = rein::basic_adaptive_limiter<rein::algo::basic_aimd<manual_clock>, executor, manual_clock>;
   aimd_type global(io.get_executor(),
                    rein::algo::aimd_options{.initial_limit = 2, .min_limit = 1, .max_limit = 10, .backoff = 0.5});
-  rein::keyed<sem_type> per_key(io.get_executor(), rein::keyed_options{}, std::size_t{1});
+  rein::keyed<sem_type> per_key(io.get_executor(), std::size_t{1});
   rein::throttle t(per_key, global);
   std::vector<std::string> order;
   std::vector<rein::throttle_guard<decltype(t)>> held;
@@ -580,8 +579,8 @@ TEST_CASE("an adaptive per-key limiter learns per key from guards", "[throttle][
   rein_test::manual_clock_at_epoch epoch;
   net::io_context io;
   using aimd_type = rein::basic_adaptive_limiter<rein::algo::basic_aimd<manual_clock>, executor, manual_clock>;
-  rein::keyed<aimd_type> per_key(io.get_executor(), rein::keyed_options{},
-                                 rein::algo::aimd_options{.initial_limit = 4, .min_limit = 1, .max_limit = 8, .backoff = 0.5});
+  rein::keyed<aimd_type> per_key(
+      io.get_executor(), rein::algo::aimd_options{.initial_limit = 4, .min_limit = 1, .max_limit = 8, .backoff = 0.5});
   sem_type global(io.get_executor(), 100);
   rein::throttle t(per_key, global);
   {
@@ -607,7 +606,7 @@ TEST_CASE("a sliding window as the rate stage: starts are taken at the send, ref
   using window_type = rein::basic_sliding_window<executor, manual_clock>;
   window_type window(io.get_executor(), {.limit = 2, .window = 1s});
   sem_type global(io.get_executor(), 10);
-  rein::keyed<sem_type> per_key(io.get_executor(), rein::keyed_options{}, std::size_t{1});
+  rein::keyed<sem_type> per_key(io.get_executor(), std::size_t{1});
   rein::throttle t(per_key, global, window);
 
   auto a = t.try_acquire("A");
@@ -652,8 +651,7 @@ TEST_CASE("per-key rates: each host gets its own rate, and one host's backlog do
           "[throttle][budget]") {
   rein_test::manual_clock_at_epoch epoch;
   net::io_context io;
-  rein::keyed<bucket_type> rate(io.get_executor(), rein::keyed_options{},
-                                rein::token_bucket_options{.rate = 2, .capacity = 1});
+  rein::keyed<bucket_type> rate(io.get_executor(), rein::token_bucket_options{.rate = 2, .capacity = 1});
   rate.set_override("fast", rein::token_bucket_options{.rate = 10, .capacity = 1});
   sem_type global(io.get_executor(), 100);
   rein::throttle t(global, rate);
@@ -782,8 +780,7 @@ TEST_CASE("complete(response): provider headers lower the budget, a 429 pauses t
 TEST_CASE("a 429 widens the pacing margin of the key's bucket only", "[throttle][budget][margin]") {
   rein_test::manual_clock_at_epoch epoch;
   net::io_context io;
-  rein::keyed<bucket_type> rate(io.get_executor(), rein::keyed_options{},
-                                rein::token_bucket_options{.rate = 33, .capacity = 10});
+  rein::keyed<bucket_type> rate(io.get_executor(), rein::token_bucket_options{.rate = 33, .capacity = 10});
   rein::throttle t(rate);
   {
     auto g = t.try_acquire("A");
@@ -892,11 +889,12 @@ TEST_CASE("keyed rate_limits and keyed adaptive rates are stages", "[throttle][b
       rein::algo::all_of<rein::algo::basic_token_bucket<manual_clock>, rein::algo::basic_token_bucket<manual_clock>>,
       executor>;
   const auto t0 = manual_clock::now();
-  rein::keyed<pair_type> limits(io.get_executor(), rein::keyed_options{},
-                                rein::algo::all_of{rein::algo::basic_token_bucket<manual_clock>({.rate = 1, .capacity = 2}, t0),
-                                                   rein::algo::basic_token_bucket<manual_clock>({.rate = 5, .capacity = 5}, t0)});
+  rein::keyed<pair_type> limits(
+      io.get_executor(),
+      rein::algo::all_of{rein::algo::basic_token_bucket<manual_clock>({.rate = 1, .capacity = 2}, t0),
+                         rein::algo::basic_token_bucket<manual_clock>({.rate = 5, .capacity = 5}, t0)});
   using adaptive_rate_type = rein::basic_adaptive_rate_limiter<executor, manual_clock>;
-  rein::keyed<adaptive_rate_type> adaptive(io.get_executor(), rein::keyed_options{},
+  rein::keyed<adaptive_rate_type> adaptive(io.get_executor(),
                                            rein::algo::adaptive_rate_options{.initial_rate = 10, .burst = 1});
   rein::throttle t(limits, adaptive);
   auto a = t.try_acquire("x");
@@ -910,8 +908,7 @@ TEST_CASE("a closed key rate ends a waiting acquire with errc::closed, no busy l
   rein_test::manual_clock_at_epoch epoch;
   net::io_context io;
   sem_type global(io.get_executor(), 4);
-  rein::keyed<bucket_type> rate(io.get_executor(), rein::keyed_options{},
-                                rein::token_bucket_options{.rate = 1, .capacity = 1});
+  rein::keyed<bucket_type> rate(io.get_executor(), rein::token_bucket_options{.rate = 1, .capacity = 1});
   rein::throttle t(global, rate);
   auto pin = rate.get("a");
   pin->close();
@@ -1031,8 +1028,8 @@ TEST_CASE("one host's 429 teaches its own stages, not a global limit that has pe
   net::io_context io;
   using aimd_type = rein::basic_adaptive_limiter<rein::algo::basic_aimd<manual_clock>, executor, manual_clock>;
   const rein::algo::aimd_options learn{.initial_limit = 8, .min_limit = 1, .max_limit = 10, .backoff = 0.5};
-  rein::keyed<gate_type> gates(io.get_executor());
-  rein::keyed<aimd_type> per_host(io.get_executor(), rein::keyed_options{}, learn);
+  rein::keyed<gate_type> gates(io.get_executor(), {});
+  rein::keyed<aimd_type> per_host(io.get_executor(), learn);
   aimd_type global(io.get_executor(), learn);
   const auto reject_once = [&](auto& t) {
     auto g = t.try_acquire("a.example");
@@ -1074,7 +1071,8 @@ TEST_CASE("a global rate stage in fair order serves keys by weight; key_weight i
           "[throttle][fair]") {
   rein_test::manual_clock_at_epoch epoch;
   net::io_context io;
-  bucket_type rate(io.get_executor(), rein::token_bucket_options{.rate = 10, .capacity = 1, .order = rein::queue_order::fair});
+  bucket_type rate(io.get_executor(), rein::token_bucket_options{.rate = 10, .capacity = 1},
+                   rein::line_options{.order = rein::queue_order::fair});
   rein::throttle_options options;
   options.key_weight = [](std::string_view key) -> std::uint32_t {
     if (key == "throws") throw std::runtime_error("no weight");
@@ -1101,7 +1099,7 @@ TEST_CASE("rejection feedback on rate stages: a keyed adaptive rate learns a 429
   net::io_context io;
   using adaptive_rate_type = rein::basic_adaptive_rate_limiter<executor, manual_clock>;
   const rein::algo::adaptive_rate_options opts{.initial_rate = 200, .burst = 20};
-  rein::keyed<adaptive_rate_type> per_host(io.get_executor(), rein::keyed_options{}, opts);
+  rein::keyed<adaptive_rate_type> per_host(io.get_executor(), opts);
   adaptive_rate_type global(io.get_executor(), opts);
   rein::throttle t(per_host, global);
   for (int i = 0; i < 13; ++i) {
@@ -1150,8 +1148,8 @@ TEST_CASE("an admission reads the clock once: the gate, the rate and the send sh
   using counted_gate = rein::basic_quota_gate<executor, counting_clock>;
   using counted_bucket = rein::basic_token_bucket<executor, counting_clock>;
   using counted_sem = rein::basic_semaphore<executor, counting_clock>;
-  rein::keyed<counted_gate> gates(io.get_executor(), rein::keyed_options{}, no_jitter());
-  rein::keyed<counted_sem> per_key(io.get_executor(), rein::keyed_options{}, std::size_t{4});
+  rein::keyed<counted_gate> gates(io.get_executor(), no_jitter());
+  rein::keyed<counted_sem> per_key(io.get_executor(), std::size_t{4});
   counted_sem global(io.get_executor(), 10);
   counted_bucket rate(io.get_executor(), rein::token_bucket_options{.rate = 100, .capacity = 100});
   rein::throttle<rein::keyed<counted_gate>, rein::keyed<counted_sem>, counted_sem, counted_bucket> throttle(gates, per_key, global, rate);
@@ -1236,9 +1234,9 @@ struct shutdown_stages {
   std::unique_ptr<net::io_context> io_owner = std::make_unique<net::io_context>();
   net::io_context& io = *io_owner;
   std::unique_ptr<rein::keyed<gate_type>> gates_owner =
-      std::make_unique<rein::keyed<gate_type>>(io.get_executor(), rein::keyed_options{}, no_jitter());
+      std::make_unique<rein::keyed<gate_type>>(io.get_executor(), no_jitter());
   std::unique_ptr<rein::keyed<sem_type>> per_key_owner =
-      std::make_unique<rein::keyed<sem_type>>(io.get_executor(), rein::keyed_options{}, std::size_t{1});
+      std::make_unique<rein::keyed<sem_type>>(io.get_executor(), std::size_t{1});
   std::unique_ptr<sem_type> global_owner = std::make_unique<sem_type>(io.get_executor(), 2);
   std::unique_ptr<bucket_type> rate_owner =
       std::make_unique<bucket_type>(io.get_executor(), rein::token_bucket_options{.rate = 1, .capacity = 1});
@@ -1337,8 +1335,7 @@ TEST_CASE("a throttle destroyed while a caller sleeps on its key's rate ends it 
           "[throttle][shutdown]") {
   rein_test::manual_clock_at_epoch epoch;
   net::io_context io;
-  rein::keyed<bucket_type> rate{io.get_executor(), rein::keyed_options{},
-                                rein::token_bucket_options{.rate = 1, .capacity = 1}};
+  rein::keyed<bucket_type> rate{io.get_executor(), rein::token_bucket_options{.rate = 1, .capacity = 1}};
   using throttle_type = rein::throttle<decltype(rein::weighted(rate, weight_of{1}))>;
   auto owner = std::make_unique<throttle_type>(rein::weighted(rate, weight_of{1}));
   auto first = owner->try_acquire("k");  // spends k's token

@@ -38,10 +38,11 @@ struct stages {
   using gate_type = rein::basic_quota_gate<net::any_io_executor, manual_clock>;
 
   net::io_context io;
-  rein::keyed<gate_type> gates{io.get_executor(), kept_keys(), rein::quota_gate_options{.jitter = 0.0}};
-  rein::keyed<sem_type> per_key{io.get_executor(), kept_keys(), std::size_t{4}};
+  rein::keyed<gate_type> gates{io.get_executor(), rein::quota_gate_options{.jitter = 0.0}, {}, kept_keys()};
+  rein::keyed<sem_type> per_key{io.get_executor(), std::size_t{4}, {}, kept_keys()};
   sem_type global{io.get_executor(), 2};
-  rein::keyed<bucket_type> rate{io.get_executor(), kept_keys(), rein::token_bucket_options{.rate = 10, .capacity = 1}};
+  rein::keyed<bucket_type> rate{
+      io.get_executor(), rein::token_bucket_options{.rate = 10, .capacity = 1}, {}, kept_keys()};
   rein::throttle<rein::keyed<gate_type>, rein::keyed<sem_type>, sem_type, rein::keyed<bucket_type>> throttle{
       gates, per_key, global, rate};
 };

@@ -207,7 +207,8 @@ TEST_CASE("once the calls before it have ended, exactly those after it and in fl
 TEST_CASE("a keyed rate stage counts off only its own key's admissions", "[throttle][hints]") {
   rein_test::manual_clock_at_epoch epoch;
   net::io_context io;
-  rein::keyed<bucket_type> rate(io.get_executor(), kept_keys(), rein::token_bucket_options{.rate = 1, .capacity = 100});
+  rein::keyed<bucket_type> rate(io.get_executor(), rein::token_bucket_options{.rate = 1, .capacity = 100}, {},
+                                kept_keys());
   rein::throttle t(rate);
   std::vector<decltype(t)::guard> kept;
   auto g = t.try_acquire("a");
@@ -228,7 +229,8 @@ TEST_CASE("a keyed rate stage counts off only its own key's admissions", "[throt
 TEST_CASE("the count of admitted units wraps around without miscounting", "[throttle][hints]") {
   rein_test::manual_clock_at_epoch epoch;
   net::io_context io;
-  rein::keyed<bucket_type> rate(io.get_executor(), kept_keys(), rein::token_bucket_options{.rate = 1, .capacity = 100});
+  rein::keyed<bucket_type> rate(io.get_executor(), rein::token_bucket_options{.rate = 1, .capacity = 100}, {},
+                                kept_keys());
   rein::throttle t(rate);
   rate.get("a").admissions().admitted.store(std::numeric_limits<std::uint64_t>::max() - 1);
   rate.get("a").admissions().ended.store(std::numeric_limits<std::uint64_t>::max() - 1);

@@ -168,10 +168,10 @@ struct op_state {
 
 struct stress_world {
   stress_world()
-      : gates(io.get_executor(), rein::keyed_options{.max_keys = max_keys}, gate_options()),
+      : gates(io.get_executor(), gate_options(), {}, rein::keyed_options{.max_keys = max_keys}),
         rate(io, {.rate = rate_per_second, .capacity = burst}),
         global(io, global_limit),
-        per_key(io.get_executor(), rein::keyed_options{.max_keys = max_keys}, key_limit(key_count - 1)),  // 2
+        per_key(io.get_executor(), key_limit(key_count - 1), {}, rein::keyed_options{.max_keys = max_keys}),  // 2
         throttle(gates, per_key, global, rate, rein::throttle_options{.default_pause = 5ms}) {
     per_key.set_override(key_name(0), key_limit(0));
     per_key.set_override(key_name(1), key_limit(1));
@@ -524,10 +524,10 @@ TEST_CASE("one key's backlog never holds the global slots that many other keys n
   constexpr auto hot_hold = 100ms;
   constexpr auto other_hold = 50ms;
   net::io_context io;
-  rein::keyed<timed_gate> gates(io.get_executor());
+  rein::keyed<timed_gate> gates(io.get_executor(), {});
   timed_bucket rate(io.get_executor(), {.rate = 10'000, .capacity = 1000});
   timed_semaphore global(io.get_executor(), global_slots);
-  rein::keyed<timed_semaphore> per_key(io.get_executor(), rein::keyed_options{}, std::size_t{1});
+  rein::keyed<timed_semaphore> per_key(io.get_executor(), std::size_t{1});
   rein::throttle t(gates, per_key, global, rate);
 
   std::size_t live_guards = 0;  // admitted and not yet completed

@@ -428,7 +428,7 @@ TEST_CASE("bad margin options name the bucket, the field and the value", "[token
   net::io_context io;
   CHECK_THROWS_WITH(bucket(io, {.rate = 1, .capacity = 1, .margin = {.step = 0}}),
                     "rein::token_bucket: margin.step must be in (0, max], got 0");
-  CHECK_THROWS_WITH(bucket(io, {.rate = 1, .capacity = 1, .name = "api", .margin = {.initial = -1}}),
+  CHECK_THROWS_WITH(bucket(io, {.rate = 1, .capacity = 1, .margin = {.initial = -1}}, {.name = "api"}),
                     "rein::token_bucket \"api\": margin.initial must be in [0, max], got -1");
 }
 
@@ -438,7 +438,7 @@ namespace {
 // Grant instants (ns) of three waiters on a bucket of 10/s, burst 1, emptied at 0, with the given jitter.
 std::vector<std::int64_t> jittered_grants(std::chrono::nanoseconds jitter, std::uint64_t seed) {
   fixture f;
-  bucket b(f.io, {.rate = 10, .capacity = 1, .wake_jitter = jitter, .jitter_seed = seed});
+  bucket b(f.io, {.rate = 10, .capacity = 1}, {.wake_jitter = jitter, .jitter_seed = seed});
   REQUIRE(b.try_acquire());
   std::vector<std::int64_t> grants;
   for (int id = 0; id < 3; ++id) {
@@ -470,7 +470,7 @@ TEST_CASE("jittered wake-ups: each grant within [ready, ready + jitter], reprodu
 
 TEST_CASE("a negative wake_jitter is refused with the type, the field and the value", "[token_bucket][jitter]") {
   net::io_context io;
-  CHECK_THROWS_WITH(bucket(io, {.rate = 1, .capacity = 1, .wake_jitter = -1ns}),
+  CHECK_THROWS_WITH(bucket(io, {.rate = 1, .capacity = 1}, {.wake_jitter = -1ns}),
                     "rein::token_bucket: wake_jitter must be >= 0, got -1 ns");
 }
 
@@ -756,7 +756,7 @@ TEST_CASE("a coroutine cancelled while waiting gets operation_aborted", "[token_
 TEST_CASE("one waiter more than max_waiters fails at once with queue_full", "[token_bucket][queue_full]") {
   fixture f;
   completion_log log;
-  bucket b(f.io, {.rate = 10, .capacity = 1, .initial_tokens = 0, .max_waiters = 2});
+  bucket b(f.io, {.rate = 10, .capacity = 1, .initial_tokens = 0}, {.max_waiters = 2});
   for (int i = 0; i < 3; ++i) b.async_acquire(1, log.handler(i));
   f.poll_at(time_point{});
   CHECK(log.lines == std::vector<std::string>{"2 0ms queue_full"});
@@ -769,7 +769,7 @@ TEST_CASE("one waiter more than max_waiters fails at once with queue_full", "[to
 TEST_CASE("max_waiters 0 never queues, but immediate grants still succeed", "[token_bucket][queue_full]") {
   fixture f;
   completion_log log;
-  bucket b(f.io, {.rate = 10, .capacity = 1, .max_waiters = 0});
+  bucket b(f.io, {.rate = 10, .capacity = 1}, {.max_waiters = 0});
   b.async_acquire(1, log.handler(0));
   b.async_acquire(1, log.handler(1));
   f.poll_at(time_point{});

@@ -321,7 +321,8 @@ TEST_CASE_METHOD(on_manual_clock, "reserve: the documentation's example waits wh
 
 TEST_CASE_METHOD(on_manual_clock, "reserve: a wait outlives its reservation, and a reservation its bucket",
                  "[token_bucket][reserve][lifetime]") {
-  std::optional<bucket_type> b(std::in_place, io, bucket_type::options{.rate = 10, .capacity = 1, .initial_tokens = 0});
+  std::optional<bucket_type> b(std::in_place, io,
+                               bucket_type::rule_type{.rate = 10, .capacity = 1, .initial_tokens = 0});
   waited w;
   { b->reserve(1).async_wait(w.handler()); }
   bucket_type::reservation orphan = b->reserve(1);

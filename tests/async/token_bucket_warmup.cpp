@@ -43,6 +43,6 @@ TEST_CASE("token_bucket warm-up: waiters are granted at the cold intervals", "[t
 
 TEST_CASE("token_bucket warm-up: a bad option names the bucket, the field and the value", "[token_bucket][warmup]") {
   net::io_context io;
-  CHECK_THROWS_WITH(bucket(io, {.rate = 1, .capacity = 1, .warmup = {.period = 1s, .cold_factor = 0}, .name = "api"}),
+  CHECK_THROWS_WITH(bucket(io, {.rate = 1, .capacity = 1, .warmup = {.period = 1s, .cold_factor = 0}}, {.name = "api"}),
                     "rein::token_bucket \"api\": warmup.cold_factor must be in [1, 1000], got 0");
 }

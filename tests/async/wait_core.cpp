@@ -15,9 +15,14 @@
 #include <rein/adaptive_limiter.hpp>
 #include <rein/adaptive_rate_limiter.hpp>
 #include <rein/algo/aimd.hpp>
+#include <rein/algo/token_bucket.hpp>
+#include <rein/fixed_window.hpp>
+#include <rein/line_options.hpp>
 #include <rein/queue_order.hpp>
 #include <rein/quota_gate.hpp>
+#include <rein/rate_limiter.hpp>
 #include <rein/semaphore.hpp>
+#include <rein/sliding_window.hpp>
 #include <rein/token_bucket.hpp>
 
 #include <algorithm>
@@ -695,7 +700,7 @@ TEST_CASE("lifo on a token bucket: the newest waiter takes each new token; deadl
   for (const auto order : {rein::queue_order::fifo, rein::queue_order::lifo}) {
     DYNAMIC_SECTION(rein::to_string(order)) {
       manual_clock::reset();
-      manual_bucket bucket(io, {.rate = 1, .capacity = 1, .initial_tokens = 0, .order = order});
+      manual_bucket bucket(io, {.rate = 1, .capacity = 1, .initial_tokens = 0}, {.order = order});
       service_log log;
       for (int i = 0; i < 3; ++i) bucket.async_acquire(1, log.rate_waiter(i));
       // Three tokens are promised ahead in fifo order: a fourth by 1.5 s cannot be met and fails at once;
@@ -721,9 +726,7 @@ TEST_CASE("lifo on an adaptive limiter: limit 2 held, waiters 0..2, releases ser
   fixed_two.initial_limit = 2;
   fixed_two.min_limit = 2;
   fixed_two.max_limit = 2;
-  rein::adaptive_limiter_options options;
-  options.order = rein::queue_order::lifo;
-  manual_aimd limiter(io, fixed_two, options);
+  manual_aimd limiter(io, fixed_two, {.order = rein::queue_order::lifo});
   std::vector<rein::permit> holders;
   for (int i = 0; i < 2; ++i) holders.push_back(limiter.try_acquire());
   service_log log;
@@ -739,7 +742,7 @@ TEST_CASE("lifo: a newcomer that becomes the head is granted at its own time, no
           "[core][order][time]") {
   rein_test::manual_clock_at_epoch epoch;
   net::io_context io;
-  manual_bucket bucket(io, {.rate = 1, .capacity = 10, .initial_tokens = 0, .order = rein::queue_order::lifo});
+  manual_bucket bucket(io, {.rate = 1, .capacity = 10, .initial_tokens = 0}, {.order = rein::queue_order::lifo});
   service_log log;
   bucket.async_acquire(10, log.rate_waiter(0));  // ready at 10 s
   bucket.async_acquire(1, log.rate_waiter(1));   // the new head: ready at 1 s
@@ -754,11 +757,7 @@ TEST_CASE("lifo: a newcomer that becomes the head is granted at its own time, no
 TEST_CASE("evict_oldest: a deadline is judged without the waiter the newcomer evicts", "[core][order][time]") {
   rein_test::manual_clock_at_epoch epoch;
   net::io_context io;
-  manual_bucket bucket(io, {.rate = 1,
-                            .capacity = 1,
-                            .initial_tokens = 0,
-                            .max_waiters = 2,
-                            .when_full = rein::queue_full_policy::evict_oldest});
+  manual_bucket bucket(io, {.rate = 1, .capacity = 1, .initial_tokens = 0}, {.max_waiters = 2, .when_full = rein::queue_full_policy::evict_oldest});
   service_log log;
   bucket.async_acquire(1, log.rate_waiter(0));
   bucket.async_acquire(1, log.rate_waiter(1));
@@ -823,7 +822,7 @@ TEST_CASE("priority keys are exact at any aging and before the clock's epoch: cl
   const auto serve = [](manual_semaphore::duration aging, const std::vector<arrival>& arrivals) {
     net::io_context io;
     // Untimed: a wait from -2^62 to +2^62 ns is beyond what the wait statistics can count.
-    manual_semaphore sem(io, 1, {.measure_wait = false, .order = priority, .priority_aging = aging});
+    manual_semaphore sem(io, 1, {.order = priority, .priority_aging = aging, .measure_wait = false});
     rein::permit held = sem.try_acquire();
     service_log log;
     for (std::size_t i = 0; i < arrivals.size(); ++i) {
@@ -899,7 +898,7 @@ TEST_CASE("priority on a token bucket: a deadline counts only the units keyed ah
           "[core][order][priority][time]") {
   rein_test::manual_clock_at_epoch epoch;
   net::io_context io;
-  manual_bucket bucket(io, {.rate = 1, .capacity = 1, .initial_tokens = 0, .order = priority});
+  manual_bucket bucket(io, {.rate = 1, .capacity = 1, .initial_tokens = 0}, {.order = priority});
   service_log log;
   for (int i = 0; i < 3; ++i) bucket.at_priority(1).async_acquire(1, log.rate_waiter(i));
   // Class 0 within 1.5 s: nobody is keyed ahead (the class-1 keys are 1 s later), so its token at 1 s
@@ -919,9 +918,7 @@ TEST_CASE("priority on an adaptive limiter, through the coroutine door", "[core]
   fixed_one.initial_limit = 1;
   fixed_one.min_limit = 1;
   fixed_one.max_limit = 1;
-  rein::adaptive_limiter_options options;
-  options.order = priority;
-  manual_aimd limiter(io, fixed_one, options);
+  manual_aimd limiter(io, fixed_one, {.order = priority});
   rein::permit held = limiter.try_acquire();
   std::vector<int> served;
   auto waiter = [&](int index, std::uint8_t c) -> net::awaitable<void> {
@@ -946,9 +943,9 @@ TEST_CASE("at_priority needs priority order; a negative priority_aging is refuse
                     "rein::semaphore \"db\": at_priority needs options.order = queue_order::priority, got fifo");
   CHECK_THROWS_WITH(manual_semaphore(io, 1, {.order = priority, .priority_aging = -1ns}),
                     "rein::semaphore: priority_aging must be >= 0, got -1 ns");
-  CHECK_THROWS_WITH(manual_bucket(io, {.rate = 1, .capacity = 1, .name = "api", .priority_aging = -5ms}),
+  CHECK_THROWS_WITH(manual_bucket(io, {.rate = 1, .capacity = 1}, {.name = "api", .priority_aging = -5ms}),
                     "rein::token_bucket \"api\": priority_aging must be >= 0, got -5000000 ns");
-  manual_bucket lifo(io, {.rate = 1, .capacity = 1, .order = rein::queue_order::lifo});
+  manual_bucket lifo(io, {.rate = 1, .capacity = 1}, {.order = rein::queue_order::lifo});
   CHECK_THROWS_WITH(lifo.at_priority(0),
                     "rein::token_bucket: at_priority needs options.order = queue_order::priority, got lifo");
   using manual_adaptive_rate = rein::basic_adaptive_rate_limiter<net::any_io_executor, manual_clock, std::mutex>;
@@ -1022,7 +1019,7 @@ TEST_CASE("priority order against a model: every grant goes to the smallest (arr
 TEST_CASE("a named limiter destroyed under a waiting coroutine fails it with its name, touching nothing freed",
           "[core][lifetime]") {
   net::io_context io;
-  auto sem = std::make_unique<manual_semaphore>(io, 0, rein::semaphore_options{.name = "db"});
+  auto sem = std::make_unique<manual_semaphore>(io, 0, rein::line_options{.name = "db"});
   std::string what;
   error_code code;
   net::co_spawn(
@@ -1833,7 +1830,7 @@ TEST_CASE("fair order on every line that has one: token bucket, adaptive limiter
           "[core][order][fair]") {
   net::io_context io;
   manual_clock::reset();
-  manual_bucket bucket(io, {.rate = 10.0, .capacity = 1, .name = "api", .order = rein::queue_order::fair});
+  manual_bucket bucket(io, {.rate = 10.0, .capacity = 1}, {.name = "api", .order = rein::queue_order::fair});
   REQUIRE(bucket.try_acquire());
   service_log log;
   for (int i = 0; i < 3; ++i) bucket.for_key("flood").async_acquire(1, log.rate_waiter(i));
@@ -1870,7 +1867,7 @@ TEST_CASE("fair order on every line that has one: token bucket, adaptive limiter
                        Catch::Message("rein::token_bucket \"api\": for_key's weight must be in [1, 1000000], got 0"));
   CHECK_THROWS_MATCHES(bucket.for_key("a", 1'000'001), std::invalid_argument,
                        Catch::Message("rein::token_bucket \"api\": for_key's weight must be in [1, 1000000], got 1000001"));
-  CHECK_THROWS_WITH(rein::quota_gate(io, {.order = rein::queue_order::fair}), Catch::Contains("got fair"));
+  CHECK_THROWS_WITH(rein::quota_gate(io, {}, {.order = rein::queue_order::fair}), Catch::Contains("got fair"));
 }
 
 namespace {

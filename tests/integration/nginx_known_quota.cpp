@@ -30,8 +30,8 @@ namespace {
 // at most 4 in flight per host and 64 overall, and a token bucket per host at its quota with a burst of 1.
 struct known_quota_client {
   net::io_context io;
-  rein::keyed<rein::quota_gate> gates{io};
-  rein::keyed<rein::semaphore> per_host{io, {}, std::size_t{4}};
+  rein::keyed<rein::quota_gate> gates{io, {}};
+  rein::keyed<rein::semaphore> per_host{io, std::size_t{4}};
   rein::semaphore global{io, 64};
   rein::keyed<rein::token_bucket> rate;
   rein::throttle<rein::keyed<rein::quota_gate>, rein::keyed<rein::semaphore>, rein::semaphore,
@@ -39,7 +39,7 @@ struct known_quota_client {
       throttle{gates, per_host, global, rate};
 
   known_quota_client(const std::vector<rein_test::host_spec>& hosts, rein::algo::pacing_margin_options margin)
-      : rate(io, {}, rein::token_bucket_options{.rate = 1000, .capacity = 1, .margin = margin}) {
+      : rate(io, rein::token_bucket_options{.rate = 1000, .capacity = 1, .margin = margin}) {
     for (const auto& h : hosts) {
       rate.set_override(h.name, rein::token_bucket_options{.rate = h.quota, .capacity = 1, .margin = margin});
     }

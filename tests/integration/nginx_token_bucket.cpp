@@ -36,10 +36,10 @@ TEST_CASE("nginx: two hosts with their own quotas behind one throttle with a rat
           "[integration][nginx]") {
   rein_test::nginx_server nginx;
   http_load::net::io_context io;
-  rein::keyed<rein::quota_gate> gates(io);
+  rein::keyed<rein::quota_gate> gates(io, {});
   // 0.99 of each host's quota, with a burst of 2 (nginx allows 10): sends stay under it even when the
   // network bunches them a little.
-  rein::keyed<rein::token_bucket> rate(io, {}, rein::token_bucket_options{.rate = 1, .capacity = 1});
+  rein::keyed<rein::token_bucket> rate(io, rein::token_bucket_options{.rate = 1, .capacity = 1});
   rate.set_override("host_a", rein::token_bucket_options{.rate = 0.99 * nginx_limits::host_a, .capacity = 2});
   rate.set_override("host_b", rein::token_bucket_options{.rate = 0.99 * nginx_limits::host_b, .capacity = 2});
   rein::throttle throttle(gates, rate);

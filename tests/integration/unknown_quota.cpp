@@ -32,12 +32,12 @@ namespace {
 // `start` times the quota.
 struct unknown_quota_client {
   net::io_context io;
-  rein::keyed<rein::quota_gate> gates{io};
+  rein::keyed<rein::quota_gate> gates{io, {}};
   rein::keyed<rein::adaptive_rate_limiter> rate;
   rein::throttle<rein::keyed<rein::quota_gate>, rein::keyed<rein::adaptive_rate_limiter>> throttle{gates, rate};
 
   explicit unknown_quota_client(double initial_rate)
-      : rate(io, {}, rein::algo::adaptive_rate_options{.initial_rate = initial_rate, .burst = 1}) {}
+      : rate(io, rein::algo::adaptive_rate_options{.initial_rate = initial_rate, .burst = 1}) {}
 };
 
 // Runs 25 s against the server at `port`, the host "exact_b" (50 per second) starting at `start` times its

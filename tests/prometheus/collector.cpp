@@ -40,7 +40,6 @@ rein::algo::aimd_options floor_of_one() {
 // Named "upstream"; three congestion outcomes at the floor in a row open its circuit for 1 s.
 rein::adaptive_limiter_options circuit_options() {
   rein::adaptive_limiter_options o;
-  o.name = "upstream";
   o.circuit.open_after = 3;
   o.circuit.open_for = 1s;
   return o;
@@ -74,7 +73,7 @@ const prometheus::ClientMetric* metric(const std::vector<prometheus::MetricFamil
 TEST_CASE("collector: a semaphore's counters, gauges and exact wait buckets", "[prometheus]") {
   rein_test::manual_clock_at_epoch epoch;
   net::io_context io;
-  timed_semaphore sem(io, 1, {.max_waiters = 1, .name = "db"});
+  timed_semaphore sem(io, 1, {.name = "db", .max_waiters = 1});
   rein::permit held = sem.try_acquire();
   rein::permit later;
   sem.async_acquire(1, [&](rein::error_code, rein::permit p) { later = std::move(p); });
@@ -137,8 +136,8 @@ TEST_CASE("collector: a shared semaphore's limit, in_flight, held, free, waiting
           "[prometheus][redis]") {
   // The shared semaphore's admission rule on the wait line, with verdicts made by hand (no Redis).
   using policy = rein::redis::detail::semaphore_admission<manual_clock>;
-  rein_test::scripted::scripted_fixture<policy, void(rein::error_code, rein::permit)> pool(
-      {.key = "pool", .limit = 3, .name = "pool"});
+  rein_test::scripted::scripted_fixture<policy, void(rein::error_code, rein::permit)> pool({.key = "pool", .limit = 3},
+                                                                                           {.name = "pool"});
   rein_test::scripted::result r[2];
   pool.acquire(r[0], 2);
   pool.acquire(r[1], 2);
@@ -209,7 +208,7 @@ TEST_CASE("collector: a hedge policy's attempts and its hedges by outcome", "[pr
 
 TEST_CASE("collector: a keyed registry exports at most max_keys keys", "[prometheus]") {
   net::io_context io;
-  rein::keyed<rein::semaphore> per_host(io.get_executor(), {.name = "per_host"}, std::size_t{2});
+  rein::keyed<rein::semaphore> per_host(io.get_executor(), std::size_t{2}, {}, {.name = "per_host"});
   auto a = per_host.get("a");
   auto b = per_host.get("b");
   auto c1 = per_host.get("c");
@@ -254,7 +253,7 @@ TEST_CASE("collector: a throttle's rejections by stage, waiting and wait", "[pro
 
 TEST_CASE("collector: a throttle's takes per stage, each under one `as`, and its give-backs", "[prometheus]") {
   net::io_context io;
-  rein::keyed<rein::semaphore> per_key(io, {}, std::size_t{2});
+  rein::keyed<rein::semaphore> per_key(io, std::size_t{2});
   rein::semaphore global(io, 1);
   rein::throttle t(per_key, global, {.name = "out"});
   auto g1 = t.try_acquire("k");
@@ -304,7 +303,7 @@ TEST_CASE("collector: an adaptive limiter's circuit state as a gauge, 0 closed, 
           "[prometheus]") {
   rein_test::manual_clock_at_epoch epoch;
   net::io_context io;
-  circuit_aimd limiter(io, floor_of_one(), circuit_options());
+  circuit_aimd limiter(io, floor_of_one(), {.name = "upstream"}, circuit_options());
   rein::prometheus::collector c;
   c.add(limiter);
   auto state = [&] {
@@ -334,7 +333,7 @@ TEST_CASE("collector: an adaptive limiter's circuit state as a gauge, 0 closed, 
 TEST_CASE("collector: an adaptive limiter's circuit openings as a counter", "[prometheus]") {
   rein_test::manual_clock_at_epoch epoch;
   net::io_context io;
-  circuit_aimd limiter(io, floor_of_one(), circuit_options());
+  circuit_aimd limiter(io, floor_of_one(), {.name = "upstream"}, circuit_options());
   rein::prometheus::collector c;
   c.add(limiter);
   auto opens = [&] {
@@ -395,7 +394,7 @@ TEST_CASE("collector: an admission throttle's admissions and its refusals, reaso
 TEST_CASE("collector: a token bucket's reservations, those cancelled and the tokens they gave back", "[prometheus]") {
   rein_test::manual_clock_at_epoch epoch;
   net::io_context io;
-  rein::basic_token_bucket<net::any_io_executor, manual_clock> b(io, {.rate = 10, .capacity = 10, .name = "api"});
+  rein::basic_token_bucket<net::any_io_executor, manual_clock> b(io, {.rate = 10, .capacity = 10}, {.name = "api"});
   auto first = b.reserve(10);
   auto second = b.reserve(5);  // 500 ms into debt
   REQUIRE(first.ok());

@@ -129,7 +129,7 @@ TEST_CASE("Prometheus scrapes a shared semaphore's limit, in_flight, held, free 
   rein::redis::connection c2(io, at);
   // Two semaphore objects stand for two processes sharing 3 permits: "pool" holds 2 and waits for 2 more;
   // "other" holds the third.
-  rein::redis::shared_semaphore pool(c1, {.key = "scrape", .limit = 3, .name = "pool"});
+  rein::redis::shared_semaphore pool(c1, {.key = "scrape", .limit = 3}, {.name = "pool"});
   rein::redis::shared_semaphore other(c2, {.key = "scrape", .limit = 3});
   rein::permit held, third, later;
   pool.async_acquire(2, [&](rein::error_code, rein::permit p) { held = std::move(p); });

@@ -344,9 +344,7 @@ TEST_CASE("admission: NOSCRIPT loads the script and asks again, twice at most; o
 
 TEST_CASE("admission: max_waiters counts the ops waiting their turn, not those on the wire",
           "[redis][admission]") {
-  auto o = ten_per_second(5, 1);
-  o.max_waiters = 1;
-  bucket b(o);
+  bucket b(ten_per_second(5, 1), {.max_waiters = 1});
   result on_wire, waiting, one_more;
   b.acquire(on_wire, 1);
   b.acquire(waiting, 1);

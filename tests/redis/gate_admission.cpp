@@ -181,14 +181,13 @@ TEST_CASE("gate admission: a named gate's observer hears a pause Redis reports s
           "reply says is left",
           "[redis][gate][observability]") {
   std::vector<std::string> events;
-  auto o = no_jitter();
-  o.name = "api";
-  o.observer = [&events](const rein::limiter_event& e) {
-    std::ostringstream line;
-    line << e;
-    events.push_back(line.str());
+  rein::line_options line{.name = "api"};
+  line.observer = [&events](const rein::limiter_event& e) {
+    std::ostringstream text;
+    text << e;
+    events.push_back(text.str());
   };
-  gate g(o);
+  gate g(no_jitter(), std::move(line));
   result r;
   g.acquire(r, 1);
   verdict paused = denied(300000, 1700000000300000);

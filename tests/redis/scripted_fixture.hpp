@@ -76,10 +76,11 @@ struct scripted_fixture {
   std::shared_ptr<recording_transport> transport = std::make_shared<recording_transport>();
   std::shared_ptr<line_type> line;
 
-  explicit scripted_fixture(typename Policy::options_type o) {
+  explicit scripted_fixture(typename Policy::options_type o, rein::line_options options = {}) {
     if (o.key.empty()) o.key = "quota";
-    line = std::make_shared<line_type>(io.get_executor(), rein::redis::detail::line_options_of(o), o,
-                                       [this] { return link_up; }, manual_clock::now());
+    line = std::make_shared<line_type>(
+        io.get_executor(), rein::redis::detail::line_options_of(Policy::type_name, std::move(options)), o,
+        [this] { return link_up; }, manual_clock::now());
     line->set_transport(transport);
   }
   scripted_fixture(const scripted_fixture&) = delete;

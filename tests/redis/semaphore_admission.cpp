@@ -169,14 +169,13 @@ TEST_CASE("semaphore admission: after a lost lease the old permits send nothing 
 TEST_CASE("semaphore admission: a named semaphore's observer hears each lost lease once, when a reply says so",
           "[redis][semaphore][observability]") {
   std::vector<std::string> events;
-  auto o = limit_of(4);
-  o.name = "db";
-  o.observer = [&events](const rein::limiter_event& e) {
-    std::ostringstream line;
-    line << e;
-    events.push_back(line.str());
+  rein::line_options line{.name = "db"};
+  line.observer = [&events](const rein::limiter_event& e) {
+    std::ostringstream text;
+    text << e;
+    events.push_back(text.str());
   };
-  semaphore s(o);
+  semaphore s(limit_of(4), std::move(line));
   result held;
   s.acquire(held, 1);
   s.settle(0, allowed(3));
@@ -594,15 +593,13 @@ TEST_CASE("semaphore admission: a permit carries the server's time of Redis's gr
 TEST_CASE("semaphore admission: a named semaphore's observer hears its rejections by reason, unavailable included",
           "[redis][semaphore][observability]") {
   std::vector<std::string> events;
-  auto o = limit_of(1);
-  o.name = "db";
-  o.max_waiters = 1;
-  o.observer = [&events](const rein::limiter_event& e) {
-    std::ostringstream line;
-    line << e;
-    events.push_back(line.str());
+  rein::line_options line{.name = "db", .max_waiters = 1};
+  line.observer = [&events](const rein::limiter_event& e) {
+    std::ostringstream text;
+    text << e;
+    events.push_back(text.str());
   };
-  semaphore s(o);
+  semaphore s(limit_of(1), std::move(line));
   result held, waiting, full, late;
   s.acquire(held, 1);
   s.settle(0, allowed(0));

@@ -153,7 +153,7 @@ TEST_CASE("inside rein::throttle as its global concurrency stage: the fleet's pe
   rein::redis::connection c(io, local(server.port()));
   const shared_semaphore_options options{.key = unique_key("throttle"), .limit = 2};
   shared_semaphore global(c, options);
-  rein::keyed<rein::semaphore> per_host(io.get_executor(), rein::keyed_options{}, std::size_t{4});
+  rein::keyed<rein::semaphore> per_host(io.get_executor(), std::size_t{4});
   rein::throttle t(per_host, global);
   CHECK(t.try_acquire("db").rejected_at() == rein::throttle_stage::global);  // Redis must be asked
 
@@ -256,13 +256,13 @@ TEST_CASE("a shared semaphore's snapshot: limit, held by this process, free as l
   std::vector<std::string> events;
   shared_semaphore_options options{.key = unique_key("vocabulary"), .limit = 3};
   shared_semaphore other(c2, options);
-  options.name = "db";
-  options.observer = [&events](const rein::limiter_event& e) {
-    std::ostringstream line;
-    line << e;
-    events.push_back(line.str());
+  rein::line_options line{.name = "db"};
+  line.observer = [&events](const rein::limiter_event& e) {
+    std::ostringstream text;
+    text << e;
+    events.push_back(text.str());
   };
-  shared_semaphore mine(c1, options);
+  shared_semaphore mine(c1, options, std::move(line));
   taken t[4];
   const long long before = server_now_us(io, c1);
   mine.async_acquire(2, into(t[0]));

@@ -277,9 +277,7 @@ TEST_CASE("max_waiters bounds the line; one more completes with queue_full") {
   redis_server server;
   net::io_context io;
   rein::redis::connection c(io, local(server.port()));
-  auto options = quota("bounded", 1, 1);
-  options.max_waiters = 1;
-  shared_token_bucket bucket(c, options);
+  shared_token_bucket bucket(c, quota("bounded", 1, 1), {.max_waiters = 1});
   recorder r(3);
   bucket.async_acquire(1, r.handler(0));
   REQUIRE(run_until(io, [&] { return r.completed() == 1; }));
@@ -436,7 +434,7 @@ TEST_CASE("inside rein::throttle as its rate stage: the fleet's quota, then the 
   net::io_context io;
   shared_token_bucket rate(io, local(server.port()), quota("throttle", 2, 3));  // burst 3, then 2 per second
   rein::semaphore global(io, 10);
-  rein::keyed<rein::semaphore> per_key(io.get_executor(), rein::keyed_options{}, std::size_t{10});
+  rein::keyed<rein::semaphore> per_key(io.get_executor(), std::size_t{10});
   rein::throttle t(per_key, global, rate);
   CHECK_FALSE(rate.try_acquire());  // no synchronous answer: the throttle waits through async_acquire_until
   CHECK(t.try_acquire("host").rejected_at() == rein::throttle_stage::rate);

@@ -71,7 +71,7 @@ TEST_CASE("separately compiled token bucket and quota gate", "[separate]") {
 
 TEST_CASE("separately compiled keyed semaphores: one limiter per key", "[separate]") {
   net::io_context io;
-  rein::keyed<rein::semaphore> per_host(io, {}, std::size_t{2});
+  rein::keyed<rein::semaphore> per_host(io, std::size_t{2});
   auto a = per_host.get("a.example");
   rein::try_permit held = a->try_acquire(2);
   REQUIRE(held.status() == rein::try_status::acquired);
@@ -86,7 +86,7 @@ namespace {
 // A key's capacity of 1 under a global 4: a charge of 2 requests fails at the key's stage, after its wait.
 struct per_host_and_global {
   net::io_context io;
-  rein::keyed<rein::semaphore> per_host{io, {}, std::size_t{1}};
+  rein::keyed<rein::semaphore> per_host{io, std::size_t{1}};
   rein::semaphore global{io, 4};
   rein::throttle<rein::keyed<rein::semaphore>, rein::semaphore> throttle{per_host, global};
 };

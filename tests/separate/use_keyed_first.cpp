@@ -21,8 +21,8 @@ namespace net = rein::net;
 
 TEST_CASE("separately compiled keyed gates and buckets: a parked acquire ends when its gate closes", "[separate]") {
   net::io_context io;
-  rein::keyed<rein::quota_gate> gates(io);
-  rein::keyed<rein::token_bucket> buckets(io, {}, rein::token_bucket_options{.rate = 1e-3, .capacity = 2});
+  rein::keyed<rein::quota_gate> gates(io, {});
+  rein::keyed<rein::token_bucket> buckets(io, rein::token_bucket_options{.rate = 1e-3, .capacity = 2});
   REQUIRE(buckets.get("a.example")->try_acquire(2));
   REQUIRE_FALSE(buckets.get("a.example")->try_acquire());
   REQUIRE(buckets.get("b.example")->try_acquire());

@@ -9,6 +9,7 @@
 #include <rein/detail/invalid_option.hpp>
 #include <rein/error.hpp>
 #include <rein/keyed.hpp>
+#include <rein/line_options.hpp>
 #include <rein/permit.hpp>
 #include <rein/queue_order.hpp>
 #include <rein/semaphore.hpp>
@@ -312,10 +313,10 @@ class basic_admission {
   ///         an option is out of range (rate, burst, concurrency, order, max_wait, shed_retry_after, policy,
   ///         max_keys).
   basic_admission(const executor_type& ex, admission_options options)
-    requires std::is_constructible_v<Global, const executor_type&, std::size_t, semaphore_options>
+    requires std::is_constructible_v<Global, const executor_type&, std::size_t, line_options>
       : options_(checked(std::move(options), true)),
         buckets_(make_buckets(ex, options_)),
-        slots_(ex, options_.concurrency, semaphore_options{.name = options_.name, .order = options_.order}) {}
+        slots_(ex, options_.concurrency, line_options{.name = options_.name, .order = options_.order}) {}
 
   /// Makes the buckets and takes `global` as the global stage (an adaptive limiter, or a semaphore made with
   /// options the admission does not offer). Its own options choose its limit and order; `concurrency` must
@@ -327,7 +328,7 @@ class basic_admission {
   /// The same on an execution context (an io_context), as every rein limiter takes one.
   template <class ExecutionContext>
     requires std::is_convertible_v<ExecutionContext&, net::execution_context&> &&
-             std::is_constructible_v<Global, const executor_type&, std::size_t, semaphore_options>
+             std::is_constructible_v<Global, const executor_type&, std::size_t, line_options>
   basic_admission(ExecutionContext& context, admission_options options)
       : basic_admission(executor_type(context.get_executor()), std::move(options)) {}
 
@@ -443,8 +444,8 @@ class basic_admission {
   }
 
   static keyed<bucket_type> make_buckets(const executor_type& ex, const admission_options& o) {
-    return keyed<bucket_type>(ex, keyed_options{.max_keys = o.max_keys, .name = o.name},
-                              token_bucket_options{.rate = o.rate, .capacity = o.burst, .name = o.name});
+    return keyed<bucket_type>(ex, token_bucket_options{.rate = o.rate, .capacity = o.burst},
+                              line_options{.name = o.name}, keyed_options{.max_keys = o.max_keys, .name = o.name});
   }
 
   // `started + wait`, saturating: a bound too long to represent (nanoseconds::max()) means none.

@@ -92,7 +92,7 @@
 
 namespace rein::detail {
 
-/// What the public limiters pass to their core besides the policy.
+/// What the public limiters pass to their core besides the policy (from rein::line_options: line_setup.hpp).
 struct line_options {
   std::size_t max_waiters;    ///< one more waiter completes with errc::queue_full
   bool measure_wait = true;   ///< time waits for wait_total, wait_max and the wait histogram (a timeless
@@ -123,11 +123,6 @@ concept partitionable_policy = requires(const P& p) {
 /// computes token counts.
 __extension__ using priority_key_type = __int128;
 
-/// options.priority_aging of the public type `who`, checked: a negative delay would invert the classes.
-inline std::chrono::nanoseconds checked_priority_aging(named who, std::chrono::nanoseconds aging) {
-  if (aging.count() < 0) throw_invalid(describe(who.type, who.name), "priority_aging must be >= 0", show(aging));
-  return aging;
-}
 
 /// The completion signatures of an acquire on the line: a concurrency limiter hands out a permit, a rate
 /// rule (and a remote one, whose errors are its own) completes with an error code only.
@@ -189,7 +184,7 @@ class limiter_core final : public permit_source,
                      : nullptr) {
     // A remote line serves in fifo order and refuses the newest (its requests are pipelined in order).
     assert(!remote || (order_ == queue_order::fifo && !evict_oldest_));
-    assert(priority_aging_ns_ >= 0);  // the public types check it (checked_priority_aging)
+    assert(priority_aging_ns_ >= 0);  // the public types check it (line_setup.hpp)
     assert(partitions_.empty() || partitionable);  // only the types whose policy allows it offer the option
     if constexpr (partitionable) {
       if (!partitions_.empty()) {

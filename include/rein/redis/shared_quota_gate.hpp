@@ -3,6 +3,7 @@
 #pragma once
 
 #include <rein/config.hpp>
+#include <rein/line_options.hpp>
 #include <rein/redis/connection.hpp>
 #include <rein/redis/detail/gate_admission.hpp>
 #include <rein/redis/detail/scripted_admission.hpp>
@@ -133,9 +134,11 @@ class basic_shared_quota_gate : public detail::gate_base<Executor, Clock, Mutex>
     using other = basic_shared_quota_gate<OtherExecutor, Clock, Mutex>;
   };
 
-  /// The constructors: (connection&, options) on a shared connection; (cluster&, options) on a Redis
-  /// Cluster, talking to the master of its key's slot; (executor or execution context,
-  /// connection_options, options) with a connection of its own.
+  /// The constructors: (connection&, rule, line_options = {}) on a shared connection; (cluster&, rule,
+  /// line_options = {}) on a Redis Cluster, talking to the master of its key's slot; (executor or execution
+  /// context, connection_options, rule, line_options = {}) with a connection of its own. The line serves in
+  /// fifo order and refuses the newest when full (rein::line_options: another order, evict_oldest and
+  /// partitions are refused).
   /// @throws std::invalid_argument naming the type, field and value if an option is out of range.
   using base::base;
 

@@ -4,6 +4,7 @@
 
 #include <rein/config.hpp>
 #include <rein/detail/asio_header.hpp>
+#include <rein/line_options.hpp>
 #include <rein/permit.hpp>
 #include <rein/redis/connection.hpp>
 #include <rein/redis/detail/random_name.hpp>
@@ -331,32 +332,35 @@ class basic_shared_semaphore : public detail::semaphore_base<Executor, Clock, Mu
     using other = basic_shared_semaphore<OtherExecutor, Clock, Mutex>;
   };
 
-  /// On an existing connection (shared with other limiters and users).
+  /// On an existing connection (shared with other limiters and users). `line` is its waiting line's
+  /// (rein::line_options; another order than fifo, evict_oldest and partitions are refused).
   /// @throws std::invalid_argument naming the type, field and value if an option is out of range.
-  basic_shared_semaphore(basic_connection<Executor>& shared, shared_semaphore_options options)
-      : base(shared, std::move(options)) {
+  basic_shared_semaphore(basic_connection<Executor>& shared, shared_semaphore_options options, line_options line = {})
+      : base(shared, std::move(options), std::move(line)) {
     start_renewals();
   }
 
   /// On a Redis Cluster: its commands go to the master of its keys' hash slot.
   /// @throws std::invalid_argument naming the type, field and value if an option is out of range.
-  basic_shared_semaphore(basic_cluster<Executor>& nodes, shared_semaphore_options options)
-      : base(nodes, std::move(options)) {
+  basic_shared_semaphore(basic_cluster<Executor>& nodes, shared_semaphore_options options, line_options line = {})
+      : base(nodes, std::move(options), std::move(line)) {
     start_renewals();
   }
 
   /// With a connection of its own, closed when the semaphore is destroyed.
   /// @throws std::invalid_argument naming the type, field and value if an option is out of range.
-  basic_shared_semaphore(const Executor& ex, connection_options redis, shared_semaphore_options options)
-      : base(ex, std::move(redis), std::move(options)) {
+  basic_shared_semaphore(const Executor& ex, connection_options redis, shared_semaphore_options options,
+                         line_options line = {})
+      : base(ex, std::move(redis), std::move(options), std::move(line)) {
     start_renewals();
   }
 
   /// With a connection of its own on `context`'s executor.
   template <class ExecutionContext>
     requires std::is_convertible_v<ExecutionContext&, net::execution_context&>
-  basic_shared_semaphore(ExecutionContext& context, connection_options redis, shared_semaphore_options options)
-      : basic_shared_semaphore(context.get_executor(), std::move(redis), std::move(options)) {}
+  basic_shared_semaphore(ExecutionContext& context, connection_options redis, shared_semaphore_options options,
+                         line_options line = {})
+      : basic_shared_semaphore(context.get_executor(), std::move(redis), std::move(options), std::move(line)) {}
 
   ~basic_shared_semaphore() { keeper_->stop(); }
 
@@ -371,7 +375,7 @@ class basic_shared_semaphore : public detail::semaphore_base<Executor, Clock, Mu
   /// set again): each process's next request is judged by it, in place of its own options' `limit` (so a
   /// waiting process sees it within one poll interval). Permits held above a lowered limit stay valid; no
   /// more are granted until the count is below it. One request, not awaited; false if it could not be sent
-  /// (Redis unavailable). A request for more than this process's `options().limit` still fails with
+  /// (Redis unavailable). A request for more than this process's `get_options().limit` still fails with
   /// rein::errc::exceeds_capacity; one for more than the stored limit fails with errc::server_error (it
   /// could only wait forever). True means on its way, not stored: an error reply is counted in
   /// snapshot().server_errors.
@@ -379,7 +383,7 @@ class basic_shared_semaphore : public detail::semaphore_base<Executor, Clock, Mu
   bool set_limit(std::int64_t limit) {
     if (limit < 1 || limit > std::numeric_limits<std::int32_t>::max())
       throw std::invalid_argument("rein::redis::shared_semaphore: limit must be in [1, 2^31) permits, got " + std::to_string(limit));
-    return this->send_setting({"SET", detail::tagged_key(this->options(), ":sem:limit"), std::to_string(limit)});
+    return this->send_setting({"SET", detail::tagged_key(this->get_options(), ":sem:limit"), std::to_string(limit)});
   }
 
   /// Counters and state, including round-trip latency and the lease, copied under the lock.
@@ -399,7 +403,7 @@ class basic_shared_semaphore : public detail::semaphore_base<Executor, Clock, Mu
 
  private:
   void start_renewals() {
-    const auto period = std::chrono::duration_cast<typename Clock::duration>(this->options().lease) / 3;
+    const auto period = std::chrono::duration_cast<typename Clock::duration>(this->get_options().lease) / 3;
     keeper_ = std::make_shared<keeper_type>(this->get_executor(), this->line().weak_from_this(), period);
     keeper_->start();
   }

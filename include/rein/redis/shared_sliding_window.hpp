@@ -3,6 +3,7 @@
 #pragma once
 
 #include <rein/config.hpp>
+#include <rein/line_options.hpp>
 #include <rein/redis/connection.hpp>
 #include <rein/redis/detail/random_name.hpp>
 #include <rein/redis/detail/scripted_admission.hpp>
@@ -260,9 +261,11 @@ class basic_shared_sliding_window : public detail::window_base<Executor, Clock, 
     using other = basic_shared_sliding_window<OtherExecutor, Clock, Mutex>;
   };
 
-  /// The constructors: (connection&, options) on a shared connection; (cluster&, options) on a Redis
-  /// Cluster, talking to the master of its key's slot; (executor or execution context,
-  /// connection_options, options) with a connection of its own.
+  /// The constructors: (connection&, rule, line_options = {}) on a shared connection; (cluster&, rule,
+  /// line_options = {}) on a Redis Cluster, talking to the master of its key's slot; (executor or execution
+  /// context, connection_options, rule, line_options = {}) with a connection of its own. The line serves in
+  /// fifo order and refuses the newest when full (rein::line_options: another order, evict_oldest and
+  /// partitions are refused).
   /// @throws std::invalid_argument naming the type, field and value if an option is out of range.
   using base::base;
 
@@ -272,7 +275,7 @@ class basic_shared_sliding_window : public detail::window_base<Executor, Clock, 
   /// never admits more than if the refunded admissions had not been made.
   void refund(std::size_t n) {
     if (n == 0) return;
-    const auto most = static_cast<std::size_t>(this->options().limit);
+    const auto most = static_cast<std::size_t>(this->get_options().limit);
     this->line().update([&](detail::window_admission<Clock>& p, typename Clock::time_point) {
       p.refund(static_cast<std::int64_t>(std::min(n, most)));
     });
@@ -282,16 +285,16 @@ class basic_shared_sliding_window : public detail::window_base<Executor, Clock, 
   /// until set again): each process's next request is judged by it, in place of its own options' `limit`.
   /// Admissions already in the window stay; none more until fewer than the new limit remain. One request,
   /// not awaited; false if it could not be sent (Redis unavailable). A request for more than this
-  /// process's `options().limit` still fails with rein::errc::exceeds_capacity; one for more than the stored
+  /// process's `get_options().limit` still fails with rein::errc::exceeds_capacity; one for more than the stored
   /// limit fails with errc::server_error (it could only wait forever). With fail_open, the local window
-  /// keeps its share of `options().limit`. True means on its way, not stored: an error reply is counted in
+  /// keeps its share of `get_options().limit`. True means on its way, not stored: an error reply is counted in
   /// snapshot().server_errors.
   /// @throws std::invalid_argument naming the type, field and value unless 1 <= limit <= 2^27.
   bool set_limit(std::int64_t limit) {
     if (limit < 1 || limit > (std::int64_t{1} << 27))
       throw std::invalid_argument("rein::redis::shared_sliding_window: limit must be in [1, 2^27] admissions, got " +
                                   std::to_string(limit));
-    return this->send_setting({"SET", detail::tagged_key(this->options(), ":window:limit"), std::to_string(limit)});
+    return this->send_setting({"SET", detail::tagged_key(this->get_options(), ":window:limit"), std::to_string(limit)});
   }
 
   /// Counters and state, including round-trip latency, copied under the lock.

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <rein/config.hpp>
+#include <rein/line_options.hpp>
 #include <rein/redis/connection.hpp>
 #include <rein/redis/detail/bucket_admission.hpp>
 #include <rein/redis/detail/scripted_admission.hpp>
@@ -182,17 +183,19 @@ class basic_shared_token_bucket : public detail::bucket_base<Executor, Clock, Mu
     using other = basic_shared_token_bucket<OtherExecutor, Clock, Mutex>;
   };
 
-  /// The constructors: (connection&, options) on a shared connection; (cluster&, options) on a Redis
-  /// Cluster, talking to the master of its key's slot; (executor or execution context,
-  /// connection_options, options) with a connection of its own.
-  /// @throws std::invalid_argument naming the field and value if an option is out of range.
+  /// The constructors: (connection&, rule, line_options = {}) on a shared connection; (cluster&, rule,
+  /// line_options = {}) on a Redis Cluster, talking to the master of its key's slot; (executor or execution
+  /// context, connection_options, rule, line_options = {}) with a connection of its own. The line serves in
+  /// fifo order and refuses the newest when full (rein::line_options: another order, evict_oldest and
+  /// partitions are refused).
+  /// @throws std::invalid_argument naming the type, field and value if an option is out of range.
   using base::base;
 
   /// Gives n tokens back to the shared bucket (the unused part of an estimate), never above full: one
   /// request, not awaited, best effort (lost if Redis is unavailable).
   void refund(std::size_t n) {
     if (n == 0) return;
-    const auto most = static_cast<std::size_t>(this->options().capacity);
+    const auto most = static_cast<std::size_t>(this->get_options().capacity);
     this->line().update([&](detail::bucket_admission<Clock>& p, typename Clock::time_point) {
       p.refund(static_cast<std::int64_t>(std::min(n, most)));
     });
@@ -207,12 +210,12 @@ class basic_shared_token_bucket : public detail::bucket_base<Executor, Clock, Mu
   /// counted in snapshot().server_errors. The fail_open local bucket keeps the options' rate.
   /// @throws std::invalid_argument naming the type, field and value, as for the options.
   bool set_rate(double rate, std::int64_t capacity) {
-    auto checked = this->options();
+    auto checked = this->get_options();
     checked.rate = rate;
     checked.capacity = capacity;
     checked.batch = std::min(checked.batch, std::max<std::int64_t>(1, capacity));
     (void)detail::bucket_model<Clock>::validated(checked);
-    const bool sent = this->send_setting({"HSET", detail::bucket_commands::rate_key(this->options().key), "interval",
+    const bool sent = this->send_setting({"HSET", detail::bucket_commands::rate_key(this->get_options().key), "interval",
                                           detail::format_number(1e6 / rate), "capacity", std::to_string(capacity)});
     if (sent) {
       this->line().update_and_refuse(

@@ -22,8 +22,11 @@
 
 namespace rein::redis {
 
-/// Options of a shared_token_bucket. Every process sharing a quota must use the same key, rate and capacity:
+/// The rule of a shared_token_bucket. Every process sharing a quota must use the same key, rate and capacity:
 /// Redis stores how much is owed, and each call applies the caller's rate and capacity to it.
+/// The waiting line's options are rein::line_options, the constructor's next argument (fifo order and
+/// reject_newest only); its observer also receives rejections for unavailable (Redis could not be asked
+/// under fail_closed).
 struct shared_token_bucket_options {
   /// The Redis key holding the quota's state (one hash); not empty. A rate set for the fleet (set_rate)
   /// is kept in `"{" + key + "}:rate"`, or `key + ":rate"` when the key has a hash tag already: in the
@@ -35,16 +38,6 @@ struct shared_token_bucket_options {
   failure_policy on_failure = failure_policy::fail_closed;
   /// With fail_open: the local bucket's share of rate and capacity, in (0, 1] (its capacity is at least 1).
   double fail_open_share = 1.0;
-  /// How many operations may wait their turn at once; one more completes with rein::errc::queue_full.
-  /// Operations whose request is on the wire do not count. Default: unbounded.
-  std::size_t max_waiters = std::numeric_limits<std::size_t>::max();
-  /// Names the bucket in events, metrics and error messages (`rein::redis::shared_token_bucket "api": ...`).
-  /// Default: none.
-  std::string name{};
-  /// Called outside the lock with rejections by reason (queue_full, timed_out, closed, cancelled, and
-  /// unavailable: Redis could not be asked under fail_closed); see rein::limiter_observer. Default: none
-  /// (no cost).
-  limiter_observer observer{};
   /// Most admission requests this limiter has on the wire at once (pipelined on its connection), >= 1.
   /// 1 sends them one at a time.
   std::size_t max_in_flight = 64;
@@ -67,7 +60,7 @@ struct shared_token_bucket_snapshot : shared_limiter_snapshot {
   /// takes since that reply. `capacity` before the first reply.
   double tokens = 0;
   /// The rate in force, tokens per second, as every rate limiter's `limit`: the fleet's stored by set_rate
-  /// once this process wrote or saw it in a reply, else options().rate.
+  /// once this process wrote or saw it in a reply, else get_options().rate.
   double limit = 0;
   std::int64_t capacity = 0;  ///< the burst in force (likewise)
   std::int64_t batch_stock = 0;  ///< tokens taken in a batch and not yet spent (at most batch - 1)

@@ -21,9 +21,14 @@
 
 namespace rein::redis {
 
-/// Options of a shared_quota_gate: those of the shared token bucket (key, failure policy, waiters, requests
+/// The rule of a shared_quota_gate: those of the shared token bucket (key, failure policy, requests
 /// on the wire, recheck) and of rein::quota_gate (max_pause, jitter). Every process sharing a gate must use
 /// the same prefix and key.
+/// The waiting line's options are rein::line_options, the constructor's next argument (fifo order and
+/// reject_newest only); its observer also receives pause_started / pause_ended as this process learns them:
+/// a pause it wrote (at once), or one a reply reported (the release ahead of the server's time in that
+/// reply; ended by the local clock, first seen by the step after it), and rejections for unavailable (Redis
+/// could not be asked under fail_closed).
 struct shared_quota_gate_options {
   /// The name of the gate (e.g. the upstream host), the Redis hash tag: the key is
   /// `prefix + "{" + key + "}:pause"` (one hash: the pause's end and its release). Not empty, no braces.
@@ -44,18 +49,6 @@ struct shared_quota_gate_options {
   failure_policy on_failure = failure_policy::fail_closed;
   /// Unused by the gate (nothing is counted), in (0, 1]: the field keeps the shared limiters' options alike.
   double fail_open_share = 1.0;
-  /// How many operations may wait their turn at once; one more completes with rein::errc::queue_full.
-  /// Operations whose request is on the wire do not count. Default: unbounded.
-  std::size_t max_waiters = std::numeric_limits<std::size_t>::max();
-  /// Names the gate in events, metrics and error messages (`rein::redis::shared_quota_gate "api": ...`).
-  /// Default: none.
-  std::string name{};
-  /// Called outside the lock with rejections by reason (queue_full, timed_out, closed, cancelled, and
-  /// unavailable: Redis could not be asked under fail_closed), and pause_started / pause_ended as this
-  /// process learns them: a pause it wrote (at once), or one a reply reported (the release ahead of the
-  /// server's time in that reply; ended by the local clock, first seen by the step after it);
-  /// see rein::limiter_observer. Default: none (no cost).
-  limiter_observer observer{};
   /// Most admission requests this limiter has on the wire at once (pipelined on its connection), >= 1.
   std::size_t max_in_flight = 64;
   /// After Redis was found unreachable, how long the failure policy applies before Redis is asked again

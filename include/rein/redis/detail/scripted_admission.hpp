@@ -10,9 +10,11 @@
 #include <rein/detail/asio_header.hpp>
 #include <rein/detail/clock_time.hpp>
 #include <rein/detail/limiter_core.hpp>
+#include <rein/detail/line_setup.hpp>
 #include <rein/detail/remote_admission.hpp>
 #include <rein/detail/wait_op.hpp>
 #include <rein/error.hpp>
+#include <rein/line_options.hpp>
 #include <rein/redis/error.hpp>
 #include <rein/wait_stats.hpp>
 
@@ -174,11 +176,12 @@ void validate_common(const Options& o, std::string_view type) {
     fail("recheck_interval must be >= 0, got " + std::to_string(o.recheck_interval.count()) + "ms");
 }
 
-/// The wait line's options of a shared limiter: its bound on waiters, its name and its observer (a remote
-/// line serves in fifo order and refuses the newest).
-template <class Options>
-rein::detail::line_options line_options_of(const Options& o) {
-  return {.max_waiters = o.max_waiters, .name = o.name, .observer = o.observer};
+/// The wait line's options of a shared limiter, checked (a remote line serves in fifo order and refuses the
+/// newest: its requests are pipelined in order).
+inline rein::detail::line_options line_options_of(std::string_view type, rein::line_options line) {
+  constexpr std::string_view pipelined = "its requests are pipelined to Redis in order";
+  return rein::detail::line_of(type, std::move(line),
+                               {.fifo_only = pipelined, .no_evict = pipelined, .no_sojourn = "Redis decides the waits"});
 }
 
 /// A limiter's Redis key for `suffix`: prefix + "{" + key + "}" + suffix. The braces make `key` the hash
@@ -211,7 +214,7 @@ class free_places_model {
   std::int64_t refund_most() const noexcept { return options_.limit; }
 
  protected:
-  const Options& options() const noexcept { return options_; }
+  const Options& get_options() const noexcept { return options_; }
   std::int64_t free_places() const noexcept { return free_; }
 
  private:
@@ -294,7 +297,7 @@ class scripted_admission {
     if (options_.on_failure == failure_policy::fail_open) local_ = model_.make_local(now);
   }
 
-  const options_type& options() const noexcept { return options_; }
+  const options_type& get_options() const noexcept { return options_; }
   Model& model() noexcept { return model_; }
   const Model& model() const noexcept { return model_; }
 

@@ -276,25 +276,29 @@ class basic_scripted_limiter {
 
   /// A limiter on an existing connection (shared with other limiters and users).
   /// @throws std::invalid_argument naming the type, field and value if an option is out of range.
-  basic_scripted_limiter(connection_type& shared, options_type options)
-      : options_(Policy::model_type::validated(std::move(options))), line_(make_line(shared.get_executor(), shared.core(), options_)) {}
+  basic_scripted_limiter(connection_type& shared, options_type options, line_options line = {})
+      : options_(Policy::model_type::validated(std::move(options))),
+        line_(make_line(shared.get_executor(), shared.core(), options_, std::move(line))) {}
 
   /// A limiter on a Redis Cluster: its commands go to the node that serves its keys' hash slot.
-  basic_scripted_limiter(cluster_type& nodes, options_type options)
+  basic_scripted_limiter(cluster_type& nodes, options_type options, line_options line = {})
       : options_(Policy::model_type::validated(std::move(options))),
-        line_(make_line(nodes.get_executor(), nodes.core()->route(Commands(options_).routing_key()), options_)) {}
+        line_(make_line(nodes.get_executor(), nodes.core()->route(Commands(options_).routing_key()), options_,
+                        std::move(line))) {}
 
   /// A limiter with a connection of its own, closed when the limiter is destroyed.
-  basic_scripted_limiter(const executor_type& ex, connection_options redis, options_type options)
+  basic_scripted_limiter(const executor_type& ex, connection_options redis, options_type options,
+                         line_options line = {})
       : options_(Policy::model_type::validated(std::move(options))),
         owned_(std::make_shared<typename connection_type::core_type>(ex, std::move(redis))),
-        line_(make_line(ex, owned_, options_)) {}
+        line_(make_line(ex, owned_, options_, std::move(line))) {}
 
   /// A limiter with a connection of its own on `context`'s executor.
   template <class ExecutionContext>
     requires std::is_convertible_v<ExecutionContext&, net::execution_context&>
-  basic_scripted_limiter(ExecutionContext& context, connection_options redis, options_type options)
-      : basic_scripted_limiter(context.get_executor(), std::move(redis), std::move(options)) {}
+  basic_scripted_limiter(ExecutionContext& context, connection_options redis, options_type options,
+                         line_options line = {})
+      : basic_scripted_limiter(context.get_executor(), std::move(redis), std::move(options), std::move(line)) {}
 
   basic_scripted_limiter(const basic_scripted_limiter&) = delete;
   basic_scripted_limiter& operator=(const basic_scripted_limiter&) = delete;
@@ -312,8 +316,11 @@ class basic_scripted_limiter {
   /// The executor given at construction.
   executor_type get_executor() const noexcept { return line_->get_executor(); }
 
-  /// The options in force (as validated at construction).
-  const options_type& options() const noexcept { return options_; }
+  /// The rule it takes.
+  using rule_type = options_type;
+
+  /// The rule in force (as validated at construction).
+  const options_type& get_options() const noexcept { return options_; }
 
   /// The name given in the options (empty if none): in events, metrics (the collector's default
   /// registration name) and the errors the coroutine doors throw.
@@ -413,10 +420,10 @@ class basic_scripted_limiter {
 
  private:
   std::shared_ptr<line_type> make_line(const Executor& ex, std::shared_ptr<command_link> link,
-                                       const options_type& o) {
+                                       const options_type& o, line_options options) {
     auto up = [c = link] { return c->connected(); };
-    auto line = std::make_shared<line_type>(ex, line_options_of(o), o, std::move(up),
-                                            Clock::now());
+    auto line = std::make_shared<line_type>(ex, line_options_of(Policy::type_name, std::move(options)), o,
+                                            std::move(up), Clock::now());
     transport_ = std::make_shared<transport_type>(line, std::move(link), o);
     line->set_transport(transport_);
     return line;

@@ -21,8 +21,12 @@
 
 namespace rein::redis {
 
-/// Options of a shared_semaphore. Every process sharing a semaphore must use the same prefix, key and limit
+/// The rule of a shared_semaphore. Every process sharing a semaphore must use the same prefix, key and limit
 /// (each call applies the caller's limit).
+/// The waiting line's options are rein::line_options, the constructor's next argument (fifo order and
+/// reject_newest only); its observer also receives rejections for unavailable (Redis could not be asked
+/// under fail_closed) and lease_lost when a reply says Redis had expired this process's lease (the permits
+/// its callers hold then no longer count; see `lease`).
 struct shared_semaphore_options {
   /// The name of the semaphore, the Redis hash tag: the keys are `prefix + "{" + key + "}:sem:holders"` (a
   /// hash: lease -> permits held), `...:sem:leases` (a sorted set: lease -> expiry), `...:sem:total`,
@@ -46,17 +50,6 @@ struct shared_semaphore_options {
   failure_policy on_failure = failure_policy::fail_closed;
   /// With fail_open: the local semaphore's share of the limit, in (0, 1] (at least 1 permit).
   double fail_open_share = 1.0;
-  /// How many operations may wait their turn at once; one more completes with rein::errc::queue_full.
-  /// Operations whose request is on the wire do not count. Default: unbounded.
-  std::size_t max_waiters = std::numeric_limits<std::size_t>::max();
-  /// Names the semaphore in events, metrics and error messages (`rein::redis::shared_semaphore "api": ...`).
-  /// Default: none.
-  std::string name{};
-  /// Called outside the lock with rejections by reason (queue_full, timed_out, closed, cancelled, and
-  /// unavailable: Redis could not be asked under fail_closed), and lease_lost when a reply says Redis had
-  /// expired this process's lease (the permits its callers hold then no longer count; see `lease`); see
-  /// rein::limiter_observer. Default: none (no cost).
-  limiter_observer observer{};
   /// Most acquire requests this semaphore has on the wire at once (pipelined on its connection), >= 1.
   std::size_t max_in_flight = 64;
   /// After Redis was found unreachable, how long the failure policy applies before Redis is asked again
@@ -66,7 +59,7 @@ struct shared_semaphore_options {
 
 /// A shared_semaphore's counters and state, copied under its lock (see shared_limiter_snapshot).
 struct shared_semaphore_snapshot : shared_limiter_snapshot {
-  /// The limit this process asks under (options().limit), fleet-wide permits. A limit stored with
+  /// The limit this process asks under (get_options().limit), fleet-wide permits. A limit stored with
   /// set_limit replaces it on the server, which the replies do not report: `free` reflects it, this not.
   std::int64_t limit = 0;
   /// Permits this process's callers hold now ("calls holding a slot", as every limiter's in_flight): granted
@@ -152,7 +145,7 @@ class semaphore_model : public free_places_model<Clock, shared_semaphore_options
   using free_places_model<Clock, shared_semaphore_options>::free_places_model;
 
   std::optional<local_type> make_local(time_point) const {
-    const auto share = std::floor(static_cast<double>(this->options().limit) * this->options().fail_open_share);
+    const auto share = std::floor(static_cast<double>(this->get_options().limit) * this->get_options().fail_open_share);
     return local_type(std::max<std::int64_t>(1, static_cast<std::int64_t>(share)));
   }
 
@@ -165,7 +158,7 @@ class semaphore_model : public free_places_model<Clock, shared_semaphore_options
   }
 
   void fill(snapshot_type& s, time_point) const noexcept {
-    s.limit = this->options().limit;
+    s.limit = this->get_options().limit;
     s.free = this->free_places();
     s.lease = lease_;
     s.leases_lost = leases_lost_;
@@ -223,7 +216,7 @@ class semaphore_model : public free_places_model<Clock, shared_semaphore_options
 
  private:
   typename Clock::duration lease_length() const noexcept {
-    return std::chrono::duration_cast<typename Clock::duration>(this->options().lease);  // truncated: shorter
+    return std::chrono::duration_cast<typename Clock::duration>(this->get_options().lease);  // truncated: shorter
   }
 
   std::uint64_t lease_ = 1;

@@ -19,8 +19,11 @@
 
 namespace rein::redis {
 
-/// Options of a shared_sliding_window. Every process sharing a window must use the same prefix, key, limit
+/// The rule of a shared_sliding_window. Every process sharing a window must use the same prefix, key, limit
 /// and window: Redis stores the admissions' stamps, and each call applies the caller's limit and window.
+/// The waiting line's options are rein::line_options, the constructor's next argument (fifo order and
+/// reject_newest only); its observer also receives rejections for unavailable (Redis could not be asked
+/// under fail_closed).
 struct shared_sliding_window_options {
   /// The name of the window, the Redis hash tag: the keys are `prefix + "{" + key + "}:window"` (a sorted
   /// set of admission stamps and of the fleet's waiting processes), `... + ":window:seq"` (a counter naming
@@ -41,16 +44,6 @@ struct shared_sliding_window_options {
   failure_policy on_failure = failure_policy::fail_closed;
   /// With fail_open: the local window's share of the limit, in (0, 1] (its limit is at least 1).
   double fail_open_share = 1.0;
-  /// How many operations may wait their turn at once; one more completes with rein::errc::queue_full.
-  /// Operations whose request is on the wire do not count. Default: unbounded.
-  std::size_t max_waiters = std::numeric_limits<std::size_t>::max();
-  /// Names the window in events, metrics and error messages (`rein::redis::shared_sliding_window "api": ...`).
-  /// Default: none.
-  std::string name{};
-  /// Called outside the lock with rejections by reason (queue_full, timed_out, closed, cancelled, and
-  /// unavailable: Redis could not be asked under fail_closed); see rein::limiter_observer. Default: none
-  /// (no cost).
-  limiter_observer observer{};
   /// Most admission requests this limiter has on the wire at once (pipelined on its connection), >= 1.
   std::size_t max_in_flight = 64;
   /// After Redis was found unreachable, how long the failure policy applies before Redis is asked again
@@ -60,7 +53,7 @@ struct shared_sliding_window_options {
 
 /// A shared_sliding_window's counters and state, copied under its lock (see shared_limiter_snapshot).
 struct shared_sliding_window_snapshot : shared_limiter_snapshot {
-  /// Most admissions in any window, as this process asks (options().limit); a limit stored with set_limit
+  /// Most admissions in any window, as this process asks (get_options().limit); a limit stored with set_limit
   /// replaces it on the server, which the replies do not report (`free` reflects it).
   std::int64_t limit = 0;
   /// Free places this process may take as of the last reply (blind to other processes since): the window's
@@ -104,13 +97,13 @@ class window_model : public free_places_model<Clock, shared_sliding_window_optio
   using free_places_model<Clock, shared_sliding_window_options>::free_places_model;
 
   std::optional<local_type> make_local(time_point now) const {
-    const auto share = std::floor(static_cast<double>(this->options().limit) * this->options().fail_open_share);
+    const auto share = std::floor(static_cast<double>(this->get_options().limit) * this->get_options().fail_open_share);
     const auto limit = std::max<std::int64_t>(1, static_cast<std::int64_t>(share));
-    return local_type(typename local_type::options{.limit = limit, .window = std::chrono::duration_cast<typename Clock::duration>(this->options().window)}, now);
+    return local_type(typename local_type::options{.limit = limit, .window = std::chrono::duration_cast<typename Clock::duration>(this->get_options().window)}, now);
   }
 
   void fill(snapshot_type& s, time_point) const noexcept {
-    s.limit = this->options().limit;
+    s.limit = this->get_options().limit;
     s.free = this->free_places();
   }
 };
