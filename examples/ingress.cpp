@@ -191,7 +191,7 @@ net::awaitable<void> session(boost::beast::tcp_stream stream, Admission& admissi
       }
       ++counts.admitted;
       if (c.work > 0ms) co_await net::steady_timer(stream.get_executor(), c.work).async_wait(net::use_awaitable);
-      admitted.state()->set_fields(ok, admission.options().policy);
+      admitted.state()->set_fields(ok, admission.get_options().policy);
       // The work is done: the slot goes back before the write, and the adaptive stage learns how long the
       // work took (a semaphore ignores the outcome).
       admitted.permit().complete(rein::outcome::success);

@@ -63,7 +63,7 @@ net::awaitable<void> session(tcp::socket socket, rein::beast::admission& admissi
       continue;
     }
     http::response<http::string_body> ok{http::status::ok, request.version()};
-    admitted.state()->set_fields(ok, admission.options().policy);
+    admitted.state()->set_fields(ok, admission.get_options().policy);
     ok.keep_alive(true);
     ok.prepare_payload();
     admitted.permit().release();

@@ -88,7 +88,7 @@ class basic_admission_throttle {
       : options_(validated(o)), slice_(rein::detail::slice_width<duration>(type_name, "window", o.window, slices)) {}
 
   /// The options in force.
-  const options_type& options() const noexcept { return options_; }
+  const options_type& get_options() const noexcept { return options_; }
 
   /// The probability with which a call asking at `now` is refused: the rule above, in [0, max_rejection].
   double rejection_probability(time_point now) const noexcept {

@@ -49,7 +49,7 @@ class backoff {
   explicit backoff(const backoff_options& options = {}) : options_(validated(options)) {}
 
   /// The options in force (as validated at construction).
-  const backoff_options& options() const noexcept { return options_; }
+  const backoff_options& get_options() const noexcept { return options_; }
 
   /// Whether another attempt may follow `failed_attempts` failed ones: `failed_attempts < max_attempts`.
   bool may_retry(std::uint32_t failed_attempts) const noexcept { return failed_attempts < options_.max_attempts; }

@@ -64,7 +64,7 @@ class basic_hedge_delay {
   }
 
   /// The options in force (as validated at construction).
-  const hedge_delay_options& options() const noexcept { return options_; }
+  const hedge_delay_options& get_options() const noexcept { return options_; }
 
   /// The delay read from `latencies`: its `quantile` percentile once it holds min_samples values,
   /// otherwise (or without a quantile) the fixed delay.

@@ -72,7 +72,7 @@ class basic_retry_budget {
         reserve_(reserve_units(options)) {}
 
   /// The options in force (as validated at construction).
-  const retry_budget_options& options() const noexcept { return options_; }
+  const retry_budget_options& get_options() const noexcept { return options_; }
 
   /// Records one original request at `now`, adding `retry_ratio` of a retry to the balance for `ttl`.
   void deposit(time_point now) noexcept {

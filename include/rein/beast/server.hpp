@@ -348,9 +348,9 @@ class basic_admission {
   executor_type get_executor() const noexcept { return buckets_.get_executor(); }
 
   /// The options in force.
-  const admission_options& options() const noexcept { return options_; }
+  const admission_options& get_options() const noexcept { return options_; }
 
-  /// Admits `request` under the key `options().key(request)` (or "" without a key function). The
+  /// Admits `request` under the key `get_options().key(request)` (or "" without a key function). The
   /// initiating function; every completion token works; signature `void(error_code, admission_result)`.
   ///
   /// A refusal is not an error: it completes with success and a result whose response() is ready to send.

@@ -128,7 +128,7 @@ class trusted_proxies {
   trusted_proxies& operator=(const trusted_proxies&) = delete;
 
   /// The options in force.
-  const trusted_proxies_options& options() const noexcept { return options_; }
+  const trusted_proxies_options& get_options() const noexcept { return options_; }
 
   /// The client of `request`, received from `peer` (the connection's remote address). Never throws for
   /// any request; see the class for the rule.

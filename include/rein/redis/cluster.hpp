@@ -327,7 +327,7 @@ class cluster_core final : public std::enable_shared_from_this<cluster_core<Exec
   cluster_core& operator=(const cluster_core&) = delete;
 
   const Executor& get_executor() const noexcept { return executor_; }
-  const cluster_options& options() const noexcept { return options_; }
+  const cluster_options& get_options() const noexcept { return options_; }
 
   /// The link of the slot that holds `key`.
   std::shared_ptr<command_link> route(std::string_view key) {
@@ -706,7 +706,7 @@ class basic_cluster {
   executor_type get_executor() const noexcept { return core_->get_executor(); }
 
   /// The options in force (as validated at construction).
-  const cluster_options& options() const noexcept { return core_->options(); }
+  const cluster_options& get_options() const noexcept { return core_->get_options(); }
 
   /// Closes every node's connection for good; pending commands complete with operation_aborted. Idempotent.
   void close() { core_->close(); }

@@ -143,7 +143,7 @@ class basic_connection {
   connection_snapshot snapshot() const { return core_->snapshot(); }
 
   /// The options in force (as validated at construction).
-  const connection_options& options() const noexcept { return core_->options(); }
+  const connection_options& get_options() const noexcept { return core_->get_options(); }
 
   /// Sends one command, pipelined with everyone else's, and completes with its reply.
   ///

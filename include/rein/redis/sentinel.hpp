@@ -400,7 +400,7 @@ class basic_sentinel {
   }
 
   /// The options in force (as validated at construction).
-  const sentinel_options& options() const noexcept { return options_; }
+  const sentinel_options& get_options() const noexcept { return options_; }
 
   /// Sends one command to the master; as basic_connection::async_execute (the same completion signature
   /// `void(error_code, rein::redis::reply)` and errors; errc::unavailable also while no sentinel names a

@@ -130,7 +130,7 @@ class connection_core final : public command_link, public std::enable_shared_fro
   }
 
   const Executor& get_executor() const noexcept { return executor_; }
-  const connection_options& options() const noexcept { return options_; }
+  const connection_options& get_options() const noexcept { return options_; }
 
   /// Lock-free: true while a connection is established (its handshake written) and the circuit is closed.
   bool connected() const noexcept { return connected_.load(std::memory_order_acquire); }
