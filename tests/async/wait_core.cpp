@@ -5,17 +5,18 @@
 // fast path, and deadlines on a coarse clock.
 #include "support/async.hpp"
 #include "support/catch.hpp"
+#include "support/invalid_argument.hpp"
 #include "support/model_tier.hpp"
 
+#include <rein/adaptive_limiter.hpp>
+#include <rein/adaptive_rate_limiter.hpp>
+#include <rein/algo/aimd.hpp>
+#include <rein/algo/token_bucket.hpp>
 #include <rein/detail/deadline_heap.hpp>
 #include <rein/detail/fair_schedule.hpp>
 #include <rein/detail/limiter_core.hpp>
 #include <rein/detail/op_queue.hpp>
 #include <rein/detail/spare_allocator.hpp>
-#include <rein/adaptive_limiter.hpp>
-#include <rein/adaptive_rate_limiter.hpp>
-#include <rein/algo/aimd.hpp>
-#include <rein/algo/token_bucket.hpp>
 #include <rein/fixed_window.hpp>
 #include <rein/line_options.hpp>
 #include <rein/queue_order.hpp>
@@ -757,7 +758,8 @@ TEST_CASE("lifo: a newcomer that becomes the head is granted at its own time, no
 TEST_CASE("evict_oldest: a deadline is judged without the waiter the newcomer evicts", "[core][order][time]") {
   rein_test::manual_clock_at_epoch epoch;
   net::io_context io;
-  manual_bucket bucket(io, {.rate = 1, .capacity = 1, .initial_tokens = 0}, {.max_waiters = 2, .when_full = rein::queue_full_policy::evict_oldest});
+  manual_bucket bucket(io, {.rate = 1, .capacity = 1, .initial_tokens = 0},
+                       {.max_waiters = 2, .when_full = rein::queue_full_policy::evict_oldest});
   service_log log;
   bucket.async_acquire(1, log.rate_waiter(0));
   bucket.async_acquire(1, log.rate_waiter(1));
@@ -2393,4 +2395,153 @@ TEST_CASE("sojourn against the model at scale: random runs of 400 events", "[cor
       if (acted) line.check();
     }
   }
+}
+
+// ---- one options shape: every limiter is T(executor, rule, rein::line_options) --------------------------
+
+namespace {
+
+// `limiter`, named "x" with max_waiters 8 and made so that every acquire waits, takes 8 waiters; the 9th,
+// through the coroutine door, fails at once with queue_full and an error naming the type and the name.
+template <class Limiter>
+void check_ninth_waiter_refused(net::io_context& io, Limiter& limiter, const std::string& type) {
+  CHECK(limiter.name() == "x");
+  int completed = 0;
+  for (int i = 0; i < 8; ++i) limiter.async_acquire(1, [&completed](error_code, auto&&...) { ++completed; });
+  std::optional<error_code> ninth;
+  std::string what;
+  net::co_spawn(
+      io,
+      [&]() -> net::awaitable<void> {
+        try {
+          co_await limiter.acquire(1);
+          ninth = error_code{};
+        } catch (const rein::system_error& e) {
+          ninth = e.code();
+          what = e.what();
+        }
+      },
+      net::detached);
+  poll(io);
+  CHECK(completed == 0);
+  REQUIRE(ninth.has_value());
+  CHECK(*ninth == rein::errc::queue_full);
+  CHECK_THAT(what, Catch::StartsWith(type + " \"x\": "));
+  const auto s = limiter.snapshot();
+  CHECK(s.waiting == 8);
+  CHECK(s.queue_full_total == 1);
+}
+
+// The checks every line makes, worded alike for every type: a negative priority_aging or wake_jitter, and
+// partitions where the line has none.
+template <class Make>
+void check_invalid_line_fields(const std::string& type, Make make, bool partitions) {
+  const auto refused = [&](rein::line_options l) {
+    return rein_test::invalid_argument_of([&] { make(std::move(l)); });
+  };
+  CHECK(refused({.name = "x", .priority_aging = -1ns}) == type + " \"x\": priority_aging must be >= 0, got -1 ns");
+  CHECK(refused({.name = "x", .wake_jitter = -5ns}) == type + " \"x\": wake_jitter must be >= 0, got -5 ns");
+  CHECK(refused({.name = "x", .sojourn = {.target = -1ns}}) ==
+        type + " \"x\": sojourn.target must be >= 0, got -1 ns");
+  if (partitions) {
+    CHECK(refused({.name = "x", .partitions = {{"a", 1.5}}}) ==
+          type + " \"x\": partitions[0].share must be in (0, 1], got 1.5");
+  } else {
+    CHECK(refused({.name = "x", .partitions = {{"a", 0.5}}}) ==
+          type +
+              " \"x\": partitions must be empty (only rein::semaphore and rein::adaptive_limiter have "
+              "partitions), got 1 partitions");
+  }
+}
+
+}  // namespace
+
+TEST_CASE("one options shape: semaphore(ex, permits, line_options)", "[core][options]") {
+  net::io_context io;
+  rein::semaphore sem(io, 0, {.name = "x", .max_waiters = 8});  // a gate: every acquire waits
+  check_ninth_waiter_refused(io, sem, "rein::semaphore");
+  check_invalid_line_fields(
+      "rein::semaphore", [&](rein::line_options l) { rein::semaphore(io, 1, std::move(l)); }, true);
+}
+
+TEST_CASE("one options shape: token_bucket(ex, token_bucket_options, line_options)", "[core][options]") {
+  net::io_context io;
+  rein::token_bucket bucket(io, {.rate = 1e-3, .capacity = 1, .initial_tokens = 0}, {.name = "x", .max_waiters = 8});
+  check_ninth_waiter_refused(io, bucket, "rein::token_bucket");
+  check_invalid_line_fields(
+      "rein::token_bucket",
+      [&](rein::line_options l) { rein::token_bucket(io, {.rate = 1, .capacity = 1}, std::move(l)); }, false);
+}
+
+TEST_CASE("one options shape: rate_limiter(ex, limit, line_options)", "[core][options]") {
+  net::io_context io;
+  using limiter = rein::basic_rate_limiter<rein::algo::token_bucket>;
+  const auto empty = [] {
+    return rein::algo::token_bucket({.rate = 1e-3, .capacity = 1, .initial_tokens = 0},
+                                    std::chrono::steady_clock::now());
+  };
+  limiter rate(io, empty(), {.name = "x", .max_waiters = 8});
+  check_ninth_waiter_refused(io, rate, "rein::rate_limiter");
+  check_invalid_line_fields(
+      "rein::rate_limiter", [&](rein::line_options l) { limiter(io, empty(), std::move(l)); }, false);
+}
+
+TEST_CASE("one options shape: adaptive_rate_limiter(ex, adaptive_rate_options, line_options)", "[core][options]") {
+  net::io_context io;
+  const rein::algo::adaptive_rate_options slow{.initial_rate = 1e-3, .initial_tokens = 0, .min_rate = 1e-3};
+  rein::adaptive_rate_limiter rate(io, slow, {.name = "x", .max_waiters = 8});
+  check_ninth_waiter_refused(io, rate, "rein::adaptive_rate_limiter");
+  check_invalid_line_fields(
+      "rein::adaptive_rate_limiter", [&](rein::line_options l) { rein::adaptive_rate_limiter(io, slow, std::move(l)); },
+      false);
+}
+
+TEST_CASE("one options shape: fixed_window and sliding_window(ex, rule, line_options)", "[core][options]") {
+  net::io_context io;
+  rein::fixed_window fixed(io, {.limit = 1, .window = 1h}, {.name = "x", .max_waiters = 8});
+  REQUIRE(fixed.try_acquire());
+  check_ninth_waiter_refused(io, fixed, "rein::fixed_window");
+  check_invalid_line_fields(
+      "rein::fixed_window",
+      [&](rein::line_options l) { rein::fixed_window(io, {.limit = 1, .window = 1h}, std::move(l)); }, false);
+
+  rein::sliding_window sliding(io, {.limit = 1, .window = 1h}, {.name = "x", .max_waiters = 8});
+  REQUIRE(sliding.try_acquire());
+  check_ninth_waiter_refused(io, sliding, "rein::sliding_window");
+  check_invalid_line_fields(
+      "rein::sliding_window",
+      [&](rein::line_options l) { rein::sliding_window(io, {.limit = 1, .window = 1h}, std::move(l)); }, false);
+}
+
+TEST_CASE("one options shape: quota_gate(ex, quota_gate_options, line_options), fifo only", "[core][options]") {
+  net::io_context io;
+  rein::quota_gate gate(io, {.jitter = 0}, {.name = "x", .max_waiters = 8});
+  gate.pause_for(1h);
+  check_ninth_waiter_refused(io, gate, "rein::quota_gate");
+  const auto make = [&](rein::line_options l) { rein::quota_gate(io, {}, std::move(l)); };
+  check_invalid_line_fields("rein::quota_gate", make, false);
+  const auto refused = [&](rein::line_options l) {
+    return rein_test::invalid_argument_of([&] { make(std::move(l)); });
+  };
+  CHECK(refused({.name = "x", .order = rein::queue_order::priority}) ==
+        "rein::quota_gate \"x\": order must be fifo (its release is spread in arrival order), got priority");
+}
+
+TEST_CASE("one options shape: adaptive_limiter(ex, algorithm options, line_options, its own)", "[core][options]") {
+  net::io_context io;
+  const rein::algo::aimd_options one{.initial_limit = 1, .min_limit = 1, .max_limit = 1};
+  rein::aimd_limiter limiter(io, one, {.name = "x", .max_waiters = 8}, {.idle_restart = 0ns});
+  const rein::permit held = limiter.try_acquire();
+  REQUIRE(held);
+  check_ninth_waiter_refused(io, limiter, "rein::adaptive_limiter");
+  check_invalid_line_fields(
+      "rein::adaptive_limiter", [&](rein::line_options l) { rein::aimd_limiter(io, one, std::move(l)); }, true);
+}
+
+TEST_CASE("one options shape: the line options' example compiles and runs", "[core][options]") {
+  net::io_context io;
+  rein::semaphore db(io, 4, {.name = "db", .max_waiters = 64});
+  rein::token_bucket api(io, {.rate = 10, .capacity = 3}, {.name = "api", .order = rein::queue_order::lifo});
+  CHECK(db.name() == "db");
+  CHECK(api.order() == rein::queue_order::lifo);
 }

@@ -2,8 +2,18 @@
 // recorded, and the verdicts are made by hand (what the Lua script and the connection would report). Time is
 // rein::testing::manual_clock, so every wait and deadline is exact.
 #include "redis/scripted_fixture.hpp"
+#include "support/invalid_argument.hpp"
 
+#include <rein/line_options.hpp>
+#include <rein/redis/connection.hpp>
 #include <rein/redis/detail/bucket_admission.hpp>
+#include <rein/redis/detail/gate_admission.hpp>
+#include <rein/redis/detail/semaphore_admission.hpp>
+#include <rein/redis/detail/window_admission.hpp>
+#include <rein/redis/shared_quota_gate.hpp>
+#include <rein/redis/shared_semaphore.hpp>
+#include <rein/redis/shared_sliding_window.hpp>
+#include <rein/redis/shared_token_bucket.hpp>
 
 #include <chrono>
 #include <cstddef>
@@ -526,4 +536,81 @@ TEST_CASE("bucket admission: a reply that says a rate is stored for the fleet mo
   CHECK(b.sent().size() == 1);  // one token takes 10 ms at 100 per second (100 ms by this process's options)
   advance_and_poll(b.io, 1ms);
   CHECK(b.sent().size() == 2);
+}
+
+// ---- one options shape: every Redis limiter is T(connection, rule, rein::line_options) -----------------
+
+namespace {
+
+// A line of `Policy` named "x" with max_waiters 8 and one request on the wire at a time: 8 ops wait their
+// turn behind the one on the wire, and a 9th waiter is refused at once with queue_full.
+template <class Policy, class Signature = void(rein::error_code)>
+void check_ninth_waiter_refused(typename Policy::options_type rule) {
+  rule.max_in_flight = 1;
+  scripted_fixture<Policy, Signature> f(std::move(rule), {.name = "x", .max_waiters = 8});
+  CHECK(f.line->name() == "x");
+  result on_wire, one_more;
+  std::vector<result> waiting(8);
+  f.acquire(on_wire, 1);
+  for (auto& w : waiting) f.acquire(w, 1);
+  f.acquire(one_more, 1);
+  poll(f.io);
+  CHECK_FALSE(on_wire.done);
+  for (const auto& w : waiting) CHECK_FALSE(w.done);
+  CHECK(one_more.ec == rein::errc::queue_full);
+  CHECK(f.snapshot().queue_full_total == 1);
+  CHECK(f.sent().size() == 1);
+}
+
+// The public type constructs with line options on a shared connection (nothing is sent until it is used),
+// keeps the name, and refuses what a pipelined line cannot do, naming the type, the name, the field and the
+// value.
+template <class Limiter>
+void check_public_type(const std::string& type, typename Limiter::rule_type rule) {
+  rein::net::io_context io;
+  rein::redis::connection c(io);
+  Limiter named(c, rule, {.name = "x", .max_waiters = 8});
+  CHECK(named.name() == "x");
+  const auto make = [&](rein::line_options line) { Limiter(c, rule, std::move(line)); };
+  const auto refused = [&](rein::line_options l) {
+    return rein_test::invalid_argument_of([&] { make(std::move(l)); });
+  };
+  const std::string why = "its requests are pipelined to Redis in order";
+  CHECK(refused({.name = "x", .order = rein::queue_order::lifo}) ==
+        type + " \"x\": order must be fifo (" + why + "), got lifo");
+  CHECK(refused({.name = "x", .when_full = rein::queue_full_policy::evict_oldest}) ==
+        type + " \"x\": when_full must be reject_newest (" + why + "), got evict_oldest");
+  CHECK(refused({.name = "x", .priority_aging = -1ns}) == type + " \"x\": priority_aging must be >= 0, got -1 ns");
+  CHECK(refused({.name = "x", .sojourn = {.target = 10ms}}) ==
+        type + " \"x\": sojourn.target must be 0 (Redis decides the waits), got 10000000 ns");
+  CHECK(refused({.name = "x", .partitions = {{"a", 0.5}}}) ==
+        type +
+            " \"x\": partitions must be empty (only rein::semaphore and rein::adaptive_limiter have "
+            "partitions), got 1 partitions");
+}
+
+}  // namespace
+
+TEST_CASE("one options shape: shared_token_bucket(connection, rule, line_options)", "[redis][options]") {
+  check_ninth_waiter_refused<policy_type>(ten_per_second(5));
+  check_public_type<rein::redis::shared_token_bucket>("rein::redis::shared_token_bucket", ten_per_second(5));
+}
+
+TEST_CASE("one options shape: shared_semaphore(connection, rule, line_options)", "[redis][options]") {
+  const rein::redis::shared_semaphore_options rule{.key = "db", .limit = 4};
+  check_ninth_waiter_refused<rein::redis::detail::semaphore_admission<manual_clock>,
+                             void(rein::error_code, rein::permit)>(rule);
+  check_public_type<rein::redis::shared_semaphore>("rein::redis::shared_semaphore", rule);
+}
+
+TEST_CASE("one options shape: shared_sliding_window(connection, rule, line_options)", "[redis][options]") {
+  const rein::redis::shared_sliding_window_options rule{.key = "api", .limit = 4, .window = 1000ms};
+  check_ninth_waiter_refused<rein::redis::detail::window_admission<manual_clock>>(rule);
+  check_public_type<rein::redis::shared_sliding_window>("rein::redis::shared_sliding_window", rule);
+}
+
+TEST_CASE("one options shape: shared_quota_gate(connection, rule, line_options)", "[redis][options]") {
+  const rein::redis::shared_quota_gate_options rule{.key = "api", .jitter = 0};
+  check_ninth_waiter_refused<rein::redis::detail::gate_admission<manual_clock>>(rule);
+  check_public_type<rein::redis::shared_quota_gate>("rein::redis::shared_quota_gate", rule);
 }
