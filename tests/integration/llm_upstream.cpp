@@ -5,8 +5,10 @@
 // 0.7 of the capacity or more; at its floor of 1 a client whose calls take seconds is serialised. Real time,
 // a few seconds per run, generous margins.
 //
-// Not met yet, so the target's test is tagged [!shouldfail]: it fails as expected today, and turns red the
-// day the limiter meets the target (then drop the tag). Measured on this tree (2 cores, one run each, limit
+// Not met yet: the target's test is hidden ([.target], run it by hand) rather than [!shouldfail], because
+// the default now meets it in some runs, and a [!shouldfail] case that passes fails the suite. What CI
+// asserts instead is the nearest target the default meets with a margin: the median limit at 0.4 of the
+// capacity or more (per-call rule: 1). Measured on this tree (2 cores, one run each, limit
 // sampled every 10 ms from 2.5 s to 12 s; `rein_test_integration_llm_upstream "[.measure]"`), before the
 // noisy rule was on by default:
 //   median_window 0 (per-call rule):  limit 1 throughout (median 1), 19 answers/s of the 320 the capacity serves
@@ -21,7 +23,7 @@
 // answers/s; the last three alone: lowest 9, 10, 7, median 16, 17, 13, no overload 503s, at most 19-22
 // requests in the server. The limit no longer sits above the capacity, but it dips below
 // 0.7 x 16 = 11.2 in most runs: the sign test needs tens of calls to tell a queue from the payload's spread,
-// and each false alarm costs a call and a slow climb back. So the tag stays.
+// and each false alarm costs a call and a slow climb back.
 // Before the noisy rule, two causes: with latency judged at tolerance 1.5, the spread of 30-70 ms alone reads
 // as a queue (the family's "uniform 40%" shape, where the per-call rule keeps 0.03-0.05 of the oracle); and
 // the failure baseline counts every failure for the first 100 outcomes, so the 5 % random 503s cut the limit
@@ -166,9 +168,17 @@ run_figures run(const rein::algo::tuned_aimd_options& options, steady::duration 
 
 }  // namespace
 
-TEST_CASE("llm upstream: the recommended limiter keeps the global limit >= 0.7 of the capacity",
-          "[!shouldfail]") {
-  // After 3 s: slow start, the first cuts and the failure baseline's first 100 outcomes are behind it.
+TEST_CASE("llm upstream: the recommended limiter does not collapse; its median limit is >= 0.4 of the capacity",
+          "[llm]") {
+  // After 3 s: slow start, the first cuts and the failure baseline's first 100 outcomes are behind it. The
+  // per-call rule (median_window 0) sits at 1 here; the default's median was 13-17 of 16 in quiet runs.
+  const run_figures f = run(rein::algo::tuned_aimd_options{}, 3s, 6s, "tuned_aimd defaults");
+  CHECK(f.median >= 0.4 * static_cast<double>(capacity));
+}
+
+TEST_CASE("llm upstream: the recommended limiter keeps the global limit >= 0.7 of the capacity (the issue's "
+          "target, not met in every run)",
+          "[.target]") {
   const run_figures f = run(rein::algo::tuned_aimd_options{}, 3s, 6s, "tuned_aimd defaults");
   CHECK(f.lowest >= 0.7 * static_cast<double>(capacity));
 }
