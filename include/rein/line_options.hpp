@@ -131,8 +131,10 @@ struct line_options {
   /// rule and its bound, and algo::codel_options for the checks (target >= 0, interval > 0 when target is
   /// set). fifo order only (std::invalid_argument otherwise: only the head is judged, and in the other
   /// orders older waiters could wait behind a younger head for ever); with it the line makes its timer when
-  /// someone first waits, and times waits on Clock (coarse_wait_clock is ignored). The Redis limiters refuse
-  /// it (their waiting is Redis's). Default: off (target 0).
+  /// someone first waits, and times waits on Clock (coarse_wait_clock is ignored). Concurrency limiters only
+  /// (rein::semaphore, rein::adaptive_limiter): the rate limiters, the windows and the quota gate refuse it
+  /// (their waiters wait for the rule's own pacing, which the rule would read as a standing queue), and so
+  /// do the Redis limiters (their waiting is Redis's). Default: off (target 0).
   algo::codel_options sojourn{};
 };
 

@@ -231,7 +231,8 @@ class basic_rate_limiter {
  protected:
   /// For the derived types: `type` names them in messages ("rein::token_bucket"; a static string).
   basic_rate_limiter(std::string_view type, const executor_type& ex, Limit limit, line_options line)
-      : type_name_(type), core_(ex, detail::line_of(type, std::move(line)), std::move(limit)) {}
+      : type_name_(type),
+        core_(ex, detail::line_of(type, std::move(line), {.no_sojourn = detail::paced_line}), std::move(limit)) {}
 
   /// How messages name this limiter's type ("rein::token_bucket", ...).
   std::string_view type_name_;

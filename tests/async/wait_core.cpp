@@ -2220,6 +2220,22 @@ TEST_CASE("sojourn: invalid options name the type, field and value",
   } catch (const std::invalid_argument& e) {
     CHECK(std::string(e.what()) == "rein::semaphore \"db\": sojourn needs queue_order::fifo, got lifo");
   }
+  // A rate line's waiters wait for its pacing: a sojourn target would shed them. Refused.
+  const auto paced = [&](auto make) {
+    try {
+      make();
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  CHECK(paced([&] { manual_bucket b(io, {.rate = 5, .capacity = 1}, {.name = "api", .sojourn = {.target = 50ms}}); }) ==
+        "rein::token_bucket \"api\": sojourn.target must be 0 (its waits are the rule's pacing, not a queue), "
+        "got 50000000 ns");
+  using manual_gate = rein::basic_quota_gate<net::any_io_executor, manual_clock>;
+  CHECK(paced([&] { manual_gate g(io, {}, {.sojourn = {.target = 10ms}}); }) ==
+        "rein::quota_gate: sojourn.target must be 0 (its waits are the rule's pacing, not a queue), got 10000000 ns");
+  CHECK(paced([&] { manual_aimd a(io, {}, {.name = "db", .sojourn = {.target = 10ms}}); }).empty());
 }
 
 namespace {

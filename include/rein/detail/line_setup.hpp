@@ -14,6 +14,10 @@
 
 namespace rein::detail {
 
+/// Why a rate line (a rate limiter's, a window's, the quota gate's) refuses a sojourn rule: its waiters wait
+/// for the rule's own pacing, which a sojourn target would read as a standing queue and shed.
+inline constexpr std::string_view paced_line = "its waits are the rule's pacing, not a queue";
+
 /// What a line refuses beyond the checks every line makes (an empty reason: it accepts every value).
 struct line_rules {
   std::string_view fifo_only{};  ///< why the line serves in fifo order only ("its release is spread ...")
