@@ -318,6 +318,7 @@ class keyed {
   keyed(const executor_type& ex, rule_type rule, line_options line = {}, const keyed_options& options = {})
       : executor_(ex),
         options_(validated(options)),
+        line_(line),
         default_factory_(checked(factory_for(std::move(rule), std::move(line)), ex)) {}
 
   /// As above, on an execution context (an io_context).
@@ -334,11 +335,16 @@ class keyed {
   /// The executor given at construction.
   executor_type get_executor() const noexcept { return executor_; }
 
-  /// Makes future limiters of `key` as `Limiter(ex, rule, line)`. A limiter already alive for `key` keeps
-  /// its settings until it is evicted (references to it may be in use).
+  /// Makes future limiters of `key` as `Limiter(ex, rule, line)` (without `line`: the registry's line
+  /// options, as given at construction, so that an override of the rule keeps the name, observer and
+  /// max_waiters every key has). A limiter already alive for `key` keeps its settings until it is evicted
+  /// (references to it may be in use).
   /// @throws whatever `Limiter(ex, rule, line)` throws (std::invalid_argument for bad options), checked here
   ///         by making one limiter and discarding it; the override is then not set.
-  void set_override(key_view key, rule_type rule, line_options line = {}) {
+  void set_override(key_view key, rule_type rule) { set_override(key, std::move(rule), line_); }
+
+  /// As above, with the override's own line options.
+  void set_override(key_view key, rule_type rule, line_options line) {
     auto make = checked(factory_for(std::move(rule), std::move(line)), executor_);
     std::lock_guard<Mutex> lock(mutex_);
     if (auto it = overrides_.find(key); it != overrides_.end()) it->second = std::move(make);
@@ -599,6 +605,7 @@ class keyed {
 
   executor_type executor_;
   keyed_options options_;
+  line_options line_;  // every key's, unless an override gives its own (immutable)
   factory default_factory_;
   mutable Mutex mutex_;
   using map_type = std::unordered_map<Key, entry, Hash, KeyEqual>;

@@ -68,6 +68,24 @@ TEST_CASE("a key's limiter is made on first use from the defaults or the key's o
   CHECK(stats.created_total == 2);
 }
 
+TEST_CASE("an override of the rule alone keeps the registry's line options; one with its own line uses it",
+          "[keyed]") {
+  net::io_context io;
+  per_key_semaphore limits(io, 4, {.name = "per_host", .max_waiters = 0});
+  limits.set_override("slow.example", 1);
+  limits.set_override("own.example", 1, {.name = "own"});
+  auto slow = limits.get("slow.example");
+  CHECK(slow->name() == "per_host");
+  CHECK(limits.get("own.example")->name() == "own");
+  rein::permit held = slow->try_acquire();
+  REQUIRE(held);
+  std::optional<rein::error_code> refused;
+  slow->async_acquire(1, [&](rein::error_code ec, rein::permit) { refused = ec; });
+  io.poll();
+  REQUIRE(refused);
+  CHECK(*refused == rein::errc::queue_full);  // max_waiters 0, as every key
+}
+
 TEST_CASE("per-host caps hold under a mix of hosts", "[keyed]") {
   net::io_context io;
   per_key_semaphore limits(io, 4);
