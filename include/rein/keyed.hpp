@@ -27,6 +27,7 @@
 #include <string_view>
 #include <type_traits>
 #include <unordered_map>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -213,8 +214,8 @@ struct idle_traits {
 ///
 /// @tparam Limiter one of rein's limiters, or any type with a `rule_type`, constructible from (executor,
 ///                 rule_type, rein::line_options), that rein::idle_traits understands; need not be movable.
-///                 A limiter that needs more per key (an adaptive limiter's circuit) is a type derived from
-///                 it whose constructor takes (executor, rule_type, line_options) and supplies the rest.
+///                 A limiter that takes more (an adaptive limiter's rein::adaptive_limiter_options: its
+///                 circuit) gets them after the registry's options, for every key or per override.
 /// @tparam Key     the key (std::string by default), hashable with Hash.
 /// @tparam Mutex   std::mutex (default): safe from many threads; rein::null_mutex: one thread or strand only.
 /// @tparam Hash, KeyEqual  rein::key_hash and rein::key_equal by default. When both are transparent
@@ -321,11 +322,26 @@ class keyed {
         line_(line),
         default_factory_(checked(factory_for(std::move(rule), std::move(line)), ex)) {}
 
+  /// As above, with more arguments for each key's limiter after its line options, kept and passed to every
+  /// one: an adaptive limiter's rein::adaptive_limiter_options (its circuit, idle restart and classifier),
+  /// `keyed<adaptive_limiter>(io, algorithm, line, keyed_opts, rein::adaptive_limiter_options{...})`.
+  template <class First, class... More>
+  keyed(const executor_type& ex, rule_type rule, line_options line, const keyed_options& options, First&& first,
+        More&&... more)
+      : executor_(ex),
+        options_(validated(options)),
+        line_(line),
+        default_factory_(checked(factory_for(std::move(rule), std::move(line), std::forward<First>(first),
+                                             std::forward<More>(more)...),
+                                 ex)) {}
+
   /// As above, on an execution context (an io_context).
-  template <class ExecutionContext>
+  template <class ExecutionContext, class... More>
     requires std::is_convertible_v<ExecutionContext&, net::execution_context&>
-  keyed(ExecutionContext& context, rule_type rule, line_options line = {}, const keyed_options& options = {})
-      : keyed(executor_type(context.get_executor()), std::move(rule), std::move(line), options) {}
+  keyed(ExecutionContext& context, rule_type rule, line_options line = {}, const keyed_options& options = {},
+        More&&... more)
+      : keyed(executor_type(context.get_executor()), std::move(rule), std::move(line), options,
+              std::forward<More>(more)...) {}
 
   keyed(const keyed&) = delete;
   keyed& operator=(const keyed&) = delete;
@@ -343,9 +359,11 @@ class keyed {
   ///         by making one limiter and discarding it; the override is then not set.
   void set_override(key_view key, rule_type rule) { set_override(key, std::move(rule), line_); }
 
-  /// As above, with the override's own line options.
-  void set_override(key_view key, rule_type rule, line_options line) {
-    auto make = checked(factory_for(std::move(rule), std::move(line)), executor_);
+  /// As above, with the override's own line options, and the limiter's further arguments if it takes any
+  /// (an adaptive limiter's rein::adaptive_limiter_options: a circuit for this key alone).
+  template <class... More>
+  void set_override(key_view key, rule_type rule, line_options line, More&&... more) {
+    auto make = checked(factory_for(std::move(rule), std::move(line), std::forward<More>(more)...), executor_);
     std::lock_guard<Mutex> lock(mutex_);
     if (auto it = overrides_.find(key); it != overrides_.end()) it->second = std::move(make);
     else overrides_.emplace(Key(key), std::move(make));
@@ -517,10 +535,12 @@ class keyed {
     }
   };
 
-  static factory factory_for(rule_type rule, line_options line) {
+  template <class... More>
+  static factory factory_for(rule_type rule, line_options line, More&&... more) {
     // The arguments are kept in the factory and passed as lvalues (copied) at each creation.
-    return [rule = std::move(rule), line = std::move(line)](const executor_type& ex) {
-      return std::make_unique<Limiter>(ex, rule, line);
+    return [rule = std::move(rule), line = std::move(line),
+            more = std::make_tuple(std::decay_t<More>(std::forward<More>(more))...)](const executor_type& ex) {
+      return std::apply([&](const auto&... m) { return std::make_unique<Limiter>(ex, rule, line, m...); }, more);
     };
   }
 

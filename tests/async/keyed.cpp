@@ -359,18 +359,14 @@ namespace {
 using adaptive_on_manual_clock = rein::basic_adaptive_limiter<rein::algo::aimd, net::any_io_executor, manual_clock>;
 using per_key_adaptive = rein::keyed<adaptive_on_manual_clock>;
 
-// A limiter that needs more than a rule and line options per key (the adaptive limiter's circuit): a type
-// derived from it supplies the rest.
-struct failing_fast : adaptive_on_manual_clock {
-  static rein::adaptive_limiter_options fail_fast() {
-    rein::adaptive_limiter_options o;
-    o.circuit.open_after = 1;
-    o.circuit.open_for = 1s;
-    return o;
-  }
-  failing_fast(const executor_type& ex, const rule_type& rule, rein::line_options line)
-      : adaptive_on_manual_clock(ex, rule, std::move(line), fail_fast()) {}
-};
+// The adaptive limiter's own options (its circuit), given to keyed after the line options and the
+// registry's: each key's limiter gets them.
+rein::adaptive_limiter_options fail_fast() {
+  rein::adaptive_limiter_options o;
+  o.circuit.open_after = 1;
+  o.circuit.open_for = 1s;
+  return o;
+}
 
 rein::keyed_options ttl(std::chrono::nanoseconds idle_ttl, std::size_t max_keys = 10'000) {
   rein::keyed_options o = opts(max_keys);
@@ -454,12 +450,25 @@ TEST_CASE("idle_ttl: the default 0 evicts as soon as idle; a negative TTL is ref
   CHECK_THROWS_WITH(per_key_adaptive(io, {}, {}, ttl(-1ns)), "rein::keyed: idle_ttl must be >= 0, got -1 ns");
 }
 
+TEST_CASE("an override can give one key's adaptive limiter its own circuit", "[keyed][circuit]") {
+  manual_clock::reset();
+  net::io_context io;
+  rein::algo::aimd_options at_floor;
+  at_floor.initial_limit = 1;
+  per_key_adaptive per_host(io, at_floor);  // no circuit
+  per_host.set_override("down.example", at_floor, {}, fail_fast());
+  cut_once(per_host, "up.example");
+  cut_once(per_host, "down.example");
+  CHECK(per_host.get("up.example")->try_acquire().status() == rein::try_status::acquired);
+  CHECK(per_host.get("down.example")->try_acquire().status() == rein::try_status::unavailable);
+}
+
 TEST_CASE("an adaptive key whose circuit is open is kept until the circuit closes", "[keyed][circuit]") {
   manual_clock::reset();
   net::io_context io;
   rein::algo::aimd_options at_floor;
   at_floor.initial_limit = 1;
-  rein::keyed<failing_fast> per_host(io, at_floor);
+  per_key_adaptive per_host(io, at_floor, {}, {}, fail_fast());
   cut_once(per_host, "down.example");  // one congestion at the floor opens it
   CHECK(per_host.sweep() == 0);        // idle, but a fresh limiter would forget the dependency is down
   CHECK(per_host.get("down.example")->try_acquire().status() == rein::try_status::unavailable);
