@@ -107,7 +107,7 @@ template <class Doors>
 line_view<Doors> at_priority(Doors doors, std::uint8_t priority) {
   const queue_order order = doors.core->order();
   if (order != queue_order::priority)
-    throw_invalid(describe(doors.type, doors.core->name()), "at_priority needs options.order = queue_order::priority",
+    throw_invalid(describe(doors.type, doors.core->name()), "at_priority needs line_options.order = queue_order::priority",
                   to_string(order));
   doors.place.priority = priority;
   return line_view<Doors>(doors);
@@ -118,8 +118,8 @@ template <class Doors>
 line_view<Doors> in_partition(Doors doors, std::string_view name) {
   const auto index = doors.core->find_partition(name);
   if (!index) {
-    const std::string rule = doors.core->has_partitions() ? "partition(name) needs a name given in options.partitions"
-                                                          : "partition(name) needs options.partitions, which is empty";
+    const std::string rule = doors.core->has_partitions() ? "partition(name) needs a name given in line_options.partitions"
+                                                          : "partition(name) needs line_options.partitions, which is empty";
     throw_invalid(describe(doors.type, doors.core->name()), rule, '"' + std::string(name) + '"');
   }
   doors.place.partition = *index;
@@ -132,7 +132,7 @@ template <class Doors>
 line_view<Doors> for_key(Doors doors, std::string_view key, std::uint32_t weight) {
   const queue_order order = doors.core->order();
   if (order != queue_order::fair)
-    throw_invalid(describe(doors.type, doors.core->name()), "for_key needs options.order = queue_order::fair",
+    throw_invalid(describe(doors.type, doors.core->name()), "for_key needs line_options.order = queue_order::fair",
                   to_string(order));
   if (weight == 0 || weight > max_fair_weight)
     throw_invalid(describe(doors.type, doors.core->name()), "for_key's weight must be in [1, 1000000]", show(weight));

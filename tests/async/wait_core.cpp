@@ -942,14 +942,14 @@ TEST_CASE("at_priority needs priority order; a negative priority_aging is refuse
   net::io_context io;
   manual_semaphore fifo(io, 1, {.name = "db"});
   CHECK_THROWS_WITH(fifo.at_priority(1),
-                    "rein::semaphore \"db\": at_priority needs options.order = queue_order::priority, got fifo");
+                    "rein::semaphore \"db\": at_priority needs line_options.order = queue_order::priority, got fifo");
   CHECK_THROWS_WITH(manual_semaphore(io, 1, {.order = priority, .priority_aging = -1ns}),
                     "rein::semaphore: priority_aging must be >= 0, got -1 ns");
   CHECK_THROWS_WITH(manual_bucket(io, {.rate = 1, .capacity = 1}, {.name = "api", .priority_aging = -5ms}),
                     "rein::token_bucket \"api\": priority_aging must be >= 0, got -5000000 ns");
   manual_bucket lifo(io, {.rate = 1, .capacity = 1}, {.order = rein::queue_order::lifo});
   CHECK_THROWS_WITH(lifo.at_priority(0),
-                    "rein::token_bucket: at_priority needs options.order = queue_order::priority, got lifo");
+                    "rein::token_bucket: at_priority needs line_options.order = queue_order::priority, got lifo");
   using manual_adaptive_rate = rein::basic_adaptive_rate_limiter<net::any_io_executor, manual_clock, std::mutex>;
   CHECK_THROWS_WITH(manual_adaptive_rate(io, {.initial_rate = 10}, {.name = "llm", .priority_aging = -1ns}),
                     "rein::adaptive_rate_limiter \"llm\": priority_aging must be >= 0, got -1 ns");
@@ -1459,10 +1459,10 @@ TEST_CASE("partitions: invalid options and names are refused, naming the limiter
                     "rein::adaptive_limiter \"api\": partitions[0].share must be in (0, 1], got -1");
   manual_semaphore plain(io, 4, {.name = "db"});
   CHECK_THROWS_WITH(plain.partition("live"),
-                    "rein::semaphore \"db\": partition(name) needs options.partitions, which is empty, got \"live\"");
+                    "rein::semaphore \"db\": partition(name) needs line_options.partitions, which is empty, got \"live\"");
   manual_semaphore parted(io, 4, {.partitions = {{"live", 0.5}}});
   CHECK_THROWS_WITH(parted.partition("batch"),
-                    "rein::semaphore: partition(name) needs a name given in options.partitions, got \"batch\"");
+                    "rein::semaphore: partition(name) needs a name given in line_options.partitions, got \"batch\"");
   // Shares within 1e-9 of summing to 1 are accepted (0.1 + 0.2 + 0.7 is 1.0000000000000002 in doubles).
   CHECK_NOTHROW(manual_semaphore(io, 10, {.partitions = {{"a", 0.1}, {"b", 0.2}, {"c", 0.7}}}));
 }
@@ -1862,9 +1862,9 @@ TEST_CASE("fair order on every line that has one: token bucket, adaptive limiter
   release_one_by_one(io, log2.held, 3);
   CHECK(log2.served == std::vector<int>{0, 2, 3, 1});  // tags 0, 0, 0.5, 1
 
-  CHECK_THROWS_WITH(bucket.at_priority(1), Catch::Contains("at_priority needs options.order = queue_order::priority"));
+  CHECK_THROWS_WITH(bucket.at_priority(1), Catch::Contains("at_priority needs line_options.order = queue_order::priority"));
   CHECK_THROWS_MATCHES(manual_semaphore(io, 1).for_key("a"), std::invalid_argument,
-                       Catch::Message("rein::semaphore: for_key needs options.order = queue_order::fair, got fifo"));
+                       Catch::Message("rein::semaphore: for_key needs line_options.order = queue_order::fair, got fifo"));
   CHECK_THROWS_MATCHES(bucket.for_key("a", 0), std::invalid_argument,
                        Catch::Message("rein::token_bucket \"api\": for_key's weight must be in [1, 1000000], got 0"));
   CHECK_THROWS_MATCHES(bucket.for_key("a", 1'000'001), std::invalid_argument,

@@ -73,7 +73,7 @@ class basic_codel {
   }
 
   /// The options in force.
-  const codel_options& options() const noexcept { return options_; }
+  const codel_options& get_options() const noexcept { return options_; }
 
   /// Whether the rule is on (a target above 0).
   bool enabled() const noexcept { return options_.target > std::chrono::nanoseconds::zero(); }
