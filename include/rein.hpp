@@ -18,6 +18,7 @@
 #include <rein/algo/all_of.hpp>
 #include <rein/algo/backoff.hpp>
 #include <rein/algo/circuit.hpp>
+#include <rein/algo/codel.hpp>
 #include <rein/algo/fixed_window.hpp>
 #include <rein/algo/gradient.hpp>
 #include <rein/algo/hedge_delay.hpp>
@@ -45,6 +46,7 @@
 #include <rein/fixed_window.hpp>
 #include <rein/hedge.hpp>
 #include <rein/keyed.hpp>
+#include <rein/line_options.hpp>
 #include <rein/line_view.hpp>
 #include <rein/null_mutex.hpp>
 #include <rein/observer.hpp>
