@@ -49,8 +49,9 @@ TEST_CASE("nginx: AIMD starting at 16 converges to about C with few 503s after t
   CHECK(later.sent > 0);
   // Measured (3 runs): 3 of ~480 (0.6 %) answered 503 after the first second, the limit sampled at 7.4 to
   // 8.0; without aimd's wait below a level found again (plateau_rounds 0), 23-24 of ~500 (4.6-4.8 %) and
-  // 7.3 to 8.9. Margins for real time on a loaded machine.
-  CHECK(rein_test::share(later.unavailable, later.sent) < 0.02);
+  // 7.3 to 8.9. A clean clone's CI run beside other builds once saw 10 of 489 (2.0 %). Margins for real
+  // time on a loaded machine, still below what the rule it tests removes.
+  CHECK(rein_test::share(later.unavailable, later.sent) < 0.03);
   // The limit, sampled at the end of each second after the first, stays just below C + 1 (which fails).
   double sum = 0;
   std::size_t samples = 0;
