@@ -547,10 +547,11 @@ namespace {
 template <class Policy, class Signature = void(rein::error_code)>
 void check_ninth_waiter_refused(typename Policy::options_type rule) {
   rule.max_in_flight = 1;
-  scripted_fixture<Policy, Signature> f(std::move(rule), {.name = "x", .max_waiters = 8});
-  CHECK(f.line->name() == "x");
+  // Before the fixture, so that they outlive it: its destructor completes the waiters into them.
   result on_wire, one_more;
   std::vector<result> waiting(8);
+  scripted_fixture<Policy, Signature> f(std::move(rule), {.name = "x", .max_waiters = 8});
+  CHECK(f.line->name() == "x");
   f.acquire(on_wire, 1);
   for (auto& w : waiting) f.acquire(w, 1);
   f.acquire(one_more, 1);
