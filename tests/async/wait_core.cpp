@@ -2180,12 +2180,13 @@ TEST_CASE("sojourn: a standing queue is cut to the slough time, and grants then 
   // 9's, 60 ms. At 200 ms every caller that arrived before 180 ms (19 to 35) is shed at once; from then on
   // one caller passes 20 ms every 10 ms and is shed, and each grant has waited exactly 20 ms.
   REQUIRE(line.failed_at.size() == 26);
-  for (int i = 0; i < 17; ++i) CHECK(line.failed_at[i] == std::pair<int, tp>{19 + i, ms_(200)});
-  for (int k = 0; k < 9; ++k) CHECK(line.failed_at[17 + k] == std::pair<int, tp>{37 + 2 * k, ms_(210 + 10 * k)});
+  const auto at = [](const auto& v, int i) { return v.at(static_cast<std::size_t>(i)); };
+  for (int i = 0; i < 17; ++i) CHECK(at(line.failed_at, i) == std::pair<int, tp>{19 + i, ms_(200)});
+  for (int k = 0; k < 9; ++k) CHECK(at(line.failed_at, 17 + k) == std::pair<int, tp>{37 + 2 * k, ms_(210 + 10 * k)});
   REQUIRE(line.granted_at.size() == 29);
-  for (int k = 0; k < 19; ++k) CHECK(line.granted_at[k] == std::pair<int, tp>{k, ms_(10 + 10 * k)});
+  for (int k = 0; k < 19; ++k) CHECK(at(line.granted_at, k) == std::pair<int, tp>{k, ms_(10 + 10 * k)});
   for (int k = 0; k < 10; ++k) {
-    const auto [index, when] = line.granted_at[19 + k];
+    const auto [index, when] = at(line.granted_at, 19 + k);
     CHECK(index == 36 + 2 * k);
     CHECK(when == ms_(200 + 10 * k));
     CHECK(when - arrived(index) == 20ms);
