@@ -15,7 +15,8 @@
 
 namespace rein::algo {
 
-/// Options of the sojourn rule (`basic_codel`, and `rein::line_options::sojourn` on every waiting line).
+/// Options of the sojourn rule (`basic_codel`, and `rein::line_options::sojourn` on a semaphore's or an
+/// adaptive limiter's line in fifo order).
 struct codel_options {
   /// The queueing time the line aims at, >= 0. A line stands (is overloaded) when, over a whole `interval`,
   /// it never emptied and no grant had waited `target` or less; while it stands, a waiter that has waited
