@@ -223,12 +223,12 @@ class basic_adaptive_limiter {
   ///         line option is invalid.
   basic_adaptive_limiter(const executor_type& ex, const algorithm_options& algorithm = {}, line_options line = {},
                          adaptive_limiter_options options = {})
-      : classify_(validated(std::move(options.classify))),
+      : classify_(validated(std::move(options.classify), options.idle_restart, line.name)),
         // Worded at once: the name is moved from inside.
         core_(detail::renaming_nested_errors({detail::describe("rein::adaptive_limiter", line.name)}, [&] {
           return detail::core_owner<core_type>(
               ex, detail::line_of("rein::adaptive_limiter", std::move(line), {.partitions = true}), algorithm,
-              options.circuit, checked_idle_restart(options.idle_restart));
+              options.circuit, options.idle_restart);
         })) {}
 
   /// Constructs a limiter on an execution context (an io_context).
@@ -503,15 +503,15 @@ class basic_adaptive_limiter {
  private:
   detail::named who() const noexcept { return {"rein::adaptive_limiter", core_->name()}; }
 
-  static std::chrono::nanoseconds checked_idle_restart(std::chrono::nanoseconds v) {
-    if (v < std::chrono::nanoseconds::zero())
-      detail::throw_invalid("rein::adaptive_limiter", "idle_restart must be >= 0 ns", detail::show(v));
-    return v;
-  }
-
-  static std::function<outcome(int)> validated(std::function<outcome(int)> classify) {
+  // The fourth argument's checks, before the line takes the name: errors name the limiter as its line's do.
+  static std::function<outcome(int)> validated(std::function<outcome(int)> classify,
+                                               std::chrono::nanoseconds idle_restart, std::string_view name) {
+    if (idle_restart < std::chrono::nanoseconds::zero())
+      detail::throw_invalid(detail::describe("rein::adaptive_limiter", name), "idle_restart must be >= 0 ns",
+                            detail::show(idle_restart));
     if (!classify)
-      throw std::invalid_argument("rein::adaptive_limiter: classify must be a callable, got an empty std::function");
+      detail::throw_invalid(detail::describe("rein::adaptive_limiter", name), "classify must be a callable",
+                            "an empty std::function");
     return classify;
   }
 

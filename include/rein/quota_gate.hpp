@@ -362,10 +362,15 @@ REIN_SEPARATE_INLINE basic_quota_gate<Executor, Clock, Mutex>::basic_quota_gate(
     : tickets_(std::make_shared<tickets_type>()),
       // The jittered release numbers a pause's waiters in arrival order, from the head: in lifo order the
       // head is the newest, and every older waiter would be released at the batch's end at once.
-      core_(ex, detail::line_of("rein::quota_gate", std::move(line),
-                                   {.fifo_only = release_order, .no_sojourn = detail::paced_line}),
+      // A named gate's option errors name it, as its line's do (worded at once: the name is moved inside).
+      core_(detail::renaming_errors("rein::quota_gate", {detail::describe("rein::quota_gate", line.name)}, [&] {
+        return detail::core_owner<core_type>(
+            ex,
+            detail::line_of("rein::quota_gate", std::move(line),
+                            {.fifo_only = release_order, .no_sojourn = detail::paced_line}),
             validated_max_pause(rule), validated_jitter(rule), validated_max_jitter(rule),
-            rule.seed ? *rule.seed : detail::random_seed(), tickets_) {}
+            rule.seed ? *rule.seed : detail::random_seed(), tickets_);
+      })) {}
 
 /// The thread-safe quota gate on any I/O executor and std::chrono::steady_clock.
 using quota_gate = basic_quota_gate<>;

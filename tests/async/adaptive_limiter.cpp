@@ -419,6 +419,13 @@ TEST_CASE("adaptive_limiter: invalid options throw std::invalid_argument naming 
   negative_restart.idle_restart = -1ns;
   CHECK(what_of([&] { rein::aimd_limiter l(io, {}, {}, negative_restart); }) ==
         "rein::adaptive_limiter: idle_restart must be >= 0 ns, got -1 ns");
+  // A named limiter's errors name it, the fourth argument's as the line's and the algorithm's.
+  CHECK(what_of([&] { rein::aimd_limiter l(io, {}, {.name = "llm"}, negative_restart); }) ==
+        "rein::adaptive_limiter \"llm\": idle_restart must be >= 0 ns, got -1 ns");
+  CHECK(what_of([&] { rein::aimd_limiter l(io, {}, {.name = "llm"}, no_classifier); }) ==
+        "rein::adaptive_limiter \"llm\": classify must be a callable, got an empty std::function");
+  CHECK(what_of([&] { rein::tuned_aimd_limiter l(io, bad_floor, {.name = "llm"}); }) ==
+        "rein::adaptive_limiter \"llm\": tuned_aimd.min_limit must be a whole number >= 1, got 0");
 }
 
 TEST_CASE("adaptive_limiter: a deadline expires on the manual clock with timed_out") {

@@ -580,6 +580,12 @@ TEST_CASE("invalid options are rejected with the field and the value", "[quota_g
   CHECK(message(o) == "rein::quota_gate: max_jitter must be >= 0, got -1 ns");
   CHECK(message({}, {.order = rein::queue_order::lifo}) ==
         "rein::quota_gate: order must be fifo (its release is spread in arrival order), got lifo");
+  o = {};
+  o.jitter = 2.0;
+  CHECK(message(o, {.name = "llm"}) == "rein::quota_gate \"llm\": jitter must be in [0, 1], got 2");
+  o = {};
+  o.max_pause = 0s;
+  CHECK(message(o, {.name = "llm"}) == "rein::quota_gate \"llm\": max_pause must be > 0, got 0 ns");
 }
 
 TEST_CASE("many threads pause, wait and poll the gate at once", "[quota_gate][threads]") {
