@@ -2,13 +2,15 @@
 //
 // The "upstream" is simulated (no network): each call takes 10 ms, and host "busy.example" answers 429 with
 // Retry-After: 1 to every fifth call. 40 calls over three hosts go through the throttle; the program prints what
-// each stage saw and finishes in about 1.5 s.
+// each stage saw and finishes in about 1.5 s. Then the recipe for one upstream with a published quota (60 calls
+// per minute, 4 in flight): 12 calls, in three waves of 4 (about 30 ms more).
 #include "usage.hpp"
 
 #include <rein/keyed.hpp>
 #include <rein/adaptive_limiter.hpp>
 #include <rein/quota_gate.hpp>
 #include <rein/semaphore.hpp>
+#include <rein/sliding_window.hpp>
 #include <rein/throttle.hpp>
 #include <rein/token_bucket.hpp>
 
@@ -92,6 +94,26 @@ int main(int argc, char** argv) {
   io.run();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
+  //! [one_upstream]
+  rein::quota_gate gate(io);                                          // a 429 pauses every call
+  rein::semaphore in_flight(io, 4);                                   // at most 4 calls at once
+  rein::sliding_window per_minute(io, {.limit = 60, .window = 60s});  // at most 60 starts in any minute
+  rein::throttle upstream(gate, in_flight, per_minute);               // no keyed stage: the key names nothing
+
+  auto ask = [&]() -> net::awaitable<void> {
+    auto guard = co_await upstream.acquire("");
+    auto response = co_await http_get("llm.example", "/v1/chat");
+    if (response.status == 429) guard.reject(response.retry_after);
+    else guard.complete_http(response.status);
+  };
+  //! [one_upstream]
+  for (int i = 0; i < 12; ++i)
+    net::co_spawn(io, ask(), [](std::exception_ptr e) {
+      if (e) std::rethrow_exception(e);
+    });
+  io.restart();
+  io.run();
+
   const auto t = throttle.snapshot();
   const auto g = global.snapshot();
   std::printf("%d calls succeeded, %d got 429 in %.2f s\n", ok, rejected, seconds);
@@ -101,4 +123,8 @@ int main(int argc, char** argv) {
               g.limit, g.in_flight);
   std::printf("busy.example gate: %llu pause(s)\n",
               static_cast<unsigned long long>(gates.snapshot("busy.example").value_or(rein::quota_gate_snapshot{}).pauses));
+  const auto w = per_minute.snapshot();
+  std::printf("one upstream: %llu admitted, %lld starts in the last minute\n",
+              static_cast<unsigned long long>(upstream.snapshot().admitted_total), static_cast<long long>(w.in_window));
+  if (upstream.snapshot().admitted_total != 12 || w.in_window != 12) return 1;
 }
