@@ -58,23 +58,38 @@ aimd make(double min, double initial, double max, double backoff = 0.75) {
   o.max_limit = max;
   o.backoff = backoff;
   o.latency_target = 20ms;
+  o.learn_failure_rate = false;  // every congestion outcome cuts: the rule these cases pin down
   return aimd{o};
 }
 
 }  // namespace
 
-TEST_CASE("aimd: from 4, one round of fast successes takes the limit past 5 and one failure takes 20% off") {
-  aimd a{};  // initial 4, floor 1, ceiling 64, backoff 0.8
+TEST_CASE("aimd: from 4, one round of fast successes takes the limit past 5; a lone failure is no congestion "
+          "until a run of them is, and with the rate not learned one failure takes 20% off") {
+  aimd a{};  // initial 4, floor 1, ceiling 64, backoff 0.8, learn_failure_rate
   REQUIRE(a.limit() == 4.0);
   for (int i = 0; i < 4; ++i) a.on_sample(fast());
   REQUIRE(a.limit() < 5.0);  // four calls are one round at a limit of 4: +1/4, +1/4.25, ...
   a.on_sample(fast());
   REQUIRE(a.limit() == Approx(5.123863972061165).margin(1e-12));
   REQUIRE(a.increases() == 5);
+  aimd textbook = a;
   const double before = a.limit();
+  // Of the last n <= 50 outcomes, a failure counts past 0.15 n + 3 sqrt(0.15 n): with 5 successes first,
+  // the 6th failure in a row is the first over (6 of 11 > 1.65 + 3.85; 5 of 10 < 1.5 + 3.67), and it cuts.
+  for (int i = 0; i < 5; ++i) a.on_sample(failure());
+  REQUIRE(a.limit() == before);
+  REQUIRE(a.decreases() == 0);
   a.on_sample(failure());
   REQUIRE(a.limit() == before * 0.8);
   REQUIRE(a.decreases() == 1);
+
+  aimd_options o = textbook.get_options();
+  o.learn_failure_rate = false;
+  textbook.set_options(o);
+  textbook.on_sample(failure());
+  REQUIRE(textbook.limit() == before * 0.8);
+  REQUIRE(textbook.decreases() == 1);
 }
 
 TEST_CASE("aimd: 200 fast successes take 8 to 21.56, five congestion samples, each counted, take it to 5.12") {
@@ -230,6 +245,7 @@ aimd loss_only(double initial) {
   aimd_options o;
   o.latency_tolerance = std::nullopt;
   o.initial_limit = initial;
+  o.learn_failure_rate = false;
   return aimd{o};
 }
 
@@ -280,6 +296,7 @@ TEST_CASE("aimd: a cut at a new level waits nothing, and plateau_rounds 0 never 
   o.latency_tolerance = std::nullopt;
   o.initial_limit = 9;
   o.plateau_rounds = 0;
+  o.learn_failure_rate = false;
   aimd b{o};
   for (int i = 0; i < 3; ++i) {
     b.on_sample(refused_at(9));

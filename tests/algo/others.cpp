@@ -1,4 +1,6 @@
-// rein::algo::windowed_aimd and pid, gradient (Gradient2 / Envoy) and vegas (Netflix VegasLimit).
+// rein::algo::windowed_aimd and pid, gradient (Gradient2 / Envoy) and vegas (Netflix VegasLimit); then work
+// hints and learned failure rates across them and aimd.
+#include <rein/algo/aimd.hpp>
 #include <rein/algo/gradient.hpp>
 #include <rein/algo/pid.hpp>
 #include <rein/algo/vegas.hpp>
@@ -8,8 +10,12 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdint>
+#include <limits>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
+#include <utility>
 
 using namespace std::chrono_literals;
 using rein::outcome;
@@ -47,6 +53,14 @@ void window(Algorithm& a, int n, int failures) {
   for (int i = 0; i < n; ++i) a.on_sample(i < failures ? congestion() : ok());
 }
 
+// windowed_aimd's defaults but every failure one of the window's (`learn_failure_rate` off): the window's
+// own rule, which these cases pin down.
+rein::algo::windowed_aimd windowed() {
+  rein::algo::windowed_aimd_options o;
+  o.learn_failure_rate = false;
+  return rein::algo::windowed_aimd{o};
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------------------
@@ -54,7 +68,7 @@ void window(Algorithm& a, int n, int failures) {
 // ---------------------------------------------------------------------------------------------------------
 
 TEST_CASE("windowed_aimd: the limit moves only at the end of a window") {
-  rein::algo::windowed_aimd w{};
+  rein::algo::windowed_aimd w = windowed();
   window(w, 19, 1);  // a failure: the window waits for its 20 samples
   REQUIRE(w.limit() == 4.0);
   REQUIRE(w.window_samples() == 19);
@@ -64,7 +78,7 @@ TEST_CASE("windowed_aimd: the limit moves only at the end of a window") {
 }
 
 TEST_CASE("windowed_aimd: a round trip of calls without a failure closes the window early") {
-  rein::algo::windowed_aimd w{};
+  rein::algo::windowed_aimd w = windowed();
   window(w, 3, 0);
   REQUIRE(w.limit() == 4.0);
   w.on_sample(ok());  // 4 samples: as many as the limit admits
@@ -77,7 +91,7 @@ TEST_CASE("windowed_aimd: a round trip of calls without a failure closes the win
 }
 
 TEST_CASE("windowed_aimd: a failure rate at the threshold grows, above it cuts by the backoff at once") {
-  rein::algo::windowed_aimd w{};
+  rein::algo::windowed_aimd w = windowed();
   window(w, 20, 3);  // 15 %: at the threshold
   REQUIRE(w.limit() == 5.0);
   window(w, 4, 4);  // the 4th failure exceeds 15 % of 20: the window closes without waiting for the rest
@@ -88,7 +102,7 @@ TEST_CASE("windowed_aimd: a failure rate at the threshold grows, above it cuts b
 }
 
 TEST_CASE("windowed_aimd: a slow success closes the window at once and cuts; failures have the threshold") {
-  rein::algo::windowed_aimd w{};  // latency_tolerance 1.75, noise_floor 0.5 ms (below 1.75 x 5 ms)
+  rein::algo::windowed_aimd w = windowed();  // latency_tolerance 1.75, noise_floor 0.5 ms (below 1.75 x 5 ms)
   for (int i = 0; i < 3; ++i) w.on_sample(congestion());  // 15 % of the window failed: grows
   for (int i = 0; i < 17; ++i) w.on_sample(ok(5ms));
   REQUIRE(w.limit() == 5.0);
@@ -177,6 +191,7 @@ TEST_CASE("windowed_aimd: slow start adds a call per success within the growth g
 
 TEST_CASE("windowed_aimd: the noise floor keeps a success within fastest + floor from being slow") {
   rein::algo::windowed_aimd_options o;
+  o.learn_failure_rate = false;
   o.noise_floor = 10ms;
   rein::algo::windowed_aimd w{o};
   w.on_sample(congestion());
@@ -197,7 +212,7 @@ TEST_CASE("windowed_aimd: without a latency tolerance only failed calls count (t
 }
 
 TEST_CASE("windowed_aimd: calls that started before the latest decrease are not counted") {
-  rein::algo::windowed_aimd w{};
+  rein::algo::windowed_aimd w = windowed();
   window(w, 4, 4);
   REQUIRE(w.limit() == Approx(3.2).margin(1e-12));
   const auto later = next_end();  // 10 s after the cut: a call of more than 10 s started before it
@@ -210,7 +225,7 @@ TEST_CASE("windowed_aimd: calls that started before the latest decrease are not 
 }
 
 TEST_CASE("windowed_aimd: calls that started before the latest rise are not counted either") {
-  rein::algo::windowed_aimd w{};
+  rein::algo::windowed_aimd w = windowed();
   window(w, 4, 0);
   REQUIRE(w.limit() == 5.0);
   const auto later = next_end();  // 10 s after the rise: a call of more than 10 s was granted below it
@@ -283,6 +298,7 @@ namespace {
 rein::algo::pid_options controller() {
   rein::algo::pid_options o;
   o.slow_start = false;
+  o.learn_failure_rate = false;  // every failure is one of the window's: the rule these cases pin down
   return o;
 }
 
@@ -558,6 +574,7 @@ TEST_CASE("gradient: the gradient is max(tolerance x baseline, baseline + noise_
 TEST_CASE("gradient: with tolerance unset a slow success grows as one at the baseline; congestion still falls") {
   rein::algo::gradient_options o;  // from 4, smoothing 0.5, queue 1
   o.slow_start = false;
+  o.learn_failure_rate = false;
   rein::algo::gradient judged{o};
   o.tolerance.reset();
   rein::algo::gradient g{o};
@@ -728,7 +745,9 @@ TEST_CASE("gradient: the gradient is clamped to [min_gradient, max_gradient]") {
 }
 
 TEST_CASE("gradient: congestion applies the minimum gradient at once, whatever the utilisation") {
-  rein::algo::gradient g{};
+  rein::algo::gradient_options every_failure;
+  every_failure.learn_failure_rate = false;
+  rein::algo::gradient g{every_failure};
   g.on_sample(congestion(5ms, 1));
   REQUIRE(g.limit() == 2.0);  // 4 x 0.5, not smoothed
   REQUIRE(g.decreases() == 1);
@@ -828,6 +847,7 @@ rein::algo::vegas_options netflix_start() {
   rein::algo::vegas_options o;
   o.initial_limit = 20;
   o.min_utilisation = 0.5;
+  o.learn_failure_rate = false;  // Netflix's: every failure shrinks
   return o;
 }
 
@@ -986,6 +1006,7 @@ TEST_CASE("vegas: above 1000 the step is log10 of the limit") {
   rein::algo::vegas_options o;
   o.initial_limit = 1500;
   o.max_limit = 5000;
+  o.learn_failure_rate = false;
   auto v = no_probe_vegas(o);
   v.on_sample(ok(10ms, 1500));
   v.on_sample(congestion(10ms, 1500));
@@ -1168,4 +1189,82 @@ TEST_CASE("vegas: invalid options name the type, field and value") {
   o.initial_limit = 20;
   REQUIRE(error_of<V>(o) ==
           "rein::algo::vegas: initial_limit must be in [min_limit, max_limit] = [1, 10], got 20");
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Every loss- and delay-driven algorithm but tuned_aimd (tests/algo/tuned_aimd.cpp): work hints and failures
+// at a rate that does not change with the limit (issue 42's shapes, which the family measures at scale).
+// ---------------------------------------------------------------------------------------------------------
+
+namespace {
+
+// Calls whose latency follows their work (5 ms per unit, 1 to 5 units, the first 1), each granted with the
+// limit's calls out; `hinted`: each says its work. Returns the algorithm's decreases.
+template <class Algorithm>
+std::uint64_t payload_run(bool hinted) {
+  Algorithm a{};
+  for (int i = 0; i < 400; ++i) {
+    const int units = 1 + (i * 7) % 5;
+    sample s = ok(5ms * units, static_cast<std::size_t>(std::floor(a.limit())));
+    if (hinted) s.work = units;
+    a.on_sample(s);
+  }
+  return a.decreases();
+}
+
+// Fast successes with every 20th call failing (5 %), with the algorithm's defaults and with
+// `learn_failure_rate` off; returns both decreases.
+template <class Algorithm>
+std::pair<std::uint64_t, std::uint64_t> random_failures_run() {
+  typename Algorithm::options textbook;
+  textbook.learn_failure_rate = false;
+  Algorithm learned{}, every{textbook};
+  for (int i = 1; i <= 400; ++i) {
+    for (Algorithm* a : {&learned, &every}) {
+      const auto n = static_cast<std::size_t>(std::floor(a->limit()));
+      a->on_sample(i % 20 == 0 ? congestion(5ms, n) : ok(5ms, n));
+    }
+  }
+  return {learned.decreases(), every.decreases()};
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("a work hint: latency that follows the payload is not read as a queue", "[hints]",
+                   rein::algo::aimd, rein::algo::gradient, rein::algo::vegas, rein::algo::windowed_aimd,
+                   rein::algo::pid) {
+  CHECK(payload_run<TestType>(true) == 0);  // 5 ms per unit, every call: no queue
+  CHECK(payload_run<TestType>(false) > 0);  // the same calls unhinted: a 25 ms call is 5 times the fastest
+}
+
+TEMPLATE_TEST_CASE("learn_failure_rate: 5 % of calls failing whatever the limit cut nothing; off, they cut",
+                   "[hints]", rein::algo::aimd, rein::algo::gradient, rein::algo::vegas, rein::algo::windowed_aimd,
+                   rein::algo::pid) {
+  const auto [learned, every] = random_failures_run<TestType>();
+  CHECK(learned == 0);  // at most 3 of any 50 outcomes fail: under the 15 % floor's 16 of 50
+  if constexpr (std::is_same_v<TestType, rein::algo::windowed_aimd>)
+    CHECK(every == 0);  // its own window tolerates up to failure_threshold (15 %)
+  else
+    CHECK(every > 0);
+}
+
+TEMPLATE_TEST_CASE("a work hint of 0 says nothing about latency; a negative, NaN or infinite one is refused, "
+                   "changing nothing",
+                   "[hints]", rein::algo::aimd, rein::algo::gradient, rein::algo::vegas, rein::algo::windowed_aimd,
+                   rein::algo::pid) {
+  TestType a{};
+  for (int i = 0; i < 20; ++i) a.on_sample(ok(5ms, 4));
+  const double before = a.limit();
+  const std::uint64_t increases = a.increases();
+  for (const double bad : {-1.0, std::nan(""), std::numeric_limits<double>::infinity()}) {
+    sample s = ok(5ms, 4);
+    s.work = bad;
+    CHECK_THROWS_WITH(a.on_sample(s), Catch::Matchers::StartsWith("rein::algo::sample: work must be >= 0 and finite, got "));
+    CHECK(a.limit() == before);
+    CHECK(a.increases() == increases);
+  }
+  sample none = ok(500ms, 4);  // a cached answer: 100 times the fastest, and no work
+  none.work = 0.0;
+  for (int i = 0; i < 20; ++i) a.on_sample(none);
+  CHECK(a.decreases() == 0);
 }

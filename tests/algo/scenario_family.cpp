@@ -313,6 +313,37 @@ TEST_CASE("world shapes, seeds 1-1000: tuned_aimd never fails a call, and holds 
   }
 }
 
+// Every other adaptive algorithm on the grown family's shapes, with its defaults: no failed call anywhere;
+// with a work hint per call, or on random failures (their `learn_failure_rate`), >= 0.6 of the oracle's
+// throughput in every seed. Measured over seeds 1-100 (`adaptive_family --shapes --seeds 100 [--work-hints]
+// --algorithm NAME`), worst with hints / worst on random failures unhinted: aimd 0.69 / 0.71, gradient 0.75 /
+// 0.76, vegas 0.70 / 0.62, windowed_aimd 0.67 / 0.67, pid 0.65 / 0.67 (before the hints and the learned
+// rate: 0.03 on every payload shape, and 0.22, 0.11, 0.39, 0.60, 0.04 at 5 % failures). Without a hint,
+// payload-shaped latency still holds them near their floor (0.03 worst): only tuned_aimd's noisy rule reads
+// such spread, so it is the one to use for LLM calls without a hint.
+template <class Algorithm>
+void check_other_shapes(const char* name) {
+  for (const bool hints : {false, true}) {
+    for (const world_shape& shape : world_shapes()) {
+      const family f = family::generate_shaped(shape, 1, 50, hints);
+      const family_summary s = evaluate(name, f, [] { return Algorithm{}; });
+      INFO(name << ", " << shape.name << (hints ? ", work hints" : "") << ": worst in " << s.worst_makespan_at);
+      CHECK(s.scenarios_with_failures == 0);
+      if (shape.payload != payload_shape::none && !hints) continue;
+      CHECK(s.worst_throughput() >= 0.6);
+    }
+  }
+}
+
+TEST_CASE("world shapes, seeds 1-50: every other algorithm holds 0.6 of the oracle with hints and on random "
+          "failures") {
+  check_other_shapes<rein::algo::aimd>("aimd");
+  check_other_shapes<rein::algo::gradient>("gradient");
+  check_other_shapes<rein::algo::vegas>("vegas");
+  check_other_shapes<rein::algo::windowed_aimd>("windowed_aimd");
+  check_other_shapes<rein::algo::pid>("pid");
+}
+
 // The per-call rule alone (`median_window` 0) on the same payload shapes: it reads the spread as a queue and
 // sits near its floor (0.03-0.06 of the oracle on seeds 1-100), which is why the noisy rule is on by default.
 // Held here so that a change which makes the noisy rule unnecessary shows.

@@ -14,7 +14,7 @@ namespace rein::algo {
 /// the fastest recent one (and 0.5 ms above it) counts as congestion, with rein's rules: the growth guard and one
 /// decrease per round trip, and a wait below a level that cuts keep finding. For the textbook rule set
 /// `latency_target` 20 ms, `latency_tolerance` unset (`std::nullopt`), `backoff` 0.75, `min_utilisation` 0,
-/// `once_per_round_trip` false and `plateau_rounds` 0.
+/// `once_per_round_trip` false, `plateau_rounds` 0 and `learn_failure_rate` false.
 struct aimd_options {
   /// Starting limit, in calls; in [min_limit, max_limit].
   double initial_limit = 4.0;
@@ -74,6 +74,11 @@ struct aimd_options {
   /// probe of a capacity that rose costs more; against a connection limit it leaves about one failed call in
   /// 30 round trips.
   double plateau_rounds = 31.0;
+  /// true: a congestion outcome counts only when failures come faster than the rate learned so far
+  /// (`detail::failure_baseline`, at least 15 %): 1-5 % of calls failing at random, whatever the limit, is
+  /// not congestion, and such a failure neither cuts nor grows. false: every congestion outcome cuts (the
+  /// textbook rule).
+  bool learn_failure_rate = true;
 };
 
 /// AIMD: `+increase/limit` on a fast success (within the growth guard), `x backoff` on congestion (a
@@ -129,9 +134,10 @@ class basic_aimd {
     if (waiting_ > longest) waiting_ = longest;
   }
 
-  /// Applies one completed call.
+  /// Applies one completed call. With a work hint (`basic_sample::work`) latency is judged per unit of work.
+  /// @throws std::invalid_argument if the sample's work hint is negative, NaN or infinite.
   void on_sample(const sample_type& s) {
-    if (s.result == outcome::ignored) return;
+    if (s.result == outcome::ignored || !signals_.counts(s, options_.learn_failure_rate)) return;
     const double current = limit_.value();
     if (congested(s)) {
       if (options_.once_per_round_trip && gate_.stale(s.now, s.latency)) return;
@@ -155,8 +161,9 @@ class basic_aimd {
  private:
   bool congested(const sample_type& s) {
     if (s.result == outcome::congestion) return true;
-    if (options_.latency_target && s.latency > *options_.latency_target) return true;
-    return judge_.slow(s.latency, options_.latency_tolerance, options_.noise_floor);
+    if (options_.latency_target && s.latency > *options_.latency_target) return true;  // a call's, whatever its work
+    const auto judged = signals_.judged(s.latency, s.work);
+    return judged && judge_.slow(*judged, options_.latency_tolerance, signals_.floor(options_.noise_floor, s.work));
   }
 
   // After a cut by a call granted with n calls out (at most the limit): n calls were too many, so the plateau
@@ -188,6 +195,7 @@ class basic_aimd {
   detail::bounded_limit limit_;
   detail::round_trip_gate<typename Clock::time_point> gate_{};
   detail::relative_latency judge_{200};
+  detail::sample_signals signals_{};
   detail::level_memory levels_{};
   double below_ = 0.0;    // the plateau: a call below the level of the latest cut
   double waiting_ = 0.0;  // successes still to wait there

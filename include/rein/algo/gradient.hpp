@@ -114,6 +114,11 @@ struct gradient_options {
   /// round trip, from `initial_limit`: 36 round trips or more from 4 to 40 calls. Gradient2 and Envoy have
   /// none.
   bool slow_start = true;
+  /// true: a `congestion` outcome counts only when failures come faster than the rate learned so far
+  /// (`detail::failure_baseline`, at least 15 %): 1-5 % of calls failing at random, whatever the limit, is
+  /// not congestion, and such a failure is no sample at all. false: every one counts (Gradient2, Envoy).
+  /// Only with `failures_as_congestion`.
+  bool learn_failure_rate = true;
 };
 
 namespace detail {
@@ -237,21 +242,30 @@ class basic_gradient {
     average_.set_window(o.baseline_window);
   }
 
-  /// Applies one completed call.
+  /// Applies one completed call. With a work hint (`basic_sample::work`) latency is judged per unit of work;
+  /// a call that did no work (a hint of 0) counts as one as fast as the baseline.
+  /// @throws std::invalid_argument if the sample's work hint is negative, NaN or infinite.
   void on_sample(const sample_type& s) {
-    if (s.result == outcome::ignored) return;
+    // A failure that is no congestion (failures_as_congestion off) is a latency sample: no rate to learn.
+    const bool learn = options_.learn_failure_rate && options_.failures_as_congestion;
+    if (s.result == outcome::ignored || !signals_.counts(s, learn)) return;
     if (s.result == outcome::congestion && options_.failures_as_congestion) {
       apply(options_.min_gradient, true, true, s);
       return;
     }
+    const auto judged = signals_.judged(s.latency, s.work);
+    if (!judged) {
+      apply(1.0, false, false, s);  // no work, nothing to judge
+      return;
+    }
     // A zero latency (a clock too coarse for the call) would divide by zero; one nanosecond is as fast.
-    const double latency = static_cast<double>(s.latency.count() > 0 ? s.latency.count() : 1);
+    const double latency = static_cast<double>(judged->count() > 0 ? judged->count() : 1);
     const double base = baseline(latency);  // learned even when unjudged, for a tolerance set later
     if (!options_.tolerance) {
       apply(1.0, false, false, s);  // the latency signal is off: as fast as the baseline
       return;
     }
-    const double allowed = detail::allowed_latency(base, *options_.tolerance, options_.noise_floor);
+    const double allowed = detail::allowed_latency(base, *options_.tolerance, signals_.floor(options_.noise_floor, s.work));
     const double ratio = allowed / latency;
     apply(clamp(ratio, options_.min_gradient, options_.max_gradient), latency > allowed,
           ratio < options_.min_gradient, s);
@@ -342,6 +356,7 @@ class basic_gradient {
   detail::bounded_limit limit_;
   detail::sliding_minimum minimum_;
   detail::exp_average average_;
+  detail::sample_signals signals_{};
   double last_gradient_ = 1.0;
   bool slow_start_;
   double level_ = 0.0;  // one call below the calls out of the call behind the latest fall (0 before any)

@@ -356,6 +356,39 @@ class failure_baseline {
   std::size_t failures_ = 0;
 };
 
+/// The readings of a sample that the loss- and delay-driven rules share beyond their own: whether a
+/// congestion outcome is congestion (`failure_baseline`, for a rule that learns the failure rate) and the
+/// latency to judge, per unit of work (`work_scale`). One per algorithm, fed every sample that is not
+/// `ignored`, in order.
+class sample_signals {
+ public:
+  /// Checks the sample's work hint, then records its outcome. False for a failure at the rate the dependency
+  /// shows whatever the load (`learn`: the rule's `learn_failure_rate`): it says nothing to the rule, neither
+  /// congestion nor a success.
+  /// @throws std::invalid_argument if the work hint is negative, NaN or infinite; nothing is recorded then.
+  template <class Sample>
+  bool counts(const Sample& s, bool learn) {
+    if (s.work) check_work(*s.work);
+    const bool failed = s.result == outcome::congestion;
+    return !learn || failures_.congested(failed) || !failed;
+  }
+
+  /// The latency to judge (`work_scale::judged`): per unit of work, nullopt for a call that did no work.
+  std::optional<std::chrono::nanoseconds> judged(std::chrono::nanoseconds latency,
+                                                 const std::optional<double>& work) noexcept {
+    return scale_.judged(latency, work);
+  }
+
+  /// A noise floor as it shows in the judged latency (`work_scale::floor`).
+  std::chrono::nanoseconds floor(std::chrono::nanoseconds noise_floor, const std::optional<double>& work) const noexcept {
+    return scale_.floor(noise_floor, work);
+  }
+
+ private:
+  work_scale scale_{};
+  failure_baseline failures_{};
+};
+
 /// Where the latest cut found the dependency's capacity, and how many cuts in a row before it found the same
 /// level (within a call). A probe above a level that the cuts keep finding again is futile, and each one costs
 /// calls over the capacity: the algorithms let the next probe wait longer (`tuned_aimd`'s longer plateau,

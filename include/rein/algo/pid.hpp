@@ -85,6 +85,10 @@ struct pid_options {
   /// controller alone moves the limit by about one call per window, so from 4 calls it took dozens of
   /// windows to reach a capacity of 40. false: the controller from the start.
   bool slow_start = true;
+  /// true: a congestion outcome counts only when failures come faster than the rate learned so far
+  /// (`detail::failure_baseline`, at least 15 %): 1-5 % of calls failing at random, whatever the limit, is
+  /// not congestion, and such a failure is no sample at all. false: every one counts as a failed call.
+  bool learn_failure_rate = true;
 };
 
 /// PID control of the limit from the failure rate, once per window (`window`, at least a round trip of
@@ -161,9 +165,10 @@ class basic_pid {
     integral_ = clamp(integral_, -o.integral_limit, o.integral_limit);
   }
 
-  /// Applies one completed call.
+  /// Applies one completed call. With a work hint (`basic_sample::work`) latency is judged per unit of work.
+  /// @throws std::invalid_argument if the sample's work hint is negative, NaN or infinite.
   void on_sample(const sample_type& s) {
-    if (s.result == outcome::ignored) return;
+    if (s.result == outcome::ignored || !signals_.counts(s, options_.learn_failure_rate)) return;
     const bool failure = failed(s);
     if (gate_.stale(s.now, s.latency)) return;
     if (slow_start_) {
@@ -199,6 +204,7 @@ class basic_pid {
   /// A congestion outcome, or a success slower than the tolerance allows or than the target.
   bool failed(const sample_type& s) {
     if (s.result == outcome::congestion) return true;
+    judged_ = signals_.judged(s.latency, s.work).value_or(std::chrono::nanoseconds::zero());  // 0: no work
     const bool slow = options_.latency_tolerance && slow_against_baseline(s);
     return slow || (options_.latency_target && s.latency > *options_.latency_target);
   }
@@ -208,12 +214,12 @@ class basic_pid {
   /// `tuned_aimd`'s baseline): while the limit sits above a capacity that dropped, every call queues, and
   /// a window of queued calls would soon make their latency the fastest seen, and the queue normal.
   bool slow_against_baseline(const sample_type& s) {
-    if (s.latency <= std::chrono::nanoseconds::zero()) return false;  // a clock too coarse: says nothing
-    const auto latency = s.latency.count();
+    if (judged_ <= std::chrono::nanoseconds::zero()) return false;  // a clock too coarse, or no work: says nothing
+    const auto latency = judged_.count();
     const bool slow = baseline_known_ &&
                       static_cast<double>(latency) > detail::allowed_latency(static_cast<double>(fastest_.value()),
                                                                              *options_.latency_tolerance,
-                                                                             options_.noise_floor);
+                                                                             signals_.floor(options_.noise_floor, s.work));
     if (!slow || static_cast<double>(s.in_flight) <= limit_.min()) {
       fastest_.push(latency);
       baseline_known_ = true;
@@ -253,7 +259,7 @@ class basic_pid {
   void estimate_capacity(const sample_type& s) noexcept {
     if (s.result != outcome::success || !baseline_known_) return;
     const double base = static_cast<double>(fastest_.value());
-    const double queued = std::floor(static_cast<double>(s.latency.count()) / base - 1.0);
+    const double queued = std::floor(static_cast<double>(judged_.count()) / base - 1.0);
     const double estimate = static_cast<double>(s.in_flight) - queued;
     if (estimate > window_estimate_) window_estimate_ = estimate;
   }
@@ -328,6 +334,8 @@ class basic_pid {
 
   options options_;
   detail::bounded_limit limit_;
+  detail::sample_signals signals_{};
+  std::chrono::nanoseconds judged_{};  // the latest success's latency as judged (per unit of work)
   std::size_t samples_ = 0;
   std::size_t failures_ = 0;
   std::size_t window_in_flight_ = 0;  // the most calls out at any grant of the window's samples

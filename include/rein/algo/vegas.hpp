@@ -76,6 +76,10 @@ struct vegas_options {
   /// `aimd_options::latency_tolerance` and `tuned_aimd_options::tolerance` switch theirs off). Vegas is a
   /// latency rule, so without it what is left is AIMD by steps of L. true (the default): Vegas.
   bool judge_latency = true;
+  /// true: a congestion outcome counts only when failures come faster than the rate learned so far
+  /// (`detail::failure_baseline`, at least 15 %): 1-5 % of calls failing at random, whatever the limit, is
+  /// not congestion, and such a failure is no sample at all. false: every one shrinks (Netflix's rule).
+  bool learn_failure_rate = true;
 };
 
 /// Vegas: estimate the queue inside the dependency from how far the latency is above the no-load latency,
@@ -194,10 +198,17 @@ class basic_vegas {
     if (waiting_ > o.plateau_rounds) waiting_ = o.plateau_rounds;
   }
 
-  /// Applies one completed call.
-  void on_sample(const sample_type& s) noexcept {
-    if (s.result == outcome::ignored) return;
-    const auto latency = s.latency > std::chrono::nanoseconds::zero() ? s.latency : std::chrono::nanoseconds{1};
+  /// Applies one completed call. With a work hint (`basic_sample::work`) latency is judged per unit of work;
+  /// a success that did no work (a hint of 0) says nothing.
+  /// @throws std::invalid_argument if the sample's work hint is negative, NaN or infinite.
+  void on_sample(const sample_type& s) {
+    if (s.result == outcome::ignored || !signals_.counts(s, options_.learn_failure_rate)) return;
+    const auto judged = signals_.judged(s.latency, s.work);
+    if (!judged) {  // no work: no latency to learn; a failure still shrinks
+      if (s.result == outcome::congestion) congested(s);
+      return;
+    }
+    const auto latency = *judged > std::chrono::nanoseconds::zero() ? *judged : std::chrono::nanoseconds{1};
     if (!options_.judge_latency) {
       unjudged(s, latency);
       return;
@@ -249,7 +260,7 @@ class basic_vegas {
       probe_pending_ = false;
       probing_ = true;
     }
-    update(fastest, tested, s);
+    update(fastest, tested, latency, s);
   }
 
  private:
@@ -289,7 +300,9 @@ class basic_vegas {
     set(current, current - step, s.in_flight, s);
   }
 
-  void update(std::chrono::nanoseconds latency, std::size_t in_flight, const sample_type& s) noexcept {
+  // `fastest`: the round trip's fastest judged latency; `own`: the judged latency of `s`, which ends it.
+  void update(std::chrono::nanoseconds latency, std::size_t in_flight, std::chrono::nanoseconds own,
+              const sample_type& s) noexcept {
     const double current = limit_.value();
     const double l = log10_root(std::floor(current));
     const double step = options_.step_factor * l;
@@ -320,8 +333,8 @@ class basic_vegas {
     // The call that ended the round trip started within it: it reports on the limit in force. Queued behind
     // at least one call (twice the no-load latency, where +-20 % noise reaches 1.5 x), it is a queue whatever
     // the fastest success, which may have started before the dependency slowed, says.
-    if (!tentative_ && static_cast<double>(s.latency.count()) >= 2.0 * static_cast<double>(no_load_.count())) {
-      cut(current, std::min(unqueued_calls(s.latency, s.in_flight, current), current - step), s);
+    if (!tentative_ && static_cast<double>(own.count()) >= 2.0 * static_cast<double>(no_load_.count())) {
+      cut(current, std::min(unqueued_calls(own, s.in_flight, current), current - step), s);
       return;
     }
     const bool grow_fast =
@@ -419,6 +432,7 @@ class basic_vegas {
 
   options options_;
   detail::bounded_limit limit_;
+  detail::sample_signals signals_{};
   std::uint64_t random_;
   double jitter_ = 1.0;
   std::uint64_t probe_count_ = 0;

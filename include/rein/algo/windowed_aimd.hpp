@@ -80,6 +80,10 @@ struct windowed_aimd_options {
   /// calls to queue: the worst share of calls slower than twice their base rises from 4.3 % to 6.2 %, and
   /// the share is over 5 % in 10 of 1000 scenarios instead of none.
   bool slow_start = false;
+  /// true: a congestion outcome counts only when failures come faster than the rate learned so far
+  /// (`detail::failure_baseline`, at least 15 %): 1-5 % of calls failing at random, whatever the limit, is
+  /// not congestion, and such a failure is no sample at all. false: every one counts as a failed call.
+  bool learn_failure_rate = true;
 };
 
 /// Windowed AIMD: count failures (congestion outcomes, and successes slower than `latency_target` or than
@@ -152,9 +156,10 @@ class basic_windowed_aimd {
     if (waiting_ > o.plateau_windows) waiting_ = o.plateau_windows;
   }
 
-  /// Applies one completed call.
+  /// Applies one completed call. With a work hint (`basic_sample::work`) latency is judged per unit of work.
+  /// @throws std::invalid_argument if the sample's work hint is negative, NaN or infinite.
   void on_sample(const sample_type& s) {
-    if (s.result == outcome::ignored) return;
+    if (s.result == outcome::ignored || !signals_.counts(s, options_.learn_failure_rate)) return;
     const judgement j = judge(s);
     // A call that started before the latest change of the limit reports on the limit before it: it is not
     // counted in the window that judges this one. After a cut, the old limit is already cut (RFC 5681's one
@@ -176,7 +181,7 @@ class basic_windowed_aimd {
       // latency, so of the n calls out at its grant (at most the limit) that many were too many. The window
       // closes at this call (below), so this is the level it shows.
       const double n = std::min(static_cast<double>(s.in_flight), limit_.value());
-      level_ = n - std::floor(static_cast<double>(s.latency.count()) / fastest_ - 1.0);
+      level_ = n - std::floor(static_cast<double>(judged_.count()) / fastest_ - 1.0);
       ++slow_;
     }
     // A window closes after `window` samples; as soon as its failures exceed what a healthy one may hold
@@ -239,12 +244,14 @@ class basic_windowed_aimd {
   judgement judge(const sample_type& s) {
     if (s.result == outcome::congestion) return judgement::failed;
     bool slow = false;
-    if (s.latency > std::chrono::nanoseconds::zero()) {  // a clock too coarse for the call says nothing
-      fastest_window_.push(s.latency.count());
+    const auto judged = signals_.judged(s.latency, s.work);  // nullopt: no work, nothing to judge
+    judged_ = judged.value_or(std::chrono::nanoseconds::zero());
+    if (judged_ > std::chrono::nanoseconds::zero()) {  // a clock too coarse for the call says nothing
+      fastest_window_.push(judged_.count());
       fastest_ = static_cast<double>(fastest_window_.value());
       slow = options_.latency_tolerance &&
-             static_cast<double>(s.latency.count()) >
-                 detail::allowed_latency(fastest_, *options_.latency_tolerance, options_.noise_floor);
+             static_cast<double>(judged_.count()) >
+                 detail::allowed_latency(fastest_, *options_.latency_tolerance, signals_.floor(options_.noise_floor, s.work));
     }
     return slow || (options_.latency_target && s.latency > *options_.latency_target) ? judgement::slow
                                                                                      : judgement::fine;
@@ -269,6 +276,8 @@ class basic_windowed_aimd {
 
   options options_;
   detail::bounded_limit limit_;
+  detail::sample_signals signals_{};
+  std::chrono::nanoseconds judged_{};  // the latest success's latency as judged (per unit of work)
   std::size_t samples_ = 0;
   std::size_t failures_ = 0;
   std::size_t slow_ = 0;  // slow successes among the failures

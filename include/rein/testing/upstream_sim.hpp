@@ -687,7 +687,7 @@ report simulate(std::string strategy_name, std::span<Strategy> strategies, const
 inline constexpr double experiment_fixed_limit = 16.0;
 
 /// The textbook AIMD limiter of the experiment: from 16, floor 1, ceiling 64, 20 ms target, x0.75, a cut on
-/// every congested call, no growth guard and no wait below a level found again.
+/// every congested call (every failure one), no growth guard and no wait below a level found again.
 inline algo::aimd_options experiment_aimd_options() {
   algo::aimd_options o;
   o.initial_limit = 16.0;
@@ -697,6 +697,7 @@ inline algo::aimd_options experiment_aimd_options() {
   o.min_utilisation = 0.0;
   o.once_per_round_trip = false;
   o.plateau_rounds = 0.0;
+  o.learn_failure_rate = false;
   return o;
 }
 
