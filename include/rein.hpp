@@ -42,6 +42,7 @@
 #include <rein/beast/trusted_proxies.hpp>
 #endif
 #include <rein/bounded.hpp>
+#include <rein/completion_hint.hpp>
 #include <rein/error.hpp>
 #include <rein/fixed_window.hpp>
 #include <rein/hedge.hpp>

@@ -1,12 +1,14 @@
 // A granted share of a concurrency limiter, given back on destruction.
 #pragma once
 
+#include <rein/completion_hint.hpp>
 #include <rein/detail/permit_source.hpp>
 #include <rein/outcome.hpp>
 
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -76,6 +78,19 @@ class permit {
     if (auto* source = std::exchange(source_, nullptr)) source->release_permit(std::exchange(count_, 0), stamp_, note_, result);
   }
 
+  /// As complete(outcome), with what the caller knows of the call besides (rein::completion_hint): an
+  /// adaptive limiter's algorithm gets `hint.work` with the call's sample (`algo::basic_sample::work`), so
+  /// that a call asked for more work may take longer without being read as a queue; a semaphore ignores it.
+  /// `permit.complete(outcome::success, {.work = tokens})`. On an empty permit it only checks the hint.
+  ///
+  /// @throws std::invalid_argument if `hint.work` is negative, NaN or infinite
+  ///   ("rein::completion_hint: work must be >= 0 and finite, got <value>"); checked before anything is
+  ///   given back, so the permit still holds its slots and gives them back later, once, as usual.
+  void complete(outcome result, const completion_hint& hint) {
+    detail::check_hint(hint);
+    complete_checked(result, hint.work);
+  }
+
   /// Gives the slots back without an outcome (reported as `outcome::ignored`).
   void release() noexcept { complete(outcome::ignored); }
 
@@ -100,6 +115,13 @@ class permit {
  private:
   friend struct detail::permit_access;
 
+  // complete(outcome, hint) once the hint passed check_hint.
+  void complete_checked(outcome result, const std::optional<double>& work) noexcept {
+    if (!work) return complete(result);
+    if (auto* source = std::exchange(source_, nullptr))
+      source->release_permit_with_work(std::exchange(count_, 0), stamp_, note_, result, *work);
+  }
+
   detail::permit_source* source_ = nullptr;
   std::size_t count_ = 0;
   std::chrono::nanoseconds stamp_{};
@@ -112,6 +134,12 @@ namespace detail {
 struct permit_access {
   // What the limiter noted at the grant (0 for an empty permit): for the limiter's own readers of it.
   static std::uint64_t note(const permit& p) noexcept { return p.note_; }
+
+  // complete(result, hint) with a work hint its caller has checked (detail::check_hint): a composition that
+  // checks the hint once for all its permits, before it gives any of them back.
+  static void complete(permit& p, outcome result, const std::optional<double>& work) noexcept {
+    p.complete_checked(result, work);
+  }
 
   // Measures the permit's service time (grant to outcome, which adaptive limiters learn from) from `stamp`
   // (nanoseconds since the limiter's clock's epoch) instead of its grant: a throttle that held the permit

@@ -849,11 +849,13 @@ class throttle {
 
   // An admitted guard's outcome, to every stage that learns from it; rate units stay spent. A rejection's
   // congestion reaches the global stages as throttle_options::rejections says.
-  void finish(guard& g, outcome result, bool rejection = false, duration pause = duration::zero()) noexcept {
+  // `work`: the caller's checked work hint, for the concurrency stages' permits.
+  void finish(guard& g, outcome result, bool rejection = false, duration pause = duration::zero(),
+              const std::optional<double>& work = std::nullopt) noexcept {
     holdings& h = g.held_;
     [&]<std::size_t... I>(std::index_sequence<I...>) {
       (finish_one<I>(g, h, rejection && !learns_rejections<I>() ? outcome::ignored : result,
-                     rejection && learns_rejections<I>(), pause),
+                     rejection && learns_rejections<I>(), pause, work),
        ...);
     }(std::make_index_sequence<stage_count>{});
     finished_.fetch_add(1, std::memory_order_relaxed);
@@ -881,9 +883,10 @@ class throttle {
   }
 
   template <std::size_t I>
-  void finish_one(guard& g, holdings& h, outcome result, bool refused, duration pause) noexcept {
+  void finish_one(guard& g, holdings& h, outcome result, bool refused, duration pause,
+                  const std::optional<double>& work) noexcept {
     if constexpr (ranks_[I] == rank::per_key_concurrency || ranks_[I] == rank::global_concurrency) {
-      h.permits[I].complete(result);
+      detail::permit_access::complete(h.permits[I], result, work);
     } else if constexpr (ranks_[I] == rank::rate) {
       h.units[I] = 0;
       end_admission<I>(h);

@@ -2,6 +2,7 @@
 // the call's outcome to the stages.
 #pragma once
 
+#include <rein/completion_hint.hpp>
 #include <rein/config.hpp>
 #include <rein/outcome.hpp>
 #include <rein/rate_limit_headers.hpp>
@@ -97,6 +98,25 @@ class throttle_guard {
   /// adaptive limiter learns from it) and every rate stage that learns (rein::adaptive_rate_limiter's
   /// record, with the admission instant as the send time). Does nothing on an empty guard.
   void complete(outcome result) noexcept { complete_as(result, false); }
+
+  /// As complete(outcome), with what the caller knows of the call besides (rein::completion_hint):
+  /// `hint.work` reaches the concurrency stages' permits (an adaptive limiter judges the call's latency per
+  /// unit of work, permit::complete(outcome, completion_hint)); rate stages ignore it.
+  /// `guard.complete(outcome::success, {.work = tokens})`. On an empty guard it only checks the hint.
+  /// @throws std::invalid_argument if `hint.work` is negative, NaN or infinite
+  ///   ("rein::completion_hint: work must be >= 0 and finite, got <value>"); checked before anything is
+  ///   given back, so the guard still holds everything and gives it back later, once, as usual.
+  void complete(outcome result, const completion_hint& hint) {
+    detail::check_hint(hint);
+    complete_as(result, false, duration::zero(), hint.work);
+  }
+
+  /// As complete_http(status), with a completion_hint as complete(outcome, completion_hint) takes it.
+  /// @throws std::invalid_argument as complete(outcome, completion_hint), before anything is given back.
+  void complete_http(int status, const completion_hint& hint) {
+    detail::check_hint(hint);
+    complete_as(classify_http_status(status), status == 429, duration::zero(), hint.work);
+  }
 
   /// Reports an HTTP status through rein::classify_http_status and releases everything. A 429 is congestion
   /// learned as a rejection is (throttle_options::rejections: by the key's stages, and by the global ones
@@ -206,10 +226,11 @@ class throttle_guard {
     held_ = holdings{};
   }
 
-  void complete_as(outcome result, bool rejection, duration pause = duration::zero()) noexcept {
+  void complete_as(outcome result, bool rejection, duration pause = duration::zero(),
+                   const std::optional<double>& work = std::nullopt) noexcept {
     Throttle* owner = live_owner();
     if (owner == nullptr) return;
-    owner->finish(*this, result, rejection, pause);
+    owner->finish(*this, result, rejection, pause, work);
     admitted_ = false;
     owner->unpin(held_);
     life_.reset();  // holds nothing any more: the destructor need not look (nor count it abandoned)

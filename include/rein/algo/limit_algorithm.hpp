@@ -57,10 +57,7 @@ struct basic_sample {
 
 /// Validates a work hint (`basic_sample::work`): finite and >= 0.
 /// @throws std::invalid_argument "rein::algo::sample: work must be >= 0 and finite, got <value>".
-inline void check_work(double work) {
-  if (!(work >= 0.0) || work == std::numeric_limits<double>::infinity())
-    rein::detail::throw_invalid("rein::algo::sample", "work must be >= 0 and finite", rein::detail::show(work));
-}
+inline void check_work(double work) { (void)rein::detail::checked_work("rein::algo::sample", work); }
 
 /// `basic_sample` on `std::chrono::steady_clock`.
 using sample = basic_sample<>;

@@ -129,9 +129,10 @@ struct adaptive_policy {
     on_release(n, stamp, 0, result, now);
   }
 
-  // Report first, then release: the sample is taken with the call still counted in flight.
+  // Report first, then release: the sample is taken with the call still counted in flight. `work` is the
+  // caller's work hint (permit::complete(outcome, completion_hint), checked there), for the sample.
   void on_release(std::size_t n, std::chrono::nanoseconds stamp, std::uint64_t note, outcome result,
-                  time_point now) noexcept {
+                  time_point now, const std::optional<double>& work = std::nullopt) noexcept {
     count(result);
     if (result != outcome::ignored) {
       sample_type s;
@@ -139,6 +140,7 @@ struct adaptive_policy {
       s.result = result;
       s.in_flight = note != 0 ? static_cast<std::size_t>(note) : in_flight;
       s.now = now;
+      if constexpr (requires { s.work = work; }) s.work = work;
       service.record(s.latency);
       feed(s);
     }

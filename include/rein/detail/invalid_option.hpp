@@ -7,6 +7,7 @@
 
 #include <charconv>
 #include <chrono>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -52,6 +53,15 @@ inline std::string describe(std::string_view type, std::string_view name) {
 inline double checked_draw(std::string_view who, std::string_view field, double draw) {
   if (!(draw >= 0.0 && draw <= 1.0)) throw_invalid(who, std::string(field) + " must be in [0, 1]", show(draw));
   return draw;
+}
+
+/// A work hint (how much work a call asked of its dependency), checked where it is given: finite and >= 0,
+/// the same everywhere rein takes one. Anything else, NaN included, throws
+/// `std::invalid_argument("<who>: work must be >= 0 and finite, got <work>")`.
+inline double checked_work(std::string_view who, double work) {
+  if (!(work >= 0.0 && work <= std::numeric_limits<double>::max()))
+    throw_invalid(who, "work must be >= 0 and finite", show(work));
+  return work;
 }
 
 /// Who an error names: a type and, for a named object, its name. Worded (describe) only when an error is

@@ -374,10 +374,12 @@ class limiter_core final : public permit_source,
   // permit_source
   void release_permit(std::size_t n, std::chrono::nanoseconds stamp, std::uint64_t note,
                       outcome result) noexcept override;
+  void release_permit_with_work(std::size_t n, std::chrono::nanoseconds stamp, std::uint64_t note, outcome result,
+                                double work) noexcept override;
 
-  // A permit of n comes back, from `partition` if the line has partitions.
+  // A permit of n comes back, from `partition` if the line has partitions, with its caller's work hint if any.
   void release(std::size_t n, std::chrono::nanoseconds stamp, std::uint64_t note, outcome result,
-               std::optional<std::uint8_t> partition) noexcept {
+               std::optional<std::uint8_t> partition, std::optional<double> work = std::nullopt) noexcept {
     // The word is open only without partitions, so `partition` has nothing to count there.
     if constexpr (pooled) {
       if (pool_.try_give(n)) return;
@@ -396,14 +398,14 @@ class limiter_core final : public permit_source,
     if (!remote && queue_.empty() && !timer_armed_ && (holders_ != 0 || drainers_.empty())) {
       // Nobody to grant and no timer to re-aim (the uncontended case, and every release after shutdown): no
       // dispatch, nothing to post.
-      if (has_observer_) return release_observed(lock, n, stamp, note, result);
-      policy_release(n, stamp, note, result, policy_now());
+      if (has_observer_) return release_observed(lock, n, stamp, note, result, work);
+      policy_release(n, stamp, note, result, policy_now(), work);
       return;
     }
     completions done(this);
     done.direct = direct_handoff_;  // only a release hands off directly: an initiation never completes inline
     const time_point now = clock_now_locked();
-    policy_release(n, stamp, note, result, now);
+    policy_release(n, stamp, note, result, now, work);
     dispatch_locked(now, done);
     if (has_observer_) observe_locked(now, done);
     lock.unlock();  // before `done` posts, although it was declared after the lock
@@ -658,13 +660,15 @@ class limiter_core final : public permit_source,
     else return 0;
   }
 
-  // A permit comes back to the policy, with its note if the policy reads one.
+  // A permit comes back to the policy, with its note and its work hint if the policy reads them.
   void policy_release(std::size_t n, std::chrono::nanoseconds stamp, std::uint64_t note, outcome result,
-                      time_point now) noexcept {
-    if constexpr (requires { policy_.on_release(n, stamp, note, result, now); })
-      policy_.on_release(n, stamp, note, result, now);
+                      time_point now, const std::optional<double>& work) noexcept {
+    if constexpr (requires { policy_.on_release(n, stamp, note, result, now, work); })
+      policy_.on_release(n, stamp, note, result, now, work);
+    else if constexpr (requires { policy_.on_release(n, stamp, note, result, now); })
+      (void)work, policy_.on_release(n, stamp, note, result, now);
     else
-      (void)note, policy_.on_release(n, stamp, result, now);
+      (void)note, (void)work, policy_.on_release(n, stamp, result, now);
   }
 
   // An op granted on arrival, without waiting.
@@ -743,7 +747,7 @@ class limiter_core final : public permit_source,
   try_status try_acquire_observed(std::size_t n, std::chrono::nanoseconds& stamp, std::int64_t* retry_ns,
                                   std::uint8_t partition, const time_point* at, std::uint64_t* note);
   void release_observed(line_lock& lock, std::size_t n, std::chrono::nanoseconds stamp, std::uint64_t note,
-                        outcome result) noexcept;
+                        outcome result, const std::optional<double>& work) noexcept;
 
   // The rest of a synchronous try under the lock, once closed and capacity are checked: refused (a policy's
   // own reason), behind waiters, or short of units at `now`; or taken, stamping the grant with `now`.

@@ -27,6 +27,10 @@ class limiter_core<Policy, Executor, Clock, Mutex, Signature>::partition_source 
                       outcome result) noexcept override {
     core_->release(n, stamp, note, result, index_);
   }
+  void release_permit_with_work(std::size_t n, std::chrono::nanoseconds stamp, std::uint64_t note, outcome result,
+                                double work) noexcept override {
+    core_->release(n, stamp, note, result, index_, work);
+  }
   void permit_split() noexcept override { core_->permit_split(); }
   void restamp_permit(std::chrono::nanoseconds from, std::chrono::nanoseconds to) noexcept override {
     core_->restamp_permit(from, to);

@@ -22,6 +22,14 @@ class permit_source {
   virtual void release_permit(std::size_t count, std::chrono::nanoseconds stamp, std::uint64_t note,
                               outcome result) noexcept = 0;
 
+  /// As release_permit, with the caller's work hint (`completion_hint::work`, already checked: finite and
+  /// >= 0). A source whose policy learns from latency hands it on with the sample; the others ignore it.
+  virtual void release_permit_with_work(std::size_t count, std::chrono::nanoseconds stamp, std::uint64_t note,
+                                        outcome result, double work) noexcept {
+    (void)work;
+    release_permit(count, stamp, note, result);
+  }
+
   /// A permit was split in two (permit::split): one more permit object will report back. Grants are counted
   /// by the limiter itself; only a split adds a holder the limiter did not see.
   virtual void permit_split() noexcept = 0;

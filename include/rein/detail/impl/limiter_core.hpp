@@ -100,6 +100,12 @@ REIN_SEPARATE_INLINE void limiter_core<Policy, Executor, Clock, Mutex, Signature
 }
 
 template <class Policy, class Executor, class Clock, class Mutex, acquire_signature Signature>
+REIN_SEPARATE_INLINE void limiter_core<Policy, Executor, Clock, Mutex, Signature>::release_permit_with_work(
+    std::size_t n, std::chrono::nanoseconds stamp, std::uint64_t note, outcome result, double work) noexcept {
+  release(n, stamp, note, result, std::nullopt, work);
+}
+
+template <class Policy, class Executor, class Clock, class Mutex, acquire_signature Signature>
 REIN_SEPARATE_INLINE void limiter_core<Policy, Executor, Clock, Mutex, Signature>::cancel_wait(wait_op* op) noexcept {
   std::shared_ptr<limiter_core> last;  // the core's own reference after shutdown: dropped after the unlock
   completions done(this);
