@@ -5,6 +5,7 @@
 #include <rein/testing/manual_clock.hpp>
 
 #include "support/catch.hpp"
+#include "support/scripted_algorithm.hpp"
 
 #if defined(REIN_STANDALONE_ASIO)
 #include <asio/bind_cancellation_slot.hpp>
@@ -45,42 +46,8 @@ using rein::testing::manual_clock;
 
 namespace {
 
-struct scripted_options {
-  double initial_limit = 2.0;
-  double min_limit = 1.0;
-  double max_limit = 64.0;
-};
-
-/// An algorithm whose limit only the test moves; it records every sample it is fed.
-template <class Clock = std::chrono::steady_clock>
-class scripted {
- public:
-  using clock_type = Clock;
-  using options = scripted_options;
-  using sample_type = rein::algo::basic_sample<Clock>;
-  template <class C>
-  using rebind_clock = scripted<C>;
-
-  explicit scripted(const options& o = {}) : o_{o}, limit_{o.initial_limit} {}
-  double limit() const { return limit_; }
-  double min_limit() const { return o_.min_limit; }
-  double max_limit() const { return o_.max_limit; }
-  std::uint64_t decreases() const { return decreases_; }
-  std::uint64_t increases() const { return increases_; }
-  void on_sample(const sample_type& s) { samples.push_back(s); }
-  void set(double limit) {
-    (limit < limit_ ? decreases_ : increases_) += 1;
-    limit_ = limit;
-  }
-
-  std::vector<sample_type> samples;
-
- private:
-  options o_;
-  double limit_;
-  std::uint64_t decreases_ = 0;
-  std::uint64_t increases_ = 0;
-};
+using rein_test::scripted;
+using rein_test::scripted_options;
 
 template <class Algorithm, class Mutex = std::mutex>
 using limiter_on_manual_clock = rein::basic_adaptive_limiter<Algorithm, net::any_io_executor, manual_clock, Mutex>;
@@ -103,10 +70,7 @@ auto into(result& r) {
   };
 }
 
-template <class Limiter>
-std::vector<sample> samples_of(const Limiter& l) {
-  return l.inspect_algorithm([](const auto& a) { return a.samples; });
-}
+using rein_test::samples_of;
 
 std::string what_of(const std::function<void()>& f) {
   try {
