@@ -140,9 +140,8 @@ class async_experiment {
  public:
   async_experiment(net::io_context& io, std::vector<Limiter*> limiters, strategy_hooks hooks, const scenario& sc)
       : io_{io}, limiters_{std::move(limiters)}, hooks_{std::move(hooks)}, scenario_{sc}, calls_(sc.calls()),
-        slots_(sc.calls()) {
+        slots_(sc.calls()), work_(sc.calls(), 1.0) {
     REQUIRE(limiters_.size() == sc.keys());
-    REQUIRE_FALSE(sc.work_hints);  // a permit cannot carry a work hint yet
     for (std::size_t k = 0; k < sc.keys(); ++k) keys_.push_back(std::make_unique<key_state>(sc.key(k)));
     for (std::size_t i = 0; i < sc.calls(); ++i) wake_.push_back(std::make_unique<wake_timer>(io.get_executor()));
   }
@@ -235,7 +234,9 @@ class async_experiment {
     key.model.leave();
     c.finished = elapsed();
     const double before = hooks_.limit(c.key);
-    slots_[id].complete(c.ok ? outcome::success : outcome::congestion);
+    const outcome result = c.ok ? outcome::success : outcome::congestion;
+    if (scenario_.work_hints) slots_[id].complete(result, {.work = work_[id]});  // as the simulation's samples
+    else slots_[id].complete(result);
     if (const double after = hooks_.limit(c.key); after < before)
       lowest_cut_ = std::min(lowest_cut_, after / static_cast<double>(key.model.capacity()));
     --in_flight_;
@@ -251,6 +252,7 @@ class async_experiment {
     c.ok = plan.ok;
     c.unloaded = plan.unloaded;
     c.random_failure = plan.random_failure;
+    work_[id] = plan.work;
     push(c.started + plan.service_time, event_kind::completion, id);
   }
 
@@ -317,6 +319,7 @@ class async_experiment {
   std::vector<std::pair<std::size_t, std::size_t>> changes_;  // key, capacity
   std::vector<rein::testing::call_record> calls_;
   std::vector<rein::permit> slots_;
+  std::vector<double> work_;  // each call's payload factor: its work hint with scenario::work_hints
   std::vector<std::unique_ptr<wake_timer>> wake_;
   std::priority_queue<event, std::vector<event>, std::greater<>> events_;
   std::uint64_t next_seq_ = 0;
@@ -625,4 +628,36 @@ TEST_CASE("degrading upstream, async: every scenario of the family's CI seeds eq
   for (const auto& d : differences) listed += d + "\n";
   INFO(differences.size() << " of " << scenarios.size() * 6 << " runs differ:\n" << listed);
   CHECK(differences.empty());
+}
+
+TEST_CASE("degrading upstream, async: with work hints on the permits, the family's shapes equal the simulation") {
+  // Each call completes with its payload factor as its work hint (permit::complete(outcome, completion_hint)),
+  // as the simulation's samples carry it (scenario::work_hints): tuned_aimd judges latency per unit of work;
+  // the others take the hint and must still match figure for figure.
+  std::vector<scenario> scenarios;
+  for (const auto& shape : rein::testing::world_shapes())
+    for (std::uint64_t seed = 1; seed <= 2; ++seed)
+      scenarios.push_back(rein::testing::generate_shaped_scenario(seed, shape, true));
+  std::vector<std::string> differences;
+  for (const scenario& sc : scenarios) {
+    REQUIRE(sc.work_hints);
+    compare_on<rein::algo::tuned_aimd>(sc, rein::testing::experiment_tuned_aimd_options(), "tuned_aimd", differences);
+    compare_on<rein::algo::gradient>(sc, rein::testing::experiment_gradient_options(), "gradient", differences);
+    compare_on<rein::algo::aimd>(sc, rein::testing::experiment_aimd_options(), "aimd", differences);
+  }
+  std::string listed;
+  for (const auto& d : differences) listed += d + "\n";
+  INFO(differences.size() << " of " << scenarios.size() * 3 << " runs differ:\n" << listed);
+  CHECK(differences.empty());
+  // The hints reach the algorithm: the same shapes without them end tuned_aimd elsewhere in some scenario.
+  std::size_t moved = 0;
+  for (const scenario& hinted : scenarios) {
+    scenario plain = hinted;
+    plain.work_hints = false;
+    const auto options = rein::testing::experiment_tuned_aimd_options();
+    if (run_adaptive<rein::algo::tuned_aimd>(hinted, options, "hinted").final_limit !=
+        run_adaptive<rein::algo::tuned_aimd>(plain, options, "plain").final_limit)
+      ++moved;
+  }
+  CHECK(moved > 0);
 }
