@@ -6,6 +6,7 @@
 #include <rein/algo/gradient.hpp>
 #include <rein/algo/limit_algorithm.hpp>
 #include <rein/algo/tuned_aimd.hpp>
+#include <rein/completion_hint.hpp>
 #include <rein/config.hpp>
 #include <rein/detail/acquire_doors.hpp>
 #include <rein/detail/adaptive_policy.hpp>
@@ -158,6 +159,14 @@ inline std::ostream& operator<<(std::ostream& os, const adaptive_limiter_snapsho
 /// Waiting is FIFO (or LIFO, or by priority class: line_options::order) with per-operation deadlines,
 /// cancellation, `max_waiters` and `close()`, exactly as rein::semaphore (the same waiter core). The limit
 /// always lies in the algorithm's [min_limit, max_limit].
+///
+/// A call whose latency follows the work it asks for (an LLM answer's tokens, a payload's bytes) may say how
+/// much work that was when it completes, so that a long answer is not read as a queue:
+/// `permit.complete(outcome::success, {.work = tokens})` (rein::completion_hint). The sample then carries
+/// it (`algo::basic_sample::work`); algo::tuned_aimd judges the latency per unit of work, the other
+/// algorithms ignore it. A work of 0 is a call that did no work: its outcome counts, its latency is not
+/// judged. A negative, NaN or infinite work throws std::invalid_argument before the permit lets go of its
+/// slot.
 ///
 /// Each sample also carries `in_flight` as it was right after that call's grant, this call included
 /// (Netflix concurrency-limits' convention, used by the algorithms' app-limited guards): the permit carries
@@ -400,6 +409,16 @@ class basic_adaptive_limiter {
   /// `p.complete(classify(status))`. Does nothing if `p` is empty.
   void complete(permit& p, int status) const {
     if (p) p.complete(classify_(status));
+  }
+
+  /// As complete(p, status), with what the caller knows of the call besides (rein::completion_hint):
+  /// `p.complete(classify(status), hint)`, e.g. `limiter.complete(slot, 200, {.work = tokens})`. On an empty
+  /// permit it only checks the hint.
+  /// @throws std::invalid_argument if `hint.work` is negative, NaN or infinite, before the permit gives
+  ///   anything back (it still holds its slot).
+  void complete(permit& p, int status, const completion_hint& hint) const {
+    detail::check_hint(hint);
+    if (p) p.complete(classify_(status), hint);
   }
 
   /// Completes every waiter with errc::closed; later acquires fail the same way and try_acquire returns an

@@ -110,6 +110,25 @@ TEST_CASE("work hint: the sample carries the hint; no hint, or none given, leave
   CHECK(limiter.in_flight() == 0);
 }
 
+TEST_CASE("work hint: limiter.complete(permit, status, hint) classifies the status and passes the hint") {
+  manual_clock::reset();
+  net::io_context io;
+  scripted_limiter limiter{io, {4, 1, 64}};
+  rein::permit p = limiter.try_acquire();
+  CHECK(rein_test::invalid_argument_of([&] { limiter.complete(p, 200, {.work = -4.0}); }) ==
+        "rein::completion_hint: work must be >= 0 and finite, got -4");
+  CHECK(p);
+  CHECK(limiter.in_flight() == 1);
+  limiter.complete(p, 503, {.work = 2.0});
+  CHECK_FALSE(p);
+  limiter.complete(p, 200, {.work = 2.0});  // empty: nothing more
+  const auto s = samples_of(limiter);
+  REQUIRE(s.size() == 1);
+  CHECK(s[0].result == outcome::congestion);
+  CHECK(s[0].work == 2.0);
+  CHECK(limiter.in_flight() == 0);
+}
+
 TEST_CASE("work hint: an async tuned_aimd limiter given hints ends at the pure algorithm's limit exactly") {
   const replayed with = replay(true);
   const replayed without = replay(false);

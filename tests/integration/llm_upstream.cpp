@@ -30,6 +30,15 @@
 // while it learns, and at the floor learning takes 100 calls of 50 ms. Without a latency signal that sees
 // this queue, the limit grows past the capacity until the hard cap's 503s, which then cut it several times in
 // a row (a queue of 30 requests takes several round trips to drain).
+//
+// With the work hint (payload::hinted): the caller asks for a payload of 30-70 tokens that the upstream
+// serves at 1 ms a token, the same 30-70 ms, and completes with the size as its work hint
+// (`limiter.complete(slot, status, {.work = tokens})`), so tuned_aimd judges latency per token. Six runs of
+// 3 s to 6 s on this 2-core machine beside other builds (load average 2.6-5): lowest limit 17-18, median
+// 18-20, 325-329 answers/s, at most 22-24 requests in the server, no overload 503s; the issue's target
+// holds in every run with a margin, so CI asserts it for this case. The same payloads without the hint
+// (payload::known, three runs): lowest 16-22, median 22-27, up to 33-34 requests in the server (the hard
+// cap): the limit sits above the capacity. The drawn case's five runs beside them: lowest 1-14, median 1.5-19.
 #include "support/catch.hpp"
 
 #if !defined(REIN_STANDALONE_ASIO)  // Beast needs Boost.Asio
@@ -57,6 +66,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <iostream>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -71,10 +81,16 @@ using steady = std::chrono::steady_clock;
 constexpr std::size_t capacity = 16;
 constexpr std::size_t callers = 64;
 
-rein_test::provider_options llm_upstream() {
+// Who knows the size of an answer: the upstream alone (its latency drawn in 30-70 ms), or the caller, who
+// asks for a payload of 30-70 tokens (x-tokens) at 1 ms a token, and may or may not give the size as its
+// work hint when it completes (rein::completion_hint).
+enum class payload { drawn, known, hinted };
+
+rein_test::provider_options llm_upstream(payload p = payload::drawn) {
   rein_test::provider_options o;
   o.dialect = rein_test::quota_dialect::none;  // no quota: only the capacity limits
   o.latency = {30ms, 70ms};
+  if (p != payload::drawn) o.latency_per_token = 1ms;  // the same 30-70 ms, decided by the caller's payload
   o.failure_share = 0.05;
   o.capacity = capacity;
   o.hard_cap = 2 * capacity + 2;  // as the family's upstreams (rein/testing/scenario_family.hpp)
@@ -91,22 +107,29 @@ struct run_figures {
   double per_second = 0.0;  // answers per second after the warm-up
 };
 
-// One caller: its own keep-alive connection; each call takes a slot, asks, and reports the status.
+// One caller: its own keep-alive connection; each call takes a slot, asks, and reports the status (with its
+// payload's size as the work hint under payload::hinted).
 net::awaitable<void> caller(rein::tuned_aimd_limiter& limiter, unsigned short port, steady::time_point stop,
-                            std::uint64_t& answered_after_warmup, steady::time_point warm) {
+                            std::uint64_t& answered_after_warmup, steady::time_point warm, payload mode,
+                            std::uint64_t seed) {
   boost::beast::tcp_stream stream(co_await net::this_coro::executor);
   co_await stream.async_connect(tcp::endpoint{net::ip::address_v4::loopback(), port}, net::use_awaitable);
   stream.socket().set_option(tcp::no_delay(true));
   boost::beast::flat_buffer buffer;
+  std::mt19937_64 sizes{seed};
   for (;;) {
     rein::permit slot = co_await limiter.acquire();
     if (steady::now() >= stop) break;  // the slot goes back unreported
     http::request<http::empty_body> request{http::verb::post, "/v1/chat/completions", 11};
     request.set(http::field::host, "127.0.0.1");
+    const int tokens = std::uniform_int_distribution<int>(30, 70)(sizes);
+    if (mode != payload::drawn) request.set("x-tokens", std::to_string(tokens));
     co_await http::async_write(stream, request, net::use_awaitable);
     http::response<http::string_body> response;
     co_await http::async_read(stream, buffer, response, net::use_awaitable);
-    limiter.complete(slot, static_cast<int>(response.result_int()));
+    const int status = static_cast<int>(response.result_int());
+    if (mode == payload::hinted) limiter.complete(slot, status, {.work = tokens});
+    else limiter.complete(slot, status);
     if (steady::now() >= warm) ++answered_after_warmup;
   }
   boost::beast::error_code ignored;
@@ -125,8 +148,8 @@ net::awaitable<void> sampler(const rein::tuned_aimd_limiter& limiter, steady::ti
 
 /// 64 callers for `length`, the limit sampled after `warmup` (slow start from 4 and the first cuts).
 run_figures run(const rein::algo::tuned_aimd_options& options, steady::duration warmup, steady::duration length,
-                const char* title) {
-  rein_test::provider_emulator upstream{llm_upstream()};
+                const char* title, payload mode = payload::drawn) {
+  rein_test::provider_emulator upstream{llm_upstream(mode)};
   net::io_context io;
   rein::tuned_aimd_limiter limiter{io, options};
   const steady::time_point start = steady::now();
@@ -134,7 +157,7 @@ run_figures run(const rein::algo::tuned_aimd_options& options, steady::duration 
   run_figures f;
   std::uint64_t answered = 0;
   for (std::size_t i = 0; i < callers; ++i)
-    net::co_spawn(io, caller(limiter, upstream.port(), stop, answered, warm), [](std::exception_ptr e) {
+    net::co_spawn(io, caller(limiter, upstream.port(), stop, answered, warm, mode, i + 1), [](std::exception_ptr e) {
       if (e) std::rethrow_exception(e);
     });
   net::co_spawn(io, sampler(limiter, warm, stop, f.limits), net::detached);
@@ -181,6 +204,21 @@ TEST_CASE("llm upstream: the recommended limiter keeps the global limit >= 0.7 o
           "[.target]") {
   const run_figures f = run(rein::algo::tuned_aimd_options{}, 3s, 6s, "tuned_aimd defaults");
   CHECK(f.lowest >= 0.7 * static_cast<double>(capacity));
+}
+
+TEST_CASE("llm upstream: with the payload's size as its work hint, the global limit stays >= 0.7 of the capacity",
+          "[llm]") {
+  // The caller asks for 30-70 tokens and the upstream takes 1 ms a token: the same spread of latency as
+  // above, but the caller knows it and says so (permit completion with {.work = tokens}), so tuned_aimd
+  // judges latency per token and the spread no longer reads as a queue. Lowest 17-18, median 18-20 in three
+  // runs (see the file's comment).
+  const run_figures f = run(rein::algo::tuned_aimd_options{}, 3s, 6s, "tuned_aimd defaults, work hint", payload::hinted);
+  CHECK(f.lowest >= 0.7 * static_cast<double>(capacity));
+}
+
+TEST_CASE("llm upstream: the payload's size as the work hint (measured)", "[.measure]") {
+  run(rein::algo::tuned_aimd_options{}, 3s, 6s, "tuned_aimd defaults, payload known, no hint", payload::known);
+  run(rein::algo::tuned_aimd_options{}, 3s, 6s, "tuned_aimd defaults, payload size as work hint", payload::hinted);
 }
 
 TEST_CASE("llm upstream: the limit of each tuning (measured)", "[.measure]") {

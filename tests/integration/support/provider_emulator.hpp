@@ -300,6 +300,9 @@ struct provider_options {
   bool retry_after = true;  ///< a 429 carries Retry-After: whole seconds until the request would fit
   double failure_share = 0;  ///< share of requests answered 503, drawn before the quota (they charge nothing)
   latency_range latency{};   ///< the delay before each answer, on an Asio timer
+  /// Not 0: the delay before each answer is the request's `x-tokens` times this instead (`latency` unused):
+  /// a payload the client chose and knows, whose size the service time follows (an LLM answer's tokens).
+  std::chrono::nanoseconds latency_per_token{0};
   std::uint64_t seed = 1;    ///< of the 503 draws and the latencies
   /// Requests served at once (its workers, an LLM server's batch slots); 0: any number. A request that finds
   /// every worker busy waits for one, first come first served, and then takes its drawn latency: a server
@@ -397,6 +400,7 @@ class provider_emulator {
     if (o.failure_share < 0 || o.failure_share > 1) throw std::invalid_argument("provider: failure_share not in [0, 1]");
     if (o.latency.low < o.latency.low.zero() || o.latency.high < o.latency.low)
       throw std::invalid_argument("provider: latency needs 0 <= low <= high");
+    if (o.latency_per_token < o.latency_per_token.zero()) throw std::invalid_argument("provider: latency_per_token < 0");
     return o;
   }
 
@@ -415,7 +419,7 @@ class provider_emulator {
       response out = answer(in, inside);
       const bool worker = options_.capacity != 0 && !overload(inside);
       if (worker) co_await take_worker();
-      if (const std::chrono::nanoseconds latency = draw_latency(); latency > latency.zero()) {
+      if (const std::chrono::nanoseconds latency = latency_of(in); latency > latency.zero()) {
         service.expires_after(latency);
         co_await service.async_wait(net::as_tuple(net::use_awaitable));
       }
@@ -509,6 +513,12 @@ class provider_emulator {
     }
     tokens_ += static_cast<std::uint64_t>(cost);
     ++accepted_;
+  }
+
+  // The request's delay: its tokens' with latency_per_token, else drawn.
+  std::chrono::nanoseconds latency_of(const request& in) {
+    if (options_.latency_per_token == options_.latency_per_token.zero()) return draw_latency();
+    return options_.latency_per_token * tokens_of(in).value_or(0);
   }
 
   std::chrono::nanoseconds draw_latency() {
