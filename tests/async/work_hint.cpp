@@ -87,7 +87,52 @@ replayed replay(bool hinted) {
   return {limiter.limit(), pure.limit()};
 }
 
+/// What the stand-in model answers: whether it went well, and how many tokens it wrote.
+struct answer {
+  bool ok;
+  std::size_t tokens;
+};
+
+/// A stand-in for an LLM: writes `tokens` tokens at 1 ms a token, on the manual clock.
+struct model {
+  net::awaitable<answer> ask(std::size_t tokens) {
+    net::basic_waitable_timer<manual_clock> writing(co_await net::this_coro::executor, 1ms * tokens);
+    co_await writing.async_wait(net::use_awaitable);
+    co_return answer{true, tokens};
+  }
+};
+
+// The pattern docs/adaptive.md shows: the answer's size is known when the call completes, and given with it.
+template <class Limiter>
+net::awaitable<void> ask(Limiter& limiter, model& llm, std::size_t tokens) {
+  rein::permit slot = co_await limiter.acquire();
+  const answer a = co_await llm.ask(tokens);
+  slot.complete(a.ok ? rein::outcome::success : rein::outcome::congestion, {.work = a.tokens});
+}
+
 }  // namespace
+
+TEST_CASE("work hint: an LLM call gives its answer's tokens with its outcome") {
+  manual_clock::reset();
+  net::io_context io;
+  scripted_limiter limiter{io, {4, 1, 64}};
+  model llm;
+  net::co_spawn(io, ask(limiter, llm, 30), net::detached);
+  net::co_spawn(io, ask(limiter, llm, 70), net::detached);
+  io.poll();
+  CHECK(limiter.in_flight() == 2);
+  manual_clock::advance(30ms);
+  io.poll();
+  manual_clock::advance(40ms);
+  io.poll();
+  CHECK(limiter.in_flight() == 0);
+  const auto s = samples_of(limiter);
+  REQUIRE(s.size() == 2);
+  CHECK(s[0].latency == 30ms);
+  CHECK(s[0].work == 30.0);
+  CHECK(s[1].latency == 70ms);
+  CHECK(s[1].work == 70.0);
+}
 
 TEST_CASE("work hint: the sample carries the hint; no hint, or none given, leaves it unset") {
   manual_clock::reset();
