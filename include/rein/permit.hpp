@@ -136,10 +136,11 @@ struct permit_access {
   static std::uint64_t note(const permit& p) noexcept { return p.note_; }
 
   // complete(result, hint) with a work hint its caller has checked (detail::check_hint): a composition that
-  // checks the hint once for all its permits, before it gives any of them back.
-  static void complete(permit& p, outcome result, const std::optional<double>& work) noexcept {
+  // checks the hint once for all its permits, before it gives any of them back. With no_work, complete(result).
+  static void complete(permit& p, outcome result, std::optional<double> work) noexcept {
     p.complete_checked(result, work);
   }
+  static void complete(permit& p, outcome result, no_work) noexcept { p.complete(result); }
 
   // Measures the permit's service time (grant to outcome, which adaptive limiters learn from) from `stamp`
   // (nanoseconds since the limiter's clock's epoch) instead of its grant: a throttle that held the permit

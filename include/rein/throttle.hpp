@@ -849,13 +849,17 @@ class throttle {
 
   // An admitted guard's outcome, to every stage that learns from it; rate units stay spent. A rejection's
   // congestion reaches the global stages as throttle_options::rejections says.
-  // `work`: the caller's checked work hint, for the concurrency stages' permits.
+  // `work`: the caller's checked work hint for the concurrency stages' permits, or none (detail::no_work).
+  template <class Work = detail::no_work>
   void finish(guard& g, outcome result, bool rejection = false, duration pause = duration::zero(),
-              const std::optional<double>& work = std::nullopt) noexcept {
+              Work work = {}) noexcept {
     holdings& h = g.held_;
-    [&]<std::size_t... I>(std::index_sequence<I...>) {
-      (finish_one<I>(g, h, rejection && !learns_rejections<I>() ? outcome::ignored : result,
-                     rejection && learns_rejections<I>(), pause, work),
+    // The scalars by value (with [&], GCC stopped inlining the fold once it took `work`); `this` as `self`, which
+    // clang's -Wunused-lambda-capture does not misread in a generic lambda.
+    [self = this, &g, &h, result, rejection, pause, work]<std::size_t... I>(std::index_sequence<I...>) {
+      (self->template finish_one<I>(g, h,
+                                    rejection && !self->template learns_rejections<I>() ? outcome::ignored : result,
+                                    rejection && self->template learns_rejections<I>(), pause, work),
        ...);
     }(std::make_index_sequence<stage_count>{});
     finished_.fetch_add(1, std::memory_order_relaxed);
@@ -882,9 +886,8 @@ class throttle {
     }
   }
 
-  template <std::size_t I>
-  void finish_one(guard& g, holdings& h, outcome result, bool refused, duration pause,
-                  const std::optional<double>& work) noexcept {
+  template <std::size_t I, class Work>
+  void finish_one(guard& g, holdings& h, outcome result, bool refused, duration pause, Work work) noexcept {
     if constexpr (ranks_[I] == rank::per_key_concurrency || ranks_[I] == rank::global_concurrency) {
       detail::permit_access::complete(h.permits[I], result, work);
     } else if constexpr (ranks_[I] == rank::rate) {

@@ -4,6 +4,7 @@
 
 #include <rein/completion_hint.hpp>
 #include <rein/config.hpp>
+#include <rein/detail/permit_source.hpp>
 #include <rein/outcome.hpp>
 #include <rein/rate_limit_headers.hpp>
 #include <rein/throttle_charge.hpp>
@@ -226,8 +227,9 @@ class throttle_guard {
     held_ = holdings{};
   }
 
-  void complete_as(outcome result, bool rejection, duration pause = duration::zero(),
-                   const std::optional<double>& work = std::nullopt) noexcept {
+  // `work`: the caller's checked work hint (std::optional<double>), or none (detail::no_work).
+  template <class Work = detail::no_work>
+  void complete_as(outcome result, bool rejection, duration pause = duration::zero(), Work work = {}) noexcept {
     Throttle* owner = live_owner();
     if (owner == nullptr) return;
     owner->finish(*this, result, rejection, pause, work);

@@ -4,6 +4,7 @@
 
 #include <rein/algo/circuit.hpp>
 #include <rein/algo/limit_algorithm.hpp>
+#include <rein/detail/permit_source.hpp>
 #include <rein/observer.hpp>
 #include <rein/outcome.hpp>
 #include <rein/wait_stats.hpp>
@@ -13,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <type_traits>
 
 namespace rein::detail {
 
@@ -130,9 +132,10 @@ struct adaptive_policy {
   }
 
   // Report first, then release: the sample is taken with the call still counted in flight. `work` is the
-  // caller's work hint (permit::complete(outcome, completion_hint), checked there), for the sample.
+  // caller's work hint (permit::complete(outcome, completion_hint), checked there) for the sample, or none.
+  template <class Work = no_work>
   void on_release(std::size_t n, std::chrono::nanoseconds stamp, std::uint64_t note, outcome result,
-                  time_point now, const std::optional<double>& work = std::nullopt) noexcept {
+                  time_point now, Work work = {}) noexcept {
     count(result);
     if (result != outcome::ignored) {
       sample_type s;
@@ -140,7 +143,8 @@ struct adaptive_policy {
       s.result = result;
       s.in_flight = note != 0 ? static_cast<std::size_t>(note) : in_flight;
       s.now = now;
-      if constexpr (requires { s.work = work; }) s.work = work;
+      if constexpr (!std::is_same_v<Work, no_work> && requires { s.work = work; }) s.work = work;
+      else (void)work;
       service.record(s.latency);
       feed(s);
     }

@@ -377,9 +377,11 @@ class limiter_core final : public permit_source,
   void release_permit_with_work(std::size_t n, std::chrono::nanoseconds stamp, std::uint64_t note, outcome result,
                                 double work) noexcept override;
 
-  // A permit of n comes back, from `partition` if the line has partitions, with its caller's work hint if any.
+  // A permit of n comes back, from `partition` if the line has partitions, with its caller's work hint (a
+  // double, checked) or none (no_work).
+  template <class Work = no_work>
   void release(std::size_t n, std::chrono::nanoseconds stamp, std::uint64_t note, outcome result,
-               std::optional<std::uint8_t> partition, std::optional<double> work = std::nullopt) noexcept {
+               std::optional<std::uint8_t> partition, Work work = {}) noexcept {
     // The word is open only without partitions, so `partition` has nothing to count there.
     if constexpr (pooled) {
       if (pool_.try_give(n)) return;
@@ -661,8 +663,9 @@ class limiter_core final : public permit_source,
   }
 
   // A permit comes back to the policy, with its note and its work hint if the policy reads them.
+  template <class Work>
   void policy_release(std::size_t n, std::chrono::nanoseconds stamp, std::uint64_t note, outcome result,
-                      time_point now, const std::optional<double>& work) noexcept {
+                      time_point now, Work work) noexcept {
     if constexpr (requires { policy_.on_release(n, stamp, note, result, now, work); })
       policy_.on_release(n, stamp, note, result, now, work);
     else if constexpr (requires { policy_.on_release(n, stamp, note, result, now); })
@@ -746,8 +749,9 @@ class limiter_core final : public permit_source,
   void observe_locked(time_point now, Sink& done) noexcept;
   try_status try_acquire_observed(std::size_t n, std::chrono::nanoseconds& stamp, std::int64_t* retry_ns,
                                   std::uint8_t partition, const time_point* at, std::uint64_t* note);
+  template <class Work>
   void release_observed(line_lock& lock, std::size_t n, std::chrono::nanoseconds stamp, std::uint64_t note,
-                        outcome result, const std::optional<double>& work) noexcept;
+                        outcome result, Work work) noexcept;
 
   // The rest of a synchronous try under the lock, once closed and capacity are checked: refused (a policy's
   // own reason), behind waiters, or short of units at `now`; or taken, stamping the grant with `now`.

@@ -15,7 +15,6 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <optional>
 
 namespace rein::detail {
 
@@ -82,9 +81,10 @@ REIN_NOINLINE inline try_status limiter_core<Policy, Executor, Clock, Mutex, Sig
 
 // The uncontended release with an observer: the limit may have moved (an adaptive limiter's sample).
 template <class Policy, class Executor, class Clock, class Mutex, acquire_signature Signature>
+template <class Work>
 REIN_NOINLINE inline void limiter_core<Policy, Executor, Clock, Mutex, Signature>::release_observed(
     line_lock& lock, std::size_t n, std::chrono::nanoseconds stamp, std::uint64_t note, outcome result,
-    const std::optional<double>& work) noexcept {
+    Work work) noexcept {
   event_sink done(this);
   const time_point now = policy_now();
   policy_release(n, stamp, note, result, now, work);

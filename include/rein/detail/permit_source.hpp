@@ -9,6 +9,10 @@
 
 namespace rein::detail {
 
+/// A release without a work hint: the limiter's code for it is the code it had before hints existed (an
+/// empty tag, where a hinted release passes the work as a double).
+struct no_work {};
+
 /// What a concurrency limiter implements so that a permit can give its slots back.
 ///
 /// `stamp` is the grant time (nanoseconds since the limiter clock's epoch), so that an adaptive limiter can
