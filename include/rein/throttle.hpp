@@ -6,58 +6,30 @@
 #include <rein/detail/asio_header.hpp>
 #include <rein/detail/clock_time.hpp>
 #include <rein/detail/format.hpp>
-#include <rein/detail/line_place.hpp>
 #include <rein/detail/spawned_operation.hpp>
 #include <rein/detail/throttle_admission.hpp>
+#include <rein/detail/throttle_stage_ops.hpp>
 #include <rein/detail/throttle_stages.hpp>
 #include <rein/error.hpp>
-#include <rein/keyed.hpp>
-#include <rein/observer.hpp>
-#include <rein/outcome.hpp>
-#include <rein/permit.hpp>
-#include <rein/queue_order.hpp>
-#include <rein/rate_limit_headers.hpp>
 #include <rein/throttle_charge.hpp>
 #include <rein/throttle_guard.hpp>
 #include <rein/throttle_options.hpp>
 #include <rein/throttle_snapshot.hpp>
-#include <rein/try_result.hpp>
-#include <rein/wait_stats.hpp>
 
 #include REIN_ASIO_HEADER(associated_cancellation_slot.hpp)
 #include REIN_ASIO_HEADER(associated_executor.hpp)
 #include REIN_ASIO_HEADER(async_result.hpp)
 #include REIN_ASIO_HEADER(awaitable.hpp)
-#include REIN_ASIO_HEADER(basic_waitable_timer.hpp)
-#include REIN_ASIO_HEADER(bind_cancellation_slot.hpp)
-#include REIN_ASIO_HEADER(cancellation_signal.hpp)
-#include REIN_ASIO_HEADER(cancellation_state.hpp)
 #include REIN_ASIO_HEADER(co_spawn.hpp)
 #include REIN_ASIO_HEADER(error.hpp)
-#include REIN_ASIO_HEADER(this_coro.hpp)
-#include REIN_ASIO_HEADER(use_awaitable.hpp)
-#include REIN_ASIO_HEADER(wait_traits.hpp)
 
-#include <algorithm>
-#include <array>
-#include <atomic>
-#include <bitset>
-#include <cassert>
-#include <chrono>
-#include <concepts>
 #include <cstddef>
-#include <cstdint>
-#include <functional>
 #include <memory>
 #include <new>
-#include <mutex>
-#include <stdexcept>
 #include <string>
 #include <string_view>
-#include <tuple>
 #include <type_traits>
 #include <utility>
-#include <vector>
 
 namespace rein {
 
@@ -155,22 +127,22 @@ namespace rein {
 /// object, the stages must be destroyed before their io_context.
 template <class... Stages>
 class throttle {
-  using specs = std::tuple<detail::stage_spec<Stages>...>;
-  using rank = detail::stage_rank;
+  // The stages and all the throttle does to them (the admission machine's steps, the waits, the feedback,
+  // the counters); this class holds the doors.
+  using stage_ops = detail::throttle_stage_ops<Stages...>;
 
  public:
   /// How many entries the stage list has (rein::unlimited places included).
   static constexpr std::size_t stage_count = sizeof...(Stages);
   /// The stage at position I: a limiter, or a rein::keyed of limiters.
   template <std::size_t I>
-  using stage_type = typename std::tuple_element_t<I, specs>::stage;
+  using stage_type = typename stage_ops::template stage_type<I>;
   /// The limiter type the stage at position I runs on (a keyed stage's limiter_type).
   template <std::size_t I>
-  using limiter_type = typename detail::stage_limiter<stage_type<I>>::type;
+  using limiter_type = typename stage_ops::template limiter_type<I>;
 
   /// The stages' clock (the first stage that has one; they must agree), which times the deadlines.
-  using clock_type =
-      typename detail::first_clock<typename detail::stage_clock<typename detail::stage_spec<Stages>::stage>::type...>::type;
+  using clock_type = typename stage_ops::clock_type;
   /// A point in time of `clock_type`.
   using time_point = typename clock_type::time_point;
   /// A duration of `clock_type`.
@@ -179,82 +151,14 @@ class throttle {
   using key_type = std::string;
   /// What acquire() gives: the stages taken, given back when it is destroyed.
   using guard = throttle_guard<throttle>;
-
- private:
-  static constexpr std::array<rank, stage_count> ranks_{detail::rank_of<Stages>()...};
-  static constexpr std::array<bool, stage_count> keyed_{detail::is_keyed<typename detail::stage_spec<Stages>::stage>::value...};
-
-  static_assert(detail::in_admission_order(ranks_),
-                "rein::throttle: list the stages in admission order: quota gates, then per-key concurrency "
-                "limiters, then global concurrency limiters, then rate limiters (rates are taken last, at the "
-                "moment of sending)");
-  static constexpr std::array<bool, stage_count> placeholder_{
-      detail::is_placeholder_v<typename detail::stage_spec<Stages>::stage>...};
-  static_assert(std::find(placeholder_.begin(), placeholder_.end(), false) != placeholder_.end(),
-                "rein::throttle: the stage list is empty; to name a throttle's type where its stages cannot be "
-                "deduced (a class member), write rein::throttle_for<decltype(stage)...> with the stages in "
-                "admission order");
-
-  // Whether a stage may charge charge::tokens: a rein::by_tokens one, or a rein::weighted one (its weight is
-  // any function of the charge). Without one, a charge's tokens would be charged nowhere.
-  static constexpr bool reads_tokens_ =
-      (!std::is_same_v<typename detail::stage_spec<Stages>::weight, by_requests_t> || ...);
-
-  static_assert(stage_count <= 64, "rein::throttle: at most 64 stages");
-  // The places that hold a stage: an admission that took them all took every stage.
-  static constexpr std::bitset<stage_count> every_stage_{[] {
-    unsigned long long bits = 0;
-    for (std::size_t i = 0; i < stage_count; ++i)
-      if (!placeholder_[i]) bits |= 1ULL << i;
-    return bits;
-  }()};
-
-  // The stage list's order, for the admission machine.
-  struct layout {
-    static constexpr std::array<rank, stage_count> ranks = ranks_;
-    static constexpr std::array<bool, stage_count> keyed = keyed_;
-  };
-  using admission = detail::throttle_admission<layout>;
-  using step = detail::admission_step;
-  using event = detail::admission_event;
-  using readiness_type = detail::readiness<time_point>;
-
-  template <rank R>
-  static constexpr auto at_rank = detail::positions<R, detail::count_rank<R>(ranks_)>(ranks_);
-  static constexpr std::size_t first_stage_ = [] {
-    std::size_t i = 0;
-    while (i + 1 < stage_count && placeholder_[i]) ++i;
-    return i;
-  }();
-
- public:
   /// What a guard holds for each stage. Not API.
-  struct holdings {
-    /// Each keyed stage's limiter for the caller's key, pinned.
-    std::tuple<typename detail::handle_of<typename detail::stage_spec<Stages>::stage>::type...> handles{};
-    /// Each concurrency stage's permit.
-    std::array<permit, stage_count> permits{};
-    /// The units taken from each rate stage.
-    std::array<std::size_t, stage_count> units{};
-    /// Each stage this acquire has taken at least once (a second take is a re-take); cleared at admission.
-    std::bitset<stage_count> taken{};
-    /// Each hinted rate stage's admission_counts::admitted (for a keyed stage, its key's) just after this
-    /// admission added its own: complete(response) counts off the units admitted since, still in flight.
-    std::array<std::uint64_t, stage_count> admitted_mark{};
-    /// The units this admission added there (what its end adds to admission_counts::ended).
-    std::array<std::uint64_t, stage_count> admitted_units{};
-  };
+  using holdings = typename stage_ops::holdings;
 
   /// Composes the stages, listed in admission order (references; they must outlive the throttle).
   /// @throws std::invalid_argument if options.default_pause <= 0, or if options.key_weight is set and no
   ///         global stage serves its line in queue_order::fair.
   explicit throttle(typename detail::stage_spec<Stages>::argument... stages, throttle_options options = {})
-      : refs_(detail::make_stage_ref<Stages>(stages)...), options_(validated(std::move(options))) {
-    // A weight nobody would ask for is a mistake to say now, not a silent fifo.
-    if (options_.key_weight && !has_fair_stage())
-      throw std::invalid_argument("rein::throttle: key_weight needs a global stage whose order is queue_order::fair, "
-                                  "got none");
-  }
+      : ops_(std::forward<typename detail::stage_spec<Stages>::argument>(stages)..., std::move(options)) {}
 
   throttle(const throttle&) = delete;
   throttle& operator=(const throttle&) = delete;
@@ -301,7 +205,7 @@ class throttle {
   /// view). Only a caller that must wait copies the key, once, so that the waits never depend on the
   /// caller's string.
   net::awaitable<guard> acquire_until(std::string_view key, rein::charge c, time_point deadline) {
-    check_charge(c);
+    stage_ops::check_charge(c);
     guard g(life_, c);
     run_ctx x{deadline, nullptr, {}};
     admission m(true);
@@ -310,7 +214,7 @@ class throttle {
     const time_point asked = clock_type::now();
     time_point now = asked;
     try {
-      const step s = steps(m, m.resume(event::start), g, key, now);
+      const step s = ops_.steps(m, m.resume(event::start), g, key, now);
       if (s == step::fail) {
         failed = m.error();
       } else if (s != step::done) {
@@ -318,21 +222,22 @@ class throttle {
         key = copy;
         x.key = copy;
         const waiting_scope waiting(life_);
-        co_await pass<false>(m, s, g, x);
+        co_await ops_.template pass<false>(m, s, g, x);
         now = clock_type::now();
       }
     } catch (const system_error& e) {
       failed = e.code();
       m.fail();
     }
-    if (gone(g)) {  // destroyed while this caller waited: its stages' waits were aborted
-      throw detail::throttle_failure(error_code(net::error::operation_aborted), {}, m.at(), kind_of(m.at()), copy);
+    if (stage_ops::gone(g)) {  // destroyed while this caller waited: its stages' waits were aborted
+      throw detail::throttle_failure(error_code(net::error::operation_aborted), {}, m.at(),
+                                     stage_ops::kind_of(m.at()), copy);
     }
     if (failed) {
-      count_failed(failed);
-      throw failure(failed, m.at(), std::string(key));  // g gives back what it took
+      ops_.count_failed(failed);
+      throw ops_.failure(failed, m.at(), std::string(key));  // g gives back what it took
     }
-    admit(g, now, asked);
+    ops_.admit(g, now, asked);
     co_return std::move(g);
   }
 
@@ -388,837 +293,49 @@ class throttle {
   /// waits; a gate that is paused refuses.
   /// @throws std::invalid_argument if `c.tokens` is not 0 and no stage charges tokens (see acquire).
   guard try_acquire(std::string_view key, rein::charge c = {}) {
-    check_charge(c);
+    stage_ops::check_charge(c);
     guard g(life_, c);
     const time_point now = clock_type::now();
     admission m(false);
-    if (steps(m, m.resume(event::start), g, key, now) == step::done) {
-      admit(g, now, now);
+    if (ops_.steps(m, m.resume(event::start), g, key, now) == step::done) {
+      ops_.admit(g, now, now);
       return g;
     }
     const std::size_t refused = m.at();
-    count_refusal(kind_of(refused));
+    ops_.count_refusal(stage_ops::kind_of(refused));
     // g itself becomes the empty guard (one object in every path, so that it is returned in place).
-    abandon(g.held_);
-    unpin(g.held_);
+    ops_.abandon(g.held_);
+    ops_.unpin(g.held_);
     g.life_.reset();
     g.charge_ = {};
-    g.rejected_at_ = kind_of(refused);
+    g.rejected_at_ = stage_ops::kind_of(refused);
     g.rejected_stage_ = refused;
     return g;
   }
 
   /// The pause reject() applies when the upstream gave no usable Retry-After.
-  duration default_pause() const noexcept { return std::chrono::duration_cast<duration>(options_.default_pause); }
+  duration default_pause() const noexcept { return ops_.default_pause(); }
 
   /// The name given in the options (empty if none).
-  const std::string& name() const noexcept { return options_.name; }
+  const std::string& name() const noexcept { return ops_.options().name; }
 
   /// The stage at position I (a limiter or a keyed registry), as given to the constructor.
   template <std::size_t I>
   stage_type<I>& stage() const noexcept {
-    return std::get<I>(refs_).stage();
+    return ops_.template stage<I>();
   }
 
   /// Counters, read without blocking any admission made at once (the wait histogram is copied under a
   /// lock that only admissions after waiting take). @throws std::bad_alloc (the list of stages' counts).
-  throttle_snapshot snapshot() const {
-    throttle_snapshot s;
-    std::uint64_t full = 0;  // admissions that took every stage
-    const std::uint64_t finished = finished_.load(std::memory_order_relaxed);
-    {
-      // Under the lock every timed admission is in waited_ and in admitted_ or partial_: the rest waited
-      // no time.
-      const std::lock_guard<std::mutex> lock(wait_mutex_);
-      full = admitted_.load(std::memory_order_relaxed);
-      s.admitted_total = full + partial_.load(std::memory_order_relaxed);
-      s.wait = waited_;
-    }
-    s.wait.record(std::chrono::nanoseconds::zero(), s.admitted_total - s.wait.count());
-    s.waiting = waiting_.load(std::memory_order_relaxed);
-    s.acquired_total = s.admitted_total;
-    s.in_flight = static_cast<std::size_t>(s.admitted_total > finished ? s.admitted_total - finished : 0);
-    s.timed_out_total = failures_[0].load(std::memory_order_relaxed);
-    s.queue_full_total = failures_[1].load(std::memory_order_relaxed);
-    s.closed_total = failures_[2].load(std::memory_order_relaxed);
-    s.exceeds_capacity_total = failures_[3].load(std::memory_order_relaxed);
-    s.cancelled_total = failures_[4].load(std::memory_order_relaxed);
-    s.unavailable_total = failures_[5].load(std::memory_order_relaxed);
-    s.overloaded_total = failures_[6].load(std::memory_order_relaxed);
-    s.rejected_gate = refused_[0].load(std::memory_order_relaxed);
-    s.rejected_rate = refused_[1].load(std::memory_order_relaxed);
-    s.rejected_per_key = refused_[2].load(std::memory_order_relaxed);
-    s.rejected_global = refused_[3].load(std::memory_order_relaxed);
-    s.failed_total = failed_.load(std::memory_order_relaxed);
-    s.rejections_reported = rejections_.load(std::memory_order_relaxed);
-    s.for_each_rejected([&s](reject_reason, std::uint64_t n) { s.rejected_total += n; });
-    s.stages.reserve(stage_count);
-    for (std::size_t i = 0; i < stage_count; ++i) {
-      s.stages.push_back(stage_counts(i, full));
-      s.readmitted_total += s.stages.back().readmitted;
-      s.given_back_total += s.stages.back().given_back;
-    }
-    return s;
-  }
+  throttle_snapshot snapshot() const { return ops_.snapshot(); }
 
  private:
   friend guard;
-  static constexpr std::size_t npos = guard::npos;
-
-  // The counts of the stage at i, given the admissions that took every stage (a place left empty counts
-  // nothing). Each term only grows, so each count does from one snapshot to the next (a Prometheus counter);
-  // a difference of two counters read a moment apart would not.
-  throttle_stage_counts stage_counts(std::size_t i, std::uint64_t full) const noexcept {
-    throttle_stage_counts c;
-    c.position = i;
-    c.kind = kind_of(i);
-    if (placeholder_[i]) return c;
-    const stage_tally& t = tallies_[i];
-    c.admitted = full + t.partly.load(std::memory_order_relaxed);
-    c.readmitted = t.readmitted.load(std::memory_order_relaxed);
-    c.abandoned = t.abandoned.load(std::memory_order_relaxed);
-    c.reconciled = t.reconciled.load(std::memory_order_relaxed);
-    c.given_back = t.given_back.load(std::memory_order_relaxed);
-    return c;
-  }
-
-  // A waiting acquire's deadline and cancellation (the machine says where it is).
-  struct run_ctx {
-    time_point deadline;
-    detail::throttle_cancellation* cancellation;
-    std::string_view key;  // the caller's key, in the frame of the coroutine that waits (a copy)
-    // acquire's waiting path: the awaiting coroutine's cancellation state, if it throws when cancelled (the
-    // default); none otherwise.
-    net::cancellation_state awaiting{};
-  };
-
-  using timer_type = net::basic_waitable_timer<clock_type, net::wait_traits<clock_type>, net::any_io_executor>;
-
-  // A charge's tokens with no stage to charge them is a mistake to say now, not a silent charge of requests.
-  static void check_charge(const rein::charge& c) {
-    if constexpr (!reads_tokens_) {
-      if (c.tokens != 0)
-        throw std::invalid_argument("rein::throttle: a charge of " + std::to_string(c.tokens) +
-                                    " tokens needs a stage that charges tokens: wrap the stage that counts them in "
-                                    "rein::by_tokens (or rein::weighted), or leave charge::tokens 0");
-    }
-  }
-
-  static throttle_options validated(throttle_options o) {
-    if (o.default_pause <= std::chrono::nanoseconds::zero())
-      throw std::invalid_argument("rein::throttle: default_pause must be > 0, got " +
-                                  std::to_string(o.default_pause.count()) + " ns");
-    return o;
-  }
-
-  static constexpr throttle_stage kind_of(std::size_t i) noexcept {
-    if (i >= stage_count) return throttle_stage::none;
-    switch (ranks_[i]) {
-      case rank::gate: return throttle_stage::gate;
-      case rank::per_key_concurrency: return throttle_stage::per_key;
-      case rank::global_concurrency: return throttle_stage::global;
-      case rank::rate: return throttle_stage::rate;
-      case rank::none: break;
-    }
-    return throttle_stage::none;
-  }
-
-  throttle_error failure(const error_code& ec, std::size_t stage, const std::string& key) const {
-    return detail::throttle_failure(ec, options_.name, stage, kind_of(stage), key);
-  }
-
-  // Runs f(integral_constant<I>) for the stage at runtime position i.
-  template <class F>
-  static void visit(std::size_t i, F&& f) {
-    [&]<std::size_t... I>(std::index_sequence<I...>) {
-      ((i == I ? void(f(std::integral_constant<std::size_t, I>{})) : void()), ...);
-    }(std::make_index_sequence<stage_count>{});
-  }
-
-  template <std::size_t I>
-  limiter_type<I>& limiter(holdings& h) const noexcept {
-    if constexpr (keyed_[I]) return *std::get<I>(h.handles);
-    else return std::get<I>(refs_).stage();
-  }
-
-  template <std::size_t I>
-  std::size_t units_of(const rein::charge& c) const {
-    if constexpr (ranks_[I] == rank::gate) return 1;
-    else return std::get<I>(refs_).units(c);
-  }
-
-  // --- synchronous steps ---
-
-  // One clock reading serves the gates and rates of an admission: a limiter that can decide at a given
-  // instant (try_acquire_at) is given it instead of reading the clock itself.
-  template <class L>
-  static auto try_take_at(L& l, std::size_t n, time_point now) {
-    if constexpr (requires { l.try_acquire_at(n, now); }) return l.try_acquire_at(n, now);
-    else return l.try_acquire(n);
-  }
-
-  // Tries the stage at position I at `now`, recording what it took in `g`.
-  template <std::size_t I>
-  event try_stage(guard& g, time_point now) {
-    if constexpr (ranks_[I] == rank::none) {
-      return event::passed;
-    } else {
-      const std::size_t n = units_of<I>(g.charge_);
-      if (n == 0) return event::passed;
-      auto& l = limiter<I>(g.held_);
-      if constexpr (ranks_[I] == rank::gate) {
-        if (!static_cast<bool>(try_take_at(l, 1, now))) return event::refused;  // behind its waiters and jitter
-        note_take(g, I);
-        return event::took;
-      } else if constexpr (ranks_[I] == rank::rate) {
-        return try_rate<I>(g, now) == try_status::acquired ? event::took : event::refused;
-      } else {
-        permit p = l.try_acquire(n);
-        if (!p) return event::refused;
-        g.held_.permits[I] = std::move(p);
-        note_take(g, I);
-        return event::took;
-      }
-    }
-  }
-
-  // Takes the rate stage's units now; why not if it cannot (a closed limiter says so, and is no "busy").
-  template <std::size_t I>
-  try_status try_rate(guard& g, time_point now) {
-    const std::size_t n = units_of<I>(g.charge_);
-    if (n == 0) return try_status::acquired;
-    const auto r = try_take_at(limiter<I>(g.held_), n, now);
-    if (!static_cast<bool>(r)) {
-      if constexpr (requires { r.status(); }) return r.status() == try_status::acquired ? try_status::busy : r.status();
-      else return try_status::busy;
-    }
-    g.held_.units[I] = n;
-    note_take(g, I);
-    return try_status::acquired;
-  }
-
-  // The steps of the machine that never wait, until it asks for a wait, admits or fails. The first try
-  // decides at `now` (one reading for the whole try). On the waiting path (`x`; with none, only the first
-  // try runs) each later step that reads a stage (a take, the rates' take, the ask of a key's rate, the
-  // gates' check) first ends a caller whose throttle is gone, and reads the clock; a take also ends one
-  // whose awaiting coroutine was cancelled (past that, the grant won).
-  step steps(admission& m, step s, guard& g, std::string_view key, time_point now, run_ctx* x = nullptr,
-             readiness_type* last = nullptr) {
-    for (;;) {
-      if (x == nullptr) {
-        if (!m.trying()) return s;
-      } else if (s == step::take || s == step::take_rates || s == step::ask_ready || s == step::check_gates) {
-        stop_if_gone(g);
-        if (s == step::take && x->awaiting.cancelled() != net::cancellation_type::none) throw_aborted();
-        now = clock_type::now();
-      }
-      event e = event::took;
-      std::size_t where = npos;
-      try_status why = try_status::busy;
-      switch (s) {
-        case step::pin: where = try_pin(g.held_, key); break;
-        case step::try_first: where = try_first(g, now); break;
-        case step::take: visit(m.stage(), [&](auto I) { e = try_stage<I()>(g, now); }); break;
-        case step::take_rates: where = take_rates(g, m.held_rate(), now, &why); break;
-        case step::ask_ready: e = ask_ready(m.stage(), g, *last, why); break;
-        case step::release_global: release_global(g.held_); break;
-        case step::release_permits: release_permits(g.held_); break;
-        case step::refund_rates: refund_rates(g.held_); break;
-        case step::give_back: give_back(g.held_); break;
-        case step::check_gates: e = gates_open(g) ? event::open : event::paused; break;
-        default: return s;  // a wait, done or fail
-      }
-      if (where != npos) e = event::refused;
-      s = m.resume(e, where, why);
-    }
-  }
-
-  // Step 6: whether a gate paused since the caller passed it (its own line does not matter any more).
-  bool gates_open(guard& g) {
-    bool open = true;
-    for (std::size_t i : at_rank<rank::gate>)
-      visit(i, [&](auto I) {
-        if constexpr (ranks_[I()] == rank::gate) open = open && !limiter<I()>(g.held_).is_paused();
-      });
-    return open;
-  }
-
-  // Whether a rate stage could take the caller's units now, without taking them.
-  template <std::size_t I>
-  typename detail::readiness<time_point>::kind readiness_of(guard& g, time_point now) {
-    return detail::rate_readiness(limiter<I>(g.held_), units_of<I>(g.charge_), now).what;
-  }
-
-  // Takes every rate stage's units (all or nothing) but `held`, whose units the caller already has. Asks
-  // first and takes only if every stage could give, so that a refusal rarely needs a refund (a sliding
-  // window's refund cannot undo a take exactly). Returns the position of a stage that had no room (and then
-  // holds no rate units at all, `held`'s included), or npos.
-  std::size_t take_rates(guard& g, std::size_t held, time_point now, try_status* why = nullptr) {
-    constexpr auto rates = at_rank<rank::rate>;
-    if constexpr (rates.size() > 1) {
-      for (std::size_t i : rates) {
-        if (i == held) continue;
-        bool ready = true;
-        visit(i, [&](auto I) {
-          if constexpr (ranks_[I()] == rank::rate) {
-            using kind = typename detail::readiness<time_point>::kind;
-            if (units_of<I()>(g.charge_) == 0) return;
-            const kind k = readiness_of<I()>(g, now);
-            ready = k == kind::ready || k == kind::unknown;
-          }
-        });
-        if (!ready) {
-          refund_rates(g.held_);
-          return i;
-        }
-      }
-    }
-    for (std::size_t i : rates) {
-      if (i == held) continue;
-      try_status status = try_status::acquired;
-      visit(i, [&](auto I) {
-        if constexpr (ranks_[I()] == rank::rate) status = try_rate<I()>(g, now);
-      });
-      if (status != try_status::acquired) {
-        if (why != nullptr) *why = status;
-        refund_rates(g.held_);
-        return i;
-      }
-    }
-    return npos;
-  }
-
-  // The first try (see throttle_admission): every gate and concurrency stage at `now` in list order, unrolled
-  // at compile time (the fast path dispatches on no runtime position), then the rates; the position of the
-  // stage that refused, or npos. What was taken stays in g (its owner gives it back).
-  std::size_t try_first(guard& g, time_point now) {
-    std::size_t refused = npos;
-    [&]<std::size_t... I>(std::index_sequence<I...>) {
-      (void)(((ranks_[I] == rank::rate || try_stage<I>(g, now) != event::refused) || (refused = I, false)) && ...);
-    }(std::make_index_sequence<stage_count>{});
-    return refused != npos ? refused : take_rates(g, npos, now);
-  }
-
-  // Pins each keyed stage's limiter for `key`: the position of a stage that could not make the key (too many
-  // keys), or npos.
-  std::size_t try_pin(holdings& h, std::string_view key) {
-    std::size_t refused = npos;
-    [&]<std::size_t... I>(std::index_sequence<I...>) {
-      (void)((pin_one<I>(h, key, &refused)) && ...);
-    }(std::make_index_sequence<stage_count>{});
-    return refused;
-  }
-
-  // The key as the registry of stage I takes it: the view itself when it looks string keys up without
-  // copying them (rein::keyed's default), else a copy.
-  template <std::size_t I>
-  static decltype(auto) key_for(std::string_view key) {
-    using registry = stage_type<I>;
-    if constexpr (std::is_same_v<typename registry::key_view, std::string_view>) return key;
-    else return typename registry::key_type(key);
-  }
-
-  // Pins the stage at I (a keyed one) for `key`; a key the registry cannot make is refused.
-  template <std::size_t I>
-  bool pin_one(holdings& h, std::string_view key, std::size_t* refused) {
-    if constexpr (keyed_[I]) {
-      error_code ec;
-      std::get<I>(h.handles) = std::get<I>(refs_).stage().get(key_for<I>(key), ec);
-      if (ec) {
-        *refused = I;
-        return false;
-      }
-    }
-    return true;
-  }
-
-  void refund_rates(holdings& h) noexcept {
-    for (std::size_t i : at_rank<rank::rate>) {
-      visit(i, [&](auto I) {
-        if constexpr (ranks_[I()] == rank::rate) {
-          const std::size_t n = std::exchange(h.units[I()], 0);
-          if (n == 0) return;
-          tallies_[I()].given_back.fetch_add(1, std::memory_order_relaxed);
-          try {
-            limiter<I()>(h).refund(n);  // a take of this instant or of a moment ago: see refund_anytime
-          } catch (...) {  // a refund only adds units back; losing one under memory exhaustion is harmless
-          }
-        }
-      });
-    }
-  }
-
-  // Gives back the permit of the stage at i, if held, counted as a give-back.
-  void release_permit(holdings& h, std::size_t i) noexcept {
-    if (!h.permits[i]) return;
-    h.permits[i].release();
-    tallies_[i].given_back.fetch_add(1, std::memory_order_relaxed);
-  }
-
-  void release_global(holdings& h) noexcept {
-    for (std::size_t i : at_rank<rank::global_concurrency>) release_permit(h, i);
-  }
-
-  void release_permits(holdings& h) noexcept {
-    for (std::size_t i = 0; i < stage_count; ++i) release_permit(h, i);
-  }
-
-  // A guard not admitted: everything back, rate units refunded.
-  void give_back(holdings& h) noexcept {
-    refund_rates(h);
-    release_permits(h);
-  }
-
-  // An acquire that ends without admission: everything back, and each stage it took counted abandoned.
-  void abandon(holdings& h) noexcept {
-    give_back(h);
-    if (h.taken.none()) return;  // a completed guard's, or one refused before any stage
-    for (std::size_t i = 0; i < stage_count; ++i)
-      if (h.taken[i]) tallies_[i].abandoned.fetch_add(1, std::memory_order_relaxed);
-    h.taken.reset();
-  }
-
-  // An admission that did not take every stage (a stage charged 0 there): `partly` for those it did.
-  REIN_NOINLINE void count_partly(const std::bitset<stage_count>& taken) noexcept {
-    for (std::size_t i = 0; i < stage_count; ++i)
-      if (taken[i]) tallies_[i].partly.fetch_add(1, std::memory_order_relaxed);
-  }
-
-  // A take at the stage at i: the first of this acquire, or a re-take. Static: read after a resumption, when
-  // the throttle may be gone (its owner pointer then says so).
-  static void note_take(guard& g, std::size_t i) noexcept {
-    auto bit = g.held_.taken[i];
-    if (!bit) {
-      bit = true;
-      return;
-    }
-    if (throttle* t = g.life_->owner.load(std::memory_order_acquire))
-      t->tallies_[i].readmitted.fetch_add(1, std::memory_order_relaxed);
-  }
-
-  // A take given back after a resumption (the throttle may be gone).
-  static void note_given_back(guard& g, std::size_t i) noexcept {
-    if (throttle* t = g.life_->owner.load(std::memory_order_acquire))
-      t->tallies_[i].given_back.fetch_add(1, std::memory_order_relaxed);
-  }
-
-  void unpin(holdings& h) noexcept {
-    std::apply([](auto&... handle) { (handle.reset(), ...); }, h.handles);
-  }
-
-  // Every permit's service time counts from `now`, the moment of sending (the reading the last stages
-  // decided at): a permit held while its caller waited at a later stage would otherwise teach an adaptive
-  // limiter that wait as latency.
-  // `asked`: when the acquire was called (now, for an admission made at once: a zero wait).
-  void admit(guard& g, time_point now, time_point asked) noexcept {
-    g.admitted_ = true;
-    g.admitted_at_ = now;
-    const bool full = g.held_.taken == every_stage_;
-    if (!full) count_partly(g.held_.taken);
-    std::atomic<std::uint64_t>& admissions = full ? admitted_ : partial_;
-    g.held_.taken.reset();
-    mark_admitted(g.held_);
-    const std::chrono::nanoseconds sent(detail::to_ns_saturated(g.admitted_at_));
-    for (permit& p : g.held_.permits)
-      if (p) detail::permit_access::restamp(p, sent);
-    if (now <= asked) {
-      admissions.fetch_add(1, std::memory_order_relaxed);  // a zero wait: snapshot() counts it from these
-      return;
-    }
-    const std::lock_guard<std::mutex> lock(wait_mutex_);
-    waited_.record(std::chrono::duration_cast<std::chrono::nanoseconds>(now - asked));
-    admissions.fetch_add(1, std::memory_order_relaxed);
-  }
-
-  // Counts a caller as waiting while it is on the waiting path (however that path ends, the destruction of
-  // its frame after the throttle's included).
-  class waiting_scope {
-   public:
-    explicit waiting_scope(const std::shared_ptr<detail::throttle_life<throttle>>& life) noexcept : life_(life) {
-      life_->owner.load(std::memory_order_relaxed)->waiting_.fetch_add(1, std::memory_order_relaxed);
-    }
-    waiting_scope(const waiting_scope&) = delete;
-    waiting_scope& operator=(const waiting_scope&) = delete;
-    ~waiting_scope() {
-      if (throttle* t = life_->owner.load(std::memory_order_acquire)) t->waiting_.fetch_sub(1, std::memory_order_relaxed);
-    }
-
-   private:
-    std::shared_ptr<detail::throttle_life<throttle>> life_;
-  };
-
-  // An admitted guard's outcome, to every stage that learns from it; rate units stay spent. A rejection's
-  // congestion reaches the global stages as throttle_options::rejections says.
-  // `work`: the caller's checked work hint for the concurrency stages' permits, or none (detail::no_work).
-  template <class Work = detail::no_work>
-  void finish(guard& g, outcome result, bool rejection = false, duration pause = duration::zero(),
-              Work work = {}) noexcept {
-    holdings& h = g.held_;
-    // The scalars by value (with [&], GCC stopped inlining the fold once it took `work`); `this` as `self`, which
-    // clang's -Wunused-lambda-capture does not misread in a generic lambda.
-    [self = this, &g, &h, result, rejection, pause, work]<std::size_t... I>(std::index_sequence<I...>) {
-      (self->template finish_one<I>(g, h,
-                                    rejection && !self->template learns_rejections<I>() ? outcome::ignored : result,
-                                    rejection && self->template learns_rejections<I>(), pause, work),
-       ...);
-    }(std::make_index_sequence<stage_count>{});
-    finished_.fetch_add(1, std::memory_order_relaxed);
-  }
-
-  // Whether the stage at I learns from a rejection (rein::rejection_feedback).
-  template <std::size_t I>
-  bool learns_rejections() const noexcept {
-    if constexpr (keyed_[I]) {
-      return true;
-    } else {
-      constexpr rank keyed_kind = ranks_[I] == rank::rate ? rank::rate : rank::per_key_concurrency;
-      constexpr bool has_keyed_kind = [] {
-        for (std::size_t i = 0; i < stage_count; ++i)
-          if (keyed_[i] && ranks_[i] == keyed_kind) return true;
-        return false;
-      }();
-      switch (options_.rejections) {
-        case rejection_feedback::per_key: return false;
-        case rejection_feedback::everywhere: return true;
-        case rejection_feedback::automatic: break;
-      }
-      return !has_keyed_kind;
-    }
-  }
-
-  template <std::size_t I, class Work>
-  void finish_one(guard& g, holdings& h, outcome result, bool refused, duration pause, Work work) noexcept {
-    if constexpr (ranks_[I] == rank::per_key_concurrency || ranks_[I] == rank::global_concurrency) {
-      detail::permit_access::complete(h.permits[I], result, work);
-    } else if constexpr (ranks_[I] == rank::rate) {
-      h.units[I] = 0;
-      end_admission<I>(h);
-      auto& l = limiter<I>(h);
-      try {  // a rate that learns from pauses is told the gates' one; others only the outcome
-        if constexpr (requires { l.record(result, g.admitted_at_, pause); }) l.record(result, g.admitted_at_, pause);
-        else if constexpr (requires { l.record(result, g.admitted_at_); }) l.record(result, g.admitted_at_);
-        // A rate that paces at a quota learns from a refusal that a send arrived early (a pacing margin).
-        if constexpr (requires { l.refused(g.admitted_at_); }) {
-          if (refused) l.refused(g.admitted_at_);
-        }
-      } catch (...) {  // feedback is advice: a limit that cannot take it keeps its rate
-      }
-    }
-  }
-
-  // Pauses every gate of the call; returns how long from now the longest of them stays closed (zero without
-  // gates: nothing then stops the sending, so the adaptive rates are told no pause).
-  template <class Pause>
-  duration pause(holdings& h, const Pause& how) {
-    const time_point now = clock_type::now();
-    time_point until = now;
-    [&]<std::size_t... I>(std::index_sequence<I...>) { (pause_one<I>(h, how, until), ...); }(
-        std::make_index_sequence<stage_count>{});
-    return until - now;
-  }
-
-  template <std::size_t I, class Pause>
-  void pause_one(holdings& h, const Pause& how, time_point& until) {
-    if constexpr (ranks_[I] == rank::gate) {
-      auto& gate = limiter<I>(h);
-      if constexpr (std::is_convertible_v<Pause, std::string_view>) until = std::max(until, gate.on_retry_after(how, default_pause()));
-      else until = std::max(until, gate.pause_for(how));
-    }
-  }
-
-  void settle(holdings& h, const rein::charge& actual, time_point admitted_at) {
-    [&]<std::size_t... I>(std::index_sequence<I...>) { (settle_one<I>(h, actual, admitted_at), ...); }(
-        std::make_index_sequence<stage_count>{});
-  }
-
-  template <std::size_t I>
-  void settle_one(holdings& h, const rein::charge& actual, time_point admitted_at) {
-    if constexpr (ranks_[I] == rank::rate) {
-      const std::size_t was = h.units[I];
-      const std::size_t now = units_of<I>(actual);
-      auto& l = limiter<I>(h);
-      if (now < was) {
-        // A window's late refund would free room that other calls hold: given back only in the instant of
-        // the admission (the units then stay spent, never an overrun).
-        if (detail::refunds_anytime<limiter_type<I>>() || clock_type::now() == admitted_at) l.refund(was - now);
-      } else if (now > was) {
-        if constexpr (requires { l.charge(now - was); }) {
-          l.charge(now - was);
-        } else {
-          if (!static_cast<bool>(l.try_acquire(now - was))) return;
-          tallies_[I].reconciled.fetch_add(1, std::memory_order_relaxed);
-        }
-      }
-      h.units[I] = now;
-    }
-  }
-
-  // Whether complete(response) lowers the rate stage at I: it counts requests or tokens (a rein::weighted
-  // stage's unit is its own, no provider's) and its limiter takes an upstream's remaining count.
-  template <std::size_t I>
-  static constexpr bool takes_hints() {
-    if constexpr (ranks_[I] != rank::rate) {
-      return false;
-    } else {
-      using weight = typename std::tuple_element_t<I, specs>::weight;
-      return (std::is_same_v<weight, by_requests_t> || std::is_same_v<weight, by_tokens_t>) &&
-             requires(limiter_type<I>& l) { l.limit_remaining(std::int64_t{}, std::chrono::nanoseconds{}); };
-    }
-  }
-
-  // What the hinted rate stage at I admitted and saw end: its key's counts (kept with the key's limiter, so
-  // that they live exactly as long), or the stage's own.
-  template <std::size_t I>
-  admission_counts& admissions(holdings& h) noexcept {
-    if constexpr (keyed_[I]) return std::get<I>(h.handles).admissions();
-    else return tallies_[I].admissions;
-  }
-
-  // At admission: each hinted rate stage's count, this guard's units added (one atomic add, no lock).
-  void mark_admitted(holdings& h) noexcept {
-    [&]<std::size_t... I>(std::index_sequence<I...>) { (mark_one<I>(h), ...); }(
-        std::make_index_sequence<stage_count>{});
-  }
-
-  template <std::size_t I>
-  void mark_one(holdings& h) noexcept {
-    if constexpr (takes_hints<I>()) {
-      std::atomic<std::uint64_t>& count = admissions<I>(h).admitted;
-      const std::uint64_t n = h.units[I];
-      h.admitted_units[I] = n;
-      h.admitted_mark[I] = n == 0 ? count.load(std::memory_order_relaxed)
-                                  : count.fetch_add(n, std::memory_order_relaxed) + n;
-    }
-  }
-
-  // At the end of an admitted call: its units leave the hinted stages' in-flight count. Release: a hint that
-  // reads this end also reads the admission before it (else in flight could read below the truth).
-  template <std::size_t I>
-  void end_admission(holdings& h) noexcept {
-    if constexpr (takes_hints<I>()) {
-      if (const std::uint64_t n = std::exchange(h.admitted_units[I], 0); n != 0)
-        admissions<I>(h).ended.fetch_add(n, std::memory_order_release);
-    }
-  }
-
-  // The units of the hinted stage at I that the upstream had not counted when it answered this guard's
-  // call: those admitted after it and still in flight. Neither count alone says which calls are both, so
-  // the smaller is taken: exact when every call admitted before this one has ended, or none admitted after
-  // it has; otherwise more, never less. An end read without its admission (another thread's, a moment
-  // apart) wraps the in-flight figure to a huge one, and the admissions since decide.
-  template <std::size_t I>
-  std::uint64_t in_flight_since(holdings& h) noexcept {
-    const admission_counts& c = admissions<I>(h);
-    const std::uint64_t ended = c.ended.load(std::memory_order_acquire);
-    const std::uint64_t admitted = c.admitted.load(std::memory_order_relaxed);
-    const std::uint64_t since = admitted - h.admitted_mark[I];
-    const std::uint64_t others_in_flight = admitted - ended - h.admitted_units[I];
-    return std::min(since, others_in_flight);
-  }
-
-  // An upstream's remaining count less `later` units it had not counted when it answered, and which are on
-  // their way. Never below 0; a count <= 0 stays as it is.
-  static std::int64_t less_admitted(std::int64_t remaining, std::uint64_t later) noexcept {
-    if (remaining <= 0) return remaining;
-    if (later >= static_cast<std::uint64_t>(remaining)) return 0;
-    return remaining - static_cast<std::int64_t>(later);
-  }
-
-  void apply_hints(holdings& h, const upstream_response& response) {
-    [&]<std::size_t... I>(std::index_sequence<I...>) { (hint_one<I>(h, response), ...); }(
-        std::make_index_sequence<stage_count>{});
-  }
-
-  template <std::size_t I>
-  void hint_one(holdings& h, const upstream_response& response) {
-    if constexpr (takes_hints<I>()) {
-      using weight = typename std::tuple_element_t<I, specs>::weight;
-      rate_limit_hint hint = std::is_same_v<weight, by_requests_t> ? response.requests : response.tokens;
-      if (hint.remaining) hint.remaining = less_admitted(*hint.remaining, in_flight_since<I>(h));
-      rein::limit_remaining(limiter<I>(h), hint);
-    }
-  }
-
-  // --- waiting steps ---
-
-  template <bool Bound>
-  static auto token(const run_ctx& x) {
-    if constexpr (Bound)
-      return net::bind_cancellation_slot(x.cancellation ? x.cancellation->signal.slot() : net::cancellation_slot(),
-                                         net::use_awaitable);
-    else
-      return net::use_awaitable;
-  }
-
-  // A cancellation of async_acquire that came when no wait was pending (before the coroutine first ran, or
-  // while a stage's grant was on its way) ends the operation now, or before its next wait.
-  template <bool Bound>
-  static void check_cancelled(const run_ctx& x) {
-    if constexpr (Bound) {
-      if (x.cancellation && x.cancellation->requested.load(std::memory_order_relaxed)) throw_aborted();
-    }
-  }
-
-  [[noreturn]] static void throw_aborted() { throw system_error(error_code(net::error::operation_aborted)); }
-
-  // Whether the throttle was destroyed while `g`'s caller waited. Read on the waiting path before anything of
-  // the throttle's is touched after a resumption (each take, each ask of a key's rate, the rates' take and
-  // the gates' last check of the machine's steps): the stages, if they live on, may still grant.
-  static bool gone(const guard& g) noexcept { return g.life_->owner.load(std::memory_order_acquire) == nullptr; }
-  static void stop_if_gone(const guard& g) {
-    if (gone(g)) throw_aborted();
-  }
-
-  // Waits on the stage's own line until it grants, taking the units (a concurrency or rate stage; a gate is
-  // waited on in wait_at). A global stage in fair order is waited on as the caller's key.
-  template <bool Bound, std::size_t I>
-  net::awaitable<void> wait_stage(guard& g, run_ctx& x) {
-    if constexpr (ranks_[I] != rank::none && ranks_[I] != rank::gate) {
-      auto& l = limiter<I>(g.held_);
-      const std::size_t n = units_of<I>(g.charge_);
-      if constexpr (ranks_[I] == rank::rate) {
-        co_await acquire_on_line<Bound, I>(l, n, x);
-        g.held_.units[I] = n;
-      } else {
-        g.held_.permits[I] = co_await acquire_on_line<Bound, I>(l, n, x);
-      }
-      note_take(g, I);
-    }
-  }
-
-  // The wait on a concurrency or rate stage's own line: as the caller's key on a global stage in fair order.
-  template <bool Bound, std::size_t I, class L>
-  auto acquire_on_line(L& l, std::size_t n, run_ctx& x) {
-    if constexpr (fair_capable<I>) {
-      if (l.order() == queue_order::fair)
-        return l.for_key(x.key, weight_of(x.key)).async_acquire_until(n, x.deadline, token<Bound>(x));
-    }
-    return l.async_acquire_until(n, x.deadline, token<Bound>(x));
-  }
-
-  // Whether the stage at I is global and can serve its line in fair order (queue_order::fair).
-  template <std::size_t I>
-  static constexpr bool fair_capable = !keyed_[I] && requires(const stage_type<I>& l) {
-    l.for_key(std::string_view{}, 1u);
-    { l.order() } -> std::same_as<queue_order>;
-  };
-
-  // Whether a global stage serves its line in fair order (where key_weight is asked).
-  bool has_fair_stage() const noexcept {
-    return [&]<std::size_t... I>(std::index_sequence<I...>) {
-      return (fair_stage_at<I>() || ...);
-    }(std::make_index_sequence<stage_count>{});
-  }
-
-  template <std::size_t I>
-  bool fair_stage_at() const noexcept {
-    if constexpr (ranks_[I] != rank::none && ranks_[I] != rank::gate && fair_capable<I>) {
-      return std::get<I>(refs_).stage().order() == queue_order::fair;
-    } else {
-      return false;
-    }
-  }
-
-  // throttle_options::key_weight's answer, brought into for_key's range; a throw counts as 1 (a wait must
-  // not end in an exception that is not its error).
-  std::uint32_t weight_of(std::string_view key) const noexcept {
-    std::uint32_t w = 1;
-    if (options_.key_weight) {
-      try {
-        w = options_.key_weight(key);
-      } catch (...) {
-      }
-    }
-    return std::clamp<std::uint32_t>(w, 1, detail::max_fair_weight);
-  }
-
-  template <bool Bound>
-  net::awaitable<void> wait_at(std::size_t i, guard& g, run_ctx& x) {
-    net::awaitable<void> a;
-    visit(i, [&](auto I) {
-      if constexpr (ranks_[I()] == rank::gate)  // a gate's wait records nothing: awaited without a frame of ours
-        a = limiter<I()>(g.held_).async_acquire_until(units_of<I()>(g.charge_), x.deadline, token<Bound>(x));
-      else
-        a = wait_stage<Bound, I()>(g, x);
-    });
-    return a;
-  }
-
-  // Whether the key's rate at i could take the caller's units now, taking nothing (`last` keeps the answer
-  // for the wait that follows). A charge of 0 there is ready.
-  event ask_ready(std::size_t i, guard& g, readiness_type& last, try_status& why) {
-    using kind = typename readiness_type::kind;
-    event e = event::ready;
-    visit(i, [&](auto I) {
-      if constexpr (ranks_[I()] == rank::rate) {
-        const std::size_t n = units_of<I()>(g.charge_);
-        if (n == 0) return;
-        last = detail::rate_readiness(limiter<I()>(g.held_), n, clock_type::now());
-        if (last.what == kind::ready) return;
-        why = try_status::exceeds_capacity;
-        e = last.what == kind::exceeds ? event::refused : event::not_ready;
-      }
-    });
-    return e;
-  }
-
-  // One wait of step 3 (see throttle_admission) at the key's rate stage I, which `r` said could not take the
-  // caller's units yet: on a timer at the instant the limit said (woke: the machine asks again, so that a
-  // set_rate meanwhile counts from then), or, for a stage that cannot say or has waiters of its own, through
-  // its own line, given back at once (ready).
-  template <bool Bound, std::size_t I>
-  net::awaitable<event> wait_ready(guard& g, run_ctx& x, readiness_type r) {
-    using kind = typename readiness_type::kind;
-    auto& l = limiter<I>(g.held_);
-    if (r.what == kind::queued || r.what == kind::unknown) {
-      const std::size_t n = units_of<I>(g.charge_);
-      co_await l.async_acquire_until(n, x.deadline, token<Bound>(x));
-      note_take(g, I);
-      l.refund(n);
-      note_given_back(g, I);
-      co_return event::ready;
-    }
-    const time_point when = r.what == kind::never ? time_point::max() : r.when;
-    if (when > x.deadline) throw system_error(make_error_code(errc::timed_out));  // judged at once
-    timer_type timer(co_await net::this_coro::executor);
-    timer.expires_at(when);
-    co_await timer.async_wait(token<Bound>(x));
-    co_return event::woke;
-  }
-
-  template <bool Bound>
-  net::awaitable<event> ready_at(std::size_t i, guard& g, run_ctx& x, const readiness_type& last) {
-    net::awaitable<event> a;
-    visit(i, [&](auto I) {
-      if constexpr (ranks_[I()] == rank::rate) a = wait_ready<Bound, I()>(g, x, last);
-    });
-    assert(a.valid() && "ready_at: i must be a rate stage (only they are waited on until ready)");
-    return a;
-  }
-
-  // The waiting path: the machine's steps from `s` (see throttle_admission for the steps and the class
-  // comment for why), until it admits (returns) or fails (throws).
-  template <bool Bound>
-  net::awaitable<void> pass(admission& m, step s, guard& g, run_ctx& x) {
-    if constexpr (!Bound) {
-      if (co_await net::this_coro::throw_if_cancelled()) x.awaiting = co_await net::this_coro::cancellation_state;
-    }
-    readiness_type last{};
-    for (;;) {
-      s = steps(m, s, g, x.key, {}, &x, &last);
-      if (s == step::done) co_return;
-      if (s == step::fail) throw system_error(m.error());
-      check_cancelled<Bound>(x);
-      event e = event::took;
-      if (s == step::wait_line) {
-        co_await wait_at<Bound>(m.stage(), g, x);
-        if (ranks_[m.stage()] == rank::gate) note_take(g, m.stage());  // a gate's wait: awaited without a frame
-      } else {
-        e = co_await ready_at<Bound>(m.stage(), g, x, last);
-      }
-      s = m.resume(e);
-    }
-  }
+  using admission = typename stage_ops::admission;
+  using step = detail::admission_step;
+  using event = detail::admission_event;
+  using run_ctx = typename stage_ops::run_ctx;
+  using waiting_scope = typename stage_ops::waiting_scope;
 
   // Both doors' body; errors come back as an error code (and the empty guard says where).
   // Bound: async_acquire's coroutine, whose stage waits are bound to `cancellation` (the caller's slot, through
@@ -1239,14 +356,14 @@ class throttle {
     time_point now = clock_type::now();
     time_point waited_from = now;
     try {
-      check_cancelled<Bound>(x);
-      const step s = steps(m, m.resume(event::start), g, key, now);
+      stage_ops::template check_cancelled<Bound>(x);
+      const step s = ops_.steps(m, m.resume(event::start), g, key, now);
       if (s == step::fail) {
         failed = m.error();
       } else if (s != step::done) {
         waited_from = asked;
         const waiting_scope waiting(life_);
-        co_await pass<Bound>(m, s, g, x);
+        co_await ops_.template pass<Bound>(m, s, g, x);
         now = clock_type::now();
       }
     } catch (const system_error& e) {
@@ -1256,28 +373,21 @@ class throttle {
       failed = make_error_code(std::errc::not_enough_memory);
       m.fail();
     }
-    if (gone(g)) {  // destroyed while this caller waited: its stages' waits were aborted
-      const error_code aborted(net::error::operation_aborted);
-      guard empty;
-      empty.rejected_at_ = kind_of(m.at());
-      empty.rejected_stage_ = m.at();
-      empty.error_ = aborted;
-      co_return std::pair<error_code, guard>(aborted, std::move(empty));
-    }
+    if (stage_ops::gone(g))  // destroyed while this caller waited: its stages' waits were aborted
+      failed = error_code(net::error::operation_aborted);
+    else if (failed)
+      ops_.count_failed(failed);
     if (failed) {
-      count_failed(failed);
       guard empty;
-      empty.rejected_at_ = kind_of(m.at());
+      empty.rejected_at_ = stage_ops::kind_of(m.at());
       empty.rejected_stage_ = m.at();
       empty.error_ = failed;
       co_return std::pair<error_code, guard>(failed, std::move(empty));  // g gives back what it took
     }
-    admit(g, now, waited_from);
+    ops_.admit(g, now, waited_from);
     co_return std::pair<error_code, guard>(error_code(), std::move(g));
   }
 
-  // The executor completions default to: the first stage's.
-  auto executor() const noexcept { return std::get<first_stage_>(refs_).stage().get_executor(); }
 
   // A named initiation (as Asio's own I/O objects use), whose executor is the default for completions.
   struct initiate_acquire {
@@ -1293,7 +403,7 @@ class throttle {
     // stages admit at once).
     template <class Handler>
     void operator()(Handler&& handler, std::string key, rein::charge c, time_point deadline) const {
-      check_charge(c);  // thrown by the initiation, before anything started
+      stage_ops::check_charge(c);  // thrown by the initiation, before anything started
       auto ex = net::get_associated_executor(handler, self->executor());
       std::shared_ptr<detail::throttle_cancellation> cancellation;
       auto slot = net::get_associated_cancellation_slot(handler);
@@ -1315,74 +425,10 @@ class throttle {
     }
   };
 
-  void count_refusal(throttle_stage s) noexcept {
-    if (s == throttle_stage::none) return;
-    refused_[static_cast<std::size_t>(s) - 1].fetch_add(1, std::memory_order_relaxed);
-    if (options_.observer) {
-      constexpr reject_reason reasons[] = {reject_reason::gate, reject_reason::rate, reject_reason::per_key,
-                                           reject_reason::global};
-      notify(reasons[static_cast<std::size_t>(s) - 1]);
-    }
-  }
-  void count_rejection() noexcept { rejections_.fetch_add(1, std::memory_order_relaxed); }
+  auto executor() const noexcept { return ops_.executor(); }
 
-  // A waiting acquire that failed: in failed_total, and by its error.
-  void count_failed(const error_code& ec) noexcept {
-    failed_.fetch_add(1, std::memory_order_relaxed);
-    count_failure(ec);
-  }
-
-  // A waiting acquire that failed, by its error (others count in failed_total only).
-  void count_failure(const error_code& ec) noexcept {
-    std::size_t slot = 7;
-    reject_reason why = reject_reason::cancelled;
-    if (ec == errc::timed_out) slot = 0, why = reject_reason::timed_out;
-    else if (ec == errc::queue_full) slot = 1, why = reject_reason::queue_full;
-    else if (ec == errc::closed) slot = 2, why = reject_reason::closed;
-    else if (ec == errc::exceeds_capacity) slot = 3, why = reject_reason::exceeds_capacity;
-    else if (ec == errc::upstream_unavailable) slot = 5, why = reject_reason::unavailable;
-    else if (ec == errc::overloaded) slot = 6, why = reject_reason::overloaded;
-    else if (ec == error_code(net::error::operation_aborted)) slot = 4;
-    if (slot == 7) return;
-    failures_[slot].fetch_add(1, std::memory_order_relaxed);
-    if (options_.observer) notify(why);
-  }
-
-  void notify(reject_reason why) const noexcept {
-    limiter_event e;
-    e.kind = event_kind::rejected;
-    e.reason = why;
-    e.name = options_.name;
-    try {
-      options_.observer(e);
-    } catch (...) {
-    }
-  }
-
-  std::tuple<detail::stage_ref<Stages>...> refs_;
-  throttle_options options_;
-  std::shared_ptr<detail::throttle_life<throttle>> life_ = std::make_shared<detail::throttle_life<throttle>>(this);
-  std::atomic<std::uint64_t> admitted_{0};  // admissions that took every stage
-  std::atomic<std::uint64_t> partial_{0};   // the others (a stage charged 0 there)
-  std::atomic<std::uint64_t> refused_[4] = {};
-  std::atomic<std::uint64_t> failed_{0};
-  // timed_out, queue_full, closed, exceeds_capacity, cancelled, unavailable, overloaded
-  std::atomic<std::uint64_t> failures_[7] = {};
-  std::atomic<std::uint64_t> finished_{0};
-  std::atomic<std::uint64_t> rejections_{0};
-  std::atomic<std::size_t> waiting_{0};
-  // What the throttle did at each stage (throttle_stage_counts; `admitted` is admitted_ plus `partly`).
-  struct stage_tally {
-    std::atomic<std::uint64_t> partly{0};  // admissions that took this stage but not every one
-    std::atomic<std::uint64_t> readmitted{0};
-    std::atomic<std::uint64_t> abandoned{0};
-    std::atomic<std::uint64_t> reconciled{0};
-    std::atomic<std::uint64_t> given_back{0};
-    admission_counts admissions;  // a global hinted rate stage's (a keyed one's live with its key)
-  };
-  std::array<stage_tally, stage_count> tallies_{};
-  mutable std::mutex wait_mutex_;
-  duration_histogram waited_;  // the timed waits (guards admitted after waiting some time); the rest are zeros
+  stage_ops ops_;
+  std::shared_ptr<detail::throttle_life<stage_ops>> life_ = std::make_shared<detail::throttle_life<stage_ops>>(&ops_);
 };
 
 /// `rein::throttle t(gates, per_host, global, rate);` deduces the stage types (a class template, not a

@@ -21,13 +21,14 @@
 namespace rein {
 namespace detail {
 
-// Whether a throttle still lives, shared with the guards it hands out: its destructor clears `owner`, so that
-// a guard that outlives it (in a coroutine frame the io_context destroys after the throttle) lets go of what
-// it holds without touching the throttle or its stages.
-template <class Throttle>
+// Whether a throttle still lives, shared with the guards it hands out: `owner` is the part of the throttle
+// its guards report to (detail::throttle_stage_ops), cleared by the throttle's destructor, so that a guard
+// that outlives it (in a coroutine frame the io_context destroys after the throttle) lets go of what it holds
+// without touching the throttle or its stages.
+template <class Owner>
 struct throttle_life {
-  explicit throttle_life(Throttle* t) noexcept : owner(t) {}
-  std::atomic<Throttle*> owner;
+  explicit throttle_life(Owner* o) noexcept : owner(o) {}
+  std::atomic<Owner*> owner;
 };
 
 }  // namespace detail
@@ -135,7 +136,7 @@ class throttle_guard {
   /// a `retry_after` of zero or less is a wait already over and pauses nothing (the call still counts as
   /// congestion); only an absent one (nullopt, or a field that does not parse) pauses for default_pause.
   void reject(std::optional<duration> retry_after = std::nullopt) {
-    Throttle* owner = live_owner();
+    stage_ops* owner = live_owner();
     if (owner == nullptr) return;
     complete_rejected(*owner, owner->pause(held_, retry_after.value_or(owner->default_pause())));
   }
@@ -143,7 +144,7 @@ class throttle_guard {
   /// As reject(), from the raw Retry-After field value (delta-seconds or an HTTP-date, RFC 9110 section
   /// 10.2.3; parsed by rein::parse_retry_after; absent or garbage means the default pause).
   void reject(std::string_view retry_after_value) {
-    Throttle* owner = live_owner();
+    stage_ops* owner = live_owner();
     if (owner == nullptr) return;
     complete_rejected(*owner, owner->pause(held_, retry_after_value));
   }
@@ -174,7 +175,7 @@ class throttle_guard {
   /// by its own calls in flight (draft-ietf-httpapi-ratelimit-headers: `r` is the quota units remaining at
   /// the server when it answers).
   void complete(const upstream_response& response) {
-    Throttle* owner = live_owner();
+    stage_ops* owner = live_owner();
     if (owner == nullptr) return;
     owner->apply_hints(held_, response);
     if (response.too_many_requests) {
@@ -196,8 +197,8 @@ class throttle_guard {
   /// permits. Call it before complete() or reject(); on an empty guard it does nothing.
   /// @throws std::invalid_argument if `actual.tokens` is not 0 and no stage charges tokens (as acquire).
   void reconcile(const rein::charge& actual) {
-    Throttle::check_charge(actual);
-    Throttle* owner = live_owner();
+    stage_ops::check_charge(actual);
+    stage_ops* owner = live_owner();
     if (owner == nullptr) return;
     owner->settle(held_, actual, admitted_at_);
     charge_ = actual;
@@ -205,18 +206,21 @@ class throttle_guard {
 
  private:
   friend Throttle;
+  // The part of the throttle that works its stages, which the guard reports to (it lives as long as the throttle).
+  using stage_ops = typename Throttle::stage_ops;
+  friend stage_ops;
   using holdings = typename Throttle::holdings;
 
-  using life = detail::throttle_life<Throttle>;
+  using life = detail::throttle_life<stage_ops>;
 
   throttle_guard(std::shared_ptr<life> l, const rein::charge& c) noexcept : life_(std::move(l)), charge_(c) {}
 
-  // The throttle of an admitted guard, or nullptr. A guard admitted by a throttle that is gone (a coroutine
-  // frame the io_context destroys after the throttle and its stages) lets go of what it holds, touching
-  // neither: its permits and pins are safe on their own.
-  Throttle* live_owner() noexcept {
+  // The stage operations of an admitted guard's throttle, or nullptr. A guard admitted by a throttle that is
+  // gone (a coroutine frame the io_context destroys after the throttle and its stages) lets go of what it
+  // holds, touching neither: its permits and pins are safe on their own.
+  stage_ops* live_owner() noexcept {
     if (!admitted_) return nullptr;
-    if (Throttle* owner = life_->owner.load(std::memory_order_acquire)) return owner;
+    if (stage_ops* owner = life_->owner.load(std::memory_order_acquire)) return owner;
     orphan();
     return nullptr;
   }
@@ -230,7 +234,7 @@ class throttle_guard {
   // `work`: the caller's checked work hint (std::optional<double>), or none (detail::no_work).
   template <class Work = detail::no_work>
   void complete_as(outcome result, bool rejection, duration pause = duration::zero(), Work work = {}) noexcept {
-    Throttle* owner = live_owner();
+    stage_ops* owner = live_owner();
     if (owner == nullptr) return;
     owner->finish(*this, result, rejection, pause, work);
     admitted_ = false;
@@ -240,7 +244,7 @@ class throttle_guard {
 
   // Counted as a rejection; congestion to the stages that throttle_options::rejections names, with the pause
   // the gates applied (an adaptive rate restarts its curve when it ends).
-  void complete_rejected(Throttle& owner, duration pause) noexcept {
+  void complete_rejected(stage_ops& owner, duration pause) noexcept {
     owner.count_rejection();
     complete_as(outcome::congestion, true, pause);
   }
@@ -260,7 +264,7 @@ class throttle_guard {
   // Not admitted: whatever was taken goes back, rate units included. Admitted: permits report ignored.
   void reset() noexcept {
     if (life_ == nullptr) return;
-    Throttle* owner = life_->owner.load(std::memory_order_acquire);
+    stage_ops* owner = life_->owner.load(std::memory_order_acquire);
     if (owner == nullptr) return orphan();
     if (admitted_) {
       owner->finish(*this, outcome::ignored);
