@@ -85,9 +85,20 @@ using rein_order = rein::detail::throttle_admission<stage_layout>;
 // meanwhile gives the permits back (the rate units stay taken).
 class rates_first {
  public:
+  // A give-back of this order's own: every permit, or everything (the permits and the rate units). rein's
+  // order never asks for either, so its machine has no such step.
+  enum class give_back : std::uint8_t { none, permits, everything };
+  // What it asks: one of the admission machine's steps, or (back set) one of its own give-backs.
+  struct step {
+    step(admission_step s) : common(s) {}  // a step of rein's machine is one of this one's
+    step(give_back g) : back(g) {}
+    admission_step common = admission_step::fail;  // unused when back is set
+    give_back back = give_back::none;
+  };
+
   explicit rates_first(bool waits) noexcept : waits_(waits) {}
 
-  admission_step resume(admission_event e, std::size_t stage = npos, rein::try_status = rein::try_status::busy) {
+  step resume(admission_event e, std::size_t stage = npos, rein::try_status = rein::try_status::busy) {
     switch (point_) {
       case point::start: return go(point::pinning, admission_step::pin);
       case point::pinning: return go(point::first_try, admission_step::try_first);
@@ -97,7 +108,7 @@ class rates_first {
         if (!waits_) return go(point::end, admission_step::fail);
         gate_passed_ = stage > gate_at;  // passed in this instant: not asked again in the first round
         trying_ = false;
-        return go(point::round, admission_step::give_back);
+        return go(point::round, give_back::everything);
       case point::round: return next_take();
       case point::taking:
         at_ = stage_;
@@ -111,12 +122,12 @@ class rates_first {
         if (e == admission_event::open) return go(point::end, admission_step::done);
         held_ &= ~((1U << per_key_at) | (1U << global_at));
         k_ = 0;
-        return go(point::round, admission_step::release_permits);
+        return go(point::round, give_back::permits);
       case point::end: break;
     }
     return admission_step::fail;
   }
-  admission_step fail() { return go(point::end, admission_step::fail); }
+  step fail() { return go(point::end, admission_step::fail); }
   std::size_t stage() const { return stage_; }
   std::size_t at() const { return at_; }
   std::size_t held_rate() const { return npos; }
@@ -127,13 +138,13 @@ class rates_first {
   enum class point { start, pinning, first_try, round, taking, taken, checking, end };
   static constexpr std::array<std::size_t, 5> order{gate_at, key_rate_at, shared_at, per_key_at, global_at};
 
-  admission_step go(point p, admission_step s) {
+  step go(point p, step s) {
     point_ = p;
     return s;
   }
   // The round's next stage from k_ that is not held (a gate: not passed by the first try); after the last,
   // the gates' check.
-  admission_step next_take() {
+  step next_take() {
     for (; k_ < order.size(); ++k_) {
       stage_ = order[k_];
       if (stage_ == gate_at ? first_ && gate_passed_ : (held_ >> stage_ & 1U) != 0) continue;
@@ -399,12 +410,30 @@ class run {
 
   // --- the driver: the machine's steps on the model, until it waits, admits or fails ---
 
-  void drive(std::size_t who, admission_step s) {
+  using step_type = decltype(std::declval<Machine&>().resume(admission_event::start));
+
+  // rein's machine asks only its own steps; rates_first may ask one of its give-backs (done here, at once).
+  static admission_step rein_step(admission_step s) { return s; }
+  static admission_step rein_step(const rates_first::step& s) { return s.common; }
+  bool gave_back(caller<Machine>&, admission_step) { return false; }
+  bool gave_back(caller<Machine>& c, const rates_first::step& s) {
+    if (s.back == rates_first::give_back::none) return false;
+    if (s.back == rates_first::give_back::everything) refund(c);
+    release_per_key(c);
+    release_global(c);
+    return true;
+  }
+
+  void drive(std::size_t who, step_type s) {
     caller<Machine>& c = callers_[who];
     for (;;) {
+      if (gave_back(c, s)) {
+        s = c.machine.resume(admission_event::took);
+        continue;
+      }
       admission_event e = admission_event::took;
       std::size_t where = npos;
-      switch (s) {
+      switch (rein_step(s)) {
         case admission_step::pin: break;
         case admission_step::try_first: where = try_first(c); break;
         case admission_step::take: e = take(c, c.machine.stage()) ? e : admission_event::refused; break;
@@ -421,16 +450,7 @@ class run {
           break;
         }
         case admission_step::release_global: release_global(c); break;
-        case admission_step::release_permits:
-          release_per_key(c);
-          release_global(c);
-          break;
         case admission_step::refund_rates: refund(c); break;
-        case admission_step::give_back:
-          refund(c);
-          release_per_key(c);
-          release_global(c);
-          break;
         case admission_step::check_gates: e = gate_open(c.key) ? admission_event::open : admission_event::paused; break;
         case admission_step::wait_line:
           c.line = c.machine.stage();

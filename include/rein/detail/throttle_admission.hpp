@@ -60,10 +60,7 @@ enum class admission_step : std::uint8_t {
   wait_ready,       // one wait until the key's rate at stage() could take the charge: ready (its line granted,
                     // the units given back at once) or woke (a timer: ask again)
   release_global,   // give back the global concurrency permits: took
-  release_permits,  // give back every permit: took (never asked in rein's order; a machine of another order, as
-                    // the model check's, may)
   refund_rates,     // refund every rate's units: took
-  give_back,        // give back everything (permits and rate units): took (likewise)
   check_gates,      // is every gate still open? open or paused
   done,             // admitted
   fail,             // ended without admission at at(): error() says why (none: try_acquire's refusal)

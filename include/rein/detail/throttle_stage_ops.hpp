@@ -283,9 +283,7 @@ class throttle_stage_ops {
         case step::take_rates: where = take_rates(g, m.held_rate(), now, &why); break;
         case step::ask_ready: e = ask_ready(m.stage(), g, *last, why); break;
         case step::release_global: release_global(g.held_); break;
-        case step::release_permits: release_permits(g.held_); break;
         case step::refund_rates: refund_rates(g.held_); break;
-        case step::give_back: give_back(g.held_); break;
         case step::check_gates: e = gates_open(g) ? event::open : event::paused; break;
         default: return s;  // a wait, done or fail
       }
