@@ -1,6 +1,7 @@
 // A throttle's admission as a step machine without I/O: it says which stage to try, wait on or give back
-// next, and hears what happened; the caller of the machine (the throttle's doors, or a model of the stages in
-// a test) does each step. It holds no executor, no timer and no stage, only positions in the stage list.
+// next, and hears what happened; the caller of the machine (the throttle's stage operations,
+// detail/throttle_stage_ops.hpp, or a model of the stages in a test) does each step. It holds no executor, no
+// timer and no stage, only positions in the stage list.
 //
 // The steps, for a throttle whose stages are listed in admission order (gates, per-key concurrency, global
 // concurrency, rates; see rein::throttle for why):
