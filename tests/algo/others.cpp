@@ -1268,3 +1268,27 @@ TEMPLATE_TEST_CASE("a work hint of 0 says nothing about latency; a negative, NaN
   for (int i = 0; i < 20; ++i) a.on_sample(none);
   CHECK(a.decreases() == 0);
 }
+
+TEMPLATE_TEST_CASE("learn_failure_rate with the latency signal off: every failure counts, as with it off",
+                   "[hints]", rein::algo::aimd, rein::algo::gradient, rein::algo::vegas, rein::algo::windowed_aimd,
+                   rein::algo::pid) {
+  typename TestType::options learned;
+  if constexpr (std::is_same_v<TestType, rein::algo::vegas>)
+    learned.judge_latency = false;
+  else if constexpr (std::is_same_v<TestType, rein::algo::gradient>)
+    learned.tolerance.reset();
+  else
+    learned.latency_tolerance.reset();
+  typename TestType::options every = learned;
+  every.learn_failure_rate = false;
+  TestType a{learned}, b{every};
+  for (int i = 1; i <= 400; ++i) {
+    for (TestType* x : {&a, &b}) {
+      const auto n = static_cast<std::size_t>(std::floor(x->limit()));
+      x->on_sample(i % 20 == 0 ? congestion(5ms, n) : ok(5ms, n));
+    }
+  }
+  CHECK(a.limit() == b.limit());
+  CHECK(a.decreases() == b.decreases());
+  if constexpr (!std::is_same_v<TestType, rein::algo::windowed_aimd>) CHECK(a.decreases() > 0);
+}

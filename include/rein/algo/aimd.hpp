@@ -74,10 +74,12 @@ struct aimd_options {
   /// probe of a capacity that rose costs more; against a connection limit it leaves about one failed call in
   /// 30 round trips.
   double plateau_rounds = 31.0;
-  /// true: a congestion outcome counts only when failures come faster than the rate learned so far
-  /// (`detail::failure_baseline`, at least 15 %): 1-5 % of calls failing at random, whatever the limit, is
-  /// not congestion, and such a failure neither cuts nor grows. false: every congestion outcome cuts (the
-  /// textbook rule).
+  /// true: while latency is judged, a congestion outcome counts only when failures come faster than the rate
+  /// learned so far (`detail::failure_baseline`, at least 15 %): 1-5 % of calls failing at random, whatever
+  /// the limit, is not congestion, and such a failure neither cuts nor grows. false: every congestion outcome
+  /// cuts (the textbook rule).
+  /// With the latency signal off (`latency_tolerance`) failures are the only signal and every one counts: a limit
+  /// held back only by refusals past a hard cap would otherwise grow until 16 of 50 calls were refused.
   bool learn_failure_rate = true;
 };
 
@@ -137,7 +139,9 @@ class basic_aimd {
   /// Applies one completed call. With a work hint (`basic_sample::work`) latency is judged per unit of work.
   /// @throws std::invalid_argument if the sample's work hint is negative, NaN or infinite.
   void on_sample(const sample_type& s) {
-    if (s.result == outcome::ignored || !signals_.counts(s, options_.learn_failure_rate)) return;
+    // With the latency signal off, failures are the only signal: every one counts.
+    const bool learn = options_.learn_failure_rate && options_.latency_tolerance.has_value();
+    if (s.result == outcome::ignored || !signals_.counts(s, learn)) return;
     const double current = limit_.value();
     if (congested(s)) {
       if (options_.once_per_round_trip && gate_.stale(s.now, s.latency)) return;

@@ -114,10 +114,12 @@ struct gradient_options {
   /// round trip, from `initial_limit`: 36 round trips or more from 4 to 40 calls. Gradient2 and Envoy have
   /// none.
   bool slow_start = true;
-  /// true: a `congestion` outcome counts only when failures come faster than the rate learned so far
-  /// (`detail::failure_baseline`, at least 15 %): 1-5 % of calls failing at random, whatever the limit, is
-  /// not congestion, and such a failure is no sample at all. false: every one counts (Gradient2, Envoy).
-  /// Only with `failures_as_congestion`.
+  /// true: while latency is judged, a `congestion` outcome counts only when failures come faster than the
+  /// rate learned so far (`detail::failure_baseline`, at least 15 %): 1-5 % of calls failing at random,
+  /// whatever the limit, is not congestion, and such a failure is no sample at all. false: every one counts
+  /// (Gradient2, Envoy). Only with `failures_as_congestion`. With the latency signal off (`tolerance`)
+  /// failures are the only signal and every one counts: a limit held back only by refusals past a hard cap
+  /// would otherwise grow until 16 of 50 calls were refused.
   bool learn_failure_rate = true;
 };
 
@@ -247,7 +249,8 @@ class basic_gradient {
   /// @throws std::invalid_argument if the sample's work hint is negative, NaN or infinite.
   void on_sample(const sample_type& s) {
     // A failure that is no congestion (failures_as_congestion off) is a latency sample: no rate to learn.
-    const bool learn = options_.learn_failure_rate && options_.failures_as_congestion;
+    const bool learn =
+        options_.learn_failure_rate && options_.failures_as_congestion && options_.tolerance.has_value();
     if (s.result == outcome::ignored || !signals_.counts(s, learn)) return;
     if (s.result == outcome::congestion && options_.failures_as_congestion) {
       apply(options_.min_gradient, true, true, s);
@@ -265,7 +268,8 @@ class basic_gradient {
       apply(1.0, false, false, s);  // the latency signal is off: as fast as the baseline
       return;
     }
-    const double allowed = detail::allowed_latency(base, *options_.tolerance, signals_.floor(options_.noise_floor, s.work));
+    const double allowed =
+        detail::allowed_latency(base, *options_.tolerance, signals_.floor(options_.noise_floor, s.work));
     const double ratio = allowed / latency;
     apply(clamp(ratio, options_.min_gradient, options_.max_gradient), latency > allowed,
           ratio < options_.min_gradient, s);

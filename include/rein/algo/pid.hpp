@@ -85,9 +85,11 @@ struct pid_options {
   /// controller alone moves the limit by about one call per window, so from 4 calls it took dozens of
   /// windows to reach a capacity of 40. false: the controller from the start.
   bool slow_start = true;
-  /// true: a congestion outcome counts only when failures come faster than the rate learned so far
-  /// (`detail::failure_baseline`, at least 15 %): 1-5 % of calls failing at random, whatever the limit, is
-  /// not congestion, and such a failure is no sample at all. false: every one counts as a failed call.
+  /// true: while latency is judged, a congestion outcome counts only when failures come faster than the rate
+  /// learned so far (`detail::failure_baseline`, at least 15 %): 1-5 % of calls failing at random, whatever
+  /// the limit, is not congestion, and such a failure is no sample at all. false: every one counts as a failed call.
+  /// With the latency signal off (`latency_tolerance`) failures are the only signal and every one counts: a limit
+  /// held back only by refusals past a hard cap would otherwise grow until 16 of 50 calls were refused.
   bool learn_failure_rate = true;
 };
 
@@ -168,7 +170,9 @@ class basic_pid {
   /// Applies one completed call. With a work hint (`basic_sample::work`) latency is judged per unit of work.
   /// @throws std::invalid_argument if the sample's work hint is negative, NaN or infinite.
   void on_sample(const sample_type& s) {
-    if (s.result == outcome::ignored || !signals_.counts(s, options_.learn_failure_rate)) return;
+    // With the latency signal off, failures are the only signal: every one counts.
+    const bool learn = options_.learn_failure_rate && options_.latency_tolerance.has_value();
+    if (s.result == outcome::ignored || !signals_.counts(s, learn)) return;
     const bool failure = failed(s);
     if (gate_.stale(s.now, s.latency)) return;
     if (slow_start_) {
@@ -216,10 +220,9 @@ class basic_pid {
   bool slow_against_baseline(const sample_type& s) {
     if (judged_ <= std::chrono::nanoseconds::zero()) return false;  // a clock too coarse, or no work: says nothing
     const auto latency = judged_.count();
-    const bool slow = baseline_known_ &&
-                      static_cast<double>(latency) > detail::allowed_latency(static_cast<double>(fastest_.value()),
-                                                                             *options_.latency_tolerance,
-                                                                             signals_.floor(options_.noise_floor, s.work));
+    const double allowed = detail::allowed_latency(static_cast<double>(fastest_.value()), *options_.latency_tolerance,
+                                                   signals_.floor(options_.noise_floor, s.work));
+    const bool slow = baseline_known_ && static_cast<double>(latency) > allowed;
     if (!slow || static_cast<double>(s.in_flight) <= limit_.min()) {
       fastest_.push(latency);
       baseline_known_ = true;

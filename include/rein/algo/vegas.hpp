@@ -76,9 +76,12 @@ struct vegas_options {
   /// `aimd_options::latency_tolerance` and `tuned_aimd_options::tolerance` switch theirs off). Vegas is a
   /// latency rule, so without it what is left is AIMD by steps of L. true (the default): Vegas.
   bool judge_latency = true;
-  /// true: a congestion outcome counts only when failures come faster than the rate learned so far
-  /// (`detail::failure_baseline`, at least 15 %): 1-5 % of calls failing at random, whatever the limit, is
-  /// not congestion, and such a failure is no sample at all. false: every one shrinks (Netflix's rule).
+  /// true: while latency is judged, a congestion outcome counts only when failures come faster than the rate
+  /// learned so far (`detail::failure_baseline`, at least 15 %): 1-5 % of calls failing at random, whatever
+  /// the limit, is not congestion, and such a failure is no sample at all. false: every one shrinks (Netflix's
+  /// rule).
+  /// With the latency signal off (`judge_latency`) failures are the only signal and every one counts: a limit
+  /// held back only by refusals past a hard cap would otherwise grow until 16 of 50 calls were refused.
   bool learn_failure_rate = true;
 };
 
@@ -202,7 +205,9 @@ class basic_vegas {
   /// a success that did no work (a hint of 0) says nothing.
   /// @throws std::invalid_argument if the sample's work hint is negative, NaN or infinite.
   void on_sample(const sample_type& s) {
-    if (s.result == outcome::ignored || !signals_.counts(s, options_.learn_failure_rate)) return;
+    // With the latency signal off, failures are the only signal: every one counts.
+    const bool learn = options_.learn_failure_rate && options_.judge_latency;
+    if (s.result == outcome::ignored || !signals_.counts(s, learn)) return;
     const auto judged = signals_.judged(s.latency, s.work);
     if (!judged) {  // no work: no latency to learn; a failure still shrinks
       if (s.result == outcome::congestion) congested(s);

@@ -80,9 +80,11 @@ struct windowed_aimd_options {
   /// calls to queue: the worst share of calls slower than twice their base rises from 4.3 % to 6.2 %, and
   /// the share is over 5 % in 10 of 1000 scenarios instead of none.
   bool slow_start = false;
-  /// true: a congestion outcome counts only when failures come faster than the rate learned so far
-  /// (`detail::failure_baseline`, at least 15 %): 1-5 % of calls failing at random, whatever the limit, is
-  /// not congestion, and such a failure is no sample at all. false: every one counts as a failed call.
+  /// true: while latency is judged, a congestion outcome counts only when failures come faster than the rate
+  /// learned so far (`detail::failure_baseline`, at least 15 %): 1-5 % of calls failing at random, whatever
+  /// the limit, is not congestion, and such a failure is no sample at all. false: every one counts as a failed call.
+  /// With the latency signal off (`latency_tolerance`) failures are the only signal and every one counts: a limit
+  /// held back only by refusals past a hard cap would otherwise grow until 16 of 50 calls were refused.
   bool learn_failure_rate = true;
 };
 
@@ -159,7 +161,9 @@ class basic_windowed_aimd {
   /// Applies one completed call. With a work hint (`basic_sample::work`) latency is judged per unit of work.
   /// @throws std::invalid_argument if the sample's work hint is negative, NaN or infinite.
   void on_sample(const sample_type& s) {
-    if (s.result == outcome::ignored || !signals_.counts(s, options_.learn_failure_rate)) return;
+    // With the latency signal off, failures are the only signal: every one counts.
+    const bool learn = options_.learn_failure_rate && options_.latency_tolerance.has_value();
+    if (s.result == outcome::ignored || !signals_.counts(s, learn)) return;
     const judgement j = judge(s);
     // A call that started before the latest change of the limit reports on the limit before it: it is not
     // counted in the window that judges this one. After a cut, the old limit is already cut (RFC 5681's one
@@ -251,7 +255,8 @@ class basic_windowed_aimd {
       fastest_ = static_cast<double>(fastest_window_.value());
       slow = options_.latency_tolerance &&
              static_cast<double>(judged_.count()) >
-                 detail::allowed_latency(fastest_, *options_.latency_tolerance, signals_.floor(options_.noise_floor, s.work));
+                 detail::allowed_latency(fastest_, *options_.latency_tolerance,
+                                         signals_.floor(options_.noise_floor, s.work));
     }
     return slow || (options_.latency_target && s.latency > *options_.latency_target) ? judgement::slow
                                                                                      : judgement::fine;
