@@ -28,6 +28,7 @@
 #include <rein/algo/pid.hpp>
 #include <rein/algo/rate_limit.hpp>
 #include <rein/algo/retry_budget.hpp>
+#include <rein/algo/rolling_quantile.hpp>
 #include <rein/algo/sliding_window.hpp>
 #include <rein/algo/sliding_window_counter.hpp>
 #include <rein/algo/token_bucket.hpp>
