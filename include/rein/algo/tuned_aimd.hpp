@@ -2,6 +2,7 @@
 #pragma once
 
 #include <rein/algo/limit_algorithm.hpp>
+#include <rein/algo/rolling_quantile.hpp>
 
 #include <algorithm>
 #include <array>
@@ -43,8 +44,9 @@ struct tuned_aimd_options {
   /// loss (RFC 8312), because here one call over capacity is costly: it slows every call behind it.
   double increase = 0.01;
   /// Successful latencies kept for the rolling baseline, in samples; in [min_samples, 100000]
-  /// (`tuned_aimd_max_window`: the window is allocated up front and each sample costs O(window)). Long enough
-  /// that a sustained degradation does not become "normal" before the limit has been cut.
+  /// (`tuned_aimd_max_window`: the window is allocated up front, 16 bytes a sample, and each sample costs
+  /// O(log window)). Long enough that a sustained degradation does not become "normal" before the limit has
+  /// been cut.
   std::size_t window = 200;
   /// Which latency of the window is the baseline: its nearest-rank quantile; in (0, 1], 0.5 the median. 0.1: while the limit sits above a capacity that dropped, most calls queue inside the upstream
   /// and a median would take their latency for normal; the fastest tenth are still the calls that did not
@@ -127,68 +129,6 @@ struct tuned_aimd_options {
 /// The longest baseline window `basic_tuned_aimd` accepts, in samples.
 inline constexpr std::size_t tuned_aimd_max_window = 100000;
 
-namespace detail {
-
-/// The median of the last `capacity` values: a ring buffer for age plus a sorted copy for rank.
-/// O(capacity) per insertion (two shifts in a small contiguous vector), O(1) per query.
-class rolling_median {
- public:
-  explicit rolling_median(std::size_t capacity) : ring_(capacity) { sorted_.reserve(capacity); }
-
-  std::size_t size() const noexcept { return sorted_.size(); }
-
-  /// Keeps the newest `capacity` values (all of them if fewer) and holds `capacity` from now on.
-  void resize(std::size_t capacity) {
-    std::vector<std::int64_t> ring(capacity);  // allocated first: on a throw nothing changed
-    std::vector<std::int64_t> sorted;
-    sorted.reserve(capacity);
-    const std::size_t n = sorted_.size();
-    const std::size_t keep = n < capacity ? n : capacity;
-    const std::size_t oldest = n == ring_.size() ? next_ : 0;
-    for (std::size_t i = n - keep; i < n; ++i) {
-      const std::int64_t v = ring_[(oldest + i) % ring_.size()];
-      ring[i - (n - keep)] = v;
-      sorted.insert(std::upper_bound(sorted.begin(), sorted.end(), v), v);
-    }
-    ring_ = std::move(ring);
-    sorted_ = std::move(sorted);
-    next_ = keep == capacity ? 0 : keep;
-  }
-
-  void push(std::int64_t v) {
-    if (sorted_.size() == ring_.size()) {
-      sorted_.erase(std::lower_bound(sorted_.begin(), sorted_.end(), ring_[next_]));
-    }
-    ring_[next_] = v;
-    next_ = next_ + 1 == ring_.size() ? 0 : next_ + 1;
-    sorted_.insert(std::upper_bound(sorted_.begin(), sorted_.end(), v), v);
-  }
-
-  /// The nearest-rank `q` quantile (q in (0, 1]): the smallest value with at least `q x size()` values at or
-  /// below it; `q == 0.5` is `median()`. Precondition: size() > 0.
-  double quantile(double q) const noexcept {
-    if (q == 0.5) return median();
-    const double rank = std::ceil(q * static_cast<double>(sorted_.size()));
-    const std::size_t i = rank < 1.0 ? 0 : static_cast<std::size_t>(rank) - 1;
-    return static_cast<double>(sorted_[i < sorted_.size() ? i : sorted_.size() - 1]);
-  }
-
-  /// The median; for an even count the mean of the two middle values. Precondition: size() > 0.
-  double median() const noexcept {
-    const std::size_t n = sorted_.size();
-    const auto upper = static_cast<double>(sorted_[n / 2]);
-    if (n % 2 == 1) return upper;
-    return (static_cast<double>(sorted_[n / 2 - 1]) + upper) / 2.0;
-  }
-
- private:
-  std::vector<std::int64_t> ring_;
-  std::vector<std::int64_t> sorted_;
-  std::size_t next_ = 0;
-};
-
-}  // namespace detail
-
 /// AIMD judged against a rolling latency baseline (a low quantile of recent calls), cutting at most once per
 /// round trip, with slow start and a tested growth guard.
 ///
@@ -238,8 +178,9 @@ class basic_tuned_aimd {
 
   /// @throws std::invalid_argument naming the field and value if `o` is invalid.
   explicit basic_tuned_aimd(const options& o = {})
-      : options_{validated(o)}, limit_{o.min_limit, o.initial_limit, o.max_limit}, baseline_{o.window},
-        slow_start_{o.slow_start}, probe_{o.increase}, reference_{std::max<std::size_t>(o.median_window, 1)} {}
+      : options_{validated(o)}, limit_{o.min_limit, o.initial_limit, o.max_limit},
+        baseline_{o.window, o.baseline_quantile}, slow_start_{o.slow_start}, probe_{o.increase},
+        reference_{std::max<std::size_t>(o.median_window, 1), 0.5} {}
 
   /// The current limit, in calls (fractional; a call is admitted while in flight < floor(limit)). While a probe
   /// call is out, one call below the whole call it tests (see the class).
@@ -266,7 +207,7 @@ class basic_tuned_aimd {
   /// `min_samples` successes.
   std::optional<double> baseline() const noexcept {
     if (baseline_.size() < options_.min_samples) return std::nullopt;
-    return baseline_.quantile(options_.baseline_quantile);
+    return baseline_.quantile();
   }
 
   /// Replaces the options at run time, validated as the constructor validates them (nothing changes on a
@@ -280,6 +221,7 @@ class basic_tuned_aimd {
     if (o.window != options_.window) baseline_.resize(o.window);  // the steps that can throw
     if (o.median_window != options_.median_window) reference_.resize(std::max<std::size_t>(o.median_window, 1));
     if (o.median_window == 0) wide_ = false;
+    baseline_.set_quantile(o.baseline_quantile);
     if (o.increase != options_.increase) probe_ = o.increase;
     if (!o.slow_start) slow_start_ = false;
     options_ = o;
@@ -399,10 +341,12 @@ class basic_tuned_aimd {
       const auto end = std::copy(at.begin(), at.end(), sorted.begin());
       const auto middle = sorted.begin() + static_cast<std::ptrdiff_t>(at.size() / 2);
       std::nth_element(sorted.begin(), middle, end);
-      spread_.push(static_cast<std::int64_t>(1e6 * latency / *middle));
+      const auto ratio = static_cast<std::int64_t>(1e6 * latency / *middle);
+      spread_low_.push(ratio);
+      spread_high_.push(ratio);
     }
-    const bool wide = spread_.size() >= spread_samples &&
-                      spread_.quantile(0.9) > std::max(tolerance, min_spread) * spread_.quantile(0.1);
+    const bool wide = spread_low_.size() >= spread_samples &&
+                      spread_high_.quantile() > std::max(tolerance, min_spread) * spread_low_.quantile();
     if (!wide_) seen_ = std::max(seen_, static_cast<double>(s.in_flight));
     if (wide && !wide_) restart();
     wide_run_ = wide ? wide_run_ + 1 : 0;
@@ -422,7 +366,7 @@ class basic_tuned_aimd {
       end_run(true);
       return wide_;
     }
-    const double typical = reference_.median();
+    const double typical = reference_.quantile();
     cusum_ += latency > typical * 1.1 ? std::log(0.8 / 0.5) : -std::log(0.5 / 0.2);
     if (cusum_ <= 0.0) {
       end_run(true);
@@ -580,7 +524,7 @@ class basic_tuned_aimd {
 
   options options_;
   detail::bounded_limit limit_;
-  detail::rolling_median baseline_;
+  detail::rolling_quantile baseline_;  // the last `window` uncongested latencies, at baseline_quantile
   detail::round_trip_gate<time_point> gate_{};
   bool slow_start_;
   detail::level_memory levels_{};  // where the latest cut left the limit, and how many cuts in a row found it
@@ -594,9 +538,11 @@ class basic_tuned_aimd {
   std::uint64_t waited_ = 0;  // samples since the probe call was let in
   detail::work_scale scale_{};
   detail::failure_baseline failures_{};
-  detail::rolling_median spread_{1000};   // latencies over their in-flight level's median: the noise
+  // Latencies over their in-flight level's median, in millionths: the noise (its 10th and 90th percentiles).
+  detail::rolling_quantile spread_low_{1000, 0.1};
+  detail::rolling_quantile spread_high_{1000, 0.9};
   std::vector<std::deque<double>> by_level_;  // the last 8 latencies granted at each in-flight level
-  detail::rolling_median reference_;  // the last median_window latencies of runs that raised no alarm
+  detail::rolling_quantile reference_;  // the last median_window latencies of runs that raised no alarm: median
   std::deque<double> run_;  // latencies of the run in progress (since the CUSUM was last 0)
   std::deque<double> run_levels_;  // the calls out when each of run_ was granted
   double cusum_ = 0.0;
