@@ -46,7 +46,7 @@ class rolling_quantile {
     if (size_ == ring_.size()) {
       erase(slot);  // compares by ring_[slot], the old value: overwrite it only after
     } else {
-      ++size_;
+      rank_ = rank(++size_);  // fixed once the window is full
     }
     ring_[slot] = v;
     next_ = next_ + 1 == ring_.size() ? 0 : next_ + 1;
@@ -69,6 +69,7 @@ class rolling_quantile {
   void set_quantile(double q) noexcept {
     q_ = q;
     median_ = q == 0.5;
+    rank_ = rank(size_);
     balance();
   }
 
@@ -100,9 +101,8 @@ class rolling_quantile {
   }
 
   void balance() noexcept {
-    const std::size_t k = rank(size_);
-    while (low_ > k) insert<true>(pop<false>());
-    while (low_ < k) insert<false>(pop<true>());
+    while (low_ > rank_) insert<true>(pop<false>());
+    while (low_ < rank_) insert<false>(pop<true>());
   }
 
   // Heap position `i` of `low` (High false) or `high` (High true) in the shared array.
@@ -207,6 +207,7 @@ class rolling_quantile {
   std::size_t next_ = 0;  // the slot the next value goes to
   std::size_t low_ = 0;   // entries in `low`
   std::size_t high_ = 0;  // entries in `high`
+  std::size_t rank_ = 0;  // rank(size_): the entries `low` holds once balanced
   double q_;
   bool median_;
 };
