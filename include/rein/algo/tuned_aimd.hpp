@@ -10,7 +10,6 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <optional>
 #include <vector>
 
@@ -334,12 +333,13 @@ class basic_tuned_aimd {
     const std::size_t level = std::min<std::size_t>(s.in_flight, 1000);
     if (by_level_.size() <= level) by_level_.resize(level + 1);
     auto& at = by_level_[level];
-    at.push_back(latency);
-    if (at.size() > 8) at.pop_front();
-    if (at.size() >= 3) {  // one or two calls at a level are their own median
-      std::array<double, 8> sorted{};  // on the stack: this runs for every success
-      const auto end = std::copy(at.begin(), at.end(), sorted.begin());
-      const auto middle = sorted.begin() + static_cast<std::ptrdiff_t>(at.size() / 2);
+    at.values[at.next] = latency;  // a ring: the order of the 8 does not matter to their median
+    at.next = (at.next + 1) % at.values.size();
+    if (at.size < at.values.size()) ++at.size;
+    if (at.size >= 3) {  // one or two calls at a level are their own median
+      std::array<double, 8> sorted = at.values;  // on the stack: this runs for every success
+      const auto end = sorted.begin() + static_cast<std::ptrdiff_t>(at.size);
+      const auto middle = sorted.begin() + static_cast<std::ptrdiff_t>(at.size / 2);
       std::nth_element(sorted.begin(), middle, end);
       const auto ratio = static_cast<std::int64_t>(1e6 * latency / *middle);
       spread_low_.push(ratio);
@@ -354,11 +354,12 @@ class basic_tuned_aimd {
     wide_ = settled_ || wide;
 
     alarm_ = false;
-    run_.push_back(latency);
-    run_levels_.push_back(static_cast<double>(s.in_flight));
-    if (run_.size() > max_run) {  // the rise is the median of its newest calls
-      run_.pop_front();
-      run_levels_.pop_front();
+    const run_call call{latency, static_cast<double>(s.in_flight)};
+    if (run_.size() < max_run) {
+      run_.push_back(call);
+    } else {  // the rise is the median of its newest calls
+      run_[run_start_] = call;
+      run_start_ = run_start_ + 1 == max_run ? 0 : run_start_ + 1;
     }
     // A call granted at the floor was not queued behind this limiter's calls: it joins the reference with the
     // run before it, whatever its latency (as the per-call rule's baseline learns at the floor).
@@ -372,7 +373,9 @@ class basic_tuned_aimd {
       end_run(true);
     } else if (cusum_ > 3.0) {
       alarm_ = true;
-      std::vector<double> run(run_.begin(), run_.end());
+      auto& run = scratch_;  // reused: allocates only when a run is longer than any before
+      run.clear();
+      for (const run_call& c : run_) run.push_back(c.latency);  // in any order: only its median is taken
       std::nth_element(run.begin(), run.begin() + static_cast<std::ptrdiff_t>(run.size() / 2), run.end());
       rise_ = run[run.size() / 2] / typical;  // the run's median over the unqueued one
     }
@@ -382,9 +385,9 @@ class basic_tuned_aimd {
   // Ends the run in progress; `noise`: it showed no queue, and its latencies join the reference.
   void end_run(bool noise) {
     if (noise)
-      for (const double v : run_) reference_.push(static_cast<std::int64_t>(v));
+      for (std::size_t i = 0; i < run_.size(); ++i) reference_.push(static_cast<std::int64_t>(run_at(i).latency));
     run_.clear();
-    run_levels_.clear();
+    run_start_ = 0;
     cusum_ = 0.0;
   }
 
@@ -414,7 +417,7 @@ class basic_tuned_aimd {
     alarmed_at_ = n;
     const double target = std::clamp(n - queued, n * options_.backoff, std::max(n - 1.0, n * options_.backoff));
     for (std::size_t i = 0; i < run_.size(); ++i)
-      if (run_levels_[i] <= std::floor(target)) reference_.push(static_cast<std::int64_t>(run_[i]));
+      if (run_at(i).level <= std::floor(target)) reference_.push(static_cast<std::int64_t>(run_at(i).latency));
     end_run(false);
     cut(s, target, n - 1.0);
     return verdict::slow;
@@ -541,10 +544,24 @@ class basic_tuned_aimd {
   // Latencies over their in-flight level's median, in millionths: the noise (its 10th and 90th percentiles).
   detail::rolling_quantile spread_low_{1000, 0.1};
   detail::rolling_quantile spread_high_{1000, 0.9};
-  std::vector<std::deque<double>> by_level_;  // the last 8 latencies granted at each in-flight level
+  struct level_latencies {
+    std::array<double, 8> values{};  // the first `size` in use, oldest at `next` once all are
+    std::size_t size = 0;
+    std::size_t next = 0;
+  };
+  std::vector<level_latencies> by_level_;  // the last 8 latencies granted at each in-flight level
   detail::rolling_quantile reference_;  // the last median_window latencies of runs that raised no alarm: median
-  std::deque<double> run_;  // latencies of the run in progress (since the CUSUM was last 0)
-  std::deque<double> run_levels_;  // the calls out when each of run_ was granted
+  // The run in progress (since the CUSUM was last 0): each call's latency and the calls out at its grant, its
+  // newest max_run calls, a ring once that many. The vectors keep their capacity when a run ends: nothing is
+  // allocated once the longest run has been seen.
+  struct run_call {
+    double latency;
+    double level;
+  };
+  const run_call& run_at(std::size_t i) const noexcept { return run_[(run_start_ + i) % run_.size()]; }
+  std::vector<run_call> run_;
+  std::size_t run_start_ = 0;    // the oldest call's index (not 0 only once run_ holds max_run)
+  std::vector<double> scratch_;  // run_'s latencies, for their median
   double cusum_ = 0.0;
   double rise_ = 1.0;        // the alarm's rise: the run's median over the reference
   bool alarm_ = false;       // the latest latency raised an alarm
