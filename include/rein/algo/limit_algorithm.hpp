@@ -323,7 +323,8 @@ class failure_baseline {
   /// family (`adaptive_family --shapes`, seeds 1-100) tuned_aimd kept 0.56 / 0.46 of the oracle's throughput
   /// at 1 % / 5 % random failures in the worst seed. With 0.05: 0.84 / 0.69; 0.1: 0.84 / 0.77; 0.15: 0.84 /
   /// 0.84, the start's own cost (the blind reference's worst is 0.86), so chance runs no longer cut. The price:
-  /// with latency not judged, failures over a hard cap cut only past 16 of the last 50 outcomes.
+  /// failures over a hard cap cut only past 16 of the last 50 outcomes, so the algorithms ask this rule only
+  /// while they judge latency (which sees the queue before the cap); with latency off every failure counts.
   static constexpr double min_rate = 0.15;
   static constexpr std::size_t warmup = 100;       ///< outcomes seen before a rate is learned
 

@@ -95,9 +95,11 @@ struct tuned_aimd_options {
   /// work hint the latencies per unit of work spread narrow, the rule does not take over, and the per-call
   /// rule keeps 0.78-0.85 worst, 0.91-0.94 median (see `basic_sample::work`).
   std::size_t median_window = 200;
-  /// true: a congestion outcome counts only when failures come faster than the rate learned so far
-  /// (`detail::failure_baseline`, at least 15 %): 1-5 % of calls failing at random, whatever the limit, is
-  /// not congestion.
+  /// true: while latency is judged, a congestion outcome counts only when failures come faster than the rate
+  /// learned so far (`detail::failure_baseline`, at least 15 %): 1-5 % of calls failing at random, whatever
+  /// the limit, is not congestion. With the latency signal off (`tolerance` unset) failures are the only
+  /// signal and every one counts: a limit held back only by refusals past a hard cap would otherwise grow
+  /// until 16 of 50 calls were refused.
   /// false: every congestion outcome is (the textbook rule).
   bool learn_failure_rate = true;
   /// Jitter that does not scale with the latency, in nanoseconds; >= 0 (0: none). A success is congestion only when
@@ -231,11 +233,10 @@ class basic_tuned_aimd {
   /// @throws std::invalid_argument if the sample's work hint is negative, NaN or infinite.
   void on_sample(const sample_type& s) {
     if (s.result == outcome::ignored) return;
-    if (s.work) check_work(*s.work);
-    if (options_.learn_failure_rate && !failures_.congested(s.result == outcome::congestion) &&
-        s.result == outcome::congestion)
-      return;  // a failure at the rate seen whatever the load: not congestion, and no success either
-    const auto judged = s.result == outcome::success && options_.tolerance ? scale_.judged(s.latency, s.work)
+    // A failure at the rate seen whatever the load is not congestion, and no success either. With the latency
+    // signal off, failures are the only signal: every one counts.
+    if (!signals_.counts(s, options_.learn_failure_rate && options_.tolerance.has_value())) return;
+    const auto judged = s.result == outcome::success && options_.tolerance ? signals_.judged(s.latency, s.work)
                                                                             : std::optional<std::chrono::nanoseconds>{};
     const verdict v = judge(s, judged);
     if (probe_call_ != probe_call::none) await_probe(s, v == verdict::fast);
@@ -298,7 +299,7 @@ class basic_tuned_aimd {
     const double tolerance = *options_.tolerance;
     if (options_.median_window != 0 && noisy(s, latency, tolerance)) return judge_median(s, tolerance);
     if (const auto base = baseline()) {
-      if (latency > detail::allowed_latency(*base, tolerance, scale_.floor(options_.noise_floor, s.work))) {
+      if (latency > detail::allowed_latency(*base, tolerance, signals_.floor(options_.noise_floor, s.work))) {
         // A slow call joins the baseline only if it was granted at the floor, where the limit can do no
         // more: there, a dependency that became slower for good becomes the new normal.
         if (static_cast<double>(s.in_flight) <= limit_.min()) baseline_.push(judged->count());
@@ -539,8 +540,7 @@ class basic_tuned_aimd {
   double next_probe_ = 0.0;  // the whole calls at which a probe call is let in alone (level_found() + gap_)
   double level_ = 0.0;       // the whole calls held while the probe call is out
   std::uint64_t waited_ = 0;  // samples since the probe call was let in
-  detail::work_scale scale_{};
-  detail::failure_baseline failures_{};
+  detail::sample_signals signals_{};
   // Latencies over their in-flight level's median, in millionths: the noise (its 10th and 90th percentiles).
   detail::rolling_quantile spread_low_{1000, 0.1};
   detail::rolling_quantile spread_high_{1000, 0.9};
