@@ -49,7 +49,9 @@ std::map<std::string, int> run(rein::queue_order order, std::chrono::millisecond
   net::io_context io;
   rein::semaphore upstream(io, 8, {.name = "upstream", .order = order});
   rein::throttle_options options;
-  options.key_weight = [](std::string_view tenant) -> std::uint32_t { return tenant == "bob" ? 2 : 1; };
+  // Weights need a line that serves by them: a throttle refuses key_weight with no fair stage to read it.
+  if (order == rein::queue_order::fair)
+    options.key_weight = [](std::string_view tenant) -> std::uint32_t { return tenant == "bob" ? 2 : 1; };
   rein::throttle throttle(rein::unlimited, upstream, std::move(options));
   std::map<std::string, int> calls;
   const auto end = std::chrono::steady_clock::now() + how_long;

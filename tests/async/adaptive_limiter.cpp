@@ -286,6 +286,7 @@ TEST_CASE("aimd_limiter: ignored leaves the limit; one congestion multiplies it 
   rein::algo::aimd_options o;
   o.initial_limit = 20;
   o.backoff = 0.9;
+  o.learn_failure_rate = false;  // one congestion outcome is congestion
   limiter_on_manual_clock<rein::algo::aimd> limiter{io, o};
   for (int i = 0; i < 5; ++i) limiter.try_acquire().complete(outcome::ignored);
   CHECK(limiter.limit() == 20.0);

@@ -380,12 +380,19 @@ void cut_once(Keyed& keyed, const std::string& key) {
   keyed.get(key)->try_acquire().complete(rein::outcome::congestion);
 }
 
+// aimd's defaults, but one congestion outcome cuts (it does not wait for failures above a learned rate).
+rein::algo::aimd_options every_failure() {
+  rein::algo::aimd_options o;
+  o.learn_failure_rate = false;
+  return o;
+}
+
 }  // namespace
 
 TEST_CASE("idle_ttl: an idle key keeps its learned limit until it has gone unused for idle_ttl", "[keyed][ttl]") {
   manual_clock::reset();
   net::io_context io;
-  per_key_adaptive per_host(io, {}, {}, ttl(10s));
+  per_key_adaptive per_host(io, every_failure(), {}, ttl(10s));
   STATIC_REQUIRE(std::is_same_v<per_key_adaptive::clock_type, manual_clock>);
   cut_once(per_host, "a");
   CHECK(per_host.get("a")->limit() == 4.0 * 0.8);
@@ -403,7 +410,7 @@ TEST_CASE("idle_ttl: an idle key keeps its learned limit until it has gone unuse
 TEST_CASE("idle_ttl: releasing a handle is a use; a busy key is kept past its TTL", "[keyed][ttl]") {
   manual_clock::reset();
   net::io_context io;
-  per_key_adaptive per_host(io, {}, {}, ttl(10s));
+  per_key_adaptive per_host(io, every_failure(), {}, ttl(10s));
   rein::permit held;
   {
     auto h = per_host.get("a");
@@ -425,7 +432,7 @@ TEST_CASE("idle_ttl: at the cap a new key evicts one idle key inside its TTL rat
           "[keyed][ttl][cap]") {
   manual_clock::reset();
   net::io_context io;
-  per_key_adaptive per_host(io, {}, {}, ttl(1h, 2));
+  per_key_adaptive per_host(io, every_failure(), {}, ttl(1h, 2));
   cut_once(per_host, "a");
   cut_once(per_host, "b");
   auto c = per_host.get("c");  // both idle, both inside the TTL: one of them goes

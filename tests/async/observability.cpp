@@ -200,7 +200,7 @@ TEST_CASE("adaptive_limiter: service times from grant to outcome; a cut reports 
   rein_test::manual_clock_at_epoch epoch;
   net::io_context io;
   recorder events;
-  timed_aimd limiter(io, {.initial_limit = 2, .min_limit = 1, .max_limit = 2, .backoff = 0.5},
+  timed_aimd limiter(io, {.initial_limit = 2, .min_limit = 1, .max_limit = 2, .backoff = 0.5, .learn_failure_rate = false},
                      {.name = "up", .observer = events.observer()});
   permit a = limiter.try_acquire();
   manual_clock::advance(5ms);

@@ -286,7 +286,7 @@ TEST_CASE("stages may be unlimited; an adaptive global limiter learns from guard
   rein_test::manual_clock_at_epoch epoch;
   net::io_context io;
   rein::basic_adaptive_limiter<rein::algo::basic_aimd<manual_clock>, executor, manual_clock> global(
-      io.get_executor(), rein::algo::aimd_options{.initial_limit = 4, .min_limit = 1, .max_limit = 10, .backoff = 0.5});
+      io.get_executor(), rein::algo::aimd_options{.initial_limit = 4, .min_limit = 1, .max_limit = 10, .backoff = 0.5, .learn_failure_rate = false});
   rein::throttle t(rein::unlimited, global);
   auto g = t.try_acquire("any");
   REQUIRE(g);
@@ -543,7 +543,7 @@ TEST_CASE("an adaptive global limiter: waiters are admitted as its limit moves",
   net::io_context io;
   using aimd_type = rein::basic_adaptive_limiter<rein::algo::basic_aimd<manual_clock>, executor, manual_clock>;
   aimd_type global(io.get_executor(),
-                   rein::algo::aimd_options{.initial_limit = 2, .min_limit = 1, .max_limit = 10, .backoff = 0.5});
+                   rein::algo::aimd_options{.initial_limit = 2, .min_limit = 1, .max_limit = 10, .backoff = 0.5, .learn_failure_rate = false});
   rein::keyed<sem_type> per_key(io.get_executor(), std::size_t{1});
   rein::throttle t(per_key, global);
   std::vector<std::string> order;
@@ -580,7 +580,7 @@ TEST_CASE("an adaptive per-key limiter learns per key from guards", "[throttle][
   net::io_context io;
   using aimd_type = rein::basic_adaptive_limiter<rein::algo::basic_aimd<manual_clock>, executor, manual_clock>;
   rein::keyed<aimd_type> per_key(
-      io.get_executor(), rein::algo::aimd_options{.initial_limit = 4, .min_limit = 1, .max_limit = 8, .backoff = 0.5});
+      io.get_executor(), rein::algo::aimd_options{.initial_limit = 4, .min_limit = 1, .max_limit = 8, .backoff = 0.5, .learn_failure_rate = false});
   sem_type global(io.get_executor(), 100);
   rein::throttle t(per_key, global);
   {
@@ -863,7 +863,7 @@ TEST_CASE("an adaptive global stage measures a call from its send, not from its 
   rein_test::manual_clock_at_epoch epoch;
   net::io_context io;
   rein::basic_adaptive_limiter<rein::algo::basic_aimd<manual_clock>, executor, manual_clock> global(
-      io.get_executor(), rein::algo::aimd_options{.initial_limit = 4, .min_limit = 1, .max_limit = 10, .backoff = 0.5});
+      io.get_executor(), rein::algo::aimd_options{.initial_limit = 4, .min_limit = 1, .max_limit = 10, .backoff = 0.5, .learn_failure_rate = false});
   bucket_type rate(io.get_executor(), rein::token_bucket_options{.rate = 1, .capacity = 1});
   rein::throttle t(global, rate);
   auto first = t.try_acquire("k");
@@ -1027,7 +1027,8 @@ TEST_CASE("one host's 429 teaches its own stages, not a global limit that has pe
   rein_test::manual_clock_at_epoch epoch;
   net::io_context io;
   using aimd_type = rein::basic_adaptive_limiter<rein::algo::basic_aimd<manual_clock>, executor, manual_clock>;
-  const rein::algo::aimd_options learn{.initial_limit = 8, .min_limit = 1, .max_limit = 10, .backoff = 0.5};
+  const rein::algo::aimd_options learn{
+      .initial_limit = 8, .min_limit = 1, .max_limit = 10, .backoff = 0.5, .learn_failure_rate = false};
   rein::keyed<gate_type> gates(io.get_executor(), {});
   rein::keyed<aimd_type> per_host(io.get_executor(), learn);
   aimd_type global(io.get_executor(), learn);

@@ -401,7 +401,8 @@ TEST_CASE("admission with an adaptive global stage: the limit follows the outcom
   rein_test::manual_clock_at_epoch epoch;
   net::io_context io;
   adaptive a(io, {.rate = 1, .burst = 100, .max_wait = 1s},
-             limiter(io, {.initial_limit = 2, .min_limit = 1, .max_limit = 8}, {}, {.idle_restart = 0ns}));
+             limiter(io, {.initial_limit = 2, .min_limit = 1, .max_limit = 8, .learn_failure_rate = false}, {},
+                     {.idle_restart = 0ns}));
   const auto admit = [&](const http::request<http::empty_body>& req = get()) {
     outcome o;
     a.async_admit(req, [&o](rein::error_code ec, admission_result r) { o = {true, ec, std::move(r)}; });
