@@ -75,6 +75,8 @@ enum class event_kind : std::uint8_t {
   circuit_closed,     ///< a probe succeeded: calls are admitted by the limit again
   lease_lost,  ///< a shared semaphore learned that Redis had expired its lease (`count` leases since the last
                ///< event): the permits its callers hold no longer count on the server
+  lease_expired,  ///< a semaphore took back the permits of `count` leases (basic_semaphore::with_lease) whose
+                  ///< holders had not given them back within their lease; those permits are now inert
 };
 
 constexpr std::string_view to_string(event_kind k) noexcept {
@@ -92,6 +94,7 @@ constexpr std::string_view to_string(event_kind k) noexcept {
     case event_kind::circuit_half_open: return "circuit_half_open";
     case event_kind::circuit_closed: return "circuit_closed";
     case event_kind::lease_lost: return "lease_lost";
+    case event_kind::lease_expired: return "lease_expired";
   }
   return "unknown";
 }
@@ -101,7 +104,8 @@ struct limiter_event {
   event_kind kind = event_kind::rejected;    ///< what happened
   std::string_view name;                     ///< the limiter's name (line_options::name), empty if none
   reject_reason reason = reject_reason::queue_full;  ///< rejected: why
-  std::uint64_t count = 1;                   ///< rejected: how many callers, at once
+  std::uint64_t count = 1;                   ///< rejected: how many callers, at once; lease_lost,
+                                             ///< lease_expired: how many leases
   double from = 0.0;                         ///< limit_changed: the limit before
   double to = 0.0;                           ///< limit_changed, at_/left_ floor and ceiling: the limit now
   std::chrono::nanoseconds pause{0};         ///< pause_started: how long the gate stays closed from now;
@@ -114,7 +118,8 @@ inline std::ostream& operator<<(std::ostream& os, const limiter_event& e) {
   os << to_string(e.kind);
   switch (e.kind) {
     case event_kind::rejected: os << " reason=" << to_string(e.reason) << " count=" << e.count; break;
-    case event_kind::lease_lost: os << " count=" << e.count; break;
+    case event_kind::lease_lost:
+    case event_kind::lease_expired: os << " count=" << e.count; break;
     case event_kind::limit_changed: os << " from=" << e.from << " to=" << e.to; break;
     case event_kind::pause_started:
     case event_kind::circuit_opened: os << " pause=" << e.pause.count() << "ns"; break;

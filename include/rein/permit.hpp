@@ -107,7 +107,7 @@ class permit {
                                   " with count() = " + std::to_string(count_));
     if (n == 0) return permit();
     if (n == count_) return std::move(*this);
-    source_->permit_split();
+    source_->permit_split(note_);
     count_ -= n;
     return permit(source_, n, stamp_, note_);
   }
@@ -141,6 +141,13 @@ struct permit_access {
     p.complete_checked(result, work);
   }
   static void complete(permit& p, outcome result, no_work) noexcept { p.complete(result); }
+
+  // Puts the permit under a lease: it reports back to `source` (the line's leases) with the lease's id as
+  // its note (detail/line_leases.hpp).
+  static void lease(permit& p, permit_source* source, std::uint64_t id) noexcept {
+    p.source_ = source;
+    p.note_ = id;
+  }
 
   // Measures the permit's service time (grant to outcome, which adaptive limiters learn from) from `stamp`
   // (nanoseconds since the limiter's clock's epoch) instead of its grant: a throttle that held the permit

@@ -12,6 +12,7 @@
 #include <rein/detail/semaphore_policy.hpp>
 #include <rein/error.hpp>
 #include <rein/impl/line_instantiations.hpp>
+#include <rein/lease_view.hpp>
 #include <rein/line_options.hpp>
 #include <rein/line_view.hpp>
 #include <rein/null_mutex.hpp>
@@ -32,6 +33,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -54,6 +56,8 @@ struct semaphore_snapshot : wait_stats {
   double limit = 0.0;         ///< permits, as every limiter's `limit`
   double utilisation = 0.0;   ///< in_flight / max(1, permits)
   std::vector<partition_snapshot> partitions{};  ///< with line_options::partitions: the rest, then each partition
+  std::uint64_t leases_expired_total = 0;  ///< leases (with_lease) that ran out before their permits came back:
+                                           ///< their slots were taken back
 };
 
 /// One line: `in_flight=3 limit=4 utilisation=0.75 available=1 waiting=0 acquired=10 rejected=0 wait[...]`.
@@ -235,6 +239,27 @@ class basic_semaphore {
   /// std::invalid_argument naming the limiter and the name if no partition is called so.
   auto partition(std::string_view name) const { return detail::in_partition(doors(), name); }
 
+  /// This semaphore's acquire doors whose permits are leased for `lease` (Redisson's expirable permits):
+  /// `co_await sem.with_lease(30s).acquire(n)`. A permit not given back within its lease comes back by
+  /// itself (waiters are granted as at a release; counted in snapshot().leases_expired_total; reported as
+  /// event_kind::lease_expired), and is inert from then on: giving it back later gives nothing. A permit
+  /// given back in time cancels its lease. A view, as at_priority and partition are, so that every door
+  /// (try, async with any token, coroutine, with a timeout or deadline) takes the lease alike; see
+  /// rein::lease_view for the rules (when a lease starts, split permits, drains, destruction).
+  ///
+  /// @param lease how long each permit may be held, in the clock's units (`30s` converts); > 0. A lease too
+  ///              long to count in nanoseconds from now never ends.
+  /// @throws std::invalid_argument naming the semaphore, the field and the value if lease <= 0.
+  auto with_lease(duration lease) const {
+    if (lease <= duration::zero())
+      detail::throw_invalid(detail::describe("rein::semaphore", name()), "with_lease's lease must be > 0",
+                            detail::show(std::chrono::duration_cast<std::chrono::nanoseconds>(lease)));
+    const auto ns = lease >= std::chrono::duration_cast<duration>(std::chrono::nanoseconds::max())
+                        ? std::chrono::nanoseconds::max()
+                        : std::chrono::duration_cast<std::chrono::nanoseconds>(lease);
+    return lease_view<detail::line_doors<core_type>>(doors(), ns);
+  }
+
   /// Adds n permits (raises the total); waiters that now fit are granted in the line's order. After forget, the
   /// added permits first cancel what holders still owe. When a semaphore with no permits (a gate) opens,
   /// a waiter that asks for more than the new total completes with errc::exceeds_capacity at once, as an
@@ -348,6 +373,7 @@ REIN_SEPARATE_INLINE semaphore_snapshot basic_semaphore<Executor, Clock, Mutex>:
         static_cast<wait_stats&>(s) = w;
         s.permits = p.permits;
         s.available = p.available;
+        s.leases_expired_total = p.leases_expired;
         s.in_flight = p.in_flight();
         s.limit = static_cast<double>(p.permits);
         s.utilisation = static_cast<double>(s.in_flight) / std::max(1.0, s.limit);

@@ -1192,7 +1192,7 @@ struct stamp_log final : rein::detail::permit_source {
   void release_permit(std::size_t, std::chrono::nanoseconds stamp, std::uint64_t, rein::outcome) noexcept override {
     released_stamp = stamp.count();
   }
-  void permit_split() noexcept override {}
+  void permit_split(std::uint64_t) noexcept override {}
   void restamp_permit(std::chrono::nanoseconds from, std::chrono::nanoseconds to) noexcept override {
     restamps.emplace_back(from.count(), to.count());
   }

@@ -53,6 +53,7 @@
 #include <rein/detail/clock_time.hpp>
 #include <rein/detail/deadline_heap.hpp>
 #include <rein/detail/invalid_option.hpp>
+#include <rein/detail/lease_table.hpp>
 #include <rein/detail/line_place.hpp>
 #include <rein/detail/op_queue.hpp>
 #include <rein/detail/fair_schedule.hpp>
@@ -397,7 +398,7 @@ class limiter_core final : public permit_source,
     }
     if (holders_ == 0) last = std::move(self_);  // after shutdown, the last permit back ends the line
     // A remote policy tells its server about a release (a message in its outbox): never the quiet path.
-    if (!remote && queue_.empty() && !timer_armed_ && (holders_ != 0 || drainers_.empty())) {
+    if (!remote && queue_.empty() && !timer_armed_ && (drainers_.empty() || holders_ != inert_locked())) {
       // Nobody to grant and no timer to re-aim (the uncontended case, and every release after shutdown): no
       // dispatch, nothing to post.
       if (has_observer_) return release_observed(lock, n, stamp, note, result, work);
@@ -413,10 +414,21 @@ class limiter_core final : public permit_source,
     lock.unlock();  // before `done` posts, although it was declared after the lock
   }
 
-  void permit_split() noexcept override {
+  void permit_split(std::uint64_t note) noexcept override {
+    (void)note;  // a plain permit's note says nothing about its holders (a leased one reports elsewhere)
     line_lock lock(*this);
     ++holders_;
   }
+
+  /// Leases (detail/line_leases.hpp): whether this line's permits may be leased (a semaphore's), the two
+  /// steps of a leased acquire (reserve before it, lease the permit it yields), and where a leased permit
+  /// reports back. Leases run on the line's one timer; a line that never leased has none of this.
+  static constexpr bool leasable = with_permit && !remote && requires { Policy::leasable; };
+  lease_table::reserved reserve_lease();
+  permit lease_permit(permit p, lease_table::reserved& r, std::chrono::nanoseconds lease,
+                      std::uint8_t partition) noexcept;
+  void release_leased(std::size_t n, std::uint64_t id, outcome result) noexcept;
+  void split_leased(std::uint64_t id) noexcept;
 
   void restamp_permit(std::chrono::nanoseconds from, std::chrono::nanoseconds to) noexcept override {
     if constexpr (requires { policy_.on_restamp(from, to); }) {
@@ -606,10 +618,10 @@ class limiter_core final : public permit_source,
   }
 
   // The time for grants and expiries while ops may wait: needed by the policy, the wait statistics, or a
-  // deadline. A clock read costs about a tenth of a contended handoff (two per waited acquire).
+  // deadline, or a lease. A clock read costs about a tenth of a contended handoff (two per waited acquire).
   time_point clock_now_locked() const {
     // A coarse-timed wait reads its end itself (grant_locked): one cheap read per grant, none here.
-    if (!deadlines_.empty() || (measure_wait_ && !coarse_wait_) || sojourn_) return Clock::now();
+    if (!deadlines_.empty() || (measure_wait_ && !coarse_wait_) || sojourn_ || leases_) return Clock::now();
     return time_point{};
   }
 
@@ -838,6 +850,15 @@ class limiter_core final : public permit_source,
 
   void fail_all_locked(wait_status status, completions& done) noexcept;
 
+  // Leases (line_leases.hpp): their table and the permit_source their permits report to, made at the
+  // first leased acquire; takes back the leases ended by `now`; permit objects of expired leases still out
+  // (they count as holders for the line's lifetime, not for a drain).
+  class lease_source;
+  struct lease_state;
+  void expire_leases_locked(time_point now, completions& done) noexcept;
+  time_point lease_wake_locked() const noexcept;
+  std::size_t inert_locked() const noexcept;
+
   Executor executor_;
   struct no_pool {};
   [[no_unique_address]] std::conditional_t<pooled, permit_pool, no_pool> pool_;  // see line_lock
@@ -889,6 +910,7 @@ class limiter_core final : public permit_source,
   std::unique_ptr<algo::basic_codel<Clock>> sojourn_;  // line_options::sojourn, made only when it is on
   std::size_t holders_ = 0;               // permit objects out (granted, not yet given back or taken back)
   std::shared_ptr<limiter_core> self_;    // set at shutdown while holders_ != 0
+  std::unique_ptr<lease_state> leases_;   // made at the first leased acquire (line_leases.hpp)
 };
 
 }  // namespace rein::detail
@@ -900,4 +922,5 @@ class limiter_core final : public permit_source,
 #include <rein/detail/line_events.hpp>
 #include <rein/detail/line_timer.hpp>
 #include <rein/detail/line_sojourn.hpp>
+#include <rein/detail/line_leases.hpp>
 #include <rein/detail/impl/limiter_core.hpp>

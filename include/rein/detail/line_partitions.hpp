@@ -31,7 +31,7 @@ class limiter_core<Policy, Executor, Clock, Mutex, Signature>::partition_source 
                                 double work) noexcept override {
     core_->release(n, stamp, note, result, index_, work);
   }
-  void permit_split() noexcept override { core_->permit_split(); }
+  void permit_split(std::uint64_t note) noexcept override { core_->permit_split(note); }
   void restamp_permit(std::chrono::nanoseconds from, std::chrono::nanoseconds to) noexcept override {
     core_->restamp_permit(from, to);
   }

@@ -37,6 +37,9 @@ inline void limiter_core<Policy, Executor, Clock, Mutex, Signature>::arm_timer_l
   }
   if (!deadlines_.empty()) wake = std::min(wake, time_point(std::chrono::duration_cast<duration>(
                                                     std::chrono::nanoseconds(deadlines_.top()->deadline_ns))));
+  if constexpr (leasable) {
+    if (leases_) wake = std::min(wake, lease_wake_locked());
+  }
   if (wake == time_point::max()) return cancel_timer_locked();
   if (timer_armed_ && timer_at_ <= wake) return;
   start_timer_locked(wake);

@@ -35,8 +35,9 @@ class permit_source {
   }
 
   /// A permit was split in two (permit::split): one more permit object will report back. Grants are counted
-  /// by the limiter itself; only a split adds a holder the limiter did not see.
-  virtual void permit_split() noexcept = 0;
+  /// by the limiter itself; only a split adds a holder the limiter did not see. `note` is the permit's (a
+  /// leased permit's lease: detail/lease_table.hpp).
+  virtual void permit_split(std::uint64_t note) noexcept = 0;
 
   /// A composition that held a permit while its caller waited elsewhere (a throttle's later stages) moves
   /// the permit's stamp from `from` to `to`, the moment the call was sent, so that the latency measured is

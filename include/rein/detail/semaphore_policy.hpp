@@ -19,6 +19,11 @@ struct semaphore_policy {
   std::size_t available;  // free now
   std::size_t owed = 0;   // removed from the total while held: the next releases pay this off first
 
+  // Its permits may be leased (basic_semaphore::with_lease, detail/line_leases.hpp): the line counts here the
+  // leases it took back, for the snapshot.
+  static constexpr bool leasable = true;
+  std::uint64_t leases_expired = 0;
+
   explicit semaphore_policy(std::size_t n) noexcept : permits(n), available(n) {}
 
   std::size_t in_flight() const noexcept { return permits + owed - available; }

@@ -243,6 +243,8 @@ REIN_SEPARATE_INLINE bool limiter_core<Policy, Executor, Clock, Mutex, Signature
 template <class Policy, class Executor, class Clock, class Mutex, acquire_signature Signature>
 REIN_SEPARATE_INLINE void limiter_core<Policy, Executor, Clock, Mutex, Signature>::dispatch_locked(
     time_point now, completions& done) noexcept {
+  // A lease that ended by now goes first: a waiter is granted its units at that very instant.
+  if constexpr (leasable) expire_leases_locked(now, done);
   for (;;) {
     if constexpr (remote) {
       serve_remote_locked(now, done);
@@ -273,7 +275,7 @@ REIN_SEPARATE_INLINE void limiter_core<Policy, Executor, Clock, Mutex, Signature
     if (!expired->drain) count_rejection_locked(wait_status::timed_out, done);  // a drain is no rejection
     unlink_locked(expired, wait_status::timed_out, done);
   }
-  if (holders_ == 0 && !drainers_.empty()) finish_drains_locked(done);
+  if (!drainers_.empty() && holders_ == inert_locked()) finish_drains_locked(done);
   arm_timer_locked_noexcept(now);
   if constexpr (remote) {
     policy_.take_outbox(pending_out_);
@@ -346,7 +348,7 @@ REIN_NOINLINE inline try_status limiter_core<Policy, Executor, Clock, Mutex, Sig
 template <class Policy, class Executor, class Clock, class Mutex, acquire_signature Signature>
 inline bool limiter_core<Policy, Executor, Clock, Mutex, Signature>::admit_drain_locked(
     wait_op* op, time_point deadline, completions& done) {
-  if (holders_ == 0) return finish_locked(op, wait_status::delivered, done), false;
+  if (holders_ == inert_locked()) return finish_locked(op, wait_status::delivered, done), false;
   if (deadline != time_point::max() && deadline <= Clock::now())
     return finish_locked(op, wait_status::timed_out, done), false;
   if (!work_) work_.emplace(executor_);
