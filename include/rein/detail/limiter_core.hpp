@@ -618,10 +618,10 @@ class limiter_core final : public permit_source,
   }
 
   // The time for grants and expiries while ops may wait: needed by the policy, the wait statistics, or a
-  // deadline, or a lease. A clock read costs about a tenth of a contended handoff (two per waited acquire).
+  // deadline. A clock read costs about a tenth of a contended handoff (two per waited acquire).
   time_point clock_now_locked() const {
     // A coarse-timed wait reads its end itself (grant_locked): one cheap read per grant, none here.
-    if (!deadlines_.empty() || (measure_wait_ && !coarse_wait_) || sojourn_ || leases_) return Clock::now();
+    if (!deadlines_.empty() || (measure_wait_ && !coarse_wait_) || sojourn_) return Clock::now();
     return time_point{};
   }
 

@@ -1,12 +1,13 @@
 // The waiting line's leases: the members of limiter_core (detail/limiter_core.hpp) behind
 // rein::basic_semaphore::with_lease. A leased permit reports back to the line's lease_source with its lease's
-// id as its note; the line's one timer also wakes for the earliest lease's end, and every dispatch first takes
+// id as its note; the line's one timer also wakes for the earliest lease's end, and its wake-up first takes
 // back the leases ended by then (their units go back as a release's would, and waiters are granted at that
-// very instant). The table (lease_table.hpp) keeps a lease while any permit of it is out, so that a permit
+// very instant), as does a leased permit's release. The table (lease_table.hpp) keeps a lease while any permit of it is out, so that a permit
 // of an expired lease finds it and gives nothing back: the units of a lease go back exactly once. Not API.
 //
-// Cost for a line that never leased: a test of a null pointer in each dispatch and each arming of the timer,
-// and in the drain checks; nothing on the lock-free word's paths (a leased permit never goes through it).
+// Cost for a line that never leased: a test of a null pointer in each arming of the timer and each timer
+// wake-up, and in the drain checks; nothing on the lock-free word's paths (a leased permit never goes
+// through it) nor in the grants of a dispatch.
 #pragma once
 
 #include <rein/detail/lease_table.hpp>
@@ -117,7 +118,7 @@ inline void limiter_core<Policy, Executor, Clock, Mutex, Signature>::split_lease
 // Takes back every lease ended by `now`: its units not given back go back as a release's would (the caller
 // dispatches), its permits become inert; counted, and reported as one event.
 template <class Policy, class Executor, class Clock, class Mutex, acquire_signature Signature>
-inline void limiter_core<Policy, Executor, Clock, Mutex, Signature>::expire_leases_locked(
+REIN_NOINLINE inline void limiter_core<Policy, Executor, Clock, Mutex, Signature>::expire_leases_locked(
     time_point now, completions& done) noexcept {
   if constexpr (!leasable) {
     (void)now, (void)done;

@@ -38,7 +38,7 @@ inline void limiter_core<Policy, Executor, Clock, Mutex, Signature>::arm_timer_l
   if (!deadlines_.empty()) wake = std::min(wake, time_point(std::chrono::duration_cast<duration>(
                                                     std::chrono::nanoseconds(deadlines_.top()->deadline_ns))));
   if constexpr (leasable) {
-    if (leases_) wake = std::min(wake, lease_wake_locked());
+    if (leases_) [[unlikely]] wake = std::min(wake, lease_wake_locked());
   }
   if (wake == time_point::max()) return cancel_timer_locked();
   if (timer_armed_ && timer_at_ <= wake) return;
@@ -117,6 +117,10 @@ REIN_SEPARATE_INLINE void limiter_core<Policy, Executor, Clock, Mutex, Signature
   if (shut_down_.load(std::memory_order_relaxed) || generation != timer_generation_) return;  // superseded
   timer_armed_ = false;
   const time_point now = Clock::now();
+  // A lease that ended by now goes first: a waiter is granted its units at that very instant.
+  if constexpr (leasable) {
+    if (leases_) expire_leases_locked(now, done);
+  }
   dispatch_locked(now, done);
   if (has_observer_) observe_locked(now, done);
 }

@@ -243,8 +243,6 @@ REIN_SEPARATE_INLINE bool limiter_core<Policy, Executor, Clock, Mutex, Signature
 template <class Policy, class Executor, class Clock, class Mutex, acquire_signature Signature>
 REIN_SEPARATE_INLINE void limiter_core<Policy, Executor, Clock, Mutex, Signature>::dispatch_locked(
     time_point now, completions& done) noexcept {
-  // A lease that ended by now goes first: a waiter is granted its units at that very instant.
-  if constexpr (leasable) expire_leases_locked(now, done);
   for (;;) {
     if constexpr (remote) {
       serve_remote_locked(now, done);
