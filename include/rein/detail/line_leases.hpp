@@ -52,8 +52,7 @@ struct limiter_core<Policy, Executor, Clock, Mutex, Signature>::lease_state {
 // matters (an empty lease state stays).
 template <class Policy, class Executor, class Clock, class Mutex, acquire_signature Signature>
 inline lease_table::reserved limiter_core<Policy, Executor, Clock, Mutex, Signature>::reserve_lease() {
-  static_assert(leasable, "rein: only a semaphore's permits may be leased");
-  {
+  if constexpr (leasable) {  // (explicit instantiations make every member, for every policy)
     line_lock lock(*this);
     if (!leases_) leases_ = std::make_unique<lease_state>(this);
   }
@@ -65,16 +64,20 @@ inline lease_table::reserved limiter_core<Policy, Executor, Clock, Mutex, Signat
 template <class Policy, class Executor, class Clock, class Mutex, acquire_signature Signature>
 inline permit limiter_core<Policy, Executor, Clock, Mutex, Signature>::lease_permit(
     permit p, lease_table::reserved& r, std::chrono::nanoseconds lease, std::uint8_t partition) noexcept {
-  static_assert(leasable, "rein: only a semaphore's permits may be leased");
-  if (!p) return p;
-  line_lock lock(*this);
-  const time_point now = Clock::now();
-  const std::int64_t now_ns = to_ns(now).count();
-  constexpr std::int64_t never = std::numeric_limits<std::int64_t>::max();
-  const std::int64_t end = now_ns > 0 && lease.count() > never - now_ns ? never : now_ns + lease.count();
-  permit_access::lease(p, &leases_->source, leases_->table.start(r, p.count(), partition, end));
-  arm_timer_locked_noexcept(now);  // if it cannot be armed, the lease ends at the next event after its end
-  return p;
+  if constexpr (!leasable) {
+    (void)r, (void)lease, (void)partition;
+    return p;
+  } else {
+    if (!p) return p;
+    line_lock lock(*this);
+    const time_point now = Clock::now();
+    const std::int64_t now_ns = to_ns(now).count();
+    constexpr std::int64_t never = std::numeric_limits<std::int64_t>::max();
+    const std::int64_t end = now_ns > 0 && lease.count() > never - now_ns ? never : now_ns + lease.count();
+    permit_access::lease(p, &leases_->source, leases_->table.start(r, p.count(), partition, end));
+    arm_timer_locked_noexcept(now);  // if it cannot be armed, the lease ends at the next event after its end
+    return p;
+  }
 }
 
 // A leased permit comes back: its units count if its lease is still live by the clock (a lease whose end has
