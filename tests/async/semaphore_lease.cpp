@@ -513,3 +513,23 @@ TEST_CASE("leases against the model at random: long runs on 3 permits", "[semaph
     run.finish();
   }
 }
+
+TEST_CASE("the guide's example: a worker's permit under a lease", "[semaphore][lease]") {
+  net::io_context io;
+  rein::semaphore jobs(io, 8, {.name = "jobs"});
+  bool ran = false;
+  net::co_spawn(
+      io,
+      [&]() -> net::awaitable<void> {
+        // A worker that hangs or forgets its permit loses it 30 s after it got it.
+        rein::permit p = co_await jobs.with_lease(30s).acquire();
+        ran = true;
+        CHECK(jobs.available() == 7);
+        p.release();  // in time: the lease is cancelled
+      },
+      net::detached);
+  io.run();
+  CHECK(ran);
+  CHECK(jobs.available() == 8);
+  CHECK(jobs.snapshot().leases_expired_total == 0);
+}
