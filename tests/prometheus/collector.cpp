@@ -110,6 +110,22 @@ TEST_CASE("collector: a semaphore's counters, gauges and exact wait buckets", "[
   CHECK(c.Collect().empty());
 }
 
+TEST_CASE("collector: a semaphore's expired leases", "[prometheus]") {
+  rein_test::manual_clock_at_epoch epoch;
+  net::io_context io;
+  timed_semaphore sem(io, 3, {.name = "db"});
+  rein::permit a = sem.with_lease(1s).try_acquire(1);
+  rein::permit b = sem.with_lease(2s).try_acquire(2);
+  rein::prometheus::collector c;
+  c.add(sem);
+  CHECK(metric(c.Collect(), "rein_leases_expired_total", {{"limiter", "db"}})->counter.value == 0.0);
+  rein_test::advance_and_poll(io, 2s);
+  const auto families = c.Collect();
+  CHECK(find(families, "rein_leases_expired_total")->type == prometheus::MetricType::Counter);
+  CHECK(metric(families, "rein_leases_expired_total", {{"limiter", "db"}})->counter.value == 2.0);
+  CHECK(metric(families, "rein_in_flight", {{"limiter", "db"}})->gauge.value == 0.0);
+}
+
 TEST_CASE("collector: a partitioned semaphore exports each partition, the rest without a partition label",
           "[prometheus]") {
   net::io_context io;

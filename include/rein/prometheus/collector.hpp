@@ -56,6 +56,8 @@ namespace rein::prometheus {
 // | rein_circuit_state              | gauge     | an adaptive limiter's circuit: 0 closed, 1 half-open,  |
 // |                                 |           | 2 open (ordered by how much is refused)                |
 // | rein_circuit_opens_total        | counter   | circuit_opens (times the circuit opened)               |
+// | rein_leases_expired_total       | counter   | a semaphore's leases_expired_total (with_lease: leases |
+// |                                 |           | that ran out before their permits came back)           |
 // | rein_wait_seconds               | histogram | wait (le = 1.024 us x 4^j, up to 73 min)              |
 // | rein_service_seconds            | histogram | service (adaptive limiters: grant to outcome)          |
 // | rein_partition_guaranteed{partition} | gauge | each partition's guarantee (partitions; the unnamed     |
@@ -395,6 +397,9 @@ class collector : public ::prometheus::Collectable {
     if constexpr (requires { s.circuit; s.circuit_opens; })
       out.counter("rein_circuit_opens_total", "Times an adaptive limiter's circuit opened.", l,
                   static_cast<double>(s.circuit_opens));
+    if constexpr (requires { s.leases_expired_total; })
+      out.counter("rein_leases_expired_total", "Leased permits taken back because their lease ran out.", l,
+                  static_cast<double>(s.leases_expired_total));
     if constexpr (requires { s.partitions; }) export_partitions(out, l, s.partitions);
     if constexpr (requires { s.wait.count(); })
       out.histogram("rein_wait_seconds", "Time from the acquire call to the grant.", l, s.wait);
