@@ -131,12 +131,6 @@ class lease_table {
   /// Permit objects of expired leases still out.
   std::size_t inert() const noexcept { return inert_; }
 
-  /// Leases that have permits out (live or expired).
-  std::size_t size() const noexcept { return entries_.size(); }
-
-  /// Live leases.
-  std::size_t live() const noexcept { return order_.size(); }
-
  private:
   entries entries_;
   order order_;
