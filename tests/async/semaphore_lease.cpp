@@ -277,6 +277,26 @@ TEST_CASE("a split leased permit shares its lease: parts given back in time coun
   CHECK(sem.snapshot().leases_expired_total == 1);
 }
 
+TEST_CASE("a leased permit of a partitioned semaphore counts in the rest until it comes back or expires",
+          "[semaphore][lease][partition]") {
+  rein_test::manual_clock_at_epoch epoch;
+  net::io_context io;
+  manual_semaphore sem(io, 4, {.partitions = {{"live", 0.5}}});
+  permit kept = sem.with_lease(2s).try_acquire(2);
+  permit back = sem.with_lease(2s).try_acquire(1);
+  REQUIRE((kept && back));
+  CHECK(sem.snapshot().partitions[0].in_flight == 3);  // the rest: the plain doors' partition
+  back.release();
+  CHECK(sem.snapshot().partitions[0].in_flight == 2);
+  advance_and_poll(io, 2s);
+  const rein::semaphore_snapshot s = sem.snapshot();
+  CHECK(s.partitions[0].in_flight == 0);
+  CHECK(s.available == 4);
+  kept.release();
+  CHECK(sem.snapshot().partitions[0].in_flight == 0);
+  CHECK(sem.available() == 4);
+}
+
 TEST_CASE("a drain does not wait for inert permits", "[semaphore][lease]") {
   rein_test::manual_clock_at_epoch epoch;
   net::io_context io;
