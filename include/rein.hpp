@@ -48,6 +48,7 @@
 #include <rein/fixed_window.hpp>
 #include <rein/hedge.hpp>
 #include <rein/keyed.hpp>
+#include <rein/lease_view.hpp>
 #include <rein/line_options.hpp>
 #include <rein/line_view.hpp>
 #include <rein/null_mutex.hpp>
