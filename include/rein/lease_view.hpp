@@ -67,8 +67,9 @@ struct lease_handler {
 /// left of them at its end. The instant decides: a permit given back at or after its lease's end, even
 /// before the line's timer has woken, finds its lease expired.
 ///
-/// Leases run on the semaphore's one timer (its line's, also serving deadlines): a semaphore that never
-/// leased pays for none of it. A leased acquire allocates the two nodes of its lease (about 100 bytes)
+/// Leases run on the semaphore's one timer (its line's, also serving deadlines), with no timer of their own:
+/// a semaphore that never leased runs no lease code but a test of a null pointer where its timer is armed
+/// or wakes (see docs/choosing-a-limiter.md, "Leased permits", for what it measures). A leased acquire allocates the two nodes of its lease (about 100 bytes)
 /// before it starts; while any lease is live, permits go through the lock, not the lock-free word (see the
 /// semaphore's "Fast path"). async_drain does not wait for inert permits. After the semaphore is destroyed
 /// nothing expires any more, and a leased permit given back later is safe, as any permit is.

@@ -96,6 +96,7 @@ inline std::ostream& operator<<(std::ostream& os, const semaphore_snapshot& s) {
 /// (the state word of Go's sync.Mutex and of tokio's Semaphore). Whenever the lock is taken (a waiter, a
 /// snapshot, add_permits, forget, close), the word is folded back first, so every rule above holds as with
 /// the lock alone: a waiter is never overtaken, and the counters are exact.
+/// While a leased permit (with_lease) is out and its lease live, the word stays closed: calls take the lock.
 ///
 /// @par Lifetime
 /// Movable, not copyable. Destroying it completes every waiter with `net::error::operation_aborted`, also
