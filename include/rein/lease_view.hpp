@@ -5,6 +5,7 @@
 #include <rein/config.hpp>
 #include <rein/detail/acquire_doors.hpp>
 #include <rein/detail/asio_header.hpp>
+#include <rein/detail/invalid_option.hpp>
 #include <rein/detail/lease_table.hpp>
 #include <rein/error.hpp>
 #include <rein/permit.hpp>
@@ -53,7 +54,8 @@ struct lease_handler {
 ///
 /// A view rather than an option of acquire: the semaphore's doors take their count and deadline as their
 /// arguments and their placement from a view (at_priority, for_key, partition), so the lease is placed the
-/// same way and every door (try, async with any token, coroutine; _for and _until) takes it alike.
+/// same way, composes with them (`sem.partition("live").with_lease(30s)`: rein::line_view::with_lease), and
+/// every door (try, async with any token, coroutine; _for and _until) takes it alike.
 ///
 /// The lease runs from the moment the permit is handed over: when try_acquire returns, or when an
 /// acquire's handler (or coroutine) receives it (an acquire that waited is leased when its grant is
@@ -166,6 +168,24 @@ class lease_view {
   Doors doors_;
   std::chrono::nanoseconds lease_;
 };
+
+namespace detail {
+
+/// `doors` (a semaphore's, at any class, partition or key) with leases of `lease`; throws
+/// std::invalid_argument naming the limiter, the field and the value unless lease > 0. A lease too long to
+/// count in nanoseconds never ends.
+template <class Doors, class Rep, class Period>
+lease_view<Doors> with_lease(Doors doors, std::chrono::duration<Rep, Period> lease) {
+  if (lease <= lease.zero())
+    throw_invalid(describe(doors.type, doors.core->name()), "with_lease's lease must be > 0",
+                  show(std::chrono::duration_cast<std::chrono::nanoseconds>(lease)));
+  const auto ns = lease >= std::chrono::duration_cast<std::chrono::duration<Rep, Period>>(std::chrono::nanoseconds::max())
+                      ? std::chrono::nanoseconds::max()
+                      : std::chrono::duration_cast<std::chrono::nanoseconds>(lease);
+  return lease_view<Doors>(doors, ns);
+}
+
+}  // namespace detail
 
 }  // namespace rein
 

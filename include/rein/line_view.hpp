@@ -6,6 +6,7 @@
 #include <rein/detail/acquire_doors.hpp>
 #include <rein/detail/invalid_option.hpp>
 #include <rein/detail/line_place.hpp>
+#include <rein/lease_view.hpp>
 #include <rein/queue_order.hpp>
 
 #include <cstddef>
@@ -60,6 +61,15 @@ class line_view {
 
   /// The same doors for fair key `key` at `weight` (see the limiter's for_key; throws the same way).
   line_view for_key(std::string_view key, std::uint32_t weight = 1) const;
+
+  /// The same doors whose permits are leased for `lease`, for a semaphore's view only
+  /// (`sem.partition("live").with_lease(30s)`): see basic_semaphore::with_lease and rein::lease_view;
+  /// throws the same way.
+  template <class D = Doors>
+    requires D::core_type::leasable
+  auto with_lease(duration lease) const {
+    return detail::with_lease(doors_, lease);
+  }
 
   /// As the limiter's try_acquire, in this view's partition: what it returns says why it failed.
   auto try_acquire(std::size_t n = 1) const { return doors_.try_acquire(n); }

@@ -251,15 +251,7 @@ class basic_semaphore {
   /// @param lease how long each permit may be held, in the clock's units (`30s` converts); > 0. A lease too
   ///              long to count in nanoseconds from now never ends.
   /// @throws std::invalid_argument naming the semaphore, the field and the value if lease <= 0.
-  auto with_lease(duration lease) const {
-    if (lease <= duration::zero())
-      detail::throw_invalid(detail::describe("rein::semaphore", name()), "with_lease's lease must be > 0",
-                            detail::show(std::chrono::duration_cast<std::chrono::nanoseconds>(lease)));
-    const auto ns = lease >= std::chrono::duration_cast<duration>(std::chrono::nanoseconds::max())
-                        ? std::chrono::nanoseconds::max()
-                        : std::chrono::duration_cast<std::chrono::nanoseconds>(lease);
-    return lease_view<detail::line_doors<core_type>>(doors(), ns);
-  }
+  auto with_lease(duration lease) const { return detail::with_lease(doors(), lease); }
 
   /// Adds n permits (raises the total); waiters that now fit are granted in the line's order. After forget, the
   /// added permits first cancel what holders still owe. When a semaphore with no permits (a gate) opens,

@@ -297,6 +297,37 @@ TEST_CASE("a leased permit of a partitioned semaphore counts in the rest until i
   CHECK(sem.available() == 4);
 }
 
+TEST_CASE("a view's doors take a lease too: a partition's, a priority class's", "[semaphore][lease][partition]") {
+  rein_test::manual_clock_at_epoch epoch;
+  net::io_context io;
+  manual_semaphore parted(io, 4, {.name = "db", .partitions = {{"live", 0.5}}});
+  permit live = parted.partition("live").with_lease(3s).try_acquire(2);
+  REQUIRE(live);
+  CHECK(parted.snapshot().partitions[1].in_flight == 2);  // counted against live's share
+  advance_and_poll(io, 3s);
+  CHECK(parted.snapshot().partitions[1].in_flight == 0);
+  CHECK(parted.available() == 4);
+  live.release();
+  CHECK(parted.snapshot().partitions[1].in_flight == 0);
+  CHECK_THROWS_WITH(parted.partition("live").with_lease(0s),
+                    "rein::semaphore \"db\": with_lease's lease must be > 0, got 0 ns");
+
+  manual_semaphore ranked(io, 1, {.order = rein::queue_order::priority});
+  permit first = ranked.try_acquire(1);
+  record_ptr low = start(ranked.at_priority(3).with_lease(2s), 1);
+  record_ptr high = start(ranked.at_priority(0).with_lease(2s), 1);
+  first.release();
+  poll(io);
+  REQUIRE(granted(high, 1));  // class 0 first, and leased
+  CHECK_FALSE(low->called());
+  advance_and_poll(io, 2s);  // its lease ends: class 3 is granted at that instant, leased in turn
+  REQUIRE(granted(low, 1));
+  CHECK(ranked.available() == 0);
+  advance_and_poll(io, 2s);
+  CHECK(ranked.available() == 1);
+  CHECK(ranked.snapshot().leases_expired_total == 2);
+}
+
 TEST_CASE("a drain does not wait for inert permits", "[semaphore][lease]") {
   rein_test::manual_clock_at_epoch epoch;
   net::io_context io;

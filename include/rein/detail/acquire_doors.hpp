@@ -51,6 +51,7 @@ struct count_as_is {
 /// object's doors(), so it follows the limiter when it is moved.
 template <class Core, class Counter = count_as_is>
 struct line_doors {
+  using core_type = Core;
   using executor_type = typename Core::executor_type;
   using time_point = typename Core::time_point;
   using duration = typename Core::duration;
