@@ -99,7 +99,7 @@ inline void limiter_core<Policy, Executor, Clock, Mutex, Signature>::release_lea
     if (--holders_ == 0) last = std::move(self_);
     if (!back.inert) {
       partition_released_locked(back.partition, back.units);
-      policy_release(back.units, std::chrono::nanoseconds{0}, 0, result, now);
+      policy_release(back.units, std::chrono::nanoseconds{0}, 0, result, now, no_work{});
     }
     dispatch_locked(now, done);
     if (has_observer_) observe_locked(now, done);
@@ -132,7 +132,7 @@ REIN_NOINLINE inline void limiter_core<Policy, Executor, Clock, Mutex, Signature
     do {
       const lease_table::expired e = leases_->table.expire_first();
       partition_released_locked(e.partition, e.units);
-      policy_release(e.units, std::chrono::nanoseconds{0}, 0, outcome::ignored, now);
+      policy_release(e.units, std::chrono::nanoseconds{0}, 0, outcome::ignored, now, no_work{});
       ++expired;
     } while (leases_->table.due(now_ns));
     policy_.leases_expired += expired;
