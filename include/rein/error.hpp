@@ -24,6 +24,10 @@ enum class errc {
   /// this waiter had queued more than twice its target (see rein::line_options::sojourn, CoDel). The
   /// upstream is overloaded for now; retry later, or elsewhere.
   overloaded = 6,
+  /// Refused locally, at once, by client-side adaptive throttling (a rein::admission_throttle stage of a
+  /// rein::throttle): the backend has lately refused a share of calls for overload, and this one was not
+  /// sent. Retry later.
+  admission_refused = 7,
 };
 
 namespace detail {
@@ -39,6 +43,7 @@ class rein_category final : public error_category {
       case errc::exceeds_capacity: return "request exceeds the limiter's capacity";
       case errc::upstream_unavailable: return "upstream unavailable: the limiter's circuit is open";
       case errc::overloaded: return "overloaded: the waiting line shed it past its sojourn target";
+      case errc::admission_refused: return "refused locally: the backend has been refusing calls for overload";
     }
     return "unknown rein error";
   }

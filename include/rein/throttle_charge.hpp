@@ -26,9 +26,12 @@ enum class throttle_stage : std::uint8_t {
   rate,     ///< a rate limit had no room for the call's charge
   per_key,  ///< the key's concurrency limit is reached
   global,   ///< a global concurrency limit is reached
+  /// an admission stage (rein::admission_throttle) refused the call locally, at once: the backend has been
+  /// refusing a share of calls for overload
+  admission,
 };
 
-/// A readable name of a throttle_stage ("none", "gate", "rate", "per_key", "global").
+/// A readable name of a throttle_stage ("none", "gate", "rate", "per_key", "global", "admission").
 constexpr const char* to_string(throttle_stage s) noexcept {
   switch (s) {
     case throttle_stage::none: return "none";
@@ -36,6 +39,7 @@ constexpr const char* to_string(throttle_stage s) noexcept {
     case throttle_stage::rate: return "rate";
     case throttle_stage::per_key: return "per_key";
     case throttle_stage::global: return "global";
+    case throttle_stage::admission: return "admission";
   }
   return "unknown";
 }

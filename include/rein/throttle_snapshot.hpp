@@ -80,6 +80,9 @@ struct throttle_snapshot {
   std::uint64_t rejected_rate = 0;           ///< try_acquire refused at the rate stage
   std::uint64_t rejected_per_key = 0;        ///< try_acquire refused at the per-key stage
   std::uint64_t rejected_global = 0;         ///< try_acquire refused at the global stage
+  /// Refused at once by an admission stage (rein::admission_throttle), by either door: try_acquire, and
+  /// the waiting acquires that failed with errc::admission_refused (also in failed_total).
+  std::uint64_t rejected_admission = 0;
   std::uint64_t timed_out_total = 0;         ///< waiting acquires that failed with errc::timed_out
   std::uint64_t queue_full_total = 0;        ///< ... with errc::queue_full (a stage's line, or too many keys)
   std::uint64_t closed_total = 0;            ///< ... with errc::closed
@@ -109,6 +112,7 @@ struct throttle_snapshot {
     f(reject_reason::rate, rejected_rate);
     f(reject_reason::per_key, rejected_per_key);
     f(reject_reason::global, rejected_global);
+    f(reject_reason::admission, rejected_admission);
     f(reject_reason::timed_out, timed_out_total);
     f(reject_reason::queue_full, queue_full_total);
     f(reject_reason::closed, closed_total);
@@ -133,7 +137,8 @@ inline std::ostream& operator<<(std::ostream& os, const throttle_snapshot& s) {
 
 
 /// What a throttle's acquire throws when it fails: the error (errc::timed_out, errc::closed, errc::queue_full,
-/// errc::exceeds_capacity, operation_aborted), and where: the stage's position in the list, its kind and the
+/// errc::exceeds_capacity, errc::upstream_unavailable, errc::overloaded, errc::admission_refused,
+/// operation_aborted), and where: the stage's position in the list, its kind and the
 /// key; `what()` says all of it (the throttle's name, the stage's position and kind, the key, the error).
 class throttle_error : public system_error {
  public:

@@ -11,17 +11,19 @@
 //   or rate holds none of them. And no order of calls deadlocks: whatever happened, once the calls in flight
 //   complete and time passes, every caller is admitted or fails, and every stage returns to rest.
 //
-// The model of the stages: a key's quota gate (paused 1 s by a 429, its waiters let through when it opens),
-// a per-key permit (1), global permits (2), a per-key token bucket (1/s, burst 1) and a shared one (2/s,
-// burst 1), each with a FIFO line that a try does not overtake; the machine's ready wait is a timer at the
-// instant the bucket says (or, behind waiters of the bucket's own line, a place in that line, given back at
-// once), and a deadline ends a caller's wait. The exhaustive check explores every order of the events below
-// for 3 callers spread over keys in each pattern (one key, two keys, three keys): start / complete / 429 /
-// cancel / timeout (caller 0 has a deadline of 1 s) / time step (500 ms, up to `ticks` of them), with the
-// invariants asserted after every event and the drain at every leaf. It runs the same model on a second
-// machine, defined here, for the order rein used before (rates taken first), and requires that it finds a
-// violation, so the check can fail. The randomized test runs the same invariants over many keys and long
-// schedules. REIN_MODEL_THOROUGH=1 raises the scope (more time steps); CI runs the quick tier.
+// The model of the stages: an admission stage (global, asked first: for 1 s after a 429 it refuses every call at
+// once, until it hears of a success; it hears only admitted calls' outcomes), a key's quota gate (paused 1 s by a
+// 429, its waiters let through when it opens), a per-key permit (1), global permits (2), a per-key token bucket
+// (1/s, burst 1) and a shared one (2/s, burst 1), each with a FIFO line that a try does not overtake; the machine's
+// ready wait is a timer at the instant the bucket says (or, behind waiters of the bucket's own line, a place in
+// that line, given back at once), and a deadline ends a caller's wait. The exhaustive check explores every order of
+// the events below for 3 callers spread over keys in each pattern (one key, two keys, three keys): start / complete
+// / 429 / cancel / timeout (caller 0 has a deadline of 1 s) / time step (500 ms, up to `ticks` of them), with the
+// invariants asserted after every event and the drain at every leaf (and that a caller the admission stage refused
+// held nothing and failed with errc::admission_refused). It runs the same model on a second machine, defined here,
+// for the order rein used before (rates taken first), and requires that it finds a violation, so the check can
+// fail. The randomized test runs the same invariants over many keys and long schedules. REIN_MODEL_THOROUGH=1
+// raises the scope (more time steps); CI runs the quick tier.
 #include "support/catch.hpp"
 #include "support/manual_time.hpp"
 #include "support/model_tier.hpp"
@@ -66,14 +68,15 @@ std::int64_t to_ms(manual_clock::time_point t) {
   return std::chrono::ceil<std::chrono::milliseconds>(t.time_since_epoch()).count();
 }
 
-// The model's stage list, in admission order: gate -> per-key permit -> global permit -> per-key rate ->
-// shared rate.
-enum : std::size_t { gate_at, per_key_at, global_at, key_rate_at, shared_at, stage_count };
+// The model's stage list, in admission order: admission -> gate -> per-key permit -> global permit -> per-key
+// rate -> shared rate.
+enum : std::size_t { admission_at, gate_at, per_key_at, global_at, key_rate_at, shared_at, stage_count };
 struct stage_layout {
-  static constexpr std::array<stage_rank, stage_count> ranks{stage_rank::gate, stage_rank::per_key_concurrency,
+  static constexpr std::array<stage_rank, stage_count> ranks{stage_rank::admission,          stage_rank::gate,
+                                                             stage_rank::per_key_concurrency,
                                                              stage_rank::global_concurrency, stage_rank::rate,
                                                              stage_rank::rate};
-  static constexpr std::array<bool, stage_count> keyed{true, true, false, true, false};
+  static constexpr std::array<bool, stage_count> keyed{false, true, true, false, true, false};
 };
 
 // rein's order: the machine the throttle runs.
@@ -259,6 +262,7 @@ class run {
 
   // Every invariant, at rest. Returns what failed, if anything.
   std::optional<std::string> check() const {
+    if (fault_) return fault_;
     for (const auto& [stage, at] : sends_)
       if (auto v = bound_violation(at, stage.empty() ? shared_rate : key_rate_value_,
                                    stage.empty() ? "shared rate" : "rate of key " + stage))
@@ -299,6 +303,7 @@ class run {
   const std::vector<caller<Machine>>& callers() const { return callers_; }
   void set_deadline(std::size_t i, std::int64_t ms) { callers_[i].deadline_ms = ms; }
   std::int64_t now() const { return now_; }
+  std::size_t refused_at_admission() const { return refused_at_admission_; }
 
   void start(std::size_t i) {
     auto& c = callers_[i];
@@ -309,6 +314,7 @@ class run {
   }
 
   void finish(caller<Machine>& c, bool too_many) {
+    refusing_until_ = too_many ? now_ + 1000 : now_;  // the admission stage hears admitted calls' outcomes only
     release_per_key(c);
     release_global(c);
     c.units = {};  // spent
@@ -434,6 +440,7 @@ class run {
       admission_event e = admission_event::took;
       std::size_t where = npos;
       switch (rein_step(s)) {
+        case admission_step::ask_admission: where = now_ < refusing_until_ ? admission_at : npos; break;
         case admission_step::pin: break;
         case admission_step::try_first: where = try_first(c); break;
         case admission_step::take: e = take(c, c.machine.stage()) ? e : admission_event::refused; break;
@@ -477,6 +484,10 @@ class run {
           sends_[c.key].push_back(now_);
           return;
         case admission_step::fail:  // the guard not admitted gives back what it holds
+          if (c.machine.error() == rein::errc::admission_refused) ++refused_at_admission_;
+          if (c.machine.error() == rein::errc::admission_refused &&
+              (c.per_key || c.global || c.units[key_rate_at] || c.units[shared_at] || c.machine.at() != admission_at))
+            fault_ = "a caller the admission stage refused took something, or was said refused elsewhere";
           refund(c);
           release_per_key(c);
           release_global(c);
@@ -553,6 +564,9 @@ class run {
   }
 
   std::int64_t now_ = 0;
+  std::int64_t refusing_until_ = 0;  // the admission stage refuses every call until then
+  std::size_t refused_at_admission_ = 0;  // the admission stage's state: the last call it heard of was a 429
+  std::optional<std::string> fault_;
   std::size_t global_limit_;
   double key_rate_value_;
   std::size_t global_held_ = 0;
@@ -568,6 +582,7 @@ class run {
 struct exploration {
   std::uint64_t leaves = 0;
   std::uint64_t events = 0;
+  std::uint64_t admission_refusals = 0;  // leaves where the admission stage refused a caller
   std::optional<std::string> violation;  // the first one found, with the schedule that led to it
 };
 
@@ -594,6 +609,7 @@ void explore(const run<Machine>& r, std::vector<typename run<Machine>::event>& p
     ++out.leaves;
     run<Machine> last = r;
     if (auto v = last.drain()) out.violation = describe(*v);
+    out.admission_refusals += last.refused_at_admission() != 0 ? 1 : 0;
     return;
   }
   for (const auto& e : next) {
@@ -637,6 +653,7 @@ TEST_CASE("model check: every schedule of 3 callers keeps the send-time bound an
       INFO(out.violation.value_or("none"));
       CHECK_FALSE(out.violation.has_value());
       CHECK(out.leaves > (ticks > 1 ? 1000u : 100u));  // the scope is what the comment says, not a vacuous search
+      CHECK(out.admission_refusals > 0);              // and it reaches the admission stage's refusal
     }
   }
 }
@@ -760,23 +777,27 @@ TEST_CASE("the admission machine's steps, exactly", "[throttle][model]") {
   using ev = admission_event;
   SECTION("try_acquire: a refusal ends it, at the stage that refused, with no error") {
     rein_order m(false);
-    CHECK(play(m, {{step::pin, npos, ev::took}, {step::try_first, npos, ev::refused, global_at}}) == step::fail);
+    CHECK(play(m, {{step::ask_admission, npos, ev::took},
+                   {step::pin, npos, ev::took}, {step::try_first, npos, ev::refused, global_at}}) == step::fail);
     CHECK(m.at() == global_at);
     CHECK_FALSE(m.error());
     rein_order pinned(false);
-    CHECK(play(pinned, {{step::pin, npos, ev::refused, per_key_at}}) == step::fail);
+    CHECK(play(pinned, {{step::ask_admission, npos, ev::took}, {step::pin, npos, ev::refused, per_key_at}}) ==
+          step::fail);
     CHECK(pinned.at() == per_key_at);
     CHECK_FALSE(pinned.error());
   }
   SECTION("a waiting acquire whose key cannot be made fails with queue_full there") {
     rein_order m(true);
-    CHECK(play(m, {{step::pin, npos, ev::refused, key_rate_at}}) == step::fail);
+    CHECK(play(m, {{step::ask_admission, npos, ev::took},
+                   {step::pin, npos, ev::refused, key_rate_at}}) == step::fail);
     CHECK(m.at() == key_rate_at);
     CHECK(m.error() == rein::errc::queue_full);
   }
   SECTION("refused at the global permit: the key's rate first (nothing global held to give back), then the line") {
     rein_order m(true);
-    CHECK(play(m, {{step::pin, npos, ev::took},
+    CHECK(play(m, {{step::ask_admission, npos, ev::took},
+                   {step::pin, npos, ev::took},
                    {step::try_first, npos, ev::refused, global_at},
                    {step::ask_ready, key_rate_at, ev::not_ready},
                    {step::wait_ready, key_rate_at, ev::woke},
@@ -791,7 +812,8 @@ TEST_CASE("the admission machine's steps, exactly", "[throttle][model]") {
   SECTION("refused at the key's rate: the global slot goes back before the wait; a pause sends it to the gate") {
     rein_order m(true);
     CHECK(m.trying());
-    CHECK(play(m, {{step::pin, npos, ev::took},
+    CHECK(play(m, {{step::ask_admission, npos, ev::took},
+                   {step::pin, npos, ev::took},
                    {step::try_first, npos, ev::refused, key_rate_at},
                    {step::ask_ready, key_rate_at, ev::not_ready},
                    {step::release_global, npos, ev::took},
@@ -813,7 +835,8 @@ TEST_CASE("the admission machine's steps, exactly", "[throttle][model]") {
   }
   SECTION("the shared rate's units are held while the others are taken; a closed rate fails") {
     rein_order m(true);
-    play(m, {{step::pin, npos, ev::took},
+    play(m, {{step::ask_admission, npos, ev::took},
+                   {step::pin, npos, ev::took},
              {step::try_first, npos, ev::refused, shared_at},
              {step::ask_ready, key_rate_at, ev::ready},
              {step::take_rates, npos, ev::refused, shared_at},
@@ -823,9 +846,21 @@ TEST_CASE("the admission machine's steps, exactly", "[throttle][model]") {
     CHECK(m.at() == shared_at);
     CHECK(m.error() == rein::errc::closed);
   }
+  SECTION("an admission stage's refusal ends either door at once, before any pin or take") {
+    rein_order tried(false);
+    CHECK(play(tried, {{step::ask_admission, npos, ev::refused, admission_at}}) == step::fail);
+    CHECK(tried.at() == admission_at);
+    CHECK_FALSE(tried.error());
+    rein_order waiting(true);
+    CHECK(play(waiting, {{step::ask_admission, npos, ev::refused, admission_at}}) == step::fail);
+    CHECK(waiting.at() == admission_at);
+    CHECK(waiting.error() == rein::errc::admission_refused);
+    CHECK(waiting.resume(ev::took) == step::fail);  // over
+  }
   SECTION("a failed wait ends it where it waits") {
     rein_order m(true);
-    CHECK(play(m, {{step::pin, npos, ev::took},
+    CHECK(play(m, {{step::ask_admission, npos, ev::took},
+                   {step::pin, npos, ev::took},
                    {step::try_first, npos, ev::refused, per_key_at},
                    {step::take, per_key_at, ev::refused}}) == step::wait_line);
     CHECK(m.fail() == step::fail);

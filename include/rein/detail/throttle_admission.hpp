@@ -3,8 +3,10 @@
 // detail/throttle_stage_ops.hpp, or a model of the stages in a test) does each step. It holds no executor, no
 // timer and no stage, only positions in the stage list.
 //
-// The steps, for a throttle whose stages are listed in admission order (gates, per-key concurrency, global
-// concurrency, rates; see rein::throttle for why):
+// The steps, for a throttle whose stages are listed in admission order (admission stages, gates, per-key
+// concurrency, global concurrency, rates; see rein::throttle for why):
+// - Before anything is taken or pinned, every admission stage decides the call at once: a refusal ends the
+//   admission there, holding nothing, on both paths (a waiting acquire fails with errc::admission_refused).
 // - The first try, at one instant: pin every keyed stage's limiter for the key, try every gate and
 //   concurrency stage in list order, then take every rate's units at once (all or nothing), stopping at the
 //   first refusal. try_acquire ends there.
@@ -50,6 +52,7 @@ namespace rein::detail {
 
 // What the machine asks for next. The stage a step is about is the machine's stage().
 enum class admission_step : std::uint8_t {
+  ask_admission,    // every admission stage in list order, never waiting: took, or refused with the stage
   pin,              // pin each keyed stage's limiter for the key: took, or refused with the stage that could not
   try_first,        // every gate and concurrency stage in list order, then every rate's units (all or nothing),
                     // at one instant, stopping at the first refusal: took, or refused with the stage
@@ -85,6 +88,13 @@ class throttle_admission {
   admission_step resume(admission_event e, std::size_t stage = npos, try_status why = try_status::busy) noexcept {
     switch (point_) {
       case 0:
+        if (admission_mask_ != 0) {
+          REIN_ADMISSION_YIELD(3, admission_step::ask_admission);
+          if (e == admission_event::refused) {  // refused at once: nothing taken, nothing to wait for
+            at_ = position(stage);
+            return failed(waits_ ? errc::admission_refused : errc{});
+          }
+        }
         REIN_ADMISSION_YIELD(1, admission_step::pin);
         if (e == admission_event::refused) {
           at_ = position(stage);
@@ -168,8 +178,9 @@ class throttle_admission {
   std::size_t at() const noexcept { return wide(at_); }
   // The rate whose units the caller holds while taking the others (take_rates), or npos.
   std::size_t held_rate() const noexcept { return wide(held_rate_); }
-  // Why the machine ended the admission: a pin refused (errc::queue_full), a rate closed or too small for
-  // the charge; none for try_acquire's refusal and for fail().
+  // Why the machine ended the admission: an admission stage refused (errc::admission_refused), a pin
+  // refused (errc::queue_full), a rate closed or too small for the charge; none for try_acquire's refusal and
+  // for fail().
   error_code error() const noexcept { return ec_ == errc{} ? error_code() : make_error_code(ec_); }
   // Whether the machine is still in its first try, where every step is at the instant the acquire started.
   bool trying() const noexcept { return trying_; }
@@ -199,6 +210,7 @@ class throttle_admission {
   static constexpr places per_key_ = where(stage_rank::per_key_concurrency, false);
   static constexpr places global_ = where(stage_rank::global_concurrency, false);
   static constexpr places key_rates_ = where(stage_rank::rate, true);
+  static constexpr std::uint64_t admission_mask_ = where(stage_rank::admission, false).mask;
 
   bool holds(std::size_t i) const noexcept { return (held_ >> i) & 1U; }
 

@@ -84,9 +84,9 @@ class throttle_stage_ops {
   static constexpr std::array<bool, stage_count> keyed_{is_keyed<typename stage_spec<Stages>::stage>::value...};
 
   static_assert(in_admission_order(ranks_),
-                "rein::throttle: list the stages in admission order: quota gates, then per-key concurrency "
-                "limiters, then global concurrency limiters, then rate limiters (rates are taken last, at the "
-                "moment of sending)");
+                "rein::throttle: list the stages in admission order: admission throttles, then quota gates, "
+                "then per-key concurrency limiters, then global concurrency limiters, then rate limiters (rates "
+                "are taken last, at the moment of sending)");
   static constexpr std::array<bool, stage_count> placeholder_{
       is_placeholder_v<typename stage_spec<Stages>::stage>...};
   static_assert(std::find(placeholder_.begin(), placeholder_.end(), false) != placeholder_.end(),
@@ -110,9 +110,10 @@ class throttle_stage_ops {
 
   template <rank R>
   static constexpr auto at_rank = positions<R, count_rank<R>(ranks_)>(ranks_);
+  // The first stage with an executor (an admission stage has none).
   static constexpr std::size_t first_stage_ = [] {
     std::size_t i = 0;
-    while (i + 1 < stage_count && placeholder_[i]) ++i;
+    while (i + 1 < stage_count && (placeholder_[i] || ranks_[i] == rank::admission)) ++i;
     return i;
   }();
 
@@ -173,8 +174,13 @@ class throttle_stage_ops {
   const throttle_options& options() const noexcept { return options_; }
   duration default_pause() const noexcept { return std::chrono::duration_cast<duration>(options_.default_pause); }
 
-  // The executor completions default to: the first stage's.
-  auto executor() const noexcept { return std::get<first_stage_>(refs_).stage().get_executor(); }
+  // The executor completions default to: the first stage's (past the admission stages, which have none).
+  auto executor() const noexcept {
+    static_assert(ranks_[first_stage_] != rank::admission,
+                  "rein::throttle: a throttle of admission stages alone has no executor for its waiting doors: "
+                  "use its try_acquire, or list a stage that has one (a gate, a concurrency or a rate limiter)");
+    return std::get<first_stage_>(refs_).stage().get_executor();
+  }
 
   // The counters (throttle::snapshot).
   throttle_snapshot snapshot() const {
@@ -204,6 +210,7 @@ class throttle_stage_ops {
     s.rejected_rate = refused_[1].load(std::memory_order_relaxed);
     s.rejected_per_key = refused_[2].load(std::memory_order_relaxed);
     s.rejected_global = refused_[3].load(std::memory_order_relaxed);
+    s.rejected_admission = refused_[4].load(std::memory_order_relaxed);
     s.failed_total = failed_.load(std::memory_order_relaxed);
     s.rejections_reported = rejections_.load(std::memory_order_relaxed);
     s.for_each_rejected([&s](reject_reason, std::uint64_t n) { s.rejected_total += n; });
@@ -235,6 +242,7 @@ class throttle_stage_ops {
       case rank::per_key_concurrency: return throttle_stage::per_key;
       case rank::global_concurrency: return throttle_stage::global;
       case rank::rate: return throttle_stage::rate;
+      case rank::admission: return throttle_stage::admission;
       case rank::none: break;
     }
     return throttle_stage::none;
@@ -277,6 +285,7 @@ class throttle_stage_ops {
       std::size_t where = npos;
       try_status why = try_status::busy;
       switch (s) {
+        case step::ask_admission: where = try_admission(g, now); break;
         case step::pin: where = try_pin(g.held_, key); break;
         case step::try_first: where = try_first(g, now); break;
         case step::take: visit(m.stage(), [&](auto I) { e = try_stage<I()>(g, now); }); break;
@@ -371,12 +380,13 @@ class throttle_stage_ops {
     std::shared_ptr<throttle_life<throttle_stage_ops>> life_;
   };
 
+  // A refusal at once at a stage of kind `s` (try_acquire's, or an admission stage's on either door).
   void count_refusal(throttle_stage s) noexcept {
     if (s == throttle_stage::none) return;
     refused_[static_cast<std::size_t>(s) - 1].fetch_add(1, std::memory_order_relaxed);
     if (options_.observer) {
       constexpr reject_reason reasons[] = {reject_reason::gate, reject_reason::rate, reject_reason::per_key,
-                                           reject_reason::global};
+                                           reject_reason::global, reject_reason::admission};
       notify(reasons[static_cast<std::size_t>(s) - 1]);
     }
   }
@@ -474,7 +484,7 @@ class throttle_stage_ops {
 
   template <std::size_t I>
   std::size_t units_of(const rein::charge& c) const {
-    if constexpr (ranks_[I] == rank::gate) return 1;
+    if constexpr (ranks_[I] == rank::gate || ranks_[I] == rank::admission) return 1;  // asked once a call
     else return std::get<I>(refs_).units(c);
   }
 
@@ -496,7 +506,11 @@ class throttle_stage_ops {
       const std::size_t n = units_of<I>(g.charge_);
       if (n == 0) return event::passed;
       auto& l = limiter<I>(g.held_);
-      if constexpr (ranks_[I] == rank::gate) {
+      if constexpr (ranks_[I] == rank::admission) {
+        if (!static_cast<bool>(l.try_acquire())) return event::refused;  // holds nothing: nothing to give back
+        note_take(g, I);
+        return event::took;
+      } else if constexpr (ranks_[I] == rank::gate) {
         if (!static_cast<bool>(try_take_at(l, 1, now))) return event::refused;  // behind its waiters and jitter
         note_take(g, I);
         return event::took;
@@ -588,9 +602,22 @@ class throttle_stage_ops {
   std::size_t try_first(guard& g, time_point now) {
     std::size_t refused = npos;
     [&]<std::size_t... I>(std::index_sequence<I...>) {
-      (void)(((ranks_[I] == rank::rate || try_stage<I>(g, now) != event::refused) || (refused = I, false)) && ...);
+      (void)(((ranks_[I] == rank::rate || ranks_[I] == rank::admission || try_stage<I>(g, now) != event::refused) ||
+              (refused = I, false)) &&
+             ...);
     }(std::make_index_sequence<stage_count>{});
     return refused != npos ? refused : take_rates(g, npos, now);
+  }
+
+  // Asks every admission stage, in list order, before anything is pinned or taken: the position of the one
+  // that refused, or npos.
+  std::size_t try_admission(guard& g, time_point now) {
+    std::size_t refused = npos;
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      (void)(((ranks_[I] != rank::admission || try_stage<I>(g, now) != event::refused) || (refused = I, false)) &&
+             ...);
+    }(std::make_index_sequence<stage_count>{});
+    return refused;
   }
 
   // Pins each keyed stage's limiter for `key`: the position of a stage that could not make the key (too many
@@ -690,7 +717,7 @@ class throttle_stage_ops {
   // Whether the stage at I learns from a rejection (rein::rejection_feedback).
   template <std::size_t I>
   bool learns_rejections() const noexcept {
-    if constexpr (keyed_[I]) {
+    if constexpr (keyed_[I] || ranks_[I] == rank::admission) {  // an admission stage counts every refusal
       return true;
     } else {
       constexpr rank keyed_kind = ranks_[I] == rank::rate ? rank::rate : rank::per_key_concurrency;
@@ -710,7 +737,12 @@ class throttle_stage_ops {
 
   template <std::size_t I, class Work>
   void finish_one(guard& g, holdings& h, outcome result, bool refused, duration pause, Work work) noexcept {
-    if constexpr (ranks_[I] == rank::per_key_concurrency || ranks_[I] == rank::global_concurrency) {
+    if constexpr (ranks_[I] == rank::admission) {
+      try {  // the outcome of the call it admitted: a refusal (a 429) is congestion, as any stage hears it
+        limiter<I>(h).record(result);
+      } catch (...) {  // feedback is advice
+      }
+    } else if constexpr (ranks_[I] == rank::per_key_concurrency || ranks_[I] == rank::global_concurrency) {
       detail::permit_access::complete(h.permits[I], result, work);
     } else if constexpr (ranks_[I] == rank::rate) {
       h.units[I] = 0;
@@ -860,7 +892,7 @@ class throttle_stage_ops {
   // waited on in wait_at). A global stage in fair order is waited on as the caller's key.
   template <bool Bound, std::size_t I>
   net::awaitable<void> wait_stage(guard& g, run_ctx& x) {
-    if constexpr (ranks_[I] != rank::none && ranks_[I] != rank::gate) {
+    if constexpr (ranks_[I] != rank::none && ranks_[I] != rank::gate && ranks_[I] != rank::admission) {
       auto& l = limiter<I>(g.held_);
       const std::size_t n = units_of<I>(g.charge_);
       if constexpr (ranks_[I] == rank::rate) {
@@ -899,7 +931,8 @@ class throttle_stage_ops {
 
   template <std::size_t I>
   bool fair_stage_at() const noexcept {
-    if constexpr (ranks_[I] != rank::none && ranks_[I] != rank::gate && fair_capable<I>) {
+    if constexpr (ranks_[I] != rank::none && ranks_[I] != rank::gate && ranks_[I] != rank::admission &&
+                  fair_capable<I>) {
       return std::get<I>(refs_).stage().order() == queue_order::fair;
     } else {
       return false;
@@ -993,6 +1026,7 @@ class throttle_stage_ops {
     else if (ec == errc::exceeds_capacity) slot = 3, why = reject_reason::exceeds_capacity;
     else if (ec == errc::upstream_unavailable) slot = 5, why = reject_reason::unavailable;
     else if (ec == errc::overloaded) slot = 6, why = reject_reason::overloaded;
+    else if (ec == errc::admission_refused) return count_refusal(throttle_stage::admission);
     else if (ec == error_code(net::error::operation_aborted)) slot = 4;
     if (slot == 7) return;
     failures_[slot].fetch_add(1, std::memory_order_relaxed);
@@ -1013,7 +1047,7 @@ class throttle_stage_ops {
   throttle_options options_;
   std::atomic<std::uint64_t> admitted_{0};  // admissions that took every stage
   std::atomic<std::uint64_t> partial_{0};   // the others (a stage charged 0 there)
-  std::atomic<std::uint64_t> refused_[4] = {};
+  std::atomic<std::uint64_t> refused_[5] = {};  // by throttle_stage: gate, rate, per_key, global, admission
   std::atomic<std::uint64_t> failed_{0};
   // timed_out, queue_full, closed, exceeds_capacity, cancelled, unavailable, overloaded
   std::atomic<std::uint64_t> failures_[7] = {};

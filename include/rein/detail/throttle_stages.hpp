@@ -7,8 +7,10 @@
 #include <rein/algo/token_bucket.hpp>
 #include <rein/config.hpp>
 #include <rein/keyed.hpp>
+#include <rein/outcome.hpp>
 #include <rein/permit.hpp>
 #include <rein/throttle_charge.hpp>
+#include <rein/try_result.hpp>
 #include <rein/wait_stats.hpp>
 
 #include <array>
@@ -175,8 +177,16 @@ concept throttle_rate = requires(L& l, std::size_t n) {
   l.refund(n);
 };
 
+/// An admission stage: decides a call at once, holding nothing, and learns from its outcome
+/// (rein::admission_throttle).
+template <class L>
+concept throttle_admission_stage = requires(L& l, outcome result) {
+  { l.try_acquire() } -> std::same_as<try_result>;
+  l.record(result);
+};
+
 // The kinds of stage, in the order the throttle admits them.
-enum class stage_rank : std::uint8_t { gate, per_key_concurrency, global_concurrency, rate, none };
+enum class stage_rank : std::uint8_t { admission, gate, per_key_concurrency, global_concurrency, rate, none };
 
 template <class Entry>
 constexpr stage_rank rank_of() {
@@ -191,12 +201,19 @@ constexpr stage_rank rank_of() {
       return is_keyed<stage>::value ? stage_rank::per_key_concurrency : stage_rank::global_concurrency;
     } else if constexpr (throttle_rate<limiter>) {
       return stage_rank::rate;
+    } else if constexpr (throttle_admission_stage<limiter>) {
+      static_assert(!is_keyed<stage>::value,
+                    "rein::throttle: an admission stage (rein::admission_throttle) is global: list the admission "
+                    "throttle itself, one per backend whose refusals it counts, not a rein::keyed registry of them");
+      return is_keyed<stage>::value ? stage_rank::none : stage_rank::admission;
     } else {
       static_assert(throttle_gate<limiter> || throttle_concurrency<limiter> || throttle_rate<limiter>,
-                    "rein::throttle: this stage is none of the three kinds a throttle knows: a quota gate "
+                    "rein::throttle: this stage is none of the kinds a throttle knows: a quota gate "
                     "(is_paused(), pause_for(d), on_retry_after(field, d)), a concurrency limiter (try_acquire(n) "
                     "returning a rein::permit) or a rate limiter (try_acquire(n) returning a rein::try_result, and "
-                    "refund(n)); the compiler's note names the stage's position and type");
+                    "refund(n)) or an admission stage (try_acquire() returning a rein::try_result, and "
+                    "record(outcome): rein::admission_throttle); the compiler's note names the stage's position "
+                    "and type");
       return stage_rank::none;  // after the message, as if the place were empty: no further errors
     }
   }
@@ -204,7 +221,7 @@ constexpr stage_rank rank_of() {
 
 template <std::size_t N>
 constexpr bool in_admission_order(const std::array<stage_rank, N>& ranks) {
-  stage_rank last = stage_rank::gate;
+  stage_rank last = stage_rank::admission;
   for (stage_rank r : ranks) {
     if (r == stage_rank::none) continue;
     if (r < last) return false;

@@ -1,5 +1,5 @@
 // Must not compile: a stage that is neither a gate, a concurrency limiter nor a rate limiter. The diagnostic
-// test (tests/headers/CMakeLists.txt) expects the throttle's own message naming the three kinds.
+// test (tests/headers/CMakeLists.txt) expects the throttle's own message naming the kinds.
 #include <rein/throttle.hpp>
 
 struct not_a_limiter {
