@@ -81,6 +81,10 @@ inline std::ostream& operator<<(std::ostream& os, const admission_throttle_snaps
 /// ```
 /// (From tests/async/admission_throttle.cpp, which runs it against a backend that refuses every call.)
 ///
+/// Or list it first in a rein::throttle (`rein::throttle t(admission, gates, per_host, global, rate);`): the
+/// throttle asks it before anything is taken, fails a refused call at once (errc::admission_refused on the
+/// waiting doors), and records each admitted call's outcome from its guard (docs/throttle.md).
+///
 /// A refusal costs nothing but a draw: there is no line and no waiting, so it needs no executor. Each
 /// refusal is reported to the observer as `rejected` with reason `admission` (the `rein_rejected_total`
 /// vocabulary).

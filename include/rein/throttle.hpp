@@ -56,13 +56,18 @@ namespace rein {
 /// A stage is a limiter or a rein::keyed of limiters (one per key; the caller's key picks it), of one of
 /// three kinds, recognised by what it can do: a quota gate (rein::quota_gate), a concurrency limiter (its
 /// try_acquire gives a permit: semaphore, adaptive limiters) or a rate limiter (try_acquire and refund:
-/// token_bucket, sliding_window, rate_limits, adaptive_rate_limiter, the Redis shared bucket). A call's
+/// token_bucket, sliding_window, rate_limits, adaptive_rate_limiter, the Redis shared bucket). A fourth
+/// kind, global only, goes first: an admission stage (rein::admission_throttle, whose try_acquire() decides
+/// at once and whose record(outcome) hears each admitted call's outcome). A call's
 /// charge (rein::charge) says how much each stage takes: `requests` by default, `tokens` for a stage
 /// wrapped in rein::by_tokens, any function of the charge with rein::weighted. The throttle refers to the
 /// stages (it does not own them): they must outlive it, and each stays usable on its own.
 ///
-/// The stages are listed in admission order: gates, per-key concurrency, global concurrency, rates (a list in
-/// another order does not compile). What a caller does, and why:
+/// The stages are listed in admission order: admission stages, gates, per-key concurrency, global
+/// concurrency, rates (a list in another order does not compile). What a caller does, and why:
+/// 0. Every admission stage decides the call, before anything is pinned or taken: a refusal fails it at
+///    once, on every door, holding nothing (the call would only have been refused by an overloaded backend).
+///    The guard's outcome is its feedback; an acquire that ends without admission tells it nothing.
 /// 1. It waits at every gate until none is paused: while a 429 pause runs, nothing of that key proceeds or
 ///    takes anything.
 /// 2. It takes its key's concurrency permits, waiting if it must. A caller waiting here holds nothing any
@@ -110,7 +115,9 @@ namespace rein {
 /// @par Errors
 /// A waiting acquire fails with errc::timed_out (one deadline covers every stage), errc::closed,
 /// errc::queue_full (a stage's waiting line is full, or too many keys), errc::exceeds_capacity (a charge no
-/// stage can ever give), errc::upstream_unavailable (an adaptive stage's open circuit) or operation_aborted; the coroutine doors throw rein::throttle_error, which names
+/// stage can ever give), errc::upstream_unavailable (an adaptive stage's open circuit),
+/// errc::admission_refused (an admission stage's refusal, at once) or operation_aborted; the coroutine doors
+/// throw rein::throttle_error, which names
 /// the stage and the key, and the completion-token doors give an empty guard whose rejected_stage(),
 /// rejected_at() and error() say the same. The snapshot counts failures by reason.
 ///

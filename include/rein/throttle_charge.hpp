@@ -47,7 +47,7 @@ constexpr const char* to_string(throttle_stage s) noexcept {
 /// What one call costs, in the units the stages count: `{.requests = 1, .tokens = 1200}` for an LLM call
 /// estimated at 1,200 tokens. Each stage takes one of the numbers (see rein::by_tokens, rein::weighted);
 /// by default every stage charges `requests`. A concurrency or rate stage charged 0 is passed without being
-/// asked (a gate is always asked).
+/// asked (a gate or an admission stage is always asked).
 struct charge {
   std::size_t requests = 1;  ///< calls (requests per minute, calls in flight)
   std::size_t tokens = 0;    ///< a second unit: LLM tokens, bytes, cost points (an estimate, see reconcile)

@@ -49,7 +49,8 @@ struct throttle_options {
   /// Which stages learn from guard.reject() (see rein::rejection_feedback). Default: automatic.
   rejection_feedback rejections = rejection_feedback::automatic;
   /// Called with every rejection (reason gate, rate, per_key or global for a try_acquire refused at that
-  /// stage; timed_out, queue_full, closed, exceeds_capacity or cancelled for a waiting acquire that failed),
+  /// stage; admission for a call an admission stage refused, on any door; timed_out, queue_full, closed,
+  /// exceeds_capacity, unavailable or overloaded for a waiting acquire that failed; cancelled),
   /// on the caller's thread, never under a lock; see rein::limiter_observer. Each stage's limiter has its own
   /// observer too. Default: none (no cost).
   limiter_observer observer{};

@@ -28,7 +28,8 @@ struct throttle_stage_counts {
   std::size_t position = 0;                    ///< the place in the throttle's stage list (0 for the first)
   throttle_stage kind = throttle_stage::none;  ///< the stage's kind (none for a rein::unlimited place)
   /// Admissions that took this stage: the throttle's admitted_total less those whose charge here was 0
-  /// (a concurrency or rate stage charged 0 is passed without being asked; a gate is always asked).
+  /// (a concurrency or rate stage charged 0 is passed without being asked; a gate or an admission stage is
+  /// always asked).
   std::uint64_t admitted = 0;
   /// Re-takes: acquisitions by a caller that had already taken this stage in the same acquire and given
   /// it back (a concurrency or rate stage), or passed it in an earlier round (a gate, which holds nothing).
@@ -43,9 +44,9 @@ struct throttle_stage_counts {
   /// Takes by guard.reconcile() for an under-estimated charge on a rate stage that cannot go into debt
   /// (no `charge(n)`: it is asked with try_acquire instead).
   std::uint64_t reconciled = 0;
-  /// Takes given back before any admission: permits released, rate units refunded. Always 0 at a gate
-  /// (a pass holds nothing). Once no acquire is under way, given_back = readmitted + abandoned at a
-  /// concurrency or rate stage: every take but the one an admission keeps is given back.
+  /// Takes given back before any admission: permits released, rate units refunded. Always 0 at a gate or
+  /// an admission stage (a pass holds nothing). Once no acquire is under way, given_back = readmitted +
+  /// abandoned at a concurrency or rate stage: every take but the one an admission keeps is given back.
   std::uint64_t given_back = 0;
 
   /// admitted + readmitted + abandoned + reconciled: every acquisition this throttle made at the stage.
