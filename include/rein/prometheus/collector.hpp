@@ -84,7 +84,7 @@ namespace rein::prometheus {
 // counting anything twice: summed over `as`, rein_throttle_stage_acquired_total{stage="i"} is the stage's
 // rein_acquired_total (when only this throttle acquires from it), and its `as="admitted"` series is the
 // honest count of calls that passed the stage. `stage` is the place in the list ("0" for the first), `kind`
-// its rein::throttle_stage (gate, per_key, global, rate); a rein::unlimited place has no series.
+// its rein::throttle_stage (admission, gate, per_key, global, rate); a rein::unlimited place has no series.
 //
 // Histogram buckets are exact: every `le` is a bucket boundary of rein::algo::log_histogram (a power of
 // two of nanoseconds), so `rein_wait_seconds_bucket` counts are the limiter's own, not estimates.
