@@ -163,8 +163,7 @@ inline std::ostream& operator<<(std::ostream& os, const adaptive_limiter_snapsho
 /// A call whose latency follows the work it asks for (an LLM answer's tokens, a payload's bytes) may say how
 /// much work that was when it completes, so that a long answer is not read as a queue:
 /// `permit.complete(outcome::success, {.work = tokens})` (rein::completion_hint). The sample then carries
-/// it (`algo::basic_sample::work`); algo::tuned_aimd judges the latency per unit of work, the other
-/// algorithms ignore it. A work of 0 is a call that did no work: its outcome counts, its latency is not
+/// it (`algo::basic_sample::work`), and every rein algorithm judges the latency per unit of work. A work of 0 is a call that did no work: its outcome counts, its latency is not
 /// judged. A negative, NaN or infinite work throws std::invalid_argument before the permit lets go of its
 /// slot.
 ///

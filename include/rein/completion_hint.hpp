@@ -15,8 +15,8 @@ namespace rein {
 /// completing without it.
 struct completion_hint {
   /// How much work the call asked of the dependency (an answer's tokens, a payload's bytes), in any unit, the
-  /// same for every call of one limiter. Given, the algorithms that read it (rein::algo::tuned_aimd) judge
-  /// the latency per unit of work, so that a long answer is not read as a queue. 0: the call did no work (a
+  /// same for every call of one limiter. Given, rein's adaptive algorithms (rein::algo::tuned_aimd, aimd,
+  /// gradient, vegas, windowed_aimd, pid) judge the latency per unit of work, so that a long answer is not read as a queue. 0: the call did no work (a
   /// cached or empty answer); its latency is neither judged nor learned, its outcome still counts. Unset:
   /// the latency is judged as it is. Must be finite and >= 0: anything else is refused where it is given,
   /// before the permit or guard lets go of anything (std::invalid_argument

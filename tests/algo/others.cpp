@@ -1292,3 +1292,18 @@ TEMPLATE_TEST_CASE("learn_failure_rate with the latency signal off: every failur
   CHECK(a.decreases() == b.decreases());
   if constexpr (!std::is_same_v<TestType, rein::algo::windowed_aimd>) CHECK(a.decreases() > 0);
 }
+
+TEST_CASE("vegas with the latency signal off: a success that did no work grows the limit as any success",
+          "[hints]") {
+  rein::algo::vegas_options o;
+  o.judge_latency = false;
+  rein::algo::vegas hinted{o}, plain{o};
+  for (int i = 0; i < 200; ++i) {
+    sample none = ok(5ms, static_cast<std::size_t>(std::floor(hinted.limit())));
+    none.work = 0.0;
+    hinted.on_sample(none);
+    plain.on_sample(ok(5ms, static_cast<std::size_t>(std::floor(plain.limit()))));
+  }
+  CHECK(hinted.limit() == plain.limit());
+  CHECK(hinted.limit() > 4.0);
+}

@@ -349,6 +349,27 @@ TEST_CASE("a drain does not wait for inert permits", "[semaphore][lease]") {
   CHECK(sem.available() == 2);
 }
 
+// close() then async_drain() is how a service shuts a semaphore down; a hung holder's lease must still end
+// there, or the drain waits forever (close used to cancel the line's timer whatever was still due).
+TEST_CASE("after close, a lease still ends at its instant, and a drain without a deadline ends with it",
+          "[semaphore][lease]") {
+  rein_test::manual_clock_at_epoch epoch;
+  net::io_context io;
+  manual_semaphore sem(io, 2);
+  permit hung = sem.with_lease(3s).try_acquire(1);
+  sem.close();
+  auto drained = std::make_shared<std::optional<error_code>>();
+  sem.async_drain([drained](error_code ec) { *drained = ec; });
+  advance_and_poll(io, 2999ms);
+  CHECK_FALSE(drained->has_value());
+  CHECK(sem.snapshot().leases_expired_total == 0);
+  advance_and_poll(io, 1ms);
+  REQUIRE(drained->has_value());
+  CHECK_FALSE(drained->value());
+  CHECK(sem.snapshot().leases_expired_total == 1);
+  CHECK(sem.snapshot().in_flight == 0);
+}
+
 TEST_CASE("a semaphore destroyed with leased permits out, live and inert: giving them back later is safe",
           "[semaphore][lease][lifetime]") {
   rein_test::manual_clock_at_epoch epoch;

@@ -260,7 +260,7 @@ class basic_pid {
   // minus that many were within the capacity. The window keeps the highest estimate of its slow calls
   // (jitter only ever makes a call look more queued than it was).
   void estimate_capacity(const sample_type& s) noexcept {
-    if (s.result != outcome::success || !baseline_known_) return;
+    if (s.result != outcome::success || !baseline_known_ || judged_.count() <= 0) return;  // no work: no queue to read
     const double base = static_cast<double>(fastest_.value());
     const double queued = std::floor(static_cast<double>(judged_.count()) / base - 1.0);
     const double estimate = static_cast<double>(s.in_flight) - queued;

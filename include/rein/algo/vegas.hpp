@@ -201,23 +201,24 @@ class basic_vegas {
     if (waiting_ > o.plateau_rounds) waiting_ = o.plateau_rounds;
   }
 
-  /// Applies one completed call. With a work hint (`basic_sample::work`) latency is judged per unit of work;
-  /// a success that did no work (a hint of 0) says nothing.
+  /// Applies one completed call. With a work hint (`basic_sample::work`) latency is judged per unit of work.
+  /// A success that did no work (a hint of 0) says nothing to the latency rule, whose round trips compare
+  /// latencies; with `judge_latency` false it counts as any success.
   /// @throws std::invalid_argument if the sample's work hint is negative, NaN or infinite.
   void on_sample(const sample_type& s) {
     // With the latency signal off, failures are the only signal: every one counts.
     const bool learn = options_.learn_failure_rate && options_.judge_latency;
     if (s.result == outcome::ignored || !signals_.counts(s, learn)) return;
     const auto judged = signals_.judged(s.latency, s.work);
+    if (!options_.judge_latency) {
+      unjudged(s, judged);
+      return;
+    }
     if (!judged) {  // no work: no latency to learn; a failure still shrinks
       if (s.result == outcome::congestion) congested(s);
       return;
     }
     const auto latency = *judged > std::chrono::nanoseconds::zero() ? *judged : std::chrono::nanoseconds{1};
-    if (!options_.judge_latency) {
-      unjudged(s, latency);
-      return;
-    }
     ++probe_count_;
     if (jitter_ * options_.probe_multiplier * limit_.value() <= static_cast<double>(probe_count_)) {
       jitter_ = next_jitter();
@@ -285,8 +286,12 @@ class basic_vegas {
   // The latency signal off: congestion outcomes shrink as always; a round trip ends with the first success
   // that started after it began and grows as one that read no queue, from the most calls out of its
   // successes (each showed no queue). The no-load latency is still learned, for a `judge_latency` set later.
-  void unjudged(const sample_type& s, std::chrono::nanoseconds latency) noexcept {
-    if (no_load_ == std::chrono::nanoseconds::zero() || latency < no_load_) no_load_ = latency;
+  // `judged`: the latency per unit of work, none for a call that did no work.
+  void unjudged(const sample_type& s, const std::optional<std::chrono::nanoseconds>& judged) noexcept {
+    if (judged) {
+      const auto latency = *judged > std::chrono::nanoseconds::zero() ? *judged : std::chrono::nanoseconds{1};
+      if (no_load_ == std::chrono::nanoseconds::zero() || latency < no_load_) no_load_ = latency;
+    }
     if (s.result == outcome::congestion) {
       congested(s);
       return;

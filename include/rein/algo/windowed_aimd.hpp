@@ -185,7 +185,9 @@ class basic_windowed_aimd {
       // latency, so of the n calls out at its grant (at most the limit) that many were too many. The window
       // closes at this call (below), so this is the level it shows.
       const double n = std::min(static_cast<double>(s.in_flight), limit_.value());
-      level_ = n - std::floor(static_cast<double>(judged_.count()) / fastest_ - 1.0);
+      // A call slow by latency_target alone with no latency to judge (no work) shows no queue: one call over.
+      const bool known = judged_.count() > 0 && fastest_ > 0.0;
+      level_ = n - (known ? std::floor(static_cast<double>(judged_.count()) / fastest_ - 1.0) : 1.0);
       ++slow_;
     }
     // A window closes after `window` samples; as soon as its failures exceed what a healthy one may hold

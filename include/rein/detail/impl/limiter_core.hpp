@@ -404,8 +404,9 @@ inline void limiter_core<Policy, Executor, Clock, Mutex, Signature>::fail_all_lo
   }
   if (status == wait_status::aborted)
     while (!drainers_.empty()) unlink_locked(drainers_.front(), status, done);
-  if (drainers_.empty()) cancel_timer_locked();
-  else arm_timer_locked_noexcept(clock_now_locked());
+  // What is still due keeps the timer: a drainer's deadline, and a lease's end (a hung holder's slots come
+  // back, and a drain waiting for them ends). Nothing due: the arm cancels it.
+  arm_timer_locked_noexcept(clock_now_locked());
 }
 
 }  // namespace rein::detail
