@@ -296,7 +296,8 @@ class throttle {
   }
 
   /// Passes every stage now or not at all: an admitted guard, or an empty one whose rejected_at() and
-  /// rejected_stage() name the stage that refused. A refused request consumes nothing at any stage. Never
+  /// rejected_stage() name the stage that refused. A refused request consumes nothing at any stage but an
+  /// admission stage, which counts every request it is asked (the SRE rule, rein::admission_throttle). Never
   /// waits; a gate that is paused refuses.
   /// @throws std::invalid_argument if `c.tokens` is not 0 and no stage charges tokens (see acquire).
   guard try_acquire(std::string_view key, rein::charge c = {}) {

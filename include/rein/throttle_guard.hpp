@@ -38,9 +38,11 @@ struct throttle_life {
 /// learns from it and a 429 pauses the key's gates for everyone.
 ///
 /// RAII: destroying it without an outcome releases everything and reports `outcome::ignored` (a caller
-/// cancelled mid-call loses nothing and teaches the adaptive limiters nothing); the units taken from rate
-/// stages stay spent (the call may have been sent). Move-only; empty when default-constructed, moved from,
-/// completed, or refused (then rejected_at(), rejected_stage() and error() say where and why).
+/// cancelled mid-call loses nothing and teaches the adaptive limiters nothing; an admission stage counts it
+/// as an accept, since the call may have been sent: report a client-side timeout as congestion); the units
+/// taken from rate stages stay spent (the call may have been sent). Move-only; empty when
+/// default-constructed, moved from, completed, or refused (then rejected_at(), rejected_stage() and error()
+/// say where and why).
 ///
 /// @par Thread Safety
 /// One guard is used by one caller at a time; distinct guards from any threads.
@@ -87,7 +89,8 @@ class throttle_guard {
   std::size_t rejected_stage() const noexcept { return rejected_stage_; }
 
   /// Why a waiting acquire failed (errc::timed_out, errc::closed, errc::queue_full,
-  /// errc::exceeds_capacity, operation_aborted); empty for an admitted guard and for a try_acquire refusal.
+  /// errc::exceeds_capacity, errc::admission_refused, errc::overloaded, errc::upstream_unavailable,
+  /// operation_aborted); empty for an admitted guard and for a try_acquire refusal.
   error_code error() const noexcept { return error_; }
 
   /// The charge this guard holds (as acquired, or as reconciled).
