@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <random>
 #include <stdexcept>
 #include <vector>
@@ -113,7 +114,7 @@ std::size_t differ(std::uint64_t seed, std::size_t capacity, double q, std::int6
 TEST_CASE("rolling_quantile: equals the sorted window after every push, duplicates and wrap-around included") {
   std::size_t compared = 0;
   std::uint64_t seed = 1;
-  for (const std::size_t capacity : {1, 2, 3, 4, 5, 8, 9, 24, 200, 1000}) {
+  for (const std::size_t capacity : std::initializer_list<std::size_t>{1, 2, 3, 4, 5, 8, 9, 24, 200, 1000}) {
     for (const double q : {0.5, 0.1, 0.9, 1.0, 0.01, 0.3}) {
       for (const std::int64_t spread : {1, 3, 50, 1000000}) {
         compared += differ(seed++, capacity, q, spread, 5 * capacity + 300, false);
