@@ -58,7 +58,8 @@ namespace rein {
 /// try_acquire gives a permit: semaphore, adaptive limiters) or a rate limiter (try_acquire and refund:
 /// token_bucket, sliding_window, rate_limits, adaptive_rate_limiter, the Redis shared bucket). A fourth
 /// kind, global only, goes first: an admission stage (rein::admission_throttle, whose try_acquire() decides
-/// at once and whose record(outcome) hears each admitted call's outcome). A call's
+/// at once and whose record(outcome) hears each admitted call's outcome; it counts requests, so a weight on
+/// it does not compile). A call's
 /// charge (rein::charge) says how much each stage takes: `requests` by default, `tokens` for a stage
 /// wrapped in rein::by_tokens, any function of the charge with rein::weighted. The throttle refers to the
 /// stages (it does not own them): they must outlive it, and each stays usable on its own.

@@ -205,6 +205,9 @@ constexpr stage_rank rank_of() {
       static_assert(!is_keyed<stage>::value,
                     "rein::throttle: an admission stage (rein::admission_throttle) is global: list the admission "
                     "throttle itself, one per backend whose refusals it counts, not a rein::keyed registry of them");
+      static_assert(std::is_same_v<typename stage_spec<Entry>::weight, by_requests_t>,
+                    "rein::throttle: an admission stage (rein::admission_throttle) decides each call as one "
+                    "request and takes no units: list it plainly, not through rein::by_tokens or rein::weighted");
       return is_keyed<stage>::value ? stage_rank::none : stage_rank::admission;
     } else {
       static_assert(throttle_gate<limiter> || throttle_concurrency<limiter> || throttle_rate<limiter>,
