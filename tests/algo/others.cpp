@@ -8,6 +8,7 @@
 
 #include "support/catch.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -16,6 +17,7 @@
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 using namespace std::chrono_literals;
 using rein::outcome;
@@ -1306,4 +1308,42 @@ TEST_CASE("vegas with the latency signal off: a success that did no work grows t
   }
   CHECK(hinted.limit() == plain.limit());
   CHECK(hinted.limit() > 4.0);
+}
+
+// The failure baseline keeps its windows as a ring of bits with running counts; this checks it against the
+// rule written plainly (a list of every outcome, the windows counted afresh on each one) on random runs whose
+// failure rate moves between 0 and 60 %, so that windows fill, slide and wrap the ring many times over.
+TEST_CASE("failure_baseline: the ring and its running counts decide as the plain rule, over 40,000 outcomes") {
+  using baseline = rein::algo::detail::failure_baseline;
+  const auto plain_rate = [](const std::vector<bool>& before) {
+    const std::size_t n_long = std::min(before.size(), baseline::long_window);
+    std::size_t long_failures = 0;
+    for (std::size_t i = before.size() - n_long; i < before.size(); ++i) long_failures += before[i] ? 1 : 0;
+    const double p = n_long >= baseline::warmup ? static_cast<double>(long_failures) / static_cast<double>(n_long) : 0.0;
+    return std::clamp(p, baseline::min_rate, baseline::max_rate);
+  };
+  const auto plain = [&](const std::vector<bool>& before, bool failed) {
+    const double p = plain_rate(before);
+    if (!failed) return false;
+    const std::size_t n = std::min(before.size() + 1, baseline::short_window);
+    std::size_t recent = 1;
+    for (std::size_t i = before.size() + 1 - n; i < before.size(); ++i) recent += before[i] ? 1 : 0;
+    const double expected = p * static_cast<double>(n);
+    return static_cast<double>(recent) > expected + baseline::z * std::sqrt(expected);
+  };
+  baseline ring;
+  std::vector<bool> seen;
+  std::uint64_t state = 12345;
+  std::size_t counted = 0;
+  for (std::size_t i = 0; i < 40000; ++i) {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;  // Knuth's MMIX LCG
+    const double rate = 0.3 + 0.3 * std::sin(static_cast<double>(i) / 700.0);
+    const bool failed = static_cast<double>(state >> 11) / 9007199254740992.0 < rate;
+    REQUIRE(ring.rate() == plain_rate(seen));  // the same sum over the same outcomes: exactly equal
+    const bool expected = plain(seen, failed);
+    REQUIRE(ring.congested(failed) == expected);
+    counted += expected ? 1 : 0;
+    seen.push_back(failed);
+  }
+  CHECK(counted > 100);  // the bursts of the run count as congestion, so both answers were exercised
 }

@@ -329,29 +329,46 @@ class failure_baseline {
   static constexpr std::size_t warmup = 100;       ///< outcomes seen before a rate is learned
 
   /// Records one outcome (`failed`: a congestion outcome); true if it is a failure that counts as congestion.
-  bool congested(bool failed) {
-    // Before `warmup` outcomes no rate is known: the floor stands for it.
-    const double n_long = static_cast<double>(outcomes_.size());
-    double p = outcomes_.size() >= warmup ? static_cast<double>(failures_) / n_long : 0.0;
-    if (p < min_rate) p = min_rate;
-    if (p > max_rate) p = max_rate;
-    outcomes_.push_back(failed);
-    failures_ += failed ? 1 : 0;
-    if (outcomes_.size() > long_window) {
-      failures_ -= outcomes_.front() ? 1 : 0;
-      outcomes_.pop_front();
-    }
+  bool congested(bool failed) noexcept {
+    const double p = rate();
+    push(failed);
     if (!failed) return false;
-    const std::size_t n = outcomes_.size() < short_window ? outcomes_.size() : short_window;
-    std::size_t recent = 0;
-    for (std::size_t i = outcomes_.size() - n; i < outcomes_.size(); ++i) recent += outcomes_[i] ? 1 : 0;
+    const std::size_t n = count_ < short_window ? count_ : short_window;
     const double expected = p * static_cast<double>(n);
-    return static_cast<double>(recent) > expected + z * std::sqrt(expected);
+    return static_cast<double>(recent_) > expected + z * std::sqrt(expected);
+  }
+
+  /// The base rate the next outcome is judged against: the failure rate of the last `long_window` outcomes,
+  /// within [min_rate, max_rate]; before `warmup` outcomes no rate is known and the floor stands for it.
+  double rate() const noexcept {
+    const std::size_t n_long = count_ < long_window ? count_ : long_window;
+    const double p = n_long >= warmup ? static_cast<double>(failures_) / static_cast<double>(n_long) : 0.0;
+    return p < min_rate ? min_rate : p > max_rate ? max_rate : p;
   }
 
  private:
-  std::deque<bool> outcomes_;
-  std::size_t failures_ = 0;
+  // The last long_window outcomes as a ring of bits (no allocation per outcome), with the failures counted
+  // over both windows as outcomes enter and leave them.
+  static constexpr std::size_t ring_bits = 1024;  // > long_window: the outcome leaving a window is still there
+  static_assert(ring_bits > long_window && long_window > short_window);
+
+  bool at(std::uint64_t i) const noexcept { return ((ring_[(i % ring_bits) / 64] >> (i % 64)) & 1U) != 0; }
+
+  void push(bool failed) noexcept {
+    std::uint64_t& word = ring_[(count_ % ring_bits) / 64];
+    const std::uint64_t bit = std::uint64_t{1} << (count_ % 64);
+    word = failed ? word | bit : word & ~bit;
+    ++count_;
+    failures_ += failed ? 1 : 0;
+    recent_ += failed ? 1 : 0;
+    if (count_ > long_window) failures_ -= at(count_ - long_window - 1) ? 1 : 0;
+    if (count_ > short_window) recent_ -= at(count_ - short_window - 1) ? 1 : 0;
+  }
+
+  std::uint64_t ring_[ring_bits / 64] = {};
+  std::uint64_t count_ = 0;     // outcomes recorded
+  std::size_t failures_ = 0;    // failures among the last long_window
+  std::size_t recent_ = 0;      // failures among the last short_window
 };
 
 /// The readings of a sample that the loss- and delay-driven rules share beyond their own: whether a
