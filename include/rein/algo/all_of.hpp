@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -129,6 +130,75 @@ class all_of {
     for (const std::int64_t count : n) detail::check_request("rein::algo::all_of", count);
     const time_point now = clamp(t);
     each([&](auto& part, std::size_t i) { part.charge(n[i], now); });
+  }
+
+  /// Reserves n on every limit at t, all acting at one time: the latest of the parts' times (each part's
+  /// `reserve` with that time as its `not_before`, so a part that would be ready earlier counts the n as
+  /// used then, e.g. a window records its starts at that time). Present when every part is a
+  /// `reservable_rate_limit`.
+  /// @returns that time; or `std::nullopt`, with nothing taken anywhere, if n exceeds a part's capacity or a
+  /// part cannot reserve (its time or debt beyond its range).
+  /// @throws std::invalid_argument if n < 0.
+  std::optional<time_point> reserve(std::int64_t n, time_point t)
+    requires(reservable_rate_limit<Limits> && ...)
+  {
+    return reserve(n, t, time_point::min());
+  }
+
+  /// As `reserve(n, t)`, acting no earlier than `not_before`.
+  ///
+  /// Every part's time is its `ready_at(n, ·)` or the bound it is given, whichever is later, so the time
+  /// is known before anything is taken. A part that still cannot reserve (a debt beyond its bound, or
+  /// std::bad_alloc from a window's log) has the parts before it give the n back by their cancel rule, as
+  /// the latest reservation, and the result is `std::nullopt` (or the exception); what a part's reserve
+  /// took beyond the n (see each part) stays taken.
+  std::optional<time_point> reserve(std::int64_t n, time_point t, time_point not_before)
+    requires(reservable_rate_limit<Limits> && ...)
+  {
+    detail::check_request("rein::algo::all_of", n);
+    if (n > capacity()) return std::nullopt;
+    const time_point now = clamp(t);
+    const std::optional<time_point> ready = ready_at(n, now);
+    if (!ready) return std::nullopt;
+    const time_point at = std::max(*ready, not_before);
+    std::size_t done = 0;
+    auto undo = [&] {
+      each([&](auto& part, std::size_t i) {
+        if (i < done) part.cancel_reservation(n, at, {}, now);
+      });
+    };
+    try {
+      bool failed = false;
+      each([&](auto& part, std::size_t) {
+        if (failed) return;
+        const std::optional<time_point> mine = part.reserve(n, now, at);
+        if (mine) ++done;
+        failed = !mine;
+        assert(!mine || *mine == at);
+      });
+      if (!failed) return at;
+    } catch (...) {
+      undo();
+      throw;
+    }
+    undo();
+    return std::nullopt;
+  }
+
+  /// Gives back at t, on every part by its own rule, what a cancelled reservation of n acting at `at` may
+  /// return while the reservations `standing` still stand (see `reservable_rate_limit`). Present when
+  /// every part is a `reservable_rate_limit`.
+  /// @returns the least any part gave back: units that came back on every part.
+  /// @throws std::invalid_argument if n < 0.
+  std::int64_t cancel_reservation(std::int64_t n, time_point at, std::span<const standing_reservation<time_point>> standing,
+                                  time_point t)
+    requires(reservable_rate_limit<Limits> && ...)
+  {
+    detail::check_request("rein::algo::all_of", n);
+    const time_point now = clamp(t);
+    std::int64_t least = n;
+    each([&](auto& part, std::size_t) { least = std::min(least, part.cancel_reservation(n, at, standing, now)); });
+    return least;
   }
 
   /// The largest n a single request may ask of every limit: the smallest capacity.

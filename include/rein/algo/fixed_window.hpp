@@ -6,9 +6,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <optional>
+#include <span>
 
 namespace rein::algo {
 
@@ -161,6 +163,74 @@ class basic_fixed_window {
     const std::int64_t used = count_ns(now);
     roll(now);
     count_ = saturated(detail::int128(used) + n);
+  }
+
+  /// Counts n units at t for a caller who acts later (Go's `ReserveN` on a window): they go to the first
+  /// window from t on that has room for all n (this one if it has, else a window start while earlier
+  /// counts and reservations fill the windows before), and count there at once, so that later requests
+  /// and reservations are timed behind them. The room a full window's end leaves unused before that start
+  /// stays counted, as a FIFO waiter for n would leave it.
+  /// @returns the time from which the n are the caller's (t itself when this window has room); or
+  /// `std::nullopt`, with nothing counted, if n > limit, if that time lies beyond the clock's range, or if
+  /// the count would pass 2^62.
+  /// @throws std::invalid_argument if n < 0.
+  std::optional<time_point> reserve(std::int64_t n, time_point t) { return reserve(n, t, time_point::min()); }
+
+  /// As `reserve(n, t)`, for a caller who will not act before `not_before`: the units count in the window
+  /// that holds the time returned, the later of the two.
+  std::optional<time_point> reserve(std::int64_t n, time_point t, time_point not_before) {
+    detail::check_request(type_name, n);
+    if (n > limit_) return std::nullopt;
+    const std::int64_t now = clamp(t);
+    const detail::int128 at = std::max<detail::int128>(ready_ns(n, now), detail::to_ns(not_before));
+    const std::optional<time_point> when = detail::from_ns<time_point>(at);
+    if (!when) return std::nullopt;
+    // Window k (0 = this one) holds the units; the windows before it count full.
+    const detail::int128 k = index_of(detail::to_ns(*when)) - index_of(now);
+    const detail::int128 count = std::max<detail::int128>(count_ns(now), k * limit_) + n;
+    if (count > max_limit) return std::nullopt;
+    roll(now);
+    count_ = static_cast<std::int64_t>(count);
+    return when;
+  }
+
+  /// Gives back at t what a cancelled reservation of n units acting at `at` may return while the
+  /// reservations `standing` (sorted by time, without this one) still stand; see `reservable_rate_limit`.
+  ///
+  /// The rule. The count of window j (0 = the one holding t) is N(j) = max(0, C - j x limit), C the count
+  /// now: what `charge` and `reserve` carried past a window start is repaid `limit` per start. A standing
+  /// reservation's units are in N(j) of its own window j; a refund x lowers every N(j) by x (down to 0).
+  /// So x is the largest in [0, n] with N(j) - x >= P(j) for every window j holding standing reservations
+  /// of P(j) units in all; and, when this reservation's window is a later one, with N(0) - x >= limit (the
+  /// current window stays full: what it holds besides reservations is not known, and this reservation's
+  /// units were never in it). Then no window ever admits anyone in a standing reservation's units. Nothing
+  /// comes back once `at` is before t. The room a reservation left unused before its window (see
+  /// `reserve`) stays counted.
+  /// @returns the units given back.
+  /// @throws std::invalid_argument if n < 0.
+  std::int64_t cancel_reservation(std::int64_t n, time_point at, std::span<const standing_reservation<time_point>> standing,
+                                  time_point t) {
+    detail::check_request(type_name, n);
+    const std::int64_t now = clamp(t);
+    if (detail::to_ns(at) < now) return 0;
+    const detail::int128 here = index_of(now);
+    const detail::int128 count = count_ns(now);
+    auto counted = [&](detail::int128 window) { return std::max<detail::int128>(0, count - (window - here) * limit_); };
+    detail::int128 back = n;
+    if (index_of(detail::to_ns(at)) > here) back = std::min(back, count - limit_);
+    // P(j), summed over the standing reservations of one window at a time (they are sorted by time).
+    for (std::size_t i = 0; i < standing.size();) {
+      const detail::int128 window = index_of(detail::to_ns(standing[i].at));
+      detail::int128 units = 0;
+      for (; i < standing.size() && index_of(detail::to_ns(standing[i].at)) == window; ++i) {
+        if (detail::to_ns(standing[i].at) >= now) units += standing[i].n;
+      }
+      if (window >= here) back = std::min(back, counted(window) - units);
+    }
+    const auto given = static_cast<std::int64_t>(std::max<detail::int128>(0, back));
+    roll(now);
+    count_ = static_cast<std::int64_t>(count - given);
+    return given;
   }
 
   /// Lowers what the window admits so that from t until just before `t + reset_after` (the instant the

@@ -11,6 +11,7 @@
 #include <limits>
 #include <optional>
 #include <ratio>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -100,6 +101,38 @@ template <class L>
 concept remaining_limited_rate_limit =
     rate_limit<L> && requires(L& limit, std::int64_t n, std::chrono::nanoseconds d, typename L::time_point t) {
       { limit.limit_remaining(n, d, t) } -> std::same_as<bool>;
+    };
+
+/// A reservation that still stands: `n` units taken by a `reserve` for the caller to use at `at`. The
+/// async layer keeps the standing ones of a limit, sorted by `at`, and hands them to the limit's
+/// `cancel_reservation` so that it can tell what a cancelled one may give back.
+template <class TimePoint>
+struct standing_reservation {
+  std::int64_t n = 0;  ///< units reserved
+  TimePoint at{};      ///< when they are the caller's (the reservation's time to act)
+};
+
+/// A `rate_limit` that reserves: units taken now for a caller who acts later (Go's `ReserveN`), and given
+/// back by a rule of the limit's own when that caller cancels.
+///
+/// Rules of the members, for every model (`basic_token_bucket`, `basic_fixed_window`,
+/// `basic_sliding_window`, and `all_of` when all its parts are):
+/// - `reserve(n, t, not_before)` takes n units at t and returns the time from which they are the caller's,
+///   never before `not_before` (`reserve(n, t)`: no such bound); units are counted now, so that later
+///   requests and reservations are timed behind them. `std::nullopt` with nothing taken when n > capacity(),
+///   or when the time or the debt lies beyond the limit's range. Throws std::invalid_argument for n < 0.
+/// - `cancel_reservation(n, at, standing, t)` gives back, at t, what a reservation of n units acting at `at`
+///   may return while the reservations `standing` (sorted by time, the cancelled one not among them) still
+///   stand: the most that never lets anyone act in a standing reservation's units, nothing if `at` is before
+///   t (the units are spent), and never more than n. It returns the units given back. Each model states its
+///   rule.
+template <class L>
+concept reservable_rate_limit =
+    rate_limit<L> && requires(L& limit, std::int64_t n, typename L::time_point t,
+                              std::span<const standing_reservation<typename L::time_point>> standing) {
+      { limit.reserve(n, t) } -> std::same_as<std::optional<typename L::time_point>>;
+      { limit.reserve(n, t, t) } -> std::same_as<std::optional<typename L::time_point>>;
+      { limit.cancel_reservation(n, t, standing, t) } -> std::same_as<std::int64_t>;
     };
 
 namespace detail {

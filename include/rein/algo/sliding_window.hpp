@@ -7,7 +7,9 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <optional>
+#include <span>
 #include <vector>
 
 namespace rein::algo {
@@ -94,7 +96,11 @@ class basic_sliding_window {
   }
 
   /// The number of starts in the window (t - window, t]. Reads only.
-  std::int64_t count(time_point t) const { return static_cast<std::int64_t>(starts_.size() - first_in_window(clamp(t))); }
+  /// Reservations' starts, recorded at their later times to act, count from those times on.
+  std::int64_t count(time_point t) const {
+    const std::int64_t now = clamp(t);
+    return static_cast<std::int64_t>(first_after(now) - first_in_window(now));
+  }
 
   /// Forgets n starts at t, as if they had not happened (e.g. a request that was admitted but never sent):
   /// the n oldest starts still in the window (t - window, t], or all of them if fewer are.
@@ -116,14 +122,57 @@ class basic_sliding_window {
     dropped_ -= cancelled;
     n -= cancelled;
     const std::size_t first = first_in_window(now);
-    const std::size_t forgotten = std::min(starts_.size() - first, static_cast<std::size_t>(n));
+    const std::size_t forgotten = std::min(first_after(now) - first, static_cast<std::size_t>(n));
     last_ns_ = now;
-    if (forgotten == 0) return;
-    // Unwrap the ring (oldest at index 0), then close the gap: no allocation, so no throw.
-    std::rotate(starts_.begin(), starts_.begin() + static_cast<std::ptrdiff_t>(head_), starts_.end());
-    const auto gap = starts_.begin() + static_cast<std::ptrdiff_t>(first);
-    starts_.erase(gap, gap + static_cast<std::ptrdiff_t>(forgotten));
-    head_ = 0;
+    forget(first, forgotten);
+  }
+
+  /// Records n starts at t for a caller who acts later (Go's `ReserveN` on a window): at the first time
+  /// from t on at which they fit, and no earlier than the latest start recorded (a reservation's), so that
+  /// later requests and reservations are timed behind them. The starts are recorded at that time, the time
+  /// to act, and count from then on.
+  /// @returns that time (rounded up to the clock's tick); or `std::nullopt`, with nothing recorded, if
+  /// n > limit or the time lies beyond the clock's range.
+  /// @throws std::invalid_argument if n < 0; std::bad_alloc (nothing recorded) if the log cannot grow.
+  std::optional<time_point> reserve(std::int64_t n, time_point t) { return reserve(n, t, time_point::min()); }
+
+  /// As `reserve(n, t)`, for a caller who will not act before `not_before`: the starts are recorded at the
+  /// time returned, the later of the two.
+  std::optional<time_point> reserve(std::int64_t n, time_point t, time_point not_before) {
+    detail::check_request(type_name, n);
+    if (n > limit()) return std::nullopt;
+    const std::int64_t now = clamp(t);
+    const std::optional<time_point> at =
+        detail::from_ns<time_point>(std::max<detail::int128>(ready_ns(n, now), detail::to_ns(not_before)));
+    if (!at) return std::nullopt;
+    // Recorded at the tick the caller acts at, so that cancel_reservation finds them by that time.
+    record(n, detail::to_ns(*at), now);
+    last_ns_ = now;
+    return at;
+  }
+
+  /// Gives back at t what a cancelled reservation of n starts acting at `at` may return; see
+  /// `reservable_rate_limit`. `standing` is not needed here.
+  ///
+  /// The rule. The reservation's starts are in the log at `at`, its time to act, and every admission is
+  /// decided by counting the log, standing reservations' starts included. Removing starts from the log
+  /// only lowers counts: no window then holds more than `limit` starts of those that still stand, so a
+  /// cancel at or before `at` gives all n back (the starts recorded at `at`: equal stamps are
+  /// interchangeable). Nothing comes back once `at` is before t, and nothing for starts that a `charge` or
+  /// a smaller `set_limit` has since pushed out of the log.
+  /// @returns the starts given back.
+  /// @throws std::invalid_argument if n < 0.
+  std::int64_t cancel_reservation(std::int64_t n, time_point at, std::span<const standing_reservation<time_point>>,
+                                  time_point t) {
+    detail::check_request(type_name, n);
+    const std::int64_t now = clamp(t);
+    const std::int64_t stamp = detail::to_ns(at);
+    if (stamp < now) return 0;
+    const std::size_t first = stamp == std::numeric_limits<std::int64_t>::min() ? 0 : first_after(stamp - 1);
+    const std::size_t mine = std::min(first_after(stamp) - first, static_cast<std::size_t>(n));
+    last_ns_ = now;
+    forget(first, mine);
+    return static_cast<std::int64_t>(mine);
   }
 
   /// Records n starts at t even beyond the limit (a cost found after the fact; see
@@ -143,19 +192,12 @@ class basic_sliding_window {
     const std::int64_t now = clamp(t);
     const std::int64_t logged = std::min(n, limit_);
     const std::int64_t beyond = n - logged;  // starts older than the newest `limit`, never logged
-    make_room(logged);
-    if (!dropped_ns_in_window(now)) dropped_ = 0;
-    const std::size_t first = first_in_window(now);
-    const std::size_t full = static_cast<std::size_t>(limit_);
-    // The pushes replace the oldest entries once the log is full; those still in the window are dropped.
-    const std::size_t free = full - starts_.size();
-    const std::size_t replaced = static_cast<std::size_t>(logged) > free ? static_cast<std::size_t>(logged) - free : 0;
-    const std::size_t replaced_in_window = replaced > first ? replaced - first : 0;
-    if (replaced_in_window > 0) newest_dropped_ns_ = at(replaced - 1);
-    if (beyond > 0) newest_dropped_ns_ = now;
-    add_dropped(static_cast<std::int64_t>(replaced_in_window));
+    // Never before the newest start (a reservation's, later than now): the log stays sorted, and the
+    // starts count a little longer, never less.
+    const std::int64_t stamp = starts_.empty() ? now : std::max(now, at(starts_.size() - 1));
+    record(logged, stamp, now);
+    if (beyond > 0) newest_dropped_ns_ = stamp;
     add_dropped(beyond);
-    for (std::int64_t i = 0; i < logged; ++i) push(now);
     last_ns_ = now;
   }
 
@@ -275,12 +317,36 @@ class basic_sliding_window {
   }
 
   // Think of the log as `limit` entries, oldest first, the missing ones at minus infinity. n more starts
-  // fit once at most limit - n entries remain in the window, i.e. once entry n - 1 has left it.
+  // fit once at most limit - n entries remain in the window, i.e. once entry n - 1 has left it; and not
+  // before the newest start, which is later than now only for a reservation (nobody overtakes it).
   detail::int128 ready_ns(std::int64_t n, std::int64_t now) const noexcept {
+    if (n == 0) return now;
     const std::int64_t missing = limit_ - static_cast<std::int64_t>(starts_.size());
-    if (n <= missing) return now;
+    const detail::int128 behind = starts_.empty() ? now : std::max(now, at(starts_.size() - 1));
+    if (n <= missing) return behind;
     const detail::int128 leaves = detail::int128(at(static_cast<std::size_t>(n - 1 - missing))) + window_ns_;
-    return leaves > now ? leaves : now;
+    return std::max(leaves, behind);
+  }
+
+  // The index of the first start after `now`: the log's end unless reservations stand.
+  std::size_t first_after(std::int64_t now) const noexcept {
+    std::size_t first = 0, last = starts_.size();
+    while (first < last) {
+      const std::size_t middle = first + (last - first) / 2;
+      if (at(middle) > now) last = middle;
+      else first = middle + 1;
+    }
+    return first;
+  }
+
+  // Removes `count` starts from the `first`-th on. Unwraps the ring (oldest at index 0), then closes the
+  // gap: no allocation, so no throw.
+  void forget(std::size_t first, std::size_t count) noexcept {
+    if (count == 0) return;
+    std::rotate(starts_.begin(), starts_.begin() + static_cast<std::ptrdiff_t>(head_), starts_.end());
+    const auto gap = starts_.begin() + static_cast<std::ptrdiff_t>(first);
+    starts_.erase(gap, gap + static_cast<std::ptrdiff_t>(count));
+    head_ = 0;
   }
 
   // Allocates up front, so that a failed allocation leaves the state untouched; grows geometrically.
@@ -291,13 +357,28 @@ class basic_sliding_window {
 
   // The vector holds exactly the recorded starts: it grows at the back, unwrapped,
   // until it holds `limit` of them, and from then on is a full ring whose oldest entry each start replaces.
-  void push(std::int64_t now) noexcept {
+  void push(std::int64_t stamp) noexcept {
     if (starts_.size() < static_cast<std::size_t>(limit_)) {
-      starts_.push_back(now);  // capacity reserved by make_room
+      starts_.push_back(stamp);  // capacity reserved by make_room
     } else {
-      starts_[head_] = now;
+      starts_[head_] = stamp;
       head_ = (head_ + 1) % starts_.size();
     }
+  }
+
+  // Logs n <= limit starts at `stamp` (>= the newest one). Once the log is full they replace the oldest
+  // entries; those still in the window at `now` count as dropped (see charge). Allocates first, so that a
+  // failed allocation changes nothing.
+  void record(std::int64_t n, std::int64_t stamp, std::int64_t now) {
+    make_room(n);
+    if (!dropped_ns_in_window(now)) dropped_ = 0;
+    const std::size_t first = first_in_window(now);
+    const std::size_t free = static_cast<std::size_t>(limit_) - starts_.size();
+    const std::size_t replaced = static_cast<std::size_t>(n) > free ? static_cast<std::size_t>(n) - free : 0;
+    const std::size_t replaced_in_window = replaced > first ? replaced - first : 0;
+    if (replaced_in_window > 0) newest_dropped_ns_ = at(replaced - 1);
+    add_dropped(static_cast<std::int64_t>(replaced_in_window));
+    for (std::int64_t i = 0; i < n; ++i) push(stamp);
   }
 
   bool dropped_ns_in_window(std::int64_t now) const noexcept {

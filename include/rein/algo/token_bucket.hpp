@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <limits>
 #include <optional>
+#include <span>
 
 namespace rein::algo {
 
@@ -171,20 +172,74 @@ class basic_token_bucket {
   /// @returns the time from which the n tokens are the caller's; `std::nullopt` with nothing taken if
   /// n > capacity(), if that time lies beyond the clock's range, or if the debt would pass max_capacity.
   /// @throws std::invalid_argument if n < 0.
-  std::optional<time_point> reserve(std::int64_t n, time_point t) {
+  std::optional<time_point> reserve(std::int64_t n, time_point t) { return reserve(n, t, time_point::min()); }
+
+  /// As `reserve(n, t)`, for a caller who will not act before `not_before` (an `all_of` whose other parts
+  /// are ready later): the time returned is the later of the two. Tokens that would have overflowed the
+  /// full bucket while the n wait for their holder are taken too, so that from `not_before` on the bucket
+  /// holds exactly what it would had the n been taken then (never a burst above the capacity when the
+  /// holder acts). With warm-up that overflow is counted at the rate before the reservation.
+  std::optional<time_point> reserve(std::int64_t n, time_point t, time_point not_before) {
     detail::check_request(type_name, n);
     if (n > capacity_) return std::nullopt;
     const std::int64_t now = clamp(t);
-    const int128 after = units_at(now) - n * unit();
-    if (after < -max_capacity * unit()) return std::nullopt;
-    const int128 at_rate = now + wait_ns(-after);
+    const int128 units = units_at(now);
+    const int128 at_rate = now + wait_ns(n * unit() - units);
     const bool over_cap = n > capped(now);
-    const auto ready = detail::from_ns<time_point>(over_cap && at_rate < cap_until_ns_ ? int128(cap_until_ns_) : at_rate);
-    if (ready) {
+    const int128 ready = over_cap && at_rate < cap_until_ns_ ? int128(cap_until_ns_) : at_rate;
+    const std::int64_t held = detail::to_ns(not_before);
+    // The tokens that would arrive above the capacity between now and `held`, were the n not yet taken.
+    const int128 overflow = held > ready ? std::max<int128>(0, units + (int128(held) - now) * fraction_.tokens - full()) : 0;
+    const int128 after = units - n * unit() - overflow;
+    if (after < -max_capacity * unit()) return std::nullopt;
+    const auto at = detail::from_ns<time_point>(std::max<int128>(ready, held));
+    if (at) {
       commit(after, now, n);
       if (!over_cap) spend_cap(n, now);
     }
-    return ready;
+    return at;
+  }
+
+  /// Gives back at t what a cancelled reservation of n tokens acting at `at` may return while the
+  /// reservations `standing` (sorted by time, without this one) still stand; see `reservable_rate_limit`.
+  ///
+  /// The rule. Let B(s) be the balance projected at the current refill rate (its debt repaid as time
+  /// passes), read rounded up to a whole token (so a fraction is kept rather than lent), and P(s) the
+  /// tokens of the standing reservations acting at s or later. While they stand, a real bucket holds B(s) +
+  /// P(s): their tokens are in it until they act. So the refund x is the largest in [0, n] with B(s) + x +
+  /// P(s) <= capacity at t and at every standing reservation's time (between two such times B rises and P
+  /// stays, so those are the worst instants). Then no one can ever act in a standing reservation's tokens,
+  /// whatever the rate of later calls, and everything that does not stand in their way comes back. Nothing
+  /// comes back once `at` is before t (the tokens are spent). The projection holds at the rate of the
+  /// moment: a rate changed later moves B for everyone, while reservations keep their times (as Go's
+  /// `SetLimit` says of its reservations).
+  ///
+  /// Go's `Reservation.CancelAt` keeps back the tokens "reserved after" this one counted as time instead,
+  /// and its refunds were reported wrong (golang/go#56924, #69419): it keeps back every token reserved
+  /// after even when the capacity leaves room for them (capacity 3, rate 1/s, empty: reserve 2 then 1;
+  /// cancelling the 2 gives back 1 in Go, 2 here), and after a rate increase it can give back tokens a later
+  /// reservation still needs. As in Go, tokens kept back for a later reservation stay spent even if that
+  /// one is cancelled afterwards: cancel the latest first to get everything back.
+  /// @returns the tokens given back.
+  /// @throws std::invalid_argument if n < 0.
+  std::int64_t cancel_reservation(std::int64_t n, time_point at, std::span<const standing_reservation<time_point>> standing,
+                                  time_point t) {
+    detail::check_request(type_name, n);
+    const std::int64_t now = clamp(t);
+    if (detail::to_ns(at) < now) return 0;
+    // B(s) + P(s) <= capacity, walking back from the latest standing reservation; the sums stay far from
+    // overflow (the standing tokens sit in the debt, at most 1e15 tokens, plus one capacity).
+    auto room = [this](std::int64_t later, std::int64_t s) { return capacity_ - later - tokens_rounded_up_ns(s); };
+    std::int64_t back = n, later = 0;
+    for (auto e = standing.rbegin(); e != standing.rend(); ++e) {
+      const std::int64_t s = detail::to_ns(e->at);
+      if (s < now) break;  // acted: no longer in the bucket
+      later += e->n;
+      back = std::min(back, room(later, std::max(s, now)));
+    }
+    back = std::max<std::int64_t>(0, std::min(back, room(later, now)));
+    refund(back, t);
+    return back;
   }
 
   /// Takes n tokens at t whatever is there, leaving the bucket in debt if it holds fewer: the charge for
@@ -272,9 +327,7 @@ class basic_token_bucket {
 
   /// The tokens in the bucket at t rounded up to a whole token (negative while in debt): the exact reading
   /// that `tokens(t)` rounds to a double. Reads only.
-  std::int64_t tokens_rounded_up(time_point t) const {
-    return static_cast<std::int64_t>(detail::ceil_div(units_at(clamp(t)), unit()));
-  }
+  std::int64_t tokens_rounded_up(time_point t) const { return tokens_rounded_up_ns(clamp(t)); }
 
   /// Gives back n tokens at t (the unused part of an estimate, or a reservation not used); the bucket
   /// never goes above capacity.
@@ -409,6 +462,10 @@ class basic_token_bucket {
     const int128 arrived = elapsed * fraction_.tokens;
     if (arrived >= room) return full();
     return units_ + arrived;
+  }
+
+  std::int64_t tokens_rounded_up_ns(std::int64_t now) const noexcept {
+    return static_cast<std::int64_t>(detail::ceil_div(units_at(now), unit()));
   }
 
   // Nanoseconds until `missing` units have arrived (0 if none are missing).
