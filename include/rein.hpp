@@ -61,6 +61,7 @@
 #include <rein/quota_gate.hpp>
 #include <rein/rate_limit_headers.hpp>
 #include <rein/rate_limiter.hpp>
+#include <rein/reservation.hpp>
 #include <rein/retry.hpp>
 #include <rein/retry_after.hpp>
 #include <rein/semaphore.hpp>

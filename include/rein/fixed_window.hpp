@@ -11,6 +11,7 @@
 #include <rein/observer.hpp>
 #include <rein/queue_order.hpp>
 #include <rein/rate_limiter.hpp>
+#include <rein/reservation.hpp>
 #include <rein/wait_stats.hpp>
 
 #include REIN_ASIO_HEADER(any_io_executor.hpp)
@@ -48,7 +49,7 @@ using fixed_window_options = basic_fixed_window_options<std::chrono::steady_cloc
 
 /// A fixed window's state, copied out under its lock.
 template <class Duration>
-struct fixed_window_snapshot : wait_stats {
+struct fixed_window_snapshot : wait_stats, reservation_stats {
   std::int64_t in_window = 0;  ///< units counted in the current window (above `limit` while a charge is repaid)
   std::int64_t available = 0;  ///< max(0, limit - in_window): units that fit now (if nobody waits)
   std::int64_t limit = 0;      ///< most units per window
@@ -66,7 +67,9 @@ std::ostream& operator<<(std::ostream& os, const fixed_window_snapshot<Duration>
   detail::write_duration(os, std::chrono::duration_cast<std::chrono::nanoseconds>(s.resets_in));
   os << " utilisation=";
   detail::write_number(os, s.utilisation);
-  os << " available=" << s.available << ' ';
+  os << " available=" << s.available;
+  detail::write_reservations(os, s);
+  os << ' ';
   detail::write_wait_stats(os, s);
   return os;
 }
@@ -102,6 +105,11 @@ std::ostream& operator<<(std::ostream& os, const fixed_window_snapshot<Duration>
 /// and `limit_remaining` applies an upstream's remaining count until its reset. A deadline that cannot be met
 /// fails at once with errc::timed_out whenever even single-unit waiters ahead could not make it in time (exact
 /// when every waiter asks for one unit).
+///
+/// `reserve(n)` (rein::basic_reservation) counts n units now in the first window with room for them and
+/// says when that window starts (now, if this one has room): wait for it, act elsewhere, or `cancel()` to
+/// take them off the count again, unless a later reservation's window still needs the count (see
+/// `algo::basic_fixed_window::cancel_reservation`).
 ///
 /// @tparam Executor the I/O executor; completions default to it.
 /// @tparam Clock    the clock of the windows and of deadlines; tick of a nanosecond or coarser.
@@ -193,9 +201,10 @@ class basic_fixed_window : public basic_rate_limiter<algo::basic_fixed_window<Cl
   /// The current window's count and room, when it resets, and the waiting statistics; O(1).
   snapshot_type snapshot() const {
     const time_point now = Clock::now();
-    return this->inspect([now](const limit_type& w, const wait_stats& stats) {
+    return this->inspect([this, now](const limit_type& w, const wait_stats& stats) {
       snapshot_type s;
       static_cast<wait_stats&>(s) = stats;
+      detail::copy_reservations(this->reservations(), s);
       s.in_window = w.count(now);
       s.available = std::max<std::int64_t>(0, w.limit() - s.in_window);
       s.limit = w.limit();

@@ -21,6 +21,7 @@
 #include <rein/observer.hpp>
 #include <rein/outcome.hpp>
 #include <rein/queue_order.hpp>
+#include <rein/reservation.hpp>
 #include <rein/try_result.hpp>
 #include <rein/wait_stats.hpp>
 
@@ -48,14 +49,29 @@
 
 namespace rein {
 
-/// A rate limiter's waiting statistics, copied out under its lock.
-struct rate_limiter_snapshot : wait_stats {};
+/// A rate limiter's waiting statistics, and its reservations' counters (zero for a limit that does not
+/// reserve), copied out under its lock.
+struct rate_limiter_snapshot : wait_stats, reservation_stats {};
 
-/// One line: `waiting=0 acquired=10 rejected=0 wait[...]`.
+/// One line: `waiting=0 acquired=10 rejected=0 wait[...]`, then ` reserved=2 (cancelled=1 returned=2)` once
+/// anything was reserved.
 inline std::ostream& operator<<(std::ostream& os, const rate_limiter_snapshot& s) {
   detail::write_wait_stats(os, s);
+  detail::write_reservations(os, s);
   return os;
 }
+
+namespace detail {
+// What a limiter's reserve() returns: rein::basic_reservation for a limit that reserves, else nothing.
+template <class Limit, class Executor, class Mutex>
+struct reservation_of {
+  using type = void;
+};
+template <algo::reservable_rate_limit Limit, class Executor, class Mutex>
+struct reservation_of<Limit, Executor, Mutex> {
+  using type = basic_reservation<Limit, Executor, Mutex>;
+};
+}  // namespace detail
 
 /// An awaitable rate limiter over any pure rate limit (`rein::algo::rate_limit`): how many calls may start
 /// per unit of time. `rein::basic_token_bucket` and `rein::basic_sliding_window` are this class over
@@ -111,6 +127,10 @@ class basic_rate_limiter {
 
   /// The rule it takes: the limit itself.
   using rule_type = Limit;
+
+  /// What reserve() returns: rein::basic_reservation<Limit, Executor, Mutex> when `Limit` is an
+  /// algo::reservable_rate_limit (token bucket, fixed and sliding windows, `all_of` of those), else void.
+  using reservation = typename detail::reservation_of<Limit, Executor, Mutex>::type;
 
   /// Wraps `limit` (made at the clock's current time), completing operations on `ex` by default; `line` is
   /// its waiting line's (rein::line_options; partitions are refused: a rate limiter hands out no permits).
@@ -237,10 +257,39 @@ class basic_rate_limiter {
   /// How messages name this limiter's type ("rein::token_bucket", ...).
   std::string_view type_name_;
 
-  /// The waiter core, for a derived type's own steps under its lock (a token bucket's reservations).
+  /// The waiter core, for a derived type's own steps under its lock.
   core_type* core() const noexcept { return core_.get(); }
 
+  /// The book of reservations (nullptr before the first reserve); read it under the lock (in inspect).
+  const detail::reservation_book<time_point>* reservations() const noexcept { return book_.get(); }
+
  public:
+
+  /// Reserves n units now and says when they are the caller's (Go's `ReserveN`): they are counted at once
+  /// (a token bucket goes into debt, a window counts them in the window they act in), and the
+  /// reservation's `delay()` is how long until they are the caller's. Then `co_await r.wait()`, act at
+  /// `r.time_to_act()`, or `r.cancel()` to give them back by the limit's rule; see rein::basic_reservation.
+  /// Never waits, never blocks anyone already waiting. Present when `Limit` is an
+  /// algo::reservable_rate_limit.
+  ///
+  /// The line's rule: a reservation never overtakes a waiter. While anyone waits on the line (an acquire,
+  /// in any queue_order), reserve takes nothing and returns a reservation that is not ok, status busy (ask
+  /// try_acquire().retry_after() when the line may be through). Acquires that come after a reservation
+  /// queue behind it, and later reservations are timed after it: FIFO between reservations and acquires
+  /// alike.
+  ///
+  /// Not ok, with nothing taken: exceeds_capacity if n > the capacity (a window's limit), closed after
+  /// close(), busy as above or if the limit cannot count that far ahead (a token bucket's debt beyond 1e15
+  /// tokens, a fixed window's count beyond 2^62, a time beyond the clock's range). Synchronous because
+  /// reserving takes no time: only the wait does.
+  /// @throws std::bad_alloc if the book of reservations (or a sliding window's log) cannot grow.
+  /// @par Thread Safety
+  /// As every member: safe concurrently with std::mutex.
+  reservation reserve(std::size_t n = 1)
+    requires algo::reservable_rate_limit<Limit>
+  {
+    return reservation::reserve(*core_.get(), book_, n);
+  }
 
   /// Gives back n units taken earlier and not used (the unused part of an estimate, a call never made),
   /// never beyond what the limit allows (see the limit's own `refund`). Waiters that now fit are granted.
@@ -301,9 +350,10 @@ class basic_rate_limiter {
 
   /// Waiting statistics, copied under the lock in O(1).
   rate_limiter_snapshot snapshot() const {
-    return inspect([](const Limit&, const wait_stats& w) {
+    return inspect([this](const Limit&, const wait_stats& w) {
       rate_limiter_snapshot s;
       static_cast<wait_stats&>(s) = w;
+      detail::copy_reservations(book_.get(), s);
       return s;
     });
   }
@@ -313,6 +363,8 @@ class basic_rate_limiter {
   detail::line_doors<core_type> doors() const noexcept { return {core_.get(), type_name_}; }
 
   detail::core_owner<core_type> core_;
+  // The reservations not yet acted (rein/reservation.hpp), made by the first reserve; under the line's lock.
+  std::shared_ptr<detail::reservation_book<time_point>> book_;
 };
 
 // Members defined outside the class, so that REIN_SEPARATE_COMPILATION compiles them in one unit only: a

@@ -10,6 +10,7 @@
 #include <rein/observer.hpp>
 #include <rein/queue_order.hpp>
 #include <rein/rate_limiter.hpp>
+#include <rein/reservation.hpp>
 #include <rein/wait_stats.hpp>
 
 #include REIN_ASIO_HEADER(any_io_executor.hpp)
@@ -40,7 +41,7 @@ using sliding_window_options = basic_sliding_window_options<std::chrono::steady_
 
 /// A sliding window's state, copied out under its lock.
 template <class Duration>
-struct sliding_window_snapshot : wait_stats {
+struct sliding_window_snapshot : wait_stats, reservation_stats {
   std::int64_t in_window = 0;  ///< starts in the window ending now
   std::int64_t available = 0;  ///< limit - in_window: starts that fit now (if nobody waits)
   std::int64_t limit = 0;      ///< most starts in any window
@@ -55,7 +56,9 @@ std::ostream& operator<<(std::ostream& os, const sliding_window_snapshot<Duratio
   detail::write_duration(os, std::chrono::duration_cast<std::chrono::nanoseconds>(s.window));
   os << " utilisation=";
   detail::write_number(os, s.utilisation);
-  os << " available=" << s.available << ' ';
+  os << " available=" << s.available;
+  detail::write_reservations(os, s);
+  os << ' ';
   detail::write_wait_stats(os, s);
   return os;
 }
@@ -85,6 +88,10 @@ std::ostream& operator<<(std::ostream& os, const sliding_window_snapshot<Duratio
 /// see `algo::basic_sliding_window::charge`), and `limit_remaining` applies an upstream's count for resets
 /// shorter than the window. A deadline that cannot be met fails at once with errc::timed_out whenever even
 /// single-start waiters ahead could not make it in time (exact when every waiter asks for one start).
+///
+/// `reserve(n)` (rein::basic_reservation) records n starts at the first time they fit (never before an
+/// earlier reservation's) and says when that is: wait for it, act elsewhere, or `cancel()` before then to
+/// take all n out of the log again (see `algo::basic_sliding_window::cancel_reservation`).
 ///
 /// @tparam Executor the I/O executor; completions default to it.
 /// @tparam Clock    the clock of the window and of deadlines; tick of a nanosecond or coarser.
@@ -170,9 +177,10 @@ class basic_sliding_window : public basic_rate_limiter<algo::basic_sliding_windo
   /// Starts in, and room left in, the window ending now, with the waiting statistics; O(log limit).
   snapshot_type snapshot() const {
     const time_point now = Clock::now();
-    return this->inspect([now](const limit_type& w, const wait_stats& stats) {
+    return this->inspect([this, now](const limit_type& w, const wait_stats& stats) {
       snapshot_type s;
       static_cast<wait_stats&>(s) = stats;
+      detail::copy_reservations(this->reservations(), s);
       s.in_window = w.count(now);
       s.available = w.limit() - s.in_window;
       s.limit = w.limit();

@@ -51,7 +51,7 @@ struct token_bucket_options {
 };
 
 /// A token bucket's state, copied out under its lock.
-struct token_bucket_snapshot : wait_stats {
+struct token_bucket_snapshot : wait_stats, reservation_stats {
   double tokens = 0;          ///< in the bucket now (fractional, negative while a charge is in debt;
                               ///< decisions are exact, this reading is rounded)
   double rate = 0;            ///< tokens per second
@@ -63,9 +63,6 @@ struct token_bucket_snapshot : wait_stats {
   double quota = 0;           ///< the rate as set, before the margin: rate = quota / (1 + margin)
   double margin = 0;          ///< the pacing margin now, a share of the interval 1 / quota
   std::uint64_t refusals = 0; ///< refusals that widened the margin
-  std::uint64_t reserved_total = 0;  ///< reservations taken by reserve() (ok ones; of any count but 0)
-  std::uint64_t reservations_cancelled_total = 0;  ///< of those, cancelled before their time to act
-  std::uint64_t reserved_returned_total = 0;  ///< tokens those cancellations gave back (see reserve())
 };
 
 /// One line: `tokens=2.5 limit=10/s capacity=20 utilisation=0.88 waiting=0 acquired=10 rejected=0 wait[...]`.
@@ -81,10 +78,7 @@ inline std::ostream& operator<<(std::ostream& os, const token_bucket_snapshot& s
     detail::write_number(os, s.margin);
     os << " refusals=" << s.refusals;
   }
-  if (s.reserved_total > 0) {
-    os << " reserved=" << s.reserved_total << " (cancelled=" << s.reservations_cancelled_total
-       << " returned=" << s.reserved_returned_total << ')';
-  }
+  detail::write_reservations(os, s);
   os << ' ';
   detail::write_wait_stats(os, s);
   return os;
@@ -117,8 +111,8 @@ inline std::ostream& operator<<(std::ostream& os, const token_bucket_snapshot& s
 /// grants them at 0.00, 0.01, 5.0, 10.0, 15.0. The bucket spreads the refill evenly and so may allow 3 starts
 /// within one 10 s window (0.01, 5.0, 10.0); the window never does.
 ///
-/// The operations (`acquire`, `async_acquire`, `_for`, `_until`, `try_acquire`, `refund`, `charge`,
-/// `limit_remaining`, `close`) are those of rein::basic_rate_limiter, with tokens as units.
+/// The operations (`acquire`, `async_acquire`, `_for`, `_until`, `try_acquire`, `reserve`, `refund`,
+/// `charge`, `limit_remaining`, `close`) are those of rein::basic_rate_limiter, with tokens as units.
 ///
 /// Budgets whose true cost is known only afterwards (an LLM call's tokens) reserve an estimate, then settle:
 /// `refund(estimate - actual)` for an over-estimate, `charge(actual - estimate)` for an under-estimate, which
@@ -167,8 +161,8 @@ class basic_token_bucket : public basic_rate_limiter<algo::basic_token_bucket<Cl
     using other = basic_token_bucket<OtherExecutor, Clock, Mutex>;
   };
 
-  /// What reserve() returns.
-  using reservation = basic_token_reservation<Executor, Clock, Mutex>;
+  /// What reserve() returns (rein::basic_token_reservation).
+  using typename base::reservation;
 
   /// Makes a bucket holding `o.initial_tokens` (default: full) now, completing operations on `ex` by default;
   /// `line` is its waiting line's (rein::line_options; partitions are refused).
@@ -183,23 +177,6 @@ class basic_token_bucket : public basic_rate_limiter<algo::basic_token_bucket<Cl
     requires std::is_convertible_v<ExecutionContext&, net::execution_context&>
   basic_token_bucket(ExecutionContext& context, const token_bucket_options& o, line_options line = {})
       : basic_token_bucket(context.get_executor(), o, std::move(line)) {}
-
-  /// Reserves n tokens now and says when they are the caller's (Go's `ReserveN`): they are taken at once,
-  /// leaving the bucket in debt if it holds fewer, and the reservation's `delay()` is how long until the
-  /// rate has repaid that debt. Then `co_await r.wait()`, act at `r.time_to_act()`, or `r.cancel()` to give
-  /// them back; see rein::basic_token_reservation. Never waits, never blocks anyone already waiting.
-  ///
-  /// The line's rule: a reservation never overtakes a waiter. While anyone waits on the line (an acquire,
-  /// in any queue_order), reserve takes nothing and returns a reservation that is not ok, status busy (ask
-  /// try_acquire().retry_after() when the line may be through). Acquires that come after a reservation
-  /// queue behind its debt, and later reservations are timed after it: FIFO between reservations and
-  /// acquires alike.
-  ///
-  /// Not ok, with nothing taken: exceeds_capacity if n > capacity(), closed after close(), busy as above
-  /// or if the debt would pass 1e15 tokens. Synchronous because reserving takes no time: only the wait does.
-  /// @par Thread Safety
-  /// As every member: safe concurrently with std::mutex.
-  reservation reserve(std::size_t n = 1) { return reservation::reserve(*this->core(), book_, n); }
 
   /// Changes the rate (tokens per second) from now on: tokens up to now arrived at the old rate. Queued
   /// waiters are re-timed at once, earlier or later (Go's `SetLimit`).
@@ -309,8 +286,6 @@ class basic_token_bucket : public basic_rate_limiter<algo::basic_token_bucket<Cl
     void store(bool v, std::memory_order order) noexcept { value.store(v, order); }
   };
   flag learning_;
-  // The reservations not yet acted (token_reservation.hpp), made by the first reserve; under the line's lock.
-  std::shared_ptr<detail::reservation_book<time_point>> book_;
 
   static limit_type make_bucket(const token_bucket_options& o, std::string_view name) {
     return renamed([&] {
@@ -351,11 +326,7 @@ REIN_SEPARATE_INLINE token_bucket_snapshot basic_token_bucket<Executor, Clock, M
     s.quota = quota_;
     s.margin = margin_.margin(now);
     s.refusals = margin_.widenings();
-    if (book_) {
-      s.reserved_total = book_->totals().reserved;
-      s.reservations_cancelled_total = book_->totals().cancelled;
-      s.reserved_returned_total = book_->totals().returned;
-    }
+    detail::copy_reservations(this->reservations(), s);
     return s;
   });
 }
