@@ -79,7 +79,7 @@ void copy_reservations(const Book* book, Snapshot& s) noexcept {
 /// if (r && r.delay() < 200ms) co_await r.wait();  // at time_to_act(), on the bucket's executor
 /// else r.cancel();                                 // tokens back; try elsewhere
 /// ```
-/// (From tests/async/token_bucket_reserve.cpp, which compiles and runs it.)
+/// (From tests/async/reserve.cpp, which compiles and runs it.)
 ///
 /// @par Units
 /// Times are the limiter's clock (`time_to_act()`, `delay()`); counts are whole units (tokens, starts).

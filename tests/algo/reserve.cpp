@@ -207,3 +207,18 @@ TEST_CASE("reserve: all_of gives back the least of its parts' refunds", "[reserv
   CHECK(limits.get<1>().count(t0) == 0);
   CHECK(limits.get<0>().count(t0) == 8);
 }
+
+TEST_CASE("reserve: a sliding window's cancel takes back the starts its reservation pushed out of the log",
+          "[reserve][sliding_window][cancel]") {
+  rein::algo::sliding_window w({.limit = 2, .window = 10s}, t0);
+  REQUIRE(w.try_take(2, t0) == take_result::allowed);
+  const time_point r = *w.reserve(2, t0 + 1s);
+  CHECK(r == t0 + 10s);
+  CHECK(w.dropped(t0 + 1s) == 2);  // the log holds the newest 2 starts: the reservation's
+  CHECK(w.cancel_reservation(2, r, {}, t0 + 2s) == 2);
+  // The two starts of t0 still count until 10 s: they are back in the log, and nothing fits before then.
+  CHECK(w.dropped(t0 + 2s) == 0);
+  CHECK(w.count(t0 + 2s) == 2);
+  CHECK(w.try_take(1, t0 + 2s) == take_result::denied);
+  CHECK(w.ready_at(1, t0 + 2s) == t0 + 10s);
+}

@@ -159,7 +159,9 @@ class basic_sliding_window {
   /// only lowers counts: no window then holds more than `limit` starts of those that still stand, so a
   /// cancel at or before `at` gives all n back (the starts recorded at `at`: equal stamps are
   /// interchangeable). Nothing comes back once `at` is before t, and nothing for starts that a `charge` or
-  /// a smaller `set_limit` has since pushed out of the log.
+  /// a smaller `set_limit` has since pushed out of the log. A reservation in a full log pushes out its
+  /// oldest starts, which may still be in the window (they count as `dropped`): the slots a cancel frees
+  /// take those back first (stamped as in `set_limit`), so that the log never forgets a start that counts.
   /// @returns the starts given back.
   /// @throws std::invalid_argument if n < 0.
   std::int64_t cancel_reservation(std::int64_t n, time_point at, std::span<const standing_reservation<time_point>>,
@@ -172,6 +174,13 @@ class basic_sliding_window {
     const std::size_t mine = std::min(first_after(stamp) - first, static_cast<std::size_t>(n));
     last_ns_ = now;
     forget(first, mine);
+    // The room frees the log's slots: starts pushed out of it while still in the window (by this
+    // reservation or a charge) come back first, stamped as late as the newest of them, older than every
+    // start logged (the log drops its oldest). Within the capacity just freed: no allocation.
+    if (!dropped_ns_in_window(now)) dropped_ = 0;
+    const auto back = static_cast<std::size_t>(std::min(dropped_, static_cast<std::int64_t>(mine)));
+    starts_.insert(starts_.begin(), back, newest_dropped_ns_);
+    dropped_ -= static_cast<std::int64_t>(back);
     return static_cast<std::int64_t>(mine);
   }
 

@@ -1,11 +1,18 @@
-// rein::token_bucket::reserve (Go's ReserveN / Reservation): exact delays and wait completions on the manual
-// clock, cancel's refunds against Go's CancelAt (where Go gives back too little, too much, or twice), the
-// line's rule (a reservation never overtakes a waiter), bad input, and cancellation through a slot.
+// reserve() on the rate limiters (Go's ReserveN / Reservation): exact delays and wait completions on the
+// manual clock, cancel's refunds (the token bucket's against Go's CancelAt, where Go gives back too little,
+// too much, or twice; the windows' and rate_limits' by their own rules), the line's rule (a reservation never
+// overtakes a waiter), bad input, closing, and cancellation through a slot, for the token bucket, the fixed
+// and sliding windows and rate_limits.
 #include "support/asio.hpp"
 #include "support/catch.hpp"
 #include "support/manual_time.hpp"
 
+#include <rein/algo/all_of.hpp>
+#include <rein/algo/sliding_window_counter.hpp>
 #include <rein/error.hpp>
+#include <rein/fixed_window.hpp>
+#include <rein/rate_limiter.hpp>
+#include <rein/sliding_window.hpp>
 #include <rein/token_bucket.hpp>
 
 #include <atomic>
@@ -16,6 +23,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -26,6 +34,11 @@ namespace net = rein::net;
 using rein_test::manual_clock;
 using rein_test::since_epoch;
 using bucket_type = rein::basic_token_bucket<net::any_io_executor, manual_clock>;
+using fixed_type = rein::basic_fixed_window<net::any_io_executor, manual_clock>;
+using sliding_type = rein::basic_sliding_window<net::any_io_executor, manual_clock>;
+using both_type = rein::basic_rate_limiter<
+    rein::algo::all_of<rein::algo::basic_token_bucket<manual_clock>, rein::algo::basic_sliding_window<manual_clock>>,
+    net::any_io_executor>;
 using rein::error_code;
 using rein::try_status;
 
@@ -391,4 +404,181 @@ TEST_CASE_METHOD(on_manual_clock, "reserve: threads reserving and cancelling at 
   CHECK(s.reserved_returned_total == given_back.load());
   CHECK(b.tokens() == 10.0 - threads * rounds + static_cast<double>(given_back.load()));
   CHECK(given_back.load() > 0);
+}
+
+// ---- The windows and rate_limits ------------------------------------------------------------------------
+
+namespace {
+
+// Each limiter with a limit of 2 per call (a window's limit, a bucket's capacity), for the common contract.
+fixed_type make(net::io_context& io, std::type_identity<fixed_type>) { return fixed_type(io, {.limit = 2, .window = 1s}); }
+sliding_type make(net::io_context& io, std::type_identity<sliding_type>) {
+  return sliding_type(io, {.limit = 2, .window = 1s});
+}
+both_type make(net::io_context& io, std::type_identity<both_type>) {
+  const auto now = manual_clock::now();
+  return both_type(io, rein::algo::all_of{rein::algo::basic_token_bucket<manual_clock>({.rate = 2, .capacity = 2}, now),
+                                          rein::algo::basic_sliding_window<manual_clock>({.limit = 2, .window = 1s}, now)});
+}
+
+static_assert(std::is_same_v<bucket_type::reservation, rein::basic_token_reservation<net::any_io_executor, manual_clock>>);
+static_assert(std::is_same_v<fixed_type::reservation, rein::basic_reservation<rein::algo::basic_fixed_window<manual_clock>,
+                                                                              net::any_io_executor>>);
+static_assert(std::is_void_v<rein::basic_rate_limiter<rein::algo::basic_sliding_window_counter<manual_clock>>::reservation>);
+
+}  // namespace
+
+TEST_CASE_METHOD(on_manual_clock, "reserve: a fixed window's reservation acts at the first window with room",
+                 "[fixed_window][reserve]") {
+  fixed_type w(io, {.limit = 3, .window = 1s});
+  fixed_type::reservation r1 = w.reserve(3), r2 = w.reserve(2), r3 = w.reserve(2);
+  CHECK(r1.delay() == 0ns);
+  CHECK(r2.time_to_act() == at(1s));
+  CHECK(r2.delay() == 1s);
+  CHECK(r3.time_to_act() == at(2s));  // window 1 holds r2's 2: no room for 2 more
+  CHECK(w.snapshot().in_window == 8);  // 3 here, and 3 + 2 carried into the next windows
+  waited w2;
+  r2.async_wait(w2.handler());
+  rein_test::advance_and_poll(io, 1s - 1ns);
+  CHECK(!w2.ec);
+  rein_test::advance_and_poll(io, 1ns);
+  CHECK(w2.ec == error_code());
+  CHECK(w2.when == 1s);
+}
+
+TEST_CASE_METHOD(on_manual_clock, "reserve: a fixed window's cancel gives back unless a later window needs the count",
+                 "[fixed_window][reserve][cancel]") {
+  fixed_type w(io, {.limit = 3, .window = 1s});
+  fixed_type::reservation r1 = w.reserve(3), r2 = w.reserve(2), r3 = w.reserve(2);
+  rein_test::advance_and_poll(io, 500ms);
+  SECTION("the earlier first: r3 stands in window 2, so r2's units stay counted") {
+    CHECK(r2.cancel() == 0);
+    CHECK(r3.cancel() == 2);
+    CHECK(w.reserve(1).time_to_act() == at(2s));
+  }
+  SECTION("the latest first: both give all back") {
+    CHECK(r3.cancel() == 2);
+    CHECK(r2.cancel() == 2);
+    // Window 1 keeps the 1 that r3's window start left unused there.
+    CHECK(w.reserve(2).time_to_act() == at(1s));
+    CHECK(w.reserve(1).time_to_act() == at(2s));
+    const auto s = w.snapshot();
+    CHECK(s.reserved_total == 5);
+    CHECK(s.reservations_cancelled_total == 2);
+    CHECK(s.reserved_returned_total == 4);
+    std::ostringstream line;
+    line << s;
+    CHECK(line.str().find(" available=0 reserved=5 (cancelled=2 returned=4) ") != std::string::npos);
+  }
+}
+
+TEST_CASE_METHOD(on_manual_clock, "reserve: a sliding window's reservation gives all back before its time",
+                 "[sliding_window][reserve][cancel]") {
+  sliding_type w(io, {.limit = 2, .window = 1s});
+  sliding_type::reservation a = w.reserve(2), b = w.reserve(1), c = w.reserve(1);
+  CHECK(a.delay() == 0ns);
+  CHECK(b.time_to_act() == at(1s));  // when a's starts leave the window
+  CHECK(c.time_to_act() == at(1s));
+  waited wc;
+  c.async_wait(wc.handler());
+  rein_test::advance_and_poll(io, 500ms);
+  CHECK(b.cancel() == 1);  // c still stands beside it: nothing it needs goes
+  CHECK(b.cancel() == 0);
+  CHECK(w.reserve(1).time_to_act() == at(1s));
+  CHECK(w.reserve(1).time_to_act() == at(2s));
+  rein_test::advance_and_poll(io, 500ms - 1ns);
+  CHECK(!wc.ec);
+  rein_test::advance_and_poll(io, 1ns);
+  CHECK(wc.ec == error_code());
+  CHECK(wc.when == 1s);
+  CHECK(c.cancel() == 1);  // at its time to act: still back
+  CHECK(a.cancel() == 0);  // past its time
+  const auto s = w.snapshot();
+  CHECK(s.reserved_total == 5);
+  CHECK(s.reservations_cancelled_total == 2);
+  CHECK(s.reserved_returned_total == 2);
+}
+
+TEST_CASE_METHOD(on_manual_clock, "reserve: rate_limits reserve every limit at the latest one's time",
+                 "[rate_limits][reserve]") {
+  both_type both = make(io, std::type_identity<both_type>{});
+  both_type::reservation first = both.reserve(2), second = both.reserve(1);
+  CHECK(first.delay() == 0ns);
+  // The bucket (2 per second) has the token at 500 ms; the window has room at 1 s.
+  CHECK(second.time_to_act() == at(1s));
+  waited w;
+  second.async_wait(w.handler());
+  rein_test::advance_and_poll(io, 1s - 1ns);
+  CHECK(!w.ec);
+  rein_test::advance_and_poll(io, 1ns);
+  CHECK(w.ec == error_code());
+  CHECK(w.when == 1s);
+  both_type::reservation third = both.reserve(2);
+  CHECK(third.time_to_act() == at(2s));  // the window: second's start leaves at 2 s
+  rein_test::advance_and_poll(io, 100ms);
+  CHECK(third.cancel() == 2);  // on both limits
+  CHECK(both.snapshot().reserved_returned_total == 2);
+  // The bucket, ready at 1.5 s but held until 2 s, had also taken the token that would have overflowed
+  // it meanwhile; that one stays taken: it holds 0.2 at 1.1 s, and the 1 at 1.5 s. The window has room
+  // for the 1 beside second's start.
+  CHECK(!both.try_acquire(1));
+  rein_test::advance_and_poll(io, 400ms);
+  CHECK(both.try_acquire(1));
+  CHECK(!both.try_acquire(1));
+}
+
+TEMPLATE_TEST_CASE("reserve: the contract holds for the windows and rate_limits", "[reserve][contract]", fixed_type,
+                   sliding_type, both_type) {
+  on_manual_clock clock;
+  net::io_context& io = clock.io;
+  TestType limiter = make(io, std::type_identity<TestType>{});
+  SECTION("a reservation never overtakes a waiter") {
+    std::vector<manual_clock::duration> granted;
+    auto record = [&](error_code ec) {
+      CHECK(!ec);
+      granted.push_back(since_epoch());
+    };
+    limiter.async_acquire(2, record);  // takes the limit
+    limiter.async_acquire(1, record);  // waits until 1 s (the bucket of rate_limits: 500 ms, its window: 1 s)
+    rein_test::poll(io);
+    typename TestType::reservation refused = limiter.reserve(1);
+    CHECK(refused.status() == try_status::busy);
+    waited w;
+    refused.async_wait(w.handler());
+    rein_test::advance_and_poll(io, 1s);
+    CHECK(w.ec == error_code(net::error::would_block));
+    CHECK(granted == std::vector<manual_clock::duration>{0ms, 1s});
+  }
+  SECTION("bad input and a closed limiter take nothing") {
+    typename TestType::reservation too_many = limiter.reserve(3);
+    CHECK(too_many.status() == try_status::exceeds_capacity);
+    CHECK(too_many.delay() == manual_clock::duration::max());
+    waited over, closed;
+    too_many.async_wait(over.handler());
+    limiter.close();
+    typename TestType::reservation after_close = limiter.reserve(1);
+    CHECK(after_close.status() == try_status::closed);
+    after_close.async_wait(closed.handler());
+    rein_test::poll(io);
+    CHECK(over.ec == error_code(rein::errc::exceeds_capacity));
+    CHECK(closed.ec == error_code(rein::errc::closed));
+    CHECK(limiter.snapshot().reserved_total == 0);
+  }
+  SECTION("a wait cancelled through its slot gives the units back") {
+    const auto type =
+        GENERATE(net::cancellation_type::terminal, net::cancellation_type::partial, net::cancellation_type::total);
+    typename TestType::reservation all = limiter.reserve(2), r = limiter.reserve(2);
+    CHECK(r.time_to_act() == at(1s));
+    net::cancellation_signal signal;
+    waited w;
+    r.async_wait(net::bind_cancellation_slot(signal.slot(), w.handler()));
+    rein_test::advance_and_poll(io, 100ms);
+    signal.emit(type);
+    rein_test::poll(io);
+    CHECK(w.ec == error_code(net::error::operation_aborted));
+    CHECK(w.when == 100ms);
+    CHECK(r.cancel() == 0);  // already given back
+    CHECK(limiter.snapshot().reserved_returned_total == 2);
+    CHECK(limiter.reserve(2).time_to_act() == at(1s));  // the 2 are free again
+  }
 }
