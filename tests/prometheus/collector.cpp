@@ -5,8 +5,13 @@
 #include "redis/scripted_fixture.hpp"
 
 #include <rein/adaptive_limiter.hpp>
+#include <rein/fixed_window.hpp>
+#include <rein/rate_limiter.hpp>
+#include <rein/sliding_window.hpp>
 #include <rein/admission_throttle.hpp>
 #include <rein/algo/aimd.hpp>
+#include <rein/algo/all_of.hpp>
+#include <rein/algo/sliding_window.hpp>
 #include <rein/hedge.hpp>
 #include <rein/keyed.hpp>
 #include <rein/outcome.hpp>
@@ -422,4 +427,33 @@ TEST_CASE("collector: a token bucket's reservations, those cancelled and the tok
   CHECK(metric(families, "rein_reserved_total", {{"limiter", "api"}})->counter.value == 2);
   CHECK(metric(families, "rein_reservations_cancelled_total", {{"limiter", "api"}})->counter.value == 1);
   CHECK(metric(families, "rein_reserved_returned_total", {{"limiter", "api"}})->counter.value == 5);
+}
+
+TEST_CASE("collector: the windows' and rate_limits' reservations are exported as the bucket's", "[prometheus]") {
+  rein_test::manual_clock_at_epoch epoch;
+  net::io_context io;
+  rein::basic_fixed_window<net::any_io_executor, manual_clock> fixed(io, {.limit = 3, .window = 1s}, {.name = "fixed"});
+  rein::basic_sliding_window<net::any_io_executor, manual_clock> sliding(io, {.limit = 3, .window = 1s},
+                                                                        {.name = "sliding"});
+  rein::basic_rate_limiter<rein::algo::all_of<rein::algo::basic_sliding_window<manual_clock>>, net::any_io_executor>
+      both(io, rein::algo::all_of{rein::algo::basic_sliding_window<manual_clock>({.limit = 3, .window = 1s},
+                                                                                manual_clock::now())},
+           {.name = "both"});
+  auto f1 = fixed.reserve(3), f2 = fixed.reserve(2);   // the second in the next window
+  auto s1 = sliding.reserve(3), s2 = sliding.reserve(2);  // the second when the first leaves
+  auto b1 = both.reserve(1);
+  CHECK(f2.cancel() == 2);
+  CHECK(s2.cancel() == 2);
+  rein::prometheus::collector c;
+  c.add(fixed);
+  c.add(sliding);
+  c.add(both);
+  const auto families = c.Collect();
+  for (const char* name : {"fixed", "sliding"}) {
+    CHECK(metric(families, "rein_reserved_total", {{"limiter", name}})->counter.value == 2);
+    CHECK(metric(families, "rein_reservations_cancelled_total", {{"limiter", name}})->counter.value == 1);
+    CHECK(metric(families, "rein_reserved_returned_total", {{"limiter", name}})->counter.value == 2);
+  }
+  CHECK(metric(families, "rein_reserved_total", {{"limiter", "both"}})->counter.value == 1);
+  CHECK(metric(families, "rein_reservations_cancelled_total", {{"limiter", "both"}})->counter.value == 0);
 }

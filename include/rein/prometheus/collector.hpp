@@ -49,9 +49,9 @@ namespace rein::prometheus {
 // |                                 |           | counted in rein_acquired_total                         |
 // | rein_redis_round_trip_seconds   | histogram | round_trip: a shared limiter's admission requests,     |
 // |                                 |           | sent to answered (the buckets of rein_wait_seconds)    |
-// | rein_reserved_total             | counter   | a token bucket's reservations (reserve())              |
+// | rein_reserved_total             | counter   | a rate limiter's reservations (reserve())              |
 // | rein_reservations_cancelled_total | counter | ... of those cancelled before their time               |
-// | rein_reserved_returned_total    | counter   | ... tokens those cancellations gave back               |
+// | rein_reserved_returned_total    | counter   | ... units those cancellations gave back                |
 // | rein_paused                     | gauge     | paused (0 or 1)                                        |
 // | rein_circuit_state              | gauge     | an adaptive limiter's circuit: 0 closed, 1 half-open,  |
 // |                                 |           | 2 open (ordered by how much is refused)                |
@@ -329,14 +329,15 @@ class collector : public ::prometheus::Collectable {
     }
   }
 
-  // A token bucket's reservations (token_bucket::reserve): taken, cancelled, and the tokens given back.
+  // A rate limiter's reservations (reserve(): token bucket, windows, rate_limits): taken, cancelled, and
+  // the units given back.
   template <class Snapshot>
   static void export_reservations(sink& out, const labels& l, const Snapshot& s) {
-    out.counter("rein_reserved_total", "Reservations a token bucket made (reserve()).", l,
+    out.counter("rein_reserved_total", "Reservations a rate limiter made (reserve()).", l,
                 static_cast<double>(s.reserved_total));
     out.counter("rein_reservations_cancelled_total", "Reservations cancelled before their time to act.", l,
                 static_cast<double>(s.reservations_cancelled_total));
-    out.counter("rein_reserved_returned_total", "Tokens that cancelled reservations gave back.", l,
+    out.counter("rein_reserved_returned_total", "Units (tokens, starts) that cancelled reservations gave back.", l,
                 static_cast<double>(s.reserved_returned_total));
   }
 
