@@ -7,7 +7,6 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <limits>
 #include <optional>
 #include <span>
 #include <vector>
@@ -170,7 +169,7 @@ class basic_sliding_window {
     const std::int64_t now = clamp(t);
     const std::int64_t stamp = detail::to_ns(at);
     if (stamp < now) return 0;
-    const std::size_t first = stamp == std::numeric_limits<std::int64_t>::min() ? 0 : first_after(stamp - 1);
+    const std::size_t first = first_after(detail::int128(stamp) - 1);
     const std::size_t mine = std::min(first_after(stamp) - first, static_cast<std::size_t>(n));
     last_ns_ = now;
     forget(first, mine);
@@ -314,16 +313,7 @@ class basic_sliding_window {
   std::int64_t at(std::size_t i) const noexcept { return starts_[(head_ + i) % starts_.size()]; }
 
   // The index of the oldest start inside (now - window, now]: binary search, the log is sorted oldest first.
-  std::size_t first_in_window(std::int64_t now) const noexcept {
-    const detail::int128 horizon = detail::int128(now) - window_ns_;
-    std::size_t first = 0, last = starts_.size();
-    while (first < last) {
-      const std::size_t middle = first + (last - first) / 2;
-      if (at(middle) > horizon) last = middle;
-      else first = middle + 1;
-    }
-    return first;
-  }
+  std::size_t first_in_window(std::int64_t now) const noexcept { return first_after(detail::int128(now) - window_ns_); }
 
   // Think of the log as `limit` entries, oldest first, the missing ones at minus infinity. n more starts
   // fit once at most limit - n entries remain in the window, i.e. once entry n - 1 has left it; and not
@@ -337,12 +327,12 @@ class basic_sliding_window {
     return std::max(leaves, behind);
   }
 
-  // The index of the first start after `now`: the log's end unless reservations stand.
-  std::size_t first_after(std::int64_t now) const noexcept {
+  // The index of the first start after `ns` (for ns = now: the log's end unless reservations stand).
+  std::size_t first_after(detail::int128 ns) const noexcept {
     std::size_t first = 0, last = starts_.size();
     while (first < last) {
       const std::size_t middle = first + (last - first) / 2;
-      if (at(middle) > now) last = middle;
+      if (at(middle) > ns) last = middle;
       else first = middle + 1;
     }
     return first;
