@@ -1351,3 +1351,252 @@ TEST_CASE("a throttle destroyed while a caller sleeps on its key's rate ends it 
   CHECK(*ended == rein::error_code(net::error::operation_aborted));
   CHECK(rate.get("k")->snapshot().tokens == 1.0);  // nothing taken for a caller whose throttle is gone
 }
+
+// Step 3 waits in the key rate's own line: its order, its one timer, its deadlines, cancellation and close.
+namespace {
+
+using order_guard = rein::throttle_guard<rein::throttle<sem_type, rein::keyed<bucket_type>>>;
+
+// Who was admitted, in order, and when.
+struct admissions {
+  std::vector<int> who;
+  std::vector<manual_clock::duration> at;
+  void add(int i) {
+    who.push_back(i);
+    at.push_back(since_epoch());
+  }
+};
+
+std::vector<int> iota_of(int from, int n) {
+  std::vector<int> v(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) v[static_cast<std::size_t>(i)] = from + i;
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("40 callers of one key on its rate (100/s, burst 1) are admitted in arrival order, 10 ms apart",
+          "[throttle][order]") {
+  rein_test::manual_clock_at_epoch epoch;
+  net::io_context io;
+  sem_type global(io.get_executor(), 100);
+  admissions got;
+  std::vector<order_guard> held;
+  auto check_order = [&] {
+    REQUIRE(got.who.size() == 40);
+    CHECK(got.who == iota_of(0, 40));
+    for (std::size_t i = 0; i < got.at.size(); ++i) {
+      INFO("caller " << i);
+      CHECK(got.at[i] == static_cast<int>(i) * 10ms);
+    }
+    CHECK(global.snapshot().in_flight == 40);  // nobody waiting at its key's rate held a global slot meanwhile
+  };
+  SECTION("the completion-token door, fifo") {
+    rein::keyed<bucket_type> rate(io.get_executor(), rein::token_bucket_options{.rate = 100, .capacity = 1});
+    rein::throttle t(global, rate);
+    for (int i = 0; i < 40; ++i)
+      t.async_acquire("k", [&, i](rein::error_code ec, order_guard g) {
+        REQUIRE_FALSE(ec);
+        got.add(i);
+        held.push_back(std::move(g));
+      });
+    rein_test::poll(io);
+    CHECK(rate.get("k")->snapshot().waiting == 39);  // in its key's line, not on timers of their own
+    for (int step = 0; step < 400; ++step) advance_and_poll(io, 1ms);
+    check_order();
+    CHECK(t.snapshot().stages[1].readmitted == 0);  // each token taken once, at its grant, kept to admission
+  }
+  SECTION("the coroutine door, priority order (one class: arrival order)") {
+    rein::keyed<bucket_type> rate(io.get_executor(), rein::token_bucket_options{.rate = 100, .capacity = 1},
+                                  rein::line_options{.order = rein::queue_order::priority});
+    rein::throttle t(global, rate);
+    for (int i = 0; i < 40; ++i)
+      net::co_spawn(
+          io,
+          [&, i]() -> net::awaitable<void> {
+            auto g = co_await t.acquire("k");
+            got.add(i);
+            held.push_back(std::move(g));
+          },
+          net::detached);
+    rein_test::poll(io);
+    for (int step = 0; step < 400; ++step) advance_and_poll(io, 1ms);
+    check_order();
+  }
+}
+
+TEST_CASE("callers of one key take the order of its rate's line: lifo serves the newest first",
+          "[throttle][order]") {
+  rein_test::manual_clock_at_epoch epoch;
+  net::io_context io;
+  sem_type global(io.get_executor(), 100);
+  rein::keyed<bucket_type> rate(io.get_executor(), rein::token_bucket_options{.rate = 100, .capacity = 1},
+                                rein::line_options{.order = rein::queue_order::lifo});
+  rein::throttle t(global, rate);
+  admissions got;
+  std::vector<order_guard> held;
+  for (int i = 0; i < 5; ++i)
+    t.async_acquire("k", [&, i](rein::error_code ec, order_guard g) {
+      REQUIRE_FALSE(ec);
+      got.add(i);
+      held.push_back(std::move(g));
+    });
+  rein_test::poll(io);
+  for (int step = 0; step < 50; ++step) advance_and_poll(io, 1ms);
+  CHECK(got.who == std::vector<int>{0, 4, 3, 2, 1});
+  CHECK(got.at == std::vector<manual_clock::duration>{0ms, 10ms, 20ms, 30ms, 40ms});
+}
+
+TEST_CASE("two keyed rates (requests and tokens per key), a charge on both and a debt: every caller admitted, "
+          "exactly when both allow",
+          "[throttle][order]") {
+  rein_test::manual_clock_at_epoch epoch;
+  net::io_context io;
+  sem_type global(io.get_executor(), 100);
+  rein::keyed<bucket_type> requests(io.get_executor(), rein::token_bucket_options{.rate = 100, .capacity = 1});
+  rein::keyed<bucket_type> tokens(io.get_executor(), rein::token_bucket_options{.rate = 1000, .capacity = 100});
+  rein::throttle t(global, requests, rein::by_tokens(tokens));
+  using guard_type = rein::throttle_guard<decltype(t)>;
+  admissions got;
+  std::vector<guard_type> held;
+  for (int i = 0; i < 5; ++i)
+    t.async_acquire("k", {.requests = 1, .tokens = 100}, [&, i](rein::error_code ec, guard_type g) {
+      REQUIRE_FALSE(ec);
+      got.add(i);
+      held.push_back(std::move(g));
+    });
+  rein_test::poll(io);
+  REQUIRE(got.who.size() == 1);
+  // At 10 ms each waiter in turn is granted the key's request, finds its tokens short (10 of 100), gives the
+  // request back and waits in the tokens' line, in arrival order. At 50 ms the first call owes 100 tokens
+  // more: the key's tokens stand at -50, and reach 100 at 200 ms.
+  for (int step = 0; step < 50; ++step) advance_and_poll(io, 1ms);
+  CHECK(tokens.get("k")->snapshot().waiting == 4);
+  CHECK(requests.get("k")->snapshot().waiting == 0);
+  CHECK(requests.get("k")->snapshot().tokens == 1.0);  // no waiter holds the request it was granted
+  held[0].reconcile({.requests = 1, .tokens = 200});
+  for (int step = 0; step < 600; ++step) advance_and_poll(io, 1ms);
+  CHECK(got.who == iota_of(0, 5));
+  CHECK(got.at == std::vector<manual_clock::duration>{0ms, 200ms, 300ms, 400ms, 500ms});
+}
+
+TEST_CASE("two throttles listing the same keyed rates in opposite orders both admit, exactly when both allow",
+          "[throttle][order]") {
+  rein_test::manual_clock_at_epoch epoch;
+  net::io_context io;
+  sem_type global(io.get_executor(), 100);
+  rein::keyed<bucket_type> requests(io.get_executor(), rein::token_bucket_options{.rate = 100, .capacity = 1});
+  rein::keyed<bucket_type> tokens(io.get_executor(), rein::token_bucket_options{.rate = 1000, .capacity = 100});
+  rein::throttle requests_first(global, requests, rein::by_tokens(tokens));
+  rein::throttle tokens_first(global, rein::by_tokens(tokens), requests);
+  admissions got;
+  std::vector<rein::throttle_guard<decltype(requests_first)>> held_r;
+  std::vector<rein::throttle_guard<decltype(tokens_first)>> held_t;
+  const rein::charge c{.requests = 1, .tokens = 100};
+  for (int i = 0; i < 6; ++i) {
+    if (i % 2 == 0)
+      requests_first.async_acquire("k", c, [&, i](rein::error_code ec, auto g) {
+        REQUIRE_FALSE(ec);
+        got.add(i);
+        held_r.push_back(std::move(g));
+      });
+    else
+      tokens_first.async_acquire("k", c, [&, i](rein::error_code ec, auto g) {
+        REQUIRE_FALSE(ec);
+        got.add(i);
+        held_t.push_back(std::move(g));
+      });
+  }
+  rein_test::poll(io);
+  for (int step = 0; step < 600; ++step) advance_and_poll(io, 1ms);
+  // Caller 0 spends both at 0. The tokens-first callers (1, 3, 5) wait in the tokens' line at once; the
+  // requests-first ones (2, 4) in the requests' line, whose grants at 10 ms find the tokens' line taken and
+  // give the request back to join it: a place in one line is not kept while waiting in another.
+  CHECK(got.who == std::vector<int>{0, 1, 3, 5, 2, 4});
+  CHECK(got.at == std::vector<manual_clock::duration>{0ms, 100ms, 200ms, 300ms, 400ms, 500ms});
+  CHECK(requests.get("k")->snapshot().waiting == 0);
+  CHECK(tokens.get("k")->snapshot().waiting == 0);
+}
+
+TEST_CASE("a caller that times out or is cancelled in its key's line gives its place up: the next is admitted "
+          "at the exact instant",
+          "[throttle][order][cancel]") {
+  rein_test::manual_clock_at_epoch epoch;
+  net::io_context io;
+  sem_type global(io.get_executor(), 100);
+  rein::keyed<bucket_type> rate(io.get_executor(), rein::token_bucket_options{.rate = 100, .capacity = 1});
+  rein::throttle t(global, rate);
+  admissions got;
+  std::vector<order_guard> held;
+  auto admit = [&](int i) {
+    return [&, i](rein::error_code ec, order_guard g) {
+      REQUIRE_FALSE(ec);
+      got.add(i);
+      held.push_back(std::move(g));
+    };
+  };
+  std::optional<rein::error_code> lost;
+  std::optional<manual_clock::duration> lost_at;
+  auto record_loss = [&](rein::error_code ec, order_guard g) {
+    CHECK_FALSE(g);
+    lost = ec;
+    lost_at = since_epoch();
+  };
+  net::cancellation_signal signal;
+  t.async_acquire("k", admit(0));
+  t.async_acquire("k", admit(1));  // 10 ms
+  SECTION("timed out") {
+    t.async_acquire_until("k", manual_clock::now() + 15ms, record_loss);  // its turn would be at 20 ms
+    t.async_acquire("k", admit(3));
+    rein_test::poll(io);
+    for (int step = 0; step < 40; ++step) advance_and_poll(io, 1ms);
+    REQUIRE(lost.has_value());
+    CHECK(*lost == rein::errc::timed_out);
+  }
+  SECTION("cancelled") {
+    t.async_acquire("k", net::bind_cancellation_slot(signal.slot(), record_loss));
+    t.async_acquire("k", admit(3));
+    rein_test::poll(io);
+    advance_and_poll(io, 5ms);
+    signal.emit(net::cancellation_type::terminal);
+    rein_test::poll(io);
+    REQUIRE(lost.has_value());
+    CHECK(*lost == net::error::operation_aborted);
+    CHECK(*lost_at == 5ms);
+    for (int step = 0; step < 35; ++step) advance_and_poll(io, 1ms);
+  }
+  CHECK(got.who == std::vector<int>{0, 1, 3});
+  CHECK(got.at == std::vector<manual_clock::duration>{0ms, 10ms, 20ms});
+  CHECK(rate.get("k")->snapshot().waiting == 0);
+  CHECK(global.snapshot().in_flight == 3);
+  CHECK(t.snapshot().waiting == 0);
+}
+
+TEST_CASE("closing a key's rate ends every caller waiting in its line with errc::closed, holding nothing",
+          "[throttle][order][errors]") {
+  rein_test::manual_clock_at_epoch epoch;
+  net::io_context io;
+  sem_type global(io.get_executor(), 100);
+  rein::keyed<bucket_type> rate(io.get_executor(), rein::token_bucket_options{.rate = 100, .capacity = 1});
+  rein::throttle t(global, rate);
+  auto first = t.try_acquire("k");
+  REQUIRE(first);
+  std::vector<rein::error_code> ended;
+  std::vector<std::size_t> stage;
+  for (int i = 0; i < 3; ++i)
+    t.async_acquire("k", [&](rein::error_code ec, order_guard g) {
+      CHECK_FALSE(g);
+      ended.push_back(ec);
+      stage.push_back(g.rejected_stage());
+    });
+  rein_test::poll(io);
+  advance_and_poll(io, 5ms);
+  CHECK(rate.get("k")->snapshot().waiting == 3);
+  rate.get("k")->close();
+  rein_test::poll(io);
+  CHECK(ended == std::vector<rein::error_code>(3, rein::errc::closed));
+  CHECK(stage == std::vector<std::size_t>(3, 1));
+  CHECK(global.snapshot().in_flight == 1);  // the first call's only
+  CHECK(t.snapshot().closed_total == 3);
+  CHECK(since_epoch() == 5ms);
+}

@@ -138,10 +138,12 @@ TEST_CASE("counts: a key's rate refuses, others admit; every take is an admissio
     CHECK(acquired_by_keys(s.per_key) == mid.stages[1].acquired() + 2);
   }
 
-  // At 100 ms both waiters find the token and wait on the global line (full); the two calls complete and
-  // the line grants both. The first to resume takes the token and is admitted; the other finds none, goes
-  // back to wait for its key's next token (200 ms), and gives its global slot back only then, as it must wait
-  // (not the gate: it is checked again before admission, not passed again).
+  // At 100 ms the key's line grants the first waiter the token; the global stage is full, so it refunds the
+  // token (its claim is never held across a wait) and waits on the global line; the refund grants the second
+  // waiter the token, which does the same. The two calls complete and the global line grants both. The first
+  // to resume takes the token and is admitted; the other finds none, goes back to wait in its key's line for
+  // the next token (200 ms), and gives its global slot back only then, as it must wait (not the gate: it is
+  // checked again before admission, not passed again).
   advance_and_poll(s.io, 100ms);
   CHECK(s.global.snapshot().waiting == 2);
   a.complete(rein::outcome::success);
@@ -185,19 +187,21 @@ TEST_CASE("counts: a key's rate refuses, others admit; every take is an admissio
               {.admitted = 4, .readmitted = 0, .abandoned = 2, .given_back = 2});
   // The global slot: a, refused, f, each waiter's grant on the line, and the re-take of the one sent back.
   check_stage(snap, 2, rein::throttle_stage::global, {.admitted = 4, .readmitted = 1, .abandoned = 1, .given_back = 2});
-  // The rate: taken once per admission; the refusal took nothing.
-  check_stage(snap, 3, rein::throttle_stage::rate, {.admitted = 4, .readmitted = 0, .abandoned = 0, .given_back = 0});
-  // The one re-take left: the global slot of the caller that had to wait for its key's rate with it (given
-  // back, since another key may need it). Before the waiting path kept what the first try took, this
-  // schedule counted 8 re-takes and 7 give-backs: the gate asked 10 times and the permits taken 9.
-  CHECK(snap.readmitted_total == 1);
-  CHECK(snap.given_back_total == 4);
+  // The rate: taken once per admission, and by each waiter's grant on its key's line at 100 ms, refunded
+  // before its wait for a global slot (a re-take when taken again at admission); the refusal took nothing.
+  check_stage(snap, 3, rein::throttle_stage::rate, {.admitted = 4, .readmitted = 2, .abandoned = 0, .given_back = 2});
+  // The global slot of the caller that had to wait for its key's rate with it (given back, since another key
+  // may need it), and the two tokens of the key's line given back before the global wait. Before the waiting
+  // path kept what the first try took, this schedule counted 8 re-takes and 7 give-backs: the gate asked 10
+  // times and the permits taken 9.
+  CHECK(snap.readmitted_total == 3);
+  CHECK(snap.given_back_total == 6);
 
   // The sum rule: each stage's own count is the throttle's admissions, re-takes and abandoned first takes.
   CHECK(acquired_by_keys(s.gates) == 6);
   CHECK(acquired_by_keys(s.per_key) == 6);
   CHECK(s.global.snapshot().acquired_total == 6);
-  CHECK(acquired_by_keys(s.rate) == 4);
+  CHECK(acquired_by_keys(s.rate) == 6);
   CHECK(acquired_by_keys(s.gates) == snap.stages[0].acquired());
   CHECK(acquired_by_keys(s.per_key) == snap.stages[1].acquired());
   CHECK(s.global.snapshot().acquired_total == snap.stages[2].acquired());

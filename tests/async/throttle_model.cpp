@@ -14,9 +14,9 @@
 // The model of the stages: an admission stage (global, asked first: for 1 s after a 429 it refuses every call at
 // once, until it hears of a success; it hears only admitted calls' outcomes), a key's quota gate (paused 1 s by a
 // 429, its waiters let through when it opens), a per-key permit (1), global permits (2), a per-key token bucket
-// (1/s, burst 1) and a shared one (2/s, burst 1), each with a FIFO line that a try does not overtake; the machine's
-// ready wait is a timer at the instant the bucket says (or, behind waiters of the bucket's own line, a place in
-// that line, given back at once), and a deadline ends a caller's wait. The exhaustive check explores every order of
+// (1/s, burst 1) and a shared one (2/s, burst 1), each with a FIFO line that a try does not overtake; step 3 waits
+// in the key bucket's own line, whose grant takes the token (the caller's claim, refunded before any other wait),
+// and a deadline ends a caller's wait. The exhaustive check explores every order of
 // the events below for 3 callers spread over keys in each pattern (one key, two keys, three keys): start / complete
 // / 429 / cancel / timeout (caller 0 has a deadline of 1 s) / time step (500 ms, up to `ticks` of them), with the
 // invariants asserted after every event and the drain at every leaf (and that a caller the admission stage refused
@@ -64,9 +64,6 @@ constexpr std::int64_t burst = 1;
 constexpr std::size_t npos = static_cast<std::size_t>(-1);
 
 manual_clock::time_point at_ms(std::int64_t ms) { return manual_clock::time_point(std::chrono::milliseconds(ms)); }
-std::int64_t to_ms(manual_clock::time_point t) {
-  return std::chrono::ceil<std::chrono::milliseconds>(t.time_since_epoch()).count();
-}
 
 // The model's stage list, in admission order: admission -> gate -> per-key permit -> global permit -> per-key
 // rate -> shared rate.
@@ -183,12 +180,9 @@ struct caller {
   bool per_key = false;
   bool global = false;
   std::array<bool, stage_count> units{};
-  // Where it waits: on a stage's line (`line`), or on a timer until `wake_ms` (step 3's ready wait).
+  // Where it waits: on a stage's line.
   std::size_t line = npos;
-  bool ready_wait = false;  // its place in the line is a ready wait: what it is granted goes back at once
-  std::optional<std::int64_t> wake_ms;
-  std::optional<std::int64_t> ready_ms;  // what the last ask said (none: behind the bucket's own line)
-  bool waits() const { return line != npos || wake_ms.has_value(); }
+  bool waits() const { return line != npos; }
 };
 
 // Admission instants per rate stage: "" is the shared rate, a key its own.
@@ -445,37 +439,15 @@ class run {
         case admission_step::try_first: where = try_first(c); break;
         case admission_step::take: e = take(c, c.machine.stage()) ? e : admission_event::refused; break;
         case admission_step::take_rates: where = take_rates(c, c.machine.held_rate()); break;
-        case admission_step::ask_ready: {
-          const std::size_t i = c.machine.stage();
-          c.ready_ms.reset();
-          if (!line(i, c.key).empty()) {
-            e = admission_event::not_ready;
-          } else {
-            c.ready_ms = to_ms(*bucket(i, c.key).ready_at(1, at_ms(now_)));
-            e = *c.ready_ms <= now_ ? admission_event::ready : admission_event::not_ready;
-          }
+        case admission_step::ask_ready:
+          e = ready(c, c.machine.stage()) ? admission_event::ready : admission_event::not_ready;
           break;
-        }
         case admission_step::release_global: release_global(c); break;
         case admission_step::refund_rates: refund(c); break;
         case admission_step::check_gates: e = gate_open(c.key) ? admission_event::open : admission_event::paused; break;
         case admission_step::wait_line:
           c.line = c.machine.stage();
           line(c.line, c.key).push_back(who);
-          return;
-        case admission_step::wait_ready:
-          if (!c.ready_ms) {  // behind the bucket's own line: a place there, given back when granted
-            c.line = c.machine.stage();
-            c.ready_wait = true;
-            line(c.line, c.key).push_back(who);
-            return;
-          }
-          if (c.deadline_ms && *c.ready_ms > *c.deadline_ms) {  // judged at once
-            c.error = make_error_code(rein::errc::timed_out);
-            s = c.machine.fail();
-            continue;
-          }
-          c.wake_ms = c.ready_ms;
           return;
         case admission_step::done:
           c.admitted = true;
@@ -507,8 +479,6 @@ class run {
       l.erase(std::find(l.begin(), l.end(), who));
     }
     c.line = npos;
-    c.ready_wait = false;
-    c.wake_ms.reset();
   }
 
   void end_with(std::size_t who, rein::error_code ec) {
@@ -516,8 +486,8 @@ class run {
     drive(who, callers_[who].machine.fail());
   }
 
-  // Lets every stage do what it can at now_: lines served head first, timers due woken, deadlines passed
-  // failed, until nothing moves.
+  // Lets every stage do what it can at now_: lines served head first, deadlines passed failed, until nothing
+  // moves.
   void settle() {
     for (bool moved = true; moved;) {
       moved = false;
@@ -529,21 +499,12 @@ class run {
             if (!grant(c, stage)) break;
             l.pop_front();
             c.line = npos;
-            admission_event e = admission_event::took;
-            if (std::exchange(c.ready_wait, false)) {
-              refund(c);
-              e = admission_event::ready;
-            }
-            drive(who, c.machine.resume(e));
+            drive(who, c.machine.resume(admission_event::took));
             moved = true;
           }
       for (std::size_t who = 0; who < callers_.size(); ++who) {
         auto& c = callers_[who];
-        if (c.wake_ms && *c.wake_ms <= now_) {
-          c.wake_ms.reset();
-          drive(who, c.machine.resume(admission_event::woke));
-          moved = true;
-        } else if (c.waits() && c.deadline_ms && *c.deadline_ms <= now_) {
+        if (c.waits() && c.deadline_ms && *c.deadline_ms <= now_) {
           stop_waiting(who);
           end_with(who, make_error_code(rein::errc::timed_out));
           moved = true;
@@ -758,9 +719,17 @@ struct scripted {
   rein::try_status why = rein::try_status::busy;
 };
 
-// Runs `script` on the machine from its start; returns the step it asks for after the last answer.
-admission_step play(rein_order& m, const std::vector<scripted>& script) {
-  admission_step s = m.resume(admission_event::start);
+// A list with two keyed rates (a key's requests and its tokens): global permit -> requests -> tokens.
+struct two_keyed {
+  static constexpr std::array<stage_rank, 3> ranks{stage_rank::global_concurrency, stage_rank::rate,
+                                                   stage_rank::rate};
+  static constexpr std::array<bool, 3> keyed{false, true, true};
+};
+
+// Runs `script` on the machine from `s` (the step it asked for last); returns the step it asks for after the
+// last answer.
+template <class Machine>
+admission_step play_from(Machine& m, admission_step s, const std::vector<scripted>& script) {
   for (std::size_t i = 0; i < script.size(); ++i) {
     INFO("step " << i);
     REQUIRE(s == script[i].step);
@@ -768,6 +737,12 @@ admission_step play(rein_order& m, const std::vector<scripted>& script) {
     s = m.resume(script[i].answer, script[i].where, script[i].why);
   }
   return s;
+}
+
+// Runs `script` on the machine from its start.
+template <class Machine>
+admission_step play(Machine& m, const std::vector<scripted>& script) {
+  return play_from(m, m.resume(admission_event::start), script);
 }
 
 }  // namespace
@@ -800,9 +775,9 @@ TEST_CASE("the admission machine's steps, exactly", "[throttle][model]") {
                    {step::pin, npos, ev::took},
                    {step::try_first, npos, ev::refused, global_at},
                    {step::ask_ready, key_rate_at, ev::not_ready},
-                   {step::wait_ready, key_rate_at, ev::woke},
-                   {step::ask_ready, key_rate_at, ev::ready},
+                   {step::wait_line, key_rate_at, ev::took},  // the claim: the key's token, taken
                    {step::take, global_at, ev::refused},
+                   {step::refund_rates, npos, ev::took},  // refunded before the wait
                    {step::wait_line, global_at, ev::took},
                    {step::take_rates, npos, ev::refused, shared_at},
                    {step::wait_line, shared_at, ev::took},
@@ -812,14 +787,16 @@ TEST_CASE("the admission machine's steps, exactly", "[throttle][model]") {
   SECTION("refused at the key's rate: the global slot goes back before the wait; a pause sends it to the gate") {
     rein_order m(true);
     CHECK(m.trying());
-    CHECK(play(m, {{step::ask_admission, npos, ev::took},
+    const step next = play(m, {{step::ask_admission, npos, ev::took},
                    {step::pin, npos, ev::took},
                    {step::try_first, npos, ev::refused, key_rate_at},
                    {step::ask_ready, key_rate_at, ev::not_ready},
                    {step::release_global, npos, ev::took},
-                   {step::wait_ready, key_rate_at, ev::ready},
-                   {step::take, global_at, ev::took},
-                   {step::take_rates, npos, ev::took},
+                   {step::wait_line, key_rate_at, ev::took},
+                   {step::take, global_at, ev::took}});
+    REQUIRE(next == step::take_rates);
+    CHECK(m.held_rate() == key_rate_at);  // the claim's units, taken at the line's grant in this instant
+    CHECK(play_from(m, next, {{step::take_rates, npos, ev::took},
                    {step::check_gates, npos, ev::paused},
                    {step::refund_rates, npos, ev::took},
                    {step::release_global, npos, ev::took},
@@ -832,6 +809,27 @@ TEST_CASE("the admission machine's steps, exactly", "[throttle][model]") {
                    {step::take_rates, npos, ev::took},
                    {step::check_gates, npos, ev::open}}) == step::done);
     CHECK_FALSE(m.trying());
+  }
+  SECTION("two keyed rates: at most one claim, refunded before the other's wait, then both looked at again") {
+    rein::detail::throttle_admission<two_keyed> m(true);
+    const step next = play(m, {{step::pin, npos, ev::took},
+                               {step::try_first, npos, ev::refused, 1},
+                               {step::ask_ready, 1, ev::not_ready},
+                               {step::release_global, npos, ev::took},
+                               {step::wait_line, 1, ev::took},     // requests claimed
+                               {step::ask_ready, 2, ev::not_ready},  // tokens: no room yet
+                               {step::refund_rates, npos, ev::took},  // the claim, refunded before the wait
+                               {step::wait_line, 2, ev::took},     // tokens claimed
+                               {step::ask_ready, 1, ev::not_ready},  // requests taken by another meanwhile
+                               {step::refund_rates, npos, ev::took},
+                               {step::wait_line, 1, ev::took},
+                               {step::ask_ready, 2, ev::ready},
+                               {step::take, 0, ev::refused},
+                               {step::refund_rates, npos, ev::took},  // never held across the permit's wait
+                               {step::wait_line, 0, ev::took}});
+    REQUIRE(next == step::take_rates);
+    CHECK(m.held_rate() == m.npos);  // the claim went back: every rate is taken now
+    CHECK(play_from(m, next, {{step::take_rates, npos, ev::took}, {step::check_gates, npos, ev::open}}) == step::done);
   }
   SECTION("the shared rate's units are held while the others are taken; a closed rate fails") {
     rein_order m(true);

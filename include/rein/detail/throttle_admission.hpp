@@ -14,12 +14,22 @@
 //   1. every gate (the ones the first try passed are not asked again in the same round), waiting on a gate
 //      that is paused;
 //   2. every per-key concurrency stage not held, waiting on its line;
-//   3. every per-key rate, until it could take the charge, taking nothing; the global slots are given back
-//      first if it must wait (a caller waiting for its own key holds nothing another key needs);
+//   3. every per-key rate, until it could take the charge: one that could now is only looked at (nothing
+//      taken); one that cannot (no room yet, or callers of the key already waiting there) is waited on in
+//      its own line, FIFO by arrival (or in the order its options chose), the global slots given back
+//      first. Its grant takes the units: the caller's *claim*, which it keeps only while it goes on
+//      without waiting (the other keyed rates looked at again, then steps 4 and 5), in the same resumption;
+//      before any other wait the claim is refunded (a wait at another key's rate, a global permit's line);
 //   4. every global concurrency stage not held, waiting on its line;
-//   5. every rate's units at once: if a global rate has no room, wait on its line keeping the global slots,
-//      and take the others with its units held; if a key's rate has none, back to 3;
+//   5. every rate's units at once (the claim's are already taken, at the line's grant, in this instant):
+//      if a global rate has no room, everything is refunded and it waits on that rate's line keeping the
+//      global slots, and takes the others with its units held; if a key's rate has none, back to 3;
 //   6. a gate paused meanwhile: the rate units and the global slots back, and back to 1.
+// Why no schedule deadlocks: rate units are held across a wait only at a global rate (5), whose line every
+// caller waits on last, holding only permits; a claim is held by a caller that does not wait (it is
+// refunded before any wait), so at most one claim per caller exists at a time and none is ever waited
+// for by its holder; permits are taken in one order (key, then global). A caller that must refund its
+// claim to wait elsewhere rejoins its key's line behind those already there (its place is not kept).
 #pragma once
 
 #include <rein/detail/throttle_stages.hpp>
@@ -29,6 +39,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 
 // A resumption point of throttle_admission::resume: the step is returned, and the next resume goes on from here.
 #define REIN_ADMISSION_YIELD(point, step) \
@@ -58,20 +69,18 @@ enum class admission_step : std::uint8_t {
                     // at one instant, stopping at the first refusal: took, or refused with the stage
   take,             // take stage() now: took, passed (charged 0 there: nothing taken) or refused
   take_rates,       // every rate's units but held_rate()'s, all or nothing: took, or refused with the stage and why
-  ask_ready,        // could the key's rate at stage() take the charge now (taking nothing)? ready, not_ready,
-                    // or refused (why: exceeds_capacity)
-  wait_line,        // wait on stage()'s own line until it grants: took
-  wait_ready,       // one wait until the key's rate at stage() could take the charge: ready (its line granted,
-                    // the units given back at once) or woke (a timer: ask again)
+  ask_ready,        // could the key's rate at stage() take the charge now (taking nothing), with nobody waiting
+                    // on its line? ready, not_ready, or refused (why: exceeds_capacity)
+  wait_line,        // wait on stage()'s own line until it grants (taking its units): took
   release_global,   // give back the global concurrency permits: took
-  refund_rates,     // refund every rate's units: took
+  refund_rates,     // refund every rate's units (a claim's included): took
   check_gates,      // is every gate still open? open or paused
   done,             // admitted
   fail,             // ended without admission at at(): error() says why (none: try_acquire's refusal)
 };
 
 // What the driver says of the step it did (or `start`, for the first resume).
-enum class admission_event : std::uint8_t { start, took, passed, refused, ready, not_ready, woke, open, paused };
+enum class admission_event : std::uint8_t { start, took, passed, refused, ready, not_ready, open, paused };
 
 // The order of a throttle's stages, for the machine: Layout::ranks and Layout::keyed, one entry per place.
 template <class Layout>
@@ -121,25 +130,47 @@ class throttle_admission {
           }
           first_ = false;
           to_gates_ = true;
-          for (k_ = 0; k_ < key_rates_.count; ++k_) {  // 3.
+          for (k_ = 0; k_ < key_rates_.count;) {  // 3.
             stage_ = at_ = key_rates_.at[k_];
-            for (;;) {
-              REIN_ADMISSION_YIELD(8, admission_step::ask_ready);
-              if (e == admission_event::ready) break;
-              if (e == admission_event::refused) return failed(errc::exceeds_capacity);
-              if ((held_ & global_.mask) != 0) {
-                REIN_ADMISSION_YIELD(9, admission_step::release_global);
-                held_ &= ~global_.mask;
-              }
-              REIN_ADMISSION_YIELD(10, admission_step::wait_ready);
-              if (e == admission_event::ready) break;
+            if (stage_ == claim_) {
+              ++k_;
+              continue;
             }
+            REIN_ADMISSION_YIELD(8, admission_step::ask_ready);
+            if (e == admission_event::ready) {
+              ++k_;
+              continue;
+            }
+            if (e == admission_event::refused) return failed(errc::exceeds_capacity);
+            if (claim_ != none) {  // never held across a wait
+              REIN_ADMISSION_YIELD(18, admission_step::refund_rates);
+              claim_ = none;
+            }
+            if ((held_ & global_.mask) != 0) {
+              REIN_ADMISSION_YIELD(9, admission_step::release_global);
+              held_ &= ~global_.mask;
+            }
+            stage_ = key_rates_.at[k_];
+            REIN_ADMISSION_YIELD(10, admission_step::wait_line);
+            claim_ = stage_;
+            k_ = 0;  // the other keyed rates are looked at again, at this instant
           }
           for (k_ = 0; k_ < global_.count; ++k_) {  // 4.
             if (holds(global_.at[k_])) continue;
-            REIN_ADMISSION_TAKE(global_, 11, 12);
+            stage_ = global_.at[k_];
+            REIN_ADMISSION_YIELD(11, admission_step::take);
+            at_ = stage_;
+            if (e == admission_event::refused) {
+              if (claim_ != none) {
+                REIN_ADMISSION_YIELD(19, admission_step::refund_rates);
+                claim_ = none;
+                stage_ = at_;
+              }
+              REIN_ADMISSION_YIELD(12, admission_step::wait_line);
+            }
+            if (e == admission_event::took) held_ |= std::uint64_t{1} << stage_;
           }
-          held_rate_ = none;
+          held_rate_ = std::exchange(claim_, none);
           for (;;) {  // 5.
             REIN_ADMISSION_YIELD(13, admission_step::take_rates);
             if (e == admission_event::took) break;
@@ -176,7 +207,8 @@ class throttle_admission {
   std::size_t stage() const noexcept { return wide(stage_); }
   // Where a failure now would be said to be (npos: before any stage).
   std::size_t at() const noexcept { return wide(at_); }
-  // The rate whose units the caller holds while taking the others (take_rates), or npos.
+  // The rate whose units the caller holds while taking the others (take_rates: a key's rate its line granted
+  // at step 3, or a global rate its line granted at step 5), or npos.
   std::size_t held_rate() const noexcept { return wide(held_rate_); }
   // Why the machine ended the admission: an admission stage refused (errc::admission_refused), a pin
   // refused (errc::queue_full), a rate closed or too small for the charge; none for try_acquire's refusal and
@@ -228,6 +260,7 @@ class throttle_admission {
   std::uint8_t stage_ = none;
   std::uint8_t at_ = none;
   std::uint8_t held_rate_ = none;
+  std::uint8_t claim_ = none;  // the key's rate whose line granted the caller's units at step 3 (its claim)
   std::uint8_t point_ = 0;
   errc ec_{};
   bool waits_;

@@ -26,14 +26,12 @@
 #include <rein/wait_stats.hpp>
 
 #include REIN_ASIO_HEADER(awaitable.hpp)
-#include REIN_ASIO_HEADER(basic_waitable_timer.hpp)
 #include REIN_ASIO_HEADER(bind_cancellation_slot.hpp)
 #include REIN_ASIO_HEADER(cancellation_signal.hpp)
 #include REIN_ASIO_HEADER(cancellation_state.hpp)
 #include REIN_ASIO_HEADER(error.hpp)
 #include REIN_ASIO_HEADER(this_coro.hpp)
 #include REIN_ASIO_HEADER(use_awaitable.hpp)
-#include REIN_ASIO_HEADER(wait_traits.hpp)
 
 #include <algorithm>
 #include <array>
@@ -271,8 +269,7 @@ class throttle_stage_ops {
   // try runs) each later step that reads a stage (a take, the rates' take, the ask of a key's rate, the
   // gates' check) first ends a caller whose throttle is gone, and reads the clock; a take also ends one
   // whose awaiting coroutine was cancelled (past that, the grant won).
-  step steps(admission& m, step s, guard& g, std::string_view key, time_point now, run_ctx* x = nullptr,
-             readiness_type* last = nullptr) {
+  step steps(admission& m, step s, guard& g, std::string_view key, time_point now, run_ctx* x = nullptr) {
     for (;;) {
       if (x == nullptr) {
         if (!m.trying()) return s;
@@ -290,7 +287,7 @@ class throttle_stage_ops {
         case step::try_first: where = try_first(g, now); break;
         case step::take: visit(m.stage(), [&](auto I) { e = try_stage<I()>(g, now); }); break;
         case step::take_rates: where = take_rates(g, m.held_rate(), now, &why); break;
-        case step::ask_ready: e = ask_ready(m.stage(), g, *last, why); break;
+        case step::ask_ready: e = ask_ready(m.stage(), g, why); break;
         case step::release_global: release_global(g.held_); break;
         case step::refund_rates: refund_rates(g.held_); break;
         case step::check_gates: e = gates_open(g) ? event::open : event::paused; break;
@@ -308,20 +305,15 @@ class throttle_stage_ops {
     if constexpr (!Bound) {
       if (co_await net::this_coro::throw_if_cancelled()) x.awaiting = co_await net::this_coro::cancellation_state;
     }
-    readiness_type last{};
     for (;;) {
-      s = steps(m, s, g, x.key, {}, &x, &last);
+      s = steps(m, s, g, x.key, {}, &x);
       if (s == step::done) co_return;
       if (s == step::fail) throw system_error(m.error());
       check_cancelled<Bound>(x);
-      event e = event::took;
-      if (s == step::wait_line) {
-        co_await wait_at<Bound>(m.stage(), g, x);
-        if (ranks_[m.stage()] == rank::gate) note_take(g, m.stage());  // a gate's wait: awaited without a frame
-      } else {
-        e = co_await ready_at<Bound>(m.stage(), g, x, last);
-      }
-      s = m.resume(e);
+      assert(s == step::wait_line && "the machine's only wait is on a stage's own line");
+      co_await wait_at<Bound>(m.stage(), g, x);
+      if (ranks_[m.stage()] == rank::gate) note_take(g, m.stage());  // a gate's wait: awaited without a frame
+      s = m.resume(event::took);
     }
   }
 
@@ -458,8 +450,6 @@ class throttle_stage_ops {
     c.given_back = t.given_back.load(std::memory_order_relaxed);
     return c;
   }
-
-  using timer_type = net::basic_waitable_timer<clock_type, net::wait_traits<clock_type>, net::any_io_executor>;
 
   static throttle_options validated(throttle_options o) {
     if (o.default_pause <= std::chrono::nanoseconds::zero())
@@ -897,6 +887,10 @@ class throttle_stage_ops {
       const std::size_t n = units_of<I>(g.charge_);
       if constexpr (ranks_[I] == rank::rate) {
         co_await acquire_on_line<Bound, I>(l, n, x);
+        if (gone(g)) {  // nobody would refund them: the stage (it lives on) takes them back now
+          l.refund(n);
+          throw_aborted();
+        }
         g.held_.units[I] = n;
       } else {
         g.held_.permits[I] = co_await acquire_on_line<Bound, I>(l, n, x);
@@ -964,56 +958,22 @@ class throttle_stage_ops {
     return a;
   }
 
-  // Whether the key's rate at i could take the caller's units now, taking nothing (`last` keeps the answer
-  // for the wait that follows). A charge of 0 there is ready.
-  event ask_ready(std::size_t i, guard& g, readiness_type& last, try_status& why) {
+  // Whether the key's rate at i could take the caller's units now, with nobody waiting on its line, taking
+  // nothing (step 3 then waits in that line). A charge of 0 there is ready.
+  event ask_ready(std::size_t i, guard& g, try_status& why) {
     using kind = typename readiness_type::kind;
     event e = event::ready;
     visit(i, [&](auto I) {
       if constexpr (ranks_[I()] == rank::rate) {
         const std::size_t n = units_of<I()>(g.charge_);
         if (n == 0) return;
-        last = rate_readiness(limiter<I()>(g.held_), n, clock_type::now());
-        if (last.what == kind::ready) return;
+        const kind k = rate_readiness(limiter<I()>(g.held_), n, clock_type::now()).what;
+        if (k == kind::ready) return;
         why = try_status::exceeds_capacity;
-        e = last.what == kind::exceeds ? event::refused : event::not_ready;
+        e = k == kind::exceeds ? event::refused : event::not_ready;
       }
     });
     return e;
-  }
-
-  // One wait of step 3 (see throttle_admission) at the key's rate stage I, which `r` said could not take the
-  // caller's units yet: on a timer at the instant the limit said (woke: the machine asks again, so that a
-  // set_rate meanwhile counts from then), or, for a stage that cannot say or has waiters of its own, through
-  // its own line, given back at once (ready).
-  template <bool Bound, std::size_t I>
-  net::awaitable<event> wait_ready(guard& g, run_ctx& x, readiness_type r) {
-    using kind = typename readiness_type::kind;
-    auto& l = limiter<I>(g.held_);
-    if (r.what == kind::queued || r.what == kind::unknown) {
-      const std::size_t n = units_of<I>(g.charge_);
-      co_await l.async_acquire_until(n, x.deadline, token<Bound>(x));
-      note_take(g, I);
-      l.refund(n);
-      note_given_back(g, I);
-      co_return event::ready;
-    }
-    const time_point when = r.what == kind::never ? time_point::max() : r.when;
-    if (when > x.deadline) throw system_error(make_error_code(errc::timed_out));  // judged at once
-    timer_type timer(co_await net::this_coro::executor);
-    timer.expires_at(when);
-    co_await timer.async_wait(token<Bound>(x));
-    co_return event::woke;
-  }
-
-  template <bool Bound>
-  net::awaitable<event> ready_at(std::size_t i, guard& g, run_ctx& x, const readiness_type& last) {
-    net::awaitable<event> a;
-    visit(i, [&](auto I) {
-      if constexpr (ranks_[I()] == rank::rate) a = wait_ready<Bound, I()>(g, x, last);
-    });
-    assert(a.valid() && "ready_at: i must be a rate stage (only they are waited on until ready)");
-    return a;
   }
 
   // A waiting acquire that failed, by its error (others count in failed_total only).
