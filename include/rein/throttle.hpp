@@ -73,8 +73,12 @@ namespace rein {
 ///    takes anything.
 /// 2. It takes its key's concurrency permits, waiting if it must. A caller waiting here holds nothing any
 ///    other key needs.
-/// 3. It waits until its key's rates could take its charge, taking nothing yet (a key's rate is looked at,
-///    not consumed: a caller waiting for its own key never holds rate units or a global slot).
+/// 3. It waits until its key's rates could take its charge. A key's rate with room now and nobody waiting
+///    is only looked at; otherwise the caller gives its global slots back and waits in that rate's own line
+///    (its order, FIFO by default). The grant takes the units, which the caller keeps only while it goes on
+///    to admission without waiting (in the instant of the grant): before any other wait (another key's
+///    rate, a global permit) it refunds them. So a caller waiting for its own key holds no global slot, and
+///    no caller holds a key's rate units while it waits.
 /// 4. It takes the global concurrency permits, waiting if it must.
 /// 5. It takes every rate's units at once, all or nothing, and is admitted in the same instant. So the rate
 ///    that any upstream sees, counted at the moment each call is sent, never exceeds any rate stage's bound:
@@ -87,7 +91,8 @@ namespace rein {
 /// A caller whose first try is refused goes on from what that try took (the gates it passed, the permits
 /// it holds): it gives back only what blocks others (its global slots, if it must wait for its key's rate).
 /// Permits are taken in one order by every caller (key, then global) and rate units are never held while
-/// waiting for anything but a global rate, so no order of calls can deadlock. A stage that fails, times out
+/// waiting for anything but a global rate, so no order of calls can deadlock (two keyed rates, or two
+/// throttles listing the same keyed rates in opposite orders, included). A stage that fails, times out
 /// or is cancelled gives back everything earlier stages took, so a refused request consumes nothing.
 /// tests/async/throttle_model.cpp checks these properties on every interleaving of a small scope, and on
 /// random schedules at scale.
@@ -95,21 +100,24 @@ namespace rein {
 /// What the promises assume: they hold within one throttle. Two throttles sharing concurrency stages must
 /// list them in the same relative order (else two callers can each hold what the other waits for), and a
 /// global rate shared with another throttle is waited for with this throttle's global slots held, so there
-/// a backlog at that rate delays this throttle's other upstreams. A key's rate is watched on a timer set for
-/// the instant its limit gives (re-asked on waking): a refund, set_rate or close meanwhile counts when the
-/// caller wakes. A sliding window's refund forgets its oldest start, not the one just taken, so the
+/// a backlog at that rate delays this throttle's other upstreams. A key's rate is waited for in its own
+/// line, on the limiter's one timer: a refund, set_rate, charge or close meanwhile counts at once. A sliding
+/// window's refund forgets its oldest start, not the one just taken, so the
 /// give-backs of steps 5 and 6 leave it a start that slides out with the window (never an overrun).
 ///
-/// Order: the throttle as a whole is not first come, first served. Each stage's own line is (FIFO by
-/// default), but a caller that gives its global slots back at step 5 or 6 rejoins a line behind those who
-/// came later; a caller waiting at step 3 sleeps on its own timer until its key's rate could take it, so a
-/// newcomer of that key that finds room first (a refund, a reconfiguration) passes ahead of it, and callers
-/// of one key whose timers are due at the same instant wake in the order Asio's timer queue picks (not
-/// their arrival order: 40 callers of a key limited to 100/s with a burst of 1 are admitted 10 ms apart, in
-/// no set order); and callers of different keys pass the per-key stages independently. Likewise a stage's
-/// own snapshot counts every pass through it: its acquired_total includes the permits a caller took, gave
-/// back at step 5 or 6 and took again, and the units step 3 takes and refunds at once while waiting on a
-/// rate's line, so it can exceed the throttle's acquired_total (one per guard handed out). The throttle's
+/// Order: callers of one key waiting for its rate are admitted in the order of that rate's line (its
+/// options' order: arrival order by default; lifo, or priority and fair order, whose class and key the
+/// throttle leaves at the default, as the line says), each at the instant the rate allows: 40 callers of a
+/// key limited to 100/s with a burst of 1 are admitted in arrival order, exactly 10 ms apart. That holds while
+/// nothing after the key's rate makes them wait: a caller granted its key's rate that must then wait for a
+/// global permit, a global rate or another keyed rate (a key's tokens after its requests) refunds the units
+/// and rejoins the key's line later, behind those who came after it. The throttle as a whole is not first
+/// come, first served: each stage's own line is, but a caller that gives its global slots back at step 5 or
+/// 6 rejoins a line behind those who came later, and callers of different keys pass the per-key stages
+/// independently. Likewise a stage's own snapshot counts every pass through it: its acquired_total includes
+/// the permits a caller took, gave back at step 5 or 6 and took again, and a key's rate units granted at step
+/// 3 and refunded before a wait elsewhere, so it can exceed the throttle's acquired_total (one per guard
+/// handed out). The throttle's
 /// snapshot().stages says which of a stage's grants were admissions, re-takes or abandoned, with the rule
 /// that adds them up to the stage's own count (rein::throttle_snapshot).
 ///
