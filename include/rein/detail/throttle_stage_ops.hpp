@@ -311,8 +311,11 @@ class throttle_stage_ops {
       if (s == step::fail) throw system_error(m.error());
       check_cancelled<Bound>(x);
       assert(s == step::wait_line && "the machine's only wait is on a stage's own line");
-      co_await wait_at<Bound>(m.stage(), g, x);
-      if (ranks_[m.stage()] == rank::gate) note_take(g, m.stage());  // a gate's wait: awaited without a frame
+      // The stage in a local that lives across the wait: g++ 12 built this loop wrongly without one (a crash
+      // on resumption, at -O0 and -O3 alike; clang's build and an ASan one ran fine).
+      const std::size_t at = m.stage();
+      co_await wait_at<Bound>(at, g, x);
+      if (ranks_[at] == rank::gate) note_take(g, at);  // a gate's wait: awaited without a frame of ours
       s = m.resume(event::took);
     }
   }
