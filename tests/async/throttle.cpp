@@ -20,12 +20,14 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <future>
 #include <map>
 #include <memory>
 #include <optional>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -1599,4 +1601,84 @@ TEST_CASE("closing a key's rate ends every caller waiting in its line with errc:
   CHECK(global.snapshot().in_flight == 1);  // the first call's only
   CHECK(t.snapshot().closed_total == 3);
   CHECK(since_epoch() == 5ms);
+}
+
+TEST_CASE("randomized: two throttles with opposite orders of two keyed rates, deadlines and cancellations: "
+          "every caller ends, and each key's rates keep their bound at the send",
+          "[throttle][order]") {
+  for (std::uint32_t seed = 1; seed <= 10; ++seed) {
+    DYNAMIC_SECTION("seed " << seed) {
+      rein_test::manual_clock_at_epoch epoch;
+      net::io_context io;
+      sem_type global(io.get_executor(), 1000);
+      rein::keyed<bucket_type> requests(io.get_executor(), rein::token_bucket_options{.rate = 100, .capacity = 1});
+      rein::keyed<bucket_type> tokens(io.get_executor(), rein::token_bucket_options{.rate = 1000, .capacity = 100});
+      rein::throttle requests_first(global, requests, rein::by_tokens(tokens));
+      rein::throttle tokens_first(global, rein::by_tokens(tokens), requests);
+      std::mt19937 rng(seed);
+      struct sent {
+        std::int64_t ms;
+        std::size_t tokens;
+      };
+      std::map<std::string, std::vector<sent>> sends;  // per key, in admission order
+      std::size_t ended = 0;
+      std::size_t admitted = 0;
+      std::vector<std::unique_ptr<net::cancellation_signal>> signals;
+      std::vector<std::function<void()>> held;  // completes an admitted call
+      auto on_end = [&](std::string key, std::size_t n) {
+        return [&, key, n](rein::error_code ec, auto g) {
+          ++ended;
+          if (ec) {
+            CHECK((ec == rein::errc::timed_out || ec == net::error::operation_aborted));
+            return;
+          }
+          ++admitted;
+          sends[key].push_back({std::chrono::duration_cast<std::chrono::milliseconds>(since_epoch()).count(), n});
+          auto shared = std::make_shared<decltype(g)>(std::move(g));
+          held.push_back([shared] { shared->complete(rein::outcome::success); });
+        };
+      };
+      const std::size_t callers = 60;
+      for (int step = 0; step < 3000; ++step) {
+        if (step < 600 && signals.size() < callers && rng() % 10 == 0) {
+          const std::string key(1, static_cast<char>('a' + rng() % 3));
+          const std::size_t n = 10 + rng() % 91;
+          const rein::charge c{.requests = 1, .tokens = n};
+          const auto deadline = manual_clock::now() + std::chrono::milliseconds(50 + rng() % 500);
+          signals.push_back(std::make_unique<net::cancellation_signal>());
+          auto slot = signals.back()->slot();
+          const bool timed = rng() % 3 == 0;
+          if (rng() % 2 == 0) {
+            if (timed) requests_first.async_acquire_until(key, c, deadline, net::bind_cancellation_slot(slot, on_end(key, n)));
+            else requests_first.async_acquire(key, c, net::bind_cancellation_slot(slot, on_end(key, n)));
+          } else {
+            if (timed) tokens_first.async_acquire_until(key, c, deadline, net::bind_cancellation_slot(slot, on_end(key, n)));
+            else tokens_first.async_acquire(key, c, net::bind_cancellation_slot(slot, on_end(key, n)));
+          }
+        }
+        if (!signals.empty() && rng() % 200 == 0) signals[rng() % signals.size()]->emit(net::cancellation_type::terminal);
+        advance_and_poll(io, 1ms);
+      }
+      for (int step = 0; step < 20000 && ended < signals.size(); ++step) advance_and_poll(io, 1ms);
+      CHECK(ended == signals.size());  // nobody left waiting: no deadlock
+      CHECK(admitted > 20);
+      CHECK(global.snapshot().in_flight == admitted);
+      CHECK(requests_first.snapshot().waiting == 0);
+      CHECK(tokens_first.snapshot().waiting == 0);
+      // The bound, at each send: requests at most 1 + 100/s x window, tokens at most 100 + 1000/s x window.
+      for (const auto& [key, at] : sends) {
+        for (std::size_t i = 0; i < at.size(); ++i) {
+          std::size_t sum = 0;
+          for (std::size_t j = i; j < at.size(); ++j) {
+            sum += at[j].tokens;
+            const std::int64_t window = at[j].ms - at[i].ms;
+            INFO("key " << key << ", sends " << i << " to " << j);
+            CHECK(static_cast<std::int64_t>(j - i + 1) * 10 <= 10 + window);
+            CHECK(static_cast<std::int64_t>(sum) <= 100 + window);
+          }
+        }
+      }
+      for (auto& complete : held) complete();
+    }
+  }
 }
