@@ -1472,10 +1472,11 @@ TEST_CASE("two keyed rates (requests and tokens per key), a charge on both and a
   // At 10 ms each waiter in turn is granted the key's request, finds its tokens short (10 of 100), gives the
   // request back and waits in the tokens' line, in arrival order. At 50 ms the first call owes 100 tokens
   // more: the key's tokens stand at -50, and reach 100 at 200 ms.
-  for (int step = 0; step < 50; ++step) advance_and_poll(io, 1ms);
+  for (int step = 0; step < 45; ++step) advance_and_poll(io, 1ms);
   CHECK(tokens.get("k")->snapshot().waiting == 4);
   CHECK(requests.get("k")->snapshot().waiting == 0);
   CHECK(requests.get("k")->snapshot().tokens == 1.0);  // no waiter holds the request it was granted
+  for (int step = 0; step < 5; ++step) advance_and_poll(io, 1ms);
   held[0].reconcile({.requests = 1, .tokens = 200});
   for (int step = 0; step < 600; ++step) advance_and_poll(io, 1ms);
   CHECK(got.who == iota_of(0, 5));
