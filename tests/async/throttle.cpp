@@ -1458,11 +1458,11 @@ TEST_CASE("two keyed rates (requests and tokens per key), a charge on both and a
   rein::keyed<bucket_type> requests(io.get_executor(), rein::token_bucket_options{.rate = 100, .capacity = 1});
   rein::keyed<bucket_type> tokens(io.get_executor(), rein::token_bucket_options{.rate = 1000, .capacity = 100});
   rein::throttle t(global, requests, rein::by_tokens(tokens));
-  using guard_type = rein::throttle_guard<decltype(t)>;
+  using two_rates_guard = rein::throttle_guard<decltype(t)>;
   admissions got;
-  std::vector<guard_type> held;
+  std::vector<two_rates_guard> held;
   for (int i = 0; i < 5; ++i)
-    t.async_acquire("k", {.requests = 1, .tokens = 100}, [&, i](rein::error_code ec, guard_type g) {
+    t.async_acquire("k", {.requests = 1, .tokens = 100}, [&, i](rein::error_code ec, two_rates_guard g) {
       REQUIRE_FALSE(ec);
       got.add(i);
       held.push_back(std::move(g));
