@@ -77,7 +77,7 @@ stage_ref<Entry> make_stage_ref(typename stage_spec<Entry>::argument a) {
 }
 
 // When a rate stage could take n units, asked without taking them (a rate limiter's inspect, where it has
-// one), so that a caller can wait for its key's rate without holding anything.
+// one): the throttle takes its rates only if each could (ready), and waits in a key's rate line otherwise.
 template <class TimePoint>
 struct readiness {
   enum class kind : std::uint8_t { ready, at, never, exceeds, queued, unknown };
