@@ -82,7 +82,11 @@ namespace rein {
 /// 4. It takes the global concurrency permits, waiting if it must.
 /// 5. It takes every rate's units at once, all or nothing, and is admitted in the same instant. So the rate
 ///    that any upstream sees, counted at the moment each call is sent, never exceeds any rate stage's bound:
-///    at most `burst + rate x window` admissions in every window. If a global rate has no room, the caller
+///    at most `burst + rate x window` admissions in every window. (Units a line granted, at step 3 or here,
+///    were taken at the grant: the bound holds at the grants, and a call is sent when its handler runs, so
+///    an executor that runs it late sends it that much later. A fixed window's units that such a late
+///    caller gives back to wait elsewhere go back into the window it resumed in, which may be a later one
+///    than they were taken in: one unit per such caller.) If a global rate has no room, the caller
 ///    waits for it on that limiter's line, keeping its global slot (everyone needs that rate: holding the
 ///    slot delays nobody behind another key's backlog); if its key's rate has no room any more, it returns
 ///    to step 3, where it gives the global slots back if it must wait.

@@ -1521,6 +1521,54 @@ TEST_CASE("two throttles listing the same keyed rates in opposite orders both ad
   CHECK(tokens.get("k")->snapshot().waiting == 0);
 }
 
+// A rate limiter that does not say its rule (no reachable limit_type or inspect), as a user's own may not:
+// the throttle cannot ask whether it could take a charge without taking it.
+struct opaque_rate : private bucket_type {
+  using bucket_type::clock_type;
+  using bucket_type::duration;
+  using bucket_type::executor_type;
+  using bucket_type::time_point;
+  using rule_type = rein::token_bucket_options;
+  opaque_rate(const executor_type& ex, const rule_type& r, rein::line_options line = {})
+      : bucket_type(ex, r, std::move(line)) {}
+  using bucket_type::async_acquire_until;
+  using bucket_type::close;
+  using bucket_type::get_executor;
+  using bucket_type::refund;
+  using bucket_type::snapshot;
+  using bucket_type::try_acquire;
+};
+
+TEST_CASE("two keyed rates that cannot be asked: the one found short is waited on in its line, no loop",
+          "[throttle][order]") {
+  // Each looks ready at step 3; the one step 5 finds short is waited on. Asking it again instead looped at
+  // one instant: its line granted at once, the other was found short, its claim refunded, and so on.
+  rein_test::manual_clock_at_epoch epoch;
+  net::io_context io;
+  sem_type global(io.get_executor(), 100);
+  rein::keyed<opaque_rate> a(io.get_executor(), rein::token_bucket_options{.rate = 100, .capacity = 1});
+  rein::keyed<opaque_rate> b(io.get_executor(), rein::token_bucket_options{.rate = 100, .capacity = 1});
+  rein::throttle t(global, a, b);
+  auto first = t.try_acquire("k");
+  REQUIRE(first);
+  std::optional<manual_clock::duration> admitted_at;
+  t.async_acquire("k", [&](rein::error_code ec, auto g) {
+    REQUIRE_FALSE(ec);
+    REQUIRE(g);
+    admitted_at = since_epoch();
+  });
+  for (int step = 0; step < 30 && !admitted_at; ++step) {
+    manual_clock::advance(1ms);
+    io.restart();
+    std::size_t ran = 0;
+    while (ran < 10000 && io.poll_one() != 0) ++ran;
+    REQUIRE(ran < 10000);  // no loop at one instant
+  }
+  CHECK(admitted_at == 10ms);
+  CHECK(a.get("k")->snapshot().acquired_total == 2);  // the first call's, and the line's grant at 10 ms
+  CHECK(b.get("k")->snapshot().acquired_total == 2);
+}
+
 TEST_CASE("a caller that times out or is cancelled in its key's line gives its place up: the next is admitted "
           "at the exact instant",
           "[throttle][order][cancel]") {

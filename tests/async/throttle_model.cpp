@@ -805,10 +805,30 @@ TEST_CASE("the admission machine's steps, exactly", "[throttle][model]") {
                    {step::ask_ready, key_rate_at, ev::ready},
                    {step::take, global_at, ev::took},
                    {step::take_rates, npos, ev::refused, key_rate_at},
-                   {step::ask_ready, key_rate_at, ev::ready},
+                   {step::release_global, npos, ev::took},  // back to 3: into the line, not asked again
+                   {step::wait_line, key_rate_at, ev::took},
+                   {step::take, global_at, ev::took},
                    {step::take_rates, npos, ev::took},
                    {step::check_gates, npos, ev::open}}) == step::done);
     CHECK_FALSE(m.trying());
+  }
+  SECTION("two keyed rates that cannot be asked: the one step 5 finds short is waited on, never re-asked") {
+    // Each looks ready at step 3 (a rate that cannot say); asking the short one again at the same instant
+    // would loop: its line grants at once, the other is found short, and so on.
+    rein::detail::throttle_admission<two_keyed> m(true);
+    const step next = play(m, {{step::pin, npos, ev::took},
+                               {step::try_first, npos, ev::refused, 2},
+                               {step::ask_ready, 1, ev::ready},
+                               {step::ask_ready, 2, ev::ready},  // the global permit: held since the try
+                               {step::take_rates, npos, ev::refused, 2},
+                               {step::ask_ready, 1, ev::ready},
+                               {step::release_global, npos, ev::took},
+                               {step::wait_line, 2, ev::took},  // tokens claimed in their line
+                               {step::ask_ready, 1, ev::ready},
+                               {step::take, 0, ev::took}});
+    REQUIRE(next == step::take_rates);
+    CHECK(m.held_rate() == 2);
+    CHECK(play_from(m, next, {{step::take_rates, npos, ev::took}, {step::check_gates, npos, ev::open}}) == step::done);
   }
   SECTION("two keyed rates: at most one claim, refunded before the other's wait, then both looked at again") {
     rein::detail::throttle_admission<two_keyed> m(true);

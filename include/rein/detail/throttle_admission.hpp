@@ -23,7 +23,9 @@
 //   4. every global concurrency stage not held, waiting on its line;
 //   5. every rate's units at once (the claim's are already taken, at the line's grant, in this instant):
 //      if a global rate has no room, everything is refunded and it waits on that rate's line keeping the
-//      global slots, and takes the others with its units held; if a key's rate has none, back to 3;
+//      global slots, and takes the others with its units held; if a key's rate has none, back to 3, which
+//      waits in that rate's line (a rate that cannot say whether it could take the charge without taking
+//      it, a user's own rate limiter, is looked at as ready at 3 and found short only here);
 //   6. a gate paused meanwhile: the rate units and the global slots back, and back to 1.
 // Why no schedule deadlocks: rate units are held across a wait only at a global rate (5), whose line every
 // caller waits on last, holding only permits; a claim is held by a caller that does not wait (it is
@@ -136,12 +138,14 @@ class throttle_admission {
               ++k_;
               continue;
             }
-            REIN_ADMISSION_YIELD(8, admission_step::ask_ready);
-            if (e == admission_event::ready) {
-              ++k_;
-              continue;
+            if (stage_ != must_wait_) {  // refused at step 5: waited on without asking again
+              REIN_ADMISSION_YIELD(8, admission_step::ask_ready);
+              if (e == admission_event::ready) {
+                ++k_;
+                continue;
+              }
+              if (e == admission_event::refused) return failed(errc::exceeds_capacity);
             }
-            if (e == admission_event::refused) return failed(errc::exceeds_capacity);
             if (claim_ != none) {  // never held across a wait
               REIN_ADMISSION_YIELD(18, admission_step::refund_rates);
               claim_ = none;
@@ -153,6 +157,7 @@ class throttle_admission {
             stage_ = key_rates_.at[k_];
             REIN_ADMISSION_YIELD(10, admission_step::wait_line);
             claim_ = stage_;
+            must_wait_ = none;
             k_ = 0;  // the other keyed rates are looked at again, at this instant
           }
           for (k_ = 0; k_ < global_.count; ++k_) {  // 4.
@@ -178,7 +183,10 @@ class throttle_admission {
             stage_ = at_ = position(stage);
             if (why == try_status::closed) return failed(errc::closed);
             if (why == try_status::exceeds_capacity) return failed(errc::exceeds_capacity);
-            if (Layout::keyed[stage_]) break;  // back to 3
+            if (Layout::keyed[stage_]) {  // back to 3, to wait in that rate's line
+              must_wait_ = stage_;
+              break;
+            }
             REIN_ADMISSION_YIELD(14, admission_step::wait_line);
             held_rate_ = stage_;
           }
@@ -261,6 +269,10 @@ class throttle_admission {
   std::uint8_t at_ = none;
   std::uint8_t held_rate_ = none;
   std::uint8_t claim_ = none;  // the key's rate whose line granted the caller's units at step 3 (its claim)
+  // The key's rate that refused at step 5: step 3 waits in its line rather than asking it again. A rate that
+  // cannot be asked without taking (ask_ready says ready for it) is found short only there, and asking
+  // again would loop at one instant between two such rates, each line granting and the other refusing.
+  std::uint8_t must_wait_ = none;
   std::uint8_t point_ = 0;
   errc ec_{};
   bool waits_;

@@ -971,7 +971,7 @@ class throttle_stage_ops {
         const std::size_t n = units_of<I()>(g.charge_);
         if (n == 0) return;
         const kind k = rate_readiness(limiter<I()>(g.held_), n, clock_type::now()).what;
-        if (k == kind::ready) return;
+        if (k == kind::ready || k == kind::unknown) return;  // unknown: step 5's take decides (as take_rates)
         why = try_status::exceeds_capacity;
         e = k == kind::exceeds ? event::refused : event::not_ready;
       }
