@@ -292,7 +292,9 @@ class basic_rate_limiter {
   }
 
   /// Gives back n units taken earlier and not used (the unused part of an estimate, a call never made),
-  /// never beyond what the limit allows (see the limit's own `refund`). Waiters that now fit are granted.
+  /// never beyond what the limit allows (see the limit's own `refund`), and, while reservations stand,
+  /// never any unit one of them counts on (the limit's `refund(n, standing, t)`: a fixed window or a token
+  /// bucket then gives back less, or nothing). Waiters that now fit are granted.
   void refund(std::size_t n);
 
   /// Charges n units now whatever the limit holds, into debt if need be (the limit's `charge`: the cost of a
@@ -378,7 +380,13 @@ REIN_SEPARATE_INLINE basic_rate_limiter<Limit, Executor, Mutex>::basic_rate_limi
 template <algo::rate_limit Limit, class Executor, class Mutex>
 REIN_SEPARATE_INLINE void basic_rate_limiter<Limit, Executor, Mutex>::refund(std::size_t n) {
   const auto count = static_cast<std::int64_t>(std::min<std::uint64_t>(n, std::numeric_limits<std::int64_t>::max()));
-  update([count](Limit& limit, time_point now) { limit.refund(count, now); });
+  update([this, count](Limit& limit, time_point now) {
+    if constexpr (algo::reservable_rate_limit<Limit>) {
+      // Units a standing reservation counts on stay counted (the limit's refund while they stand).
+      if (book_) return static_cast<void>(book_->refund(limit, count, now));
+    }
+    limit.refund(count, now);
+  });
 }
 
 /// Several pure rate limits enforced together, all or nothing, behind one waiting line:

@@ -472,6 +472,56 @@ TEST_CASE_METHOD(on_manual_clock, "reserve: a fixed window's cancel gives back u
   }
 }
 
+TEST_CASE_METHOD(on_manual_clock, "reserve: refund() gives back no unit a standing reservation counts on",
+                 "[reserve][refund]") {
+  SECTION("fixed window: a reservation in the next window keeps its count there") {
+    fixed_type w(io, {.limit = 4, .window = 10ms});
+    CHECK(w.try_acquire(1));
+    fixed_type::reservation r = w.reserve(4);
+    CHECK(r.time_to_act() == at(10ms));
+    w.refund(1);  // the 1 was never sent; window 1 still holds r's 4
+    rein_test::advance_and_poll(io, 10ms);
+    CHECK(!w.try_acquire(1));
+    CHECK(w.snapshot().in_window == 4);
+  }
+  SECTION("fixed window: what no reservation counts on comes back") {
+    fixed_type w(io, {.limit = 4, .window = 10ms});
+    CHECK(w.try_acquire(1));
+    fixed_type::reservation r = w.reserve(2);
+    CHECK(r.delay() == 0ns);
+    w.refund(2);  // 1 of the 3 counted is not r's
+    CHECK(w.try_acquire(2));
+    CHECK(!w.try_acquire(1));
+  }
+  SECTION("fixed window: once the reservation's time passed, a plain refund") {
+    fixed_type w(io, {.limit = 4, .window = 10ms});
+    CHECK(w.try_acquire(1));
+    fixed_type::reservation r = w.reserve(4);
+    rein_test::advance_and_poll(io, 15ms);
+    w.refund(1);
+    CHECK(w.try_acquire(1));
+    CHECK(!w.try_acquire(1));
+  }
+  SECTION("token bucket: the tokens a later reservation needs stay in debt") {
+    bucket_type b(io, {.rate = 1, .capacity = 4});
+    CHECK(b.try_acquire(1));
+    bucket_type::reservation r1 = b.reserve(4);
+    CHECK(r1.time_to_act() == at(1s));
+    b.refund(1);  // would let r2 act with r1: 5 tokens at 1 s, capacity 4
+    CHECK(b.tokens() == -1);
+    bucket_type::reservation r2 = b.reserve(1);
+    CHECK(r2.time_to_act() == at(2s));
+  }
+  SECTION("token bucket: without a reservation standing, all back") {
+    bucket_type b(io, {.rate = 1, .capacity = 4});
+    bucket_type::reservation r1 = b.reserve(4);
+    CHECK(r1.cancel() == 4);
+    CHECK(b.try_acquire(3));
+    b.refund(2);
+    CHECK(b.tokens() == 3);
+  }
+}
+
 TEST_CASE_METHOD(on_manual_clock, "reserve: a sliding window's reservation gives all back before its time",
                  "[sliding_window][reserve][cancel]") {
   sliding_type w(io, {.limit = 2, .window = 1s});

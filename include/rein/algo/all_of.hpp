@@ -201,6 +201,20 @@ class all_of {
     return least;
   }
 
+  /// As `refund(n, t)` while the reservations `standing` (sorted by time) stand: every part gives back by
+  /// its own refund for standing reservations. Present when every part is a `reservable_rate_limit`.
+  /// @returns the least any part gave back.
+  /// @throws std::invalid_argument if n < 0.
+  std::int64_t refund(std::int64_t n, std::span<const standing_reservation<time_point>> standing, time_point t)
+    requires(reservable_rate_limit<Limits> && ...)
+  {
+    detail::check_request("rein::algo::all_of", n);
+    const time_point now = clamp(t);
+    std::int64_t least = n;
+    each([&](auto& part, std::size_t) { least = std::min(least, part.refund(n, standing, now)); });
+    return least;
+  }
+
   /// The largest n a single request may ask of every limit: the smallest capacity.
   std::int64_t capacity() const noexcept {
     std::int64_t smallest = std::get<0>(parts_).capacity();

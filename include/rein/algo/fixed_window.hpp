@@ -146,10 +146,7 @@ class basic_fixed_window {
   /// @throws std::invalid_argument if n < 0.
   void refund(std::int64_t n, time_point t) {
     detail::check_request(type_name, n);
-    const std::int64_t now = clamp(t);
-    const std::int64_t used = count_ns(now);
-    roll(now);
-    count_ = used - std::min(used, n);
+    give_back(n, false, {}, clamp(t));
   }
 
   /// Counts n units at t even beyond the limit (a cost found after the fact; see `chargeable_rate_limit`).
@@ -213,24 +210,18 @@ class basic_fixed_window {
     detail::check_request(type_name, n);
     const std::int64_t now = clamp(t);
     if (detail::to_ns(at) < now) return 0;
-    const detail::int128 here = index_of(now);
-    const detail::int128 count = count_ns(now);
-    auto counted = [&](detail::int128 window) { return std::max<detail::int128>(0, count - (window - here) * limit_); };
-    detail::int128 back = n;
-    if (index_of(detail::to_ns(at)) > here) back = std::min(back, count - limit_);
-    // P(j), summed over the standing reservations of one window at a time (they are sorted by time).
-    for (std::size_t i = 0; i < standing.size();) {
-      const detail::int128 window = index_of(detail::to_ns(standing[i].at));
-      detail::int128 units = 0;
-      for (; i < standing.size() && index_of(detail::to_ns(standing[i].at)) == window; ++i) {
-        if (detail::to_ns(standing[i].at) >= now) units += standing[i].n;
-      }
-      if (window >= here) back = std::min(back, counted(window) - units);
-    }
-    const auto given = static_cast<std::int64_t>(std::max<detail::int128>(0, back));
-    roll(now);
-    count_ = static_cast<std::int64_t>(count - given);
-    return given;
+    return give_back(n, index_of(detail::to_ns(at)) > index_of(now), standing, now);
+  }
+
+  /// As `refund(n, t)` while the reservations `standing` (sorted by time) stand: gives back only what
+  /// leaves every standing reservation's window its units, by the rule of `cancel_reservation` for units
+  /// of the current window. A plain refund could lower a later window's count below what a reservation in
+  /// it holds, and a newcomer would act in its units. The async layer refunds this way.
+  /// @returns the units given back.
+  /// @throws std::invalid_argument if n < 0.
+  std::int64_t refund(std::int64_t n, std::span<const standing_reservation<time_point>> standing, time_point t) {
+    detail::check_request(type_name, n);
+    return give_back(n, false, standing, clamp(t));
   }
 
   /// Lowers what the window admits so that from t until just before `t + reset_after` (the instant the
@@ -357,6 +348,30 @@ class basic_fixed_window {
     // k window starts from now on leave max(0, used - k * limit) counted: the first k with room for n.
     const detail::int128 k = detail::ceil_div(detail::int128(used) - (limit_ - n), limit_);
     return start_ns(index_of(now) + k);
+  }
+
+  // What cancel_reservation and refund give back at `now`: at most n, leaving every standing reservation's
+  // window its units, and the current window full when `later` (the units were counted in a later window).
+  std::int64_t give_back(std::int64_t n, bool later, std::span<const standing_reservation<time_point>> standing,
+                         std::int64_t now) {
+    const detail::int128 here = index_of(now);
+    const detail::int128 count = count_ns(now);
+    auto counted = [&](detail::int128 window) { return std::max<detail::int128>(0, count - (window - here) * limit_); };
+    detail::int128 back = std::min<detail::int128>(n, count);
+    if (later) back = std::min(back, count - limit_);
+    // P(j), summed over the standing reservations of one window at a time (they are sorted by time).
+    for (std::size_t i = 0; i < standing.size();) {
+      const detail::int128 window = index_of(detail::to_ns(standing[i].at));
+      detail::int128 units = 0;
+      for (; i < standing.size() && index_of(detail::to_ns(standing[i].at)) == window; ++i) {
+        if (detail::to_ns(standing[i].at) >= now) units += standing[i].n;
+      }
+      if (window >= here) back = std::min(back, counted(window) - units);
+    }
+    const auto given = static_cast<std::int64_t>(std::max<detail::int128>(0, back));
+    roll(now);
+    count_ = static_cast<std::int64_t>(count - given);
+    return given;
   }
 
   void roll(std::int64_t now) noexcept {

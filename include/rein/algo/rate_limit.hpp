@@ -126,6 +126,9 @@ struct standing_reservation {
 ///   stand: the most that never lets anyone act in a standing reservation's units, nothing if `at` is before
 ///   t (the units are spent), and never more than n. It returns the units given back. Each model states its
 ///   rule.
+/// - `refund(n, standing, t)` is `refund(n, t)` while the reservations `standing` (sorted by time) stand:
+///   it gives back at most n, never any unit a standing reservation counts on, and returns the units given
+///   back. The async layer refunds this way while reservations stand.
 template <class L>
 concept reservable_rate_limit =
     rate_limit<L> && requires(L& limit, std::int64_t n, typename L::time_point t,
@@ -133,6 +136,7 @@ concept reservable_rate_limit =
       { limit.reserve(n, t) } -> std::same_as<std::optional<typename L::time_point>>;
       { limit.reserve(n, t, t) } -> std::same_as<std::optional<typename L::time_point>>;
       { limit.cancel_reservation(n, t, standing, t) } -> std::same_as<std::int64_t>;
+      { limit.refund(n, standing, t) } -> std::same_as<std::int64_t>;
     };
 
 namespace detail {

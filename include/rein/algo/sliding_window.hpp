@@ -126,6 +126,17 @@ class basic_sliding_window {
     forget(first, forgotten);
   }
 
+  /// As `refund(n, t)`: the oldest starts in the window are forgotten, which never frees room that a
+  /// standing reservation counts on (its starts are logged at its time to act, the newest), so `standing`
+  /// is not needed. The async layer refunds this way for every limit that reserves.
+  /// @returns the starts given back, those in the log and those only counted as `dropped`.
+  /// @throws std::invalid_argument if n < 0.
+  std::int64_t refund(std::int64_t n, std::span<const standing_reservation<time_point>>, time_point t) {
+    const std::int64_t before = count(t) + dropped(t);
+    refund(n, t);
+    return before - count(t) - dropped(t);
+  }
+
   /// Records n starts at t for a caller who acts later (Go's `ReserveN` on a window): at the first time
   /// from t on at which they fit, and no earlier than the latest start recorded (a reservation's), so that
   /// later requests and reservations are timed behind them. The starts are recorded at that time, the time

@@ -227,6 +227,25 @@ class basic_token_bucket {
     detail::check_request(type_name, n);
     const std::int64_t now = clamp(t);
     if (detail::to_ns(at) < now) return 0;
+    return give_back(n, standing, t);
+  }
+
+  /// As `refund(n, t)` while the reservations `standing` (sorted by time) stand: gives back only what
+  /// leaves them their tokens, by the rule of `cancel_reservation`. A plain refund could fill the bucket
+  /// with tokens a standing reservation counts on, and a newcomer would act in them. The async layer
+  /// refunds this way.
+  /// @returns the tokens given back.
+  /// @throws std::invalid_argument if n < 0.
+  std::int64_t refund(std::int64_t n, std::span<const standing_reservation<time_point>> standing, time_point t) {
+    detail::check_request(type_name, n);
+    return give_back(n, standing, t);
+  }
+
+ private:
+  // What cancel_reservation and refund give back at t: the largest x in [0, n] with B(s) + x + P(s) <=
+  // capacity at t and at every standing reservation's time.
+  std::int64_t give_back(std::int64_t n, std::span<const standing_reservation<time_point>> standing, time_point t) {
+    const std::int64_t now = clamp(t);
     // B(s) + P(s) <= capacity, walking back from the latest standing reservation; the sums stay far from
     // overflow (the standing tokens sit in the debt, at most 1e15 tokens, plus one capacity).
     auto room = [this](std::int64_t later, std::int64_t s) { return capacity_ - later - tokens_rounded_up_ns(s); };
@@ -242,6 +261,7 @@ class basic_token_bucket {
     return back;
   }
 
+ public:
   /// Takes n tokens at t whatever is there, leaving the bucket in debt if it holds fewer: the charge for
   /// work already done, such as the part of a call's cost above its estimate (an LLM call that used more
   /// tokens than it reserved). Unlike `try_take` it never refuses, and unlike a silent overrun it makes

@@ -57,6 +57,14 @@ class reservation_book {
     return back;
   }
 
+  /// Gives n units back into `limit` at `now` (a refund, not a cancel) without freeing any standing
+  /// reservation's units (the limit's `refund(n, standing, now)`); returns the units given back.
+  template <class Limit>
+  std::int64_t refund(Limit& limit, std::int64_t n, TimePoint now) {
+    forget_spent(now);
+    return limit.refund(n, std::span<const standing>(live_), now);
+  }
+
   /// Reservations recorded, those cancelled before their time, and the units those gave back.
   struct counts {
     std::uint64_t reserved = 0;
