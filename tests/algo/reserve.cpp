@@ -222,3 +222,29 @@ TEST_CASE("reserve: a sliding window's cancel takes back the starts its reservat
   CHECK(w.try_take(1, t0 + 2s) == take_result::denied);
   CHECK(w.ready_at(1, t0 + 2s) == t0 + 10s);
 }
+
+TEST_CASE("reserve: a fixed window's new limit leaves a reserved window's count as it was", "[reserve][fixed_window]") {
+  rein::algo::fixed_window w({.limit = 4, .window = 10s}, t0);
+  CHECK(w.try_take(4, t0) == take_result::allowed);
+  CHECK(w.reserve(4, t0) == t0 + 10s);
+  SECTION("raised: window 1 holds the reservation's 4 of 8") {
+    w.set_limit(8, t0);
+    CHECK(w.count(t0) == 12);  // window 0 stays full
+    CHECK(w.count(t0 + 10s) == 4);
+    CHECK(w.ready_at(5, t0) == t0 + 20s);
+    CHECK(w.ready_at(4, t0) == t0 + 10s);
+  }
+  SECTION("lowered: the 4 fill window 1 and 2 more the next") {
+    w.set_limit(2, t0);
+    CHECK(w.count(t0 + 10s) == 4);
+    CHECK(w.count(t0 + 20s) == 2);
+    CHECK(w.ready_at(1, t0) == t0 + 30s);
+  }
+  SECTION("nothing carried: the count stays") {
+    rein::algo::fixed_window v({.limit = 4, .window = 10s}, t0);
+    CHECK(v.try_take(3, t0) == take_result::allowed);
+    v.set_limit(8, t0);
+    CHECK(v.count(t0) == 3);
+    CHECK(v.try_take(5, t0) == take_result::allowed);
+  }
+}

@@ -522,6 +522,21 @@ TEST_CASE_METHOD(on_manual_clock, "reserve: refund() gives back no unit a standi
   }
 }
 
+TEST_CASE_METHOD(on_manual_clock, "reserve: a fixed window's raised limit leaves a later window's reservation counted",
+                 "[fixed_window][reserve]") {
+  fixed_type w(io, {.limit = 4, .window = 10ms});
+  CHECK(w.try_acquire(4));
+  fixed_type::reservation r = w.reserve(4);
+  CHECK(r.time_to_act() == at(10ms));
+  w.set_limit(8);
+  CHECK(!w.try_acquire(1));  // the room r left unused in window 0 stays counted
+  rein_test::advance_and_poll(io, 10ms);
+  CHECK(w.try_acquire(4));  // r's 4 and these 4: window 1 holds 8
+  CHECK(!w.try_acquire(1));
+  rein_test::advance_and_poll(io, 10ms);
+  CHECK(w.try_acquire(8));
+}
+
 TEST_CASE_METHOD(on_manual_clock, "reserve: a sliding window's reservation gives all back before its time",
                  "[sliding_window][reserve][cancel]") {
   sliding_type w(io, {.limit = 2, .window = 1s});

@@ -188,6 +188,7 @@ class basic_fixed_window {
     if (count > max_limit) return std::nullopt;
     roll(now);
     count_ = static_cast<std::int64_t>(count);
+    reserved_ns_ = std::max(reserved_ns_, detail::to_ns(*when));
     return when;
   }
 
@@ -251,14 +252,22 @@ class basic_fixed_window {
     return true;
   }
 
-  /// Changes the limit from time t on; the units counted in this window stay counted.
+  /// Changes the limit from time t on; the units counted in this window stay counted. Units that `reserve`
+  /// counted in a later window stay there: the count of the latest window a reservation was made for (if
+  /// the count still reaches it) stays as it was, and the windows before it stay full at the new limit, so
+  /// a raised limit never lets anyone act in a reservation's units (with limit 4, a reservation of 4 in the
+  /// next window keeps that window's 4 of a new limit of 8, not 4 - 4 = 0). What a `charge` or
+  /// `limit_remaining` carried beyond is repaid at the new limit from the next window start on.
   /// @throws std::invalid_argument as the constructor, and leaves the window unchanged.
   void set_limit(std::int64_t limit, time_point t) {
     checked_limit(limit);
     const std::int64_t now = clamp(t);
     const std::int64_t used = count_ns(now);
+    // The count reaches window k (0 = this one) holding a reservation: its count used - k x limit_ stays.
+    const detail::int128 k = std::clamp<detail::int128>(detail::ceil_div(used, limit_) - 1, 0,
+                                                        std::max<detail::int128>(0, index_of(reserved_ns_) - index_of(now)));
     roll(now);
-    count_ = used;
+    count_ = saturated(used + k * (detail::int128(limit) - limit_));
     limit_ = limit;
   }
 
@@ -385,6 +394,8 @@ class basic_fixed_window {
   std::int64_t last_ns_;
   detail::int128 index_;    // the window whose count count_ is
   std::int64_t count_ = 0;  // units counted in window index_, above limit_ while a charge is repaid
+  // The latest reservation's time to act: set_limit keeps the count of its window.
+  std::int64_t reserved_ns_ = std::numeric_limits<std::int64_t>::min();
 };
 
 /// The fixed window on `std::chrono::steady_clock` (windows aligned to its epoch).
