@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <optional>
 #include <stdexcept>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -247,4 +248,23 @@ TEST_CASE("reserve: a fixed window's new limit leaves a reserved window's count 
     CHECK(v.count(t0) == 3);
     CHECK(v.try_take(5, t0) == take_result::allowed);
   }
+}
+
+TEST_CASE("reserve: all_of's failed reserve takes nothing from any part", "[reserve][all_of]") {
+  static_assert(std::is_trivially_copyable_v<rein::algo::fixed_window>);
+  static_assert(std::is_trivially_copyable_v<rein::algo::token_bucket>);
+  constexpr auto month = 24h * 30;
+  const time_point start = time_point{} + month * 1000;  // a window start
+  // The sliding window's one start leaves after 30 days; the bucket cannot hold the n that long (what
+  // it would lose by then is a debt beyond 1e15 tokens), so the reserve fails after the fixed window's.
+  rein::algo::all_of a(rein::algo::fixed_window({.limit = 4, .window = month}, start),
+                       rein::algo::sliding_window({.limit = 1, .window = month}, start),
+                       rein::algo::token_bucket({.rate = 1e9, .capacity = 10}, start));
+  CHECK(a.try_take(1, start) == take_result::allowed);
+  CHECK(a.reserve(1, start) == std::nullopt);
+  CHECK(a.get<0>().count(start) == 1);
+  CHECK(a.get<0>().count(start + month) == 0);
+  CHECK(a.get<1>().count(start) == 1);
+  CHECK(a.get<2>().tokens_rounded_up(start) == 9);
+  CHECK(a.get<0>().try_take(3, start) == take_result::allowed);
 }

@@ -148,10 +148,14 @@ class all_of {
   /// As `reserve(n, t)`, acting no earlier than `not_before`.
   ///
   /// Every part's time is its `ready_at(n, ·)` or the bound it is given, whichever is later, so the time
-  /// is known before anything is taken. A part that still cannot reserve (a debt beyond its bound, or
-  /// std::bad_alloc from a window's log) has the parts before it give the n back by their cancel rule, as
-  /// the latest reservation, and the result is `std::nullopt` (or the exception); what a part's reserve
-  /// took beyond the n (see each part) stays taken.
+  /// is known before anything is taken. A part may still fail to reserve (a debt or a count beyond its
+  /// bound, or std::bad_alloc from a window's log); then the result is `std::nullopt` (or the exception)
+  /// and nothing is taken: the parts that are plain values (trivially copyable: token bucket, fixed window)
+  /// reserve first and are restored as they were, and the others (a sliding window's log) reserve after
+  /// them, so that with at most one such part the part that fails took nothing itself. With two or more,
+  /// those that had reserved give the n back by their cancel rule, as the latest reservation (a sliding
+  /// window's cancel gives all back, but stamps the starts its reservation pushed out of a full log at the
+  /// newest of them: see its `cancel_reservation`).
   std::optional<time_point> reserve(std::int64_t n, time_point t, time_point not_before)
     requires(reservable_rate_limit<Limits> && ...)
   {
@@ -161,21 +165,32 @@ class all_of {
     const std::optional<time_point> ready = ready_at(n, now);
     if (!ready) return std::nullopt;
     const time_point at = std::max(*ready, not_before);
-    std::size_t done = 0;
-    auto undo = [&] {
-      each([&](auto& part, std::size_t i) {
-        if (i < done) part.cancel_reservation(n, at, {}, now);
-      });
-    };
-    try {
-      bool failed = false;
-      each([&](auto& part, std::size_t) {
-        if (failed) return;
+    std::tuple<std::optional<Limits>...> saved;  // the restorable parts before their reserve
+    std::array<bool, size> done{};
+    bool failed = false;
+    // One pass over the restorable parts, then one over the others.
+    auto pass = [&](bool restorable_pass) {
+      each_with(saved, [&](auto& part, auto& copy, std::size_t i) {
+        if (failed || restorable<std::remove_cvref_t<decltype(part)>> != restorable_pass) return;
+        if constexpr (restorable<std::remove_cvref_t<decltype(part)>>) copy.emplace(part);
         const std::optional<time_point> mine = part.reserve(n, now, at);
-        if (mine) ++done;
+        done[i] = mine.has_value();
         failed = !mine;
         assert(!mine || *mine == at);
       });
+    };
+    auto undo = [&] {
+      each_with(saved, [&](auto& part, auto& copy, std::size_t i) {
+        if constexpr (restorable<std::remove_cvref_t<decltype(part)>>) {
+          if (copy) part = *copy;
+        } else if (done[i]) {
+          part.cancel_reservation(n, at, {}, now);
+        }
+      });
+    };
+    try {
+      pass(true);
+      pass(false);
       if (!failed) return at;
     } catch (...) {
       undo();
@@ -247,6 +262,18 @@ class all_of {
     counts all;
     all.fill(n);
     return all;
+  }
+
+  // A part that all_of::reserve restores from a copy when another part cannot reserve.
+  template <class L>
+  static constexpr bool restorable = std::is_trivially_copyable_v<L> && std::is_copy_assignable_v<L>;
+
+  // Calls f(part, std::get<I>(other), I) for every part I, in order.
+  template <class Other, class F>
+  void each_with(Other& other, F&& f) {
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      (f(std::get<I>(parts_), std::get<I>(other), I), ...);
+    }(std::make_index_sequence<size>{});
   }
 
   // Calls f(part, index) for every part, in order.
