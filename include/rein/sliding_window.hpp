@@ -42,8 +42,9 @@ using sliding_window_options = basic_sliding_window_options<std::chrono::steady_
 /// A sliding window's state, copied out under its lock.
 template <class Duration>
 struct sliding_window_snapshot : wait_stats, reservation_stats {
-  std::int64_t in_window = 0;  ///< starts in the window ending now
-  std::int64_t available = 0;  ///< limit - in_window: starts that fit now (if nobody waits)
+  std::int64_t in_window = 0;  ///< starts in the window ending now (those a reservation logged later: not yet)
+  std::int64_t available = 0;  ///< starts that fit now (if nobody waits): at most limit - in_window, less
+                               ///< while a reservation's starts ahead need the room
   std::int64_t limit = 0;      ///< most starts in any window
   Duration window{};           ///< the window's length
   double utilisation = 0.0;    ///< in_window / limit
@@ -174,15 +175,22 @@ class basic_sliding_window : public basic_rate_limiter<algo::basic_sliding_windo
     return this->inspect([](const limit_type& w, const wait_stats&) { return w.window(); });
   }
 
-  /// Starts in, and room left in, the window ending now, with the waiting statistics; O(log limit).
+  /// Starts in, and room left in, the window ending now, with the waiting statistics; O(log^2 limit).
   snapshot_type snapshot() const {
     const time_point now = Clock::now();
     return this->inspect([this, now](const limit_type& w, const wait_stats& stats) {
       snapshot_type s;
       static_cast<wait_stats&>(s) = stats;
       detail::copy_reservations(this->reservations(), s);
-      s.in_window = w.count(now);
-      s.available = w.limit() - s.in_window;
+      // Starts a charge or a reservation pushed out of the full log still count while in the window.
+      s.in_window = w.count(now) + w.dropped(now);
+      // A reservation's starts logged ahead hold room now too: what fits is what ready_at says fits now.
+      std::int64_t fits = 0, above = std::max<std::int64_t>(0, w.limit() - s.in_window) + 1;
+      while (above - fits > 1) {
+        const std::int64_t mid = fits + (above - fits) / 2;
+        (w.ready_at(mid, now) == std::max(now, w.last_time()) ? fits : above) = mid;
+      }
+      s.available = fits;
       s.limit = w.limit();
       s.window = w.window();
       s.utilisation = static_cast<double>(s.in_window) / static_cast<double>(s.limit);

@@ -564,6 +564,36 @@ TEST_CASE_METHOD(on_manual_clock, "reserve: a sliding window's reservation gives
   CHECK(s.reserved_returned_total == 2);
 }
 
+TEST_CASE_METHOD(on_manual_clock, "reserve: a sliding window's snapshot counts what a reservation holds",
+                 "[sliding_window][reserve][snapshot]") {
+  SECTION("the full log's pushed-out starts count, and the starts ahead leave no room") {
+    sliding_type w(io, {.limit = 2, .window = 10ms});
+    CHECK(w.try_acquire(2));
+    sliding_type::reservation r = w.reserve(2);
+    CHECK(r.time_to_act() == at(10ms));
+    const auto s = w.snapshot();
+    CHECK(s.in_window == 2);
+    CHECK(s.available == 0);
+    CHECK(s.utilisation == 1.0);
+    CHECK(!w.try_acquire(1));
+  }
+  SECTION("what fits now is what try_acquire takes, the starts ahead counted") {
+    sliding_type w(io, {.limit = 4, .window = 10ms});
+    CHECK(w.try_acquire(3));
+    rein_test::advance_and_poll(io, 1ms);
+    sliding_type::reservation r = w.reserve(2);
+    CHECK(r.time_to_act() == at(10ms));
+    const auto s = w.snapshot();
+    CHECK(s.in_window == 3);
+    CHECK(s.available == 0);  // a start now would share the window ending at 10 ms with r's 2
+    CHECK(!w.try_acquire(1));
+    rein_test::advance_and_poll(io, 9ms);
+    CHECK(w.snapshot().in_window == 2);
+    CHECK(w.snapshot().available == 2);
+    CHECK(w.try_acquire(2));
+  }
+}
+
 TEST_CASE_METHOD(on_manual_clock, "reserve: rate_limits reserve every limit at the latest one's time",
                  "[rate_limits][reserve]") {
   both_type both = make(io, std::type_identity<both_type>{});
