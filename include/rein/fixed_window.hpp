@@ -108,8 +108,8 @@ std::ostream& operator<<(std::ostream& os, const fixed_window_snapshot<Duration>
 ///
 /// `reserve(n)` (rein::basic_reservation) counts n units now in the first window with room for them and
 /// says when that window starts (now, if this one has room): wait for it, act elsewhere, or `cancel()` to
-/// take them off the count again, unless a later reservation's window still needs the count (see
-/// `algo::basic_fixed_window::cancel_reservation`).
+/// take them off the count again, unless a later reservation's window still needs the count (cancel the
+/// latest first; see `algo::basic_fixed_window::cancel_reservation`).
 ///
 /// @tparam Executor the I/O executor; completions default to it.
 /// @tparam Clock    the clock of the windows and of deadlines; tick of a nanosecond or coarser.

@@ -98,6 +98,12 @@ void copy_reservations(const Book* book, Snapshot& s) noexcept {
 /// cancellation slot (terminal, partial or total) completes with `net::error::operation_aborted` and
 /// cancels the reservation the same way; so does every wait pending or started after `cancel()`.
 ///
+/// @par Closing
+/// The limiter's `close()` leaves standing reservations as they are: their units stay counted, a wait
+/// pending at close stays pending and completes at time_to_act() as before, and `cancel()` after close
+/// still gives the units back by the limit's rule and ends pending waits with operation_aborted. A
+/// `reserve` after close is not ok (status closed).
+///
 /// @par Destruction
 /// Destroying a reservation gives nothing back (as in Go, its units are spent: the caller may act at
 /// `time_to_act()` without waiting through it); a wait already started still completes at its time.
@@ -178,9 +184,15 @@ class basic_reservation {
   ///   kept back for a later reservation stay spent even if that one is cancelled afterwards: cancel the
   ///   latest first to get all back;
   /// - sliding window: the reservation's starts are logged at its time to act and removing them only lowers
-  ///   counts, so a cancel before that time gives all back;
+  ///   counts, so a cancel before that time gives back all of them the log still holds. The log keeps the
+  ///   newest `limit` starts: those a later reservation (or a charge) pushed out of a full log are no
+  ///   longer there and come back as nothing, and the older starts pushed out while still in the window
+  ///   take the freed slots back stamped at the newest pushed-out start's time, so the window may stay
+  ///   blocked later than they would have. Cancel the latest first: each then gives all back;
   /// - fixed window: its units leave the count unless a standing reservation's window needs the count as
-  ///   it is (and the current window stays full when the reservation was for a later one);
+  ///   it is (and the current window stays full when the reservation was for a later one). As with the
+  ///   bucket, units kept back for a later reservation stay counted even if that one is cancelled
+  ///   afterwards: cancel the latest first to get all back;
   /// - `rate_limits` (all_of): each limit by its own rule; the count returned is the least of them.
   ///
   /// @returns the units given back.

@@ -92,7 +92,8 @@ std::ostream& operator<<(std::ostream& os, const sliding_window_snapshot<Duratio
 ///
 /// `reserve(n)` (rein::basic_reservation) records n starts at the first time they fit (never before an
 /// earlier reservation's) and says when that is: wait for it, act elsewhere, or `cancel()` before then to
-/// take all n out of the log again (see `algo::basic_sliding_window::cancel_reservation`).
+/// take its n starts out of the log again, all n unless later reservations pushed some out of a full log
+/// (cancel the latest first; see `algo::basic_sliding_window::cancel_reservation`).
 ///
 /// @tparam Executor the I/O executor; completions default to it.
 /// @tparam Clock    the clock of the window and of deadlines; tick of a nanosecond or coarser.

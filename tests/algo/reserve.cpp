@@ -268,3 +268,15 @@ TEST_CASE("reserve: all_of's failed reserve takes nothing from any part", "[rese
   CHECK(a.get<2>().tokens_rounded_up(start) == 9);
   CHECK(a.get<0>().try_take(3, start) == take_result::allowed);
 }
+
+TEST_CASE("reserve: a fixed window's cancels, earliest first, keep back what later ones need",
+          "[reserve][fixed_window][cancel]") {
+  rein::algo::fixed_window w({.limit = 3, .window = 10s}, t0);
+  CHECK(w.reserve(3, t0) == t0);
+  CHECK(w.reserve(3, t0) == t0 + 10s);
+  CHECK(w.reserve(3, t0) == t0 + 20s);
+  CHECK(w.cancel_reservation(3, t0, standing{{3, t0 + 10s}, {3, t0 + 20s}}, t0) == 0);
+  CHECK(w.cancel_reservation(3, t0 + 10s, standing{{3, t0 + 20s}}, t0) == 0);
+  CHECK(w.cancel_reservation(3, t0 + 20s, standing{}, t0) == 3);
+  CHECK(w.ready_at(1, t0) == t0 + 20s);  // window 1 stays full
+}

@@ -659,6 +659,23 @@ TEMPLATE_TEST_CASE("reserve: the contract holds for the windows and rate_limits"
     CHECK(closed.ec == error_code(rein::errc::closed));
     CHECK(limiter.snapshot().reserved_total == 0);
   }
+  SECTION("close() leaves standing reservations: their waits stay pending, a cancel still gives back") {
+    typename TestType::reservation all = limiter.reserve(2), r = limiter.reserve(2), q = limiter.reserve(2);
+    CHECK(r.time_to_act() == at(1s));
+    waited on_r, on_q;
+    r.async_wait(on_r.handler());
+    q.async_wait(on_q.handler());
+    limiter.close();
+    rein_test::poll(io);
+    CHECK(!on_r.ec);
+    CHECK(!on_q.ec);
+    CHECK(q.cancel() == 2);  // the latest: all back
+    rein_test::poll(io);
+    CHECK(on_q.ec == error_code(net::error::operation_aborted));
+    rein_test::advance_and_poll(io, 1s);
+    CHECK(on_r.ec == error_code());
+    CHECK(on_r.when == 1s);
+  }
   SECTION("a wait cancelled through its slot gives the units back") {
     const auto type =
         GENERATE(net::cancellation_type::terminal, net::cancellation_type::partial, net::cancellation_type::total);

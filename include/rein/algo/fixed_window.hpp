@@ -203,7 +203,10 @@ class basic_fixed_window {
   /// current window stays full: what it holds besides reservations is not known, and this reservation's
   /// units were never in it). Then no window ever admits anyone in a standing reservation's units. Nothing
   /// comes back once `at` is before t. The room a reservation left unused before its window (see
-  /// `reserve`) stays counted.
+  /// `reserve`) stays counted. As with the token bucket, units kept back for a later reservation stay
+  /// counted even if that one is cancelled afterwards (with limit 3, reservations of 3 in windows 0, 1 and
+  /// 2 cancelled earliest first give back 0, 0 and 3, and window 1 stays full): cancel the latest first
+  /// to get everything back.
   /// @returns the units given back.
   /// @throws std::invalid_argument if n < 0.
   std::int64_t cancel_reservation(std::int64_t n, time_point at, std::span<const standing_reservation<time_point>> standing,

@@ -167,11 +167,14 @@ class basic_sliding_window {
   /// The rule. The reservation's starts are in the log at `at`, its time to act, and every admission is
   /// decided by counting the log, standing reservations' starts included. Removing starts from the log
   /// only lowers counts: no window then holds more than `limit` starts of those that still stand, so a
-  /// cancel at or before `at` gives all n back (the starts recorded at `at`: equal stamps are
-  /// interchangeable). Nothing comes back once `at` is before t, and nothing for starts that a `charge` or
-  /// a smaller `set_limit` has since pushed out of the log. A reservation in a full log pushes out its
-  /// oldest starts, which may still be in the window (they count as `dropped`): the slots a cancel frees
-  /// take those back first (stamped as in `set_limit`), so that the log never forgets a start that counts.
+  /// cancel at or before `at` gives back the n starts recorded at `at` that the log still holds (equal
+  /// stamps are interchangeable): all n, unless a later reservation, a `charge` or a smaller `set_limit`
+  /// has since pushed some out of the log (it keeps the newest `limit`), which then come back as nothing.
+  /// Nothing comes back once `at` is before t. A reservation in a full log pushes out its oldest starts,
+  /// which may still be in the window (they count as `dropped`): the slots a cancel frees take those back
+  /// first, stamped at the newest pushed-out start's time (as in `set_limit`), so that the log never
+  /// forgets a start that counts, at the price of counting such a start later than it was. So cancel the
+  /// latest reservation first: each then finds its starts in the log and gives all n back.
   /// @returns the starts given back.
   /// @throws std::invalid_argument if n < 0.
   std::int64_t cancel_reservation(std::int64_t n, time_point at, std::span<const standing_reservation<time_point>>,
