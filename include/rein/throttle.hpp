@@ -390,7 +390,7 @@ class throttle {
     } catch (const system_error& e) {
       failed = e.code();
       m.fail();
-    } catch (const std::bad_alloc&) {  // a new key's entry, a timer: the handler still gets its one call
+    } catch (const std::bad_alloc&) {  // a new key's entry, a wait's frame: the handler still gets its one call
       failed = make_error_code(std::errc::not_enough_memory);
       m.fail();
     }
