@@ -162,7 +162,8 @@ class basic_reservation {
   /// `time_point::max()` when not ok.
   time_point time_to_act() const noexcept { return s_->at; }
 
-  /// How long from now until time_to_act(): 0 once it is reached, `duration::max()` when not ok.
+  /// How long from now until time_to_act(): 0 once it is reached, `duration::max()` when not ok. A cancelled
+  /// reservation keeps its time (its delay says when it would have acted).
   duration delay() const { return delay_from(Clock::now()); }
 
   /// How long from `now` until time_to_act() (Go's `DelayFrom`).

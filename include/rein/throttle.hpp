@@ -112,7 +112,8 @@ namespace rein {
 /// Order: callers of one key waiting for its rate are admitted in the order of that rate's line (its
 /// options' order: arrival order by default; lifo, or priority and fair order, whose class and key the
 /// throttle leaves at the default, as the line says), each at the instant the rate allows: 40 callers of a
-/// key limited to 100/s with a burst of 1 are admitted in arrival order, exactly 10 ms apart. That holds while
+/// key limited to 100/s with a burst of 1 are admitted in arrival order, exactly 10 ms apart (on the manual
+/// clock; in real time each also waits for its handler to run). That holds while
 /// nothing after the key's rate makes them wait: a caller granted its key's rate that must then wait for a
 /// global permit, a global rate or another keyed rate (a key's tokens after its requests) refunds the units
 /// and rejoins the key's line later, behind those who came after it. The throttle as a whole is not first
