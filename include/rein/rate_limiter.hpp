@@ -380,13 +380,15 @@ REIN_SEPARATE_INLINE basic_rate_limiter<Limit, Executor, Mutex>::basic_rate_limi
 template <algo::rate_limit Limit, class Executor, class Mutex>
 REIN_SEPARATE_INLINE void basic_rate_limiter<Limit, Executor, Mutex>::refund(std::size_t n) {
   const auto count = static_cast<std::int64_t>(std::min<std::uint64_t>(n, std::numeric_limits<std::int64_t>::max()));
-  update([this, count](Limit& limit, time_point now) {
-    if constexpr (algo::reservable_rate_limit<Limit>) {
+  if constexpr (algo::reservable_rate_limit<Limit>) {
+    update([this, count](Limit& limit, time_point now) {
       // Units a standing reservation counts on stay counted (the limit's refund while they stand).
       if (book_) return static_cast<void>(book_->refund(limit, count, now));
-    }
-    limit.refund(count, now);
-  });
+      limit.refund(count, now);
+    });
+  } else {
+    update([count](Limit& limit, time_point now) { limit.refund(count, now); });
+  }
 }
 
 /// Several pure rate limits enforced together, all or nothing, behind one waiting line:
