@@ -134,6 +134,18 @@ struct key_equal : std::equal_to<Key> {};
 template <>
 struct key_equal<std::string> : std::equal_to<> {};
 
+}  // namespace rein
+
+#if defined(__GLIBCXX__)
+// libstdc++ keeps each node's hash only for a hash it does not deem fast, and deems every user's hash fast:
+// a string key would then be hashed again at each step of a bucket walk and compared whole at each
+// collision. Ours costs what std::hash<std::string> does, which libstdc++ deems slow; say the same.
+template <>
+struct std::__is_fast_hash<rein::key_hash<std::string>> : std::false_type {};
+#endif
+
+namespace rein {
+
 /// When a limiter may be dropped by rein::keyed: it must be indistinguishable from a new one (nobody waits,
 /// nothing is held or used up), so that dropping it and making it again later changes nothing a caller can
 /// observe, except counters.
