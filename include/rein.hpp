@@ -70,6 +70,7 @@
 #include <rein/throttle_charge.hpp>
 #include <rein/throttle_guard.hpp>
 #include <rein/throttle_options.hpp>
+#include <rein/throttle_reservation.hpp>
 #include <rein/throttle_snapshot.hpp>
 #include <rein/token_bucket.hpp>
 #include <rein/token_reservation.hpp>

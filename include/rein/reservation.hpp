@@ -61,6 +61,21 @@ void copy_reservations(const Book* book, Snapshot& s) noexcept {
   s.reserved_returned_total = book->totals().returned;
 }
 
+// What rein::throttle's reservation does with its rate stages' reservations beyond cancel(): `spend(r)`
+// when its wait is admitted (the units are the admission's: out of the book, counted as a grant of the
+// limiter), `let_go(r)` when the wait must wait elsewhere first (the limit's cancel rule while the
+// reservation stands, a refund once its time passed). Not API.
+struct reservation_access {
+  template <class Reservation>
+  static void spend(Reservation& r) noexcept {
+    r.s_->spend();
+  }
+  template <class Reservation>
+  static std::size_t let_go(Reservation& r) {
+    return r.s_->let_go();
+  }
+};
+
 }  // namespace detail
 
 /// Units reserved from a rate limiter by its `reserve(n)`: counted at once, usable from `time_to_act()` on.
@@ -221,6 +236,7 @@ class basic_reservation {
 
  private:
   friend class basic_rate_limiter<Limit, Executor, Mutex>;
+  friend struct detail::reservation_access;
 
   // Shared with the waits, which may outlive the reservation object.
   struct state {
@@ -243,6 +259,29 @@ class basic_reservation {
       if (!line) return 0;
       return line->update([this](policy_type& p, time_point now) {
         return static_cast<std::size_t>(book->give_back(id, p.limit(), now));
+      });
+    }
+
+    // The units are an admission's (detail::reservation_access): out of the book, one grant of the limiter.
+    void spend() noexcept {
+      if (cancelled.exchange(true) || status != try_status::acquired) return;
+      const std::shared_ptr<core_type> line = core.lock();
+      if (!line) return;
+      line->update_granted([this](policy_type&, time_point now) noexcept {
+        if (n != 0) book->spend(id, now);
+      });
+    }
+
+    // Let go before acting (detail::reservation_access): the limit's cancel rule while the reservation
+    // stands (until its time to act, included), a refund of its units (that frees no standing one's) after.
+    std::size_t let_go() {
+      if (cancelled.exchange(true) || status != try_status::acquired || n == 0) return 0;
+      const std::shared_ptr<core_type> line = core.lock();
+      if (!line) return 0;
+      return line->update([this](policy_type& p, time_point now) {
+        if (now <= at) return static_cast<std::size_t>(book->give_back(id, p.limit(), now));
+        book->spend(id, now);
+        return static_cast<std::size_t>(book->refund(p.limit(), static_cast<std::int64_t>(n), now));
       });
     }
 

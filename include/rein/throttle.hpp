@@ -14,6 +14,7 @@
 #include <rein/throttle_charge.hpp>
 #include <rein/throttle_guard.hpp>
 #include <rein/throttle_options.hpp>
+#include <rein/throttle_reservation.hpp>
 #include <rein/throttle_snapshot.hpp>
 
 #include REIN_ASIO_HEADER(associated_cancellation_slot.hpp)
@@ -23,6 +24,7 @@
 #include REIN_ASIO_HEADER(co_spawn.hpp)
 #include REIN_ASIO_HEADER(error.hpp)
 
+#include <algorithm>
 #include <cstddef>
 #include <memory>
 #include <new>
@@ -126,6 +128,11 @@ namespace rein {
 /// snapshot().stages says which of a stage's grants were admissions, re-takes or abandoned, with the rule
 /// that adds them up to the stage's own count (rein::throttle_snapshot).
 ///
+/// To learn the wait before committing to it, `reserve(key, c)` says when every rate stage could take the
+/// charge and reserves the units of the stages that need that time; its wait then admits the call as an
+/// acquire (rein::throttle_reservation, Go's `ReserveN` for the whole throttle); cancelling it gives the
+/// units back.
+///
 /// @par Errors
 /// A waiting acquire fails with errc::timed_out (one deadline covers every stage), errc::closed,
 /// errc::queue_full (a stage's waiting line is full, or too many keys), errc::exceeds_capacity (a charge no
@@ -174,6 +181,8 @@ class throttle {
   using guard = throttle_guard<throttle>;
   /// What a guard holds for each stage. Not API.
   using holdings = typename stage_ops::holdings;
+  /// What reserve() returns (rein::throttle_reservation).
+  using reservation = throttle_reservation<throttle>;
 
   /// Composes the stages, listed in admission order (references; they must outlive the throttle).
   /// @throws std::invalid_argument if options.default_pause <= 0, or if options.key_weight is set and no
@@ -335,6 +344,34 @@ class throttle {
     return g;
   }
 
+  /// Says when every rate stage could take the charge `c` for `key` (the latest time any needs) and
+  /// reserves it at the stages that need that time (rein::throttle_reservation, the throttle's Go
+  /// `ReserveN`): then `co_await r.wait()` for the guard (the call admitted as an acquire from
+  /// time_to_act() on), or `r.cancel()` to give the units back. Never waits.
+  ///
+  /// Not ok, holding nothing, when an admission stage refuses, a gate is paused, the key cannot be made, or
+  /// a rate stage cannot reserve (someone waits on its line, it is closed, the charge exceeds its
+  /// capacity); see rein::throttle_reservation. Compiles only when every rate stage reserves (a
+  /// rein::basic_rate_limiter of a token bucket, a window, or rein::rate_limits of those).
+  /// @throws std::invalid_argument if `c.tokens` is not 0 and no stage charges tokens (see acquire).
+  /// @throws std::bad_alloc (the reservation's state, a key's entry, a limiter's book of reservations).
+  reservation reserve(std::string_view key, rein::charge c = {}) {
+    stage_ops::check_charge(c);
+    auto s = std::make_shared<typename reservation::state>(this, executor(), ops_.options().name, key, c);
+    s->g = guard(life_, c);
+    const typename stage_ops::reserve_outcome r = ops_.reserve(s->g, key, s->rates);
+    if (r.status == try_status::acquired) {
+      s->at = r.at;
+    } else {
+      s->g = guard();  // gives back the pins (and counts the admission stages' decision abandoned)
+      s->error = r.error;
+      s->rejected_stage = r.stage;
+      s->rejected_at = stage_ops::kind_of(r.stage);
+    }
+    s->status = r.status;
+    return reservation(std::move(s));
+  }
+
   /// The pause reject() applies when the upstream gave no usable Retry-After.
   duration default_pause() const noexcept { return ops_.default_pause(); }
 
@@ -353,6 +390,9 @@ class throttle {
 
  private:
   friend guard;
+  friend reservation;
+  // The executor completions default to (the first stage's).
+  using executor_type = decltype(std::declval<const stage_ops&>().executor());
   using admission = typename stage_ops::admission;
   using step = detail::admission_step;
   using event = detail::admission_event;
@@ -367,11 +407,11 @@ class throttle {
   // `asked`: when the operation was initiated (at its call; at its launch, for a deferred token). A wait is
   // timed from there, the coroutine's start on its executor included; an admission at once is a zero wait,
   // as a limiter's grant at once is.
+  // `g`: a new guard (its charge), or a reservation's (its reserved units a claim: see hand_reserved).
   template <bool Bound>
-  net::awaitable<std::pair<error_code, guard>> run(std::string key, rein::charge c, time_point deadline,
+  net::awaitable<std::pair<error_code, guard>> run(std::string key, guard g, time_point deadline,
                                                    std::shared_ptr<detail::throttle_cancellation> cancellation,
                                                    time_point asked) {
-    guard g(life_, c);
     run_ctx x{deadline, cancellation.get(), key};
     admission m(true);
     error_code failed;
@@ -426,26 +466,103 @@ class throttle {
     template <class Handler>
     void operator()(Handler&& handler, std::string key, rein::charge c, time_point deadline) const {
       stage_ops::check_charge(c);  // thrown by the initiation, before anything started
-      auto ex = net::get_associated_executor(handler, self->executor());
-      std::shared_ptr<detail::throttle_cancellation> cancellation;
-      auto slot = net::get_associated_cancellation_slot(handler);
-      if (slot.is_connected()) {
-        cancellation = std::make_shared<detail::throttle_cancellation>();
-        slot.template emplace<detail::throttle_canceller>(cancellation);
-      }
-      try {
-        auto stages = self->template run<true>(std::move(key), c, deadline, cancellation, clock_type::now());
-        detail::spawn_adapter<std::decay_t<Handler>> adapter{std::forward<Handler>(handler), cancellation};
-        if constexpr (std::is_convertible_v<decltype(ex), net::any_io_executor>)
-          net::co_spawn(std::move(ex), std::move(stages), std::move(adapter));
-        else
-          net::co_spawn(self->executor(), std::move(stages), std::move(adapter));
-      } catch (...) {
-        if (cancellation) slot.clear();  // nothing started: the caller's slot is as it was
-        throw;
-      }
+      spawn(std::forward<Handler>(handler), self->executor(), true, [&](auto cancellation) {
+        return self->template run<true>(std::move(key), guard(self->life_, c), deadline, std::move(cancellation),
+                                        clock_type::now());
+      });
     }
   };
+
+  // Runs the coroutine `start(cancellation)` makes for `handler`, on the handler's associated executor (else
+  // `fallback`: see initiate_acquire). `connect`: the handler's cancellation slot, if connected, is connected
+  // to the coroutine's waits (through `cancellation`, null otherwise).
+  template <class Handler, class Executor, class Start>
+  static void spawn(Handler&& handler, const Executor& fallback, bool connect, Start&& start) {
+    auto ex = net::get_associated_executor(handler, fallback);
+    std::shared_ptr<detail::throttle_cancellation> cancellation;
+    auto slot = net::get_associated_cancellation_slot(handler);
+    if (connect && slot.is_connected()) {
+      cancellation = std::make_shared<detail::throttle_cancellation>();
+      slot.template emplace<detail::throttle_canceller>(cancellation);
+    }
+    try {
+      auto stages = std::forward<Start>(start)(cancellation);
+      detail::spawn_adapter<std::decay_t<Handler>> adapter{std::forward<Handler>(handler), cancellation};
+      if constexpr (std::is_convertible_v<decltype(ex), net::any_io_executor>)
+        net::co_spawn(std::move(ex), std::move(stages), std::move(adapter));
+      else
+        net::co_spawn(fallback, std::move(stages), std::move(adapter));
+    } catch (...) {
+      if (cancellation) slot.clear();  // nothing started: the caller's slot is as it was
+      throw;
+    }
+  }
+
+  // A reservation's wait (throttle_reservation::async_wait): until the time to act, then the waiting path
+  // with the reserved units as a claim (see stage_ops::hand_reserved); a failure gives them back.
+  // `called`: when the wait was initiated.
+  static net::awaitable<std::pair<error_code, guard>> run_reserved(
+      std::shared_ptr<typename reservation::state> s, std::shared_ptr<detail::throttle_cancellation> cancellation,
+      time_point called) {
+    run_ctx x{time_point::max(), cancellation.get(), s->key};
+    error_code failed;
+    try {
+      stage_ops::template check_cancelled<true>(x);
+      co_await stage_ops::wait_reserved(s->rates, x);
+      if (s->cancelled || stage_ops::gone(s->g)) failed = net::error::operation_aborted;
+    } catch (const system_error& e) {
+      failed = e.code();
+    }
+    if (failed) {
+      stage_ops::cancel_reserved(s->rates);
+      if (!stage_ops::gone(s->g)) s->owner->ops_.count_failed(failed);
+      s->g = guard();
+      guard empty;
+      empty.error_ = failed;
+      co_return std::pair<error_code, guard>(failed, std::move(empty));
+    }
+    throttle& self = *s->owner;
+    self.ops_.hand_reserved(s->g, s->rates);
+    s->handed = true;
+    std::pair<error_code, guard> result = co_await self.template run<true>(
+        s->key, std::move(s->g), time_point::max(), std::move(cancellation), std::max(called, s->at));
+    // A failed admission let its claim go already unless it failed before any step (its coroutine
+    // cancelled, the throttle gone): what is left goes back as a claim does.
+    if (result.first) stage_ops::let_go_reserved(s->rates);
+    else s->rates = {};  // the guard's now: spent, as an acquire's
+    co_return result;
+  }
+
+  // The initiation of a reservation's wait: as initiate_acquire's, on the executor the throttle had then.
+  struct initiate_reserved {
+    std::shared_ptr<typename reservation::state> s;
+
+    using executor_type = typename throttle::executor_type;
+    executor_type get_executor() const noexcept { return s->executor; }
+
+    template <class Handler>
+    void operator()(Handler&& handler) const {
+      error_code now_error;
+      if (s->status != try_status::acquired) now_error = s->error;
+      else if (s->waited) now_error = net::error::already_started;
+      else if (s->cancelled || stage_ops::gone(s->g)) now_error = net::error::operation_aborted;
+      if (!now_error) s->waited = true;
+      spawn(std::forward<Handler>(handler), s->executor, !now_error, [&](auto cancellation) {
+        return now_error ? failed_at_once(now_error, s) : run_reserved(s, std::move(cancellation), clock_type::now());
+      });
+    }
+  };
+
+  // A reservation's wait that fails before it starts (not ok, cancelled, waited already): its error, said
+  // as a refused guard says it.
+  static net::awaitable<std::pair<error_code, guard>> failed_at_once(error_code ec,
+                                                                     std::shared_ptr<typename reservation::state> s) {
+    guard empty;
+    empty.error_ = ec;
+    empty.rejected_at_ = s->rejected_at;
+    empty.rejected_stage_ = s->rejected_stage;
+    co_return std::pair<error_code, guard>(ec, std::move(empty));
+  }
 
   auto executor() const noexcept { return ops_.executor(); }
 

@@ -319,6 +319,16 @@ class limiter_core final : public permit_source,
     return std::forward<F>(f)(policy_, now);
   }
 
+  /// As update(f), counting one grant made without the line (acquired_total): a reservation whose units an
+  /// admission took (rein::throttle's reserve).
+  template <class F>
+  decltype(auto) update_granted(F&& f) {
+    return update([&](Policy& p, time_point now) -> decltype(auto) {
+      ++stats_.acquired_total;
+      return std::forward<F>(f)(p, now);
+    });
+  }
+
   /// As update(f), with f(policy, now, waiting, closed): whether anyone waits on the line and whether it
   /// was closed, seen under the same lock, for a rule that must not overtake the line (a token bucket's
   /// reservation takes nothing while anyone waits).

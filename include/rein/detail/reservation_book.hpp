@@ -57,6 +57,16 @@ class reservation_book {
     return back;
   }
 
+  /// Removes reservation `id` giving nothing back: its units are spent (an admission's, which may refund
+  /// them as any take's, under the rule for the others still standing).
+  void spend(std::uint64_t id, TimePoint now) noexcept {
+    forget_spent(now);
+    const auto mine = std::find(ids_.begin(), ids_.end(), id);
+    if (mine == ids_.end()) return;
+    live_.erase(live_.begin() + (mine - ids_.begin()));
+    ids_.erase(mine);
+  }
+
   /// Gives n units back into `limit` at `now` (a refund, not a cancel) without freeing any standing
   /// reservation's units (the limit's `refund(n, standing, now)`); returns the units given back.
   template <class Limit>

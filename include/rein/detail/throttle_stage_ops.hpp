@@ -18,6 +18,7 @@
 #include <rein/permit.hpp>
 #include <rein/queue_order.hpp>
 #include <rein/rate_limit_headers.hpp>
+#include <rein/reservation.hpp>
 #include <rein/throttle_charge.hpp>
 #include <rein/throttle_guard.hpp>
 #include <rein/throttle_options.hpp>
@@ -44,6 +45,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -116,6 +118,17 @@ class throttle_stage_ops {
   }();
 
  public:
+  // A throttle reservation's own reservation at each rate stage (rein::throttle_reservation).
+  template <std::size_t I>
+  static constexpr bool reserves_at = ranks_[I] == rank::rate && throttle_reservable<limiter_type<I>>;
+  template <class Seq>
+  struct reservations_of;
+  template <std::size_t... I>
+  struct reservations_of<std::index_sequence<I...>> {
+    using type = std::tuple<typename reservation_slot<limiter_type<I>, reserves_at<I>>::type...>;
+  };
+  using rate_reservations = typename reservations_of<std::make_index_sequence<stage_count>>::type;
+
   // What a guard holds for each stage.
   struct holdings {
     /// Each keyed stage's limiter for the caller's key, pinned.
@@ -131,6 +144,13 @@ class throttle_stage_ops {
     std::array<std::uint64_t, stage_count> admitted_mark{};
     /// The units this admission added there (what its end adds to admission_counts::ended).
     std::array<std::uint64_t, stage_count> admitted_units{};
+    /// A throttle reservation's wait (throttle::reserve): its admission stages decided at the reserve and
+    /// are not asked again.
+    bool decided = false;
+    /// The rate stages whose units the reservation's own reservations (`reserved`) hold for this admission:
+    /// a claim, kept only while the admission goes on without waiting (see hand_reserved).
+    std::bitset<stage_count> claim{};
+    rate_reservations* reserved = nullptr;
   };
 
   // The stage list's order, for the admission machine.
@@ -298,6 +318,129 @@ class throttle_stage_ops {
     }
   }
 
+  // --- reservations (throttle::reserve) ---
+
+  // What a reserve did: acquired (the binding rate stages reserved, to act at `at`), or why not and where.
+  struct reserve_outcome {
+    try_status status = try_status::acquired;
+    error_code error{};
+    std::size_t stage = npos;
+    time_point at{};
+  };
+
+  // Reserves `g`'s charge for `key` into `r`: every admission stage decides now (it counts the request, as
+  // on any door), each keyed stage is pinned, no gate may be paused, then the rate stages are looked at and
+  // only the binding ones reserved (see reserve_rates). Not acquired: nothing reserved.
+  reserve_outcome reserve(guard& g, std::string_view key, rate_reservations& r) {
+    static_assert(every_rate_reserves(),
+                  "rein::throttle::reserve: every rate stage must reserve: a rein::basic_rate_limiter of a token "
+                  "bucket, a fixed or sliding window, or rein::rate_limits of those (its reserve(n)); "
+                  "this throttle lists a rate stage that cannot (an adaptive rate, the Redis bucket, a limit "
+                  "without reservations): use acquire, or list that stage in a throttle of its own");
+    const time_point now = clock_type::now();
+    if (const std::size_t i = try_admission(g, now); i != npos)
+      return {try_status::busy, make_error_code(errc::admission_refused), i, {}};
+    if (const std::size_t i = try_pin(g.held_, key); i != npos)
+      return {try_status::busy, make_error_code(errc::queue_full), i, {}};
+    for (std::size_t i : at_rank<rank::gate>) {
+      bool paused = false;
+      visit(i, [&](auto I) {
+        if constexpr (ranks_[I()] == rank::gate) paused = limiter<I()>(g.held_).is_paused();
+      });
+      if (paused) return {try_status::busy, error_code(net::error::would_block), i, {}};
+    }
+    return reserve_rates(g, r, now);
+  }
+
+  // The first reserved rate's wait until the time to act (they all act then); none when nothing was reserved.
+  static net::awaitable<void> wait_reserved(rate_reservations& r, run_ctx& x) {
+    std::optional<net::awaitable<void>> a;
+    for_each_rate([&](auto I) {
+      if constexpr (reserves_at<I()>) {
+        if (!a && std::get<I()>(r)) a.emplace(std::get<I()>(r)->async_wait(token<true>(x)));
+      }
+    });
+    if (a) co_await std::move(*a);
+  }
+
+  // Cancels every rate stage's reservation in `r` (each by its limit's rule) and forgets them.
+  static void cancel_reserved(rate_reservations& r) {
+    for_each_rate([&](auto I) {
+      if constexpr (reserves_at<I()>) {
+        if (auto& slot = std::get<I()>(r)) {
+          slot->cancel();
+          slot.reset();
+        }
+      }
+    });
+  }
+
+  // Hands a reservation's units to `g` at its time to act, for the waiting path's admission (run<true>):
+  // the reserved stages' units are a claim, as step 3's line grant is (throttle_admission), taken by no
+  // other step and kept only while the admission goes on without waiting. Before its first wait of any
+  // kind (a paused gate, a permit's line, a rate's line) the claim is let go (drop_claim), and the call goes
+  // on as an acquire (its rates taken at step 5 when it can send); an admission spends it (spend_claim).
+  void hand_reserved(guard& g, rate_reservations& r) const noexcept {
+    g.held_.decided = true;
+    g.held_.reserved = &r;
+    for_each_rate([&](auto I) {
+      if constexpr (reserves_at<I()>) {
+        if (std::get<I()>(r)) {
+          g.held_.claim.set(I());
+          g.held_.units[I()] = units_of<I()>(g.charge_);
+        }
+      }
+    });
+  }
+
+  // Lets every reservation still in `r` go as a claim is let go (below), and forgets them.
+  static void let_go_reserved(rate_reservations& r) noexcept {
+    holdings h;
+    h.reserved = &r;
+    for_each_rate([&](auto I) {
+      if constexpr (reserves_at<I()>) {
+        if (std::get<I()>(r)) h.claim.set(I());
+      }
+    });
+    drop_claim(h);
+  }
+
+  // Lets a claim go (see hand_reserved): each reservation by its limit's cancel rule while it stands (at its
+  // time to act, all of it), refunded after; no stage counted it as taken, so none counts a give-back.
+  static void drop_claim(holdings& h) noexcept {
+    if (h.claim.none()) return;
+    for_each_rate([&](auto I) {
+      if constexpr (reserves_at<I()>) {
+        if (!h.claim[I()]) return;
+        h.claim.reset(I());
+        h.units[I()] = 0;
+        if (auto& slot = std::get<I()>(*h.reserved)) {
+          try {
+            reservation_access::let_go(*slot);
+          } catch (...) {  // as refund_rates: giving units back only adds; losing some under exhaustion is harmless
+          }
+          slot.reset();
+        }
+      }
+    });
+  }
+
+  // An admission's claim becomes its units (see hand_reserved): each reservation leaves its limiter's book
+  // spent (refund and reconcile then treat the units as any admission's) and counts as the stage's grant.
+  static void spend_claim(guard& g) noexcept {
+    for_each_rate([&](auto I) {
+      if constexpr (reserves_at<I()>) {
+        if (!g.held_.claim[I()]) return;
+        if (auto& slot = std::get<I()>(*g.held_.reserved)) {
+          reservation_access::spend(*slot);
+          slot.reset();
+        }
+        note_take(g, I());
+      }
+    });
+    g.held_.claim.reset();
+  }
+
   // The waiting path: the machine's steps from `s` (see throttle_admission for the steps and rein::throttle's
   // comment for why), until it admits (returns) or fails (throws).
   template <bool Bound>
@@ -314,6 +457,7 @@ class throttle_stage_ops {
       // The stage in a local that lives across the wait: g++ 12 built this loop wrongly without one (a crash
       // on resumption, at -O0 and -O3 alike; clang's build and an ASan one ran fine).
       const std::size_t at = m.stage();
+      drop_claim(g.held_);  // a reservation's units are never held across a wait
       co_await wait_at<Bound>(at, g, x);
       if (ranks_[at] == rank::gate) note_take(g, at);  // a gate's wait: awaited without a frame of ours
       s = m.resume(event::took);
@@ -327,6 +471,9 @@ class throttle_stage_ops {
   void admit(guard& g, time_point now, time_point asked) noexcept {
     g.admitted_ = true;
     g.admitted_at_ = now;
+    if (g.held_.claim.any()) spend_claim(g);
+    g.held_.decided = false;
+    g.held_.reserved = nullptr;
     const bool full = g.held_.taken == every_stage_;
     if (!full) count_partly(g.held_.taken);
     std::atomic<std::uint64_t>& admissions = full ? admitted_ : partial_;
@@ -461,6 +608,94 @@ class throttle_stage_ops {
     return o;
   }
 
+  static constexpr bool every_rate_reserves() {
+    return [&]<std::size_t... I>(std::index_sequence<I...>) {
+      return ((ranks_[I] != rank::rate || reserves_at<I>) && ...);
+    }(std::make_index_sequence<stage_count>{});
+  }
+
+  // Runs f(integral_constant<I>) for every rate stage, in list order.
+  template <class F>
+  static void for_each_rate(F&& f) {
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      ((ranks_[I] == rank::rate ? void(f(std::integral_constant<std::size_t, I>{})) : void()), ...);
+    }(std::make_index_sequence<stage_count>{});
+  }
+
+  // The rate stages at reserve, in a few rounds: look at every stage, taking nothing (a closed one, one
+  // whose line has callers, a charge beyond its capacity or its range: not ok); T is the latest time any is
+  // ready. Then reserve (its plain reserve(n), FIFO behind its own debt) only the stages ready at T, the
+  // binding ones; those ready earlier are taken by the wait at its admission, as the permits are, so that no
+  // stage counts the call before it can send, nor holds units ahead of its own time for it. A binding stage
+  // that answers a later time than T (a take by another thread since the look; a T that the clock has
+  // passed since is answered with the clock's time, which binds as well): what was reserved is cancelled,
+  // and the stages are looked at again (busy after the last round, nothing reserved).
+  reserve_outcome reserve_rates(guard& g, rate_reservations& r, time_point now) {
+    using kind = typename readiness_type::kind;
+    for (int round = 0; round < 4; ++round) {
+      if (round != 0) now = clock_type::now();
+      reserve_outcome out;
+      std::array<time_point, stage_count> ready{};
+      time_point at = now;
+      for_each_rate([&](auto I) {
+        if constexpr (reserves_at<I()>) {
+          const std::size_t n = units_of<I()>(g.charge_);
+          if (out.stage != npos || n == 0) return;
+          const readiness_type k = rate_readiness(limiter<I()>(g.held_), n, now);
+          try_status why = try_status::acquired;
+          if (k.what == kind::exceeds) why = try_status::exceeds_capacity;
+          else if (k.what != kind::ready && k.what != kind::at) why = try_status::busy;  // queued, never
+          else if (limiter<I()>(g.held_).reserve(0).status() == try_status::closed) why = try_status::closed;
+          if (why != try_status::acquired) {
+            out = {why, reserve_error(why), I(), {}};
+            return;
+          }
+          ready[I()] = std::max(now, k.when);
+          at = std::max(at, ready[I()]);
+        }
+      });
+      if (out.stage != npos) return out;
+      bool moved = false;
+      time_point latest = at;
+      try {
+        for_each_rate([&](auto I) {
+          if constexpr (reserves_at<I()>) {
+            const std::size_t n = units_of<I()>(g.charge_);
+            if (out.stage != npos || moved || n == 0 || ready[I()] != at) return;
+            auto& slot = std::get<I()>(r);
+            slot.emplace(limiter<I()>(g.held_).reserve(n));
+            if (slot->ok() && slot->time_to_act() <= std::max(at, clock_type::now())) {
+              latest = std::max(latest, slot->time_to_act());
+              return;
+            }
+            const try_status why = slot->ok() ? try_status::busy : slot->status();
+            if (why == try_status::busy) moved = true;  // a race: look again
+            else out = {why, reserve_error(why), I(), {}};
+          }
+        });
+      } catch (...) {  // a book of reservations that could not grow: nothing stays reserved
+        cancel_reserved(r);
+        throw;
+      }
+      if (out.stage == npos && !moved) {
+        out.at = latest;
+        return out;
+      }
+      cancel_reserved(r);
+      if (out.stage != npos) return out;
+    }
+    constexpr auto rates = at_rank<rank::rate>;  // not empty: without rates the first round returns
+    return {try_status::busy, error_code(net::error::would_block), rates.empty() ? npos : rates[0], {}};
+  }
+
+  static error_code reserve_error(try_status why) noexcept {
+    switch (why) {
+      case try_status::closed: return make_error_code(errc::closed);
+      case try_status::exceeds_capacity: return make_error_code(errc::exceeds_capacity);
+      default: return error_code(net::error::would_block);
+    }
+  }
+
   // Runs f(integral_constant<I>) for the stage at runtime position i.
   template <class F>
   static void visit(std::size_t i, F&& f) {
@@ -558,7 +793,7 @@ class throttle_stage_ops {
     constexpr auto rates = at_rank<rank::rate>;
     if constexpr (rates.size() > 1) {
       for (std::size_t i : rates) {
-        if (i == held) continue;
+        if (i == held || g.held_.claim[i]) continue;
         bool ready = true;
         visit(i, [&](auto I) {
           if constexpr (ranks_[I()] == rank::rate) {
@@ -575,7 +810,7 @@ class throttle_stage_ops {
       }
     }
     for (std::size_t i : rates) {
-      if (i == held) continue;
+      if (i == held || g.held_.claim[i]) continue;  // a reservation's claim: its units are held
       try_status status = try_status::acquired;
       visit(i, [&](auto I) {
         if constexpr (ranks_[I()] == rank::rate) status = try_rate<I()>(g, now);
@@ -606,6 +841,7 @@ class throttle_stage_ops {
   // that refused, or npos.
   std::size_t try_admission(guard& g, time_point now) {
     std::size_t refused = npos;
+    if (g.held_.decided) return npos;  // a reservation's wait: decided (and counted) at its reserve
     [&]<std::size_t... I>(std::index_sequence<I...>) {
       (void)(((ranks_[I] != rank::admission || try_stage<I>(g, now) != event::refused) || (refused = I, false)) &&
              ...);
@@ -647,6 +883,7 @@ class throttle_stage_ops {
   }
 
   void refund_rates(holdings& h) noexcept {
+    drop_claim(h);  // a reservation's units go back by its rule (the claim is never held across a wait)
     for (std::size_t i : at_rank<rank::rate>) {
       visit(i, [&](auto I) {
         if constexpr (ranks_[I()] == rank::rate) {
@@ -969,7 +1206,7 @@ class throttle_stage_ops {
     visit(i, [&](auto I) {
       if constexpr (ranks_[I()] == rank::rate) {
         const std::size_t n = units_of<I()>(g.charge_);
-        if (n == 0) return;
+        if (n == 0 || g.held_.claim[I()]) return;  // a reservation's claim: its units are held
         const kind k = rate_readiness(limiter<I()>(g.held_), n, clock_type::now()).what;
         if (k == kind::ready || k == kind::unknown) return;  // unknown: step 5's take decides (as take_rates)
         why = try_status::exceeds_capacity;

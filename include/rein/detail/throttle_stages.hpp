@@ -185,6 +185,26 @@ concept throttle_admission_stage = requires(L& l, outcome result) {
   l.record(result);
 };
 
+/// A rate limiter that reserves (rein::basic_rate_limiter of an algo::reservable_rate_limit): what
+/// throttle::reserve asks of every rate stage.
+template <class L>
+concept throttle_reservable = requires(L& l, std::size_t n) {
+  { l.reserve(n).time_to_act() } -> std::same_as<typename L::time_point>;
+};
+
+// What a throttle reservation keeps for each place: a rate stage's own reservation (empty when the charge
+// is 0 there), nothing for the other kinds, nor for a rate stage that cannot reserve (throttle::reserve
+// does not compile then).
+struct no_reservation {};
+template <class Limiter, bool Reserves>
+struct reservation_slot {
+  using type = no_reservation;
+};
+template <class Limiter>
+struct reservation_slot<Limiter, true> {
+  using type = std::optional<typename Limiter::reservation>;
+};
+
 // The kinds of stage, in the order the throttle admits them.
 enum class stage_rank : std::uint8_t { admission, gate, per_key_concurrency, global_concurrency, rate, none };
 
