@@ -508,13 +508,16 @@ class throttle {
     error_code failed;
     try {
       stage_ops::template check_cancelled<true>(x);
-      co_await stage_ops::wait_reserved(s->rates, x);
+      if (!s->cancelled) {
+        s->timer = std::make_unique<typename decltype(s->timer)::element_type>(s->executor, s->at);
+        co_await stage_ops::wait_reserved(*s->timer, x);
+      }
       if (s->cancelled || stage_ops::gone(s->g)) failed = net::error::operation_aborted;
     } catch (const system_error& e) {
       failed = e.code();
     }
     if (failed) {
-      stage_ops::cancel_reserved(s->rates);
+      stage_ops::let_go_reserved(s->rates);  // as a claim: a refund once time_to_act() has passed
       if (!stage_ops::gone(s->g)) s->owner->ops_.count_failed(failed);
       s->g = guard();
       guard empty;

@@ -12,9 +12,11 @@
 
 #include REIN_ASIO_HEADER(async_result.hpp)
 #include REIN_ASIO_HEADER(awaitable.hpp)
+#include REIN_ASIO_HEADER(basic_waitable_timer.hpp)
 #include REIN_ASIO_HEADER(error.hpp)
 #include REIN_ASIO_HEADER(redirect_error.hpp)
 #include REIN_ASIO_HEADER(use_awaitable.hpp)
+#include REIN_ASIO_HEADER(wait_traits.hpp)
 
 #include <cstddef>
 #include <memory>
@@ -44,8 +46,9 @@ namespace rein {
 /// At reserve, at one instant: every admission stage decides the call (a refusal: not ok, and the stage has
 /// counted the request, as on any door), each keyed stage's limiter is pinned for the key (and stays pinned
 /// while the reservation or its wait lives), a paused gate refuses, and every rate stage charged more than 0
-/// is looked at, taking nothing: one that is closed, has callers waiting on its line or cannot hold the
-/// charge makes the reservation not ok, with nothing reserved. time_to_act() is the latest time a rate stage
+/// is looked at, taking nothing: one that has callers waiting on its line or cannot hold the charge makes
+/// the reservation not ok, with nothing reserved (a closed stage refuses at its reserve when it binds, and
+/// otherwise fails the wait with errc::closed, as it fails an acquire). time_to_act() is the latest time a rate stage
 /// is ready; only the stages ready then (the binding ones) reserve, each with its own `reserve(n)` (first
 /// come, first served behind its earlier reservations, never ahead of its own time). The rate stages ready
 /// earlier are not reserved, and the concurrency stages are not asked: no stage counts the call before it
@@ -80,7 +83,9 @@ namespace rein {
 /// errc::exceeds_capacity, or `net::error::would_block` (a paused gate, a busy rate stage).
 /// A wait fails as the throttle's async_acquire does (errc::closed, errc::queue_full,
 /// errc::upstream_unavailable, errc::exceeds_capacity, operation_aborted), and then gives back what it
-/// holds: the reserved units by the rules above.
+/// holds: the reserved units by the rules above. A binding stage closed after the reserve keeps the
+/// reservation's units as rein::basic_reservation does (its close() leaves standing reservations), so the
+/// wait still admits with them; another stage closed meanwhile fails the wait with errc::closed.
 ///
 /// @par Cancellation
 /// `cancel()` gives the reserved units back by each stage's own rule (basic_reservation::cancel: all of
@@ -164,6 +169,7 @@ class throttle_reservation {
     if (s_->handed || (s_->waited && ok() && clock_type::now() >= s_->at)) return;
     s_->cancelled = true;
     Throttle::stage_ops::cancel_reserved(s_->rates);
+    if (s_->timer) s_->timer->cancel();  // a wait before time_to_act() ends now, aborted
     if (!s_->waited) s_->g = guard();
   }
 
@@ -202,6 +208,12 @@ class throttle_reservation {
     bool waited = false;
     bool cancelled = false;
     bool handed = false;  // the wait reached time_to_act(): the units are its admission's (a claim, then spent)
+    // The wait's timer until time_to_act() (made by the wait): its own, not a stage reservation's wait,
+    // so that a cancelled wait gives the units back by the claim's rule (a refund once time_to_act() has
+    // passed), which a stage reservation's cancel would not (it gives nothing then).
+    std::unique_ptr<net::basic_waitable_timer<clock_type, net::wait_traits<clock_type>,
+                                              typename Throttle::executor_type>>
+        timer;
 
     state(Throttle* t, typename Throttle::executor_type ex, std::string n, std::string_view k, const rein::charge& c)
         : owner(t), executor(std::move(ex)), name(std::move(n)), key(k), charge(c) {}

@@ -908,9 +908,12 @@ TEST_CASE_METHOD(throttled, "throttle reserve: a closed rate stage refuses; a cl
   CHECK(r.rejected_at() == rein::throttle_stage::rate);
   CHECK(r.rejected_stage() == 3);
   CHECK(r.error() == rein::errc::closed);
-  // Every stage is looked at before any reserves: the key's rate reserved nothing (finding 2 of the first
-  // version's review: it drained the key's bucket), and its unit is there for the next.
-  CHECK(key_rate("a").reserved_total == 0);
+  // The closed stage refuses at its reserve, after the key's rate reserved: that reservation is cancelled
+  // with every unit back (the first version's review found the key's bucket drained here), and the unit is
+  // there for the next.
+  CHECK(key_rate("a").reserved_total == 1);
+  CHECK(key_rate("a").reservations_cancelled_total == 1);
+  CHECK(key_rate("a").reserved_returned_total == 1);
   CHECK(key_rate("a").tokens == 1);
   CHECK(throttle.reserve("a").delay() == 0ns);  // no tokens charged: the closed stage is not asked
 
@@ -1176,4 +1179,72 @@ TEST_CASE("throttle reserve: on a running clock, stages ready now reserve at the
     REQUIRE(r.ok());
     CHECK(r.delay() == 0ns);
   }
+}
+
+// A wait that fails after its time to act but before the admission's first step (its slot cancelled, or
+// the throttle gone, while the wait's coroutine had not resumed) gives the reserved units back as a claim
+// is let go: a refund once the time has passed. (A stage reservation's cancel, used before, gives nothing
+// then: the unit was lost, and on a running clock the wait always resumes after the time.)
+TEST_CASE_METHOD(on_manual_clock, "throttle reserve: a wait failing past its time gives the units back",
+                 "[throttle][reserve]") {
+  bucket_type global{io.get_executor(), rein::token_bucket_options{.rate = 10, .capacity = 5}};
+  REQUIRE(global.try_acquire(5));
+  SECTION("its slot cancelled") {
+    rein::throttle throttle(global);
+    auto r = throttle.reserve("a");
+    REQUIRE(r.time_to_act() == at(100ms));
+    net::cancellation_signal signal;
+    std::optional<error_code> ec;
+    r.async_wait(net::bind_cancellation_slot(signal.slot(), [&](error_code e, auto) { ec = e; }));
+    rein_test::poll(io);
+    manual_clock::advance(150ms);
+    signal.emit(net::cancellation_type::terminal);
+    rein_test::poll(io);
+    CHECK(ec == error_code(net::error::operation_aborted));
+  }
+  SECTION("the throttle gone") {
+    std::optional<error_code> ec;
+    {
+      rein::throttle throttle(global);
+      auto r = throttle.reserve("a");
+      REQUIRE(r.time_to_act() == at(100ms));
+      r.async_wait([&](error_code e, auto) { ec = e; });
+      rein_test::poll(io);
+    }
+    manual_clock::advance(150ms);
+    rein_test::poll(io);
+    CHECK(ec == error_code(net::error::operation_aborted));
+  }
+  // -1 at 0, +1.5 by 150 ms, and the reserved 1 refunded.
+  CHECK(global.snapshot().tokens == 1.5);
+  CHECK(global.snapshot().acquired_total == 1);  // the try_acquire(5); nothing admitted
+}
+
+// A rate_limits stage (all_of) reserves through a throttle exactly as alone: the throttle looks at its
+// stages without reserving anything (a reserve(0) on an all_of whose parts hold a reservation asserted).
+TEST_CASE_METHOD(on_manual_clock, "throttle reserve: a rate_limits stage reserves as it does alone",
+                 "[throttle][reserve]") {
+  auto make = [&] {
+    const auto now = manual_clock::now();
+    return both_type(io, rein::algo::all_of{
+                             rein::algo::basic_token_bucket<manual_clock>({.rate = 2, .capacity = 2}, now),
+                             rein::algo::basic_sliding_window<manual_clock>({.limit = 2, .window = 1s}, now)});
+  };
+  both_type alone = make();
+  both_type staged = make();
+  rein::throttle throttle(rein::by_tokens(staged));
+  std::vector<both_type::reservation> kept_alone;
+  std::vector<decltype(throttle)::reservation> kept_staged;
+  std::vector<manual_clock::duration> times_alone, times_staged;
+  for (int i = 0; i < 6; ++i) {
+    if (i == 3) rein_test::advance_and_poll(io, 300ms);
+    const std::size_t n = 1 + static_cast<std::size_t>(i % 2);
+    kept_alone.push_back(alone.reserve(n));
+    kept_staged.push_back(throttle.reserve("a", {.requests = 1, .tokens = n}));
+    times_alone.push_back(kept_alone.back().time_to_act() - at(0ms));
+    times_staged.push_back(kept_staged.back().time_to_act() - at(0ms));
+  }
+  CHECK(times_staged == times_alone);
+  CHECK(times_staged == std::vector<manual_clock::duration>{0ms, 1s, 2s, 3s, 4s, 5s});
+  CHECK(staged.snapshot().reserved_total == 6);
 }

@@ -352,15 +352,11 @@ class throttle_stage_ops {
     return reserve_rates(g, r, now);
   }
 
-  // The first reserved rate's wait until the time to act (they all act then); none when nothing was reserved.
-  static net::awaitable<void> wait_reserved(rate_reservations& r, run_ctx& x) {
-    std::optional<net::awaitable<void>> a;
-    for_each_rate([&](auto I) {
-      if constexpr (reserves_at<I()>) {
-        if (!a && std::get<I()>(r)) a.emplace(std::get<I()>(r)->async_wait(token<true>(x)));
-      }
-    });
-    if (a) co_await std::move(*a);
+  // A reservation's wait until its time to act, on `timer` (the reservation's own: see
+  // throttle_reservation's state), cancelled through the caller's slot as any step's wait.
+  template <class Timer>
+  static net::awaitable<void> wait_reserved(Timer& timer, run_ctx& x) {
+    co_await timer.async_wait(token<true>(x));
   }
 
   // Cancels every rate stage's reservation in `r` (each by its limit's rule) and forgets them.
@@ -622,9 +618,10 @@ class throttle_stage_ops {
     }(std::make_index_sequence<stage_count>{});
   }
 
-  // The rate stages at reserve, in a few rounds: look at every stage, taking nothing (a closed one, one
-  // whose line has callers, a charge beyond its capacity or its range: not ok); T is the latest time any is
-  // ready. Then reserve (its plain reserve(n), FIFO behind its own debt) only the stages ready at T, the
+  // The rate stages at reserve, in a few rounds: look at every stage, taking nothing (one whose line has
+  // callers, a charge beyond its capacity or its range: not ok); T is the latest time any is ready. (A
+  // closed stage is found by its reserve when it binds, else by the wait, as an acquire finds it: looking
+  // for it by a reserve(0) would ask an all_of for what its parts cannot agree on.) Then reserve (its plain reserve(n), FIFO behind its own debt) only the stages ready at T, the
   // binding ones; those ready earlier are taken by the wait at its admission, as the permits are, so that no
   // stage counts the call before it can send, nor holds units ahead of its own time for it. A binding stage
   // that answers a later time than T (a take by another thread since the look; a T that the clock has
@@ -645,7 +642,6 @@ class throttle_stage_ops {
           try_status why = try_status::acquired;
           if (k.what == kind::exceeds) why = try_status::exceeds_capacity;
           else if (k.what != kind::ready && k.what != kind::at) why = try_status::busy;  // queued, never
-          else if (limiter<I()>(g.held_).reserve(0).status() == try_status::closed) why = try_status::closed;
           if (why != try_status::acquired) {
             out = {why, reserve_error(why), I(), {}};
             return;
