@@ -195,6 +195,20 @@ TEST_CASE("reserve: all_of reserves every part at the latest part's time", "[res
   CHECK(limits.get<0>().tokens(t0 + 10s) == 2);
 }
 
+TEST_CASE("reserve: all_of reserves 0 at its ready time, taking nothing", "[reserve][all_of]") {
+  // The bucket in debt answered its own reserve(0) at the debt's end (1 s) while all_of's ready_at(0) said
+  // now: the parts disagreed on the time (an assertion in a build with them on).
+  rein::algo::all_of limits{rein::algo::token_bucket({.rate = 2, .capacity = 2}, t0),
+                            rein::algo::sliding_window({.limit = 2, .window = 1s}, t0)};
+  CHECK(limits.reserve(1, t0) == t0);
+  // The window is full until 1 s; the bucket, held until then, takes the 2 and the 1 that would overflow.
+  CHECK(limits.reserve(2, t0) == t0 + 1s);
+  CHECK(limits.get<0>().tokens(t0) == -2);
+  CHECK(limits.reserve(0, t0) == t0);
+  CHECK(limits.get<0>().tokens(t0) == -2);  // nothing more taken
+  CHECK(limits.get<1>().count(t0 + 1s) == 2);
+}
+
 TEST_CASE("reserve: all_of gives back the least of its parts' refunds", "[reserve][all_of][cancel]") {
   rein::algo::all_of limits{rein::algo::fixed_window({.limit = 4, .window = 10s}, t0),
                             rein::algo::sliding_window({.limit = 8, .window = 10s}, t0)};

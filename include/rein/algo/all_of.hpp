@@ -165,6 +165,9 @@ class all_of {
     const std::optional<time_point> ready = ready_at(n, now);
     if (!ready) return std::nullopt;
     const time_point at = std::max(*ready, not_before);
+    // Nothing to reserve: a part's own reserve(0) may answer the end of its debt, which its ready_at(0)
+    // does not wait for, and the parts would disagree on the time.
+    if (n == 0) return at;
     std::tuple<std::optional<Limits>...> saved;  // the restorable parts before their reserve
     std::array<bool, size> done{};
     bool failed = false;
