@@ -239,7 +239,9 @@ class throttle {
     guard g(life_, c);
     run_ctx x{deadline, nullptr, {}};
     admission m(true);
-    std::string copy;
+    // The key, once it must wait; a pointer, not a string: the guard and this frame stay within the size
+    // Asio recycles frames up to (about 1 KB), so that the fast path allocates nothing.
+    std::unique_ptr<std::string> copy;
     error_code failed;
     const time_point asked = clock_type::now();
     time_point now = asked;
@@ -248,9 +250,9 @@ class throttle {
       if (s == step::fail) {
         failed = m.error();
       } else if (s != step::done) {
-        copy.assign(key);
-        key = copy;
-        x.key = copy;
+        copy = std::make_unique<std::string>(key);
+        key = *copy;
+        x.key = *copy;
         const waiting_scope waiting(life_);
         co_await ops_.template pass<false>(m, s, g, x);
         now = clock_type::now();
@@ -261,7 +263,7 @@ class throttle {
     }
     if (stage_ops::gone(g)) {  // destroyed while this caller waited: its stages' waits were aborted
       throw detail::throttle_failure(error_code(net::error::operation_aborted), {}, m.at(),
-                                     stage_ops::kind_of(m.at()), copy);
+                                     stage_ops::kind_of(m.at()), copy ? *copy : std::string());
     }
     if (failed) {
       ops_.count_failed(failed);

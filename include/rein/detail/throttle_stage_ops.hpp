@@ -145,11 +145,9 @@ class throttle_stage_ops {
     /// The units this admission added there (what its end adds to admission_counts::ended).
     std::array<std::uint64_t, stage_count> admitted_units{};
     /// A throttle reservation's wait (throttle::reserve): its admission stages decided at the reserve and
-    /// are not asked again.
-    bool decided = false;
-    /// The rate stages whose units the reservation's own reservations (`reserved`) hold for this admission:
-    /// a claim, kept only while the admission goes on without waiting (see hand_reserved).
-    std::bitset<stage_count> claim{};
+    /// not asked again, and the rate stages whose reservation there is still engaged hold its units as a
+    /// claim, kept only while the admission goes on without waiting (see hand_reserved). One pointer: the
+    /// guard lives in the frame of every acquire, which Asio recycles only up to about 1 KB.
     rate_reservations* reserved = nullptr;
   };
 
@@ -377,14 +375,10 @@ class throttle_stage_ops {
   // kind (a paused gate, a permit's line, a rate's line) the claim is let go (drop_claim), and the call goes
   // on as an acquire (its rates taken at step 5 when it can send); an admission spends it (spend_claim).
   void hand_reserved(guard& g, rate_reservations& r) const noexcept {
-    g.held_.decided = true;
     g.held_.reserved = &r;
     for_each_rate([&](auto I) {
       if constexpr (reserves_at<I()>) {
-        if (std::get<I()>(r)) {
-          g.held_.claim.set(I());
-          g.held_.units[I()] = units_of<I()>(g.charge_);
-        }
+        if (std::get<I()>(r)) g.held_.units[I()] = units_of<I()>(g.charge_);
       }
     });
   }
@@ -393,24 +387,28 @@ class throttle_stage_ops {
   static void let_go_reserved(rate_reservations& r) noexcept {
     holdings h;
     h.reserved = &r;
-    for_each_rate([&](auto I) {
-      if constexpr (reserves_at<I()>) {
-        if (std::get<I()>(r)) h.claim.set(I());
-      }
-    });
     drop_claim(h);
+  }
+
+  // Whether stage i's units are a reservation's claim (see hand_reserved).
+  static bool claimed(const holdings& h, std::size_t i) noexcept {
+    bool engaged = false;
+    if (h.reserved) {
+      visit(i, [&](auto I) {
+        if constexpr (reserves_at<I()>) engaged = std::get<I()>(*h.reserved).has_value();
+      });
+    }
+    return engaged;
   }
 
   // Lets a claim go (see hand_reserved): each reservation by its limit's cancel rule while it stands (at its
   // time to act, all of it), refunded after; no stage counted it as taken, so none counts a give-back.
   static void drop_claim(holdings& h) noexcept {
-    if (h.claim.none()) return;
+    if (!h.reserved) return;
     for_each_rate([&](auto I) {
       if constexpr (reserves_at<I()>) {
-        if (!h.claim[I()]) return;
-        h.claim.reset(I());
-        h.units[I()] = 0;
         if (auto& slot = std::get<I()>(*h.reserved)) {
+          h.units[I()] = 0;
           try {
             reservation_access::let_go(*slot);
           } catch (...) {  // as refund_rates: giving units back only adds; losing some under exhaustion is harmless
@@ -426,15 +424,13 @@ class throttle_stage_ops {
   static void spend_claim(guard& g) noexcept {
     for_each_rate([&](auto I) {
       if constexpr (reserves_at<I()>) {
-        if (!g.held_.claim[I()]) return;
         if (auto& slot = std::get<I()>(*g.held_.reserved)) {
           reservation_access::spend(*slot);
           slot.reset();
+          note_take(g, I());
         }
-        note_take(g, I());
       }
     });
-    g.held_.claim.reset();
   }
 
   // The waiting path: the machine's steps from `s` (see throttle_admission for the steps and rein::throttle's
@@ -467,8 +463,7 @@ class throttle_stage_ops {
   void admit(guard& g, time_point now, time_point asked) noexcept {
     g.admitted_ = true;
     g.admitted_at_ = now;
-    if (g.held_.claim.any()) spend_claim(g);
-    g.held_.decided = false;
+    if (g.held_.reserved) spend_claim(g);
     g.held_.reserved = nullptr;
     const bool full = g.held_.taken == every_stage_;
     if (!full) count_partly(g.held_.taken);
@@ -789,7 +784,7 @@ class throttle_stage_ops {
     constexpr auto rates = at_rank<rank::rate>;
     if constexpr (rates.size() > 1) {
       for (std::size_t i : rates) {
-        if (i == held || g.held_.claim[i]) continue;
+        if (i == held || claimed(g.held_, i)) continue;
         bool ready = true;
         visit(i, [&](auto I) {
           if constexpr (ranks_[I()] == rank::rate) {
@@ -806,7 +801,7 @@ class throttle_stage_ops {
       }
     }
     for (std::size_t i : rates) {
-      if (i == held || g.held_.claim[i]) continue;  // a reservation's claim: its units are held
+      if (i == held || claimed(g.held_, i)) continue;  // a reservation's claim: its units are held
       try_status status = try_status::acquired;
       visit(i, [&](auto I) {
         if constexpr (ranks_[I()] == rank::rate) status = try_rate<I()>(g, now);
@@ -837,7 +832,7 @@ class throttle_stage_ops {
   // that refused, or npos.
   std::size_t try_admission(guard& g, time_point now) {
     std::size_t refused = npos;
-    if (g.held_.decided) return npos;  // a reservation's wait: decided (and counted) at its reserve
+    if (g.held_.reserved) return npos;  // a reservation's wait: decided (and counted) at its reserve
     [&]<std::size_t... I>(std::index_sequence<I...>) {
       (void)(((ranks_[I] != rank::admission || try_stage<I>(g, now) != event::refused) || (refused = I, false)) &&
              ...);
@@ -1202,7 +1197,7 @@ class throttle_stage_ops {
     visit(i, [&](auto I) {
       if constexpr (ranks_[I()] == rank::rate) {
         const std::size_t n = units_of<I()>(g.charge_);
-        if (n == 0 || g.held_.claim[I()]) return;  // a reservation's claim: its units are held
+        if (n == 0 || claimed(g.held_, I())) return;  // a reservation's claim: its units are held
         const kind k = rate_readiness(limiter<I()>(g.held_), n, clock_type::now()).what;
         if (k == kind::ready || k == kind::unknown) return;  // unknown: step 5's take decides (as take_rates)
         why = try_status::exceeds_capacity;
