@@ -278,7 +278,7 @@ TEST_CASE("the fleet queue: a queued process that stops asking loses its place i
   const auto d = s.ask("d", 1);
   CHECK(d[0] == 0);
   CHECK(d[1] > 100000);
-  CHECK(d[1] <= 200000);
+  CHECK(d[1] <= 250000);  // b's time runs from its ask, a round trip or two after `start`: a margin
   CHECK(d[2] == 0);
   at(std::chrono::milliseconds(700));
   // b's time is up: d, queued at 400 ms, is first now.
